@@ -1,0 +1,139 @@
+# mk - model merging as small Unix programs.  One non-recursive Makefile.
+#
+#   make [all]          libmk.a, the programs, test tools      (build/)
+#   make check          deps, then every test, plain and under ASan+UBSan
+#   make demo           deps, build, run the bundled demo
+#   make fuzz           libFuzzer harnesses (clang), FUZZ_SECONDS each
+#   make bench          scripts/bench-io.sh
+#   make install        PREFIX=/usr/local DESTDIR=
+#   make deps           install the missing Debian packages (scripts/deps.sh)
+#   V=1                 show commands;  SAN=address,undefined  sanitized build
+
+VERSION   := 0.1.0
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+CC        ?= cc
+SAN       ?=
+BUILD     ?= $(if $(SAN),build-san,build)
+FUZZ_SECONDS ?= 30
+
+PKGS      := yaml-0.1 libzstd liburing jansson
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -lzstd -luring -ljansson)
+LIBS      := $(PKG_LIBS) -lopenblas -lpthread -lm
+
+WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
+OPT       := $(if $(SAN),-O1 -g -fno-omit-frame-pointer -fsanitize=$(SAN) -fno-sanitize-recover=all,-O2 -g)
+CPPFLAGS  += -Iinclude -D_GNU_SOURCE -DMK_VERSION='"$(VERSION)"' $(PKG_CFLAGS)
+CFLAGS    ?=
+CFLAGS    += -std=gnu11 $(WARN) $(OPT) -MMD -MP
+LDFLAGS   += $(if $(SAN),-fsanitize=$(SAN))
+
+Q := $(if $(V),,@)
+
+LIB_SRC   := $(sort $(wildcard src/*/*.c))
+LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+LIBMK     := $(BUILD)/libmk.a
+
+CMD_SRC   := $(sort $(wildcard cmd/mk-*.c))
+CMDS      := $(CMD_SRC:cmd/%.c=$(BUILD)/bin/%)
+CLI_OBJ   := $(BUILD)/cmd/cli.o
+
+TOOL_SRC  := $(sort $(wildcard test/tools/*.c))
+TOOLS     := $(TOOL_SRC:test/tools/%.c=$(BUILD)/tools/%)
+
+UNIT_SRC  := $(sort $(wildcard test/unit/test_*.c))
+UNITS     := $(UNIT_SRC:test/unit/%.c=$(BUILD)/test/%)
+
+FUZZ_SRC  := $(sort $(wildcard test/fuzz/fuzz_*.c))
+FUZZ_REPLAY := $(FUZZ_SRC:test/fuzz/%.c=$(BUILD)/fuzz/%-replay)
+FUZZ_BIN  := $(FUZZ_SRC:test/fuzz/%.c=build-fuzz/%)
+
+MANS      := $(sort $(wildcard man/man*/*.[157]))
+
+.PHONY: all check check-run demo fuzz bench install deps clean man-lint
+.DELETE_ON_ERROR:
+
+all: $(LIBMK) $(CMDS) $(TOOLS) $(BUILD)/mk.pc
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $<")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(LIBMK): $(LIB_OBJ)
+	@$(if $(Q),echo "  AR      $@")
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/bin/%: $(BUILD)/cmd/%.o $(CLI_OBJ) $(LIBMK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(CLI_OBJ) $(LIBMK) $(LIBS)
+
+$(BUILD)/tools/%: $(BUILD)/test/tools/%.o $(LIBMK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBMK) $(LIBS)
+
+$(BUILD)/test/%: $(BUILD)/test/unit/%.o $(LIBMK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBMK) $(LIBS) -lcmocka
+
+# Fuzz harnesses: replayed over their corpora in `make check` (gcc, any
+# SAN), and built for libFuzzer by `make fuzz` (clang).
+$(BUILD)/fuzz/%-replay: $(BUILD)/test/fuzz/%.o $(BUILD)/test/fuzz/replay.o $(LIBMK)
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+build-fuzz/%: test/fuzz/%.c $(LIB_SRC)
+	@mkdir -p $(@D)
+	clang $(CPPFLAGS) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRC) $(LIBS)
+
+$(BUILD)/mk.pc: Makefile
+	@mkdir -p $(@D)
+	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
+	  'Name: mk' 'Description: model merging for large language models (libmk)' 'Version: $(VERSION)' \
+	  'Requires.private: $(PKGS)' 'Libs: -L$${libdir} -lmk' 'Libs.private: -lopenblas -lpthread -lm' \
+	  'Cflags: -I$${includedir}' > $@
+
+deps:
+	@sh scripts/deps.sh
+
+# `make check`: the plain build, then the same tests under ASan+UBSan.
+check: deps
+	@$(MAKE) --no-print-directory all-tests
+	@$(MAKE) --no-print-directory SAN=address,undefined all-tests
+	@sh scripts/run-tests.sh build build-san
+
+.PHONY: all-tests
+all-tests: all $(UNITS) $(FUZZ_REPLAY)
+
+demo: deps all
+	@sh scripts/demo.sh $(BUILD)
+
+fuzz: $(FUZZ_BIN)
+	@for f in $(FUZZ_BIN); do n=$$(basename $$f); mkdir -p build-fuzz/corpus-$$n; \
+	  echo "fuzz: $$n for $(FUZZ_SECONDS)s"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) build-fuzz/corpus-$$n test/fuzz/corpus/$${n#fuzz_} || exit 1; done
+
+bench: all
+	@sh scripts/bench-io.sh
+
+man-lint:
+	@for m in $(MANS); do groff -man -ww -z $$m || exit 1; done
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/mk
+	install -m 755 $(CMDS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(LIBMK) $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 include/mk/*.h $(DESTDIR)$(PREFIX)/include/mk/
+	install -m 644 $(BUILD)/mk.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/mk.pc
+	for s in 1 5 7; do install -d $(DESTDIR)$(PREFIX)/share/man/man$$s; \
+	  for m in man/man$$s/*.$$s; do [ -f "$$m" ] && install -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$$s/; done; done; true
+
+clean:
+	rm -rf build build-san build-fuzz
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,131 @@
+/* cli.c - shared helpers of the mk-* programs (messages, exit codes,
+ * terminal checks, the progress bar).  Only cmd/ prints or exits. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include "cli.h"
+#include "mk/fsutil.h"
+
+const char *cli_prog = "mk";
+int cli_verbose = 2;
+static bool progress_drawn;
+static double progress_t0;
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void cli_init(const char *prog)
+{
+	cli_prog = prog;
+	progress_t0 = now();
+}
+
+void cli_fail(const struct mk_err *err)
+{
+	cli_progress_end();
+	if (cli_verbose >= 1)
+		fprintf(stderr, "%s: error: %s\n", cli_prog, err && err->msg[0] ? err->msg : "failed");
+	exit(EXIT_FAIL);
+}
+
+void cli_usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "%s: ", cli_prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry '%s --help' for more information.\n", cli_prog);
+	exit(EXIT_USAGE);
+}
+
+void cli_info(int level, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (cli_verbose < level)
+		return;
+	cli_progress_end();
+	fprintf(stderr, "%s: ", cli_prog);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+void cli_version(void)
+{
+	printf("%s %s\n", cli_prog, MK_VERSION);
+	exit(EXIT_OK);
+}
+
+void cli_check_binary_out(int fd, bool force)
+{
+	if (!force && isatty(fd)) {
+		fprintf(stderr, "%s: error: refusing to write a binary stream to a terminal; "
+				"redirect it or pipe it to another mk program (-f to force)\n", cli_prog);
+		exit(EXIT_USAGE);
+	}
+}
+
+void cli_check_binary_in(int fd, bool force)
+{
+	if (!force && isatty(fd)) {
+		fprintf(stderr, "%s: error: refusing to read a binary stream from a terminal; "
+				"pipe mk-fetch (or mk-merge) into it, or give a file\n", cli_prog);
+		exit(EXIT_USAGE);
+	}
+}
+
+void cli_close_stdout(void)
+{
+	if (fflush(stdout) != 0 || ferror(stdout) || fclose(stdout) != 0) {
+		fprintf(stderr, "%s: error: writing standard output failed\n", cli_prog);
+		exit(EXIT_FAIL);
+	}
+}
+
+bool cli_progress_enabled(int want)
+{
+	if (want >= 0)
+		return want > 0;
+	return cli_verbose >= 2 && isatty(2);
+}
+
+void cli_progress(const char *what, uint64_t done, uint64_t total, uint64_t items_done,
+		  uint64_t items_total)
+{
+	static double last;
+	double t = now(), el = t - progress_t0, frac = total ? (double)done / (double)total : 1;
+	char a[32], b[32], eta[32] = "";
+	int width = 30, fill = (int)(frac * width + 0.5);
+
+	if (t - last < 0.1 && done < total)
+		return;
+	last = t;
+	if (frac > 0.001 && frac < 1) {
+		double rest = el / frac - el;
+		snprintf(eta, sizeof(eta), " ETA %d:%02d", (int)rest / 60, (int)rest % 60);
+	}
+	fprintf(stderr, "\r%s [%.*s%*s] %5.1f%% %s/%s %llu/%llu tensors%s\033[K", what, fill,
+		"==============================", width - fill, "", frac * 100, mk_size_human(done, a, sizeof(a)),
+		mk_size_human(total, b, sizeof(b)), (unsigned long long)items_done,
+		(unsigned long long)items_total, eta);
+	progress_drawn = true;
+}
+
+void cli_progress_end(void)
+{
+	if (progress_drawn) {
+		fputc('\n', stderr);
+		progress_drawn = false;
+	}
+}

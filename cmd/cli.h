@@ -1,0 +1,34 @@
+/* cli.h - what the mk-* mains share: messages, exit codes, progress. */
+#ifndef MK_CLI_H
+#define MK_CLI_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include "mk/err.h"
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+extern const char *cli_prog;
+extern int cli_verbose;   /* 0 quiet, 1 errors, 2 warnings (default), 3 info, 4 debug */
+
+void cli_init(const char *prog);
+/* "prog: error: msg" and exit 1. */
+void cli_fail(const struct mk_err *err) __attribute__((noreturn));
+/* "prog: msg\nTry 'prog --help' for more information." and exit 2. */
+void cli_usage_error(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+void cli_info(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void cli_version(void) __attribute__((noreturn));
+/* Refuse to write a binary stream to a terminal unless forced. */
+void cli_check_binary_out(int fd, bool force);
+void cli_check_binary_in(int fd, bool force);
+/* Flush and close stdout, failing loudly on a write error. */
+void cli_close_stdout(void);
+
+/* Progress on stderr: on when stderr is a terminal (and not quiet),
+ * unless forced on/off (-1 auto, 0 off, 1 on). */
+bool cli_progress_enabled(int want);
+void cli_progress(const char *what, uint64_t done, uint64_t total,
+		  uint64_t items_done, uint64_t items_total);
+void cli_progress_end(void);
+
+#endif

@@ -1,0 +1,189 @@
+/* mk-cat - show an mk stream's frames readably, or verify it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli.h"
+#include "mk/hash.h"
+#include "mk/manifest.h"
+#include "mk/stream.h"
+
+static void usage(void)
+{
+	printf("Usage: %s [OPTION]... [FILE|-]\n"
+	       "Print the frames of an mk stream (mk-stream(5)) one per line: type, sizes,\n"
+	       "checksum, and what each carries (manifest, file names, tensor chunks).\n"
+	       "With no FILE, or FILE '-', read standard input.\n"
+	       "\n"
+	       "      --verify   check every checksum, the END frame's counts and that each\n"
+	       "                 tensor of the manifest arrives whole and in order; print one\n"
+	       "                 summary line; exit 1 on any fault\n"
+	       "  -v, --verbose  also print the HEAD frame's JSON and each tensor of the manifest\n"
+	       "  -h, --help     show this help and exit\n"
+	       "  -V, --version  show the version and exit\n"
+	       "\n"
+	       "Exit status: 0 a sound stream, 1 a damaged stream or failure, 2 usage error.\n",
+	       cli_prog);
+	exit(EXIT_OK);
+}
+
+static void print_shape(const uint64_t *shape, unsigned ndim)
+{
+	putchar('[');
+	for (unsigned i = 0; i < ndim; i++)
+		printf("%s%llu", i ? ", " : "", (unsigned long long)shape[i]);
+	putchar(']');
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "verify", no_argument, NULL, 'c' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	struct mk_stream_reader *r = NULL;
+	struct mk_manifest *man = NULL;
+	struct mk_err err = { 0 };
+	struct mk_frame f;
+	const char *input = "-";
+	bool verify = false, bad = false;
+	uint64_t *got = NULL, nframes = 0, nbytes = 0;
+	int c, fd = 0, rc, verbose = 0;
+
+	cli_init("mk-cat");
+	while ((c = getopt_long(argc, argv, "vhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'c': verify = true; break;
+		case 'v': verbose++; break;
+		case 'h': usage(); break;
+		case 'V': cli_version(); break;
+		default: cli_usage_error("unknown option");
+		}
+	}
+	if (argc - optind > 1)
+		cli_usage_error("too many arguments");
+	if (optind < argc)
+		input = argv[optind];
+	if (strcmp(input, "-")) {
+		fd = open(input, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			mk_err_sys(&err, errno, "%s", input);
+			cli_fail(&err);
+		}
+	} else {
+		cli_check_binary_in(0, false);
+	}
+	if (mk_sr_open(&r, fd, fd ? input : "stdin", verify ? 0 : MK_SR_NO_VERIFY, &err))
+		cli_fail(&err);
+	if (!verify)
+		printf("mk stream %d.%d\n", MK_STREAM_MAJOR, MK_STREAM_MINOR);
+	while ((rc = mk_sr_next(r, &f, &err)) > 0) {
+		uint32_t crc;
+		memcpy(&crc, f.wire + 24, 4);
+		nframes++;
+		nbytes += f.wire_len;
+		if (!f.csum_ok)
+			bad = true;
+		if (!verify)
+			printf("#%llu %s %s len=%llu%s raw=%llu crc32c=%08x%s", (unsigned long long)f.index, f.type,
+			       f.critical ? "critical" : "ancillary", (unsigned long long)f.len,
+			       (f.flags & MK_FRAME_F_ZSTD) ? " zstd" : "", (unsigned long long)f.raw_len,
+			       crc, f.csum_ok ? "" : " CHECKSUM-MISMATCH");
+		if (!strcmp(f.type, MK_FT_HEAD)) {
+			mk_manifest_free(man);
+			man = NULL;
+			free(got);
+			got = NULL;
+			if (mk_manifest_decode(f.payload, f.payload_len, &man, &err)) {
+				mk_err_prefix(&err, "frame #%llu: ", (unsigned long long)f.index);
+				cli_fail(&err);
+			}
+			got = calloc(man->ntensors + 1, sizeof(*got));
+			if (!got)
+				abort();
+			if (!verify) {
+				printf(" kind=%s producer=\"%s\" chunk=%llu tensors=%zu files=%zu\n", man->kind,
+				       man->producer, (unsigned long long)man->chunk_bytes, man->ntensors,
+				       man->nfiles);
+				if (verbose) {
+					printf("  %.*s\n", (int)f.payload_len, (const char *)f.payload);
+					for (size_t i = 0; i < man->ntensors; i++) {
+						printf("  tensor %zu %s %s ", i, man->tensors[i].name,
+						       mk_dtype_name(man->tensors[i].dtype));
+						print_shape(man->tensors[i].shape, man->tensors[i].ndim);
+						printf(" %llu bytes\n", (unsigned long long)man->tensors[i].nbytes);
+					}
+				}
+			}
+		} else if (!strcmp(f.type, MK_FT_FILE)) {
+			struct mk_file_frame ff;
+			if (mk_file_decode(f.payload, f.payload_len, &ff, &err)) {
+				mk_err_prefix(&err, "frame #%llu: ", (unsigned long long)f.index);
+				cli_fail(&err);
+			}
+			if (!verify)
+				printf(" name=%s mode=%04o size=%zu\n", ff.name, ff.mode, ff.len);
+			free(ff.name);
+		} else if (!strcmp(f.type, MK_FT_DATA) || !strcmp(f.type, MK_FT_INPT)) {
+			struct mk_chunk ch;
+			const char *name = "?";
+			if (mk_chunk_decode(f.payload, f.payload_len, &ch, &err)) {
+				mk_err_prefix(&err, "frame #%llu: ", (unsigned long long)f.index);
+				cli_fail(&err);
+			}
+			if (!strcmp(f.type, MK_FT_DATA) && man) {
+				if (ch.id >= man->ntensors || ch.elem_begin != got[ch.id] ||
+				    ch.dtype != man->tensors[ch.id].dtype ||
+				    ch.elem_count > man->tensors[ch.id].nelem - got[ch.id]) {
+					mk_err_set(&err, MK_ECORRUPT,
+						   "frame #%llu: chunk of tensor %u does not fit the manifest or arrives out of order",
+						   (unsigned long long)f.index, ch.id);
+					cli_fail(&err);
+				}
+				got[ch.id] += ch.elem_count;
+				name = man->tensors[ch.id].name;
+			}
+			if (!verify) {
+				printf(" id=%u", ch.id);
+				if (!strcmp(f.type, MK_FT_INPT))
+					printf(" input=%u pass=%u", ch.input, ch.pass);
+				printf(" tensor=%s dtype=%s rows=[%llu,%llu) elems=[%llu,%llu) data-crc32c=%08x\n", name,
+				       mk_dtype_name(ch.dtype), (unsigned long long)ch.row_begin,
+				       (unsigned long long)(ch.row_begin + ch.row_count),
+				       (unsigned long long)ch.elem_begin,
+				       (unsigned long long)(ch.elem_begin + ch.elem_count),
+				       mk_crc32c(0, ch.data, ch.data_len));
+			}
+		} else if (!verify) {
+			printf(" %.*s\n", (int)(f.payload_len > 200 ? 200 : f.payload_len), (const char *)f.payload);
+		}
+	}
+	if (rc < 0)
+		cli_fail(&err);
+	if (verify && man && !strcmp(man->kind, "tensors"))
+		for (size_t i = 0; i < man->ntensors; i++)
+			if (got[i] != man->tensors[i].nelem) {
+				mk_err_set(&err, MK_ECORRUPT, "tensor '%s' incomplete: %llu of %llu elements",
+					   man->tensors[i].name, (unsigned long long)got[i],
+					   (unsigned long long)man->tensors[i].nelem);
+				cli_fail(&err);
+			}
+	if (bad) {
+		mk_err_set(&err, MK_ECORRUPT, "checksum mismatch in the stream");
+		cli_fail(&err);
+	}
+	if (verify)
+		printf("ok: %llu frames, %llu bytes, %zu tensors\n", (unsigned long long)nframes,
+		       (unsigned long long)nbytes, man ? man->ntensors : 0);
+	mk_manifest_free(man);
+	free(got);
+	mk_sr_free(r);
+	cli_close_stdout();
+	return EXIT_OK;
+}

@@ -1,0 +1,149 @@
+/* mk-fetch - read model checkpoints and emit an mk stream. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli.h"
+#include "mk/fetch.h"
+#include "mk/fsutil.h"
+
+static void usage(void)
+{
+	printf("Usage: %s --model REF [--model REF ...] [OPTION]...\n"
+	       "Read model checkpoints (safetensors) and write an mk stream (mk-stream(5)):\n"
+	       "a HEAD manifest, the first model's config and tokenizer files, and every\n"
+	       "tensor in chunks.  Models given together must have disjoint tensor names.\n"
+	       "REF is a local directory or org/name[@rev] in the Hugging Face cache.\n"
+	       "\n"
+	       "  -m, --model REF        a model to copy (repeatable)\n"
+	       "  -o, --output FILE      write the stream to FILE ('-': standard output, the default)\n"
+	       "  -z, --compress[=LEVEL] zstd-compress each frame (level 1..19, default 3)\n"
+	       "      --chunk-size SIZE  bytes per chunk (default 4MiB)\n"
+	       "      --queue-depth N    reads in flight (default %u)\n"
+	       "      --io KIND          reader: auto, uring, mmap or pread (default: $MK_IO, else auto)\n"
+	       "  -f, --force            write the binary stream even to a terminal\n"
+	       "      --progress         draw progress on stderr (--no-progress: never)\n"
+	       "  -v, --verbose          say more (backend, queue depth, seeks); -q, --quiet: less\n"
+	       "  -h, --help             show this help and exit\n"
+	       "  -V, --version          show the version and exit\n"
+	       "\n"
+	       "Exit status: 0 success, 1 failure, 2 usage error.  See mk-fetch(1).\n",
+	       cli_prog, MK_READER_DEFAULT_QDEPTH);
+	exit(EXIT_OK);
+}
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total)
+{
+	(void)ctx;
+	cli_progress("mk-fetch", done, total, 0, 0);
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_CHUNK = 256, O_QD, O_IO, O_PROGRESS, O_NO_PROGRESS };
+	static const struct option longopts[] = {
+		{ "model", required_argument, NULL, 'm' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "compress", optional_argument, NULL, 'z' },
+		{ "chunk-size", required_argument, NULL, O_CHUNK },
+		{ "queue-depth", required_argument, NULL, O_QD },
+		{ "io", required_argument, NULL, O_IO },
+		{ "force", no_argument, NULL, 'f' },
+		{ "progress", no_argument, NULL, O_PROGRESS },
+		{ "no-progress", no_argument, NULL, O_NO_PROGRESS },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	struct mk_fetch_opts o = { 0 };
+	struct mk_fetch_stats st;
+	struct mk_err err = { 0 };
+	const char **models = NULL, *output = "-";
+	bool force = false;
+	int want_progress = 0, c, fd = 1;
+	uint64_t v;
+
+	cli_init("mk-fetch");
+	while ((c = getopt_long(argc, argv, "m:o:z::fvqhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'm':
+			models = realloc(models, (o.nmodels + 1) * sizeof(*models));
+			if (!models)
+				abort();
+			models[o.nmodels++] = optarg;
+			break;
+		case 'o': output = optarg; break;
+		case 'z':
+			o.compress_level = 3;
+			if (optarg && (mk_size_parse(optarg, &v) || v < 1 || v > 19))
+				cli_usage_error("--compress: level must be 1..19, not '%s'", optarg);
+			if (optarg)
+				o.compress_level = (int)v;
+			break;
+		case O_CHUNK:
+			if (mk_size_parse(optarg, &v) || v < 1024 || v > (1u << 30))
+				cli_usage_error("--chunk-size: expected a size from 1KiB to 1GiB, not '%s'", optarg);
+			o.chunk_bytes = (size_t)v;
+			break;
+		case O_QD:
+			if (mk_size_parse(optarg, &v) || v < 1 || v > 1024)
+				cli_usage_error("--queue-depth: expected 1..1024, not '%s'", optarg);
+			o.qdepth = (unsigned)v;
+			break;
+		case O_IO:
+			if (mk_io_kind_parse(optarg, &o.io))
+				cli_usage_error("--io: expected auto, uring, mmap or pread, not '%s'", optarg);
+			break;
+		case 'f': force = true; break;
+		case O_PROGRESS: want_progress = 1; break;
+		case O_NO_PROGRESS: want_progress = 0; break;
+		case 'v': cli_verbose++; break;
+		case 'q': cli_verbose--; break;
+		case 'h': usage(); break;
+		case 'V': cli_version(); break;
+		default: cli_usage_error("unknown option");
+		}
+	}
+	if (optind < argc)
+		cli_usage_error("unexpected argument '%s' (models are given with --model)", argv[optind]);
+	if (!o.nmodels)
+		cli_usage_error("no --model given (reading a plan from mk-plan is not implemented yet)");
+	if (strcmp(output, "-")) {
+		fd = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (fd < 0) {
+			mk_err_sys(&err, errno, "%s", output);
+			cli_fail(&err);
+		}
+	} else {
+		cli_check_binary_out(1, force);
+	}
+	o.models = models;
+	if (cli_progress_enabled(want_progress ? 1 : 0))
+		o.progress = on_progress;
+	if (mk_fetch_copy(&o, fd, &st, &err)) {
+		if (fd != 1) {
+			close(fd);
+			unlink(output); /* never leave a stream that looks complete */
+		}
+		cli_fail(&err);
+	}
+	cli_progress_end();
+	if (fd != 1 && close(fd) < 0) {
+		mk_err_sys(&err, errno, "%s", output);
+		cli_fail(&err);
+	}
+	if (st.note[0])
+		cli_info(3, "%s", st.note);
+	cli_info(3, "reader %s, queue depth %u, chunk %zu bytes", st.backend, st.qdepth, st.chunk_bytes);
+	cli_info(3, "%llu tensors, %llu chunks, %llu bytes read, %llu stream bytes, %llu backward seeks",
+		 (unsigned long long)st.tensors, (unsigned long long)st.chunks,
+		 (unsigned long long)st.bytes_read, (unsigned long long)st.stream_bytes,
+		 (unsigned long long)st.backward_seeks);
+	free(models);
+	return EXIT_OK;
+}

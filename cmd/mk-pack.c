@@ -1,0 +1,113 @@
+/* mk-pack - write an mk stream of tensors as a sharded safetensors model. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli.h"
+#include "mk/fsutil.h"
+#include "mk/pack.h"
+
+static void usage(void)
+{
+	printf("Usage: %s [OPTION]... OUT\n"
+	       "Read an mk stream of tensors (from mk-fetch or mk-merge) and write the\n"
+	       "directory OUT: model.safetensors, or model-NNNNN-of-NNNNN.safetensors shards\n"
+	       "with model.safetensors.index.json, and the files the stream carries.\n"
+	       "OUT appears only when everything is written and synced.\n"
+	       "\n"
+	       "  -i, --input FILE         read the stream from FILE ('-': standard input, the default)\n"
+	       "      --out-shard-size SIZE  shard size in bytes: 5B (default), 200K, 2G, 64MiB...\n"
+	       "                           (k, m, b as in mergekit: 1e3, 1e6, 1e9)\n"
+	       "      --force              replace an existing OUT (and a leftover OUT.mk-partial)\n"
+	       "      --keep-partial       on failure, keep OUT.mk-partial for inspection\n"
+	       "      --progress           draw progress even when stderr is not a terminal\n"
+	       "      --no-progress        never draw progress\n"
+	       "  -v, --verbose            say more; -q, --quiet: say less\n"
+	       "  -h, --help               show this help and exit\n"
+	       "  -V, --version            show the version and exit\n"
+	       "\n"
+	       "Exit status: 0 success, 1 failure, 2 usage error.  See mk-pack(1).\n",
+	       cli_prog);
+	exit(EXIT_OK);
+}
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn)
+{
+	(void)ctx;
+	cli_progress("mk-pack", done, total, td, tn);
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_SHARD = 256, O_FORCE, O_KEEP, O_PROGRESS, O_NO_PROGRESS };
+	static const struct option longopts[] = {
+		{ "input", required_argument, NULL, 'i' },
+		{ "out-shard-size", required_argument, NULL, O_SHARD },
+		{ "force", no_argument, NULL, O_FORCE },
+		{ "keep-partial", no_argument, NULL, O_KEEP },
+		{ "progress", no_argument, NULL, O_PROGRESS },
+		{ "no-progress", no_argument, NULL, O_NO_PROGRESS },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	struct mk_pack_opts o = { .shard_size = MK_PACK_DEFAULT_SHARD };
+	struct mk_pack_stats st;
+	struct mk_err err = { 0 };
+	const char *input = "-";
+	int want_progress = -1, c, fd = 0;
+	char a[32];
+
+	cli_init("mk-pack");
+	while ((c = getopt_long(argc, argv, "i:vqhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'i': input = optarg; break;
+		case O_SHARD:
+			if (mk_size_parse(optarg, &o.shard_size))
+				cli_usage_error("--out-shard-size: expected a size like 5B, 200K or 64MiB, not '%s'",
+						optarg);
+			break;
+		case O_FORCE: o.force = true; break;
+		case O_KEEP: o.keep_partial = true; break;
+		case O_PROGRESS: want_progress = 1; break;
+		case O_NO_PROGRESS: want_progress = 0; break;
+		case 'v': cli_verbose++; break;
+		case 'q': cli_verbose--; break;
+		case 'h': usage(); break;
+		case 'V': cli_version(); break;
+		default: cli_usage_error("unknown option");
+		}
+	}
+	if (optind + 1 != argc)
+		cli_usage_error(optind == argc ? "missing output directory OUT" : "too many arguments");
+	o.out_dir = argv[optind];
+	if (!o.out_dir[0])
+		cli_usage_error("the output directory name is empty");
+	/* refuse early, before the producer has done any work */
+	if (mk_pack_check_out(&o, &err))
+		cli_fail(&err);
+	if (strcmp(input, "-")) {
+		fd = open(input, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			mk_err_sys(&err, errno, "%s", input);
+			cli_fail(&err);
+		}
+	} else {
+		cli_check_binary_in(0, false);
+	}
+	if (cli_progress_enabled(want_progress))
+		o.progress = on_progress;
+	if (mk_pack_run(&o, fd, strcmp(input, "-") ? input : "stdin", &st, &err))
+		cli_fail(&err);
+	cli_progress_end();
+	cli_info(3, "wrote %s: %zu tensors in %zu shard%s (%s), %zu files", o.out_dir, st.ntensors, st.nshards,
+		 st.nshards == 1 ? "" : "s", mk_size_human(st.tensor_bytes, a, sizeof(a)), st.nfiles);
+	if (fd)
+		close(fd);
+	return EXIT_OK;
+}

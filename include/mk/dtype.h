@@ -1,0 +1,84 @@
+/* dtype.h - the element types of the safetensors format and conversions.
+ *
+ * The enumerators are in the safetensors reference's declaration order,
+ * which is "increasing alignment order"; the writer sorts header entries
+ * by this order descending (see safetensors.h).  Every dtype is carried
+ * byte-exact; conversions exist among the floating types F64, F32, F16,
+ * BF16 and the F8 variants, rounding as torch does (round to nearest,
+ * ties to even).
+ */
+#ifndef MK_DTYPE_H
+#define MK_DTYPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum mk_dtype {
+	MK_DT_BOOL,
+	MK_DT_F4,          /* E2M1, 4 bits, two per byte */
+	MK_DT_F6_E2M3,     /* 6 bits, four per three bytes */
+	MK_DT_F6_E3M2,
+	MK_DT_U8,
+	MK_DT_I8,
+	MK_DT_F8_E5M2,
+	MK_DT_F8_E4M3,     /* torch float8_e4m3fn */
+	MK_DT_F8_E8M0,     /* torch float8_e8m0fnu: exponent only */
+	MK_DT_F8_E4M3FNUZ,
+	MK_DT_F8_E5M2FNUZ,
+	MK_DT_I16,
+	MK_DT_U16,
+	MK_DT_F16,
+	MK_DT_BF16,
+	MK_DT_I32,
+	MK_DT_U32,
+	MK_DT_F32,
+	MK_DT_C64,
+	MK_DT_F64,
+	MK_DT_I64,
+	MK_DT_U64,
+	MK_DT_COUNT
+};
+
+/* The safetensors name ("BF16"), or NULL for an invalid value. */
+const char *mk_dtype_name(enum mk_dtype dt);
+
+/* Look a safetensors name up (exact, case-sensitive).  Returns 0 and sets
+ * *out, or -1 when the name is not a safetensors dtype. */
+int mk_dtype_from_name(const char *name, enum mk_dtype *out);
+
+/* Bits per element (4, 6, 8, 16, 32 or 64). */
+unsigned mk_dtype_bits(enum mk_dtype dt);
+
+/* True for F16, BF16, F32, F64 and the F8 variants: the types mk can
+ * convert and compute with. */
+bool mk_dtype_is_float(enum mk_dtype dt);
+
+/* Byte size of `nelem` elements.  Returns 0 and sets *out, or -1 when
+ * nelem * bits overflows 64 bits or is not a whole number of bytes (the
+ * reference's MisalignedSlice rule for sub-byte types). */
+int mk_dtype_nbytes(enum mk_dtype dt, uint64_t nelem, uint64_t *out);
+
+/* Smallest number of elements that spans a whole number of bytes:
+ * 1 for byte-sized types, 2 for F4, 4 for F6.  Chunk boundaries inside a
+ * tensor are multiples of this. */
+unsigned mk_dtype_elem_granule(enum mk_dtype dt);
+
+/* ---- scalar conversions (torch semantics: RNE, NaN kept NaN) ---- */
+float mk_bf16_to_f32(uint16_t h);
+uint16_t mk_f32_to_bf16(float f);
+float mk_f16_to_f32(uint16_t h);
+uint16_t mk_f32_to_f16(float f);
+float mk_f8_to_f32(enum mk_dtype dt, uint8_t v);        /* any F8 variant */
+uint8_t mk_f32_to_f8(enum mk_dtype dt, float f);        /* any F8 variant */
+
+/* Convert `n` elements between float dtypes (F64, F32, F16, BF16, F8_*).
+ * Buffers are little-endian, may be unaligned, and must not overlap.
+ * Conversions to a narrower type round once from the widest exact
+ * intermediate as torch does (F64 -> F16/BF16/F8 goes through F32,
+ * matching c10's casts).  Returns 0, or -1 when either type is not a
+ * convertible float type. */
+int mk_dtype_convert(enum mk_dtype dst_dt, void *dst,
+		     enum mk_dtype src_dt, const void *src, size_t n);
+
+#endif

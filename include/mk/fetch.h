@@ -1,0 +1,44 @@
+/* fetch.h - mk-fetch: attach tensor data to a stream.
+ *
+ * Copy mode (no plan): every tensor of the given models, in each model's
+ * file order, as DATA chunks of a "tensors" stream, after a HEAD manifest
+ * and FILE frames for the first model's non-weight files (config.json,
+ * generation_config.json and the tokenizer files).  Several models are
+ * allowed only when their tensor names are disjoint.
+ */
+#ifndef MK_FETCH_H
+#define MK_FETCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "mk/err.h"
+#include "mk/reader.h"
+
+struct mk_fetch_opts {
+	const char *const *models;   /* references, as given */
+	size_t nmodels;
+	size_t chunk_bytes;          /* 0: MK_READER_DEFAULT_CHUNK */
+	unsigned qdepth;             /* 0: MK_READER_DEFAULT_QDEPTH */
+	enum mk_io_kind io;          /* MK_IO_AUTO: $MK_IO, then default */
+	int compress_level;          /* 0: no zstd */
+	/* called after each chunk is written, may be NULL */
+	void (*progress)(void *ctx, uint64_t done, uint64_t total);
+	void *progress_ctx;
+};
+
+struct mk_fetch_stats {
+	char backend[64];            /* reader backend used */
+	char note[160];              /* why AUTO fell back, or "" */
+	unsigned qdepth;
+	size_t chunk_bytes;
+	uint64_t tensors, chunks, bytes_read, stream_bytes;
+	uint64_t backward_seeks;     /* reads that went back in a file */
+};
+
+/* Names of the non-weight files copy mode carries, NULL-terminated. */
+extern const char *const mk_fetch_copy_files[];
+
+int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
+		  struct mk_fetch_stats *st, struct mk_err *err);
+
+#endif

@@ -1,0 +1,34 @@
+/* fsutil.h - small file-system helpers shared by the stages. */
+#ifndef MK_FSUTIL_H
+#define MK_FSUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "mk/err.h"
+
+/* Read a whole regular file (at most max bytes) into a malloc'ed buffer
+ * (NUL-terminated, the terminator not counted in *len). */
+int mk_file_read(const char *path, size_t max, uint8_t **buf, size_t *len,
+		 struct mk_err *err);
+/* pwrite/write all of buf, retrying short writes and EINTR. */
+int mk_pwrite_all(int fd, const void *buf, size_t len, uint64_t off,
+		  const char *label, struct mk_err *err);
+int mk_write_all(int fd, const void *buf, size_t len, const char *label,
+		 struct mk_err *err);
+/* mkdir -p of the directories leading to `path` (below an existing dir). */
+int mk_mkdirs_for(const char *path, struct mk_err *err);
+/* Remove a file or a directory tree (no symlink is followed).  A missing
+ * path is not an error. */
+int mk_rmtree(const char *path, struct mk_err *err);
+/* fsync a directory so renames and new entries in it are durable. */
+int mk_fsync_dir(const char *path, struct mk_err *err);
+/* Parse a size: an integer with an optional suffix.  mergekit's forms
+ * (k, m, b: decimal 1e3, 1e6, 1e9, either case) and binary K/M/G with
+ * 'i' (KiB, MiB, GiB) or a trailing B: "200K", "5B", "64MiB", "1g".
+ * Returns 0 and *out, or -1. */
+int mk_size_parse(const char *s, uint64_t *out);
+/* Human-readable size into buf ("1.5 GB"). */
+const char *mk_size_human(uint64_t n, char *buf, size_t len);
+
+#endif

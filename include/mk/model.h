@@ -1,0 +1,48 @@
+/* model.h - resolve a model reference and open its safetensors checkpoint.
+ *
+ * A reference is a local directory, or "org/name[@rev]" looked up in the
+ * Hugging Face cache: $HF_HUB_CACHE, else $HF_HOME/hub, else
+ * ~/.cache/huggingface/hub, folder "models--org--name"; no revision means
+ * refs/main; a revision names a ref (refs/<rev>) or a commit hash
+ * (snapshots/<rev>).  mk never downloads: a reference that is neither
+ * local nor cached is an error saying so.
+ *
+ * The checkpoint is model.safetensors, or model.safetensors.index.json
+ * with its shards (as mergekit's ShardedTensorIndex.from_disk).  Opening
+ * validates every shard header, that every indexed tensor is present in
+ * its shard, that no tensor is in two shards, and that no shard holds a
+ * tensor the index does not list.
+ */
+#ifndef MK_MODEL_H
+#define MK_MODEL_H
+
+#include <stddef.h>
+#include "mk/safetensors.h"
+
+struct mk_model_tensor {
+	const struct mk_st_tensor *t; /* borrowed from shards[shard] */
+	size_t shard;
+};
+
+struct mk_model {
+	char *ref;                    /* as given */
+	char *dir;                    /* resolved directory */
+	size_t nshards;
+	struct mk_st_file **shards;   /* in the index's sorted shard order */
+	char **shard_names;           /* file names relative to dir */
+	size_t ntensors;
+	struct mk_model_tensor *tensors; /* by shard, then by file offset */
+};
+
+/* Resolve `ref` to a directory (malloc'ed into *dir). */
+int mk_model_resolve(const char *ref, char **dir, struct mk_err *err);
+
+/* Resolve and open a model; free with mk_model_free(). */
+int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err);
+void mk_model_free(struct mk_model *m);
+
+/* Find a tensor by name; borrowed pointer or NULL. */
+const struct mk_model_tensor *mk_model_find(const struct mk_model *m,
+					    const char *name);
+
+#endif

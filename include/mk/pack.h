@@ -1,0 +1,51 @@
+/* pack.h - mk-pack: write a "tensors" stream as a Hugging Face model dir.
+ *
+ * Shards are assigned greedily in manifest order (mergekit's rule: when
+ * the current shard is not empty and the next tensor would take it past
+ * shard_size, start a new one; a larger tensor gets a shard of its own;
+ * shard_size 0 means one file).  One shard is written as
+ * model.safetensors, several as model-%05d-of-%05d.safetensors plus
+ * model.safetensors.index.json.  Every header is written first and each
+ * chunk pwritten at its final offset, so nothing is buffered per shard.
+ *
+ * The output is built in OUT.mk-partial/: free space is checked against
+ * the manifest, shards are preallocated, and a journal (.mk-journal)
+ * records the HEAD frame's hash and each finished tensor after its bytes
+ * were fdatasync'ed.  When the END frame has been checked and everything
+ * synced, the journal is removed and the directory renamed to OUT.  On
+ * any error OUT.mk-partial is removed and OUT is not created.
+ */
+#ifndef MK_PACK_H
+#define MK_PACK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "mk/err.h"
+
+#define MK_PACK_DEFAULT_SHARD 5000000000ull  /* mergekit's "5B" */
+
+struct mk_pack_opts {
+	const char *out_dir;
+	uint64_t shard_size;         /* bytes; 0 = a single file */
+	bool force;                  /* replace an existing OUT */
+	bool keep_partial;           /* on error, leave OUT.mk-partial */
+	uint64_t sync_bytes;         /* journal group commit; 0: 64 MiB */
+	void (*progress)(void *ctx, uint64_t done, uint64_t total,
+			 size_t tensors_done, size_t ntensors);
+	void *progress_ctx;
+};
+
+struct mk_pack_stats {
+	size_t nshards, ntensors, nfiles;
+	uint64_t tensor_bytes, bytes_written;
+};
+
+/* Check OUT before any input is read (exists without force, partial
+ * left behind).  mk_pack_run calls it too. */
+int mk_pack_check_out(const struct mk_pack_opts *o, struct mk_err *err);
+
+int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
+		struct mk_pack_stats *st, struct mk_err *err);
+
+#endif

@@ -1,0 +1,166 @@
+/* stream.h - the mk tensor stream, version 1 (see mk-stream(5)).
+ *
+ * A stream is a 16-byte prelude followed by frames:
+ *
+ *   prelude  magic "\x89MKS\r\n\x1a\n", u16 major = 1, u16 minor = 0,
+ *            u32 reserved (0)
+ *   frame    32-byte header, then `len` payload bytes:
+ *              0  type[4]   four ASCII letters; critical if the first is
+ *                           upper case (unknown -> error), ancillary if
+ *                           lower case (unknown -> passed through)
+ *              4  u8 flags  bit 0: payload is one zstd frame
+ *              5  u8 csum   checksum algorithm: 1 = crc32c
+ *              6  u16 reserved (0)
+ *              8  u64 len      payload bytes as transmitted
+ *             16  u64 raw_len  payload bytes after decompression
+ *             24  u32 checksum over the header (this field as 0) and the
+ *                              payload as transmitted
+ *             28  u32 reserved (0)
+ *
+ * All integers are little-endian.  Frames carry no sequence number, so a
+ * stage passes a frame it does not consume through byte for byte; readers
+ * number frames by position (the first frame after the prelude is #0) and
+ * name that number in every error.  The last frame is END, with counts; a
+ * stream that stops before it is truncated (a crashed producer).
+ */
+#ifndef MK_STREAM_H
+#define MK_STREAM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "mk/dtype.h"
+#include "mk/err.h"
+
+#define MK_STREAM_MAGIC "\x89MKS\r\n\x1a\n"
+#define MK_STREAM_MAJOR 1
+#define MK_STREAM_MINOR 0
+#define MK_STREAM_PRELUDE 16
+#define MK_FRAME_HDR 32
+#define MK_FRAME_MAX (1ull << 31)   /* largest payload a reader accepts */
+#define MK_FRAME_F_ZSTD 0x01
+#define MK_CSUM_CRC32C 1
+
+/* Frame types of v1.  Payload formats are in mk-stream(5). */
+#define MK_FT_HEAD "HEAD" /* JSON: kind, manifest, models, seed, budget ... */
+#define MK_FT_FILE "FILE" /* u32 mode, u32 name_len, name, contents */
+#define MK_FT_JOB  "JOB " /* JSON: one plan job */
+#define MK_FT_DATA "DATA" /* chunk of an output tensor */
+#define MK_FT_INPT "INPT" /* chunk of one input of a job */
+#define MK_FT_END  "END " /* JSON: counts */
+#define MK_FT_NOTE "note" /* ancillary: UTF-8 text for humans */
+
+/* The sub-header at the start of DATA and INPT payloads (48 bytes). */
+#define MK_CHUNK_HDR 48
+struct mk_chunk {
+	uint32_t id;          /* DATA: tensor index in the manifest; INPT: job id */
+	uint16_t input;       /* INPT: input index within the job; DATA: 0 */
+	uint16_t pass;        /* INPT: statistics pass (0 first); DATA: 0 */
+	enum mk_dtype dtype;  /* of the elements that follow */
+	uint64_t row_begin;   /* first dim-0 row touched */
+	uint64_t row_count;   /* rows touched (1 for part of one long row) */
+	uint64_t elem_begin;  /* flat (row-major) index of the first element */
+	uint64_t elem_count;
+	const void *data;     /* elem_count elements, little-endian */
+	size_t data_len;
+};
+
+void mk_chunk_encode(const struct mk_chunk *c, uint8_t out[MK_CHUNK_HDR]);
+/* Decode a DATA/INPT payload; checks data_len == bytes of elem_count. */
+int mk_chunk_decode(const uint8_t *payload, size_t len, struct mk_chunk *c,
+		    struct mk_err *err);
+
+/* ---- splitting a tensor into chunks over dim-0 rows ----
+ * Rows are grouped so a chunk holds at most max_bytes; a row longer than
+ * that is split at element offsets (multiples of the dtype's granule).
+ * The split depends only on (shape, dtype, max_bytes). */
+struct mk_chunker {
+	enum mk_dtype dtype;
+	uint64_t nrows, row_len, nelem;  /* row_len: elements per dim-0 row */
+	uint64_t step;        /* elements per chunk */
+	uint64_t next;        /* next flat element index */
+	bool split_rows;      /* rows longer than a chunk: stop at row ends */
+};
+int mk_chunker_init(struct mk_chunker *ck, enum mk_dtype dt, unsigned ndim,
+		    const uint64_t *shape, size_t max_bytes, struct mk_err *err);
+/* Next chunk's range: returns 1 and sets the row/elem fields of *c,
+ * 0 when done (a tensor with no elements yields no chunk). */
+int mk_chunker_next(struct mk_chunker *ck, struct mk_chunk *c);
+
+/* ---- reading ---- */
+struct mk_frame {
+	char type[5];         /* NUL-terminated */
+	bool critical;
+	uint8_t flags, csum;
+	uint64_t len, raw_len;
+	uint64_t index;       /* position in the stream, from 0 */
+	const uint8_t *wire;  /* header + payload as transmitted */
+	size_t wire_len;
+	const uint8_t *payload; /* decoded payload (raw_len bytes) */
+	size_t payload_len;
+	bool csum_ok;         /* false only with MK_SR_NO_VERIFY */
+};
+
+#define MK_SR_NO_VERIFY 0x01  /* report bad checksums in csum_ok, go on */
+
+struct mk_stream_reader;
+/* Read and check the prelude from fd.  `label` names the stream in
+ * messages ("stdin", a file name). */
+int mk_sr_open(struct mk_stream_reader **out, int fd, const char *label,
+	       unsigned flags, struct mk_err *err);
+/* Next frame: 1 and *f (valid until the next call), 0 after the END
+ * frame has been returned and checked.  Unknown critical types, bad
+ * checksums, bad lengths, EOF before END, bytes after END and END counts
+ * that disagree are errors naming the frame number. */
+int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f,
+	       struct mk_err *err);
+void mk_sr_free(struct mk_stream_reader *r);
+/* Is `type` a frame type this version knows? */
+bool mk_frame_type_known(const char *type);
+
+/* ---- writing ---- */
+struct mk_stream_writer;
+/* Write the prelude to fd.  compress_level 0 disables zstd; otherwise
+ * every payload of at least 64 bytes is compressed at that level (kept
+ * raw when compression does not shrink it). */
+int mk_sw_open(struct mk_stream_writer **out, int fd, int compress_level,
+	       struct mk_err *err);
+/* Write a frame whose payload is the concatenation of `n` pieces. */
+int mk_sw_frame(struct mk_stream_writer *w, const char *type,
+		const void *const *piece, const size_t *piece_len, size_t n,
+		struct mk_err *err);
+/* Convenience: one-piece payload. */
+int mk_sw_frame1(struct mk_stream_writer *w, const char *type,
+		 const void *payload, size_t len, struct mk_err *err);
+/* A DATA/INPT frame from a chunk (sub-header + c->data). */
+int mk_sw_chunk(struct mk_stream_writer *w, const char *type,
+		const struct mk_chunk *c, struct mk_err *err);
+/* A FILE frame; name validated with mk_file_name_check. */
+int mk_sw_file(struct mk_stream_writer *w, const char *name, uint32_t mode,
+	       const void *data, size_t len, struct mk_err *err);
+/* Pass a frame through byte for byte. */
+int mk_sw_pass(struct mk_stream_writer *w, const struct mk_frame *f,
+	       struct mk_err *err);
+/* Write the END frame with this writer's counts; flushes. */
+int mk_sw_end(struct mk_stream_writer *w, struct mk_err *err);
+void mk_sw_free(struct mk_stream_writer *w);
+uint64_t mk_sw_bytes(const struct mk_stream_writer *w);
+
+/* ---- FILE frames ---- */
+/* A relative name: not empty, not absolute, no empty, "." or ".."
+ * components, no NUL (len bytes, no terminator needed), no backslash. */
+int mk_file_name_check(const char *name, size_t len, struct mk_err *err);
+struct mk_file_frame {
+	uint32_t mode;
+	char *name;           /* malloc'ed, NUL-terminated */
+	const uint8_t *data;  /* borrowed from the frame payload */
+	size_t len;
+};
+int mk_file_decode(const uint8_t *payload, size_t len,
+		   struct mk_file_frame *ff, struct mk_err *err);
+
+/* Make a pipe or file descriptor's buffer large (F_SETPIPE_SZ) when it is
+ * a pipe; harmless otherwise. */
+void mk_fd_grow_pipe(int fd);
+
+#endif

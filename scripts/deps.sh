@@ -1,0 +1,25 @@
+#!/bin/sh
+# Install what mk needs to build and test, and only what is missing:
+# dpkg-query decides; apt-get runs only when something is absent, so a
+# provisioned machine needs no network.
+set -eu
+need=""
+for p in build-essential pkg-config libyaml-dev libzstd-dev liburing-dev \
+         libopenblas-dev libjansson-dev libcmocka-dev clang libclang-rt-14-dev; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+		need="$need $p"
+	fi
+done
+if [ -n "$need" ]; then
+	echo "deps: installing:$need" >&2
+	SUDO=""
+	[ "$(id -u)" -eq 0 ] || SUDO=sudo
+	$SUDO apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $need >&2
+fi
+# The reference safetensors reader/writer, for the cross-check test
+# (test/cli/python-read.sh skips without it).  Not fatal when offline.
+if command -v python3 >/dev/null 2>&1 && ! python3 -c 'import safetensors' 2>/dev/null; then
+	echo "deps: installing the Python safetensors package (cross-check tests)" >&2
+	python3 -m pip install -q 'safetensors==0.8.0' >&2 || echo "deps: pip failed; the Python cross-check will be skipped" >&2
+fi

@@ -1,0 +1,80 @@
+/* dtype.c - dtype names, sizes and granules (conversions: convert.c). */
+#include <string.h>
+#include "mk/dtype.h"
+
+static const struct {
+	const char *name;
+	unsigned bits;
+	bool is_float;
+} dtypes[MK_DT_COUNT] = {
+	[MK_DT_BOOL] = { "BOOL", 8, false },
+	[MK_DT_F4] = { "F4", 4, false },
+	[MK_DT_F6_E2M3] = { "F6_E2M3", 6, false },
+	[MK_DT_F6_E3M2] = { "F6_E3M2", 6, false },
+	[MK_DT_U8] = { "U8", 8, false },
+	[MK_DT_I8] = { "I8", 8, false },
+	[MK_DT_F8_E5M2] = { "F8_E5M2", 8, true },
+	[MK_DT_F8_E4M3] = { "F8_E4M3", 8, true },
+	[MK_DT_F8_E8M0] = { "F8_E8M0", 8, true },
+	[MK_DT_F8_E4M3FNUZ] = { "F8_E4M3FNUZ", 8, true },
+	[MK_DT_F8_E5M2FNUZ] = { "F8_E5M2FNUZ", 8, true },
+	[MK_DT_I16] = { "I16", 16, false },
+	[MK_DT_U16] = { "U16", 16, false },
+	[MK_DT_F16] = { "F16", 16, true },
+	[MK_DT_BF16] = { "BF16", 16, true },
+	[MK_DT_I32] = { "I32", 32, false },
+	[MK_DT_U32] = { "U32", 32, false },
+	[MK_DT_F32] = { "F32", 32, true },
+	[MK_DT_C64] = { "C64", 64, false },
+	[MK_DT_F64] = { "F64", 64, true },
+	[MK_DT_I64] = { "I64", 64, false },
+	[MK_DT_U64] = { "U64", 64, false },
+};
+
+const char *mk_dtype_name(enum mk_dtype dt)
+{
+	return (unsigned)dt < MK_DT_COUNT ? dtypes[dt].name : NULL;
+}
+
+int mk_dtype_from_name(const char *name, enum mk_dtype *out)
+{
+	for (unsigned i = 0; i < MK_DT_COUNT; i++)
+		if (!strcmp(name, dtypes[i].name)) {
+			*out = (enum mk_dtype)i;
+			return 0;
+		}
+	return -1;
+}
+
+unsigned mk_dtype_bits(enum mk_dtype dt)
+{
+	return (unsigned)dt < MK_DT_COUNT ? dtypes[dt].bits : 0;
+}
+
+bool mk_dtype_is_float(enum mk_dtype dt)
+{
+	return (unsigned)dt < MK_DT_COUNT && dtypes[dt].is_float;
+}
+
+int mk_dtype_nbytes(enum mk_dtype dt, uint64_t nelem, uint64_t *out)
+{
+	uint64_t bits;
+
+	if ((unsigned)dt >= MK_DT_COUNT)
+		return -1;
+	if (__builtin_mul_overflow(nelem, (uint64_t)dtypes[dt].bits, &bits))
+		return -1;
+	if (bits % 8)
+		return -1;
+	*out = bits / 8;
+	return 0;
+}
+
+unsigned mk_dtype_elem_granule(enum mk_dtype dt)
+{
+	switch (mk_dtype_bits(dt)) {
+	case 4: return 2;
+	case 6: return 4;
+	default: return 1;
+	}
+}

@@ -1,0 +1,211 @@
+/* fsutil.c - file-system helpers shared by the stages. */
+#include <ctype.h>
+#include <stdbool.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "mk/fsutil.h"
+
+int mk_file_read(const char *path, size_t max, uint8_t **buf, size_t *len,
+		 struct mk_err *err)
+{
+	struct stat st;
+	uint8_t *b = NULL;
+	size_t got = 0;
+	int fd, rc = 0;
+
+	*buf = NULL;
+	*len = 0;
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return mk_err_sys(err, errno, "%s", path);
+	if (fstat(fd, &st) < 0) {
+		rc = mk_err_sys(err, errno, "%s", path);
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = mk_err_set(err, MK_EINVAL, "%s: not a regular file", path);
+		goto out;
+	}
+	if ((uint64_t)st.st_size > max) {
+		rc = mk_err_set(err, MK_EINVAL, "%s: %lld bytes, more than the %zu allowed", path,
+				(long long)st.st_size, max);
+		goto out;
+	}
+	b = malloc((size_t)st.st_size + 1);
+	if (!b) {
+		rc = mk_err_set(err, MK_ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
+	while (got < (size_t)st.st_size) {
+		ssize_t r = read(fd, b + got, (size_t)st.st_size - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			rc = mk_err_sys(err, errno, "%s: read", path);
+			goto out;
+		}
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	b[got] = 0;
+	*buf = b;
+	*len = got;
+	b = NULL;
+out:
+	free(b);
+	close(fd);
+	return rc;
+}
+
+int mk_pwrite_all(int fd, const void *buf, size_t len, uint64_t off,
+		  const char *label, struct mk_err *err)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t w = pwrite(fd, p, len, (off_t)off);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return mk_err_sys(err, errno, "%s: write of %zu bytes at offset %llu", label, len,
+					  (unsigned long long)off);
+		}
+		p += w;
+		off += (uint64_t)w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+int mk_write_all(int fd, const void *buf, size_t len, const char *label,
+		 struct mk_err *err)
+{
+	const char *p = buf;
+
+	while (len) {
+		ssize_t w = write(fd, p, len);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return mk_err_sys(err, errno, "%s: write", label);
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+int mk_mkdirs_for(const char *path, struct mk_err *err)
+{
+	char *p = strdup(path), *s;
+	int rc = 0;
+
+	if (!p)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (s = strchr(p + 1, '/'); s; s = strchr(s + 1, '/')) {
+		*s = '\0';
+		if (mkdir(p, 0755) < 0 && errno != EEXIST) {
+			rc = mk_err_sys(err, errno, "%s: mkdir", p);
+			break;
+		}
+		*s = '/';
+	}
+	free(p);
+	return rc;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	return (flag == FTW_DP ? rmdir(path) : unlink(path)) < 0 ? -1 : 0;
+}
+
+int mk_rmtree(const char *path, struct mk_err *err)
+{
+	struct stat st;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : mk_err_sys(err, errno, "%s", path);
+	if (!S_ISDIR(st.st_mode))
+		return unlink(path) < 0 ? mk_err_sys(err, errno, "%s: unlink", path) : 0;
+	if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) < 0)
+		return mk_err_sys(err, errno, "%s: remove", path);
+	return 0;
+}
+
+int mk_fsync_dir(const char *path, struct mk_err *err)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;
+
+	if (fd < 0)
+		return mk_err_sys(err, errno, "%s", path);
+	if (fsync(fd) < 0 && errno != EINVAL)
+		rc = mk_err_sys(err, errno, "%s: fsync", path);
+	close(fd);
+	return rc;
+}
+
+int mk_size_parse(const char *s, uint64_t *out)
+{
+	uint64_t v = 0, mul = 1;
+	const char *p = s;
+
+	if (!isdigit((unsigned char)*p))
+		return -1;
+	while (isdigit((unsigned char)*p)) {
+		if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, (uint64_t)(*p - '0'), &v))
+			return -1;
+		p++;
+	}
+	if (*p) {
+		char c = (char)tolower((unsigned char)*p++);
+		bool bin = false;
+		if (*p == 'i' || *p == 'I') {
+			bin = true;
+			p++;
+		}
+		switch (c) {
+		case 'k': mul = bin ? 1ull << 10 : 1000ull; break;
+		case 'm': mul = bin ? 1ull << 20 : 1000000ull; break;
+		case 'g': mul = bin ? 1ull << 30 : 1000000000ull; break;
+		case 'b': mul = bin ? 0 : 1000000000ull; break; /* mergekit: b = billion */
+		case 't': mul = bin ? 1ull << 40 : 1000000000000ull; break;
+		default: return -1;
+		}
+		if (!mul)
+			return -1;
+		if (bin && (*p == 'b' || *p == 'B'))
+			p++;
+		if (*p)
+			return -1;
+	}
+	if (__builtin_mul_overflow(v, mul, &v))
+		return -1;
+	*out = v;
+	return 0;
+}
+
+const char *mk_size_human(uint64_t n, char *buf, size_t len)
+{
+	static const char *const unit[] = { "B", "kB", "MB", "GB", "TB" };
+	double d = (double)n;
+	int u = 0;
+
+	while (d >= 1000 && u < 4) {
+		d /= 1000;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%llu B", (unsigned long long)n);
+	else
+		snprintf(buf, len, "%.1f %s", d, unit[u]);
+	return buf;
+}

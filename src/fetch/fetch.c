@@ -1,0 +1,306 @@
+/* fetch.c - mk-fetch's copy mode: models -> HEAD, FILE and DATA frames. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "mk/fetch.h"
+#include "mk/fsutil.h"
+#include "mk/manifest.h"
+#include "mk/model.h"
+#include "mk/stream.h"
+
+const char *const mk_fetch_copy_files[] = {
+	"config.json", "generation_config.json", "tokenizer_config.json",
+	"special_tokens_map.json", "tokenizer.json", "tokenizer.model",
+	"added_tokens.json", "merges.txt", "vocab.json", "chat_template.jinja",
+	"chat_template.json", "preprocessor_config.json",
+	"video_preprocessor_config.json", NULL,
+};
+
+#define MAX_FILE_BYTES (1ull << 30)
+
+struct src_tensor {            /* one manifest entry's source */
+	const struct mk_model *m;
+	const struct mk_model_tensor *mt;
+	int fd;
+};
+
+struct pending {               /* a chunk whose read is in flight */
+	uint32_t id;
+	struct mk_chunk c;
+};
+
+struct fetch {
+	size_t ntensors;
+	struct src_tensor *src;
+	size_t cur;                    /* tensor being split */
+	struct mk_chunker ck;
+	bool ck_live;
+	size_t chunk_bytes;
+	struct pending *ring;
+	size_t ring_len;
+	uint64_t seq;
+	int last_fd;
+	uint64_t last_end;
+	uint64_t backward;
+};
+
+static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
+{
+	struct fetch *f = ctx;
+	struct mk_chunk c;
+
+	for (;;) {
+		if (f->cur >= f->ntensors)
+			return 0;
+		const struct mk_st_tensor *t = f->src[f->cur].mt->t;
+		if (!f->ck_live) {
+			int rc = mk_chunker_init(&f->ck, t->dtype, t->ndim, t->shape, f->chunk_bytes, err);
+			if (rc)
+				return mk_err_prefix(err, "tensor '%s': ", t->name);
+			f->ck_live = true;
+		}
+		if (mk_chunker_next(&f->ck, &c))
+			break;
+		f->ck_live = false;
+		f->cur++;
+	}
+	const struct src_tensor *s = &f->src[f->cur];
+	const struct mk_st_file *sh = s->m->shards[s->mt->shard];
+	uint64_t boff = c.elem_begin * mk_dtype_bits(c.dtype) / 8, blen;
+	struct pending *p = &f->ring[f->seq % f->ring_len];
+
+	mk_dtype_nbytes(c.dtype, c.elem_count, &blen);
+	p->id = (uint32_t)f->cur;
+	p->c = c;
+	p->c.id = (uint32_t)f->cur;
+	req->fd = s->fd;
+	req->off = sh->data_start + s->mt->t->begin + boff;
+	req->len = (size_t)blen;
+	req->tag = p;
+	if (req->fd == f->last_fd && req->off < f->last_end)
+		f->backward++;
+	f->last_fd = req->fd;
+	f->last_end = req->off + req->len;
+	f->seq++;
+	return 1;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+	const struct src_tensor *x = a, *y = b;
+	return strcmp(x->mt->t->name, y->mt->t->name);
+}
+
+int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
+		  struct mk_fetch_stats *st, struct mk_err *err)
+{
+	struct mk_model **models = NULL;
+	struct mk_manifest *man = NULL;
+	struct mk_stream_writer *w = NULL;
+	struct mk_reader *rd = NULL;
+	struct fetch f = { .last_fd = -1 };
+	struct mk_reader_opts ropts = { o->io, o->chunk_bytes, o->qdepth };
+	int **fds = NULL;
+	uint8_t **fbuf = NULL;
+	size_t *flen = NULL, nfiles = 0, k;
+	char *head = NULL;
+	size_t head_len;
+	uint64_t total = 0, done = 0;
+	int rc = 0;
+
+	memset(st, 0, sizeof(*st));
+	f.chunk_bytes = o->chunk_bytes ? o->chunk_bytes : MK_READER_DEFAULT_CHUNK;
+	ropts.chunk_bytes = f.chunk_bytes;
+	if (!o->nmodels)
+		return mk_err_set(err, MK_EINVAL, "no model given");
+	models = calloc(o->nmodels, sizeof(*models));
+	fds = calloc(o->nmodels, sizeof(*fds));
+	if (!models || !fds) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < o->nmodels; i++) {
+		rc = mk_model_open(o->models[i], &models[i], err);
+		if (rc)
+			goto out;
+		f.ntensors += models[i]->ntensors;
+	}
+	f.src = calloc(f.ntensors ? f.ntensors : 1, sizeof(*f.src));
+	if (!f.src) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	/* open every shard once */
+	k = 0;
+	for (size_t i = 0; i < o->nmodels; i++) {
+		struct mk_model *m = models[i];
+		fds[i] = malloc((m->nshards ? m->nshards : 1) * sizeof(int));
+		if (!fds[i]) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			goto out;
+		}
+		for (size_t s = 0; s < m->nshards; s++)
+			fds[i][s] = -1;
+		for (size_t s = 0; s < m->nshards; s++) {
+			fds[i][s] = open(m->shards[s]->path, O_RDONLY | O_CLOEXEC);
+			if (fds[i][s] < 0) {
+				rc = mk_err_sys(err, errno, "%s", m->shards[s]->path);
+				goto out;
+			}
+		}
+		for (size_t t = 0; t < m->ntensors; t++) {
+			f.src[k].m = m;
+			f.src[k].mt = &m->tensors[t];
+			f.src[k].fd = fds[i][m->tensors[t].shard];
+			k++;
+		}
+	}
+	/* several models: names must be disjoint */
+	if (o->nmodels > 1 && f.ntensors > 1) {
+		struct src_tensor *sorted = malloc(f.ntensors * sizeof(*sorted));
+		if (!sorted) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			goto out;
+		}
+		memcpy(sorted, f.src, f.ntensors * sizeof(*sorted));
+		qsort(sorted, f.ntensors, sizeof(*sorted), cmp_name);
+		for (size_t i = 1; i < f.ntensors; i++)
+			if (!strcmp(sorted[i - 1].mt->t->name, sorted[i].mt->t->name)) {
+				rc = mk_err_set(err, MK_EMISMATCH,
+						"tensor '%s' is in both %s and %s: copy mode needs models with disjoint tensor names",
+						sorted[i].mt->t->name,
+						sorted[i - 1].m->shards[sorted[i - 1].mt->shard]->path,
+						sorted[i].m->shards[sorted[i].mt->shard]->path);
+				break;
+			}
+		free(sorted);
+		if (rc)
+			goto out;
+	}
+	/* manifest */
+	man = mk_manifest_new("tensors", "mk-fetch " MK_VERSION);
+	if (!man) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	man->chunk_bytes = f.chunk_bytes;
+	for (size_t i = 0; i < f.ntensors; i++) {
+		const struct mk_st_tensor *t = f.src[i].mt->t;
+		rc = mk_manifest_add_tensor(man, t->name, t->dtype, t->ndim, t->shape, err);
+		if (rc)
+			goto out;
+		total += t->end - t->begin;
+	}
+	/* the first model's non-weight files */
+	for (k = 0; mk_fetch_copy_files[k]; k++)
+		;
+	fbuf = calloc(k, sizeof(*fbuf));
+	flen = calloc(k, sizeof(*flen));
+	if (!fbuf || !flen) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (k = 0; mk_fetch_copy_files[k]; k++) {
+		char path[4096];
+		struct stat sb;
+		snprintf(path, sizeof(path), "%s/%s", models[0]->dir, mk_fetch_copy_files[k]);
+		if (stat(path, &sb) < 0 || !S_ISREG(sb.st_mode))
+			continue;
+		rc = mk_file_read(path, MAX_FILE_BYTES, &fbuf[k], &flen[k], err);
+		if (rc)
+			goto out;
+		rc = mk_manifest_add_file(man, mk_fetch_copy_files[k], flen[k], err);
+		if (rc)
+			goto out;
+		nfiles++;
+	}
+	rc = mk_manifest_encode(man, &head, &head_len, err);
+	if (rc)
+		goto out;
+	rc = mk_sw_open(&w, out_fd, o->compress_level, err);
+	if (rc)
+		goto out;
+	rc = mk_sw_frame1(w, MK_FT_HEAD, head, head_len, err);
+	if (rc)
+		goto out;
+	for (k = 0; mk_fetch_copy_files[k]; k++) {
+		if (!fbuf[k])
+			continue;
+		rc = mk_sw_file(w, mk_fetch_copy_files[k], 0644, fbuf[k], flen[k], err);
+		if (rc)
+			goto out;
+		free(fbuf[k]);
+		fbuf[k] = NULL;
+	}
+	/* tensor data, read ahead by the reader */
+	f.ring_len = 2 * (o->qdepth ? o->qdepth : MK_READER_DEFAULT_QDEPTH) + 4;
+	f.ring = calloc(f.ring_len, sizeof(*f.ring));
+	if (!f.ring) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	rc = mk_reader_open(&rd, &ropts, next_extent, &f, err);
+	if (rc)
+		goto out;
+	snprintf(st->backend, sizeof(st->backend), "%s", mk_reader_backend(rd));
+	snprintf(st->note, sizeof(st->note), "%s", mk_reader_note(rd));
+	st->qdepth = mk_reader_qdepth(rd);
+	st->chunk_bytes = mk_reader_chunk_bytes(rd);
+	for (;;) {
+		const void *data;
+		struct mk_read_req req;
+		struct pending *p;
+
+		rc = mk_reader_get(rd, &data, &req, err);
+		if (rc < 0)
+			goto out;
+		if (rc == 0)
+			break;
+		p = req.tag;
+		p->c.data = data;
+		p->c.data_len = req.len;
+		rc = mk_sw_chunk(w, MK_FT_DATA, &p->c, err);
+		if (rc)
+			goto out;
+		st->chunks++;
+		done += req.len;
+		if (o->progress)
+			o->progress(o->progress_ctx, done, total);
+	}
+	rc = mk_sw_end(w, err);
+	if (rc)
+		goto out;
+	st->tensors = f.ntensors;
+	st->bytes_read = done;
+	st->stream_bytes = mk_sw_bytes(w);
+	st->backward_seeks = f.backward;
+	(void)nfiles;
+out:
+	mk_reader_free(rd);
+	mk_sw_free(w);
+	free(head);
+	if (fbuf)
+		for (k = 0; mk_fetch_copy_files[k]; k++)
+			free(fbuf[k]);
+	free(fbuf);
+	free(flen);
+	free(f.ring);
+	free(f.src);
+	mk_manifest_free(man);
+	for (size_t i = 0; models && i < o->nmodels; i++) {
+		if (fds && fds[i] && models[i])
+			for (size_t s = 0; s < models[i]->nshards; s++)
+				if (fds[i][s] >= 0)
+					close(fds[i][s]);
+		if (fds)
+			free(fds[i]);
+		mk_model_free(models[i]);
+	}
+	free(fds);
+	free(models);
+	return rc;
+}

@@ -1,0 +1,699 @@
+/* stream.c - frame reader and writer of the mk stream, v1 (mk-stream(5)). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <jansson.h>
+#include <zstd.h>
+#include "mk/hash.h"
+#include "mk/stream.h"
+
+static void put16(uint8_t *p, uint16_t v) { p[0] = v; p[1] = v >> 8; }
+static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = v >> (8 * i); }
+static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = v >> (8 * i); }
+static uint16_t get16(const uint8_t *p) { return p[0] | (uint16_t)p[1] << 8; }
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t get64(const uint8_t *p) { return get32(p) | (uint64_t)get32(p + 4) << 32; }
+
+static const char *const known_types[] = {
+	MK_FT_HEAD, MK_FT_FILE, MK_FT_JOB, MK_FT_DATA, MK_FT_INPT, MK_FT_END, MK_FT_NOTE,
+};
+
+bool mk_frame_type_known(const char *type)
+{
+	for (size_t i = 0; i < sizeof(known_types) / sizeof(known_types[0]); i++)
+		if (!memcmp(type, known_types[i], 4))
+			return true;
+	return false;
+}
+
+static bool type_valid(const uint8_t *t)
+{
+	for (int i = 0; i < 4; i++)
+		if (!((t[i] >= 'A' && t[i] <= 'Z') || (t[i] >= 'a' && t[i] <= 'z') || t[i] == ' '))
+			return false;
+	return t[0] != ' ';
+}
+
+/* ---------------------------------------------------------------- chunks */
+
+void mk_chunk_encode(const struct mk_chunk *c, uint8_t out[MK_CHUNK_HDR])
+{
+	put32(out, c->id);
+	put16(out + 4, c->input);
+	put16(out + 6, c->pass);
+	put32(out + 8, (uint32_t)c->dtype);
+	put32(out + 12, 0);
+	put64(out + 16, c->row_begin);
+	put64(out + 24, c->row_count);
+	put64(out + 32, c->elem_begin);
+	put64(out + 40, c->elem_count);
+}
+
+int mk_chunk_decode(const uint8_t *p, size_t len, struct mk_chunk *c,
+		    struct mk_err *err)
+{
+	uint32_t dt;
+	uint64_t nb;
+
+	if (len < MK_CHUNK_HDR)
+		return mk_err_set(err, MK_EFORMAT, "chunk payload of %zu bytes is shorter than its %d-byte header",
+				  len, MK_CHUNK_HDR);
+	c->id = get32(p);
+	c->input = get16(p + 4);
+	c->pass = get16(p + 6);
+	dt = get32(p + 8);
+	if (dt >= MK_DT_COUNT)
+		return mk_err_set(err, MK_EFORMAT, "chunk has unknown dtype code %u", dt);
+	c->dtype = (enum mk_dtype)dt;
+	c->row_begin = get64(p + 16);
+	c->row_count = get64(p + 24);
+	c->elem_begin = get64(p + 32);
+	c->elem_count = get64(p + 40);
+	c->data = p + MK_CHUNK_HDR;
+	c->data_len = len - MK_CHUNK_HDR;
+	if (mk_dtype_nbytes(c->dtype, c->elem_count, &nb) || nb != c->data_len)
+		return mk_err_set(err, MK_EFORMAT, "chunk of %llu %s elements carries %zu data bytes",
+				  (unsigned long long)c->elem_count, mk_dtype_name(c->dtype), c->data_len);
+	return 0;
+}
+
+int mk_chunker_init(struct mk_chunker *ck, enum mk_dtype dt, unsigned ndim,
+		    const uint64_t *shape, size_t max_bytes, struct mk_err *err)
+{
+	uint64_t nelem = 1, row_len = 1, bytes, g, e, bits = mk_dtype_bits(dt);
+
+	memset(ck, 0, sizeof(*ck));
+	if (!bits)
+		return mk_err_set(err, MK_EINVAL, "unknown dtype");
+	for (unsigned i = 0; i < ndim; i++)
+		if (__builtin_mul_overflow(nelem, shape[i], &nelem))
+			return mk_err_set(err, MK_EFORMAT, "tensor shape overflows");
+	for (unsigned i = 1; i < ndim; i++)
+		row_len *= shape[i];
+	if (mk_dtype_nbytes(dt, nelem, &bytes))
+		return mk_err_set(err, MK_EFORMAT, "%llu elements of %s are not a whole number of bytes",
+				  (unsigned long long)nelem, mk_dtype_name(dt));
+	ck->dtype = dt;
+	ck->nelem = nelem;
+	ck->nrows = ndim ? shape[0] : 1;
+	ck->row_len = ndim > 1 ? row_len : 1;
+	g = mk_dtype_elem_granule(dt);
+	e = max_bytes * 8 / bits;      /* elements that fit one chunk */
+	e -= e % g;
+	if (e == 0)
+		return mk_err_set(err, MK_EINVAL, "chunk size of %zu bytes is too small for %s",
+				  max_bytes, mk_dtype_name(dt));
+	if (ck->row_len == 0 || (ck->row_len * bits) % 8) {
+		/* no elements, or rows that end inside a byte (sub-byte
+		 * types): flat chunks of whole bytes */
+		ck->step = e;
+	} else if (ck->row_len <= e) {
+		ck->step = (e / ck->row_len) * ck->row_len;  /* whole rows */
+	} else {
+		ck->step = e;                 /* pieces of one long row */
+		ck->split_rows = true;
+	}
+	return 0;
+}
+
+int mk_chunker_next(struct mk_chunker *ck, struct mk_chunk *c)
+{
+	uint64_t n, end;
+
+	if (ck->next >= ck->nelem)
+		return 0;
+	n = ck->step;
+	if (ck->split_rows) {
+		uint64_t row_end = (ck->next / ck->row_len + 1) * ck->row_len;
+		if (n > row_end - ck->next)
+			n = row_end - ck->next;
+	}
+	if (n > ck->nelem - ck->next)
+		n = ck->nelem - ck->next;
+	end = ck->next + n;
+	c->dtype = ck->dtype;
+	c->elem_begin = ck->next;
+	c->elem_count = n;
+	c->row_begin = ck->next / ck->row_len;
+	c->row_count = (end + ck->row_len - 1) / ck->row_len - c->row_begin;
+	ck->next = end;
+	return 1;
+}
+
+/* ------------------------------------------------------------ file names */
+
+int mk_file_name_check(const char *name, size_t len, struct mk_err *err)
+{
+	size_t i = 0, start;
+
+	if (len == 0)
+		return mk_err_set(err, MK_EFORMAT, "file name is empty");
+	if (memchr(name, '\0', len))
+		return mk_err_set(err, MK_EFORMAT, "file name contains a NUL byte");
+	if (name[0] == '/')
+		return mk_err_set(err, MK_EFORMAT, "file name '%.*s' is absolute", (int)len, name);
+	if (memchr(name, '\\', len))
+		return mk_err_set(err, MK_EFORMAT, "file name '%.*s' contains a backslash", (int)len, name);
+	while (i <= len) {
+		start = i;
+		while (i < len && name[i] != '/')
+			i++;
+		size_t n = i - start;
+		if (n == 0 || (n == 1 && name[start] == '.') ||
+		    (n == 2 && name[start] == '.' && name[start + 1] == '.'))
+			return mk_err_set(err, MK_EFORMAT,
+					  "file name '%.*s' has an empty, '.' or '..' component",
+					  (int)len, name);
+		i++;
+	}
+	return 0;
+}
+
+int mk_file_decode(const uint8_t *p, size_t len, struct mk_file_frame *ff,
+		   struct mk_err *err)
+{
+	uint32_t nlen;
+	int rc;
+
+	memset(ff, 0, sizeof(*ff));
+	if (len < 8)
+		return mk_err_set(err, MK_EFORMAT, "FILE payload of %zu bytes is too short", len);
+	ff->mode = get32(p);
+	nlen = get32(p + 4);
+	if (nlen > len - 8 || nlen > PATH_MAX)
+		return mk_err_set(err, MK_EFORMAT, "FILE name length %u exceeds the payload", nlen);
+	rc = mk_file_name_check((const char *)p + 8, nlen, err);
+	if (rc)
+		return rc;
+	ff->name = strndup((const char *)p + 8, nlen);
+	if (!ff->name)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	ff->data = p + 8 + nlen;
+	ff->len = len - 8 - nlen;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- reader */
+
+struct counts {
+	uint64_t frames, files, jobs, chunks, ancillary, data_bytes;
+};
+
+struct mk_stream_reader {
+	int fd;
+	char *label;
+	unsigned flags;
+	uint64_t index;          /* number of frames returned so far */
+	uint64_t offset;         /* bytes consumed */
+	bool ended;
+	uint8_t *wire;           /* header + payload */
+	size_t wire_cap;
+	uint8_t *raw;            /* decompressed payload */
+	size_t raw_cap;
+	ZSTD_DCtx *dctx;
+	struct counts n;
+};
+
+/* Read exactly len bytes; returns bytes read (< len only at EOF) or -errno. */
+static ssize_t read_full(int fd, void *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t r = read(fd, (char *)buf + got, len - got);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (r == 0)
+			break;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+static int grow(uint8_t **buf, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	size_t n = *cap ? *cap : 65536;
+	while (n < need)
+		n *= 2;
+	uint8_t *p = realloc(*buf, n);
+	if (!p)
+		return -1;
+	*buf = p;
+	*cap = n;
+	return 0;
+}
+
+void mk_fd_grow_pipe(int fd)
+{
+	int max = 1 << 20;
+	FILE *f = fopen("/proc/sys/fs/pipe-max-size", "r");
+
+	if (f) {
+		if (fscanf(f, "%d", &max) != 1)
+			max = 1 << 20;
+		fclose(f);
+	}
+	if (max > (4 << 20))
+		max = 4 << 20;
+	/* Fails harmlessly (EBADF/EINVAL) when fd is not a pipe. */
+	(void)fcntl(fd, F_SETPIPE_SZ, max);
+}
+
+int mk_sr_open(struct mk_stream_reader **out, int fd, const char *label,
+	       unsigned flags, struct mk_err *err)
+{
+	struct mk_stream_reader *r;
+	uint8_t pre[MK_STREAM_PRELUDE];
+	ssize_t got;
+	int rc = 0;
+
+	*out = NULL;
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	r->fd = fd;
+	r->flags = flags;
+	r->label = strdup(label ? label : "stream");
+	if (!r->label) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	mk_fd_grow_pipe(fd);
+	got = read_full(fd, pre, sizeof(pre));
+	if (got < 0) {
+		rc = mk_err_sys(err, (int)-got, "%s: reading the stream prelude", r->label);
+		goto out;
+	}
+	if (got == 0) {
+		rc = mk_err_set(err, MK_ECORRUPT, "%s: empty input, expected an mk stream (did the producer fail?)",
+				r->label);
+		goto out;
+	}
+	if ((size_t)got < sizeof(pre) || memcmp(pre, MK_STREAM_MAGIC, 8)) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: not an mk stream (bad magic)", r->label);
+		goto out;
+	}
+	if (get16(pre + 8) != MK_STREAM_MAJOR) {
+		rc = mk_err_set(err, MK_EUNSUPPORTED, "%s: stream version %u.%u, this mk reads version %d",
+				r->label, get16(pre + 8), get16(pre + 10), MK_STREAM_MAJOR);
+		goto out;
+	}
+	r->offset = sizeof(pre);
+out:
+	if (rc)
+		mk_sr_free(r);
+	else
+		*out = r;
+	return rc;
+}
+
+static int check_end(struct mk_stream_reader *r, const uint8_t *p, size_t len,
+		     struct mk_err *err)
+{
+	json_error_t je;
+	json_t *o = json_loadb((const char *)p, len, JSON_REJECT_DUPLICATES, &je);
+	static const char *const keys[] = { "frames", "files", "jobs", "chunks", "ancillary", "data_bytes" };
+	const uint64_t have[] = { r->n.frames, r->n.files, r->n.jobs, r->n.chunks, r->n.ancillary,
+				  r->n.data_bytes };
+	int rc = 0;
+
+	if (!o || !json_is_object(o)) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: frame #%llu: END payload is not a JSON object",
+				r->label, (unsigned long long)r->index);
+		goto out;
+	}
+	for (size_t i = 0; i < 6; i++) {
+		json_t *v = json_object_get(o, keys[i]);
+		if (!json_is_integer(v) || (uint64_t)json_integer_value(v) != have[i]) {
+			rc = mk_err_set(err, MK_ECORRUPT,
+					"%s: frame #%llu: END says %s = %lld, the stream carried %llu (frames lost or added)",
+					r->label, (unsigned long long)r->index, keys[i],
+					json_is_integer(v) ? (long long)json_integer_value(v) : -1LL,
+					(unsigned long long)have[i]);
+			goto out;
+		}
+	}
+out:
+	json_decref(o);
+	return rc;
+}
+
+int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *err)
+{
+	uint8_t *h;
+	ssize_t got;
+	uint64_t len, raw_len, idx = r->index;
+	uint32_t want, have;
+
+	memset(f, 0, sizeof(*f));
+	if (r->ended) {
+		uint8_t extra;
+		got = read_full(r->fd, &extra, 1);
+		if (got > 0)
+			return mk_err_set(err, MK_EFORMAT, "%s: bytes after the END frame (offset %llu)",
+					  r->label, (unsigned long long)r->offset);
+		return 0;
+	}
+	if (grow(&r->wire, &r->wire_cap, MK_FRAME_HDR))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	h = r->wire;
+	got = read_full(r->fd, h, MK_FRAME_HDR);
+	if (got < 0)
+		return mk_err_sys(err, (int)-got, "%s: frame #%llu: read", r->label, (unsigned long long)idx);
+	if (got == 0)
+		return mk_err_set(err, MK_ECORRUPT,
+				  "%s: stream ended after frame #%llu without an END frame (truncated, or the producer failed)",
+				  r->label, (unsigned long long)(idx ? idx - 1 : 0));
+	if (got < MK_FRAME_HDR)
+		return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu: truncated header (%zd of %d bytes)",
+				  r->label, (unsigned long long)idx, got, MK_FRAME_HDR);
+	if (!type_valid(h))
+		return mk_err_set(err, MK_EFORMAT, "%s: frame #%llu at offset %llu: invalid frame type bytes",
+				  r->label, (unsigned long long)idx, (unsigned long long)r->offset);
+	memcpy(f->type, h, 4);
+	f->type[4] = '\0';
+	f->critical = h[0] >= 'A' && h[0] <= 'Z';
+	f->flags = h[4];
+	f->csum = h[5];
+	len = get64(h + 8);
+	raw_len = get64(h + 16);
+	if (f->flags & ~MK_FRAME_F_ZSTD)
+		return mk_err_set(err, MK_EFORMAT, "%s: frame #%llu (%s): unknown flags 0x%02x",
+				  r->label, (unsigned long long)idx, f->type, f->flags);
+	if (f->csum != MK_CSUM_CRC32C)
+		return mk_err_set(err, MK_EFORMAT, "%s: frame #%llu (%s): unknown checksum algorithm %u",
+				  r->label, (unsigned long long)idx, f->type, f->csum);
+	if (len > MK_FRAME_MAX || raw_len > MK_FRAME_MAX ||
+	    (!(f->flags & MK_FRAME_F_ZSTD) && len != raw_len))
+		return mk_err_set(err, MK_EFORMAT, "%s: frame #%llu (%s): bad payload length %llu/%llu",
+				  r->label, (unsigned long long)idx, f->type, (unsigned long long)len,
+				  (unsigned long long)raw_len);
+	if (f->critical && !mk_frame_type_known(f->type))
+		return mk_err_set(err, MK_EUNSUPPORTED,
+				  "%s: frame #%llu: unknown critical frame type '%s' (stream from a newer mk?)",
+				  r->label, (unsigned long long)idx, f->type);
+	if (grow(&r->wire, &r->wire_cap, MK_FRAME_HDR + len))
+		return mk_err_set(err, MK_ENOMEM, "%s: frame #%llu: out of memory for %llu bytes",
+				  r->label, (unsigned long long)idx, (unsigned long long)len);
+	h = r->wire;
+	got = read_full(r->fd, h + MK_FRAME_HDR, len);
+	if (got < 0)
+		return mk_err_sys(err, (int)-got, "%s: frame #%llu: read", r->label, (unsigned long long)idx);
+	if ((uint64_t)got < len)
+		return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): truncated payload (%zd of %llu bytes)",
+				  r->label, (unsigned long long)idx, f->type, got, (unsigned long long)len);
+	want = get32(h + 24);
+	put32(h + 24, 0);
+	have = mk_crc32c(0, h, MK_FRAME_HDR + len);
+	put32(h + 24, want);
+	f->csum_ok = want == have;
+	if (!f->csum_ok && !(r->flags & MK_SR_NO_VERIFY))
+		return mk_err_set(err, MK_ECORRUPT,
+				  "%s: frame #%llu (%s) at offset %llu: checksum mismatch (crc32c %08x, expected %08x)",
+				  r->label, (unsigned long long)idx, f->type, (unsigned long long)r->offset, have,
+				  want);
+	f->len = len;
+	f->raw_len = raw_len;
+	f->wire = h;
+	f->wire_len = MK_FRAME_HDR + len;
+	f->index = idx;
+	if (f->flags & MK_FRAME_F_ZSTD) {
+		size_t z;
+		if (!f->csum_ok)
+			return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): bad checksum on a compressed frame",
+					  r->label, (unsigned long long)idx, f->type);
+		if (!r->dctx && !(r->dctx = ZSTD_createDCtx()))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		if (grow(&r->raw, &r->raw_cap, raw_len ? raw_len : 1))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		z = ZSTD_decompressDCtx(r->dctx, r->raw, raw_len, h + MK_FRAME_HDR, len);
+		if (ZSTD_isError(z) || z != raw_len)
+			return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): zstd payload does not decode to %llu bytes%s%s",
+					  r->label, (unsigned long long)idx, f->type, (unsigned long long)raw_len,
+					  ZSTD_isError(z) ? ": " : "", ZSTD_isError(z) ? ZSTD_getErrorName(z) : "");
+		f->payload = r->raw;
+	} else {
+		f->payload = h + MK_FRAME_HDR;
+	}
+	f->payload_len = raw_len;
+	r->offset += f->wire_len;
+	r->index++;
+	if (!memcmp(f->type, MK_FT_END, 4)) {
+		int rc = check_end(r, f->payload, f->payload_len, err);
+		if (rc)
+			return rc;
+		r->ended = true;
+		return 1;
+	}
+	r->n.frames++;
+	if (!f->critical)
+		r->n.ancillary++;
+	else if (!memcmp(f->type, MK_FT_FILE, 4))
+		r->n.files++;
+	else if (!memcmp(f->type, MK_FT_JOB, 4))
+		r->n.jobs++;
+	else if (!memcmp(f->type, MK_FT_DATA, 4) || !memcmp(f->type, MK_FT_INPT, 4)) {
+		r->n.chunks++;
+		r->n.data_bytes += raw_len >= MK_CHUNK_HDR ? raw_len - MK_CHUNK_HDR : 0;
+	}
+	return 1;
+}
+
+void mk_sr_free(struct mk_stream_reader *r)
+{
+	if (!r)
+		return;
+	free(r->label);
+	free(r->wire);
+	free(r->raw);
+	ZSTD_freeDCtx(r->dctx);
+	free(r);
+}
+
+/* ---------------------------------------------------------------- writer */
+
+struct mk_stream_writer {
+	int fd;
+	int level;
+	ZSTD_CCtx *cctx;
+	uint8_t *zbuf, *cat;
+	size_t zcap, catcap;
+	uint64_t bytes;
+	struct counts n;
+	bool ended;
+};
+
+static int write_iov(struct mk_stream_writer *w, struct iovec *iov, int n, struct mk_err *err)
+{
+	while (n > 0) {
+		ssize_t r = writev(w->fd, iov, n);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return mk_err_sys(err, errno, "writing the stream");
+		}
+		w->bytes += (uint64_t)r;
+		while (n > 0 && (size_t)r >= iov->iov_len) {
+			r -= (ssize_t)iov->iov_len;
+			iov++;
+			n--;
+		}
+		if (n > 0) {
+			iov->iov_base = (char *)iov->iov_base + r;
+			iov->iov_len -= (size_t)r;
+		}
+	}
+	return 0;
+}
+
+int mk_sw_open(struct mk_stream_writer **out, int fd, int level, struct mk_err *err)
+{
+	struct mk_stream_writer *w = calloc(1, sizeof(*w));
+	uint8_t pre[MK_STREAM_PRELUDE] = { 0 };
+	struct iovec iov = { pre, sizeof(pre) };
+	int rc;
+
+	*out = NULL;
+	if (!w)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	w->fd = fd;
+	w->level = level;
+	mk_fd_grow_pipe(fd);
+	memcpy(pre, MK_STREAM_MAGIC, 8);
+	put16(pre + 8, MK_STREAM_MAJOR);
+	put16(pre + 10, MK_STREAM_MINOR);
+	rc = write_iov(w, &iov, 1, err);
+	if (rc) {
+		mk_sw_free(w);
+		return rc;
+	}
+	*out = w;
+	return 0;
+}
+
+static void count_frame(struct counts *n, const char *type, bool critical, uint64_t raw_len)
+{
+	if (!memcmp(type, MK_FT_END, 4))
+		return;
+	n->frames++;
+	if (!critical)
+		n->ancillary++;
+	else if (!memcmp(type, MK_FT_FILE, 4))
+		n->files++;
+	else if (!memcmp(type, MK_FT_JOB, 4))
+		n->jobs++;
+	else if (!memcmp(type, MK_FT_DATA, 4) || !memcmp(type, MK_FT_INPT, 4)) {
+		n->chunks++;
+		n->data_bytes += raw_len >= MK_CHUNK_HDR ? raw_len - MK_CHUNK_HDR : 0;
+	}
+}
+
+int mk_sw_frame(struct mk_stream_writer *w, const char *type,
+		const void *const *piece, const size_t *piece_len, size_t n,
+		struct mk_err *err)
+{
+	uint8_t h[MK_FRAME_HDR] = { 0 };
+	struct iovec iov[9];
+	uint64_t raw_len = 0, len;
+	uint32_t crc;
+	int niov = 0;
+
+	if (n > 8)
+		MK_BUG("too many frame pieces");
+	if (w->ended)
+		MK_BUG("frame after END");
+	for (size_t i = 0; i < n; i++)
+		raw_len += piece_len[i];
+	if (raw_len > MK_FRAME_MAX)
+		return mk_err_set(err, MK_EINVAL, "frame payload of %llu bytes is too large",
+				  (unsigned long long)raw_len);
+	memcpy(h, type, 4);
+	h[5] = MK_CSUM_CRC32C;
+	len = raw_len;
+	iov[niov++] = (struct iovec){ h, MK_FRAME_HDR };
+	if (w->level > 0 && raw_len >= 64) {
+		size_t bound = ZSTD_compressBound(raw_len), z;
+		const void *src = piece[0];
+		if (n > 1) {
+			if (grow(&w->cat, &w->catcap, raw_len))
+				return mk_err_set(err, MK_ENOMEM, "out of memory");
+			size_t o = 0;
+			for (size_t i = 0; i < n; i++) {
+				memcpy(w->cat + o, piece[i], piece_len[i]);
+				o += piece_len[i];
+			}
+			src = w->cat;
+		}
+		if (!w->cctx && !(w->cctx = ZSTD_createCCtx()))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		if (grow(&w->zbuf, &w->zcap, bound))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		z = ZSTD_compressCCtx(w->cctx, w->zbuf, bound, src, raw_len, w->level);
+		if (ZSTD_isError(z))
+			return mk_err_set(err, MK_EIO, "zstd: %s", ZSTD_getErrorName(z));
+		if (z < raw_len) {
+			h[4] = MK_FRAME_F_ZSTD;
+			len = z;
+			iov[niov++] = (struct iovec){ w->zbuf, z };
+		}
+	}
+	if (!(h[4] & MK_FRAME_F_ZSTD))
+		for (size_t i = 0; i < n; i++)
+			if (piece_len[i])
+				iov[niov++] = (struct iovec){ (void *)piece[i], piece_len[i] };
+	put64(h + 8, len);
+	put64(h + 16, raw_len);
+	crc = 0;
+	for (int i = 0; i < niov; i++)
+		crc = mk_crc32c(crc, iov[i].iov_base, iov[i].iov_len);
+	put32(h + 24, crc);
+	count_frame(&w->n, type, type[0] >= 'A' && type[0] <= 'Z', raw_len);
+	return write_iov(w, iov, niov, err);
+}
+
+int mk_sw_frame1(struct mk_stream_writer *w, const char *type, const void *payload,
+		 size_t len, struct mk_err *err)
+{
+	const void *p[1] = { payload };
+	size_t l[1] = { len };
+	return mk_sw_frame(w, type, p, l, 1, err);
+}
+
+int mk_sw_chunk(struct mk_stream_writer *w, const char *type, const struct mk_chunk *c,
+		struct mk_err *err)
+{
+	uint8_t hdr[MK_CHUNK_HDR];
+	const void *p[2] = { hdr, c->data };
+	size_t l[2] = { MK_CHUNK_HDR, c->data_len };
+
+	mk_chunk_encode(c, hdr);
+	return mk_sw_frame(w, type, p, l, 2, err);
+}
+
+int mk_sw_file(struct mk_stream_writer *w, const char *name, uint32_t mode,
+	       const void *data, size_t len, struct mk_err *err)
+{
+	uint8_t hdr[8];
+	size_t nlen = strlen(name);
+	int rc = mk_file_name_check(name, nlen, err);
+	const void *p[3] = { hdr, name, data };
+	size_t l[3] = { 8, nlen, len };
+
+	if (rc)
+		return rc;
+	put32(hdr, mode);
+	put32(hdr + 4, (uint32_t)nlen);
+	return mk_sw_frame(w, MK_FT_FILE, p, l, 3, err);
+}
+
+int mk_sw_pass(struct mk_stream_writer *w, const struct mk_frame *f, struct mk_err *err)
+{
+	struct iovec iov = { (void *)f->wire, f->wire_len };
+
+	count_frame(&w->n, f->type, f->critical, f->raw_len);
+	return write_iov(w, &iov, 1, err);
+}
+
+int mk_sw_end(struct mk_stream_writer *w, struct mk_err *err)
+{
+	char buf[512];
+	int n = snprintf(buf, sizeof(buf),
+			 "{\"frames\":%llu,\"files\":%llu,\"jobs\":%llu,\"chunks\":%llu,\"ancillary\":%llu,\"data_bytes\":%llu}",
+			 (unsigned long long)w->n.frames, (unsigned long long)w->n.files,
+			 (unsigned long long)w->n.jobs, (unsigned long long)w->n.chunks,
+			 (unsigned long long)w->n.ancillary, (unsigned long long)w->n.data_bytes);
+	int level = w->level, rc;
+
+	w->level = 0; /* keep END readable in a hex dump */
+	rc = mk_sw_frame1(w, MK_FT_END, buf, (size_t)n, err);
+	w->level = level;
+	w->ended = true;
+	return rc;
+}
+
+uint64_t mk_sw_bytes(const struct mk_stream_writer *w)
+{
+	return w->bytes;
+}
+
+void mk_sw_free(struct mk_stream_writer *w)
+{
+	if (!w)
+		return;
+	ZSTD_freeCCtx(w->cctx);
+	free(w->zbuf);
+	free(w->cat);
+	free(w);
+}

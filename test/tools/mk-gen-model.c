@@ -1,0 +1,267 @@
+/* mk-gen-model - write a small synthetic llama-shaped checkpoint for tests
+ * and benchmarks: deterministic data from --seed, any number of shards,
+ * config.json and small tokenizer files.
+ *
+ *   mk-gen-model [--seed N] [--layers L] [--hidden H] [--inter I]
+ *                [--vocab V] [--dtype DT] [--shards K] [--all-dtypes]
+ *                [--big-rows R] [--pad-leading] OUTDIR
+ *
+ * --all-dtypes adds one small tensor of every safetensors dtype, a scalar
+ * and an empty tensor; --big-rows adds "big.weight" [R, H] in F32 (make it
+ * larger than a chunk); --pad-leading writes headers with leading
+ * whitespace (readers must accept it).  Shards are filled round-robin. */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "mk/dtype.h"
+#include "mk/fsutil.h"
+#include "mk/safetensors.h"
+
+struct gt {
+	char name[128];
+	enum mk_dtype dt;
+	unsigned ndim;
+	uint64_t shape[4];
+	unsigned shard;
+};
+
+static struct gt *ts;
+static size_t nts;
+
+static void add(const char *name, enum mk_dtype dt, unsigned ndim, uint64_t a, uint64_t b)
+{
+	ts = realloc(ts, (nts + 1) * sizeof(*ts));
+	if (!ts)
+		abort();
+	memset(&ts[nts], 0, sizeof(ts[nts]));
+	snprintf(ts[nts].name, sizeof(ts[nts].name), "%s", name);
+	ts[nts].dt = dt;
+	ts[nts].ndim = ndim;
+	ts[nts].shape[0] = a;
+	ts[nts].shape[1] = b;
+	nts++;
+}
+
+static uint64_t splitmix(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static void fill(uint8_t *buf, uint64_t nbytes, enum mk_dtype dt, uint64_t nelem, uint64_t seed)
+{
+	uint64_t s = seed;
+
+	if (mk_dtype_is_float(dt) && dt != MK_DT_F8_E8M0) {
+		size_t es = mk_dtype_bits(dt) / 8;
+		for (uint64_t i = 0; i < nelem; i++) {
+			/* roughly N(0, 0.02)-sized values, as weights are */
+			double u = (double)(splitmix(&s) >> 11) / 9007199254740992.0 - 0.5;
+			float v = (float)(u * 0.08);
+			mk_dtype_convert(dt, buf + i * es, MK_DT_F32, &v, 1);
+		}
+	} else if (dt == MK_DT_BOOL) {
+		for (uint64_t i = 0; i < nbytes; i++)
+			buf[i] = splitmix(&s) & 1;
+	} else {
+		for (uint64_t i = 0; i < nbytes; i++)
+			buf[i] = (uint8_t)splitmix(&s);
+	}
+}
+
+static int write_text(const char *dir, const char *name, const char *text)
+{
+	char path[4096];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	f = fopen(path, "w");
+	if (!f || fputs(text, f) < 0 || fclose(f) != 0) {
+		perror(path);
+		return -1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option lo[] = {
+		{ "seed", 1, 0, 's' }, { "layers", 1, 0, 'l' }, { "hidden", 1, 0, 'H' },
+		{ "inter", 1, 0, 'I' }, { "vocab", 1, 0, 'v' }, { "dtype", 1, 0, 'd' },
+		{ "shards", 1, 0, 'k' }, { "all-dtypes", 0, 0, 'a' }, { "big-rows", 1, 0, 'b' },
+		{ "pad-leading", 0, 0, 'p' }, { 0 },
+	};
+	uint64_t seed = 1, layers = 2, hidden = 64, inter = 0, vocab = 256, shards = 1, big = 0;
+	enum mk_dtype dt = MK_DT_BF16;
+	bool all = false, pad = false;
+	struct mk_err err = { 0 };
+	char name[128], path[4096], buf[4096];
+	int c;
+
+	while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+		uint64_t *dst = NULL;
+		switch (c) {
+		case 's': dst = &seed; break;
+		case 'l': dst = &layers; break;
+		case 'H': dst = &hidden; break;
+		case 'I': dst = &inter; break;
+		case 'v': dst = &vocab; break;
+		case 'k': dst = &shards; break;
+		case 'b': dst = &big; break;
+		case 'a': all = true; break;
+		case 'p': pad = true; break;
+		case 'd':
+			if (mk_dtype_from_name(optarg, &dt)) {
+				fprintf(stderr, "mk-gen-model: unknown dtype %s\n", optarg);
+				return 2;
+			}
+			break;
+		default: return 2;
+		}
+		if (dst && mk_size_parse(optarg, dst)) {
+			fprintf(stderr, "mk-gen-model: bad number %s\n", optarg);
+			return 2;
+		}
+	}
+	if (optind + 1 != argc || shards < 1) {
+		fprintf(stderr, "usage: mk-gen-model [options] OUTDIR\n");
+		return 2;
+	}
+	const char *dir = argv[optind];
+	if (!inter)
+		inter = hidden * 2 + hidden / 2;
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		perror(dir);
+		return 1;
+	}
+	add("model.embed_tokens.weight", dt, 2, vocab, hidden);
+	for (uint64_t l = 0; l < layers; l++) {
+		static const char *const sq[] = { "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+						  "self_attn.o_proj" };
+		snprintf(name, sizeof(name), "model.layers.%llu.input_layernorm.weight", (unsigned long long)l);
+		add(name, dt, 1, hidden, 0);
+		for (int i = 0; i < 4; i++) {
+			snprintf(name, sizeof(name), "model.layers.%llu.%s.weight", (unsigned long long)l, sq[i]);
+			add(name, dt, 2, hidden, hidden);
+		}
+		snprintf(name, sizeof(name), "model.layers.%llu.mlp.gate_proj.weight", (unsigned long long)l);
+		add(name, dt, 2, inter, hidden);
+		snprintf(name, sizeof(name), "model.layers.%llu.mlp.up_proj.weight", (unsigned long long)l);
+		add(name, dt, 2, inter, hidden);
+		snprintf(name, sizeof(name), "model.layers.%llu.mlp.down_proj.weight", (unsigned long long)l);
+		add(name, dt, 2, hidden, inter);
+		snprintf(name, sizeof(name), "model.layers.%llu.post_attention_layernorm.weight",
+			 (unsigned long long)l);
+		add(name, dt, 1, hidden, 0);
+	}
+	add("model.norm.weight", dt, 1, hidden, 0);
+	add("lm_head.weight", dt, 2, vocab, hidden);
+	if (all) {
+		for (unsigned d = 0; d < MK_DT_COUNT; d++) {
+			unsigned bits = mk_dtype_bits((enum mk_dtype)d);
+			snprintf(name, sizeof(name), "extra.%s", mk_dtype_name((enum mk_dtype)d));
+			/* rows of 8 elements: whole bytes for every bit width */
+			add(name, (enum mk_dtype)d, 2, bits < 8 ? 4 : 3, 8);
+		}
+		add("extra.scalar", MK_DT_F32, 0, 0, 0);
+		add("extra.empty", MK_DT_F16, 2, 0, 4);
+		add("extra.odd_f4", MK_DT_F4, 2, 2, 3); /* rows of 1.5 bytes */
+	}
+	if (big)
+		add("big.weight", MK_DT_F32, 2, big, hidden);
+	for (size_t i = 0; i < nts; i++)
+		ts[i].shard = (unsigned)(i % shards);
+	/* write shards */
+	for (unsigned s = 0; s < shards; s++) {
+		struct mk_st_out_tensor *ot = calloc(nts, sizeof(*ot));
+		size_t n = 0, hlen;
+		uint8_t *hdr;
+		FILE *f;
+
+		for (size_t i = 0; i < nts; i++)
+			if (ts[i].shard == s)
+				ot[n++] = (struct mk_st_out_tensor){ ts[i].name, ts[i].dt, ts[i].ndim, ts[i].shape, 0, 0 };
+		if (mk_st_header_build(ot, n, 8, &hdr, &hlen, NULL, &err)) {
+			fprintf(stderr, "mk-gen-model: %s\n", err.msg);
+			return 1;
+		}
+		if (shards == 1)
+			snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+		else
+			snprintf(path, sizeof(path), "%s/model-%05u-of-%05llu.safetensors", dir, s + 1,
+				 (unsigned long long)shards);
+		f = fopen(path, "wb");
+		if (!f) {
+			perror(path);
+			return 1;
+		}
+		if (pad) {
+			/* move the JSON right by 8 bytes of leading spaces */
+			uint64_t jl = hlen - 8 + 8;
+			uint8_t le[8];
+			for (int b = 0; b < 8; b++)
+				le[b] = (uint8_t)(jl >> (8 * b));
+			fwrite(le, 1, 8, f);
+			fwrite("        ", 1, 8, f);
+			fwrite(hdr + 8, 1, hlen - 8, f);
+		} else {
+			fwrite(hdr, 1, hlen, f);
+		}
+		/* data in offset order */
+		uint64_t total = 0;
+		for (size_t j = 0; j < n; j++)
+			if (ot[j].begin + ot[j].nbytes > total)
+				total = ot[j].begin + ot[j].nbytes;
+		uint8_t *data = calloc(total ? total : 1, 1);
+		for (size_t j = 0; j < n; j++) {
+			uint64_t nelem = 1;
+			for (unsigned d = 0; d < ot[j].ndim; d++)
+				nelem *= ot[j].shape[d];
+			uint64_t h = seed * 1000003;
+			for (const char *q = ot[j].name; *q; q++)
+				h = h * 131 + (uint8_t)*q;
+			fill(data + ot[j].begin, ot[j].nbytes, ot[j].dtype, nelem, h);
+		}
+		if (fwrite(data, 1, total, f) != total || fclose(f) != 0) {
+			perror(path);
+			return 1;
+		}
+		free(data);
+		free(hdr);
+		free(ot);
+	}
+	if (shards > 1) {
+		snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dir);
+		FILE *f = fopen(path, "w");
+		fprintf(f, "{\n  \"metadata\": {\n    \"total_size\": 0\n  },\n  \"weight_map\": {");
+		for (size_t i = 0; i < nts; i++)
+			fprintf(f, "%s\n    \"%s\": \"model-%05u-of-%05llu.safetensors\"", i ? "," : "", ts[i].name,
+				ts[i].shard + 1, (unsigned long long)shards);
+		fprintf(f, "\n  }\n}");
+		fclose(f);
+	}
+	snprintf(buf, sizeof(buf),
+		 "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+		 "  \"hidden_size\": %llu,\n  \"intermediate_size\": %llu,\n  \"num_hidden_layers\": %llu,\n"
+		 "  \"num_attention_heads\": 4,\n  \"num_key_value_heads\": 4,\n  \"vocab_size\": %llu,\n"
+		 "  \"max_position_embeddings\": 256,\n  \"rms_norm_eps\": 1e-05,\n"
+		 "  \"tie_word_embeddings\": false,\n  \"torch_dtype\": \"%s\"\n}\n",
+		 (unsigned long long)hidden, (unsigned long long)inter, (unsigned long long)layers,
+		 (unsigned long long)vocab, dt == MK_DT_F32 ? "float32" : dt == MK_DT_F16 ? "float16" : "bfloat16");
+	if (write_text(dir, "config.json", buf) ||
+	    write_text(dir, "generation_config.json", "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2\n}\n") ||
+	    write_text(dir, "tokenizer_config.json",
+		       "{\n  \"bos_token\": \"<s>\",\n  \"eos_token\": \"</s>\",\n  \"model_max_length\": 256\n}\n") ||
+	    write_text(dir, "special_tokens_map.json", "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}\n") ||
+	    write_text(dir, "tokenizer.json",
+		       "{\"version\": \"1.0\", \"model\": {\"type\": \"WordLevel\", \"vocab\": {\"<s>\": 1, \"</s>\": 2, \"caf\\u00e9\": 3}, \"unk_token\": \"<s>\"}}\n") ||
+	    write_text(dir, "README.md", "a synthetic test model (not carried by copy mode)\n"))
+		return 1;
+	free(ts);
+	return 0;
+}
