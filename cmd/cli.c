@@ -47,6 +47,12 @@ void cli_usage_error(const char *fmt, ...)
 	exit(EXIT_USAGE);
 }
 
+void cli_usage_hint(void)
+{
+	fprintf(stderr, "Try '%s --help' for more information.\n", cli_prog);
+	exit(EXIT_USAGE);
+}
+
 void cli_info(int level, const char *fmt, ...)
 {
 	va_list ap;

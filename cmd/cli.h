@@ -16,6 +16,8 @@ void cli_init(const char *prog);
 void cli_fail(const struct mk_err *err) __attribute__((noreturn));
 /* "prog: msg\nTry 'prog --help' for more information." and exit 2. */
 void cli_usage_error(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
+/* After getopt reported a bad option itself: the hint line, exit 2. */
+void cli_usage_hint(void) __attribute__((noreturn));
 void cli_info(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void cli_version(void) __attribute__((noreturn));
 /* Refuse to write a binary stream to a terminal unless forced. */

@@ -63,7 +63,7 @@ int main(int argc, char **argv)
 		case 'v': verbose++; break;
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
-		default: cli_usage_error("unknown option");
+		default: cli_usage_hint();
 		}
 	}
 	if (argc - optind > 1)

@@ -80,7 +80,7 @@ int main(int argc, char **argv)
 		case 'q': cli_verbose--; break;
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
-		default: cli_usage_error("unknown option");
+		default: cli_usage_hint();
 		}
 	}
 	if (optind + 1 != argc)

@@ -1,0 +1,103 @@
+# Bad input gets a clear error, exit 1, and nothing that looks complete.
+. "$MK_TOP/test/cli/lib.inc"
+mk-gen-model --shards 2 --layers 1 --seed 3 m
+mk-fetch --model m > good.mks
+first=$(ls m/model-00001-of-00002.safetensors)
+
+# --- streams -------------------------------------------------------------
+mk-forge ok | mk-pack ok; [ -f ok/model.safetensors ] && [ -f ok/config.json ] || fail "forged ok stream"
+mk-forge unknown-ancillary | mk-pack anc; [ -f anc/model.safetensors ] || fail "ancillary frame not passed over"
+for case in "unknown-critical:unknown critical frame type 'ZZZZ'" \
+	    "plan:this is a 'plan' stream" \
+	    "out-of-order:out of order" \
+	    "missing-data:incomplete" \
+	    "no-end:without an END frame" \
+	    "bad-dtype:is F32, chunk is I32" \
+	    "bad-file=../evil:'..' component" \
+	    "bad-file=/etc/evil:is absolute" \
+	    "bad-file=a//b:empty" \
+	    "bad-file=model.safetensors:would overwrite a weight file"; do
+	k=${case%%:*} msg=${case#*:}
+	mk-forge "$k" > s.mks
+	expect_fail 1 "$msg" mk-pack -i s.mks out
+	no_out out
+	[ ! -e evil ] && [ ! -e /etc/evil ] || fail "a FILE frame escaped OUT"
+	# mk-cat --verify finds the same faults (bad names, ordering, framing)
+	case $k in unknown-ancillary|plan|bad-file=model.safetensors) ;; *) set +e; mk-cat --verify s.mks >/dev/null 2>&1; rc=$?; set -e
+		[ $rc -eq 1 ] || fail "mk-cat --verify accepted '$k' ($rc)" ;; esac
+done
+# truncated streams, at many places, incl. inside the END frame
+size=$(wc -c < good.mks)
+for cut in 0 10 16 40 100 1000 $((size / 2)) $((size - 100)) $((size - 1)); do
+	head -c "$cut" good.mks > cut.mks
+	expect_fail 1 "stdin" sh -c 'mk-pack out < cut.mks'
+	no_out out
+	set +e; mk-cat --verify cut.mks >/dev/null 2>&1; rc=$?; set -e
+	[ $rc -eq 1 ] || fail "mk-cat --verify accepted a stream cut at $cut"
+done
+# a flipped byte anywhere is caught by the frame checksum
+for at in 30 200 $((size / 2)) $((size - 20)); do
+	cp good.mks bad.mks
+	printf '\377' | dd of=bad.mks bs=1 seek="$at" conv=notrunc 2>/dev/null
+	cmp -s good.mks bad.mks && continue
+	expect_fail 1 "frame #" mk-pack -i bad.mks out
+	no_out out
+	set +e; mk-cat --verify bad.mks >/dev/null 2>&1; rc=$?; set -e
+	[ $rc -eq 1 ] || fail "mk-cat --verify accepted a flipped byte at $at"
+done
+# bytes after END, and garbage that is not a stream
+cat good.mks good.mks > twice.mks
+expect_fail 1 "after the END frame" mk-pack -i twice.mks out; no_out out
+echo "hello" > text.mks
+expect_fail 1 "not an mk stream" mk-pack -i text.mks out; no_out out
+
+# --- checkpoints -----------------------------------------------------------
+# a truncated shard: mk-fetch refuses (MetadataIncompleteBuffer) and the
+# pipe leaves no OUT
+cp -r m t && truncate -s -1 t/model-00001-of-00002.safetensors
+expect_fail 1 "MetadataIncompleteBuffer" mk-fetch --model t -o s.mks
+[ ! -e s.mks ] || fail "mk-fetch left a partial stream file"
+set +e; mk-fetch --model t 2>/dev/null | mk-pack out 2>err.txt; set -e
+no_out out
+# trailing junk is refused too
+cp -r m j && printf 'x' >> j/model-00002-of-00002.safetensors
+expect_fail 1 "MetadataIncompleteBuffer" mk-fetch --model j -o s.mks
+# a missing shard
+cp -r m ms && rm ms/model-00002-of-00002.safetensors
+expect_fail 1 "model-00002-of-00002.safetensors" mk-fetch --model ms -o s.mks
+# an index naming a shard outside the model directory
+cp -r m esc && sed -i 's|"model-00001-of-00002.safetensors"|"../model-00001-of-00002.safetensors"|' esc/model.safetensors.index.json
+expect_fail 1 ".." mk-fetch --model esc -o s.mks
+# header length beyond the file, and not JSON
+cp -r m hl && printf '\377\377\377\377\000\000\000\000' | dd of=hl/$(basename "$first") conv=notrunc 2>/dev/null
+expect_fail 1 "HeaderTooLarge" mk-fetch --model hl -o s.mks
+cp -r m nj && printf '\010\000\000\000\000\000\000\000[1,2,3] ' > nj/model-00001-of-00002.safetensors
+expect_fail 1 "model-00001-of-00002.safetensors" mk-fetch --model nj -o s.mks
+# neither local nor cached
+HF_HUB_CACHE=$PWD/nocache expect_fail 1 "does not download" mk-fetch --model nobody/nothing -o s.mks
+expect_fail 1 "not a local directory" mk-fetch --model ./nowhere -o s.mks
+# .bin-only checkpoints are not supported (yet)
+mkdir bin && echo x > bin/pytorch_model.bin
+expect_fail 1 ".bin" mk-fetch --model bin -o s.mks
+# two models sharing tensor names
+cp -r m m2
+expect_fail 1 "is in both" mk-fetch --model m --model m2 -o s.mks
+
+# --- output --------------------------------------------------------------
+mkdir exists
+expect_fail 1 "already exists" mk-pack -i good.mks exists
+mk-pack --force -i good.mks exists && mk-st-diff m exists
+mkdir fresh.mk-partial
+expect_fail 1 "did not finish" mk-pack -i good.mks fresh
+rmdir fresh.mk-partial; [ ! -e fresh ] || fail "fresh written despite a leftover partial"
+if [ "$(id -u)" -ne 0 ]; then
+	mkdir ro && chmod 555 ro
+	expect_fail 1 "ro/out" mk-pack -i good.mks ro/out
+fi
+expect_fail 1 "nodir/out" mk-pack -i good.mks nodir/out
+no_out nodir/out
+# usage errors exit 2
+expect_fail 2 "missing output directory" mk-pack -i good.mks
+expect_fail 2 "--out-shard-size" mk-pack --out-shard-size 12q out
+expect_fail 2 "no --model" mk-fetch
+expect_fail 2 "unrecognized option" mk-cat --bogus
