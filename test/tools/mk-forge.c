@@ -13,6 +13,8 @@
  *   missing-data       one DATA chunk left out (END counts still right)
  *   no-end             no END frame
  *   bad-dtype          a DATA chunk whose dtype differs from the manifest
+ *   big-file=N         a FILE frame "big.bin" of N bytes the HEAD does not
+ *                      announce (so no free-space check can foresee it)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,8 +67,14 @@ int main(int argc, char **argv)
 	check(mk_manifest_encode(m, &head, &hlen, &err));
 	check(mk_sw_open(&w, 1, 0, &err));
 	check(mk_sw_frame1(w, MK_FT_HEAD, head, hlen, &err));
-	if (!strncmp(kind, "bad-file=", 9))
+	if (!strncmp(kind, "bad-file=", 9)) {
 		raw_file(w, kind + 9, strlen(kind + 9));
+	} else if (!strncmp(kind, "big-file=", 9)) {
+		size_t n = strtoul(kind + 9, NULL, 10);
+		char *big = calloc(n ? n : 1, 1);
+		check(mk_sw_file(w, "big.bin", 0644, big, n, &err));
+		free(big);
+	}
 	else
 		check(mk_sw_file(w, "config.json", 0644, "{}\n", 3, &err));
 	if (!strcmp(kind, "unknown-critical"))
