@@ -1,0 +1,244 @@
+/* hash.c - CRC-32C (table, or the SSE4.2 crc32 instruction) and SHA-256. */
+#include <pthread.h>
+#include <string.h>
+#include "mk/hash.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <nmmintrin.h>
+#define HAVE_SSE42_PATH 1
+#endif
+
+/* Both CRC paths are exported (undeclared in hash.h) so the unit test can
+ * check them against each other. */
+uint32_t mk_crc32c_sw(uint32_t crc, const void *buf, size_t len);
+uint32_t mk_crc32c_sse42(uint32_t crc, const void *buf, size_t len);
+
+/* ---- CRC-32C ---- */
+
+#define CRC32C_POLY 0x82F63B78u
+
+/* Slicing-by-8 tables: tab[0] is the classic byte table, tab[k][i] the
+ * CRC of byte i followed by k zero bytes.  Built once (pthread_once). */
+static uint32_t crc_tab[8][256];
+static pthread_once_t crc_tab_once = PTHREAD_ONCE_INIT;
+
+static void crc_tab_init(void)
+{
+	for (unsigned i = 0; i < 256; i++) {
+		uint32_t c = i;
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ CRC32C_POLY : c >> 1;
+		crc_tab[0][i] = c;
+	}
+	for (unsigned i = 0; i < 256; i++)
+		for (int k = 1; k < 8; k++)
+			crc_tab[k][i] = (crc_tab[k - 1][i] >> 8) ^
+					crc_tab[0][crc_tab[k - 1][i] & 0xff];
+}
+
+static uint64_t load_le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+uint32_t mk_crc32c_sw(uint32_t crc, const void *buf, size_t len)
+{
+	const uint8_t *p = buf;
+	uint32_t c = ~crc;
+
+	pthread_once(&crc_tab_once, crc_tab_init);
+	while (len >= 8) {
+		uint64_t v = load_le64(p) ^ c;
+		c = crc_tab[7][v & 0xff] ^ crc_tab[6][(v >> 8) & 0xff] ^
+		    crc_tab[5][(v >> 16) & 0xff] ^ crc_tab[4][(v >> 24) & 0xff] ^
+		    crc_tab[3][(v >> 32) & 0xff] ^ crc_tab[2][(v >> 40) & 0xff] ^
+		    crc_tab[1][(v >> 48) & 0xff] ^ crc_tab[0][v >> 56];
+		p += 8;
+		len -= 8;
+	}
+	while (len--)
+		c = (c >> 8) ^ crc_tab[0][(c ^ *p++) & 0xff];
+	return ~c;
+}
+
+#ifdef HAVE_SSE42_PATH
+__attribute__((target("sse4.2")))
+static uint32_t crc32c_hw(uint32_t crc, const uint8_t *p, size_t len)
+{
+	uint32_t c = ~crc;
+
+#ifdef __x86_64__
+	while (len >= 8) {
+		uint64_t v;
+		memcpy(&v, p, 8);
+		c = (uint32_t)_mm_crc32_u64(c, v);
+		p += 8;
+		len -= 8;
+	}
+#endif
+	while (len >= 4) {
+		uint32_t v;
+		memcpy(&v, p, 4);
+		c = _mm_crc32_u32(c, v);
+		p += 4;
+		len -= 4;
+	}
+	while (len--)
+		c = _mm_crc32_u8(c, *p++);
+	return ~c;
+}
+
+static int have_sse42(void)
+{
+	return __builtin_cpu_supports("sse4.2");
+}
+#endif
+
+/* The SSE4.2 path when the CPU has it, else the table (so calling this on
+ * an old CPU is always safe). */
+uint32_t mk_crc32c_sse42(uint32_t crc, const void *buf, size_t len)
+{
+#ifdef HAVE_SSE42_PATH
+	if (have_sse42())
+		return crc32c_hw(crc, buf, len);
+#endif
+	return mk_crc32c_sw(crc, buf, len);
+}
+
+uint32_t mk_crc32c(uint32_t crc, const void *buf, size_t len)
+{
+	return mk_crc32c_sse42(crc, buf, len);
+}
+
+/* ---- SHA-256 (FIPS 180-4) ---- */
+
+static const uint32_t sha_k[64] = {
+	0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
+	0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3,
+	0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
+	0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+	0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147,
+	0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
+	0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
+	0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+	0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
+	0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208,
+	0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+};
+
+static uint32_t ror32(uint32_t x, unsigned n)
+{
+	return x >> n | x << (32 - n);
+}
+
+static void sha_block(uint32_t h[8], const uint8_t *p)
+{
+	uint32_t w[64], a, b, c, d, e, f, g, hh;
+
+	for (int i = 0; i < 16; i++)
+		w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+		       (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+	for (int i = 16; i < 64; i++) {
+		uint32_t s0 = ror32(w[i - 15], 7) ^ ror32(w[i - 15], 18) ^ w[i - 15] >> 3;
+		uint32_t s1 = ror32(w[i - 2], 17) ^ ror32(w[i - 2], 19) ^ w[i - 2] >> 10;
+		w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+	}
+	a = h[0]; b = h[1]; c = h[2]; d = h[3];
+	e = h[4]; f = h[5]; g = h[6]; hh = h[7];
+	for (int i = 0; i < 64; i++) {
+		uint32_t s1 = ror32(e, 6) ^ ror32(e, 11) ^ ror32(e, 25);
+		uint32_t ch = (e & f) ^ (~e & g);
+		uint32_t t1 = hh + s1 + ch + sha_k[i] + w[i];
+		uint32_t s0 = ror32(a, 2) ^ ror32(a, 13) ^ ror32(a, 22);
+		uint32_t maj = (a & b) ^ (a & c) ^ (b & c);
+		uint32_t t2 = s0 + maj;
+		hh = g; g = f; f = e; e = d + t1;
+		d = c; c = b; b = a; a = t1 + t2;
+	}
+	h[0] += a; h[1] += b; h[2] += c; h[3] += d;
+	h[4] += e; h[5] += f; h[6] += g; h[7] += hh;
+}
+
+void mk_sha256_init(struct mk_sha256 *s)
+{
+	static const uint32_t iv[8] = {
+		0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+		0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
+	};
+
+	memcpy(s->h, iv, sizeof(iv));
+	s->nbytes = 0;
+	s->nbuf = 0;
+}
+
+void mk_sha256_update(struct mk_sha256 *s, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+
+	s->nbytes += len;
+	if (s->nbuf) {
+		size_t k = 64 - s->nbuf < len ? 64 - s->nbuf : len;
+		memcpy(s->buf + s->nbuf, p, k);
+		s->nbuf += k;
+		p += k;
+		len -= k;
+		if (s->nbuf < 64)
+			return;
+		sha_block(s->h, s->buf);
+		s->nbuf = 0;
+	}
+	while (len >= 64) {
+		sha_block(s->h, p);
+		p += 64;
+		len -= 64;
+	}
+	memcpy(s->buf, p, len);
+	s->nbuf = len;
+}
+
+void mk_sha256_final(struct mk_sha256 *s, uint8_t out[32])
+{
+	uint64_t bits = s->nbytes * 8;
+
+	s->buf[s->nbuf++] = 0x80;
+	if (s->nbuf > 56) {
+		memset(s->buf + s->nbuf, 0, 64 - s->nbuf);
+		sha_block(s->h, s->buf);
+		s->nbuf = 0;
+	}
+	memset(s->buf + s->nbuf, 0, 56 - s->nbuf);
+	for (int i = 0; i < 8; i++)
+		s->buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+	sha_block(s->h, s->buf);
+	for (int i = 0; i < 8; i++) {
+		out[4 * i] = (uint8_t)(s->h[i] >> 24);
+		out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
+		out[4 * i + 2] = (uint8_t)(s->h[i] >> 8);
+		out[4 * i + 3] = (uint8_t)s->h[i];
+	}
+	memset(s, 0, sizeof(*s));
+}
+
+void mk_sha256(const void *data, size_t len, uint8_t out[32])
+{
+	struct mk_sha256 s;
+
+	mk_sha256_init(&s);
+	mk_sha256_update(&s, data, len);
+	mk_sha256_final(&s, out);
+}
+
+void mk_hex(const uint8_t *in, size_t n, char *out)
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < n; i++) {
+		out[2 * i] = digits[in[i] >> 4];
+		out[2 * i + 1] = digits[in[i] & 15];
+	}
+	out[2 * n] = '\0';
+}

@@ -1,0 +1,765 @@
+/* safetensors.c - parse and validate safetensors headers; build headers
+ * byte-identical to the reference writer.
+ *
+ * The checks and their order follow the reference (huggingface/safetensors,
+ * SafeTensors::read_metadata then Metadata::validate); messages carry the
+ * reference's error names so a user can compare with what Python says.
+ *
+ * Integers (shape, data_offsets) must be JSON integers >= 0.  jansson reads
+ * them as long long, so values >= 2^63 fail as a JSON error (the reference
+ * accepts up to 2^64-1, which no real file can use).  No 2^48 cap (the
+ * schema's) is applied: the reference does not apply one either.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <jansson.h>
+#include "mk/hash.h"
+#include "mk/safetensors.h"
+
+/* The public struct plus what mk_st_find needs.  Every mk_st_file comes
+ * from mk_st_parse, so the cast in both directions is safe. */
+struct st_file {
+	struct mk_st_file pub;       /* first member */
+	size_t *by_name;             /* tensor indexes sorted by name */
+	char *strings;               /* tensor names, metadata keys/values */
+};
+
+static struct st_file *priv(const struct mk_st_file *f)
+{
+	return (struct st_file *)f;
+}
+
+static uint64_t le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+/* Rust's str::from_utf8 rules: no overlongs, no surrogates, <= U+10FFFF.
+ * Returns the offset of the first bad byte, or len when all is valid. */
+static size_t utf8_check(const uint8_t *s, size_t len)
+{
+	size_t i = 0;
+
+	while (i < len) {
+		uint8_t c = s[i];
+		size_t need;
+		uint8_t lo = 0x80, hi = 0xbf;
+
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		if (c >= 0xc2 && c <= 0xdf)
+			need = 1;
+		else if (c >= 0xe0 && c <= 0xef) {
+			need = 2;
+			if (c == 0xe0)
+				lo = 0xa0;
+			else if (c == 0xed)
+				hi = 0x9f;
+		} else if (c >= 0xf0 && c <= 0xf4) {
+			need = 3;
+			if (c == 0xf0)
+				lo = 0x90;
+			else if (c == 0xf4)
+				hi = 0x8f;
+		} else
+			return i;
+		if (len - i <= need)
+			return i;
+		if (s[i + 1] < lo || s[i + 1] > hi)
+			return i;
+		for (size_t k = 2; k <= need; k++)
+			if ((s[i + k] & 0xc0) != 0x80)
+				return i;
+		i += need + 1;
+	}
+	return len;
+}
+
+static int get_u64(const json_t *v, uint64_t *out)
+{
+	json_int_t x;
+
+	if (!json_is_integer(v))
+		return -1;
+	x = json_integer_value(v);
+	if (x < 0)
+		return -1;
+	*out = (uint64_t)x;
+	return 0;
+}
+
+static void fmt_shape(char *buf, size_t size, const uint64_t *shape,
+		      unsigned ndim)
+{
+	size_t n = 0;
+
+	n += (size_t)snprintf(buf + n, size - n, "[");
+	for (unsigned i = 0; i < ndim && n < size; i++)
+		n += (size_t)snprintf(buf + n, size - n, "%s%" PRIu64,
+				      i ? "," : "", shape[i]);
+	if (n < size)
+		snprintf(buf + n, size - n, "]");
+}
+
+/* Convert one tensor entry; `name` already points into the arena. */
+static int read_tensor(const json_t *v, struct mk_st_tensor *t,
+		       const char *label, struct mk_err *err)
+{
+	const json_t *dt, *shape, *offs, *x;
+	size_t i;
+
+	if (!json_is_object(v))
+		return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': entry is not "
+				  "a JSON object (InvalidHeaderDeserialization)",
+				  label, t->name);
+	dt = json_object_get(v, "dtype");
+	shape = json_object_get(v, "shape");
+	offs = json_object_get(v, "data_offsets");
+	if (!dt || !shape || !offs)
+		return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': missing field "
+				  "\"%s\" (InvalidHeaderDeserialization)", label,
+				  t->name, !dt ? "dtype" : !shape ? "shape" :
+				  "data_offsets");
+	if (!json_is_string(dt))
+		return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': dtype is not "
+				  "a string (InvalidHeaderDeserialization)", label,
+				  t->name);
+	if (mk_dtype_from_name(json_string_value(dt), &t->dtype) < 0)
+		return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': unknown dtype "
+				  "'%s' (InvalidHeaderDeserialization)", label,
+				  t->name, json_string_value(dt));
+	if (!json_is_array(shape))
+		return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': shape is not "
+				  "an array (InvalidHeaderDeserialization)", label,
+				  t->name);
+	json_array_foreach(shape, i, x) {
+		if (i >= MK_MAX_DIMS)
+			return mk_err_set(err, MK_EUNSUPPORTED, "%s: tensor '%s': "
+					  "%zu dimensions; mk supports at most %d",
+					  label, t->name, json_array_size(shape),
+					  MK_MAX_DIMS);
+		if (get_u64(x, &t->shape[i]) < 0)
+			return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': shape[%zu] "
+					  "is not a non-negative integer "
+					  "(InvalidHeaderDeserialization)", label,
+					  t->name, i);
+	}
+	t->ndim = (unsigned)json_array_size(shape);
+	if (!json_is_array(offs) || json_array_size(offs) != 2 ||
+	    get_u64(json_array_get(offs, 0), &t->begin) < 0 ||
+	    get_u64(json_array_get(offs, 1), &t->end) < 0)
+		return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': data_offsets is "
+				  "not an array of two non-negative integers "
+				  "(InvalidHeaderDeserialization)", label, t->name);
+	return 0;
+}
+
+static int cmp_offsets(const void *a, const void *b)
+{
+	const struct mk_st_tensor *x = a, *y = b;
+
+	if (x->begin != y->begin)
+		return x->begin < y->begin ? -1 : 1;
+	if (x->end != y->end)
+		return x->end < y->end ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+/* qsort_r comparator: indexes into the tensor array `ctx`. */
+static int cmp_by_name(const void *a, const void *b, void *ctx)
+{
+	const struct mk_st_tensor *t = ctx;
+
+	return strcmp(t[*(const size_t *)a].name, t[*(const size_t *)b].name);
+}
+
+/* Metadata::validate: the sorted tensors must tile [0, end) exactly and
+ * each must span exactly its shape's bytes.  Sets *data_len. */
+static int validate(struct mk_st_file *f, const char *label,
+		    uint64_t *data_len, struct mk_err *err)
+{
+	uint64_t start = 0;
+	char sh[256];
+
+	for (size_t i = 0; i < f->ntensors; i++) {
+		struct mk_st_tensor *t = &f->tensors[i];
+		uint64_t nelem = 1, nbits, size;
+
+		if (t->end < t->begin)
+			return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': "
+					  "data_offsets [%" PRIu64 ",%" PRIu64 ") end "
+					  "before they begin (InvalidOffset)",
+					  label, t->name, t->begin, t->end);
+		if (t->begin != start) {
+			if (i == 0)
+				return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': "
+						  "data_offsets [%" PRIu64 ",%" PRIu64
+						  ") do not start at 0, the start of "
+						  "the data section (InvalidOffset)",
+						  label, t->name, t->begin, t->end);
+			return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': "
+					  "data_offsets [%" PRIu64 ",%" PRIu64 ") do "
+					  "not start where the previous tensor ('%s') "
+					  "ends (%" PRIu64 ") (InvalidOffset)", label,
+					  t->name, t->begin, t->end, f->tensors[i - 1].name,
+					  start);
+		}
+		start = t->end;
+		for (unsigned d = 0; d < t->ndim; d++)
+			if (__builtin_mul_overflow(nelem, t->shape[d], &nelem)) {
+				fmt_shape(sh, sizeof(sh), t->shape, t->ndim);
+				return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': "
+						  "element count of shape %s overflows "
+						  "64 bits (ValidationOverflow)", label,
+						  t->name, sh);
+			}
+		t->nelem = nelem;
+		if (__builtin_mul_overflow(nelem, (uint64_t)mk_dtype_bits(t->dtype),
+					   &nbits)) {
+			fmt_shape(sh, sizeof(sh), t->shape, t->ndim);
+			return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': bit size "
+					  "of %s %s overflows 64 bits "
+					  "(ValidationOverflow)", label, t->name,
+					  mk_dtype_name(t->dtype), sh);
+		}
+		if (nbits % 8) {
+			fmt_shape(sh, sizeof(sh), t->shape, t->ndim);
+			return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': %s %s is "
+					  "%" PRIu64 " bits, not a whole number of "
+					  "bytes (MisalignedSlice)", label, t->name,
+					  mk_dtype_name(t->dtype), sh, nbits);
+		}
+		size = nbits / 8;
+		if (t->end - t->begin != size) {
+			fmt_shape(sh, sizeof(sh), t->shape, t->ndim);
+			return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': %s %s needs "
+					  "%" PRIu64 " bytes but data_offsets [%" PRIu64
+					  ",%" PRIu64 ") span %" PRIu64
+					  " (TensorInvalidInfo)", label, t->name,
+					  mk_dtype_name(t->dtype), sh, size, t->begin,
+					  t->end, t->end - t->begin);
+		}
+	}
+	*data_len = start;
+	return 0;
+}
+
+void mk_st_file_free(struct mk_st_file *f)
+{
+	struct st_file *sf = priv(f);
+
+	if (!f)
+		return;
+	free(f->path);
+	free(f->tensors);
+	free(f->meta);
+	free(sf->by_name);
+	free(sf->strings);
+	free(sf);
+}
+
+int mk_st_parse(const void *buf, size_t len, uint64_t file_size,
+		const char *label, struct mk_st_file **out, struct mk_err *err)
+{
+	const uint8_t *p = buf;
+	struct st_file *sf = NULL;
+	struct mk_st_file *f;
+	json_t *root = NULL, *meta = NULL;
+	json_error_t jerr;
+	const char *key;
+	json_t *val;
+	size_t arena = 0, off = 0, bad, ti = 0, mi = 0;
+	uint64_t n, data_len = 0, total;
+	int rc;
+
+	*out = NULL;
+	if (!label)
+		label = "safetensors header";
+	if (len > file_size)
+		len = (size_t)file_size;     /* bytes past EOF are not the file's */
+
+	/* read_metadata: 1. HeaderTooSmall, 2. HeaderTooLarge,
+	 * 3. InvalidHeaderLength, 4. InvalidHeader (UTF-8),
+	 * 5. InvalidHeaderDeserialization. */
+	if (file_size < 8) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: %" PRIu64 " bytes, too short "
+				"for the 8-byte header length (HeaderTooSmall)",
+				label, file_size);
+		goto out;
+	}
+	if (len < 8) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: only %zu bytes given, too few "
+				"for the 8-byte header length (HeaderTooSmall)",
+				label, len);
+		goto out;
+	}
+	n = le64(p);
+	if (n > MK_ST_MAX_HEADER) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: header length %" PRIu64
+				" exceeds the limit of %llu bytes (HeaderTooLarge)",
+				label, n, MK_ST_MAX_HEADER);
+		goto out;
+	}
+	if (8 + n > file_size) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: header length %" PRIu64
+				" runs past the end of the %" PRIu64 "-byte file "
+				"(InvalidHeaderLength)", label, n, file_size);
+		goto out;
+	}
+	if (8 + n > len) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: header length %" PRIu64
+				" but only %zu bytes were read (InvalidHeaderLength)",
+				label, n, len);
+		goto out;
+	}
+	bad = utf8_check(p + 8, (size_t)n);
+	if (bad != n) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: header is not valid UTF-8 "
+				"(bad byte 0x%02x at header offset %zu) (InvalidHeader)",
+				label, p[8 + bad], bad);
+		goto out;
+	}
+	root = json_loadb((const char *)p + 8, (size_t)n, JSON_REJECT_DUPLICATES,
+			  &jerr);
+	if (!root) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: header is not valid JSON: %s "
+				"(line %d, column %d) (InvalidHeaderDeserialization)",
+				label, jerr.text, jerr.line, jerr.column);
+		goto out;
+	}
+	if (!json_is_object(root)) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: header is not a JSON object "
+				"(InvalidHeaderDeserialization)", label);
+		goto out;
+	}
+
+	/* Size the allocations: one arena for every string. */
+	meta = json_object_get(root, "__metadata__");
+	if (meta && !json_is_null(meta) && !json_is_object(meta)) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: __metadata__ is not an object "
+				"of strings (InvalidHeaderDeserialization)", label);
+		goto out;
+	}
+	if (meta && json_is_null(meta))   /* serde reads null as "absent" */
+		meta = NULL;
+	json_object_foreach(root, key, val)
+		arena += strlen(key) + 1;
+	if (meta) {
+		json_object_foreach(meta, key, val) {
+			if (!json_is_string(val)) {
+				rc = mk_err_set(err, MK_EFORMAT, "%s: __metadata__ value "
+						"for '%s' is not a string "
+						"(InvalidHeaderDeserialization)", label, key);
+				goto out;
+			}
+			arena += strlen(key) + 1 + json_string_length(val) + 1;
+		}
+	}
+
+	sf = calloc(1, sizeof(*sf));
+	if (!sf)
+		goto nomem;
+	f = &sf->pub;
+	f->ntensors = json_object_size(root) -
+		      (json_object_get(root, "__metadata__") ? 1 : 0);
+	f->nmeta = meta ? json_object_size(meta) : 0;
+	f->path = strdup(label);
+	f->tensors = calloc(f->ntensors ? f->ntensors : 1, sizeof(*f->tensors));
+	f->meta = calloc(f->nmeta ? f->nmeta : 1, sizeof(*f->meta));
+	sf->by_name = calloc(f->ntensors ? f->ntensors : 1, sizeof(*sf->by_name));
+	sf->strings = malloc(arena ? arena : 1);
+	if (!f->path || !f->tensors || !f->meta || !sf->by_name || !sf->strings)
+		goto nomem;
+	f->file_size = file_size;
+	f->header_len = n;
+	f->data_start = 8 + n;
+
+	if (meta) {
+		json_object_foreach(meta, key, val) {
+			struct mk_st_meta *m = &f->meta[mi++];
+			size_t kl = strlen(key) + 1, vl = json_string_length(val);
+
+			m->key = memcpy(sf->strings + off, key, kl);
+			off += kl;
+			/* jansson rejects \u0000 unless JSON_ALLOW_NUL, so the
+			 * value has no embedded NUL. */
+			m->value = memcpy(sf->strings + off, json_string_value(val), vl);
+			m->value[vl] = '\0';
+			off += vl + 1;
+		}
+	}
+	json_object_foreach(root, key, val) {
+		struct mk_st_tensor *t;
+		size_t kl = strlen(key) + 1;
+
+		if (!strcmp(key, "__metadata__"))
+			continue;
+		t = &f->tensors[ti++];
+		t->name = memcpy(sf->strings + off, key, kl);
+		off += kl;
+		rc = read_tensor(val, t, label, err);
+		if (rc < 0)
+			goto out;
+	}
+
+	qsort(f->tensors, f->ntensors, sizeof(*f->tensors), cmp_offsets);
+	rc = validate(f, label, &data_len, err);
+	if (rc < 0)
+		goto out;
+	if (__builtin_add_overflow(8 + n, data_len, &total) || total != file_size) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: header and tensors cover "
+				"8 + %" PRIu64 " + %" PRIu64 " bytes but the file has %"
+				PRIu64 " (MetadataIncompleteBuffer)", label, n, data_len,
+				file_size);
+		goto out;
+	}
+
+	for (size_t i = 0; i < f->ntensors; i++)
+		sf->by_name[i] = i;
+	qsort_r(sf->by_name, f->ntensors, sizeof(*sf->by_name), cmp_by_name,
+		f->tensors);
+	mk_sha256(p, (size_t)(8 + n), f->header_hash);
+	*out = f;
+	sf = NULL;
+	rc = 0;
+	goto out;
+nomem:
+	rc = mk_err_set(err, MK_ENOMEM, "%s: out of memory reading the header",
+			label);
+out:
+	json_decref(root);
+	if (sf)
+		mk_st_file_free(&sf->pub);
+	return rc;
+}
+
+const struct mk_st_tensor *mk_st_find(const struct mk_st_file *f,
+				      const char *name)
+{
+	const size_t *idx = priv(f)->by_name;
+	size_t lo = 0, hi = f->ntensors;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = strcmp(name, f->tensors[idx[mid]].name);
+
+		if (c == 0)
+			return &f->tensors[idx[mid]];
+		if (c < 0)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return NULL;
+}
+
+static int read_full(int fd, void *buf, size_t len, off_t at)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t r = pread(fd, p, len, at);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (r == 0) {
+			errno = EIO;         /* file shrank under us */
+			return -1;
+		}
+		p += r;
+		len -= (size_t)r;
+		at += r;
+	}
+	return 0;
+}
+
+int mk_st_open(const char *path, struct mk_st_file **out, struct mk_err *err)
+{
+	uint8_t head[8], *buf = NULL;
+	struct stat st;
+	uint64_t n, size;
+	int fd, rc;
+
+	*out = NULL;
+	/* O_NONBLOCK: a FIFO must not hang the open; it fails S_ISREG. */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
+		return mk_err_sys(err, errno, "%s: cannot open", path);
+	if (fstat(fd, &st) < 0) {
+		rc = mk_err_sys(err, errno, "%s: cannot stat", path);
+		goto out;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		rc = mk_err_set(err, MK_EINVAL, "%s: not a regular file", path);
+		goto out;
+	}
+	size = (uint64_t)st.st_size;
+	if (size < 8) {
+		rc = mk_st_parse(head, 0, size, path, out, err);
+		goto out;
+	}
+	if (read_full(fd, head, 8, 0) < 0) {
+		rc = mk_err_sys(err, errno, "%s: cannot read", path);
+		goto out;
+	}
+	n = le64(head);
+	if (n > MK_ST_MAX_HEADER || 8 + n > size) {
+		/* Let the parser word the HeaderTooLarge / InvalidHeaderLength
+		 * error. */
+		rc = mk_st_parse(head, 8, size, path, out, err);
+		goto out;
+	}
+	buf = malloc((size_t)(8 + n));
+	if (!buf) {
+		rc = mk_err_set(err, MK_ENOMEM, "%s: out of memory for a %" PRIu64
+				"-byte header", path, n);
+		goto out;
+	}
+	memcpy(buf, head, 8);
+	if (read_full(fd, buf + 8, (size_t)n, 8) < 0) {
+		rc = mk_err_sys(err, errno, "%s: cannot read the header", path);
+		goto out;
+	}
+	rc = mk_st_parse(buf, (size_t)(8 + n), size, path, out, err);
+out:
+	free(buf);
+	close(fd);
+	return rc;
+}
+
+/* ---- mk_st_header_build ---- */
+
+struct sbuf {
+	char *p;
+	size_t len, cap;
+	int oom;
+};
+
+static void sb_grow(struct sbuf *b, size_t more)
+{
+	size_t cap = b->cap ? b->cap : 256;
+	char *np;
+
+	if (b->oom || b->len + more <= b->cap)
+		return;
+	while (cap < b->len + more)
+		cap *= 2;
+	np = realloc(b->p, cap);
+	if (!np) {
+		b->oom = 1;
+		return;
+	}
+	b->p = np;
+	b->cap = cap;
+}
+
+static void sb_put(struct sbuf *b, const void *s, size_t n)
+{
+	sb_grow(b, n);
+	if (b->oom)
+		return;
+	memcpy(b->p + b->len, s, n);
+	b->len += n;
+}
+
+static void sb_str(struct sbuf *b, const char *s)
+{
+	sb_put(b, s, strlen(s));
+}
+
+static void sb_u64(struct sbuf *b, uint64_t v)
+{
+	char tmp[24];
+
+	sb_put(b, tmp, (size_t)snprintf(tmp, sizeof(tmp), "%" PRIu64, v));
+}
+
+/* A JSON string as serde_json writes it: escape '"', '\\' and the control
+ * characters (short forms \b \t \n \f \r, else \u00xx in lower-case hex);
+ * everything else, non-ASCII UTF-8 and DEL included, goes through raw. */
+static void sb_json_str(struct sbuf *b, const char *s)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	sb_put(b, "\"", 1);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+		char esc[6] = { '\\', 'u', '0', '0', 0, 0 };
+
+		switch (c) {
+		case '"': sb_put(b, "\\\"", 2); break;
+		case '\\': sb_put(b, "\\\\", 2); break;
+		case '\b': sb_put(b, "\\b", 2); break;
+		case '\t': sb_put(b, "\\t", 2); break;
+		case '\n': sb_put(b, "\\n", 2); break;
+		case '\f': sb_put(b, "\\f", 2); break;
+		case '\r': sb_put(b, "\\r", 2); break;
+		default:
+			if (c < 0x20) {
+				esc[4] = hex[c >> 4];
+				esc[5] = hex[c & 15];
+				sb_put(b, esc, 6);
+			} else
+				sb_put(b, s, 1);
+		}
+	}
+	sb_put(b, "\"", 1);
+}
+
+/* qsort_r comparators over indexes into the mk_st_out_tensor array. */
+static int cmp_out_name(const void *a, const void *b, void *ctx)
+{
+	const struct mk_st_out_tensor *t = ctx;
+
+	return strcmp(t[*(const size_t *)a].name, t[*(const size_t *)b].name);
+}
+
+/* The reference's prepare(): dtype descending, then name ascending. */
+static int cmp_out_order(const void *a, const void *b, void *ctx)
+{
+	const struct mk_st_out_tensor *x = (const struct mk_st_out_tensor *)ctx +
+					   *(const size_t *)a;
+	const struct mk_st_out_tensor *y = (const struct mk_st_out_tensor *)ctx +
+					   *(const size_t *)b;
+
+	if (x->dtype != y->dtype)
+		return x->dtype > y->dtype ? -1 : 1;
+	return strcmp(x->name, y->name);
+}
+
+int mk_st_header_build(struct mk_st_out_tensor *t, size_t n, size_t align,
+		       uint8_t **hdr, size_t *hdr_len, size_t *order,
+		       struct mk_err *err)
+{
+	struct sbuf b = { 0 };
+	size_t *perm = NULL;
+	uint64_t off = 0, hlen;
+	int rc;
+
+	*hdr = NULL;
+	*hdr_len = 0;
+	if (align < 8 || (align & (align - 1))) {
+		rc = mk_err_set(err, MK_EINVAL, "header alignment %zu is not a "
+				"power of two >= 8", align);
+		goto out;
+	}
+	perm = malloc((n ? n : 1) * sizeof(*perm));
+	if (!perm)
+		goto nomem;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t nelem = 1;
+
+		perm[i] = i;
+		if (!t[i].name || !strcmp(t[i].name, "__metadata__")) {
+			rc = mk_err_set(err, MK_EINVAL, "tensor name '%s' is reserved "
+					"for the header's metadata", t[i].name ?
+					t[i].name : "(null)");
+			goto out;
+		}
+		if (utf8_check((const uint8_t *)t[i].name, strlen(t[i].name)) !=
+		    strlen(t[i].name)) {
+			rc = mk_err_set(err, MK_EINVAL, "tensor name '%s' is not "
+					"valid UTF-8", t[i].name);
+			goto out;
+		}
+		if (!mk_dtype_name(t[i].dtype) || t[i].ndim > MK_MAX_DIMS ||
+		    (t[i].ndim && !t[i].shape)) {
+			rc = mk_err_set(err, MK_EINVAL, "tensor '%s': invalid dtype "
+					"or shape", t[i].name);
+			goto out;
+		}
+		for (unsigned d = 0; d < t[i].ndim; d++)
+			if (__builtin_mul_overflow(nelem, t[i].shape[d], &nelem)) {
+				rc = mk_err_set(err, MK_EINVAL, "tensor '%s': element "
+						"count overflows 64 bits "
+						"(ValidationOverflow)", t[i].name);
+				goto out;
+			}
+		if (mk_dtype_nbytes(t[i].dtype, nelem, &t[i].nbytes) < 0) {
+			rc = mk_err_set(err, MK_EINVAL, "tensor '%s': %" PRIu64
+					" elements of %s are not a whole number of "
+					"bytes (MisalignedSlice)", t[i].name, nelem,
+					mk_dtype_name(t[i].dtype));
+			goto out;
+		}
+	}
+	qsort_r(perm, n, sizeof(*perm), cmp_out_name, t);
+	for (size_t i = 1; i < n; i++)
+		if (!strcmp(t[perm[i - 1]].name, t[perm[i]].name)) {
+			rc = mk_err_set(err, MK_EINVAL, "tensor '%s' is named twice",
+					t[perm[i]].name);
+			goto out;
+		}
+	qsort_r(perm, n, sizeof(*perm), cmp_out_order, t);
+
+	sb_put(&b, "\0\0\0\0\0\0\0\0", 8);
+	sb_str(&b, "{\"__metadata__\":{\"format\":\"pt\"}");
+	for (size_t i = 0; i < n; i++) {
+		struct mk_st_out_tensor *x = &t[perm[i]];
+
+		x->begin = off;
+		if (__builtin_add_overflow(off, x->nbytes, &off)) {
+			rc = mk_err_set(err, MK_EINVAL, "tensor '%s': data offsets "
+					"overflow 64 bits", x->name);
+			goto out;
+		}
+		sb_put(&b, ",", 1);
+		sb_json_str(&b, x->name);
+		sb_str(&b, ":{\"dtype\":\"");
+		sb_str(&b, mk_dtype_name(x->dtype));
+		sb_str(&b, "\",\"shape\":[");
+		for (unsigned d = 0; d < x->ndim; d++) {
+			if (d)
+				sb_put(&b, ",", 1);
+			sb_u64(&b, x->shape[d]);
+		}
+		sb_str(&b, "],\"data_offsets\":[");
+		sb_u64(&b, x->begin);
+		sb_put(&b, ",", 1);
+		sb_u64(&b, off);
+		sb_str(&b, "]}");
+	}
+	sb_put(&b, "}", 1);
+	/* Pad with spaces so the data section (8 + N) starts aligned; for
+	 * align 8 this is the reference's "N % 8 == 0". */
+	while (!b.oom && b.len % align)
+		sb_put(&b, " ", 1);
+	if (b.oom)
+		goto nomem;
+	hlen = b.len - 8;
+	if (hlen > MK_ST_MAX_HEADER) {
+		rc = mk_err_set(err, MK_EINVAL, "header of %" PRIu64 " bytes exceeds "
+				"the limit of %llu (HeaderTooLarge)", hlen,
+				MK_ST_MAX_HEADER);
+		goto out;
+	}
+	for (int i = 0; i < 8; i++)
+		b.p[i] = (char)(hlen >> (8 * i));
+	if (order)
+		memcpy(order, perm, n * sizeof(*perm));
+	*hdr = (uint8_t *)b.p;
+	*hdr_len = b.len;
+	b.p = NULL;
+	rc = 0;
+	goto out;
+nomem:
+	rc = mk_err_set(err, MK_ENOMEM, "out of memory building a header");
+out:
+	free(b.p);
+	free(perm);
+	return rc;
+}
