@@ -1,5 +1,6 @@
 /* pack.c - mk-pack: a "tensors" stream -> sharded safetensors + files. */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,14 +24,26 @@ struct shard {
 	int fd;
 	uint64_t size;           /* file size: header + data */
 	uint64_t data_start;
-	bool dirty;              /* written since the last fdatasync */
 };
 
 struct slot {                    /* where a manifest tensor goes */
 	size_t shard;
 	uint64_t off;            /* file offset of its first byte */
 	uint64_t got;            /* elements received so far */
-	bool done, journaled;
+	bool done;
+};
+
+/* The journal's group commits run on a thread of their own, so writing
+ * goes on while the disk catches up (fdatasync waits for the device). */
+struct syncer {
+	pthread_t th;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool started, busy, stop;
+	size_t *batch;           /* tensors to journal once synced */
+	size_t nbatch;
+	int rc;
+	struct mk_err err;
 };
 
 struct pack {
@@ -41,7 +54,10 @@ struct pack {
 	struct shard *sh;
 	struct slot *slot;
 	int jfd;                 /* journal */
-	uint64_t pending_bytes;  /* finished, not yet synced */
+	uint64_t pending_bytes;  /* finished, not yet handed to the syncer */
+	size_t *finished;        /* finished tensors not yet handed over */
+	size_t nfinished;
+	struct syncer sy;
 	size_t ndone;
 	uint64_t done_bytes;
 	struct mk_pack_stats *st;
@@ -181,7 +197,7 @@ static int check_space(struct pack *p, const char *dir, struct mk_err *err)
 		need += p->man->files[i].size;
 	need += 64 * (uint64_t)p->man->ntensors; /* index, roughly */
 	if (statvfs(dir, &vf) < 0)
-		return mk_err_sys(err, errno, "%s: statvfs", dir);
+		return mk_err_sys(err, errno, "%s: cannot create the output in '%s'", p->o->out_dir, dir);
 	have = (uint64_t)vf.f_bavail * vf.f_frsize;
 	if (need > have)
 		return mk_err_set(err, MK_ENOSPC, "%s: the output needs %s, only %s free on that file system",
@@ -218,40 +234,129 @@ static int open_shards(struct pack *p, uint8_t **hdrs, size_t *hlens, struct mk_
 		free(path);
 		if (rc)
 			return rc;
-		sh->dirty = true;
 	}
 	return 0;
 }
 
-/* Group commit: fdatasync the dirty shards, then journal the tensors that
- * finished since the last commit. */
-static int journal_commit(struct pack *p, struct mk_err *err)
+/* Group commit: fdatasync every shard, then journal `n` tensors whose
+ * bytes were all written before the call. */
+static int journal_commit(struct pack *p, const size_t *ids, size_t n, struct mk_err *err)
 {
 	char line[512];
 
-	for (size_t s = 0; s < p->nshards; s++) {
-		if (!p->sh[s].dirty)
-			continue;
+	for (size_t s = 0; s < p->nshards; s++)
 		if (fdatasync(p->sh[s].fd) < 0)
 			return mk_err_sys(err, errno, "%s/%s: fdatasync", p->partial, p->sh[s].name);
-		p->sh[s].dirty = false;
-	}
-	for (size_t i = 0; i < p->man->ntensors; i++) {
-		struct slot *sl = &p->slot[i];
-		if (!sl->done || sl->journaled)
-			continue;
-		int n = snprintf(line, sizeof(line), "done %zu %s\n", i, p->man->tensors[i].name);
-		if (n >= (int)sizeof(line))
-			n = snprintf(line, sizeof(line), "done %zu\n", i);
-		int rc = mk_write_all(p->jfd, line, (size_t)n, JOURNAL_NAME, err);
+	for (size_t k = 0; k < n; k++) {
+		size_t i = ids[k];
+		int len = snprintf(line, sizeof(line), "done %zu %s\n", i, p->man->tensors[i].name);
+		if (len >= (int)sizeof(line))
+			len = snprintf(line, sizeof(line), "done %zu\n", i);
+		int rc = mk_write_all(p->jfd, line, (size_t)len, JOURNAL_NAME, err);
 		if (rc)
 			return rc;
-		sl->journaled = true;
 	}
 	if (fdatasync(p->jfd) < 0)
 		return mk_err_sys(err, errno, "%s/%s: fdatasync", p->partial, JOURNAL_NAME);
-	p->pending_bytes = 0;
 	return 0;
+}
+
+static void *syncer_main(void *arg)
+{
+	struct pack *p = arg;
+	struct syncer *sy = &p->sy;
+
+	pthread_mutex_lock(&sy->mu);
+	for (;;) {
+		while (!sy->busy && !sy->stop)
+			pthread_cond_wait(&sy->cv, &sy->mu);
+		if (!sy->busy)
+			break;
+		pthread_mutex_unlock(&sy->mu);
+		struct mk_err e = { 0 };
+		int rc = journal_commit(p, sy->batch, sy->nbatch, &e);
+		pthread_mutex_lock(&sy->mu);
+		if (rc && !sy->rc) {
+			sy->rc = rc;
+			sy->err = e;
+		}
+		sy->busy = false;
+		pthread_cond_broadcast(&sy->cv);
+	}
+	pthread_mutex_unlock(&sy->mu);
+	return NULL;
+}
+
+/* Wait until the syncer is idle; returns its first error. */
+static int syncer_wait(struct pack *p, struct mk_err *err)
+{
+	struct syncer *sy = &p->sy;
+	int rc;
+
+	if (!sy->started)
+		return 0;
+	pthread_mutex_lock(&sy->mu);
+	while (sy->busy)
+		pthread_cond_wait(&sy->cv, &sy->mu);
+	rc = sy->rc;
+	if (rc && err)
+		*err = sy->err;
+	pthread_mutex_unlock(&sy->mu);
+	return rc;
+}
+
+static void syncer_stop(struct pack *p)
+{
+	struct syncer *sy = &p->sy;
+
+	if (!sy->started)
+		return;
+	pthread_mutex_lock(&sy->mu);
+	sy->stop = true;
+	pthread_cond_broadcast(&sy->cv);
+	pthread_mutex_unlock(&sy->mu);
+	pthread_join(sy->th, NULL);
+	pthread_mutex_destroy(&sy->mu);
+	pthread_cond_destroy(&sy->cv);
+	sy->started = false;
+}
+
+/* A tensor is complete: hand a batch to the syncer when enough bytes have
+ * gathered and it is idle; never wait for it here. */
+static int tensor_finished(struct pack *p, size_t i, struct mk_err *err)
+{
+	struct syncer *sy = &p->sy;
+	uint64_t limit = p->o->sync_bytes ? p->o->sync_bytes : (64ull << 20);
+	int rc = 0;
+
+	p->finished[p->nfinished++] = i;
+	p->pending_bytes += p->man->tensors[i].nbytes;
+	if (p->pending_bytes < limit)
+		return 0;
+	if (!sy->started) {
+		pthread_mutex_init(&sy->mu, NULL);
+		pthread_cond_init(&sy->cv, NULL);
+		sy->batch = malloc((p->man->ntensors ? p->man->ntensors : 1) * sizeof(*sy->batch));
+		if (!sy->batch)
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		if (pthread_create(&sy->th, NULL, syncer_main, p))
+			return mk_err_set(err, MK_ENOMEM, "cannot start the sync thread");
+		sy->started = true;
+	}
+	pthread_mutex_lock(&sy->mu);
+	if (sy->rc) {
+		rc = sy->rc;
+		*err = sy->err;
+	} else if (!sy->busy) {
+		memcpy(sy->batch, p->finished, p->nfinished * sizeof(*sy->batch));
+		sy->nbatch = p->nfinished;
+		p->nfinished = 0;
+		p->pending_bytes = 0;
+		sy->busy = true;
+		pthread_cond_signal(&sy->cv);
+	}
+	pthread_mutex_unlock(&sy->mu);
+	return rc;
 }
 
 static int write_file_frame(struct pack *p, const struct mk_frame *f, struct mk_err *err)
@@ -335,20 +440,15 @@ static int write_chunk(struct pack *p, const struct mk_frame *f, struct mk_err *
 	rc = mk_pwrite_all(sh->fd, c.data, c.data_len, sl->off + boff, sh->name, err);
 	if (rc)
 		return rc;
-	sh->dirty = true;
 	sl->got += c.elem_count;
 	p->done_bytes += c.data_len;
 	p->st->bytes_written += c.data_len;
 	if (sl->got == t->nelem) {
 		sl->done = true;
 		p->ndone++;
-		p->pending_bytes += t->nbytes;
-		uint64_t limit = p->o->sync_bytes ? p->o->sync_bytes : (64ull << 20);
-		if (p->pending_bytes >= limit) {
-			rc = journal_commit(p, err);
-			if (rc)
-				return rc;
-		}
+		rc = tensor_finished(p, c.id, err);
+		if (rc)
+			return rc;
 	}
 	if (p->o->progress)
 		p->o->progress(p->o->progress_ctx, p->done_bytes, p->st->tensor_bytes, p->ndone,
@@ -409,9 +509,12 @@ static int finish(struct pack *p, struct mk_err *err)
 					  "the stream ended with tensor '%s' incomplete (%llu of %llu elements)",
 					  p->man->tensors[i].name, (unsigned long long)p->slot[i].got,
 					  (unsigned long long)p->man->tensors[i].nelem);
-	rc = journal_commit(p, err);
+	rc = syncer_wait(p, err);
+	if (!rc)
+		rc = journal_commit(p, p->finished, p->nfinished, err);
 	if (rc)
 		return rc;
+	p->nfinished = 0;
 	if (p->nshards > 1) {
 		rc = write_index(p, err);
 		if (rc)
@@ -577,6 +680,11 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 		rc = mk_write_all(p.jfd, line, (size_t)n, JOURNAL_NAME, err);
 		if (rc)
 			goto out;
+		p.finished = malloc((p.man->ntensors ? p.man->ntensors : 1) * sizeof(*p.finished));
+		if (!p.finished) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			goto out;
+		}
 		rc = open_shards(&p, hdrs, hlens, err);
 		if (rc)
 			goto out;
@@ -587,6 +695,7 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 		if (p.man->tensors[i].nelem == 0) {
 			p.slot[i].done = true;
 			p.ndone++;
+			p.finished[p.nfinished++] = i;
 		}
 	for (;;) {
 		rc = mk_sr_next(r, &f, err);
@@ -608,6 +717,7 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 	}
 	rc = finish(&p, err);
 out:
+	syncer_stop(&p);
 	if (rc && made && !o->keep_partial) {
 		if (p.jfd >= 0) {
 			close(p.jfd);
@@ -627,6 +737,8 @@ out:
 	free(hlens);
 	free(p.sh);
 	free(p.slot);
+	free(p.finished);
+	free(p.sy.batch);
 	free(parent);
 	free(p.partial);
 	mk_manifest_free(p.man);

@@ -2,8 +2,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <jansson.h>
@@ -105,7 +107,7 @@ int mk_chunker_init(struct mk_chunker *ck, enum mk_dtype dt, unsigned ndim,
 	ck->nrows = ndim ? shape[0] : 1;
 	ck->row_len = ndim > 1 ? row_len : 1;
 	g = mk_dtype_elem_granule(dt);
-	e = max_bytes * 8 / bits;      /* elements that fit one chunk */
+	e = max_bytes / bits * 8 + max_bytes % bits * 8 / bits; /* elements that fit one chunk */
 	e -= e % g;
 	if (e == 0)
 		return mk_err_set(err, MK_EINVAL, "chunk size of %zu bytes is too small for %s",
@@ -257,17 +259,26 @@ static int grow(uint8_t **buf, size_t *cap, size_t need)
 
 void mk_fd_grow_pipe(int fd)
 {
+	/* A pipe holding two whole 4 MiB chunks lets producer and consumer
+	 * run side by side.  Above /proc/sys/fs/pipe-max-size (1 MiB by
+	 * default) this needs CAP_SYS_RESOURCE; then settle for the maximum.
+	 * Fails harmlessly (EBADF/EINVAL) when fd is not a pipe. */
 	int max = 1 << 20;
-	FILE *f = fopen("/proc/sys/fs/pipe-max-size", "r");
+	struct stat st;
+	FILE *f;
 
+	if (fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode))
+		return;
+	if (fcntl(fd, F_SETPIPE_SZ, 8 << 20) >= 0)
+		return;
+	f = fopen("/proc/sys/fs/pipe-max-size", "r");
 	if (f) {
 		if (fscanf(f, "%d", &max) != 1)
 			max = 1 << 20;
 		fclose(f);
 	}
-	if (max > (4 << 20))
-		max = 4 << 20;
-	/* Fails harmlessly (EBADF/EINVAL) when fd is not a pipe. */
+	if (max > (8 << 20))
+		max = 8 << 20;
 	(void)fcntl(fd, F_SETPIPE_SZ, max);
 }
 
@@ -319,7 +330,7 @@ out:
 	return rc;
 }
 
-static int check_end(struct mk_stream_reader *r, const uint8_t *p, size_t len,
+static int check_end(struct mk_stream_reader *r, uint64_t idx, const uint8_t *p, size_t len,
 		     struct mk_err *err)
 {
 	json_error_t je;
@@ -331,7 +342,7 @@ static int check_end(struct mk_stream_reader *r, const uint8_t *p, size_t len,
 
 	if (!o || !json_is_object(o)) {
 		rc = mk_err_set(err, MK_EFORMAT, "%s: frame #%llu: END payload is not a JSON object",
-				r->label, (unsigned long long)r->index);
+				r->label, (unsigned long long)idx);
 		goto out;
 	}
 	for (size_t i = 0; i < 6; i++) {
@@ -339,7 +350,7 @@ static int check_end(struct mk_stream_reader *r, const uint8_t *p, size_t len,
 		if (!json_is_integer(v) || (uint64_t)json_integer_value(v) != have[i]) {
 			rc = mk_err_set(err, MK_ECORRUPT,
 					"%s: frame #%llu: END says %s = %lld, the stream carried %llu (frames lost or added)",
-					r->label, (unsigned long long)r->index, keys[i],
+					r->label, (unsigned long long)idx, keys[i],
 					json_is_integer(v) ? (long long)json_integer_value(v) : -1LL,
 					(unsigned long long)have[i]);
 			goto out;
@@ -372,10 +383,14 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 	got = read_full(r->fd, h, MK_FRAME_HDR);
 	if (got < 0)
 		return mk_err_sys(err, (int)-got, "%s: frame #%llu: read", r->label, (unsigned long long)idx);
+	if (got == 0 && idx == 0)
+		return mk_err_set(err, MK_ECORRUPT,
+				  "%s: stream ended after the prelude without an END frame (truncated, or the producer failed)",
+				  r->label);
 	if (got == 0)
 		return mk_err_set(err, MK_ECORRUPT,
 				  "%s: stream ended after frame #%llu without an END frame (truncated, or the producer failed)",
-				  r->label, (unsigned long long)(idx ? idx - 1 : 0));
+				  r->label, (unsigned long long)(idx - 1));
 	if (got < MK_FRAME_HDR)
 		return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu: truncated header (%zd of %d bytes)",
 				  r->label, (unsigned long long)idx, got, MK_FRAME_HDR);
@@ -404,16 +419,28 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 		return mk_err_set(err, MK_EUNSUPPORTED,
 				  "%s: frame #%llu: unknown critical frame type '%s' (stream from a newer mk?)",
 				  r->label, (unsigned long long)idx, f->type);
-	if (grow(&r->wire, &r->wire_cap, MK_FRAME_HDR + len))
-		return mk_err_set(err, MK_ENOMEM, "%s: frame #%llu: out of memory for %llu bytes",
-				  r->label, (unsigned long long)idx, (unsigned long long)len);
-	h = r->wire;
-	got = read_full(r->fd, h + MK_FRAME_HDR, len);
-	if (got < 0)
-		return mk_err_sys(err, (int)-got, "%s: frame #%llu: read", r->label, (unsigned long long)idx);
-	if ((uint64_t)got < len)
-		return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): truncated payload (%zd of %llu bytes)",
-				  r->label, (unsigned long long)idx, f->type, got, (unsigned long long)len);
+	{
+		uint64_t have_n = 0;
+		while (have_n < len) {
+			/* grow with the bytes that arrive, not with the claim */
+			uint64_t lim = have_n < (1u << 20) ? (1u << 20) : have_n * 2;
+			uint64_t target = len < lim ? len : lim;
+			if (grow(&r->wire, &r->wire_cap, MK_FRAME_HDR + target))
+				return mk_err_set(err, MK_ENOMEM, "%s: frame #%llu: out of memory for %llu bytes",
+						  r->label, (unsigned long long)idx, (unsigned long long)len);
+			got = read_full(r->fd, r->wire + MK_FRAME_HDR + have_n, target - have_n);
+			if (got < 0)
+				return mk_err_sys(err, (int)-got, "%s: frame #%llu: read", r->label, (unsigned long long)idx);
+			have_n += (uint64_t)got;
+			if (have_n < target)
+				break;
+		}
+		h = r->wire;
+		if (have_n < len)
+			return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): truncated payload (%llu of %llu bytes)",
+					  r->label, (unsigned long long)idx, f->type, (unsigned long long)have_n,
+					  (unsigned long long)len);
+	}
 	want = get32(h + 24);
 	put32(h + 24, 0);
 	have = mk_crc32c(0, h, MK_FRAME_HDR + len);
@@ -436,6 +463,9 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 					  r->label, (unsigned long long)idx, f->type);
 		if (!r->dctx && !(r->dctx = ZSTD_createDCtx()))
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		if (ZSTD_getFrameContentSize(h + MK_FRAME_HDR, len) != raw_len)
+			return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): zstd payload does not decode to %llu bytes",
+					  r->label, (unsigned long long)idx, f->type, (unsigned long long)raw_len);
 		if (grow(&r->raw, &r->raw_cap, raw_len ? raw_len : 1))
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
 		z = ZSTD_decompressDCtx(r->dctx, r->raw, raw_len, h + MK_FRAME_HDR, len);
@@ -451,7 +481,7 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 	r->offset += f->wire_len;
 	r->index++;
 	if (!memcmp(f->type, MK_FT_END, 4)) {
-		int rc = check_end(r, f->payload, f->payload_len, err);
+		int rc = check_end(r, idx, f->payload, f->payload_len, err);
 		if (rc)
 			return rc;
 		r->ended = true;
@@ -662,7 +692,11 @@ int mk_sw_pass(struct mk_stream_writer *w, const struct mk_frame *f, struct mk_e
 {
 	struct iovec iov = { (void *)f->wire, f->wire_len };
 
+	if (w->ended)
+		MK_BUG("frame after END");
 	count_frame(&w->n, f->type, f->critical, f->raw_len);
+	if (!memcmp(f->type, MK_FT_END, 4))
+		w->ended = true;
 	return write_iov(w, &iov, 1, err);
 }
 
