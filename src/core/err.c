@@ -59,7 +59,16 @@ int mk_err_prefix(struct mk_err *err, const char *fmt, ...)
 	vsnprintf(pre, sizeof(pre), fmt, ap);
 	va_end(ap);
 	memcpy(old, err->msg, sizeof(old));
-	snprintf(err->msg, sizeof(err->msg), "%s%s", pre, old);
+	/* both parts fit MK_ERR_MSG_MAX; cut the joined message to it */
+	size_t n = strlen(pre);
+	if (n >= sizeof(err->msg))
+		n = sizeof(err->msg) - 1;
+	memcpy(err->msg, pre, n);
+	size_t m = strlen(old);
+	if (m > sizeof(err->msg) - 1 - n)
+		m = sizeof(err->msg) - 1 - n;
+	memcpy(err->msg + n, old, m);
+	err->msg[n + m] = '\0';
 	return -err->code;
 }
 
