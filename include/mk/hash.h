@@ -15,6 +15,11 @@
  * CRC of a followed by b.  crc32c(0, "123456789", 9) == 0xE3069283. */
 uint32_t mk_crc32c(uint32_t crc, const void *buf, size_t len);
 
+/* The two implementations behind mk_crc32c, for tests: the table one and
+ * the SSE4.2 one (which itself falls back to the table without SSE4.2). */
+uint32_t mk_crc32c_sw(uint32_t crc, const void *buf, size_t len);
+uint32_t mk_crc32c_sse42(uint32_t crc, const void *buf, size_t len);
+
 struct mk_sha256 {
 	uint32_t h[8];
 	uint64_t nbytes;

@@ -1,7 +1,9 @@
 /* model.h - resolve a model reference and open its safetensors checkpoint.
  *
- * A reference is a local directory, or "org/name[@rev]" looked up in the
- * Hugging Face cache: $HF_HUB_CACHE, else $HF_HOME/hub, else
+ * A reference is a local directory ("path@rev" with an existing directory
+ * "path" uses it and ignores the revision, as mergekit), or "org/name[@rev]"
+ * (or a bare "name") looked up in the Hugging Face cache: $HF_HUB_CACHE,
+ * else $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else
  * ~/.cache/huggingface/hub, folder "models--org--name"; no revision means
  * refs/main; a revision names a ref (refs/<rev>) or a commit hash
  * (snapshots/<rev>).  mk never downloads: a reference that is neither

@@ -10,8 +10,6 @@
 
 /* Both CRC paths are exported (undeclared in hash.h) so the unit test can
  * check them against each other. */
-uint32_t mk_crc32c_sw(uint32_t crc, const void *buf, size_t len);
-uint32_t mk_crc32c_sse42(uint32_t crc, const void *buf, size_t len);
 
 /* ---- CRC-32C ---- */
 

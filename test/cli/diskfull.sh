@@ -17,3 +17,10 @@ no_out small/out
 # and the same stream fits once there is room
 mk-forge ok | mk-pack small/ok
 [ -f small/ok/model.safetensors ] || fail "small/ok not written"
+# an output file system that cannot be written (read-only): exit 1, no OUT
+mkdir ro
+mount -t tmpfs -o size=1m,ro tmpfs ro
+trap 'umount small; umount ro' EXIT
+expect_fail 1 "ro/out" sh -c 'mk-forge ok | mk-pack ro/out'
+grep -q "Read-only file system" err.txt || fail "no EROFS message"
+no_out ro/out
