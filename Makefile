@@ -51,6 +51,9 @@ FUZZ_BIN  := $(FUZZ_SRC:test/fuzz/%.c=build-fuzz/%)
 
 MANS      := $(sort $(wildcard man/man*/*.[157]))
 
+# Per-module rules (generated sources, embedded data) live beside the code.
+-include $(sort $(wildcard src/*/*.mk))
+
 .PHONY: all check check-run demo fuzz bench install deps clean man-lint
 .DELETE_ON_ERROR:
 
@@ -122,7 +125,7 @@ bench: all
 	@sh scripts/bench-io.sh
 
 man-lint:
-	@for m in $(MANS); do groff -man -ww -z $$m || exit 1; done
+	@for m in $(MANS); do groff -t -man -ww -z $$m || exit 1; done
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/mk
