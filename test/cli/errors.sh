@@ -101,3 +101,16 @@ expect_fail 2 "missing output directory" mk-pack -i good.mks
 expect_fail 2 "--out-shard-size" mk-pack --out-shard-size 12q out
 expect_fail 2 "no --model" mk-fetch
 expect_fail 2 "unrecognized option" mk-cat --bogus
+# a binary stream is never written to (or read from) a terminal
+if command -v script >/dev/null 2>&1; then
+	set +e
+	script -qec "mk-fetch --model m" /dev/null > tty.txt 2>&1; rc=$?
+	set -e
+	[ $rc -eq 2 ] || fail "mk-fetch to a terminal exited $rc"
+	grep -q "refusing to write a binary stream to a terminal" tty.txt || fail "no terminal refusal message"
+	set +e
+	script -qec "mk-pack out" /dev/null > tty.txt 2>&1 < /dev/null; rc=$?
+	set -e
+	[ $rc -eq 2 ] && grep -q "refusing to read a binary stream from a terminal" tty.txt || fail "mk-pack read a terminal ($rc)"
+	no_out out
+fi
