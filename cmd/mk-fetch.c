@@ -12,12 +12,16 @@
 
 static void usage(void)
 {
-	printf("Usage: %s --model REF [--model REF ...] [OPTION]...\n"
-	       "Read model checkpoints (safetensors) and write an mk stream (mk-stream(5)):\n"
-	       "a HEAD manifest, the first model's config and tokenizer files, and every\n"
-	       "tensor in chunks.  Models given together must have disjoint tensor names.\n"
+	printf("Usage: %s [OPTION]... [-i PLAN]\n"
+	       "  or:  %s --model REF [--model REF ...] [OPTION]...\n"
+	       "Read model checkpoints (safetensors) and write an mk stream (mk-stream(5)).\n"
+	       "Plan mode (the default): read mk-plan's plan from standard input (or -i) and\n"
+	       "attach each job's input tensors in chunks.  Copy mode (--model): a HEAD\n"
+	       "manifest, the first model's config and tokenizer files, and every tensor.\n"
+	       "Models given together must have disjoint tensor names.\n"
 	       "REF is a local directory or org/name[@rev] in the Hugging Face cache.\n"
 	       "\n"
+	       "  -i, --input FILE       read the plan from FILE ('-': standard input)\n"
 	       "  -m, --model REF        a model to copy (repeatable)\n"
 	       "  -o, --output FILE      write the stream to FILE ('-': standard output, the default)\n"
 	       "  -z, --compress[=LEVEL] zstd-compress each frame (level 1..19, default 3)\n"
@@ -31,7 +35,7 @@ static void usage(void)
 	       "  -V, --version          show the version and exit\n"
 	       "\n"
 	       "Exit status: 0 success, 1 failure, 2 usage error.  See mk-fetch(1).\n",
-	       cli_prog, MK_READER_DEFAULT_QDEPTH);
+	       cli_prog, cli_prog, MK_READER_DEFAULT_QDEPTH);
 	exit(EXIT_OK);
 }
 
@@ -46,6 +50,7 @@ int main(int argc, char **argv)
 	enum { O_CHUNK = 256, O_QD, O_IO, O_PROGRESS, O_NO_PROGRESS };
 	static const struct option longopts[] = {
 		{ "model", required_argument, NULL, 'm' },
+		{ "input", required_argument, NULL, 'i' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "compress", optional_argument, NULL, 'z' },
 		{ "chunk-size", required_argument, NULL, O_CHUNK },
@@ -63,13 +68,13 @@ int main(int argc, char **argv)
 	struct mk_fetch_opts o = { 0 };
 	struct mk_fetch_stats st;
 	struct mk_err err = { 0 };
-	const char **models = NULL, *output = "-";
+	const char **models = NULL, *output = "-", *input = NULL;
 	bool force = false;
 	int want_progress = 0, c, fd = 1;
 	uint64_t v;
 
 	cli_init("mk-fetch");
-	while ((c = getopt_long(argc, argv, "m:o:z::fvqhV", longopts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "m:i:o:z::fvqhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'm':
 			models = realloc(models, (o.nmodels + 1) * sizeof(*models));
@@ -78,6 +83,7 @@ int main(int argc, char **argv)
 			models[o.nmodels++] = optarg;
 			break;
 		case 'o': output = optarg; break;
+		case 'i': input = optarg; break;
 		case 'z':
 			o.compress_level = 3;
 			if (optarg && (mk_size_parse(optarg, &v) || v < 1 || v > 19))
@@ -111,8 +117,20 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		cli_usage_error("unexpected argument '%s' (models are given with --model)", argv[optind]);
-	if (!o.nmodels)
-		cli_usage_error("no --model given (reading a plan from mk-plan is not implemented yet)");
+	if (o.nmodels && input)
+		cli_usage_error("--model (copy mode) and --input (plan mode) do not go together");
+	int in_fd = 0;
+	if (!o.nmodels) {
+		if (input && strcmp(input, "-")) {
+			in_fd = open(input, O_RDONLY | O_CLOEXEC);
+			if (in_fd < 0) {
+				mk_err_sys(&err, errno, "%s", input);
+				cli_fail(&err);
+			}
+		} else if (isatty(0)) {
+			cli_usage_error("no --model given and standard input is a terminal (pipe a plan from mk-plan)");
+		}
+	}
 	if (strcmp(output, "-")) {
 		fd = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
 		if (fd < 0) {
@@ -125,7 +143,9 @@ int main(int argc, char **argv)
 	o.models = models;
 	if (cli_progress_enabled(want_progress ? 1 : 0))
 		o.progress = on_progress;
-	if (mk_fetch_copy(&o, fd, &st, &err)) {
+	int rc = o.nmodels ? mk_fetch_copy(&o, fd, &st, &err) :
+			     mk_fetch_plan(&o, in_fd, in_fd ? input : "stdin", fd, &st, &err);
+	if (rc) {
 		if (fd != 1) {
 			close(fd);
 			unlink(output); /* never leave a stream that looks complete */

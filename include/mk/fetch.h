@@ -41,4 +41,16 @@ extern const char *const mk_fetch_copy_files[];
 int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 		  struct mk_fetch_stats *st, struct mk_err *err);
 
+
+/* Plan mode: read a "plan" stream (mk-plan's output) from in_fd, check
+ * every model shard's size and header hash against the plan's model table,
+ * and write an "inputs" stream to out_fd: the HEAD (kind "inputs"), the
+ * FILE and ancillary frames passed through, then each JOB frame followed
+ * by its inputs' chunks (for each send and chunk range, input 0, 1, ...
+ * over the same elements).  The inputs of a job share their row length;
+ * their row counts may differ (embeddings of different vocabularies): a
+ * chunk range past an input's end is not sent for that input. */
+int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label,
+		  int out_fd, struct mk_fetch_stats *st, struct mk_err *err);
+
 #endif

@@ -99,7 +99,7 @@ no_out nodir/out
 # usage errors exit 2
 expect_fail 2 "missing output directory" mk-pack -i good.mks
 expect_fail 2 "--out-shard-size" mk-pack --out-shard-size 12q out
-expect_fail 2 "no --model" mk-fetch
+expect_fail 2 "standard input is a terminal" script -qec mk-fetch /dev/null
 expect_fail 2 "unrecognized option" mk-cat --bogus
 # a binary stream is never written to (or read from) a terminal
 if command -v script >/dev/null 2>&1; then

@@ -1,0 +1,182 @@
+/* mk-merge - run each job's merge method over its input chunks. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli.h"
+#include "mk/fsutil.h"
+#include "mk/merge.h"
+#include "mk/method.h"
+
+static void usage(void)
+{
+	printf("Usage: %s [OPTION]...\n"
+	       "Read an 'inputs' stream (mk-plan | mk-fetch) and write a 'tensors' stream (for\n"
+	       "mk-pack): each output tensor merged by its job's method, chunk by chunk.\n"
+	       "mk-merge never opens model files; the config, tokenizer and card files pass\n"
+	       "through.\n"
+	       "\n"
+	       "  -i, --input FILE       read the stream from FILE ('-': standard input, the default)\n"
+	       "  -o, --output FILE      write the stream to FILE ('-': standard output, the default)\n"
+	       "  -z, --compress[=LEVEL] zstd-compress each output frame (level 1..19, default 3)\n"
+	       "      --list-methods     list the merge methods and their parameters, and exit\n"
+	       "      --cuda             merge on the GPU (this build has no CUDA: runs on the CPU)\n"
+	       "  -j, --jobs N           worker threads (accepted; this version merges on one thread)\n"
+	       "  -f, --force            write the binary stream even to a terminal\n"
+	       "      --progress         draw progress on stderr (--no-progress: never)\n"
+	       "  -v, --verbose          say more; -q, --quiet: say less\n"
+	       "  -h, --help             show this help and exit\n"
+	       "  -V, --version          show the version and exit\n"
+	       "\n"
+	       "Exit status: 0 success, 1 failure, 2 usage error.  See mk-merge(1).\n",
+	       cli_prog);
+	exit(EXIT_OK);
+}
+
+static const char *scope_name(enum mk_param_scope s)
+{
+	return s == MK_SCOPE_GLOBAL ? "global" : s == MK_SCOPE_PER_INPUT ? "per-input" : "per-non-base";
+}
+
+static const char *type_name(enum mk_param_type t)
+{
+	return t == MK_PT_FLOAT ? "float" : t == MK_PT_INT ? "int" : "bool";
+}
+
+static void list_methods(void)
+{
+	static const char *const base[] = { "ignored", "optional", "required", "forbidden" };
+
+	for (size_t i = 0; i < mk_method_count(); i++) {
+		const struct mk_method *m = mk_method_at(i);
+		printf("%s\t%s\tbase %s, inputs %u..", m->name, m->pretty_name ? m->pretty_name : m->name,
+		       base[m->contract.base], m->contract.min_inputs);
+		if (m->contract.max_inputs == MK_ARITY_ANY)
+			printf("any");
+		else
+			printf("%u", m->contract.max_inputs);
+		printf("%s\n", m->reference_url ? "" : "");
+		for (size_t p = 0; p < m->nparams; p++) {
+			const struct mk_param_spec *ps = &m->params[p];
+			printf("\t%s\t%s %s", ps->name, scope_name(ps->scope), type_name(ps->type));
+			if (ps->flags & MK_PF_REQUIRED)
+				printf(", required");
+			else if (ps->def.set)
+				printf(", default %g", ps->def.type == MK_PT_FLOAT ? ps->def.f :
+						       ps->def.type == MK_PT_INT ? (double)ps->def.i : (double)ps->def.b);
+			if (ps->flags & MK_PF_MIN)
+				printf(", %s %g", ps->flags & MK_PF_MIN_EXCL ? ">" : ">=", ps->min);
+			if (ps->flags & MK_PF_MAX)
+				printf(", %s %g", ps->flags & MK_PF_MAX_EXCL ? "<" : "<=", ps->max);
+			printf("\n");
+		}
+	}
+	cli_close_stdout();
+	exit(EXIT_OK);
+}
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total)
+{
+	(void)ctx;
+	cli_progress("mk-merge", done, total, done, total);
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_LIST = 256, O_CUDA, O_PROGRESS, O_NO_PROGRESS };
+	static const struct option longopts[] = {
+		{ "input", required_argument, NULL, 'i' },
+		{ "output", required_argument, NULL, 'o' },
+		{ "compress", optional_argument, NULL, 'z' },
+		{ "list-methods", no_argument, NULL, O_LIST },
+		{ "cuda", no_argument, NULL, O_CUDA },
+		{ "jobs", required_argument, NULL, 'j' },
+		{ "force", no_argument, NULL, 'f' },
+		{ "progress", no_argument, NULL, O_PROGRESS },
+		{ "no-progress", no_argument, NULL, O_NO_PROGRESS },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	struct mk_merge_opts o = { 0 };
+	struct mk_merge_stats st;
+	struct mk_err err = { 0 };
+	const char *input = "-", *output = "-";
+	bool force = false, cuda = false;
+	int want_progress = 0, c, in_fd = 0, out_fd = 1;
+	uint64_t v;
+
+	cli_init("mk-merge");
+	while ((c = getopt_long(argc, argv, "i:o:z::j:fvqhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'i': input = optarg; break;
+		case 'o': output = optarg; break;
+		case 'z':
+			o.compress_level = 3;
+			if (optarg && (mk_size_parse(optarg, &v) || v < 1 || v > 19))
+				cli_usage_error("--compress: level must be 1..19, not '%s'", optarg);
+			if (optarg)
+				o.compress_level = (int)v;
+			break;
+		case O_LIST: list_methods(); break;
+		case O_CUDA: cuda = true; break;
+		case 'j':
+			if (mk_size_parse(optarg, &v) || v < 1 || v > 1024)
+				cli_usage_error("--jobs: expected 1..1024, not '%s'", optarg);
+			break;
+		case 'f': force = true; break;
+		case O_PROGRESS: want_progress = 1; break;
+		case O_NO_PROGRESS: want_progress = 0; break;
+		case 'v': cli_verbose++; break;
+		case 'q': cli_verbose--; break;
+		case 'h': usage(); break;
+		case 'V': cli_version(); break;
+		default: cli_usage_hint();
+		}
+	}
+	if (optind < argc)
+		cli_usage_error("unexpected argument '%s'", argv[optind]);
+	if (cuda)
+		cli_info(2, "note: this mk was built without CUDA; merging on the CPU");
+	if (strcmp(input, "-")) {
+		in_fd = open(input, O_RDONLY | O_CLOEXEC);
+		if (in_fd < 0) {
+			mk_err_sys(&err, errno, "%s", input);
+			cli_fail(&err);
+		}
+	} else {
+		cli_check_binary_in(0, false);
+	}
+	if (strcmp(output, "-")) {
+		out_fd = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		if (out_fd < 0) {
+			mk_err_sys(&err, errno, "%s", output);
+			cli_fail(&err);
+		}
+	} else {
+		cli_check_binary_out(1, force);
+	}
+	if (cli_progress_enabled(want_progress ? 1 : 0))
+		o.progress = on_progress;
+	if (mk_merge_run(&o, in_fd, in_fd ? input : "stdin", out_fd, &st, &err)) {
+		if (out_fd != 1) {
+			close(out_fd);
+			unlink(output);
+		}
+		cli_fail(&err);
+	}
+	cli_progress_end();
+	if (out_fd != 1 && close(out_fd) < 0) {
+		mk_err_sys(&err, errno, "%s", output);
+		cli_fail(&err);
+	}
+	cli_info(3, "%llu jobs (%llu byte copies), %llu chunks in, %llu out, %llu bytes out",
+		 (unsigned long long)st.jobs, (unsigned long long)st.byte_copies, (unsigned long long)st.chunks_in,
+		 (unsigned long long)st.chunks_out, (unsigned long long)st.bytes_out);
+	return EXIT_OK;
+}

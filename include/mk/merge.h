@@ -1,0 +1,35 @@
+/* merge.h - mk-merge: run each job's merge method over its input chunks.
+ *
+ * Reads an "inputs" stream (mk-fetch's plan mode), writes a "tensors"
+ * stream (for mk-pack): the HEAD with kind "tensors", the FILE and
+ * ancillary frames passed through byte for byte, and for each job the
+ * output tensor's DATA chunks.  It never opens model files.
+ *
+ * Per job: the method is looked up by name (MK_ENOENT, with the closest
+ * name, when unknown), the job is planned again from the frame (contract
+ * and parameters checked at execution too), and the inputs' chunks are
+ * converted to the compute dtype as they arrive.  A job sent passes + 1
+ * times runs statistics pass p on send p and writes its output on the
+ * last send; only one chunk per input is held at a time.  A job whose
+ * output is one input's bytes (byte copy) is passed through unconverted.
+ */
+#ifndef MK_MERGE_H
+#define MK_MERGE_H
+
+#include <stdint.h>
+#include "mk/err.h"
+
+struct mk_merge_opts {
+	int compress_level;          /* zstd level for the output, 0: none */
+	void (*progress)(void *ctx, uint64_t jobs_done, uint64_t njobs);
+	void *progress_ctx;
+};
+
+struct mk_merge_stats {
+	uint64_t jobs, byte_copies, chunks_in, chunks_out, bytes_out;
+};
+
+int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label,
+		 int out_fd, struct mk_merge_stats *st, struct mk_err *err);
+
+#endif

@@ -1,0 +1,446 @@
+/* plan_fetch.c - mk-fetch's plan mode: a plan stream in, an inputs stream
+ * out (each job's input chunks read from the models). */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <jansson.h>
+#include "mk/fetch.h"
+#include "mk/plan.h"
+#include "mk/manifest.h"
+#include "mk/model.h"
+#include "mk/stream.h"
+
+struct held {                    /* a frame kept to be passed on later */
+	uint8_t *wire;
+	size_t len;
+};
+
+struct src {                     /* an input tensor's place on disk */
+	int fd;
+	uint64_t data_off;       /* file offset of element 0 */
+};
+
+struct tag {                     /* what an extent is */
+	size_t job;
+	struct mk_chunk c;
+};
+
+struct pf {
+	struct mk_plan_job **jobs;
+	size_t njobs;
+	struct src **src;        /* [job][input] */
+	size_t chunk_bytes;
+	/* iteration state */
+	size_t j;                /* job */
+	unsigned send;
+	struct mk_chunker ck;
+	bool ck_live;
+	struct mk_chunk cur;     /* current chunk range (in the job's elements) */
+	size_t input;            /* next input of the current range */
+	bool have_range;
+	struct tag *ring;
+	size_t ring_len;
+	uint64_t seq;
+	int last_fd;
+	uint64_t last_end, backward;
+};
+
+static int next_range(struct pf *p, struct mk_err *err)
+{
+	for (;;) {
+		if (p->j >= p->njobs)
+			return 0;
+		const struct mk_plan_job *jb = p->jobs[p->j];
+		if (!p->ck_live) {
+			/* chunk the longest input, at the widest dtype, so every
+			 * input's piece fits chunk_bytes */
+			enum mk_dtype wide = jb->inputs[0].dtype;
+			uint64_t rows = 0, shape[MK_MAX_DIMS];
+			size_t k = 0;
+			for (size_t i = 0; i < jb->ninputs; i++) {
+				if (mk_dtype_bits(jb->inputs[i].dtype) > mk_dtype_bits(wide))
+					wide = jb->inputs[i].dtype;
+				if (jb->inputs[i].ndim && jb->inputs[i].shape[0] > rows) {
+					rows = jb->inputs[i].shape[0];
+					k = i;
+				}
+			}
+			memcpy(shape, jb->inputs[k].shape, sizeof(shape));
+			int rc = mk_chunker_init(&p->ck, wide, jb->inputs[k].ndim, shape, p->chunk_bytes, err);
+			if (rc)
+				return mk_err_prefix(err, "job %u: ", jb->id);
+			p->ck_live = true;
+		}
+		if (mk_chunker_next(&p->ck, &p->cur)) {
+			p->input = 0;
+			p->have_range = true;
+			return 1;
+		}
+		p->ck_live = false;
+		if (++p->send < jb->sends)
+			continue;
+		p->send = 0;
+		p->j++;
+	}
+}
+
+static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
+{
+	struct pf *p = ctx;
+
+	for (;;) {
+		if (!p->have_range) {
+			int rc = next_range(p, err);
+			if (rc <= 0)
+				return rc;
+		}
+		const struct mk_plan_job *jb = p->jobs[p->j];
+		while (p->input < jb->ninputs) {
+			size_t i = p->input++;
+			const struct mk_plan_input *in = &jb->inputs[i];
+			uint64_t b = p->cur.elem_begin, n = p->cur.elem_count;
+			if (b >= in->nelem)
+				continue; /* a shorter input (fewer rows) */
+			if (n > in->nelem - b)
+				n = in->nelem - b;
+			struct tag *t = &p->ring[p->seq++ % p->ring_len];
+			uint64_t boff = b * mk_dtype_bits(in->dtype) / 8, blen;
+			mk_dtype_nbytes(in->dtype, n, &blen);
+			t->job = p->j;
+			t->c = (struct mk_chunk){ .id = jb->id, .input = (uint16_t)i, .pass = (uint16_t)p->send,
+						  .dtype = in->dtype, .elem_begin = b, .elem_count = n };
+			uint64_t row_len = p->ck.row_len ? p->ck.row_len : 1;
+			t->c.row_begin = b / row_len;
+			t->c.row_count = (b + n + row_len - 1) / row_len - t->c.row_begin;
+			req->fd = p->src[p->j][i].fd;
+			req->off = p->src[p->j][i].data_off + boff;
+			req->len = (size_t)blen;
+			req->tag = t;
+			if (req->fd == p->last_fd && req->off < p->last_end)
+				p->backward++;
+			p->last_fd = req->fd;
+			p->last_end = req->off + req->len;
+			return 1;
+		}
+		p->have_range = false;
+	}
+}
+
+static int hold(struct held **v, size_t *n, const struct mk_frame *f, struct mk_err *err)
+{
+	struct held *q = realloc(*v, (*n + 1) * sizeof(**v));
+	if (!q)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	*v = q;
+	q[*n].wire = malloc(f->wire_len);
+	if (!q[*n].wire)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	memcpy(q[*n].wire, f->wire, f->wire_len);
+	q[*n].len = f->wire_len;
+	(*n)++;
+	return 0;
+}
+
+static int pass_held(struct mk_stream_writer *w, const struct held *h, struct mk_err *err)
+{
+	struct mk_frame f = { 0 };
+
+	memcpy(f.type, h->wire, 4);
+	f.critical = h->wire[0] >= 'A' && h->wire[0] <= 'Z';
+	f.wire = h->wire;
+	f.wire_len = h->len;
+	memcpy(&f.raw_len, h->wire + 16, 8); /* little-endian hosts only, as the rest of mk */
+	return mk_sw_pass(w, &f, err);
+}
+
+static int check_models(const struct mk_plan_models *pm, struct mk_model **models, struct mk_err *err)
+{
+	for (size_t i = 0; i < pm->n; i++) {
+		int rc = mk_model_open(pm->m[i].ref, &models[i], err);
+		if (rc)
+			return rc;
+		for (size_t s = 0; s < pm->m[i].nshards; s++) {
+			const struct mk_plan_shard *ps = &pm->m[i].shards[s];
+			const struct mk_st_file *f = NULL;
+			for (size_t k = 0; k < models[i]->nshards; k++)
+				if (!strcmp(models[i]->shard_names[k], ps->name))
+					f = models[i]->shards[k];
+			if (!f)
+				return mk_err_set(err, MK_EMISMATCH,
+						  "model '%s': shard '%s' of the plan is not in %s (the model changed since mk-plan ran?)",
+						  pm->m[i].ref, ps->name, models[i]->dir);
+			if (f->file_size != ps->size || memcmp(f->header_hash, ps->header_sha256, 32))
+				return mk_err_set(err, MK_EMISMATCH,
+						  "model '%s': shard '%s' differs from the plan (%llu bytes, the plan says %llu%s); run mk-plan again",
+						  pm->m[i].ref, ps->name, (unsigned long long)f->file_size,
+						  (unsigned long long)ps->size,
+						  f->file_size == ps->size ? ", and the header hash differs" : "");
+		}
+	}
+	return 0;
+}
+
+int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, int out_fd,
+		  struct mk_fetch_stats *st, struct mk_err *err)
+{
+	struct mk_stream_reader *r = NULL;
+	struct mk_stream_writer *w = NULL;
+	struct mk_reader *rd = NULL;
+	struct mk_manifest *head = NULL;
+	struct mk_plan_models *pm = NULL;
+	struct mk_model **models = NULL;
+	struct held *frames = NULL, *jobframes = NULL;
+	size_t nframes = 0, njf = 0, written = 0;
+	int **fds = NULL;
+	struct pf p = { .last_fd = -1 };
+	struct mk_reader_opts ropts = { o->io, o->chunk_bytes, o->qdepth };
+	struct mk_frame f;
+	char *hjson = NULL;
+	size_t hlen;
+	uint64_t done = 0, total = 0;
+	int rc;
+
+	memset(st, 0, sizeof(*st));
+	p.chunk_bytes = o->chunk_bytes ? o->chunk_bytes : MK_READER_DEFAULT_CHUNK;
+	ropts.chunk_bytes = p.chunk_bytes;
+	rc = mk_sr_open(&r, in_fd, label, 0, err);
+	if (rc)
+		goto out;
+	do {
+		rc = mk_sr_next(r, &f, err);
+		if (rc == 0)
+			rc = mk_err_set(err, MK_EFORMAT, "%s: stream has no HEAD frame", label);
+		if (rc < 0)
+			goto out;
+	} while (!f.critical);
+	if (strcmp(f.type, MK_FT_HEAD)) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: frame #%llu: expected HEAD, got %s", label,
+				(unsigned long long)f.index, f.type);
+		goto out;
+	}
+	rc = mk_manifest_decode(f.payload, f.payload_len, &head, err);
+	if (rc)
+		goto out;
+	if (strcmp(head->kind, "plan")) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: this is a '%s' stream; mk-fetch reads a 'plan' (from mk-plan)",
+				label, head->kind);
+		goto out;
+	}
+	rc = mk_plan_models_decode(head, &pm, err);
+	if (rc)
+		goto out;
+	models = calloc(pm->n + 1, sizeof(*models));
+	fds = calloc(pm->n + 1, sizeof(*fds));
+	if (!models || !fds) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	rc = check_models(pm, models, err);
+	if (rc)
+		goto out;
+	/* the rest of the plan: files, jobs, notes */
+	while ((rc = mk_sr_next(r, &f, err)) > 0) {
+		if (!strcmp(f.type, MK_FT_END))
+			continue;
+		if (!strcmp(f.type, MK_FT_JOB)) {
+			struct mk_plan_job *jb;
+			rc = mk_plan_job_decode(f.payload, f.payload_len, &jb, err);
+			if (rc) {
+				mk_err_prefix(err, "%s: frame #%llu: ", label, (unsigned long long)f.index);
+				goto out;
+			}
+			struct mk_plan_job **q = realloc(p.jobs, (p.njobs + 1) * sizeof(*q));
+			if (!q) {
+				mk_plan_job_free(jb);
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				goto out;
+			}
+			p.jobs = q;
+			p.jobs[p.njobs++] = jb;
+			rc = hold(&jobframes, &njf, &f, err);
+		} else if (!strcmp(f.type, MK_FT_FILE) || !f.critical) {
+			rc = hold(&frames, &nframes, &f, err);
+		} else {
+			rc = mk_err_set(err, MK_EFORMAT, "%s: frame #%llu: unexpected %s frame in a plan", label,
+					(unsigned long long)f.index, f.type);
+		}
+		if (rc)
+			goto out;
+	}
+	if (rc < 0)
+		goto out;
+	/* open shards once; place every job input */
+	for (size_t m = 0; m < pm->n; m++) {
+		fds[m] = malloc((models[m]->nshards + 1) * sizeof(int));
+		if (!fds[m]) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			goto out;
+		}
+		for (size_t s = 0; s < models[m]->nshards; s++)
+			fds[m][s] = -1;
+		for (size_t s = 0; s < models[m]->nshards; s++) {
+			fds[m][s] = open(models[m]->shards[s]->path, O_RDONLY | O_CLOEXEC);
+			if (fds[m][s] < 0) {
+				rc = mk_err_sys(err, errno, "%s", models[m]->shards[s]->path);
+				goto out;
+			}
+		}
+	}
+	p.src = calloc(p.njobs + 1, sizeof(*p.src));
+	if (!p.src) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t j = 0; j < p.njobs; j++) {
+		struct mk_plan_job *jb = p.jobs[j];
+		uint64_t row_len = 0;
+		p.src[j] = calloc(jb->ninputs + 1, sizeof(**p.src));
+		if (!p.src[j]) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			goto out;
+		}
+		if (jb->ninputs == 0) {
+			rc = mk_err_set(err, MK_EFORMAT, "job %u has no inputs", jb->id);
+			goto out;
+		}
+		for (size_t i = 0; i < jb->ninputs; i++) {
+			const struct mk_plan_input *in = &jb->inputs[i];
+			const struct mk_model_tensor *mt;
+			uint64_t rl = 1;
+			if (in->model >= pm->n) {
+				rc = mk_err_set(err, MK_EFORMAT, "job %u: input %zu names model #%zu, the plan has %zu",
+						jb->id, i, in->model, pm->n);
+				goto out;
+			}
+			mt = mk_model_find(models[in->model], in->tensor);
+			if (!mt || mt->t->dtype != in->dtype || mt->t->ndim != in->ndim ||
+			    memcmp(mt->t->shape, in->shape, in->ndim * sizeof(uint64_t))) {
+				rc = mk_err_set(err, MK_EMISMATCH,
+						"job %u: model '%s' %s tensor '%s' as the plan says (%s); run mk-plan again",
+						jb->id, pm->m[in->model].ref, mt ? "does not have" : "has no",
+						in->tensor, mt ? "dtype or shape differs" : "missing");
+				goto out;
+			}
+			for (unsigned d = 1; d < in->ndim; d++)
+				rl *= in->shape[d];
+			if (i && rl != row_len) {
+				rc = mk_err_set(err, MK_EUNSUPPORTED,
+						"job %u: inputs '%s' have rows of different lengths", jb->id, in->tensor);
+				goto out;
+			}
+			row_len = rl;
+			p.src[j][i].fd = fds[in->model][mt->shard];
+			p.src[j][i].data_off = models[in->model]->shards[mt->shard]->data_start + mt->t->begin;
+			total += (mt->t->end - mt->t->begin) * jb->sends;
+		}
+	}
+	/* write: HEAD (kind inputs), files and notes, then jobs with chunks */
+	free(head->kind);
+	free(head->producer);
+	head->kind = strdup("inputs");
+	head->producer = strdup("mk-fetch " MK_VERSION);
+	head->chunk_bytes = p.chunk_bytes;
+	if (!head->kind || !head->producer) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	rc = mk_manifest_encode(head, &hjson, &hlen, err);
+	if (!rc)
+		rc = mk_sw_open(&w, out_fd, o->compress_level, err);
+	if (!rc)
+		rc = mk_sw_frame1(w, MK_FT_HEAD, hjson, hlen, err);
+	for (size_t i = 0; !rc && i < nframes; i++)
+		rc = pass_held(w, &frames[i], err);
+	if (rc)
+		goto out;
+	p.ring_len = 2 * (o->qdepth ? o->qdepth : MK_READER_DEFAULT_QDEPTH) + 4;
+	p.ring = calloc(p.ring_len, sizeof(*p.ring));
+	if (!p.ring) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	rc = mk_reader_open(&rd, &ropts, next_extent, &p, err);
+	if (rc)
+		goto out;
+	snprintf(st->backend, sizeof(st->backend), "%s", mk_reader_backend(rd));
+	snprintf(st->note, sizeof(st->note), "%s", mk_reader_note(rd));
+	st->qdepth = mk_reader_qdepth(rd);
+	st->chunk_bytes = mk_reader_chunk_bytes(rd);
+	for (;;) {
+		const void *data;
+		struct mk_read_req req;
+		struct tag *t;
+
+		rc = mk_reader_get(rd, &data, &req, err);
+		if (rc < 0)
+			goto out;
+		if (rc == 0)
+			break;
+		t = req.tag;
+		/* a job's JOB frame goes before its first chunk (and those of
+		 * jobs without data before the next one's) */
+		while (written <= t->job) {
+			rc = pass_held(w, &jobframes[written++], err);
+			if (rc)
+				goto out;
+		}
+		t->c.data = data;
+		t->c.data_len = req.len;
+		rc = mk_sw_chunk(w, MK_FT_INPT, &t->c, err);
+		if (rc)
+			goto out;
+		st->chunks++;
+		done += req.len;
+		if (o->progress)
+			o->progress(o->progress_ctx, done, total);
+	}
+	while (written < njf) {
+		rc = pass_held(w, &jobframes[written++], err);
+		if (rc)
+			goto out;
+	}
+	rc = mk_sw_end(w, err);
+	if (rc)
+		goto out;
+	st->tensors = p.njobs;
+	st->bytes_read = done;
+	st->stream_bytes = mk_sw_bytes(w);
+	st->backward_seeks = p.backward;
+out:
+	mk_reader_free(rd);
+	mk_sw_free(w);
+	mk_sr_free(r);
+	free(hjson);
+	free(p.ring);
+	for (size_t i = 0; i < nframes; i++)
+		free(frames[i].wire);
+	free(frames);
+	for (size_t i = 0; i < njf; i++)
+		free(jobframes[i].wire);
+	free(jobframes);
+	for (size_t j = 0; j < p.njobs; j++) {
+		if (p.src)
+			free(p.src[j]);
+		mk_plan_job_free(p.jobs[j]);
+	}
+	free(p.src);
+	free(p.jobs);
+	for (size_t m = 0; pm && m < pm->n; m++) {
+		if (fds && fds[m] && models[m])
+			for (size_t s = 0; s < models[m]->nshards; s++)
+				if (fds[m][s] >= 0)
+					close(fds[m][s]);
+		if (fds)
+			free(fds[m]);
+		if (models)
+			mk_model_free(models[m]);
+	}
+	free(fds);
+	free(models);
+	mk_plan_models_free(pm);
+	mk_manifest_free(head);
+	return rc;
+}

@@ -1,0 +1,436 @@
+/* merge.c - mk-merge: an inputs stream in, a tensors stream out. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <jansson.h>
+#include "mk/manifest.h"
+#include "mk/merge.h"
+#include "mk/method.h"
+#include "mk/plan.h"
+#include "mk/stream.h"
+
+struct inbuf {                   /* one input's piece of the current range */
+	bool have;
+	uint64_t begin, count;   /* elements held */
+	void *conv;              /* compute dtype */
+	size_t conv_cap;
+	void *raw;               /* as received (byte copies only) */
+	size_t raw_cap, raw_len;
+};
+
+struct run {                     /* the job being merged */
+	bool live;
+	struct mk_plan_job *pj;
+	const struct mk_method *m;
+	struct mk_job job;
+	struct mk_job_desc d;
+	struct mk_tensor_desc *in;
+	struct mk_pval *gvals, *ivals;
+	const char *name;
+	uint64_t out_nelem, out_row_len;
+	size_t out_index;
+	struct inbuf *ib;
+	/* the range being gathered */
+	bool range;
+	unsigned send;
+	uint64_t begin, count;
+	unsigned passes_done;
+	uint64_t next_out;       /* output elements written */
+	void *out, *outc;        /* compute and output buffers */
+	size_t out_cap, outc_cap;
+};
+
+static int grow(void **p, size_t *cap, size_t need)
+{
+	if (need <= *cap)
+		return 0;
+	void *q = realloc(*p, need);
+	if (!q)
+		return -1;
+	*p = q;
+	*cap = need;
+	return 0;
+}
+
+static int json_to_pval(json_t *v, struct mk_pval *out)
+{
+	if (json_is_boolean(v))
+		*out = mk_pval_bool(json_is_true(v));
+	else if (json_is_integer(v))
+		*out = mk_pval_int(json_integer_value(v));
+	else if (json_is_real(v))
+		*out = mk_pval_float(json_real_value(v));
+	else if (json_is_null(v))
+		out->set = false;
+	else
+		return -1;
+	return 0;
+}
+
+/* params {"global": {...}, "inputs": [{...}, ...]} -> pval arrays */
+static int load_params(struct run *r, struct mk_err *err)
+{
+	json_t *ps = json_object_get(r->pj->json, "params");
+	json_t *g = ps ? json_object_get(ps, "global") : NULL, *ins = ps ? json_object_get(ps, "inputs") : NULL;
+	size_t np = r->m->nparams, n = r->pj->ninputs;
+	const char *key;
+	json_t *v;
+
+	r->gvals = calloc(np ? np : 1, sizeof(*r->gvals));
+	r->ivals = calloc((np ? np : 1) * (n ? n : 1), sizeof(*r->ivals));
+	if (!r->gvals || !r->ivals)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	json_object_foreach(g, key, v) {
+		int p = mk_method_param_index(r->m, key);
+		if (p < 0 || json_to_pval(v, &r->gvals[p]))
+			return mk_err_set(err, MK_EFORMAT, "job %u (%s): parameter '%s' is not one of %s's", r->pj->id,
+					  r->name, key, r->m->name);
+	}
+	if (ins && (!json_is_array(ins) || json_array_size(ins) != n))
+		return mk_err_set(err, MK_EFORMAT, "job %u: per-input parameters for %zu inputs, the job has %zu",
+				  r->pj->id, json_array_size(ins), n);
+	for (size_t i = 0; ins && i < n; i++) {
+		json_object_foreach(json_array_get(ins, i), key, v) {
+			int p = mk_method_param_index(r->m, key);
+			if (p < 0 || json_to_pval(v, &r->ivals[i * np + (size_t)p]))
+				return mk_err_set(err, MK_EFORMAT, "job %u (%s): parameter '%s' is not one of %s's",
+						  r->pj->id, r->name, key, r->m->name);
+		}
+	}
+	return 0;
+}
+
+static void run_release(struct run *r)
+{
+	if (r->live)
+		mk_job_release(&r->job);
+	mk_plan_job_free(r->pj);
+	for (size_t i = 0; r->ib && i < r->d.ninputs; i++) {
+		free(r->ib[i].conv);
+		free(r->ib[i].raw);
+	}
+	free(r->ib);
+	free(r->in);
+	free(r->gvals);
+	free(r->ivals);
+	free(r->out);
+	free(r->outc);
+	memset(r, 0, sizeof(*r));
+}
+
+static int run_start(struct run *r, const struct mk_manifest *man, const struct mk_frame *f,
+		     struct mk_err *err)
+{
+	json_t *emb;
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	rc = mk_plan_job_decode(f->payload, f->payload_len, &r->pj, err);
+	if (rc)
+		return mk_err_prefix(err, "frame #%llu: ", (unsigned long long)f->index);
+	if (r->pj->output >= man->ntensors)
+		return mk_err_set(err, MK_EFORMAT, "job %u: output #%zu is not in the manifest (%zu tensors)",
+				  r->pj->id, r->pj->output, man->ntensors);
+	r->out_index = r->pj->output;
+	const struct mk_manifest_tensor *t = &man->tensors[r->out_index];
+	r->name = t->name;
+	rc = mk_method_lookup(r->pj->method, &r->m, err);
+	if (rc)
+		return mk_err_prefix(err, "job %u (%s): ", r->pj->id, r->name);
+	r->in = calloc(r->pj->ninputs + 1, sizeof(*r->in));
+	r->ib = calloc(r->pj->ninputs + 1, sizeof(*r->ib));
+	if (!r->in || !r->ib)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t i = 0; i < r->pj->ninputs; i++) {
+		r->in[i].dtype = r->pj->inputs[i].dtype;
+		r->in[i].ndim = r->pj->inputs[i].ndim;
+		memcpy(r->in[i].shape, r->pj->inputs[i].shape, sizeof(r->in[i].shape));
+	}
+	rc = load_params(r, err);
+	if (rc)
+		return rc;
+	emb = json_object_get(r->pj->json, "is_embed");
+	r->d = (struct mk_job_desc){ .tensor = r->name, .is_embed = json_is_true(emb),
+				     .ninputs = r->pj->ninputs, .base = (int)r->pj->base, .in = r->in,
+				     .global = r->gvals, .input = r->ivals };
+	rc = mk_job_init(&r->job, r->m, &r->d, t->dtype, err);
+	if (rc)
+		return mk_err_prefix(err, "job %u: ", r->pj->id);
+	r->live = true;
+	/* the plan's manifest and the method's output rule must agree */
+	if (r->job.out.ndim != t->ndim || memcmp(r->job.out.shape, t->shape, t->ndim * sizeof(uint64_t)))
+		return mk_err_set(err, MK_EFORMAT, "job %u (%s): %s gives a shape other than the manifest's", r->pj->id,
+				  r->name, r->m->name);
+	r->out_nelem = t->nelem;
+	r->out_row_len = 1;
+	for (unsigned d = 1; d < t->ndim; d++)
+		r->out_row_len *= t->shape[d];
+	for (size_t i = 0; i < r->pj->ninputs; i++) {
+		uint64_t rl = 1;
+		for (unsigned d = 1; d < r->in[i].ndim; d++)
+			rl *= r->in[i].shape[d];
+		if (r->job.used[i] && r->in[i].ndim > 1 && t->ndim > 1 && rl != r->out_row_len)
+			return mk_err_set(err, MK_EUNSUPPORTED,
+					  "job %u (%s): input %zu has rows of %llu elements, the output %llu (not supported yet)",
+					  r->pj->id, r->name, i, (unsigned long long)rl,
+					  (unsigned long long)r->out_row_len);
+	}
+	if (r->pj->sends != r->job.npasses + 1 && !(r->pj->sends == 1 && r->job.npasses == 0))
+		return mk_err_set(err, MK_EUNSUPPORTED,
+				  "job %u (%s): %s needs %u statistics passes; the plan sends the inputs %u times",
+				  r->pj->id, r->name, r->m->name, r->job.npasses, r->pj->sends);
+	return 0;
+}
+
+static int emit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, enum mk_dtype dt,
+		const void *data, size_t len, struct mk_merge_stats *st, struct mk_err *err)
+{
+	struct mk_chunk c = { .id = (uint32_t)r->out_index, .dtype = dt, .elem_begin = begin, .elem_count = count,
+			      .data = data, .data_len = len };
+
+	c.row_begin = begin / r->out_row_len;
+	c.row_count = (begin + count + r->out_row_len - 1) / r->out_row_len - c.row_begin;
+	st->chunks_out++;
+	st->bytes_out += len;
+	r->next_out = begin + count;
+	return mk_sw_chunk(w, MK_FT_DATA, &c, err);
+}
+
+/* The gathered range is complete: run a pass over it or write output. */
+static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge_stats *st,
+		      struct mk_err *err)
+{
+	uint64_t b = r->begin, n;
+	const void **ptrs;
+	int rc = 0;
+
+	r->range = false;
+	if (b >= r->out_nelem)
+		return 0; /* rows past the output (a longer embedding) */
+	n = r->count;
+	if (n > r->out_nelem - b)
+		n = r->out_nelem - b;
+	for (size_t i = 0; i < r->d.ninputs; i++) {
+		struct inbuf *in = &r->ib[i];
+		if (r->job.used[i] && (!in->have || in->begin != b || in->count < n))
+			return mk_err_set(err, MK_ECORRUPT,
+					  "job %u (%s): input %zu sent no data for elements [%llu, %llu)", r->pj->id,
+					  r->name, i, (unsigned long long)b, (unsigned long long)(b + n));
+	}
+	if (r->job.byte_copy) {
+		if (r->send + 1 < r->pj->sends)
+			goto clear;
+		struct inbuf *in = &r->ib[r->job.copy_input];
+		uint64_t len;
+		mk_dtype_nbytes(r->in[r->job.copy_input].dtype, n, &len);
+		rc = emit(w, r, b, n, r->job.out.dtype, in->raw, (size_t)len, st, err);
+		goto clear;
+	}
+	ptrs = calloc(r->d.ninputs + 1, sizeof(*ptrs));
+	if (!ptrs)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t i = 0; i < r->d.ninputs; i++)
+		ptrs[i] = r->job.used[i] ? r->ib[i].conv : NULL;
+	struct mk_job_chunk c = { .elem_begin = b, .count = n, .in = ptrs };
+	if (r->send < r->job.npasses) {
+		rc = mk_job_accumulate(&r->job, r->send, &c, err);
+	} else {
+		size_t es = mk_dtype_bits(r->job.compute) / 8;
+		uint64_t ob;
+		mk_dtype_nbytes(r->job.out.dtype, n, &ob);
+		if (grow(&r->out, &r->out_cap, n * es) || grow(&r->outc, &r->outc_cap, ob)) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		} else {
+			rc = mk_job_apply(&r->job, &c, r->out, err);
+			if (!rc && mk_dtype_convert(r->job.out.dtype, r->outc, r->job.compute, r->out, n))
+				rc = mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): cannot write %s output", r->pj->id,
+						r->name, mk_dtype_name(r->job.out.dtype));
+			if (!rc)
+				rc = emit(w, r, b, n, r->job.out.dtype, r->outc, (size_t)ob, st, err);
+		}
+	}
+	free(ptrs);
+clear:
+	for (size_t i = 0; i < r->d.ninputs; i++)
+		r->ib[i].have = false;
+	return rc;
+}
+
+static int finish_passes(struct run *r, unsigned upto, struct mk_err *err)
+{
+	while (r->passes_done < upto && r->passes_done < r->job.npasses) {
+		int rc = mk_job_finish(&r->job, r->passes_done, err);
+		if (rc)
+			return rc;
+		r->passes_done++;
+	}
+	return 0;
+}
+
+static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_frame *f,
+		     struct mk_merge_stats *st, struct mk_err *err)
+{
+	struct mk_chunk c;
+	int rc = mk_chunk_decode(f->payload, f->payload_len, &c, err);
+
+	if (rc)
+		return mk_err_prefix(err, "frame #%llu (INPT): ", (unsigned long long)f->index);
+	if (!r->pj || c.id != r->pj->id)
+		return mk_err_set(err, MK_EFORMAT, "frame #%llu: INPT for job %u outside its job", (unsigned long long)f->index,
+				  c.id);
+	if (c.input >= r->d.ninputs || c.pass >= r->pj->sends || c.dtype != r->in[c.input].dtype)
+		return mk_err_set(err, MK_EFORMAT, "frame #%llu: INPT input %u pass %u does not fit job %u",
+				  (unsigned long long)f->index, c.input, c.pass, r->pj->id);
+	st->chunks_in++;
+	if (r->range && (c.pass != r->send || c.elem_begin != r->begin)) {
+		rc = range_done(w, r, st, err);
+		if (rc)
+			return rc;
+	}
+	if (c.pass != r->send) {
+		if (c.pass < r->send)
+			return mk_err_set(err, MK_EFORMAT, "frame #%llu: job %u went back to send %u",
+					  (unsigned long long)f->index, r->pj->id, c.pass);
+		rc = finish_passes(r, c.pass, err);
+		if (rc)
+			return rc;
+		r->send = c.pass;
+	}
+	if (!r->range) {
+		r->range = true;
+		r->begin = c.elem_begin;
+		r->count = 0;
+	}
+	if (c.elem_count > r->count)
+		r->count = c.elem_count;
+	struct inbuf *in = &r->ib[c.input];
+	in->have = true;
+	in->begin = c.elem_begin;
+	in->count = c.elem_count;
+	if (r->job.byte_copy) {
+		if ((int)c.input == r->job.copy_input) {
+			if (grow(&in->raw, &in->raw_cap, c.data_len ? c.data_len : 1))
+				return mk_err_set(err, MK_ENOMEM, "out of memory");
+			memcpy(in->raw, c.data, c.data_len);
+			in->raw_len = c.data_len;
+		}
+		return 0;
+	}
+	if (!r->job.used[c.input])
+		return 0;
+	size_t need = (size_t)c.elem_count * (mk_dtype_bits(r->job.compute) / 8);
+	if (grow(&in->conv, &in->conv_cap, need ? need : 1))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	if (mk_dtype_convert(r->job.compute, in->conv, c.dtype, c.data, c.elem_count))
+		return mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): input %u is %s, which %s cannot merge", r->pj->id,
+				  r->name, c.input, mk_dtype_name(c.dtype), r->m->name);
+	return 0;
+}
+
+static int run_end(struct mk_stream_writer *w, struct run *r, struct mk_merge_stats *st, struct mk_err *err)
+{
+	int rc = 0;
+
+	if (!r->pj)
+		return 0;
+	if (r->range)
+		rc = range_done(w, r, st, err);
+	if (!rc)
+		rc = finish_passes(r, r->job.npasses, err);
+	if (!rc && r->next_out != r->out_nelem)
+		rc = mk_err_set(err, MK_ECORRUPT, "job %u (%s): the inputs covered %llu of %llu output elements",
+				r->pj->id, r->name, (unsigned long long)r->next_out, (unsigned long long)r->out_nelem);
+	if (!rc) {
+		st->jobs++;
+		st->byte_copies += r->job.byte_copy;
+	}
+	run_release(r);
+	return rc;
+}
+
+int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, int out_fd,
+		 struct mk_merge_stats *st, struct mk_err *err)
+{
+	struct mk_stream_reader *rd = NULL;
+	struct mk_stream_writer *w = NULL;
+	struct mk_manifest *man = NULL;
+	struct mk_frame f;
+	struct run r = { 0 };
+	char *head = NULL;
+	size_t hlen;
+	uint64_t njobs = 0;
+	int rc;
+
+	memset(st, 0, sizeof(*st));
+	rc = mk_sr_open(&rd, in_fd, label, 0, err);
+	if (rc)
+		goto out;
+	do {
+		rc = mk_sr_next(rd, &f, err);
+		if (rc == 0)
+			rc = mk_err_set(err, MK_EFORMAT, "%s: stream has no HEAD frame", label);
+		if (rc < 0)
+			goto out;
+	} while (!f.critical);
+	if (strcmp(f.type, MK_FT_HEAD)) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: frame #%llu: expected HEAD, got %s", label,
+				(unsigned long long)f.index, f.type);
+		goto out;
+	}
+	rc = mk_manifest_decode(f.payload, f.payload_len, &man, err);
+	if (rc)
+		goto out;
+	if (strcmp(man->kind, "inputs")) {
+		rc = mk_err_set(err, MK_EFORMAT,
+				"%s: this is a '%s' stream; mk-merge reads an 'inputs' stream (mk-plan | mk-fetch)",
+				label, man->kind);
+		goto out;
+	}
+	if (json_is_integer(json_object_get(man->json, "jobs")))
+		njobs = (uint64_t)json_integer_value(json_object_get(man->json, "jobs"));
+	free(man->kind);
+	free(man->producer);
+	man->kind = strdup("tensors");
+	man->producer = strdup("mk-merge " MK_VERSION);
+	if (!man->kind || !man->producer) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	rc = mk_manifest_encode(man, &head, &hlen, err);
+	if (!rc)
+		rc = mk_sw_open(&w, out_fd, o->compress_level, err);
+	if (!rc)
+		rc = mk_sw_frame1(w, MK_FT_HEAD, head, hlen, err);
+	if (rc)
+		goto out;
+	while ((rc = mk_sr_next(rd, &f, err)) > 0) {
+		if (!strcmp(f.type, MK_FT_INPT)) {
+			rc = run_chunk(w, &r, &f, st, err);
+		} else if (!strcmp(f.type, MK_FT_JOB)) {
+			rc = run_end(w, &r, st, err);
+			if (!rc)
+				rc = run_start(&r, man, &f, err);
+			if (!rc && o->progress)
+				o->progress(o->progress_ctx, st->jobs, njobs);
+		} else if (!strcmp(f.type, MK_FT_END)) {
+			rc = run_end(w, &r, st, err);
+		} else if (!strcmp(f.type, MK_FT_FILE) || !f.critical) {
+			rc = mk_sw_pass(w, &f, err);
+		} else {
+			rc = mk_err_set(err, MK_EFORMAT, "%s: frame #%llu: unexpected %s frame in an 'inputs' stream",
+					label, (unsigned long long)f.index, f.type);
+		}
+		if (rc)
+			goto out;
+	}
+	if (rc < 0)
+		goto out;
+	rc = mk_sw_end(w, err);
+out:
+	run_release(&r);
+	free(head);
+	mk_manifest_free(man);
+	mk_sw_free(w);
+	mk_sr_free(rd);
+	return rc;
+}
