@@ -26,7 +26,7 @@ WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT       := $(if $(SAN),-O1 -g -fno-omit-frame-pointer -fsanitize=$(SAN) -fno-sanitize-recover=all,-O2 -g)
 CPPFLAGS  += -Iinclude -D_GNU_SOURCE -DMK_VERSION='"$(VERSION)"' $(PKG_CFLAGS)
 CFLAGS    ?=
-CFLAGS    += -std=gnu11 $(WARN) $(OPT) -MMD -MP
+CFLAGS    += -std=gnu11 -ffp-contract=off $(WARN) $(OPT) -MMD -MP
 LDFLAGS   += $(if $(SAN),-fsanitize=$(SAN))
 
 Q := $(if $(V),,@)

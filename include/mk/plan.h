@@ -27,7 +27,10 @@
 struct mk_plan_input {
 	size_t model;                /* index in the plan's model table */
 	char *tensor;                /* name in that model's checkpoint */
-	enum mk_dtype dtype;
+	enum mk_dtype dtype;          /* as stored in the checkpoint */
+	enum mk_dtype load_dtype;     /* cast to on load (config dtype or an
+					 architecture's force_dtype); = dtype
+					 when absent ("load_dtype" key) */
 	unsigned ndim;
 	uint64_t shape[MK_MAX_DIMS];
 	uint64_t nelem;

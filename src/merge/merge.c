@@ -142,7 +142,7 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 	if (!r->in || !r->ib)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	for (size_t i = 0; i < r->pj->ninputs; i++) {
-		r->in[i].dtype = r->pj->inputs[i].dtype;
+		r->in[i].dtype = r->pj->inputs[i].load_dtype; /* what the method sees */
 		r->in[i].ndim = r->pj->inputs[i].ndim;
 		memcpy(r->in[i].shape, r->pj->inputs[i].shape, sizeof(r->in[i].shape));
 	}
@@ -221,9 +221,20 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 		if (r->send + 1 < r->pj->sends)
 			goto clear;
 		struct inbuf *in = &r->ib[r->job.copy_input];
+		enum mk_dtype stored = r->pj->inputs[r->job.copy_input].dtype;
 		uint64_t len;
-		mk_dtype_nbytes(r->in[r->job.copy_input].dtype, n, &len);
-		rc = emit(w, r, b, n, r->job.out.dtype, in->raw, (size_t)len, st, err);
+		mk_dtype_nbytes(r->job.out.dtype, n, &len);
+		if (stored == r->job.out.dtype) {
+			rc = emit(w, r, b, n, r->job.out.dtype, in->raw, (size_t)len, st, err);
+			goto clear;
+		}
+		/* cast on load to the output's dtype: one rounding, as torch */
+		if (grow(&r->outc, &r->outc_cap, len ? (size_t)len : 1))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		if (mk_dtype_convert(r->job.out.dtype, r->outc, stored, in->raw, n))
+			return mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): cannot cast %s to %s", r->pj->id,
+					  r->name, mk_dtype_name(stored), mk_dtype_name(r->job.out.dtype));
+		rc = emit(w, r, b, n, r->job.out.dtype, r->outc, (size_t)len, st, err);
 		goto clear;
 	}
 	ptrs = calloc(r->d.ninputs + 1, sizeof(*ptrs));
@@ -278,7 +289,7 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 	if (!r->pj || c.id != r->pj->id)
 		return mk_err_set(err, MK_EFORMAT, "frame #%llu: INPT for job %u outside its job", (unsigned long long)f->index,
 				  c.id);
-	if (c.input >= r->d.ninputs || c.pass >= r->pj->sends || c.dtype != r->in[c.input].dtype)
+	if (c.input >= r->d.ninputs || c.pass >= r->pj->sends || c.dtype != r->pj->inputs[c.input].dtype)
 		return mk_err_set(err, MK_EFORMAT, "frame #%llu: INPT input %u pass %u does not fit job %u",
 				  (unsigned long long)f->index, c.input, c.pass, r->pj->id);
 	st->chunks_in++;
@@ -321,6 +332,19 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 	size_t need = (size_t)c.elem_count * (mk_dtype_bits(r->job.compute) / 8);
 	if (grow(&in->conv, &in->conv_cap, need ? need : 1))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	enum mk_dtype load = r->pj->inputs[c.input].load_dtype;
+	if (load != c.dtype) {
+		/* cast on load (config dtype), rounding as torch, then compute */
+		uint64_t lb;
+		mk_dtype_nbytes(load, c.elem_count, &lb);
+		if (grow(&in->raw, &in->raw_cap, lb ? (size_t)lb : 1))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		if (mk_dtype_convert(load, in->raw, c.dtype, c.data, c.elem_count) ||
+		    mk_dtype_convert(r->job.compute, in->conv, load, in->raw, c.elem_count))
+			return mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): input %u: cannot cast %s to %s", r->pj->id,
+					  r->name, c.input, mk_dtype_name(c.dtype), mk_dtype_name(load));
+		return 0;
+	}
 	if (mk_dtype_convert(r->job.compute, in->conv, c.dtype, c.data, c.elem_count))
 		return mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): input %u is %s, which %s cannot merge", r->pj->id,
 				  r->name, c.input, mk_dtype_name(c.dtype), r->m->name);

@@ -115,6 +115,13 @@ int mk_plan_job_decode(const void *buf, size_t len, struct mk_plan_job **out, st
 			goto out;
 		}
 		in->model = (size_t)u;
+		in->load_dtype = in->dtype;
+		if (json_object_get(v, "load_dtype") &&
+		    (!json_is_string(json_object_get(v, "load_dtype")) ||
+		     mk_dtype_from_name(json_string_value(json_object_get(v, "load_dtype")), &in->load_dtype))) {
+			rc = mk_err_set(err, MK_EFORMAT, "JOB %u: input %zu: bad load_dtype", j->id, i);
+			goto out;
+		}
 		in->ndim = (unsigned)json_array_size(sh);
 		in->nelem = 1;
 		json_array_foreach(sh, k, d) {
@@ -161,8 +168,11 @@ int mk_plan_job_encode(const struct mk_plan_job *j, char **out, size_t *len, str
 		json_t *sh = json_array();
 		for (unsigned d = 0; d < in->ndim; d++)
 			json_array_append_new(sh, json_integer((json_int_t)in->shape[d]));
-		json_array_append_new(ins, json_pack("{s:I,s:s,s:s,s:o}", "model", (json_int_t)in->model, "tensor",
-						     in->tensor, "dtype", mk_dtype_name(in->dtype), "shape", sh));
+		json_t *e = json_pack("{s:I,s:s,s:s,s:o}", "model", (json_int_t)in->model, "tensor", in->tensor,
+				      "dtype", mk_dtype_name(in->dtype), "shape", sh);
+		if (e && in->load_dtype != in->dtype)
+			json_object_set_new(e, "load_dtype", json_string(mk_dtype_name(in->load_dtype)));
+		json_array_append_new(ins, e);
 	}
 	json_object_set_new(o, "inputs", ins);
 	ins = NULL;

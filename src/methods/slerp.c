@@ -1,0 +1,233 @@
+/* slerp.c - spherical interpolation between the base and one other input
+ * (methods.md 2.3, seed 004).
+ *
+ * One statistics pass sums |v0|^2, |v1|^2 and <v0, v1> over the whole
+ * tensor (float64, fixed blocks: chunking does not change a bit).  Then:
+ *   n_k = sqrt(|v_k|^2), a unit vector only when n_k > 1e-8 (eps);
+ *   d   = <v0, v1> / (n0' * n1')  with n_k' = n_k > 1e-8 ? n_k : 1;
+ *   |d| > 0.9995 (DOT_THRESHOLD, parallel or anti-parallel):
+ *       out = (1 - t) * v0 + t * v1                       (lerp)
+ *   else  theta0 = acos(d), theta_t = theta0 * t,
+ *         s0 = sin(theta0 - theta_t) / sin(theta0), s1 = sin(theta_t) / sin(theta0),
+ *         out = s0 * v0 + s1 * v1
+ * The scalars are computed in float64 (numpy 1.x legacy promotion does the
+ * same for theta_t, s0, s1); the two coefficients are rounded to the
+ * compute dtype and the products rounded before the sum, as numpy does.
+ *
+ * t is optional (seed 004): when no value resolves for a tensor the output
+ * is the base, the other input is not read (its shape may differ) and
+ * there is no pass.  A job with the base alone (an optional tensor the
+ * other model lacks) also returns the base.  The output has the base's
+ * dtype.
+ *
+ * Deliberate differences: mergekit normalises both tensors in float32 and
+ * sums the dot product in float32 (numpy); mk sums in float64, so d is
+ * closer to the exact value (agreement ~1e-7 relative, more near the
+ * threshold).  mergekit computes slerp in float32 even for float64
+ * inputs; mk computes in float64 when both inputs are float64.
+ */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mk/method.h"
+
+#define DOT_THRESHOLD 0.9995
+#define EPS 1e-8
+
+enum { P_T, NPARAMS };
+
+static const struct mk_param_spec params[NPARAMS] = {
+	[P_T] = { .name = "t", .scope = MK_SCOPE_GLOBAL, .type = MK_PT_FLOAT,
+		  .doc = "interpolation factor: 0 = base, 1 = the other model "
+			 "(unset: the tensor is the base's)" },
+};
+
+struct state {
+	int other;                 /* index of the non-base input, -1: copy base */
+	struct mk_fsum s00, s11, s01;
+	double c0, c1;             /* output = c0 * base + c1 * other */
+	bool lerp;                 /* finish took the lerp path (diagnostics) */
+};
+
+/* The job interpolates when t is set and there are two inputs. */
+static int other_input(const struct mk_job_desc *d)
+{
+	if (!d->global[P_T].set || d->ninputs < 2)
+		return -1;
+	return d->base == 0 ? 1 : 0;
+}
+
+static int output(const struct mk_method *m, const struct mk_job_desc *d,
+		  struct mk_plan_out *po, bool *used, struct mk_err *err)
+{
+	const struct mk_tensor_desc *b = &d->in[d->base];
+	int o = other_input(d);
+	bool rectified;
+	int rc = 0;
+
+	if (o < 0) {
+		for (size_t i = 0; i < d->ninputs; i++)
+			used[i] = (int)i == d->base;
+		po->out = *b;
+		po->compute = b->dtype == MK_DT_F64 ? MK_DT_F64 : MK_DT_F32;
+		goto out;
+	}
+	rc = mk_require_float_inputs(m, d, used, err);
+	if (rc)
+		goto out;
+	rc = mk_rectify_shapes(m, d, used, &po->out, &rectified, err);
+	if (rc)
+		goto out;
+	po->out.dtype = b->dtype;
+	po->compute = b->dtype == MK_DT_F64 && d->in[o].dtype == MK_DT_F64 ? MK_DT_F64 : MK_DT_F32;
+out:
+	return rc;
+}
+
+static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, const bool *used)
+{
+	return other_input(d) >= 0 ? 1 : 0;
+}
+
+static int init(struct mk_job *job, struct mk_err *err)
+{
+	struct state *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	s->other = other_input(&job->d);
+	if (s->other < 0) {
+		s->c0 = 1.0;
+		job->copy_input = job->d.base;
+	}
+	job->state = s;
+	return 0;
+}
+
+#define SLERP_SUMS(NAME, T)							\
+static void NAME(struct state *s, uint64_t e0, uint64_t n, const T *x0, const T *x1) \
+{										\
+	uint64_t i = 0;								\
+	while (i < n) {								\
+		uint64_t run = mk_fsum_run(e0 + i, n - i);			\
+		double a = s->s00.part, b = s->s11.part, c = s->s01.part;	\
+		for (uint64_t k = i; k < i + run; k++) {			\
+			double p = (double)x0[k], q = (double)x1[k];		\
+			double pp = p * p, qq = q * q, pq = p * q;		\
+			a += pp;						\
+			b += qq;						\
+			c += pq;						\
+		}								\
+		s->s00.part = a;						\
+		s->s11.part = b;						\
+		s->s01.part = c;						\
+		i += run;							\
+		mk_fsum_step(&s->s00, e0 + i);					\
+		mk_fsum_step(&s->s11, e0 + i);					\
+		mk_fsum_step(&s->s01, e0 + i);					\
+	}									\
+}
+SLERP_SUMS(sums_f32, float)
+SLERP_SUMS(sums_f64, double)
+
+static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c,
+		      struct mk_err *err)
+{
+	struct state *s = job->state;
+	const void *x0 = c->in[job->d.base], *x1 = c->in[s->other];
+
+	if (job->compute == MK_DT_F64)
+		sums_f64(s, c->elem_begin, c->count, x0, x1);
+	else
+		sums_f32(s, c->elem_begin, c->count, x0, x1);
+	return 0;
+}
+
+static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
+{
+	struct state *s = job->state;
+	double t = mk_job_param(job, P_T)->f;
+	double n0 = sqrt(mk_fsum_value(&s->s00)), n1 = sqrt(mk_fsum_value(&s->s11));
+	double d, theta0, theta_t, sin0;
+
+	if (!(n0 > EPS))
+		n0 = 1.0;
+	if (!(n1 > EPS))
+		n1 = 1.0;
+	d = mk_fsum_value(&s->s01) / (n0 * n1);
+	if (fabs(d) > DOT_THRESHOLD) {
+		s->lerp = true;
+		s->c0 = 1.0 - t;
+		s->c1 = t;
+		return 0;
+	}
+	theta0 = acos(d);
+	sin0 = sin(theta0);
+	theta_t = theta0 * t;
+	s->c0 = sin(theta0 - theta_t) / sin0;
+	s->c1 = sin(theta_t) / sin0;
+	return 0;
+}
+
+static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, struct mk_err *err)
+{
+	const struct state *s = job->state;
+	uint64_t n = c->count;
+
+	if (job->compute == MK_DT_F64) {
+		const double *x0 = c->in[job->d.base], *x1;
+		double *o = out, a = s->c0, b = s->c1;
+		if (s->other < 0) {
+			memcpy(o, x0, n * sizeof(*o));
+			return 0;
+		}
+		x1 = c->in[s->other];
+		for (uint64_t e = 0; e < n; e++) {
+			double p = a * x0[e], q = b * x1[e];
+			o[e] = p + q;
+		}
+	} else {
+		const float *x0 = c->in[job->d.base], *x1;
+		float *o = out, a = (float)s->c0, b = (float)s->c1;
+		if (s->other < 0) {
+			memcpy(o, x0, n * sizeof(*o));
+			return 0;
+		}
+		x1 = c->in[s->other];
+		for (uint64_t e = 0; e < n; e++) {
+			float p = a * x0[e], q = b * x1[e];
+			o[e] = p + q;
+		}
+	}
+	return 0;
+}
+
+static void release(struct mk_job *job)
+{
+	free(job->state);
+	job->state = NULL;
+}
+
+const struct mk_method mk_method_slerp = {
+	.abi = MK_METHOD_ABI,
+	.name = "slerp",
+	.pretty_name = "SLERP",
+	.reference_url = "https://en.wikipedia.org/wiki/Slerp",
+	.params = params,
+	.nparams = NPARAMS,
+	.contract = { .base = MK_BASE_REQUIRED, .min_inputs = 1, .max_inputs = 2,
+		      .min_non_base = 0, .max_non_base = 1 },
+	.uses_accelerator = true,
+	.output = output,
+	.npasses = npasses,
+	.init = init,
+	.accumulate = accumulate,
+	.finish = finish,
+	.apply = apply,
+	.release = release,
+};

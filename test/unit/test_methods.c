@@ -1,0 +1,1159 @@
+/* test_methods.c - the merge-method API and the built-in methods linear,
+ * passthrough, slerp and task_arithmetic.
+ *
+ * Reference values are methods.md Appendix A (mergekit's own kernels,
+ * float32).  Metric: max |mk - ref| <= 1e-6 * max(1, max |ref|).  The
+ * references are printed float32 values of magnitude <= 4, where one
+ * float32 ulp is <= 4.8e-7; mk follows mergekit's operation order (or
+ * sums in float64 where mergekit sums in float32: slerp's statistics),
+ * so an honest implementation is within a few ulps, while any semantic
+ * slip (a weight, the normalisation, t's direction, the lerp fallback,
+ * the base's role) moves these dyadic inputs by 1e-3 or more.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mk/method.h"
+
+/* ------------------------------------------------------------ fixtures */
+
+static const float W0[12] = { 0.5f, -0.25f, 1.0f, 0.125f, -0.75f, 0.375f, 0.0f, 2.0f,
+			      1.5f, -1.25f, 0.625f, -0.5f };
+static const float D1[12] = { 6, -13, 3, 19, -10, 16, -4, 0, 26, -7, 12, -22 };
+static const float D2[12] = { -5, -9, 8, 14, 11, -2, -15, 1, 20, 17, -3, -25 };
+static const float D3[12] = { 7, 4, -12, 23, -18, 9, 5, -1, -24, -6, 13, 2 };
+static float M1[12], M2[12], M3[12];
+
+static int setup_inputs(void **st)
+{
+	for (int i = 0; i < 12; i++) {
+		M1[i] = W0[i] + D1[i] / 64.0f;
+		M2[i] = W0[i] + D2[i] / 64.0f;
+		M3[i] = W0[i] + D3[i] / 64.0f;
+	}
+	return 0;
+}
+
+#define MAXIN 4
+#define MAXP 8
+
+/* A job description being built by a test. */
+struct tj {
+	const struct mk_method *m;
+	struct mk_tensor_desc in[MAXIN];
+	struct mk_pval g[MAXP];
+	struct mk_pval pin[MAXIN * MAXP];
+	const char *labels[MAXIN];
+	struct mk_job_desc d;
+};
+
+static struct mk_tensor_desc td(enum mk_dtype dt, unsigned ndim, uint64_t a, uint64_t b)
+{
+	struct mk_tensor_desc t = { .dtype = dt, .ndim = ndim };
+	t.shape[0] = a;
+	t.shape[1] = b;
+	return t;
+}
+
+static void tj_init(struct tj *t, const char *method, size_t n, int base)
+{
+	static const char *names[MAXIN] = { "model-a", "model-b", "model-c", "model-d" };
+
+	memset(t, 0, sizeof(*t));
+	t->m = mk_method_find(method);
+	assert_non_null(t->m);
+	assert_true(t->m->nparams <= MAXP);
+	for (size_t i = 0; i < n; i++) {
+		t->in[i] = td(MK_DT_F32, 2, 3, 4);
+		t->labels[i] = names[i];
+	}
+	t->d.tensor = "model.layers.0.mlp.down_proj.weight";
+	t->d.ninputs = n;
+	t->d.base = base;
+	t->d.in = t->in;
+	t->d.labels = t->labels;
+	t->d.global = t->g;
+	t->d.input = t->pin;
+}
+
+static void set_g(struct tj *t, const char *name, struct mk_pval v)
+{
+	int p = mk_method_param_index(t->m, name);
+	assert_true(p >= 0);
+	t->g[p] = v;
+}
+
+static void set_in(struct tj *t, size_t i, const char *name, struct mk_pval v)
+{
+	int p = mk_method_param_index(t->m, name);
+	assert_true(p >= 0);
+	t->pin[i * t->m->nparams + (size_t)p] = v;
+}
+
+/* Run a whole job over views (compute-dtype arrays of the output's
+ * element count; NULL for unused inputs) with chunks of `chunk` elements
+ * (0: one chunk).  Returns the job's rc; fills out. */
+static int run_job(struct tj *t, enum mk_dtype out_dtype, const void *const *views,
+		   uint64_t chunk, void *out, struct mk_job *keep)
+{
+	struct mk_job job;
+	struct mk_err err;
+	size_t esz;
+	int rc;
+
+	mk_err_clear(&err);
+	rc = mk_job_init(&job, t->m, &t->d, out_dtype, &err);
+	if (rc) {
+		print_message("init: %s\n", err.msg);
+		return rc;
+	}
+	esz = job.compute == MK_DT_F64 ? 8 : 4;
+	if (!chunk)
+		chunk = job.nelem ? job.nelem : 1;
+	for (unsigned pass = 0; pass < job.npasses; pass++) {
+		for (uint64_t e = 0; e < job.nelem; e += chunk) {
+			const void *ptr[MAXIN];
+			struct mk_job_chunk c = { .elem_begin = e, .in = ptr };
+			c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
+			for (size_t i = 0; i < t->d.ninputs; i++)
+				ptr[i] = views[i] ? (const char *)views[i] + e * esz : NULL;
+			rc = mk_job_accumulate(&job, pass, &c, &err);
+			assert_int_equal(rc, 0);
+		}
+		assert_int_equal(mk_job_finish(&job, pass, &err), 0);
+	}
+	for (uint64_t e = 0; e < job.nelem; e += chunk) {
+		const void *ptr[MAXIN];
+		struct mk_job_chunk c = { .elem_begin = e, .in = ptr };
+		c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
+		for (size_t i = 0; i < t->d.ninputs; i++)
+			ptr[i] = views[i] ? (const char *)views[i] + e * esz : NULL;
+		rc = mk_job_apply(&job, &c, (char *)out + e * esz, &err);
+		assert_int_equal(rc, 0);
+	}
+	if (keep)
+		*keep = job;   /* caller releases */
+	else
+		mk_job_release(&job);
+	return 0;
+}
+
+static void assert_close(const float *got, const float *ref, size_t n)
+{
+	double maxref = 1.0, maxdiff = 0.0;
+
+	for (size_t i = 0; i < n; i++)
+		if (fabs(ref[i]) > maxref)
+			maxref = fabs(ref[i]);
+	for (size_t i = 0; i < n; i++) {
+		double dd = fabs((double)got[i] - (double)ref[i]);
+		if (!(dd <= maxdiff))
+			maxdiff = dd;
+		if (!(dd <= 1e-6 * maxref))
+			fail_msg("element %zu: got %.9g, reference %.9g (diff %.3g)", i, got[i], ref[i], dd);
+	}
+	if (getenv("MK_TEST_VERBOSE"))
+		print_message("max |mk - ref| = %.3g (bound %.3g)\n", maxdiff, 1e-6 * maxref);
+}
+
+/* --------------------------------------------------------------- registry */
+
+static void test_registry_builtins(void **st)
+{
+	const char *want[] = { "linear", "slerp", "passthrough", "task_arithmetic" };
+	size_t n = mk_method_count();
+
+	assert_true(n >= 4);
+	for (size_t k = 0; k < 4; k++) {
+		const struct mk_method *m = mk_method_find(want[k]);
+		bool seen = false;
+		assert_non_null(m);
+		assert_string_equal(m->name, want[k]);
+		assert_int_equal(m->abi, MK_METHOD_ABI);
+		for (size_t i = 0; i < n; i++)
+			seen |= mk_method_at(i) == m;
+		assert_true(seen);
+	}
+	assert_null(mk_method_at(n));
+	assert_null(mk_method_find("Linear"));
+	assert_null(mk_method_find("nope"));
+	assert_false(mk_method_find("passthrough")->uses_accelerator);
+	assert_true(mk_method_find("slerp")->uses_accelerator);
+	assert_int_equal(mk_method_find("slerp")->contract.base, MK_BASE_REQUIRED);
+	assert_int_equal(mk_method_find("task_arithmetic")->contract.base, MK_BASE_REQUIRED);
+	assert_int_equal(mk_method_find("linear")->contract.base, MK_BASE_IGNORED);
+	assert_non_null(mk_method_find("linear")->batch);
+	assert_string_equal(mk_method_find("task_arithmetic")->pretty_name, "Task Arithmetic");
+}
+
+static void test_registry_duplicate_and_abi(void **st)
+{
+	struct mk_method copy = mk_method_linear;
+	struct mk_err err;
+	size_t n = mk_method_count();
+
+	assert_int_equal(mk_method_register(&copy, &err), -MK_EEXIST);
+	assert_non_null(strstr(err.msg, "'linear' is already registered"));
+	copy.abi = MK_METHOD_ABI + 1;
+	copy.name = "linear_v2";
+	assert_int_equal(mk_method_register(&copy, &err), -MK_EINVAL);
+	assert_non_null(strstr(err.msg, "ABI"));
+	copy.abi = MK_METHOD_ABI;
+	copy.name = "Bad-Name";
+	assert_int_equal(mk_method_register(&copy, &err), -MK_EINVAL);
+	copy.name = "linear_v2";
+	copy.apply = NULL;
+	assert_int_equal(mk_method_register(&copy, &err), -MK_EINVAL);
+	assert_int_equal(mk_method_count(), n);
+}
+
+static void test_registry_closest(void **st)
+{
+	const struct mk_method *m = NULL;
+	struct mk_err err;
+
+	assert_string_equal(mk_method_closest("slrep"), "slerp");
+	assert_string_equal(mk_method_closest("LINEAR"), "linear");
+	assert_string_equal(mk_method_closest("lienar"), "linear");
+	assert_string_equal(mk_method_closest("task_arithmatic"), "task_arithmetic");
+	assert_string_equal(mk_method_closest("pasthrough"), "passthrough");
+	assert_null(mk_method_closest("xyz"));
+	assert_null(mk_method_closest("frankenstein_merge"));
+	assert_int_equal(mk_edit_distance("kitten", "sitting"), 3);
+	assert_int_equal(mk_edit_distance("", "abc"), 3);
+	assert_int_equal(mk_edit_distance("Slerp", "slerp"), 0);
+	assert_int_equal(mk_edit_distance("slrep", "slerp"), 1);
+	assert_int_equal(mk_edit_distance("ca", "abc"), 3);
+
+	assert_int_equal(mk_method_lookup("slerpp", &m, &err), -MK_ENOENT);
+	assert_null(m);
+	assert_non_null(strstr(err.msg, "did you mean 'slerp'?"));
+	assert_int_equal(mk_method_lookup("qqqqqqqq", &m, &err), -MK_ENOENT);
+	assert_null(strstr(err.msg, "did you mean"));
+	assert_int_equal(mk_method_lookup("slerp", &m, &err), 0);
+	assert_ptr_equal(m, &mk_method_slerp);
+}
+
+/* A plugin-style method with bounded parameters (apply: out = alpha * x). */
+enum { TP_ALPHA, TP_BETA, TP_K, TP_FLAG, TP_REQ, TP_N };
+static const struct mk_param_spec test_params[TP_N] = {
+	[TP_ALPHA] = { .name = "alpha", .scope = MK_SCOPE_GLOBAL, .type = MK_PT_FLOAT,
+		       .flags = MK_PF_MIN | MK_PF_MAX, .min = 0, .max = 1,
+		       .def = { .set = true, .type = MK_PT_FLOAT, .f = 0.5 } },
+	[TP_BETA] = { .name = "beta", .scope = MK_SCOPE_PER_INPUT, .type = MK_PT_FLOAT,
+		      .flags = MK_PF_MIN | MK_PF_MIN_EXCL | MK_PF_MAX | MK_PF_MAX_EXCL, .min = 0, .max = 1,
+		      .def = { .set = true, .type = MK_PT_FLOAT, .f = 0.25 } },
+	[TP_K] = { .name = "k", .scope = MK_SCOPE_GLOBAL, .type = MK_PT_INT, .flags = MK_PF_MIN, .min = 1,
+		   .def = { .set = true, .type = MK_PT_INT, .i = 4 } },
+	[TP_FLAG] = { .name = "flag", .scope = MK_SCOPE_GLOBAL, .type = MK_PT_BOOL,
+		      .def = { .set = true, .type = MK_PT_BOOL, .b = false } },
+	[TP_REQ] = { .name = "req", .scope = MK_SCOPE_PER_NON_BASE, .type = MK_PT_FLOAT,
+		     .flags = MK_PF_REQUIRED },
+};
+
+static int tm_output(const struct mk_method *m, const struct mk_job_desc *d,
+		     struct mk_plan_out *po, bool *used, struct mk_err *err)
+{
+	po->out = d->in[0];
+	return 0;
+}
+
+static int tm_apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, struct mk_err *err)
+{
+	const float *x = c->in[0];
+	float a = (float)mk_job_param(job, TP_ALPHA)->f;
+	for (uint64_t e = 0; e < c->count; e++)
+		((float *)out)[e] = a * x[e];
+	return 0;
+}
+
+static const struct mk_method test_method = {
+	.abi = MK_METHOD_ABI, .name = "bounded_test", .pretty_name = "Bounded",
+	.params = test_params, .nparams = TP_N,
+	.contract = { .base = MK_BASE_OPTIONAL, .min_inputs = 1, .max_inputs = 3,
+		      .min_non_base = 1, .max_non_base = 2 },
+	.output = tm_output, .apply = tm_apply,
+};
+
+static void expect_param_error(struct tj *t, const char *needle1, const char *needle2)
+{
+	struct mk_plan_out po;
+	struct mk_err err;
+
+	mk_err_clear(&err);
+	assert_int_equal(mk_method_plan(t->m, &t->d, &po, NULL, NULL, NULL, &err), -MK_EINVAL);
+	if (!strstr(err.msg, needle1) || (needle2 && !strstr(err.msg, needle2)))
+		fail_msg("message '%s' lacks '%s' / '%s'", err.msg, needle1, needle2 ? needle2 : "");
+}
+
+static void test_param_validation(void **st)
+{
+	struct mk_err err;
+	struct tj t;
+	struct mk_plan_out po;
+	struct mk_pval g[TP_N], in[2 * TP_N];
+	static struct mk_param_spec bad[1];
+	struct mk_method bm = test_method;
+
+	if (!mk_method_find("bounded_test"))
+		assert_int_equal(mk_method_register(&test_method, &err), 0);
+	/* inconsistent specs are refused at registration */
+	bad[0] = (struct mk_param_spec){ .name = "x", .type = MK_PT_FLOAT, .flags = MK_PF_REQUIRED,
+					 .def = { .set = true, .type = MK_PT_FLOAT, .f = 1 } };
+	bm.name = "bad_spec";
+	bm.params = bad;
+	bm.nparams = 1;
+	assert_int_equal(mk_method_register(&bm, &err), -MK_EINVAL);
+	bad[0] = (struct mk_param_spec){ .name = "x", .type = MK_PT_FLOAT, .flags = MK_PF_MAX, .max = 1,
+					 .def = { .set = true, .type = MK_PT_FLOAT, .f = 2 } };
+	assert_int_equal(mk_method_register(&bm, &err), -MK_EINVAL);
+	assert_non_null(strstr(err.msg, "default out of bounds"));
+
+	tj_init(&t, "bounded_test", 2, 0);
+	/* required per-non-base parameter: the base needs none */
+	expect_param_error(&t, "'req' is required for input 1 ('model-b')", NULL);
+	set_in(&t, 1, "req", mk_pval_int(3));            /* an INT for a FLOAT: accepted */
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, g, in, NULL, &err), 0);
+	assert_true(g[TP_ALPHA].set && g[TP_ALPHA].f == 0.5);     /* defaults applied */
+	assert_true(g[TP_K].set && g[TP_K].type == MK_PT_INT && g[TP_K].i == 4);
+	assert_true(in[0 * TP_N + TP_BETA].set && in[1 * TP_N + TP_BETA].f == 0.25);
+	assert_false(in[0 * TP_N + TP_REQ].set);
+	assert_true(in[1 * TP_N + TP_REQ].type == MK_PT_FLOAT && in[1 * TP_N + TP_REQ].f == 3.0);
+
+	set_g(&t, "alpha", mk_pval_float(1.5));
+	expect_param_error(&t, "'alpha' is 1.5; it must be >= 0 and <= 1", NULL);
+	set_g(&t, "alpha", mk_pval_float(1.0));          /* inclusive bound */
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+	set_g(&t, "alpha", mk_pval_float(NAN));
+	expect_param_error(&t, "'alpha' must be a finite number", NULL);
+	set_g(&t, "alpha", mk_pval_bool(true));
+	expect_param_error(&t, "'alpha' must be a number", NULL);
+	set_g(&t, "alpha", mk_pval_float(0.0));
+
+	set_in(&t, 0, "beta", mk_pval_float(0.0));       /* exclusive bound */
+	expect_param_error(&t, "'beta' for input 0 ('model-a') is 0; it must be > 0 and < 1", NULL);
+	set_in(&t, 0, "beta", mk_pval_float(1.0));
+	expect_param_error(&t, "'beta'", "< 1");
+	set_in(&t, 0, "beta", mk_pval_float(0.999));
+
+	set_g(&t, "k", mk_pval_float(2.5));
+	expect_param_error(&t, "'k' must be an integer (got 2.5)", NULL);
+	set_g(&t, "k", mk_pval_int(0));
+	expect_param_error(&t, "'k' is 0; it must be >= 1", NULL);
+	set_g(&t, "k", mk_pval_float(3.0));              /* integral float: accepted as 3 */
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, g, NULL, NULL, &err), 0);
+	assert_true(g[TP_K].type == MK_PT_INT && g[TP_K].i == 3);
+
+	set_g(&t, "flag", mk_pval_float(1.0));
+	expect_param_error(&t, "'flag' must be true or false", "bounded_test");
+	set_g(&t, "flag", mk_pval_bool(true));
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+
+	/* linear: weight is required for every input, the base included (1.3) */
+	tj_init(&t, "linear", 2, 1);
+	set_in(&t, 0, "weight", mk_pval_float(1.0));
+	expect_param_error(&t, "parameter 'weight' is required for input 1 ('model-b')", "linear");
+	/* task_arithmetic: not for the base */
+	tj_init(&t, "task_arithmetic", 2, 0);
+	set_in(&t, 1, "weight", mk_pval_float(1.0));
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+	/* slerp: t must be a number */
+	tj_init(&t, "slerp", 2, 0);
+	set_g(&t, "t", mk_pval_bool(true));
+	expect_param_error(&t, "'t' must be a number", NULL);
+}
+
+static void test_contract(void **st)
+{
+	struct mk_plan_out po;
+	struct mk_err err;
+	struct tj t;
+
+	tj_init(&t, "slerp", 2, -1);
+	set_g(&t, "t", mk_pval_float(0.5));
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), -MK_EINVAL);
+	assert_non_null(strstr(err.msg, "needs a base model"));
+	tj_init(&t, "slerp", 3, 0);
+	set_g(&t, "t", mk_pval_float(0.5));
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), -MK_EINVAL);
+	assert_non_null(strstr(err.msg, "at most 2"));
+	tj_init(&t, "passthrough", 2, -1);
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), -MK_EINVAL);
+	assert_non_null(strstr(err.msg, "exactly 1 input tensor"));
+	tj_init(&t, "task_arithmetic", 2, -1);
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), -MK_EINVAL);
+	if (!mk_method_find("bounded_test"))
+		assert_int_equal(mk_method_register(&test_method, &err), 0);
+	tj_init(&t, "bounded_test", 1, 0);               /* non-base arity */
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), -MK_EINVAL);
+	assert_non_null(strstr(err.msg, "0 non-base inputs"));
+	tj_init(&t, "linear", 2, 5);
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), -MK_EINVAL);
+}
+
+/* --------------------------------------------------- Appendix A: linear */
+
+static void linear3(struct tj *t, double w0, double w1, double w2, bool normalize)
+{
+	tj_init(t, "linear", 3, -1);
+	set_in(t, 0, "weight", mk_pval_float(w0));
+	set_in(t, 1, "weight", mk_pval_float(w1));
+	set_in(t, 2, "weight", mk_pval_float(w2));
+	set_g(t, "normalize", mk_pval_bool(normalize));
+}
+
+static void test_linear_appendix(void **st)
+{
+	static const float ref_norm[12] = { 0.5453125f, -0.38125f, 1.0234375f, 0.41093752f,
+		-0.8328125f, 0.51875f, -0.0859375f, 2.0015624f, 1.7218751f, -1.2437501f,
+		0.74531245f, -0.7828125f };
+	static const float ref_sum[12] = { 1.090625f, -0.7625f, 2.046875f, 0.82187504f,
+		-1.665625f, 1.0375f, -0.171875f, 4.0031247f, 3.4437501f, -2.4875002f,
+		1.4906249f, -1.565625f };
+	const void *v[3] = { M1, M2, M3 };
+	float out[12];
+	struct tj t;
+
+	linear3(&t, 1.0, 0.6, 0.4, true);
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out, NULL), 0);
+	assert_close(out, ref_norm, 12);
+	linear3(&t, 1.0, 0.6, 0.4, false);
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out, NULL), 0);
+	assert_close(out, ref_sum, 12);
+	/* default normalize is true */
+	linear3(&t, 1.0, 0.6, 0.4, true);
+	t.g[mk_method_param_index(t.m, "normalize")].set = false;
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out, NULL), 0);
+	assert_close(out, ref_norm, 12);
+}
+
+static void test_linear_bf16(void **st)
+{
+	/* Appendix A "same in float32": mk computes bf16 inputs in float32 and
+	 * rounds once (DESIGN "Numerics"), so its bf16 output is this vector
+	 * rounded to bf16, not mergekit's bf16-pipeline vector. */
+	static const float ref_f32[12] = { 0.52500004f, -0.42812502f, 1.078125f, 0.390625f,
+		-0.77500004f, 0.5125f, -0.13125f, 2.0062501f, 1.8687501f, -1.209375f,
+		0.71875f, -0.8625001f };
+	static const float ref_mergekit_bf16[12] = { 0.52734375f, -0.4296875f, 1.078125f,
+		0.390625f, -0.77734375f, 0.51171875f, -0.13085938f, 2.015625f, 1.875f,
+		-1.2109375f, 0.71875f, -0.8671875f };
+	float a[12], b[12], out[12];
+	uint16_t h[12];
+	const void *v[2] = { a, b };
+	struct mk_job job;
+	struct tj t;
+
+	for (int i = 0; i < 12; i++) {      /* bf16 inputs, exactly representable */
+		a[i] = mk_bf16_to_f32(mk_f32_to_bf16(M1[i]));
+		b[i] = mk_bf16_to_f32(mk_f32_to_bf16(M2[i]));
+		assert_true(a[i] == M1[i] && b[i] == M2[i]);
+	}
+	tj_init(&t, "linear", 2, -1);
+	t.in[0].dtype = t.in[1].dtype = MK_DT_BF16;
+	set_in(&t, 0, "weight", mk_pval_float(0.6));
+	set_in(&t, 1, "weight", mk_pval_float(0.4));
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out, &job), 0);
+	assert_int_equal(job.out.dtype, MK_DT_BF16);
+	assert_int_equal(job.compute, MK_DT_F32);
+	mk_job_release(&job);
+	assert_close(out, ref_f32, 12);
+	assert_int_equal(mk_dtype_convert(MK_DT_BF16, h, MK_DT_F32, out, 12), 0);
+	for (int i = 0; i < 12; i++) {
+		float want = mk_bf16_to_f32(mk_f32_to_bf16(ref_f32[i]));
+		assert_true(mk_bf16_to_f32(h[i]) == want);
+	}
+	/* element 0 is where the pipelines differ (methods.md 1.5) */
+	assert_true(mk_bf16_to_f32(h[0]) == 0.5234375f);
+	assert_true(ref_mergekit_bf16[0] == 0.52734375f);
+}
+
+static void test_linear_embed(void **st)
+{
+	static const float ref[6] = { 0.5078125f, -0.421875f, 1.0859375f,
+				      -0.7421875f, 0.484375f, -0.1484375f };
+	float va[6], vb[6], out[6];
+	const void *v[2] = { va, vb };
+	struct mk_plan_out po;
+	struct mk_err err;
+	struct mk_job job;
+	struct tj t;
+
+	tj_init(&t, "linear", 2, -1);
+	t.d.is_embed = true;
+	t.in[0] = td(MK_DT_F32, 2, 3, 4);      /* A = M1 */
+	t.in[1] = td(MK_DT_F32, 2, 2, 3);      /* B = M2[:2, :3] */
+	set_in(&t, 0, "weight", mk_pval_float(1.0));
+	set_in(&t, 1, "weight", mk_pval_float(1.0));
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+	assert_int_equal(po.out.ndim, 2);
+	assert_int_equal(po.out.shape[0], 2);
+	assert_int_equal(po.out.shape[1], 3);
+	/* the caller hands both inputs' top-left 2x3 views */
+	for (int r = 0; r < 2; r++)
+		for (int c = 0; c < 3; c++) {
+			va[r * 3 + c] = M1[r * 4 + c];
+			vb[r * 3 + c] = M2[r * 4 + c];
+		}
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out, &job), 0);
+	assert_int_equal(job.nelem, 6);
+	mk_job_release(&job);
+	assert_close(out, ref, 6);
+
+	/* not an embedding: a size mismatch */
+	t.d.is_embed = false;
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), -MK_EMISMATCH);
+	assert_non_null(strstr(err.msg, "tensor size mismatch"));
+	assert_non_null(strstr(err.msg, "input 1 ('model-b') has shape [2, 3], expected [3, 4]"));
+	/* an embedding that is not 2-D is not rectified */
+	t.d.is_embed = true;
+	t.in[1] = td(MK_DT_F32, 1, 3, 0);
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), -MK_EMISMATCH);
+	/* three embeddings: min rows, min cols */
+	tj_init(&t, "linear", 3, -1);
+	t.d.is_embed = true;
+	t.in[0] = td(MK_DT_F32, 2, 32000, 64);
+	t.in[1] = td(MK_DT_F32, 2, 32002, 64);
+	t.in[2] = td(MK_DT_F32, 2, 32001, 64);
+	for (int i = 0; i < 3; i++)
+		set_in(&t, (size_t)i, "weight", mk_pval_float(1.0));
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+	assert_int_equal(po.out.shape[0], 32000);
+	assert_int_equal(po.out.shape[1], 64);
+}
+
+static void test_linear_zero_sum(void **st)
+{
+	float out[12];
+	const void *v[2] = { M1, M2 };
+	struct mk_plan_out po;
+	struct mk_err err;
+	struct tj t;
+
+	tj_init(&t, "linear", 2, -1);
+	set_in(&t, 0, "weight", mk_pval_float(0.5));
+	set_in(&t, 1, "weight", mk_pval_float(-0.5));
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), -MK_EINVAL);
+	assert_non_null(strstr(err.msg, "weights sum to 0"));
+	assert_non_null(strstr(err.msg, "normalize"));
+	/* without normalisation a zero sum is fine: 0.5 * (M1 - M2) */
+	set_g(&t, "normalize", mk_pval_bool(false));
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out, NULL), 0);
+	for (int i = 0; i < 12; i++)
+		assert_true(out[i] == 0.5f * M1[i] + -0.5f * M2[i]);
+	/* the sum is taken in the compute dtype: float32 */
+	set_g(&t, "normalize", mk_pval_bool(true));
+	set_in(&t, 0, "weight", mk_pval_float(1e-30));
+	set_in(&t, 1, "weight", mk_pval_float(-1e-30));
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), -MK_EINVAL);
+	/* a single input with normalisation returns w*x/w */
+	tj_init(&t, "linear", 1, -1);
+	set_in(&t, 0, "weight", mk_pval_float(0.3));
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out, NULL), 0);
+	for (int i = 0; i < 12; i++)
+		assert_true(out[i] == (0.3f * M1[i]) / 0.3f);
+}
+
+static void test_linear_f64(void **st)
+{
+	double a[12], b[12], out[12];
+	const void *v[2] = { a, b };
+	struct mk_job job;
+	struct tj t;
+
+	for (int i = 0; i < 12; i++) {
+		a[i] = M1[i] + 1e-12;
+		b[i] = M2[i];
+	}
+	tj_init(&t, "linear", 2, -1);
+	t.in[0].dtype = t.in[1].dtype = MK_DT_F64;
+	set_in(&t, 0, "weight", mk_pval_float(0.6));
+	set_in(&t, 1, "weight", mk_pval_float(0.4));
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out, &job), 0);
+	assert_int_equal(job.compute, MK_DT_F64);
+	assert_int_equal(job.out.dtype, MK_DT_F64);
+	mk_job_release(&job);
+	for (int i = 0; i < 12; i++)
+		assert_true(out[i] == (0.6 * a[i] + 0.4 * b[i]) / (0.6 + 0.4));
+}
+
+/* ---------------------------------------------------- Appendix A: slerp */
+
+static void slerp_job(struct tj *t, double tv)
+{
+	tj_init(t, "slerp", 2, 0);
+	set_g(t, "t", mk_pval_float(tv));
+}
+
+static void test_slerp_appendix(void **st)
+{
+	static const float ref1[12] = { 0.5296415f, -0.31188574f, 1.0169246f, 0.2147741f,
+		-0.7991688f, 0.45135587f, -0.018825993f, 2.00561f, 1.6265765f, -1.2864518f,
+		0.6832311f, -0.6049455f };
+	static const float ref2[12] = { 0.584448f, -0.20404047f, 0.86319315f, 0.39596534f,
+		-0.9648555f, 0.48242775f, 0.058789015f, 1.9968157f, 1.2242429f, -1.3259053f,
+		0.7805307f, -0.47862774f };
+	static const float ref3[12] = { 0.65f, -0.325f, 1.3f, 0.1625f, -0.975f, 0.4875f, 0.0f,
+		2.6f, 1.95f, -1.625f, 0.8125f, -0.65f };
+	float twice[12], out[12];
+	const void *v1[2] = { W0, M1 }, *v2[2] = { W0, M3 }, *v3[2] = { W0, twice };
+	struct mk_job job;
+	struct tj t;
+
+	slerp_job(&t, 0.3);
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v1, 0, out, &job), 0);
+	assert_int_equal(job.npasses, 1);
+	assert_false(job.byte_copy);
+	assert_int_equal(job.copy_input, -1);
+	mk_job_release(&job);
+	assert_close(out, ref1, 12);
+
+	slerp_job(&t, 0.75);
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v2, 0, out, NULL), 0);
+	assert_close(out, ref2, 12);
+
+	/* colinear: |d| > 0.9995 -> lerp of the raw tensors */
+	for (int i = 0; i < 12; i++)
+		twice[i] = 2 * W0[i];
+	slerp_job(&t, 0.3);
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v3, 0, out, NULL), 0);
+	assert_close(out, ref3, 12);
+	for (int i = 0; i < 12; i++)       /* exactly (float)(1-t)*v0 + (float)t*v1 */
+		assert_true(out[i] == (float)(1.0 - 0.3) * W0[i] + (float)0.3 * twice[i]);
+	/* anti-parallel is caught by |d| as well */
+	for (int i = 0; i < 12; i++)
+		twice[i] = -W0[i];
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v3, 0, out, NULL), 0);
+	for (int i = 0; i < 12; i++)
+		assert_true(out[i] == (float)(1.0 - 0.3) * W0[i] + (float)0.3 * twice[i]);
+	/* t = 0 and 1 give the endpoints (within rounding of sin ratios) */
+	slerp_job(&t, 0.0);
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v1, 0, out, NULL), 0);
+	assert_close(out, W0, 12);
+	slerp_job(&t, 1.0);
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v1, 0, out, NULL), 0);
+	assert_close(out, M1, 12);
+}
+
+static void test_slerp_base_position(void **st)
+{
+	/* The base may be input 1: t still runs from the base to the other. */
+	static const float ref1[12] = { 0.5296415f, -0.31188574f, 1.0169246f, 0.2147741f,
+		-0.7991688f, 0.45135587f, -0.018825993f, 2.00561f, 1.6265765f, -1.2864518f,
+		0.6832311f, -0.6049455f };
+	const void *v[2] = { M1, W0 };
+	float out[12];
+	struct tj t;
+
+	tj_init(&t, "slerp", 2, 1);
+	set_g(&t, "t", mk_pval_float(0.3));
+	t.in[1].dtype = MK_DT_F16;   /* output follows the base's dtype */
+	{
+		struct mk_plan_out po;
+		struct mk_err err;
+		assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+		assert_int_equal(po.out.dtype, MK_DT_F16);
+		assert_int_equal(po.compute, MK_DT_F32);
+	}
+	assert_int_equal(run_job(&t, MK_DT_F32, v, 0, out, NULL), 0);
+	assert_close(out, ref1, 12);
+}
+
+static void test_slerp_t_unset(void **st)
+{
+	/* seed 004: no t for this tensor -> the base, other input not read,
+	 * even when its shape is incompatible. */
+	float out[12];
+	const void *v[2] = { W0, NULL };
+	bool used[2];
+	struct mk_plan_out po;
+	struct mk_err err;
+	struct mk_job job;
+	struct tj t;
+
+	tj_init(&t, "slerp", 2, 0);
+	t.in[0].dtype = MK_DT_BF16;
+	t.in[1] = td(MK_DT_F32, 2, 5, 7);
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, used, &err), 0);
+	assert_int_equal(po.npasses, 0);
+	assert_true(used[0]);
+	assert_false(used[1]);
+	assert_int_equal(po.out.dtype, MK_DT_BF16);
+	assert_int_equal(po.out.shape[0], 3);
+	assert_int_equal(po.out.shape[1], 4);
+
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_int_equal(job.copy_input, 0);
+	assert_true(job.byte_copy);
+	mk_job_release(&job);
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_F32, &err), 0);
+	assert_int_equal(job.copy_input, 0);
+	assert_false(job.byte_copy);          /* a dtype change: convert, no byte copy */
+	mk_job_release(&job);
+
+	t.in[0].dtype = MK_DT_F32;
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 5, out, NULL), 0);
+	assert_memory_equal(out, W0, sizeof(out));
+
+	/* with t set the same shapes are a mismatch */
+	set_g(&t, "t", mk_pval_float(0.5));
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), -MK_EMISMATCH);
+
+	/* the base alone (an optional tensor the other model lacks) -> base */
+	tj_init(&t, "slerp", 1, 0);
+	set_g(&t, "t", mk_pval_float(0.5));
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_int_equal(job.npasses, 0);
+	assert_true(job.byte_copy);
+	mk_job_release(&job);
+	/* t has no default and is not required */
+	assert_false(mk_method_slerp.params[0].def.set);
+	assert_false(mk_method_slerp.params[0].flags & MK_PF_REQUIRED);
+}
+
+static void test_slerp_embed(void **st)
+{
+	struct mk_plan_out po;
+	struct mk_err err;
+	struct tj t;
+
+	slerp_job(&t, 0.5);
+	t.d.is_embed = true;
+	t.in[0] = td(MK_DT_BF16, 2, 32003, 16);
+	t.in[1] = td(MK_DT_F32, 2, 32000, 24);
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+	assert_int_equal(po.out.shape[0], 32000);
+	assert_int_equal(po.out.shape[1], 16);
+	assert_int_equal(po.out.dtype, MK_DT_BF16);
+	assert_int_equal(po.npasses, 1);
+}
+
+/* ------------------------------------------- Appendix A: task arithmetic */
+
+static void test_task_arithmetic_appendix(void **st)
+{
+	static const float ref1[12] = { 0.5265625f, -0.46249998f, 1.0953125f, 0.4421875f,
+		-0.7734375f, 0.534375f, -0.1609375f, 2.0078125f, 1.940625f, -1.19375f,
+		0.7328125f, -0.9359375f };
+	static const float ref2[12] = { 0.5110677f, -0.33854166f, 1.0397135f, 0.25716144f,
+		-0.7597656f, 0.44140625f, -0.06705729f, 2.0032551f, 1.6835938f, -1.2265625f,
+		0.6699219f, -0.6816406f };
+	const void *v[3] = { W0, M1, M2 };
+	float out[12];
+	struct mk_job job;
+	struct tj t;
+
+	tj_init(&t, "task_arithmetic", 3, 0);
+	set_in(&t, 1, "weight", mk_pval_float(0.7));
+	set_in(&t, 2, "weight", mk_pval_float(0.5));
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out, &job), 0);   /* defaults */
+	assert_int_equal(job.npasses, 0);
+	assert_false(job.global[mk_method_param_index(t.m, "normalize")].b);
+	assert_true(job.global[mk_method_param_index(t.m, "lambda")].f == 1.0);
+	mk_job_release(&job);
+	assert_close(out, ref1, 12);
+
+	set_g(&t, "normalize", mk_pval_bool(true));
+	set_g(&t, "lambda", mk_pval_float(0.5));
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out, NULL), 0);
+	assert_close(out, ref2, 12);
+
+	/* the base's own weight is never used (1.3) */
+	set_in(&t, 0, "weight", mk_pval_float(100.0));
+	{
+		float out2[12];
+		assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out2, NULL), 0);
+		assert_memory_equal(out, out2, sizeof(out));
+	}
+	/* a weight sum below 1e-8 divides by 1 */
+	set_in(&t, 1, "weight", mk_pval_float(0.5));
+	set_in(&t, 2, "weight", mk_pval_float(-0.5));
+	set_g(&t, "lambda", mk_pval_float(1.0));
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out, NULL), 0);
+	for (int i = 0; i < 12; i++) {
+		float d1 = (M1[i] - W0[i]) * 0.5f, d2 = (M2[i] - W0[i]) * -0.5f;
+		assert_true(out[i] == W0[i] + (d1 + d2));
+	}
+}
+
+static void test_task_arithmetic_shapes(void **st)
+{
+	bool used[3];
+	float out[12];
+	const void *v[3] = { W0, NULL, NULL };
+	struct mk_plan_out po;
+	struct mk_err err;
+	struct mk_job job;
+	struct tj t;
+
+	tj_init(&t, "task_arithmetic", 3, 0);
+	set_in(&t, 1, "weight", mk_pval_float(1.0));
+	set_in(&t, 2, "weight", mk_pval_float(1.0));
+	t.in[0] = td(MK_DT_BF16, 2, 32000, 8);
+	t.in[1] = td(MK_DT_F32, 2, 32002, 8);
+	t.in[2] = td(MK_DT_F16, 2, 32000, 8);
+	/* embeddings: the larger input is cut to the base's shape */
+	t.d.is_embed = true;
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, used, &err), 0);
+	assert_true(used[0] && used[1] && used[2]);
+	assert_int_equal(po.out.dtype, MK_DT_BF16);
+	assert_int_equal(po.compute, MK_DT_F32);
+	assert_int_equal(po.out.shape[0], 32000);
+	/* smaller than the base: an error (mergekit crashes) */
+	t.in[1] = td(MK_DT_F32, 2, 31999, 8);
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, used, &err), -MK_EMISMATCH);
+	assert_non_null(strstr(err.msg, "input 1 ('model-b') has shape [31999, 8]"));
+	/* not an embedding: mismatched inputs are dropped */
+	t.d.is_embed = false;
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, used, &err), 0);
+	assert_true(used[0] && !used[1] && used[2]);
+	/* all dropped: the output is the base */
+	tj_init(&t, "task_arithmetic", 3, 0);
+	set_in(&t, 1, "weight", mk_pval_float(1.0));
+	set_in(&t, 2, "weight", mk_pval_float(1.0));
+	t.in[1] = td(MK_DT_F32, 2, 4, 4);
+	t.in[2] = td(MK_DT_F32, 1, 12, 0);
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_int_equal(job.copy_input, 0);
+	assert_true(job.byte_copy);
+	mk_job_release(&job);
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out, NULL), 0);
+	assert_memory_equal(out, W0, sizeof(out));
+	/* float64 base: compute in float64 */
+	tj_init(&t, "task_arithmetic", 2, 0);
+	t.in[0].dtype = MK_DT_F64;
+	set_in(&t, 1, "weight", mk_pval_float(1.0));
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+	assert_int_equal(po.compute, MK_DT_F64);
+	assert_int_equal(po.out.dtype, MK_DT_F64);
+}
+
+/* ------------------------------------------------------------ passthrough */
+
+static void test_passthrough(void **st)
+{
+	float out[12];
+	const void *v[1] = { M1 };
+	struct mk_plan_out po;
+	struct mk_err err;
+	struct mk_job job;
+	struct tj t;
+
+	tj_init(&t, "passthrough", 1, -1);
+	t.in[0].dtype = MK_DT_BF16;
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_true(job.byte_copy);
+	assert_int_equal(job.copy_input, 0);
+	assert_int_equal(job.out.dtype, MK_DT_BF16);
+	mk_job_release(&job);
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_F16, &err), 0);
+	assert_false(job.byte_copy);          /* a dtype change */
+	assert_int_equal(job.copy_input, 0);
+	mk_job_release(&job);
+
+	t.in[0].dtype = MK_DT_F32;
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 5, out, NULL), 0);
+	assert_memory_equal(out, M1, sizeof(out));
+
+	set_in(&t, 0, "scale", mk_pval_float(0.3));
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_false(job.byte_copy);
+	assert_int_equal(job.copy_input, -1);
+	mk_job_release(&job);
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out, NULL), 0);
+	for (int i = 0; i < 12; i++)
+		assert_true(out[i] == M1[i] * (float)0.3);
+	set_in(&t, 0, "scale", mk_pval_int(0));        /* {filter: o_proj, value: 0} */
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out, NULL), 0);
+	for (int i = 0; i < 12; i++)
+		assert_true(out[i] == 0.0f);
+
+	/* non-float tensors pass through as bytes, but cannot be scaled */
+	tj_init(&t, "passthrough", 1, 0);
+	t.in[0] = td(MK_DT_I64, 1, 7, 0);
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_true(job.byte_copy);
+	mk_job_release(&job);
+	set_in(&t, 0, "scale", mk_pval_float(2.0));
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), -MK_EUNSUPPORTED);
+	assert_non_null(strstr(err.msg, "I64"));
+}
+
+/* ------------------------------------------------------------ output rules */
+
+static void test_output_rules(void **st)
+{
+	static const struct {
+		const char *method;
+		size_t n;
+		int base;
+		enum mk_dtype in[3], out, compute;
+	} cases[] = {
+		{ "linear", 2, -1, { MK_DT_BF16, MK_DT_BF16 }, MK_DT_BF16, MK_DT_F32 },
+		{ "linear", 2, -1, { MK_DT_F16, MK_DT_BF16 }, MK_DT_F32, MK_DT_F32 },
+		{ "linear", 3, 0, { MK_DT_F64, MK_DT_F64, MK_DT_F64 }, MK_DT_F64, MK_DT_F64 },
+		{ "linear", 2, -1, { MK_DT_F32, MK_DT_F64 }, MK_DT_F64, MK_DT_F64 },
+		{ "linear", 2, -1, { MK_DT_F8_E4M3, MK_DT_BF16 }, MK_DT_BF16, MK_DT_F32 },
+		{ "task_arithmetic", 2, 0, { MK_DT_BF16, MK_DT_F32 }, MK_DT_BF16, MK_DT_F32 },
+		{ "task_arithmetic", 2, 1, { MK_DT_F32, MK_DT_F16 }, MK_DT_F16, MK_DT_F32 },
+		{ "task_arithmetic", 2, 0, { MK_DT_F64, MK_DT_BF16 }, MK_DT_F64, MK_DT_F64 },
+		{ "slerp", 2, 0, { MK_DT_F16, MK_DT_F32 }, MK_DT_F16, MK_DT_F32 },
+		{ "slerp", 2, 0, { MK_DT_F64, MK_DT_F64 }, MK_DT_F64, MK_DT_F64 },
+		{ "slerp", 2, 0, { MK_DT_F64, MK_DT_F32 }, MK_DT_F64, MK_DT_F32 },
+		{ "passthrough", 1, -1, { MK_DT_F64 }, MK_DT_F64, MK_DT_F64 },
+		{ "passthrough", 1, -1, { MK_DT_F8_E5M2 }, MK_DT_F8_E5M2, MK_DT_F32 },
+	};
+	struct mk_plan_out po;
+	struct mk_err err;
+	struct tj t;
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		tj_init(&t, cases[k].method, cases[k].n, cases[k].base);
+		for (size_t i = 0; i < cases[k].n; i++) {
+			t.in[i].dtype = cases[k].in[i];
+			if (!strcmp(cases[k].method, "linear"))
+				set_in(&t, i, "weight", mk_pval_float(1.0));
+			else if (!strcmp(cases[k].method, "task_arithmetic") && (int)i != cases[k].base)
+				set_in(&t, i, "weight", mk_pval_float(1.0));
+		}
+		if (!strcmp(cases[k].method, "slerp"))
+			set_g(&t, "t", mk_pval_float(0.5));
+		if (mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err))
+			fail_msg("case %zu: %s", k, err.msg);
+		if (po.out.dtype != cases[k].out || po.compute != cases[k].compute)
+			fail_msg("case %zu (%s): out %s compute %s", k, cases[k].method,
+				 mk_dtype_name(po.out.dtype), mk_dtype_name(po.compute));
+		assert_int_equal(po.out.ndim, 2);
+		assert_int_equal(po.out.shape[0], 3);
+		assert_int_equal(po.out.shape[1], 4);
+		assert_int_equal(po.npasses, !strcmp(cases[k].method, "slerp") ? 1 : 0);
+	}
+	/* non-float inputs cannot be merged */
+	tj_init(&t, "linear", 2, -1);
+	t.in[1].dtype = MK_DT_I32;
+	set_in(&t, 0, "weight", mk_pval_float(1.0));
+	set_in(&t, 1, "weight", mk_pval_float(1.0));
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), -MK_EUNSUPPORTED);
+	/* out_dtype override: float only */
+	{
+		struct mk_job job;
+		t.in[1].dtype = MK_DT_F32;
+		assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_I32, &err), -MK_EUNSUPPORTED);
+		assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_BF16, &err), 0);
+		assert_int_equal(job.out.dtype, MK_DT_BF16);
+		assert_int_equal(job.copy_input, -1);
+		mk_job_release(&job);
+	}
+}
+
+/* ---------------------------------------------------- chunk independence */
+
+#define CR 37
+#define CC 300
+#define CN (CR * CC)
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float frand(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static void check_chunking(struct tj *t, const void *const *v, size_t esz)
+{
+	static const uint64_t sizes[] = { 1, 7, CC, 4096, 4097, CN };
+	char *ref = malloc(CN * esz), *got = malloc(CN * esz);
+
+	assert_non_null(ref);
+	assert_non_null(got);
+	assert_int_equal(run_job(t, MK_DT_COUNT, v, CN, ref, NULL), 0);
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		memset(got, 0x55, CN * esz);
+		assert_int_equal(run_job(t, MK_DT_COUNT, v, sizes[k], got, NULL), 0);
+		if (memcmp(ref, got, CN * esz))
+			fail_msg("%s: chunks of %llu elements change the output", t->m->name,
+				 (unsigned long long)sizes[k]);
+	}
+	free(ref);
+	free(got);
+}
+
+static void test_chunk_independence(void **st)
+{
+	float *a = malloc(CN * sizeof(float)), *b = malloc(CN * sizeof(float)),
+	      *c = malloc(CN * sizeof(float));
+	double *da = malloc(CN * sizeof(double)), *db = malloc(CN * sizeof(double));
+	const void *v[3] = { a, b, c }, *dv[2] = { da, db };
+	struct tj t;
+
+	assert_true(a && b && c && da && db);
+	for (int i = 0; i < CN; i++) {
+		a[i] = frand();
+		b[i] = a[i] * 0.9f + 0.3f * frand();    /* correlated, not colinear */
+		c[i] = frand() * 1e-3f;
+		da[i] = (double)frand() + 1e-9 * frand();
+		db[i] = (double)frand();
+	}
+	slerp_job(&t, 0.37);
+	t.in[0] = t.in[1] = td(MK_DT_F32, 2, CR, CC);
+	check_chunking(&t, v, 4);
+	/* float64 compute */
+	t.in[0].dtype = t.in[1].dtype = MK_DT_F64;
+	check_chunking(&t, dv, 8);
+
+	linear3(&t, 0.5, 0.3, 0.2, true);
+	t.in[0] = t.in[1] = t.in[2] = td(MK_DT_F32, 2, CR, CC);
+	check_chunking(&t, v, 4);
+
+	tj_init(&t, "task_arithmetic", 3, 0);
+	t.in[0] = t.in[1] = t.in[2] = td(MK_DT_F32, 2, CR, CC);
+	set_in(&t, 1, "weight", mk_pval_float(0.7));
+	set_in(&t, 2, "weight", mk_pval_float(-0.2));
+	set_g(&t, "normalize", mk_pval_bool(true));
+	set_g(&t, "lambda", mk_pval_float(0.8));
+	check_chunking(&t, v, 4);
+
+	free(a);
+	free(b);
+	free(c);
+	free(da);
+	free(db);
+}
+
+static void test_slerp_large_values(void **st)
+{
+	/* The statistics pass agrees with a float64 reference computed in one
+	 * sweep; the result is the analytic slerp of these vectors. */
+	float *a = malloc(CN * sizeof(float)), *b = malloc(CN * sizeof(float)),
+	      *out = malloc(CN * sizeof(float));
+	const void *v[2] = { a, b };
+	double s00 = 0, s11 = 0, s01 = 0, dd, th, c0, c1;
+	struct tj t;
+
+	assert_true(a && b && out);
+	for (int i = 0; i < CN; i++) {
+		a[i] = frand();
+		b[i] = frand();
+		s00 += (double)a[i] * a[i];
+		s11 += (double)b[i] * b[i];
+		s01 += (double)a[i] * b[i];
+	}
+	dd = s01 / sqrt(s00) / sqrt(s11);
+	th = acos(dd);
+	c0 = sin(th * (1 - 0.25)) / sin(th);
+	c1 = sin(th * 0.25) / sin(th);
+	slerp_job(&t, 0.25);
+	t.in[0] = t.in[1] = td(MK_DT_F32, 2, CR, CC);
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 1000, out, NULL), 0);
+	for (int i = 0; i < CN; i++) {
+		double want = c0 * a[i] + c1 * b[i];
+		if (fabs(out[i] - want) > 1e-6)
+			fail_msg("element %d: %.9g vs %.9g", i, out[i], want);
+	}
+	free(a);
+	free(b);
+	free(out);
+}
+
+/* --------------------------------------------------------------- batch */
+
+static void test_linear_batch(void **st)
+{
+	enum { B = 3, N = 2, E = 12 };
+	float in0[B * E], in1[B * E], out[B * E], ref[E];
+	float w[B * N] = { 0.6f, 0.4f, 1.0f, 3.0f, -2.0f, 0.5f };
+	const void *ins[N] = { in0, in1 }, *coef[2] = { w, NULL };
+	struct mk_pval opt[2] = { { .set = false }, mk_pval_bool(true) };
+	struct mk_batch b = { .B = B, .ninputs = N, .base = -1, .nelem = E, .compute = MK_DT_F32,
+			      .in = ins, .coef = coef, .opt = opt, .out = out };
+	struct mk_err err;
+	struct tj t;
+
+	for (int k = 0; k < B; k++)
+		for (int i = 0; i < E; i++) {
+			in0[k * E + i] = k == 1 ? M3[i] : M1[i];
+			in1[k * E + i] = k == 2 ? W0[i] : M2[i];
+		}
+	assert_int_equal(mk_method_batch(&mk_method_linear, &b, &err), 0);
+	for (int k = 0; k < B; k++) {
+		const void *v[2] = { in0 + k * E, in1 + k * E };
+		tj_init(&t, "linear", 2, -1);
+		set_in(&t, 0, "weight", mk_pval_float(w[k * N]));
+		set_in(&t, 1, "weight", mk_pval_float(w[k * N + 1]));
+		assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, ref, NULL), 0);
+		assert_memory_equal(out + k * E, ref, sizeof(ref));   /* same kernel, same bits */
+	}
+	/* a zero weight sum is not checked here: inf/NaN as in torch */
+	w[0] = 1.0f;
+	w[1] = -1.0f;
+	assert_int_equal(mk_method_batch(&mk_method_linear, &b, &err), 0);
+	for (int i = 0; i < E; i++)
+		assert_true(isinf(out[i]) || isnan(out[i]));
+	assert_int_equal(mk_method_batch(&mk_method_slerp, &b, &err), -MK_EUNSUPPORTED);
+}
+
+/* ------------------------------------------------------- job misuse */
+
+static void test_job_protocol(void **st)
+{
+	float out[12];
+	const void *ptr[2] = { W0, M1 };
+	struct mk_job_chunk c = { .elem_begin = 0, .count = 12, .in = ptr };
+	struct mk_job_chunk late = { .elem_begin = 4, .count = 8, .in = ptr };
+	struct mk_job_chunk over = { .elem_begin = 8, .count = 8, .in = ptr };
+	struct mk_err err;
+	struct mk_job job;
+	struct tj t;
+
+	slerp_job(&t, 0.5);
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_int_equal(mk_job_apply(&job, &c, out, &err), -MK_EINVAL);   /* pass not run */
+	assert_non_null(strstr(err.msg, "statistics pass"));
+	assert_int_equal(mk_job_accumulate(&job, 1, &c, &err), -MK_EINVAL);
+	assert_int_equal(mk_job_accumulate(&job, 0, &late, &err), -MK_EINVAL); /* gap */
+	assert_int_equal(mk_job_finish(&job, 0, &err), -MK_EINVAL);         /* incomplete */
+	assert_int_equal(mk_job_accumulate(&job, 0, &c, &err), 0);
+	assert_int_equal(mk_job_finish(&job, 0, &err), 0);
+	assert_int_equal(mk_job_apply(&job, &over, out, &err), -MK_EINVAL); /* outside */
+	assert_int_equal(mk_job_apply(&job, &c, out, &err), 0);
+	mk_job_release(&job);
+	mk_job_release(&job);        /* twice is harmless */
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_registry_builtins),
+		cmocka_unit_test(test_registry_duplicate_and_abi),
+		cmocka_unit_test(test_registry_closest),
+		cmocka_unit_test(test_param_validation),
+		cmocka_unit_test(test_contract),
+		cmocka_unit_test(test_linear_appendix),
+		cmocka_unit_test(test_linear_bf16),
+		cmocka_unit_test(test_linear_embed),
+		cmocka_unit_test(test_linear_zero_sum),
+		cmocka_unit_test(test_linear_f64),
+		cmocka_unit_test(test_slerp_appendix),
+		cmocka_unit_test(test_slerp_base_position),
+		cmocka_unit_test(test_slerp_t_unset),
+		cmocka_unit_test(test_slerp_embed),
+		cmocka_unit_test(test_task_arithmetic_appendix),
+		cmocka_unit_test(test_task_arithmetic_shapes),
+		cmocka_unit_test(test_passthrough),
+		cmocka_unit_test(test_output_rules),
+		cmocka_unit_test(test_chunk_independence),
+		cmocka_unit_test(test_slerp_large_values),
+		cmocka_unit_test(test_linear_batch),
+		cmocka_unit_test(test_job_protocol),
+	};
+	return cmocka_run_group_tests(tests, setup_inputs, NULL);
+}
