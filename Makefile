@@ -51,6 +51,7 @@ FUZZ_BIN  := $(FUZZ_SRC:test/fuzz/%.c=build-fuzz/%)
 
 MANS      := $(sort $(wildcard man/man*/*.[157]))
 
+.DEFAULT_GOAL := all
 # Per-module rules (generated sources, embedded data) live beside the code.
 -include $(sort $(wildcard src/*/*.mk))
 

@@ -1,0 +1,287 @@
+/* arch.h - model architectures: which tensors a model has, by name.
+ *
+ * The definitions are mergekit's JSON files (the .json files in src/arch/data, carried
+ * verbatim and embedded into libmk at build time; adding an architecture is
+ * adding a file).  This module parses them, picks one for a model from its
+ * config.json, lists the weights a merge plans for it, resolves a planned
+ * weight in an input checkpoint (name, aliases, tied names, fused-expert
+ * conversion), infers a definition from tensor names when none is known,
+ * and edits the output config.json.  See config_io.md section 3 and
+ * mk-compat(7) for the rules and where mk differs from mergekit.
+ *
+ * Ownership: every struct returned through an `out` pointer is new and
+ * owned by the caller, freed with the matching *_free (NULL allowed);
+ * `const` pointers returned by lookups are borrowed from their container.
+ * Errors: negative MK_E* codes with `err` filled (see err.h); messages name
+ * the definition file or class, the config key, the tensor.
+ */
+#ifndef MK_ARCH_H
+#define MK_ARCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "mk/err.h"
+
+/* ---------------------------------------------------------- embedded data */
+
+struct mk_arch_file {
+	const char *name;             /* file name, e.g. "llama.json" */
+	const unsigned char *data;    /* the file's bytes (NUL after them) */
+	size_t len;                   /* byte count, NUL not counted */
+};
+
+/* The embedded definition files, sorted by name (static storage). */
+const struct mk_arch_file *mk_arch_files(size_t *n);
+
+/* ------------------------------------------------------------ definitions */
+
+enum mk_wsection { MK_WS_PRE = 0, MK_WS_LAYER = 1, MK_WS_POST = 2 };
+
+/* One WeightInfo.  In a definition these are templates (strings may hold
+ * ${...}); in lists returned by mk_arch_weights/mk_arch_planned they are
+ * substituted and carry the module's weight prefix. */
+struct mk_weight {
+	char *name;                   /* canonical (output) name */
+	bool is_embed;                /* vocabulary-indexed rows */
+	bool optional;                /* may be absent from inputs */
+	size_t naliases;
+	char **aliases;               /* alternative input names, in order */
+	size_t ntied;
+	char **tied_names;            /* load fall-backs, in order */
+	char *force_dtype;            /* mergekit dtype name or NULL */
+	/* position (set in lists; in templates: section, layer -1, module 0) */
+	enum mk_wsection section;
+	int64_t layer;                /* layer index, -1 for pre/post */
+	size_t module;                /* index into mk_arch.modules */
+};
+
+struct mk_arch_module {
+	char *name;                   /* "default" for kind "module" files */
+	char *weight_prefix;          /* NULL when none (prepended verbatim) */
+	char *subfolder;              /* NULL when none */
+	char *num_layers_key;         /* dotted config.json path, or NULL */
+	int64_t override_num_layers;  /* >= 0 beats the key; -1 when unset */
+	size_t npre, nlayer, npost;
+	struct mk_weight *pre, *layer, *post;   /* templates */
+};
+
+enum mk_arch_kind {
+	MK_ARCH_JSON = 0,             /* a definition file as it is */
+	MK_ARCH_AFMOE,                /* AfmoeForCausalLM: afmoe_partial + per-expert weights */
+	MK_ARCH_GLM4MOE,              /* Glm4MoeForCausalLM: dense/MoE layers */
+	MK_ARCH_INFERRED,             /* built by mk_arch_infer */
+};
+
+struct mk_arch {
+	char *file;                   /* file stem ("llama"), NULL when inferred */
+	char *model_type;             /* the file's model_type ("" allowed) */
+	size_t narchitectures;
+	char **architectures;         /* top-level class names */
+	size_t nmodules;
+	struct mk_arch_module *modules; /* in the file's order */
+	size_t ntagalong;
+	char **tagalong_files;        /* copied from the donor when present */
+	char *vocab_size_key;         /* dotted path; NULL means "vocab_size" */
+	enum mk_arch_kind kind;
+	int64_t num_experts;          /* AFMOE: num_experts; GLM4MOE: n_routed_experts */
+	int64_t first_k_dense;        /* GLM4MOE: first_k_dense_replace */
+};
+
+/* Parse one definition (JSON text of `len` bytes).  `file` is the stem
+ * recorded in the result and used in messages (e.g. "llama").  Unknown
+ * keys listed in config_io.md 3.1 are ignored; a missing required key, a
+ * wrong type or an unknown "kind" is MK_EFORMAT. */
+int mk_arch_parse(const char *text, size_t len, const char *file,
+		  struct mk_arch **out, struct mk_err *err);
+/* Deep copy. */
+int mk_arch_clone(const struct mk_arch *a, struct mk_arch **out,
+		  struct mk_err *err);
+void mk_arch_free(struct mk_arch *a);
+/* Two definitions describe the same model layout (mergekit's equality:
+ * same kind, file contents, and procedural parameters). */
+bool mk_arch_equal(const struct mk_arch *a, const struct mk_arch *b);
+/* The vocabulary size key: vocab_size_key or "vocab_size". */
+const char *mk_arch_vocab_key(const struct mk_arch *a);
+
+/* ---------------------------------------------------------------- registry */
+
+struct mk_arch_registry;              /* every embedded definition */
+
+int mk_arch_registry_open(struct mk_arch_registry **out, struct mk_err *err);
+void mk_arch_registry_free(struct mk_arch_registry *r);
+size_t mk_arch_registry_count(const struct mk_arch_registry *r);
+/* The i-th definition, in file-name order (borrowed). */
+const struct mk_arch *mk_arch_registry_at(const struct mk_arch_registry *r,
+					  size_t i);
+/* A definition by file stem ("phi2-old"), or NULL (borrowed). */
+const struct mk_arch *mk_arch_registry_file(const struct mk_arch_registry *r,
+					    const char *stem);
+/* Look up a class name among the top-level `architectures` lists.  One
+ * claimant: it.  Several: the one whose model_type equals `model_type`
+ * (may be NULL), else NULL.  None: NULL.  Sub-module classes are not
+ * registered.  Borrowed result. */
+const struct mk_arch *mk_arch_registry_find(const struct mk_arch_registry *r,
+					    const char *class_name,
+					    const char *model_type);
+
+/* ------------------------------------------------------- model config.json */
+
+struct mk_hfconfig;                   /* a parsed config.json */
+
+/* Parse config.json text; `label` names it in messages (a path). */
+int mk_hfconfig_parse(const char *text, size_t len, const char *label,
+		      struct mk_hfconfig **out, struct mk_err *err);
+void mk_hfconfig_free(struct mk_hfconfig *c);
+/* Value at a dotted path ("text_config.num_hidden_layers"): an integer
+ * (a real with an integral value is accepted), a string (borrowed), or a
+ * presence test.  Absent or wrong type: MK_ENOENT / MK_EFORMAT with a
+ * message naming the file and the key. */
+int mk_hfconfig_int(const struct mk_hfconfig *c, const char *key,
+		    int64_t *out, struct mk_err *err);
+int mk_hfconfig_str(const struct mk_hfconfig *c, const char *key,
+		    const char **out, struct mk_err *err);
+bool mk_hfconfig_has(const struct mk_hfconfig *c, const char *key);
+/* model_type or NULL (borrowed). */
+const char *mk_hfconfig_model_type(const struct mk_hfconfig *c);
+
+/* Choose the architecture for one model (config_io.md 3.3).  The
+ * `architectures` list must hold exactly one class, unless
+ * `override_class` (may be NULL) replaces it.  AfmoeForCausalLM and
+ * Glm4MoeForCausalLM are built procedurally (num_experts,
+ * n_routed_experts and first_k_dense_replace read from the config).
+ * Result: 0 and *out a new definition, or 0 and *out NULL when the class
+ * is unknown (no file claims it, or several do and none has the config's
+ * model_type); then *unknown_class (if not NULL) receives the class name
+ * (malloc'ed) so the caller can warn.  Errors: no/empty/several
+ * architectures, missing procedural keys. */
+int mk_arch_for_config(const struct mk_arch_registry *r,
+		       const struct mk_hfconfig *cfg, const char *override_class,
+		       struct mk_arch **out, char **unknown_class,
+		       struct mk_err *err);
+
+/* A module's layer count for a config: override_num_layers when set, else
+ * the integer at num_layers_key; an error when neither exists. */
+int mk_arch_num_layers(const struct mk_arch *a, size_t module,
+		       const struct mk_hfconfig *cfg, int64_t *out,
+		       struct mk_err *err);
+
+/* --------------------------------------------------------------- weights */
+
+struct mk_weight_list {
+	size_t n;
+	struct mk_weight *w;
+};
+
+void mk_weight_list_free(struct mk_weight_list *l);   /* frees contents */
+
+/* Substitute one template string (config_io.md 3.2): ${num_layers},
+ * ${layer_index} (layer >= 0 only), each with +1/-1, $name without braces,
+ * $$ = '$'.  Strings without '{' are copied as they are.  Unknown or
+ * malformed placeholder: MK_EFORMAT.  *out is malloc'ed. */
+int mk_arch_subst(const char *tmpl, int64_t num_layers, int64_t layer,
+		  char **out, struct mk_err *err);
+
+/* The weights of one section of one module, substituted with `num_layers`
+ * (the layer count of the config being described) and, for MK_WS_LAYER,
+ * `layer`; the module's weight prefix prepended to names, aliases and
+ * tied names.  Procedural kinds add/replace their weights as mergekit.
+ * The list is appended to *l (an empty list is {0, NULL}). */
+int mk_arch_weights(const struct mk_arch *a, size_t module,
+		    enum mk_wsection section, int64_t num_layers, int64_t layer,
+		    struct mk_weight_list *l, struct mk_err *err);
+
+/* Every weight of the model (config_io.md 3.7), appended to *l: modules in
+ * order; per module its pre weights, then layers 0..n-1, then post
+ * weights.  `num_layers[m]` is module m's layer count.  Duplicate output
+ * names (qwen2_vl's projector) are kept once, at the first position, with
+ * the last copy's fields. */
+int mk_arch_planned(const struct mk_arch *a, const int64_t *num_layers,
+		    struct mk_weight_list *l, struct mk_err *err);
+
+/* Resolve a weight in a checkpoint: the first of name, aliases, tied names
+ * for which has(ctx, name) is true.  Returns that string (borrowed from
+ * w) or NULL.  *how (if not NULL) gets 0 name, 1 alias, 2 tied name.
+ * (Conversion of fused experts is mk_arch_fused.) */
+typedef bool (*mk_has_tensor_fn)(void *ctx, const char *name);
+const char *mk_weight_resolve(const struct mk_weight *w, mk_has_tensor_fn has,
+			      void *ctx, int *how);
+
+/* --------------------------------------- fused MoE checkpoint conversion */
+
+enum mk_fused_kind {
+	MK_FUSED_RENAME = 1,      /* the tensor under another name */
+	MK_FUSED_STACK,           /* out[e] = src[e]: a new axis 0 of experts */
+	MK_FUSED_STACK_CONCAT,    /* out[e] = concat along `axis` of parts */
+};
+
+/* How to build a transformers-v5 fused tensor from a per-expert checkpoint.
+ * sources[e * nparts + p] is part p of expert e (experts in natural numeric
+ * order 0..nexperts-1).  For MK_FUSED_RENAME nexperts = nparts = 1.  The
+ * result shape is [nexperts, sum of the parts' dim 0, rest...] for
+ * STACK_CONCAT (axis 0 within an expert, i.e. axis 1 of the result). */
+struct mk_fused {
+	enum mk_fused_kind kind;
+	int axis;                 /* concat axis within one expert's tensor */
+	size_t nexperts, nparts;
+	char **sources;
+};
+
+void mk_fused_free(struct mk_fused *f);
+
+/* Is there a conversion table for this model_type? */
+bool mk_arch_fused_known(const char *model_type);
+
+/* Describe how `target` is assembled from the checkpoint's tensors `names`
+ * (n strings) under the conversion table of `model_type`.  Returns 0 with
+ * *out NULL when the table does not apply (unknown model type, target not
+ * a fused name, no source tensors).  MK_EMISMATCH when the parts' expert
+ * index sets differ or are not 0..E-1 (the message names them). */
+int mk_arch_fused(const char *model_type, const char *target,
+		  const char *const *names, size_t n, struct mk_fused **out,
+		  struct mk_err *err);
+
+/* ----------------------------------------------------- automatic inference */
+
+/* One input model for inference: its tensor names and, optionally, the
+ * dim-0 size of each tensor (0 when not 2-D or unknown; `rows` may be NULL)
+ * and the config's vocab size (0 when unknown). */
+struct mk_arch_names {
+	const char *const *names;
+	const uint64_t *rows;
+	size_t n;
+	uint64_t vocab_size;
+};
+
+/* Infer a definition from tensor names (config_io.md 3.5, names-only path).
+ * models[0] is the base (the donor).  Layer templates: the first ".<n>."
+ * replaced by ".${layer_index}."; modules per prefix (sorted), plus a
+ * catch-all "default" module that takes every non-layer name unchanged
+ * (pre weights, sorted) and is placed first.  optional = not present in
+ * every model (every layer for templates); is_embed by heuristic (name has
+ * "embed", "lm_head" or "wte", or a 2-D tensor with vocab_size rows); an
+ * optional lm_head-like weight gets the embedding as tied name.  Each
+ * module has override_num_layers = its detected count and no key.
+ * MK_EINVAL when no names at all. */
+int mk_arch_infer(const struct mk_arch_names *models, size_t nmodels,
+		  struct mk_arch **out, struct mk_err *err);
+
+/* -------------------------------------------------- output config.json */
+
+/* Edit the donor's config.json (config_io.md 3.4): when `dtype` is not
+ * NULL set "dtype" (and "torch_dtype" if present); for each module m with
+ * num_layers[m] >= 0 (num_layers may be NULL: no change) write the count
+ * at its num_layers_key, descending into nested objects; a module
+ * without a key is skipped (a warning for the caller: *warnings, if not
+ * NULL, gets a malloc'ed newline-separated text or NULL).  `vocab_size`
+ * >= 0 sets the vocab key.  Output: keys sorted, 2-space indent, reals in
+ * shortest round-trip form as Python writes them (1e-05, 0.02, 10000.0),
+ * non-ASCII escaped as \uXXXX, trailing newline (transformers' layout).
+ * *out is malloc'ed, NUL-terminated, *out_len bytes. */
+int mk_config_edit(const char *donor, size_t len, const char *label,
+		   const struct mk_arch *a, const char *dtype,
+		   const int64_t *num_layers, int64_t vocab_size,
+		   char **out, size_t *out_len, char **warnings,
+		   struct mk_err *err);
+
+#endif

@@ -1,0 +1,36 @@
+# Every embedded architecture definition: a generated checkpoint is
+# recognised from its config.json, and every planned weight resolves in it
+# (by name; by tied name when optional weights are left out; through the
+# fused-expert conversion when experts are stored one by one).
+. "$MK_TOP/test/cli/lib.inc"
+names=$(mk-gen-arch --list)
+n=0
+for a in $names; do
+	mk-gen-arch --seed 3 "$a" "m-$a" || fail "mk-gen-arch $a"
+	mk-arch-check --expect "$a" "m-$a" > out.txt || { cat out.txt >&2; fail "$a: planned weights do not resolve"; }
+	grep -q "^file=$a " out.txt || fail "$a: $(cat out.txt)"
+	grep -q ' absent-optional=0$' out.txt || fail "$a: an optional weight written by the generator was not found"
+	mk-gen-arch --layers 3 --required-only "$a" "r-$a" || fail "mk-gen-arch --required-only $a"
+	mk-arch-check --expect "$a" "r-$a" > out.txt || { cat out.txt >&2; fail "$a (required only) does not resolve"; }
+	n=$((n + 1))
+done
+[ "$n" -ge 62 ] || fail "only $n definitions listed"
+# tied lm_head: with optional weights left out it resolves to the embedding
+mk-arch-check r-llama | grep -q ' tied=1 ' || fail "llama lm_head did not fall back to embed_tokens"
+# phi2 and phi2-old share a class; model_type picks the file
+grep -q '"model_type": "phi-msft"' m-phi2-old/config.json || fail "phi2-old config lacks its model_type"
+# fused experts from per-expert checkpoints
+for a in mixtral qwen3_moe glm4moe qwen3_vl; do
+	mk-gen-arch --unfused 3 "$a" "u-$a"
+	mk-arch-check --expect "$a" "u-$a" > out.txt || { cat out.txt >&2; fail "$a: fused experts do not resolve"; }
+	grep -q ' fused=[1-9]' out.txt || fail "$a: no fused conversion used: $(cat out.txt)"
+done
+# the same tensor names twice infer one module with the layer count
+mk-gen-arch --seed 9 --required-only llama t-llama
+mk-arch-check --infer m-llama t-llama > inf.txt
+grep -q '^module default layers=2$' inf.txt || { cat inf.txt >&2; fail "inferred llama modules"; }
+grep -q 'layer model.layers.${layer_index}.self_attn.q_proj.weight$' inf.txt || fail "inferred llama template"
+# an unknown class is reported
+mkdir x && cp m-llama/model.safetensors x/ && echo '{"architectures": ["NoSuchForCausalLM"]}' > x/config.json
+expect_fail 1 'no architecture definition for NoSuchForCausalLM' mk-arch-check x
+grep -q 'pre lm_head.weight optional embed tied=model.embed_tokens.weight$' inf.txt || fail "inferred lm_head tie"
