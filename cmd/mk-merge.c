@@ -58,15 +58,16 @@ static void list_methods(void)
 			printf("any");
 		else
 			printf("%u", m->contract.max_inputs);
-		printf("%s\n", m->reference_url ? "" : "");
+		printf("%s%s\n", m->reference_url ? ", " : "", m->reference_url ? m->reference_url : "");
 		for (size_t p = 0; p < m->nparams; p++) {
 			const struct mk_param_spec *ps = &m->params[p];
 			printf("\t%s\t%s %s", ps->name, scope_name(ps->scope), type_name(ps->type));
 			if (ps->flags & MK_PF_REQUIRED)
 				printf(", required");
+			else if (ps->def.set && ps->def.type == MK_PT_BOOL)
+				printf(", default %s", ps->def.b ? "true" : "false");
 			else if (ps->def.set)
-				printf(", default %g", ps->def.type == MK_PT_FLOAT ? ps->def.f :
-						       ps->def.type == MK_PT_INT ? (double)ps->def.i : (double)ps->def.b);
+				printf(", default %g", ps->def.type == MK_PT_FLOAT ? ps->def.f : (double)ps->def.i);
 			if (ps->flags & MK_PF_MIN)
 				printf(", %s %g", ps->flags & MK_PF_MIN_EXCL ? ">" : ">=", ps->min);
 			if (ps->flags & MK_PF_MAX)

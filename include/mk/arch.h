@@ -278,7 +278,7 @@ int mk_arch_infer(const struct mk_arch_names *models, size_t nmodels,
  * shortest round-trip form as Python writes them (1e-05, 0.02, 10000.0),
  * non-ASCII escaped as \uXXXX, trailing newline (transformers' layout).
  * *out is malloc'ed, NUL-terminated, *out_len bytes. */
-int mk_config_edit(const char *donor, size_t len, const char *label,
+int mk_hfconfig_edit(const char *donor, size_t len, const char *label,
 		   const struct mk_arch *a, const char *dtype,
 		   const int64_t *num_layers, int64_t vocab_size,
 		   char **out, size_t *out_len, char **warnings,

@@ -10,7 +10,7 @@
 
 const struct mk_arch_file *mk_arch_files(size_t *n)
 {
-	*n = mk_arch_ndata;
+	*n = mk_arch_data_n;
 	return mk_arch_data;
 }
 
@@ -556,11 +556,11 @@ int mk_arch_registry_open(struct mk_arch_registry **out, struct mk_err *err)
 
 	*out = NULL;
 	r = calloc(1, sizeof(*r));
-	if (!r || !(r->a = calloc(mk_arch_ndata ? mk_arch_ndata : 1, sizeof(*r->a)))) {
+	if (!r || !(r->a = calloc(mk_arch_data_n ? mk_arch_data_n : 1, sizeof(*r->a)))) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (size_t i = 0; i < mk_arch_ndata; i++) {
+	for (size_t i = 0; i < mk_arch_data_n; i++) {
 		const struct mk_arch_file *f = &mk_arch_data[i];
 		size_t sl = strlen(f->name);
 

@@ -6,6 +6,6 @@
 #include "mk/arch.h"
 
 extern const struct mk_arch_file mk_arch_data[];
-extern const size_t mk_arch_ndata;
+extern const size_t mk_arch_data_n;
 
 #endif

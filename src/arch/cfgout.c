@@ -276,7 +276,7 @@ static bool dotted_set(json_t *root, const char *key, int64_t value, bool *oom)
 	return true;
 }
 
-int mk_config_edit(const char *donor, size_t len, const char *label, const struct mk_arch *a,
+int mk_hfconfig_edit(const char *donor, size_t len, const char *label, const struct mk_arch *a,
 		   const char *dtype, const int64_t *num_layers, int64_t vocab_size, char **out,
 		   size_t *out_len, char **warnings, struct mk_err *err)
 {

@@ -1,0 +1,183 @@
+/* mk-plan - turn a mergekit YAML configuration into a plan stream. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli.h"
+#include "mk/card.h"
+#include "mk/fsutil.h"
+#include "mk/planner.h"
+#include "mk/reader.h"
+
+static void usage(void)
+{
+	printf("Usage: %s [OPTION]... CONFIG\n"
+	       "Read a mergekit YAML configuration (CONFIG, or '-' for standard input) and\n"
+	       "the metadata of its models, and write the plan (mk-stream(5)): the output\n"
+	       "manifest, the output's config, tokenizer and card files, and one job per\n"
+	       "output tensor.  Every error that does not depend on tensor values is\n"
+	       "reported here, all of them, before a weight byte is read.\n"
+	       "\n"
+	       "  -o, --output FILE        write the plan to FILE ('-': standard output, the default)\n"
+	       "      --explain            print the plan in words instead\n"
+	       "      --name NAME          the model card's title (default: Untitled Model (1))\n"
+	       "      --allow-crimes       allow mixing architectures\n"
+	       "      --copy-tokenizer     copy the donor's tokenizer files (default)\n"
+	       "      --no-copy-tokenizer  do not\n"
+	       "      --write-model-card   write README.md and mergekit_config.yml (default)\n"
+	       "      --no-write-model-card  do not\n"
+	       "      --random-seed N      seed for the random methods (default 0)\n"
+	       "      --max-memory SIZE    the merge memory budget recorded in the plan\n"
+	       "      --chunk-size SIZE    the chunk size recorded in the plan (default 4MiB)\n"
+	       "  -f, --force              write the binary plan even to a terminal\n"
+	       "  -v, --verbose            say more; -q, --quiet: say less (warnings too)\n"
+	       "  -h, --help               show this help and exit\n"
+	       "  -V, --version            show the version and exit\n"
+	       "\n"
+	       "Exit status: 0 success, 1 a bad configuration or model, 2 usage error.\n"
+	       "See mk-plan(1) and mk-config(5).\n",
+	       cli_prog);
+	exit(EXIT_OK);
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_EXPLAIN = 256, O_NAME, O_CRIMES, O_COPY_TOK, O_NO_COPY_TOK, O_CARD, O_NO_CARD, O_SEED, O_MEM,
+	       O_CHUNK };
+	static const struct option longopts[] = {
+		{ "output", required_argument, NULL, 'o' },
+		{ "explain", no_argument, NULL, O_EXPLAIN },
+		{ "name", required_argument, NULL, O_NAME },
+		{ "allow-crimes", no_argument, NULL, O_CRIMES },
+		{ "copy-tokenizer", no_argument, NULL, O_COPY_TOK },
+		{ "no-copy-tokenizer", no_argument, NULL, O_NO_COPY_TOK },
+		{ "write-model-card", no_argument, NULL, O_CARD },
+		{ "no-write-model-card", no_argument, NULL, O_NO_CARD },
+		{ "random-seed", required_argument, NULL, O_SEED },
+		{ "max-memory", required_argument, NULL, O_MEM },
+		{ "chunk-size", required_argument, NULL, O_CHUNK },
+		{ "force", no_argument, NULL, 'f' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
+		{ 0 },
+	};
+	struct mk_plan_opts o = { .copy_tokenizer = true, .write_card = true,
+				  .chunk_bytes = MK_READER_DEFAULT_CHUNK };
+	struct mk_plan *plan = NULL;
+	struct mk_diags d;
+	struct mk_err err = { 0 };
+	const char *output = "-";
+	bool explain = false, force = false;
+	uint8_t *text = NULL;
+	size_t len = 0;
+	int c, fd = 1, rc;
+	uint64_t v;
+
+	cli_init("mk-plan");
+	while ((c = getopt_long(argc, argv, "o:fvqhV", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'o': output = optarg; break;
+		case O_EXPLAIN: explain = true; break;
+		case O_NAME: o.out_name = optarg; break;
+		case O_CRIMES: o.allow_crimes = true; break;
+		case O_COPY_TOK: o.copy_tokenizer = true; break;
+		case O_NO_COPY_TOK: o.copy_tokenizer = false; break;
+		case O_CARD: o.write_card = true; break;
+		case O_NO_CARD: o.write_card = false; break;
+		case O_SEED:
+			if (mk_size_parse(optarg, &o.seed))
+				cli_usage_error("--random-seed: expected a non-negative integer, not '%s'", optarg);
+			break;
+		case O_MEM:
+			if (mk_size_parse(optarg, &o.budget))
+				cli_usage_error("--max-memory: expected a size like 8G or 512MiB, not '%s'", optarg);
+			break;
+		case O_CHUNK:
+			if (mk_size_parse(optarg, &v) || v < 1024 || v > (1u << 30))
+				cli_usage_error("--chunk-size: expected a size from 1KiB to 1GiB, not '%s'", optarg);
+			o.chunk_bytes = v;
+			break;
+		case 'f': force = true; break;
+		case 'v': cli_verbose++; break;
+		case 'q': cli_verbose--; break;
+		case 'h': usage(); break;
+		case 'V': cli_version(); break;
+		default: cli_usage_hint();
+		}
+	}
+	if (optind + 1 != argc)
+		cli_usage_error(optind == argc ? "missing CONFIG (a mergekit YAML file)" : "too many arguments");
+	o.label = argv[optind];
+	if (!strcmp(o.label, "-")) {
+		FILE *in = stdin;
+		char buf[65536];
+		size_t n, cap = 0;
+		o.label = "stdin";
+		while ((n = fread(buf, 1, sizeof(buf), in)) > 0) {
+			if (len + n + 1 > cap) {
+				cap = (len + n + 1) * 2;
+				text = realloc(text, cap);
+				if (!text)
+					abort();
+			}
+			memcpy(text + len, buf, n);
+			len += n;
+		}
+		if (!text)
+			text = calloc(1, 1);
+	} else if (mk_file_read(o.label, 64u << 20, &text, &len, &err)) {
+		cli_fail(&err);
+	}
+	o.text = (const char *)text;
+	o.len = len;
+	if (!explain && !strcmp(output, "-"))
+		cli_check_binary_out(1, force);
+	rc = mk_plan_build(&o, &plan, &d, &err);
+	for (size_t i = 0; i < d.n; i++) {
+		char line[2048];
+		if (cli_verbose < (d.v[i].level == MK_DIAG_ERROR ? 1 : 2))
+			continue;
+		mk_diag_format(&d, &d.v[i], line, sizeof(line));
+		fprintf(stderr, "%s: %s: %s\n", cli_prog, d.v[i].level == MK_DIAG_ERROR ? "error" : "warning", line);
+	}
+	if (rc) {
+		if (!d.nerrors)
+			cli_fail(&err);
+		mk_diags_free(&d);
+		exit(EXIT_FAIL);
+	}
+	mk_diags_free(&d);
+	if (explain) {
+		char *s;
+		if (mk_plan_explain(plan, &s, &err))
+			cli_fail(&err);
+		fputs(s, stdout);
+		free(s);
+		cli_close_stdout();
+	} else {
+		if (strcmp(output, "-")) {
+			fd = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+			if (fd < 0) {
+				mk_err_sys(&err, errno, "%s", output);
+				cli_fail(&err);
+			}
+		}
+		if (mk_plan_write(plan, fd, 0, &err)) {
+			if (fd != 1)
+				unlink(output);
+			cli_fail(&err);
+		}
+		if (fd != 1 && close(fd) < 0) {
+			mk_err_sys(&err, errno, "%s", output);
+			cli_fail(&err);
+		}
+	}
+	mk_plan_free(plan);
+	free(text);
+	return EXIT_OK;
+}

@@ -1,0 +1,56 @@
+/* planner.h - mk-plan: a mergekit YAML configuration -> a plan stream.
+ *
+ * mk_plan_build reads the configuration and only the metadata of each
+ * referenced model (config.json, the safetensors index and headers,
+ * tokenizer files), and makes a self-contained plan: the output manifest
+ * (every output tensor's name, dtype and shape, in mergekit's order), the
+ * model table (reference, shard sizes, header hashes), the finished output
+ * files (config.json, tokenizer and tagalong files, mergekit_config.yml,
+ * README.md) and one job per output tensor (method, inputs, resolved
+ * parameters, base, passes).  Every error that does not depend on tensor
+ * values is found here, before a weight byte is read, as many as can be
+ * found in one run, each a diagnostic naming the config location and the
+ * model or tensor.
+ */
+#ifndef MK_PLANNER_H
+#define MK_PLANNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "mk/config.h"
+#include "mk/err.h"
+
+struct mk_plan_opts {
+	const char *label;           /* the config's file name, for messages */
+	const char *text;            /* the YAML */
+	size_t len;
+	const char *out_name;        /* card title (OUT's basename); NULL: default */
+	bool allow_crimes;           /* mix architectures (--allow-crimes) */
+	bool copy_tokenizer;         /* copy the donor's tokenizer (default on) */
+	bool write_card;             /* README.md + mergekit_config.yml (default on) */
+	uint64_t seed;               /* --random-seed */
+	uint64_t budget;             /* merge memory budget in bytes (0: none) */
+	uint64_t chunk_bytes;        /* recorded in the HEAD */
+};
+
+struct mk_plan;
+
+/* Build a plan.  Diagnostics (errors and warnings, in order) go to
+ * *diags (caller frees with mk_diags_free); on errors returns -MK_EINVAL
+ * (or the first other failure) and *out = NULL. */
+int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out,
+		  struct mk_diags *diags, struct mk_err *err);
+void mk_plan_free(struct mk_plan *p);
+
+/* Write the plan stream (kind "plan") to fd. */
+int mk_plan_write(const struct mk_plan *p, int fd, int compress_level,
+		  struct mk_err *err);
+
+/* The plan in words, one paragraph per output tensor (malloc'ed). */
+int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err);
+
+/* The README.md the plan carries (borrowed; NULL when no card). */
+const char *mk_plan_card(const struct mk_plan *p);
+
+#endif

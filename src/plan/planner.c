@@ -1,0 +1,1099 @@
+/* planner.c - mk-plan: configuration + model metadata -> plan. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <jansson.h>
+#include "mk/arch.h"
+#include "mk/card.h"
+#include "mk/fsutil.h"
+#include "mk/hash.h"
+#include "mk/manifest.h"
+#include "mk/method.h"
+#include "mk/model.h"
+#include "mk/plan.h"
+#include "mk/planner.h"
+#include "mk/stream.h"
+
+#define MAX_FILE (1ull << 30)
+
+struct pmodel {                       /* a referenced model */
+	const struct mk_model_ref *ref;   /* lent from the config */
+	char *refstr;                     /* "path[@rev]" as mk resolves it */
+	char *display;                    /* as written (mk_model_ref_format) */
+	struct mk_model *m;
+	struct mk_hfconfig *hf;
+	char *hf_text;
+	size_t hf_len;
+	struct mk_arch *arch;             /* NULL: unknown class */
+};
+
+struct pfile {
+	char *name;
+	uint8_t *data;
+	size_t len;
+};
+
+struct mk_plan {
+	struct mk_config *cfg;
+	const struct mk_method *method;
+	size_t nmodels;
+	struct pmodel *models;
+	struct mk_arch *arch;             /* the output's */
+	struct mk_manifest *man;
+	size_t njobs;
+	struct mk_plan_job **jobs;
+	size_t nfiles;
+	struct pfile *files;
+	char *card;                       /* README.md text, or NULL */
+	const struct mk_plan_opts *o;
+	uint64_t seed, budget, chunk_bytes;
+};
+
+/* ------------------------------------------------------------ diagnostics */
+
+static void diag(struct mk_diags *d, enum mk_diag_level lv, const struct mk_config_loc *loc,
+		 const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static void diag(struct mk_diags *d, enum mk_diag_level lv, const struct mk_config_loc *loc,
+		 const char *fmt, ...)
+{
+	struct mk_diag *v = realloc(d->v, (d->n + 1) * sizeof(*v));
+	char buf[1024];
+	va_list ap;
+
+	if (!v)
+		return;
+	d->v = v;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	v[d->n] = (struct mk_diag){ .level = lv, .line = loc ? loc->line : 0, .col = loc ? loc->col : 0,
+				    .path = strdup(loc && loc->path ? loc->path : ""), .msg = strdup(buf) };
+	d->n++;
+	if (lv == MK_DIAG_ERROR)
+		d->nerrors++;
+	else
+		d->nwarnings++;
+}
+
+/* ---------------------------------------------------------------- models */
+
+static int model_refstr(const struct mk_model_ref *r, char **out)
+{
+	size_t n = strlen(r->model.path) + (r->model.revision ? strlen(r->model.revision) + 1 : 0) + 1;
+
+	*out = malloc(n);
+	if (!*out)
+		return -1;
+	snprintf(*out, n, "%s%s%s", r->model.path, r->model.revision ? "@" : "",
+		 r->model.revision ? r->model.revision : "");
+	return 0;
+}
+
+static bool has_tensor(void *ctx, const char *name)
+{
+	return mk_model_find(ctx, name) != NULL;
+}
+
+static long model_index(const struct mk_plan *p, const struct mk_model_ref *r)
+{
+	for (size_t i = 0; i < p->nmodels; i++)
+		if (mk_model_ref_equal(p->models[i].ref, r))
+			return (long)i;
+	return -1;
+}
+
+static int open_models(struct mk_plan *p, const struct mk_arch_registry *reg, struct mk_diags *d,
+		       struct mk_err *err)
+{
+	const struct mk_model_ref **refs = NULL;
+	size_t n = 0;
+	int rc = mk_config_models(p->cfg, &refs, &n, err);
+
+	if (rc)
+		return rc;
+	p->models = calloc(n + 1, sizeof(*p->models));
+	if (!p->models) {
+		free(refs);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	p->nmodels = n;
+	for (size_t i = 0; i < n; i++) {
+		struct pmodel *pm = &p->models[i];
+		struct mk_err e = { 0 };
+		char path[4096];
+		char *unknown = NULL;
+
+		pm->ref = refs[i];
+		if (model_refstr(refs[i], &pm->refstr) || mk_model_ref_format(refs[i], &pm->display, &e)) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			break;
+		}
+		if (mk_model_open(pm->refstr, &pm->m, &e)) {
+			diag(d, MK_DIAG_ERROR, &refs[i]->loc, "model '%s': %s", pm->display, e.msg);
+			continue;
+		}
+		snprintf(path, sizeof(path), "%s/config.json", pm->m->dir);
+		if (mk_file_read(path, MAX_FILE, (uint8_t **)&pm->hf_text, &pm->hf_len, &e) ||
+		    mk_hfconfig_parse(pm->hf_text, pm->hf_len, path, &pm->hf, &e)) {
+			diag(d, MK_DIAG_ERROR, &refs[i]->loc, "model '%s': %s", pm->display, e.msg);
+			continue;
+		}
+		if (mk_arch_for_config(reg, pm->hf, refs[i]->override_arch, &pm->arch, &unknown, &e)) {
+			diag(d, MK_DIAG_ERROR, &refs[i]->loc, "model '%s': %s", pm->display, e.msg);
+			continue;
+		}
+		if (!pm->arch)
+			diag(d, MK_DIAG_WARNING, &refs[i]->loc,
+			     "model '%s': no architecture definition for %s; inferring one from tensor names",
+			     pm->display, unknown ? unknown : "its class");
+		free(unknown);
+	}
+	free(refs);
+	return rc;
+}
+
+/* The output architecture: the base's (else the first model's); all
+ * known and different -> --allow-crimes; any unknown -> inferred. */
+static int choose_arch(struct mk_plan *p, struct mk_diags *d, struct mk_err *err)
+{
+	bool all_known = true;
+	int rc = 0;
+
+	for (size_t i = 0; i < p->nmodels; i++)
+		if (!p->models[i].arch)
+			all_known = false;
+	if (all_known) {
+		for (size_t i = 1; i < p->nmodels; i++)
+			if (!mk_arch_equal(p->models[0].arch, p->models[i].arch)) {
+				if (!p->o->allow_crimes) {
+					diag(d, MK_DIAG_ERROR, &p->models[i].ref->loc,
+					     "model '%s' is a %s, '%s' a %s: must specify --allow-crimes to attempt to mix different architectures",
+					     p->models[i].display, p->models[i].arch->file ? p->models[i].arch->file : "?",
+					     p->models[0].display, p->models[0].arch->file ? p->models[0].arch->file : "?");
+					return 0;
+				}
+				diag(d, MK_DIAG_WARNING, &p->models[i].ref->loc,
+				     "mixing architectures (--allow-crimes): the output is a %s, as '%s'",
+				     p->models[0].arch->file ? p->models[0].arch->file : "?", p->models[0].display);
+				break;
+			}
+		return mk_arch_clone(p->models[0].arch, &p->arch, err);
+	}
+	struct mk_arch_names *names = calloc(p->nmodels, sizeof(*names));
+	const char ***lists = calloc(p->nmodels, sizeof(*lists));
+	if (!names || !lists) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < p->nmodels; i++) {
+		const struct mk_model *m = p->models[i].m;
+		lists[i] = malloc((m->ntensors + 1) * sizeof(**lists));
+		if (!lists[i]) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			goto out;
+		}
+		for (size_t k = 0; k < m->ntensors; k++)
+			lists[i][k] = m->tensors[k].t->name;
+		names[i].names = lists[i];
+		names[i].n = m->ntensors;
+		int64_t vs = 0;
+		if (!mk_hfconfig_int(p->models[i].hf, "vocab_size", &vs, NULL) && vs > 0)
+			names[i].vocab_size = (uint64_t)vs;
+	}
+	rc = mk_arch_infer(names, p->nmodels, &p->arch, err);
+out:
+	for (size_t i = 0; lists && i < p->nmodels; i++)
+		free(lists[i]);
+	free(lists);
+	free(names);
+	return rc;
+}
+
+/* ------------------------------------------------------------ parameters */
+
+struct lc_ctx {
+	struct mk_plan *p;
+	size_t module;
+};
+
+static int layer_count(void *ctx, const struct mk_model_ref *ref, long long *n, struct mk_err *err)
+{
+	struct lc_ctx *c = ctx;
+	long i = model_index(c->p, ref);
+	int64_t v;
+	int rc;
+
+	if (i < 0)
+		return mk_err_set(err, MK_EINVAL, "model not referenced");
+	rc = mk_arch_num_layers(c->p->arch, c->module, c->p->models[i].hf, &v, err);
+	if (rc)
+		return rc;
+	*n = v;
+	return 0;
+}
+
+static int to_pval(const struct mk_param_spec *ps, double v, struct mk_pval *out)
+{
+	switch (ps->type) {
+	case MK_PT_BOOL:
+		*out = mk_pval_bool(v != 0.0);
+		return 0;
+	case MK_PT_INT:
+		if (v != floor(v) || fabs(v) > 9.0e15)
+			return -1;
+		*out = mk_pval_int((int64_t)v);
+		return 0;
+	default:
+		*out = mk_pval_float(v);
+		return 0;
+	}
+}
+
+static json_t *pval_json(const struct mk_pval *v)
+{
+	if (!v->set)
+		return json_null();
+	switch (v->type) {
+	case MK_PT_BOOL: return json_boolean(v->b);
+	case MK_PT_INT: return json_integer(v->i);
+	default: return json_real(v->f);
+	}
+}
+
+/* --------------------------------------------------------------- tensors */
+
+struct src_in {                       /* one candidate input of a tensor */
+	long model;                       /* plan model index */
+	const struct mk_model_ref *ref;
+	const struct mk_weight *w;        /* the input weight (its own name) */
+	const struct mk_params *params;   /* the source's parameters */
+};
+
+struct tctx {                         /* where a tensor is planned */
+	struct mk_param_ctx scope;
+	const struct mk_model_ref *base;
+	double t;
+	const struct mk_config_loc *loc;  /* for messages */
+};
+
+static int manifest_find_or_add(struct mk_plan *p, const char *name, long *idx)
+{
+	long i = mk_manifest_find(p->man, name);
+	*idx = i;
+	return i >= 0;
+}
+
+static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const struct src_in *srcs, size_t nsrc,
+		       const struct tctx *tc, struct mk_diags *d, struct mk_err *err)
+{
+	const struct mk_method *m = p->method;
+	size_t np = m->nparams, n = 0;
+	struct mk_tensor_desc *in = calloc(nsrc + 1, sizeof(*in));
+	struct mk_pval *graw = calloc(np + 1, sizeof(*graw)), *iraw = calloc((np + 1) * (nsrc + 1), sizeof(*iraw));
+	struct mk_pval *gres = calloc(np + 1, sizeof(*gres)), *ires = calloc((np + 1) * (nsrc + 1), sizeof(*ires));
+	const char **labels = calloc(nsrc + 1, sizeof(*labels));
+	size_t *order = calloc(nsrc + 1, sizeof(*order));
+	const char **names = calloc(nsrc + 1, sizeof(*names));
+	bool *used = calloc(nsrc + 1, sizeof(*used));
+	struct mk_plan_job *j = NULL;
+	struct mk_plan_out po;
+	struct mk_err e = { 0 };
+	bool any_direct = false, failed = false;
+	int base = -1, rc = 0;
+
+	if (!in || !graw || !iraw || !gres || !ires || !labels || !order || !names || !used) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	/* optional weights: skipped when no input has it under its name or
+	 * an alias (tied names do not count here, as in mergekit) */
+	for (size_t s = 0; s < nsrc; s++) {
+		struct mk_model *mm = p->models[srcs[s].model].m;
+		if (mk_model_find(mm, srcs[s].w->name))
+			any_direct = true;
+		for (size_t a = 0; a < srcs[s].w->naliases; a++)
+			if (mk_model_find(mm, srcs[s].w->aliases[a]))
+				any_direct = true;
+	}
+	if (ow->optional && !any_direct)
+		goto out;
+	/* inputs: the base first, then the sources in order */
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t s = 0; s < nsrc; s++) {
+			bool is_base = tc->base && mk_model_ref_equal(srcs[s].ref, tc->base);
+			if (is_base != (pass == 0))
+				continue;
+			struct pmodel *pm = &p->models[srcs[s].model];
+			const char *nm = mk_weight_resolve(srcs[s].w, has_tensor, pm->m, NULL);
+			if (!nm) {
+				if (srcs[s].w->optional)
+					continue;
+				diag(d, MK_DIAG_ERROR, tc->loc, "tensor '%s' required but not present in model '%s'",
+				     srcs[s].w->name, pm->display);
+				failed = true;
+				continue;
+			}
+			const struct mk_st_tensor *t = mk_model_find(pm->m, nm)->t;
+			if (is_base)
+				base = (int)n;
+			order[n] = s;
+			names[n] = nm;
+			labels[n] = pm->display;
+			in[n].ndim = t->ndim;
+			memcpy(in[n].shape, t->shape, sizeof(in[n].shape));
+			in[n].dtype = t->dtype;
+			/* cast on load: force_dtype, else the config's dtype */
+			if (ow->force_dtype)
+				mk_config_dtype_parse(ow->force_dtype, &in[n].dtype, NULL, NULL);
+			else if (p->cfg->dtype.name && mk_dtype_is_float(t->dtype))
+				in[n].dtype = p->cfg->dtype.dtype;
+			n++;
+		}
+	if (failed)
+		goto out;
+	if (n == 0) {
+		diag(d, MK_DIAG_ERROR, tc->loc, "tensor '%s': no model has it", ow->name);
+		goto out;
+	}
+	/* parameters */
+	for (size_t k = 0; k < np; k++) {
+		const struct mk_param_spec *ps = &m->params[k];
+		double v;
+		if (ps->scope == MK_SCOPE_GLOBAL) {
+			if (mk_param_lookup(&tc->scope, ps->name, NULL, ow->name, tc->t, &v) != MK_PL_NONE &&
+			    to_pval(ps, v, &graw[k]))
+				diag(d, MK_DIAG_ERROR, tc->loc, "tensor '%s': parameter '%s' = %g is not an integer",
+				     ow->name, ps->name, v);
+			continue;
+		}
+		for (size_t i = 0; i < n; i++) {
+			const struct src_in *sr = &srcs[order[i]];
+			if (mk_param_lookup(&tc->scope, ps->name, sr->ref, sr->w->name, tc->t, &v) != MK_PL_NONE) {
+				if (to_pval(ps, v, &iraw[i * np + k]))
+					diag(d, MK_DIAG_ERROR, tc->loc,
+					     "tensor '%s': parameter '%s' = %g of model '%s' is not an integer", ow->name,
+					     ps->name, v, labels[i]);
+			}
+		}
+	}
+	struct mk_job_desc jd = { .tensor = ow->name, .is_embed = ow->is_embed, .ninputs = n, .base = base, .in = in,
+				  .labels = labels, .global = graw, .input = iraw };
+	if (mk_method_plan(m, &jd, &po, gres, ires, used, &e)) {
+		diag(d, MK_DIAG_ERROR, tc->loc, "%s", e.msg);
+		goto out;
+	}
+	/* the job */
+	j = calloc(1, sizeof(*j));
+	if (!j) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	enum mk_dtype odt = po.out.dtype;
+	if (ow->force_dtype)
+		mk_config_dtype_parse(ow->force_dtype, &odt, NULL, NULL);
+	else if (p->cfg->out_dtype.name && mk_dtype_is_float(odt))
+		odt = p->cfg->out_dtype.dtype;
+	long idx;
+	if (manifest_find_or_add(p, ow->name, &idx)) {
+		/* planned twice (qwen2_vl's projector): the last one wins */
+		for (size_t k = 0; k < p->njobs; k++)
+			if (p->jobs[k]->output == (size_t)idx) {
+				mk_plan_job_free(p->jobs[k]);
+				memmove(&p->jobs[k], &p->jobs[k + 1], (p->njobs - k - 1) * sizeof(*p->jobs));
+				p->njobs--;
+				break;
+			}
+		p->man->tensors[idx].dtype = odt;
+	} else {
+		rc = mk_manifest_add_tensor(p->man, ow->name, odt, po.out.ndim, po.out.shape, err);
+		if (rc)
+			goto out;
+		idx = (long)p->man->ntensors - 1;
+	}
+	j->output = (size_t)idx;
+	j->method = strdup(m->name);
+	j->inputs = calloc(n, sizeof(*j->inputs));
+	if (!j->method || !j->inputs) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		const struct mk_st_tensor *t = mk_model_find(p->models[srcs[order[i]].model].m, names[i])->t;
+		struct mk_plan_input *pi = &j->inputs[i];
+		pi->model = (size_t)srcs[order[i]].model;
+		pi->tensor = strdup(names[i]);
+		if (!pi->tensor) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			goto out;
+		}
+		pi->dtype = t->dtype;
+		pi->load_dtype = in[i].dtype;
+		pi->ndim = t->ndim;
+		memcpy(pi->shape, t->shape, sizeof(pi->shape));
+		j->ninputs++;
+	}
+	j->base = base;
+	j->passes = po.npasses;
+	j->sends = po.npasses + 1;
+	{
+		json_t *o = json_object(), *ps = json_object(), *g = json_object(), *ia = json_array();
+		for (size_t k = 0; k < np; k++)
+			if (m->params[k].scope == MK_SCOPE_GLOBAL && gres[k].set)
+				json_object_set_new(g, m->params[k].name, pval_json(&gres[k]));
+		for (size_t i = 0; i < n; i++) {
+			json_t *one = json_object();
+			for (size_t k = 0; k < np; k++)
+				if (m->params[k].scope != MK_SCOPE_GLOBAL && ires[i * np + k].set)
+					json_object_set_new(one, m->params[k].name, pval_json(&ires[i * np + k]));
+			json_array_append_new(ia, one);
+		}
+		json_object_set_new(ps, "global", g);
+		json_object_set_new(ps, "inputs", ia);
+		json_object_set_new(o, "is_embed", json_boolean(ow->is_embed));
+		json_object_set_new(o, "params", ps);
+		j->json = o;
+	}
+	struct mk_plan_job **q = realloc(p->jobs, (p->njobs + 1) * sizeof(*q));
+	if (!q) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	p->jobs = q;
+	p->jobs[p->njobs++] = j;
+	j = NULL;
+out:
+	mk_plan_job_free(j);
+	free(in);
+	free(graw);
+	free(iraw);
+	free(gres);
+	free(ires);
+	free(labels);
+	free(order);
+	free(names);
+	free(used);
+	return rc;
+}
+
+/* Plan one module: pre weights from the first slice's sources, each
+ * slice's layers, post weights from the last slice's sources. */
+static int plan_module(struct mk_plan *p, size_t mod, const struct mk_output_slice *sl, size_t nsl,
+		       const struct mk_params *modparams, struct mk_diags *d, struct mk_err *err)
+{
+	struct mk_weight_list pre = { 0 }, post = { 0 };
+	int64_t out_layers = 0, total;
+	int rc = 0;
+
+	for (size_t s = 0; s < nsl; s++)
+		out_layers += sl[s].nsources ? sl[s].sources[0].end - sl[s].sources[0].start : 0;
+	total = out_layers;
+	if (p->arch->modules[mod].override_num_layers >= 0)
+		total = p->arch->modules[mod].override_num_layers;
+	if (nsl == 0)
+		return 0;
+	for (int sec = 0; sec < 2 && !rc; sec++) {
+		const struct mk_output_slice *s = sec == 0 ? &sl[0] : &sl[nsl - 1];
+		struct mk_weight_list *l = sec == 0 ? &pre : &post;
+		rc = mk_arch_weights(p->arch, mod, sec == 0 ? MK_WS_PRE : MK_WS_POST, total, -1, l, err);
+		if (rc)
+			break;
+		if (sec == 1)
+			continue; /* post weights are planned after the layers */
+		for (size_t w = 0; w < l->n && !rc; w++) {
+			struct src_in *srcs = calloc(s->nsources + 1, sizeof(*srcs));
+			if (!srcs)
+				return mk_err_set(err, MK_ENOMEM, "out of memory");
+			for (size_t k = 0; k < s->nsources; k++)
+				srcs[k] = (struct src_in){ model_index(p, &s->sources[k].model), &s->sources[k].model,
+							   &l->w[w], &s->sources[k].params };
+			struct tctx tc = { { &p->cfg->params, modparams, s }, mk_config_base_for(p->cfg, s), 0.0,
+					   &s->loc };
+			rc = plan_tensor(p, &l->w[w], srcs, s->nsources, &tc, d, err);
+			free(srcs);
+		}
+	}
+	/* layers */
+	int64_t out_layer = 0;
+	for (size_t si = 0; si < nsl && !rc; si++) {
+		const struct mk_output_slice *s = &sl[si];
+		int64_t span = s->nsources ? s->sources[0].end - s->sources[0].start : 0;
+		for (int64_t k = 0; k < span && !rc; k++, out_layer++) {
+			struct mk_weight_list ol = { 0 };
+			struct mk_weight_list *il = calloc(s->nsources + 1, sizeof(*il));
+			if (!il)
+				return mk_err_set(err, MK_ENOMEM, "out of memory");
+			rc = mk_arch_weights(p->arch, mod, MK_WS_LAYER, total, out_layer, &ol, err);
+			for (size_t src = 0; src < s->nsources && !rc; src++) {
+				long mi = model_index(p, &s->sources[src].model);
+				int64_t nl = 0;
+				struct mk_err e = { 0 };
+				/* input names from the source's own layer count */
+				if (mi >= 0 && mk_arch_num_layers(p->arch, mod, p->models[mi].hf, &nl, &e))
+					nl = total;
+				rc = mk_arch_weights(p->arch, mod, MK_WS_LAYER, nl, s->sources[src].start + k, &il[src],
+						     err);
+			}
+			double t = span > 1 ? (double)k / (double)(span - 1) : 1.0;
+			for (size_t w = 0; w < ol.n && !rc; w++) {
+				struct src_in *srcs = calloc(s->nsources + 1, sizeof(*srcs));
+				size_t ns = 0;
+				if (!srcs) {
+					rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+					break;
+				}
+				for (size_t src = 0; src < s->nsources; src++)
+					if (w < il[src].n)
+						srcs[ns++] = (struct src_in){ model_index(p, &s->sources[src].model),
+									      &s->sources[src].model, &il[src].w[w],
+									      &s->sources[src].params };
+				struct tctx tc = { { &p->cfg->params, modparams, s }, mk_config_base_for(p->cfg, s), t,
+						   &s->loc };
+				rc = plan_tensor(p, &ol.w[w], srcs, ns, &tc, d, err);
+				free(srcs);
+			}
+			mk_weight_list_free(&ol);
+			for (size_t src = 0; src < s->nsources; src++)
+				mk_weight_list_free(&il[src]);
+			free(il);
+		}
+	}
+	/* post weights, from the last slice (sized by the first's sources:
+	 * mergekit's positional pairing, config_io.md 3.7) */
+	const struct mk_output_slice *last = &sl[nsl - 1];
+	size_t npost_src = last->nsources < sl[0].nsources ? last->nsources : sl[0].nsources;
+	for (size_t w = 0; w < post.n && !rc; w++) {
+		struct src_in *srcs = calloc(last->nsources + 1, sizeof(*srcs));
+		if (!srcs) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			break;
+		}
+		for (size_t k = 0; k < npost_src; k++)
+			srcs[k] = (struct src_in){ model_index(p, &last->sources[k].model), &last->sources[k].model,
+						   &post.w[w], &last->sources[k].params };
+		struct tctx tc = { { &p->cfg->params, modparams, last }, mk_config_base_for(p->cfg, last), 0.0,
+				   &last->loc };
+		rc = plan_tensor(p, &post.w[w], srcs, npost_src, &tc, d, err);
+		free(srcs);
+	}
+	mk_weight_list_free(&pre);
+	mk_weight_list_free(&post);
+	return rc;
+}
+
+static int plan_modules(struct mk_plan *p, int64_t *out_layers, bool *layers_changed, struct mk_diags *d,
+			struct mk_err *err)
+{
+	const struct mk_config *c = p->cfg;
+	int rc = 0;
+
+	*layers_changed = c->nslices > 0 || c->nmodules > 0;
+	if (c->nslices && p->arch->nmodules != 1) {
+		diag(d, MK_DIAG_ERROR, &c->slices[0].loc,
+		     "the model has %zu modules: use the modules: syntax to work with slices", p->arch->nmodules);
+		return 0;
+	}
+	for (size_t mod = 0; mod < p->arch->nmodules && !rc; mod++) {
+		const struct mk_input_model *models = NULL;
+		const struct mk_output_slice *slices = NULL;
+		size_t nmodels = 0, nslices = 0;
+		const struct mk_params *mparams = NULL;
+		const struct mk_output_module *om = NULL;
+
+		out_layers[mod] = -1;
+		if (c->nmodules) {
+			for (size_t k = 0; k < c->nmodules; k++)
+				if (!strcmp(c->modules[k].name, p->arch->modules[mod].name))
+					om = &c->modules[k];
+			if (!om)
+				continue; /* modules not named are not emitted (as mergekit) */
+			models = om->models;
+			nmodels = om->nmodels;
+			slices = om->slices;
+			nslices = om->nslices;
+			mparams = &om->params;
+		} else {
+			models = c->models;
+			nmodels = c->nmodels;
+			slices = c->slices;
+			nslices = c->nslices;
+		}
+		struct mk_output_slice *norm = NULL;
+		size_t nnorm = 0;
+		struct lc_ctx lc = { p, mod };
+		struct mk_err e = { 0 };
+		if (mk_config_normalize(models, nmodels, slices, nslices, c->base_model, layer_count, &lc, &norm, &nnorm,
+					&e)) {
+			diag(d, MK_DIAG_ERROR, om ? &om->loc : NULL, "%s", e.msg);
+			continue;
+		}
+		/* slices past a model's depth */
+		for (size_t s = 0; s < nnorm; s++)
+			for (size_t k = 0; k < norm[s].nsources; k++) {
+				long long nl;
+				const struct mk_input_slice *src = &norm[s].sources[k];
+				if (!layer_count(&lc, &src->model, &nl, &e) && src->end > nl)
+					diag(d, MK_DIAG_ERROR, &src->loc,
+					     "layer_range [%lld, %lld] is past the end of model '%s', which has %lld layers",
+					     src->start, src->end, p->models[model_index(p, &src->model)].display, nl);
+			}
+		if (d->nerrors == 0) {
+			out_layers[mod] = 0;
+			for (size_t s = 0; s < nnorm; s++)
+				out_layers[mod] += norm[s].nsources ? norm[s].sources[0].end - norm[s].sources[0].start : 0;
+			rc = plan_module(p, mod, norm, nnorm, mparams, d, err);
+		}
+		mk_output_slices_free(norm, nnorm);
+	}
+	return rc;
+}
+
+/* ------------------------------------------------------------------ files */
+
+extern const struct mk_arch_file mk_template_data[];
+extern const size_t mk_template_data_n;
+
+static int add_file(struct mk_plan *p, const char *name, uint8_t *data, size_t len, struct mk_err *err)
+{
+	struct pfile *v = realloc(p->files, (p->nfiles + 1) * sizeof(*v));
+
+	if (!v) {
+		free(data);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	p->files = v;
+	v[p->nfiles].name = strdup(name);
+	v[p->nfiles].data = data;
+	v[p->nfiles].len = len;
+	if (!v[p->nfiles].name) {
+		free(data);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	p->nfiles++;
+	return 0;
+}
+
+static bool donor_has(const struct pmodel *donor, const char *name)
+{
+	char path[4096];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "%s/%s", donor->m->dir, name);
+	return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int copy_from_donor(struct mk_plan *p, const struct pmodel *donor, const char *name, struct mk_err *err)
+{
+	char path[4096];
+	uint8_t *buf;
+	size_t len;
+	int rc;
+
+	snprintf(path, sizeof(path), "%s/%s", donor->m->dir, name);
+	rc = mk_file_read(path, MAX_FILE, &buf, &len, err);
+	if (rc)
+		return rc;
+	return add_file(p, name, buf, len, err);
+}
+
+/* The chat template asked for: a built-in name, "auto" (the most common
+ * among the inputs' tokenizer_config.json, first seen on a tie), or a
+ * literal template.  Returns malloc'ed text or NULL (auto, none found). */
+static char *chat_template_text(struct mk_plan *p, struct mk_diags *d)
+{
+	const char *ct = p->cfg->chat_template;
+	char name[256];
+
+	if (strcmp(ct, "auto")) {
+		snprintf(name, sizeof(name), "%s.jinja", ct);
+		for (size_t i = 0; i < mk_template_data_n; i++)
+			if (!strcmp(mk_template_data[i].name, name))
+				return strdup((const char *)mk_template_data[i].data);
+		if (!strstr(ct, "{{") && !strstr(ct, "{%"))
+			diag(d, MK_DIAG_WARNING, &p->cfg->chat_template_loc,
+			     "chat_template '%s' is not a built-in name (alpaca, chatml, exaone, llama3, mistral); using it as a literal template",
+			     ct);
+		return strdup(ct);
+	}
+	/* auto */
+	char **seen = calloc(p->nmodels + 1, sizeof(*seen));
+	size_t *count = calloc(p->nmodels + 1, sizeof(*count)), nseen = 0, best = 0;
+	char *out = NULL;
+	for (size_t i = 0; seen && count && i < p->nmodels; i++) {
+		char path[4096];
+		uint8_t *buf;
+		size_t len;
+		json_t *o, *v;
+		snprintf(path, sizeof(path), "%s/tokenizer_config.json", p->models[i].m->dir);
+		if (mk_file_read(path, MAX_FILE, &buf, &len, NULL))
+			continue;
+		o = json_loadb((const char *)buf, len, 0, NULL);
+		free(buf);
+		v = o ? json_object_get(o, "chat_template") : NULL;
+		if (json_is_string(v)) {
+			size_t k;
+			for (k = 0; k < nseen; k++)
+				if (!strcmp(seen[k], json_string_value(v)))
+					break;
+			if (k == nseen)
+				seen[nseen++] = strdup(json_string_value(v));
+			count[k]++;
+		}
+		json_decref(o);
+	}
+	for (size_t k = 0; k < nseen; k++)
+		if (count[k] > count[best])
+			best = k;
+	if (nseen)
+		out = strdup(seen[best]);
+	for (size_t k = 0; k < nseen; k++)
+		free(seen[k]);
+	free(seen);
+	free(count);
+	if (!out)
+		diag(d, MK_DIAG_WARNING, &p->cfg->chat_template_loc,
+		     "chat_template auto: no input model has a chat template; none written");
+	return out;
+}
+
+static const char *const tokenizer_files[] = {
+	"tokenizer_config.json", "special_tokens_map.json", "tokenizer.json", "tokenizer.model",
+	"added_tokens.json", "merges.txt", "chat_template.jinja", "generation_config.json",
+	"chat_template.json", "video_preprocessor_config.json", NULL,
+};
+
+static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_changed, struct mk_diags *d,
+		      struct mk_err *err)
+{
+	const struct pmodel *donor = &p->models[0]; /* the base, else the first model */
+	const char *dtname = p->cfg->out_dtype.name ? p->cfg->out_dtype.canonical :
+			     p->cfg->dtype.name ? p->cfg->dtype.canonical : NULL;
+	char *text = NULL, *warn = NULL;
+	size_t len;
+	int rc;
+
+	/* config.json */
+	rc = mk_hfconfig_edit(donor->hf_text, donor->hf_len, "config.json", p->arch, dtname,
+			    layers_changed ? out_layers : NULL, -1, &text, &len, &warn, err);
+	if (rc)
+		return rc;
+	if (warn) {
+		diag(d, MK_DIAG_WARNING, NULL, "config.json: %s", warn);
+		free(warn);
+	}
+	rc = add_file(p, "config.json", (uint8_t *)text, len, err);
+	if (rc)
+		return rc;
+	/* README.md and the configuration as given */
+	if (p->o->write_card) {
+		const char **paths = calloc(p->nmodels + 1, sizeof(*paths));
+		const char **loras = calloc(p->nmodels + 1, sizeof(*loras));
+		long base = -1;
+		if (!paths || !loras) {
+			free(paths);
+			free(loras);
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		}
+		for (size_t i = 0; i < p->nmodels; i++) {
+			paths[i] = p->models[i].ref->model.path;
+			loras[i] = p->models[i].ref->lora.path;
+			if (p->cfg->base_model && mk_model_ref_equal(p->models[i].ref, p->cfg->base_model))
+				base = (long)i;
+		}
+		struct mk_card_input ci = { .name = p->o->out_name, .method = p->method->name,
+					    .pretty_name = p->method->pretty_name,
+					    .reference_url = p->method->reference_url, .models = paths,
+					    .loras = loras, .nmodels = p->nmodels, .base_index = base,
+					    .config_text = p->cfg->text };
+		rc = mk_card_render(&ci, &p->card, &len, err);
+		free(paths);
+		free(loras);
+		if (rc)
+			return rc;
+		uint8_t *copy = malloc(len + 1), *yml = malloc(p->cfg->len + 1);
+		if (!copy || !yml) {
+			free(copy);
+			free(yml);
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		}
+		memcpy(copy, p->card, len);
+		memcpy(yml, p->cfg->text, p->cfg->len);
+		rc = add_file(p, "README.md", copy, len, err);
+		if (!rc)
+			rc = add_file(p, "mergekit_config.yml", yml, p->cfg->len, err);
+		else
+			free(yml);
+		if (rc)
+			return rc;
+	}
+	/* tokenizer files from the donor */
+	if (p->o->copy_tokenizer) {
+		bool ok = donor_has(donor, "tokenizer_config.json") &&
+			  (donor_has(donor, "tokenizer.json") || donor_has(donor, "tokenizer.model"));
+		char *tmpl = p->cfg->chat_template ? chat_template_text(p, d) : NULL;
+		if (!ok && donor_has(donor, "tokenizer_config.json") == false)
+			diag(d, MK_DIAG_WARNING, NULL, "model '%s' has no tokenizer files; none copied", donor->display);
+		for (size_t k = 0; ok && tokenizer_files[k] && !rc; k++) {
+			if (!donor_has(donor, tokenizer_files[k]))
+				continue;
+			if (tmpl && !strcmp(tokenizer_files[k], "chat_template.jinja")) {
+				char *t = strdup(tmpl);
+				rc = t ? add_file(p, "chat_template.jinja", (uint8_t *)t, strlen(t), err) :
+					 mk_err_set(err, MK_ENOMEM, "out of memory");
+			} else if (tmpl && !strcmp(tokenizer_files[k], "tokenizer_config.json")) {
+				/* set "chat_template", keep the rest */
+				char path[4096];
+				uint8_t *buf;
+				size_t blen;
+				snprintf(path, sizeof(path), "%s/tokenizer_config.json", donor->m->dir);
+				rc = mk_file_read(path, MAX_FILE, &buf, &blen, err);
+				if (rc)
+					break;
+				json_error_t je;
+				json_t *o = json_loadb((const char *)buf, blen, 0, &je);
+				free(buf);
+				if (!json_is_object(o)) {
+					json_decref(o);
+					rc = mk_err_set(err, MK_EFORMAT, "%s: not a JSON object", path);
+					break;
+				}
+				json_object_set_new(o, "chat_template", json_string(tmpl));
+				char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
+				json_decref(o);
+				rc = s ? add_file(p, "tokenizer_config.json", (uint8_t *)s, strlen(s), err) :
+					 mk_err_set(err, MK_ENOMEM, "out of memory");
+			} else {
+				rc = copy_from_donor(p, donor, tokenizer_files[k], err);
+			}
+		}
+		free(tmpl);
+	} else if (p->cfg->chat_template) {
+		diag(d, MK_DIAG_WARNING, &p->cfg->chat_template_loc,
+		     "chat_template is set but --no-copy-tokenizer: no template is written (as mergekit)");
+	}
+	/* the architecture's tagalong files */
+	for (size_t k = 0; !rc && k < p->arch->ntagalong; k++) {
+		bool dup = false;
+		for (size_t f = 0; f < p->nfiles; f++)
+			dup |= !strcmp(p->files[f].name, p->arch->tagalong_files[k]);
+		if (!dup && donor_has(donor, p->arch->tagalong_files[k]))
+			rc = copy_from_donor(p, donor, p->arch->tagalong_files[k], err);
+	}
+	return rc;
+}
+
+/* -------------------------------------------------------------- build */
+
+void mk_plan_free(struct mk_plan *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->nmodels; i++) {
+		struct pmodel *pm = &p->models[i];
+		free(pm->refstr);
+		free(pm->display);
+		mk_model_free(pm->m);
+		mk_hfconfig_free(pm->hf);
+		free(pm->hf_text);
+		mk_arch_free(pm->arch);
+	}
+	free(p->models);
+	for (size_t i = 0; i < p->njobs; i++)
+		mk_plan_job_free(p->jobs[i]);
+	free(p->jobs);
+	for (size_t i = 0; i < p->nfiles; i++) {
+		free(p->files[i].name);
+		free(p->files[i].data);
+	}
+	free(p->files);
+	free(p->card);
+	mk_arch_free(p->arch);
+	mk_manifest_free(p->man);
+	mk_config_free(p->cfg);
+	free(p);
+}
+
+const char *mk_plan_card(const struct mk_plan *p)
+{
+	return p->card;
+}
+
+int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_diags *d,
+		  struct mk_err *err)
+{
+	struct mk_plan *p = calloc(1, sizeof(*p));
+	struct mk_arch_registry *reg = NULL;
+	struct mk_config_feature *feat = NULL;
+	int64_t *out_layers = NULL;
+	bool layers_changed = false;
+	size_t nfeat = 0;
+	struct mk_err e = { 0 };
+	int rc = 0;
+
+	*out = NULL;
+	memset(d, 0, sizeof(*d));
+	if (!p)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	p->o = o;
+	p->seed = o->seed;
+	p->budget = o->budget;
+	p->chunk_bytes = o->chunk_bytes;
+	rc = mk_config_parse(o->text, o->len, o->label, &p->cfg, d, err);
+	if (rc)
+		goto out;
+	d->label = d->label ? d->label : strdup(o->label);
+	/* what this version refuses */
+	rc = mk_config_unsupported(p->cfg, &feat, &nfeat, err);
+	if (rc)
+		goto out;
+	for (size_t i = 0; i < nfeat; i++) {
+		struct mk_config_loc loc = { feat[i].line, feat[i].col, (char *)feat[i].path };
+		diag(d, MK_DIAG_ERROR, &loc, "%s is not supported yet (%s)", feat[i].what, feat[i].later);
+	}
+	free(feat);
+	if (mk_method_lookup(p->cfg->merge_method, &p->method, &e))
+		diag(d, MK_DIAG_ERROR, &p->cfg->merge_method_loc, "%s", e.msg);
+	rc = mk_arch_registry_open(&reg, err);
+	if (rc)
+		goto out;
+	rc = open_models(p, reg, d, err);
+	if (rc || d->nerrors)
+		goto out;
+	rc = choose_arch(p, d, err);
+	if (rc || d->nerrors)
+		goto out;
+	p->man = mk_manifest_new("plan", "mk-plan " MK_VERSION);
+	out_layers = calloc(p->arch->nmodules + 1, sizeof(*out_layers));
+	if (!p->man || !out_layers) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	rc = plan_modules(p, out_layers, &layers_changed, d, err);
+	if (rc || d->nerrors)
+		goto out;
+	rc = make_files(p, out_layers, layers_changed, d, err);
+	if (rc)
+		goto out;
+	for (size_t i = 0; i < p->nfiles; i++) {
+		rc = mk_manifest_add_file(p->man, p->files[i].name, p->files[i].len, err);
+		if (rc)
+			goto out;
+	}
+	for (size_t i = 0; i < p->njobs; i++)
+		p->jobs[i]->id = (uint32_t)i;
+out:
+	free(out_layers);
+	mk_arch_registry_free(reg);
+	if (!rc && d->nerrors)
+		rc = mk_err_set(err, MK_EINVAL, "%zu error%s in %s", d->nerrors, d->nerrors == 1 ? "" : "s", o->label);
+	if (rc)
+		mk_plan_free(p);
+	else
+		*out = p;
+	return rc;
+}
+
+/* ------------------------------------------------------------ write */
+
+int mk_plan_write(const struct mk_plan *p, int fd, int level, struct mk_err *err)
+{
+	struct mk_stream_writer *w = NULL;
+	json_t *models = json_array();
+	char *head = NULL, hex[65];
+	size_t hlen;
+	int rc = 0;
+
+	if (!models)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t i = 0; i < p->nmodels; i++) {
+		const struct mk_model *m = p->models[i].m;
+		json_t *sh = json_array();
+		for (size_t s = 0; s < m->nshards; s++) {
+			mk_hex(m->shards[s]->header_hash, 32, hex);
+			json_array_append_new(sh, json_pack("{s:s,s:I,s:s}", "name", m->shard_names[s], "size",
+							    (json_int_t)m->shards[s]->file_size, "header_sha256", hex));
+		}
+		json_array_append_new(models, json_pack("{s:s,s:o}", "ref", p->models[i].refstr, "shards", sh));
+	}
+	if (!p->man->json)
+		p->man->json = json_object();
+	json_object_set_new(p->man->json, "models", models);
+	json_object_set_new(p->man->json, "seed", json_integer((json_int_t)p->seed));
+	json_object_set_new(p->man->json, "budget", json_integer((json_int_t)p->budget));
+	json_object_set_new(p->man->json, "plugins", json_array());
+	json_object_set_new(p->man->json, "jobs", json_integer((json_int_t)p->njobs));
+	p->man->chunk_bytes = p->chunk_bytes;
+	rc = mk_manifest_encode(p->man, &head, &hlen, err);
+	if (!rc)
+		rc = mk_sw_open(&w, fd, level, err);
+	if (!rc)
+		rc = mk_sw_frame1(w, MK_FT_HEAD, head, hlen, err);
+	for (size_t i = 0; !rc && i < p->nfiles; i++)
+		rc = mk_sw_file(w, p->files[i].name, 0644, p->files[i].data, p->files[i].len, err);
+	for (size_t i = 0; !rc && i < p->njobs; i++) {
+		char *j;
+		size_t jl;
+		rc = mk_plan_job_encode(p->jobs[i], &j, &jl, err);
+		if (!rc)
+			rc = mk_sw_frame1(w, MK_FT_JOB, j, jl, err);
+		free(j);
+	}
+	if (!rc)
+		rc = mk_sw_end(w, err);
+	mk_sw_free(w);
+	free(head);
+	return rc;
+}
+
+/* ------------------------------------------------------------ explain */
+
+int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (!f)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	fprintf(f, "merge method %s (%s); %zu models; %zu output tensors; %zu files\n", p->method->name,
+		p->method->pretty_name, p->nmodels, p->man->ntensors, p->nfiles);
+	for (size_t i = 0; i < p->nmodels; i++)
+		fprintf(f, "model %zu: %s%s (%s)\n", i, p->models[i].display,
+			p->cfg->base_model && mk_model_ref_equal(p->models[i].ref, p->cfg->base_model) ? " [base]" : "",
+			p->models[i].m->dir);
+	for (size_t k = 0; k < p->njobs; k++) {
+		const struct mk_plan_job *j = p->jobs[k];
+		const struct mk_manifest_tensor *t = &p->man->tensors[j->output];
+		json_t *ps = json_object_get(j->json, "params");
+		char *g = json_dumps(json_object_get(ps, "global"), JSON_COMPACT | JSON_PRESERVE_ORDER);
+		fprintf(f, "\n%s %s [", t->name, mk_dtype_name(t->dtype));
+		for (unsigned dd = 0; dd < t->ndim; dd++)
+			fprintf(f, "%s%llu", dd ? ", " : "", (unsigned long long)t->shape[dd]);
+		fprintf(f, "]\n  %s, %u statistics pass%s, parameters %s\n", j->method, j->passes,
+			j->passes == 1 ? "" : "es", g ? g : "{}");
+		free(g);
+		for (size_t i = 0; i < j->ninputs; i++) {
+			char *ip = json_dumps(json_array_get(json_object_get(ps, "inputs"), i),
+					      JSON_COMPACT | JSON_PRESERVE_ORDER);
+			fprintf(f, "  input %zu: %s: %s %s%s%s %s\n", i, p->models[j->inputs[i].model].display,
+				j->inputs[i].tensor, mk_dtype_name(j->inputs[i].dtype),
+				j->inputs[i].load_dtype != j->inputs[i].dtype ? " as " : "",
+				j->inputs[i].load_dtype != j->inputs[i].dtype ? mk_dtype_name(j->inputs[i].load_dtype) : "",
+				(long)i == j->base ? "[base]" : (ip && strcmp(ip, "{}") ? ip : ""));
+			free(ip);
+		}
+	}
+	for (size_t i = 0; i < p->nfiles; i++)
+		fprintf(f, "%sfile %s (%zu bytes)\n", i ? "" : "\n", p->files[i].name, p->files[i].len);
+	if (fclose(f) != 0) {
+		free(buf);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	*out = buf;
+	return 0;
+}
