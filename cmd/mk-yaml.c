@@ -1,0 +1,204 @@
+/* mk-yaml - merge by a mergekit YAML configuration, like mergekit-yaml:
+ * runs mk-plan | mk-fetch | mk-merge | mk-pack as processes joined by pipes. */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "cli.h"
+#include "mk/card.h"
+#include "mk/fsutil.h"
+#include "mk/pack.h"
+#include "mk/pipeline.h"
+
+static void usage(void)
+{
+	printf("Usage: %s [OPTION]... CONFIG OUT\n"
+	       "Merge models by a mergekit YAML configuration into the directory OUT, as\n"
+	       "mergekit-yaml does: mk-plan | mk-fetch | mk-merge | mk-pack, one process each.\n"
+	       "OUT appears only when the merge succeeded.\n"
+	       "\n"
+	       "  --print-pipeline          print the equivalent shell pipeline and exit\n"
+	       "  --out-shard-size SIZE     shard size (mk-pack; default 5B)\n"
+	       "  --copy-tokenizer / --no-copy-tokenizer      (mk-plan; default on)\n"
+	       "  --write-model-card / --no-write-model-card  (mk-plan; default on)\n"
+	       "  --allow-crimes            allow mixing architectures (mk-plan)\n"
+	       "  --random-seed N           seed for random methods (mk-plan)\n"
+	       "  --cuda / --no-cuda        merge on the GPU (mk-merge)\n"
+	       "  -j, --num-threads N       merge threads (mk-merge)\n"
+	       "  --max-memory SIZE         memory budget (mk-plan)\n"
+	       "  --force                   replace an existing OUT (mk-pack)\n"
+	       "  --quiet                   no progress bar\n"
+	       "  -v, --verbose             say more\n"
+	       "  -h, --help, -V, --version\n"
+	       "mergekit-yaml options that mean nothing here (--lazy-unpickle, --low-cpu-memory,\n"
+	       "--clone-tensors, --trust-remote-code, --read-to-gpu, --multi-gpu, --gpu-rich,\n"
+	       "--async-write, --write-threads, --safe-serialization, --device, ...) are\n"
+	       "accepted with a note.  See mk-yaml(1).\n",
+	       cli_prog);
+	exit(EXIT_OK);
+}
+
+/* The program next to this one, else the name for a PATH lookup. */
+static char *stage_path(const char *name)
+{
+	char self[PATH_MAX], *p;
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	if (n > 0) {
+		self[n] = '\0';
+		char *dir = dirname(self);
+		size_t len = strlen(dir) + strlen(name) + 2;
+		p = malloc(len);
+		if (p) {
+			snprintf(p, len, "%s/%s", dir, name);
+			if (access(p, X_OK) == 0)
+				return p;
+			free(p);
+		}
+	}
+	return strdup(name);
+}
+
+struct argv {
+	char **v;
+	size_t n;
+};
+
+static void push(struct argv *a, const char *s)
+{
+	a->v = realloc(a->v, (a->n + 2) * sizeof(*a->v));
+	if (!a->v)
+		abort();
+	a->v[a->n++] = s ? strdup(s) : NULL;
+	a->v[a->n] = NULL;
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_PRINT = 256, O_SHARD, O_COPY, O_NOCOPY, O_CARD, O_NOCARD, O_CRIMES, O_NOCRIMES, O_SEED, O_CUDA,
+	       O_NOCUDA, O_MEM, O_FORCE, O_QUIET, O_IGN0, O_IGN1 };
+	static const struct option lo[] = {
+		{ "print-pipeline", 0, 0, O_PRINT }, { "out-shard-size", 1, 0, O_SHARD },
+		{ "copy-tokenizer", 0, 0, O_COPY }, { "no-copy-tokenizer", 0, 0, O_NOCOPY },
+		{ "write-model-card", 0, 0, O_CARD }, { "no-write-model-card", 0, 0, O_NOCARD },
+		{ "allow-crimes", 0, 0, O_CRIMES }, { "no-allow-crimes", 0, 0, O_NOCRIMES },
+		{ "random-seed", 1, 0, O_SEED }, { "cuda", 0, 0, O_CUDA }, { "no-cuda", 0, 0, O_NOCUDA },
+		{ "num-threads", 1, 0, 'j' }, { "max-memory", 1, 0, O_MEM }, { "force", 0, 0, O_FORCE },
+		{ "quiet", 0, 0, O_QUIET }, { "no-quiet", 0, 0, O_IGN0 }, { "verbose", 0, 0, 'v' },
+		{ "help", 0, 0, 'h' }, { "version", 0, 0, 'V' },
+		/* mergekit options without meaning here */
+		{ "lazy-unpickle", 0, 0, O_IGN0 }, { "no-lazy-unpickle", 0, 0, O_IGN0 },
+		{ "low-cpu-memory", 0, 0, O_IGN0 }, { "no-low-cpu-memory", 0, 0, O_IGN0 },
+		{ "clone-tensors", 0, 0, O_IGN0 }, { "no-clone-tensors", 0, 0, O_IGN0 },
+		{ "trust-remote-code", 0, 0, O_IGN0 }, { "no-trust-remote-code", 0, 0, O_IGN0 },
+		{ "read-to-gpu", 0, 0, O_IGN0 }, { "no-read-to-gpu", 0, 0, O_IGN0 },
+		{ "multi-gpu", 0, 0, O_IGN0 }, { "no-multi-gpu", 0, 0, O_IGN0 }, { "gpu-rich", 0, 0, O_IGN0 },
+		{ "async-write", 0, 0, O_IGN0 }, { "no-async-write", 0, 0, O_IGN0 },
+		{ "safe-serialization", 0, 0, O_IGN0 }, { "no-safe-serialization", 0, 0, O_IGN0 },
+		{ "write-threads", 1, 0, O_IGN1 }, { "device", 1, 0, O_IGN1 },
+		{ "transformers-cache", 1, 0, O_IGN1 }, { "lora-merge-cache", 1, 0, O_IGN1 },
+		{ "lora-merge-dtype", 1, 0, O_IGN1 },
+		{ 0 },
+	};
+	struct argv plan = { 0 }, fetch = { 0 }, merge = { 0 }, pack = { 0 };
+	struct mk_err err = { 0 };
+	bool print = false, quiet = false;
+	int c, li = 0;
+	uint64_t v;
+
+	cli_init("mk-yaml");
+	char *p_plan = stage_path("mk-plan"), *p_fetch = stage_path("mk-fetch"), *p_merge = stage_path("mk-merge"),
+	     *p_pack = stage_path("mk-pack");
+	push(&plan, p_plan);
+	push(&fetch, p_fetch);
+	push(&merge, p_merge);
+	push(&pack, p_pack);
+	while ((c = getopt_long(argc, argv, "j:vhV", lo, &li)) != -1) {
+		switch (c) {
+		case O_PRINT: print = true; break;
+		case O_SHARD:
+			if (mk_size_parse(optarg, &v))
+				cli_usage_error("--out-shard-size: expected a size like 5B, 200K or 64MiB, not '%s'", optarg);
+			push(&pack, "--out-shard-size");
+			push(&pack, optarg);
+			break;
+		case O_COPY: push(&plan, "--copy-tokenizer"); break;
+		case O_NOCOPY: push(&plan, "--no-copy-tokenizer"); break;
+		case O_CARD: push(&plan, "--write-model-card"); break;
+		case O_NOCARD: push(&plan, "--no-write-model-card"); break;
+		case O_CRIMES: push(&plan, "--allow-crimes"); break;
+		case O_NOCRIMES: break;
+		case O_SEED:
+			if (mk_size_parse(optarg, &v))
+				cli_usage_error("--random-seed: expected a non-negative integer, not '%s'", optarg);
+			push(&plan, "--random-seed");
+			push(&plan, optarg);
+			break;
+		case O_CUDA: push(&merge, "--cuda"); break;
+		case O_NOCUDA: break;
+		case 'j':
+			if (mk_size_parse(optarg, &v) || v < 1)
+				cli_usage_error("--num-threads: expected a positive integer, not '%s'", optarg);
+			push(&merge, "-j");
+			push(&merge, optarg);
+			break;
+		case O_MEM:
+			if (mk_size_parse(optarg, &v))
+				cli_usage_error("--max-memory: expected a size, not '%s'", optarg);
+			push(&plan, "--max-memory");
+			push(&plan, optarg);
+			break;
+		case O_FORCE: push(&pack, "--force"); break;
+		case O_QUIET: quiet = true; break;
+		case O_IGN0:
+		case O_IGN1:
+			cli_info(2, "note: --%s means nothing to mk; ignored", lo[li].name);
+			break;
+		case 'v': cli_verbose++; push(&merge, "-v"); break;
+		case 'h': usage(); break;
+		case 'V': cli_version(); break;
+		default: cli_usage_hint();
+		}
+	}
+	if (argc - optind != 2)
+		cli_usage_error(argc - optind < 2 ? "expected CONFIG and OUT" : "too many arguments");
+	const char *config = argv[optind], *out = argv[optind + 1];
+	push(&plan, "--name");
+	push(&plan, mk_card_title(out));
+	push(&plan, config);
+	if (quiet)
+		push(&pack, "--no-progress");
+	push(&pack, out);
+	struct mk_stage st[4] = { { "mk-plan", plan.v }, { "mk-fetch", fetch.v }, { "mk-merge", merge.v },
+				  { "mk-pack", pack.v } };
+	if (print) {
+		char *s = mk_pipeline_format(st, 4);
+		printf("%s\n", s ? s : "");
+		free(s);
+		cli_close_stdout();
+		return EXIT_OK;
+	}
+	/* refuse an existing OUT before any work, as mk-pack would */
+	struct mk_pack_opts po = { .out_dir = out };
+	for (size_t i = 0; i < pack.n; i++)
+		if (!strcmp(pack.v[i], "--force"))
+			po.force = true;
+	if (mk_pack_check_out(&po, &err))
+		cli_fail(&err);
+	/* mk-pack builds in OUT.mk-partial ("OUT/" -> "OUT.mk-partial") */
+	size_t ol = strlen(out);
+	while (ol > 1 && out[ol - 1] == '/')
+		ol--;
+	char *partial = malloc(ol + 16);
+	if (!partial)
+		abort();
+	snprintf(partial, ol + 16, "%.*s.mk-partial", (int)ol, out);
+	if (mk_pipeline_run(st, 4, partial, &err))
+		cli_fail(&err);
+	cli_info(3, "wrote %s", out);
+	return EXIT_OK;
+}

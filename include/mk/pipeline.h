@@ -1,0 +1,31 @@
+/* pipeline.h - run the mk stages as processes joined by pipes (mk-yaml).
+ *
+ * Stage i's standard output feeds stage i+1's standard input; the first
+ * stage reads /dev/null, the last writes nothing to the pipe.  Standard
+ * error is shared.  When a stage fails (non-zero exit or a signal), every
+ * stage before the last is stopped (SIGTERM) and the last one (mk-pack),
+ * seeing its input end without an END frame, removes its partial output
+ * itself; `partial` (if not NULL) is removed afterwards as a safety net.
+ */
+#ifndef MK_PIPELINE_H
+#define MK_PIPELINE_H
+
+#include <stddef.h>
+#include "mk/err.h"
+
+struct mk_stage {
+	const char *name;            /* for messages ("mk-merge") */
+	char *const *argv;           /* argv[0] is the program to exec */
+};
+
+/* Run the stages.  0 when every stage exited 0; else MK_EIO with a message
+ * naming the first stage that failed and how ("mk-merge exited with
+ * status 1", "mk-merge was killed by signal 9"). */
+int mk_pipeline_run(const struct mk_stage *st, size_t n, const char *partial,
+		    struct mk_err *err);
+
+/* The stages as one shell command line ("a | b | c"), words quoted for
+ * sh where needed (malloc'ed). */
+char *mk_pipeline_format(const struct mk_stage *st, size_t n);
+
+#endif
