@@ -297,6 +297,15 @@ int mk_config_parse(const char *text, size_t len, const char *label,
 		    struct mk_err *err);
 void mk_config_free(struct mk_config *cfg);
 
+/* Like mk_config_parse, but when the YAML could be read and only values or
+ * keys were wrong (-MK_EINVAL), *out still receives what was understood,
+ * with the invalid parts left unset, so that a caller (mk-plan) can look
+ * for more problems (unknown method, missing models) and report them all
+ * in one run.  Such a config must not be used to merge. */
+int mk_config_parse_partial(const char *text, size_t len, const char *label,
+			    struct mk_config **out, struct mk_diags *diags,
+			    struct mk_err *err);
+
 /* A dtype name: bfloat16, float16, float32, int64 (mergekit's), each
  * optionally "torch."-prefixed, and the extensions float64, bf16, fp16,
  * fp32.  Returns 0 and fills *dt / *canonical (either may be NULL), or

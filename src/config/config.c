@@ -2029,9 +2029,9 @@ static void yaml_error(struct parser *p, const yaml_parser_t *yp)
 		err_at(p, line, col, "YAML syntax error: %s", what);
 }
 
-int mk_config_parse(const char *text, size_t len, const char *label,
+static int parse(const char *text, size_t len, const char *label,
 		    struct mk_config **out, struct mk_diags *diags,
-		    struct mk_err *err)
+		    struct mk_err *err, bool partial)
 {
 	struct parser p;
 	struct mk_diags local;
@@ -2104,6 +2104,10 @@ int mk_config_parse(const char *text, size_t len, const char *label,
 					p.d->nerrors > 2 ? "s" : "");
 		else
 			rc = mk_err_set(err, syntax ? MK_EFORMAT : MK_EINVAL, "%s", first);
+		if (partial && !syntax && cfg->merge_method) {
+			*out = cfg;
+			cfg = NULL;
+		}
 		goto out;
 	}
 	*out = cfg;
@@ -2117,4 +2121,16 @@ out:
 	if (!diags)
 		mk_diags_free(&local);
 	return rc;
+}
+
+int mk_config_parse(const char *text, size_t len, const char *label, struct mk_config **out,
+		    struct mk_diags *diags, struct mk_err *err)
+{
+	return parse(text, len, label, out, diags, err, false);
+}
+
+int mk_config_parse_partial(const char *text, size_t len, const char *label, struct mk_config **out,
+			    struct mk_diags *diags, struct mk_err *err)
+{
+	return parse(text, len, label, out, diags, err, true);
 }

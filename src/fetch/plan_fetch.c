@@ -170,7 +170,7 @@ static int check_models(const struct mk_plan_models *pm, struct mk_model **model
 					f = models[i]->shards[k];
 			if (!f)
 				return mk_err_set(err, MK_EMISMATCH,
-						  "model '%s': shard '%s' of the plan is not in %s (the model changed since mk-plan ran?)",
+						  "model '%s': shard '%s' of the plan is not in %s: the model changed since mk-plan ran; run mk-plan again",
 						  pm->m[i].ref, ps->name, models[i]->dir);
 			if (f->file_size != ps->size || memcmp(f->header_hash, ps->header_sha256, 32))
 				return mk_err_set(err, MK_EMISMATCH,

@@ -943,9 +943,20 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 	p->seed = o->seed;
 	p->budget = o->budget;
 	p->chunk_bytes = o->chunk_bytes;
-	rc = mk_config_parse(o->text, o->len, o->label, &p->cfg, d, err);
-	if (rc)
+	rc = mk_config_parse_partial(o->text, o->len, o->label, &p->cfg, d, err);
+	if (rc && !p->cfg)
 		goto out;
+	if (rc) {
+		/* a config with mistakes: look for more (method, models), then stop */
+		struct mk_arch_registry *r2 = NULL;
+		rc = 0;
+		if (p->cfg->merge_method && mk_method_lookup(p->cfg->merge_method, &p->method, &e))
+			diag(d, MK_DIAG_ERROR, &p->cfg->merge_method_loc, "%s", e.msg);
+		if (!mk_arch_registry_open(&r2, err))
+			rc = open_models(p, r2, d, err);
+		mk_arch_registry_free(r2);
+		goto out;
+	}
 	d->label = d->label ? d->label : strdup(o->label);
 	/* what this version refuses */
 	rc = mk_config_unsupported(p->cfg, &feat, &nfeat, err);

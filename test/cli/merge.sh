@@ -1,0 +1,83 @@
+# mk-plan | mk-fetch | mk-merge | mk-pack, and mk-yaml, on the bundled
+# configurations and tiny models.
+. "$MK_TOP/test/cli/lib.inc"
+cp -r "$MK_TOP/testdata/models" models
+for c in linear gradient-slerp passthrough task-arithmetic modules; do
+	sed 's|testdata/models/|models/|g' "$MK_TOP/testdata/configs/$c.yml" > $c.yml
+done
+# every config through the hand-built pipe and through mk-yaml: same bytes
+for c in linear gradient-slerp passthrough task-arithmetic modules; do
+	mk-plan $c.yml | mk-fetch | mk-merge | mk-pack --out-shard-size 100K hand-$c
+	mk-yaml --out-shard-size 100K $c.yml yaml-$c
+	for f in hand-$c/*; do
+		b=$(basename "$f")
+		[ "$b" = README.md ] && continue # titled by the output's name
+		cmp "$f" "yaml-$c/$b" || fail "$c: $b differs between the pipe and mk-yaml"
+	done
+	grep -q "^# yaml-$c\$" yaml-$c/README.md || fail "$c: README.md not titled by OUT"
+	cmp $c.yml yaml-$c/mergekit_config.yml || fail "$c: mergekit_config.yml is not the YAML as given"
+	[ -f yaml-$c/config.json ] && [ -f yaml-$c/tokenizer.json ] || fail "$c: config or tokenizer missing"
+done
+# linear: (1.0 a + 0.5 b) / 1.5, computed here independently in float64
+mk-st-compare --lin 1,0.5/1.5 --tol 1e-6 yaml-linear models/tiny-a models/tiny-b > /dev/null
+# passthrough frankenmerge: 3 layers, the last being tiny-b's layer 1
+grep -q '"num_hidden_layers": 3' yaml-passthrough/config.json || fail "passthrough: layer count not 3"
+mk-st-compare --rename 'model.layers.2.=model.layers.1.' --only model.layers.2. --tol 0 yaml-passthrough models/tiny-b > /dev/null
+mk-st-compare --only model.layers.0. --tol 0 yaml-passthrough models/tiny-a > /dev/null
+
+# mk-merge and mk-pack never open model files: replay a saved stream
+# with the models moved away
+mk-plan linear.yml | mk-fetch > inputs.mks
+mv models models.away
+mk-merge < inputs.mks | mk-pack --out-shard-size 100K replay
+for f in hand-linear/*; do cmp "$f" "replay/$(basename "$f")" || fail "replay differs: $f"; done
+mv models.away models
+
+# a model changed after mk-plan ran: mk-fetch refuses
+mk-plan linear.yml > plan.mks
+mk-gen-model --seed 9 --layers 3 models/tiny-b.new
+rm -rf models/tiny-b && mv models/tiny-b.new models/tiny-b
+expect_fail 1 "run mk-plan again" mk-fetch -i plan.mks -o x.mks
+[ ! -e x.mks ] || fail "mk-fetch left a stream after refusing"
+
+# three independent mistakes: three messages, exit 1, nothing read
+cat > bad.yml <<'YML'
+merge_method: linaer
+models:
+  - model: models/tiny-a
+    parameters:
+      weight: 1.0
+  - model: models/nowhere
+    parameters:
+      weight: 0.5
+dtype: float13
+YML
+expect_fail 1 "linaer" mk-plan bad.yml
+n=$(grep -c "error:" err.txt)
+[ "$n" -eq 3 ] || { cat err.txt; fail "expected 3 errors, got $n"; }
+grep -q "did you mean 'linear'" err.txt || fail "no suggestion for the method"
+grep -q "float13" err.txt && grep -q "nowhere" err.txt || fail "a mistake was not reported"
+expect_fail 1 "linaer" mk-yaml bad.yml bad-out
+no_out bad-out
+# a layer range past a model's depth
+printf 'merge_method: passthrough\nslices:\n  - sources:\n      - model: models/tiny-a\n        layer_range: [0, 5]\n' > deep.yml
+expect_fail 1 "past the end of model" mk-plan deep.yml
+# features of later work are refused with a word on it
+printf 'merge_method: linear\nmodels:\n  - model: models/tiny-a\n    parameters: {weight: 1}\ntokenizer_source: union\n' > tok.yml
+expect_fail 1 "not supported yet" mk-plan tok.yml
+
+# mk-yaml: a stage killed mid-run stops everything and leaves no OUT
+if [ "$MK_SAN" != 1 ]; then
+	mk-gen-model --dtype F32 --hidden 512 --layers 4 --big-rows 60000 big-a
+	mk-gen-model --dtype F32 --hidden 512 --layers 4 --big-rows 60000 --seed 5 big-b
+	printf 'merge_method: linear\nmodels:\n  - model: big-a\n    parameters: {weight: 1}\n  - model: big-b\n    parameters: {weight: 1}\n' > big.yml
+	mk-yaml big.yml killed 2>kill-err.txt &
+	ypid=$!
+	i=0
+	until pgrep -f "mk-merge" >/dev/null 2>&1 || [ $i -gt 100 ]; do sleep 0.05; i=$((i + 1)); done
+	pkill -9 -f "mk-merge" || true
+	set +e; wait $ypid; rc=$?; set -e
+	[ $rc -ne 0 ] || fail "mk-yaml succeeded although mk-merge was killed"
+	grep -q "mk-merge was killed by signal 9" kill-err.txt || { cat kill-err.txt; fail "no message about the killed stage"; }
+	no_out killed
+fi
