@@ -68,6 +68,9 @@ struct argv {
 	size_t n;
 };
 
+/* the stages' command lines; static, so they live until exit */
+static struct argv plan, fetch, merge, pack;
+
 static void push(struct argv *a, const char *s)
 {
 	a->v = realloc(a->v, (a->n + 2) * sizeof(*a->v));
@@ -104,7 +107,6 @@ int main(int argc, char **argv)
 		{ "lora-merge-dtype", 1, 0, O_IGN1 },
 		{ 0 },
 	};
-	struct argv plan = { 0 }, fetch = { 0 }, merge = { 0 }, pack = { 0 };
 	struct mk_err err = { 0 };
 	bool print = false, quiet = false;
 	int c, li = 0;
@@ -117,6 +119,10 @@ int main(int argc, char **argv)
 	push(&fetch, p_fetch);
 	push(&merge, p_merge);
 	push(&pack, p_pack);
+	free(p_plan);
+	free(p_fetch);
+	free(p_merge);
+	free(p_pack);
 	while ((c = getopt_long(argc, argv, "j:vhV", lo, &li)) != -1) {
 		switch (c) {
 		case O_PRINT: print = true; break;
@@ -193,7 +199,8 @@ int main(int argc, char **argv)
 	size_t ol = strlen(out);
 	while (ol > 1 && out[ol - 1] == '/')
 		ol--;
-	char *partial = malloc(ol + 16);
+	static char *partial;
+	partial = malloc(ol + 16);
 	if (!partial)
 		abort();
 	snprintf(partial, ol + 16, "%.*s.mk-partial", (int)ol, out);

@@ -138,6 +138,10 @@ next:
 		free(g);
 		free(r);
 	}
+	mk_model_free(got);
+	for (int i = 0; i < nref; i++)
+		mk_model_free(ref[i]);
+	free(from);
 	if (!checked) {
 		printf("no tensor compared\n");
 		return 1;
