@@ -651,6 +651,16 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 			parent[1] = '\0';
 		else
 			*slash = '\0';
+		/* as mergekit, create OUT's parent directories */
+		if (strcmp(parent, ".") && strcmp(parent, "/")) {
+			char *probe = join(parent, "x");
+			rc = probe ? mk_mkdirs_for(probe, err) : mk_err_set(err, MK_ENOMEM, "out of memory");
+			free(probe);
+			if (rc) {
+				mk_err_prefix(err, "%s: ", o->out_dir);
+				goto out;
+			}
+		}
 		rc = check_space(&p, parent, err);
 		if (rc)
 			goto out;

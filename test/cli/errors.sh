@@ -94,8 +94,10 @@ if [ "$(id -u)" -ne 0 ]; then
 	mkdir ro && chmod 555 ro
 	expect_fail 1 "ro/out" mk-pack -i good.mks ro/out
 fi
-expect_fail 1 "nodir/out" mk-pack -i good.mks nodir/out
-no_out nodir/out
+# parents are created (as mergekit), but not through a file
+mk-pack -i good.mks new/parent/out && [ -f new/parent/out/config.json ] || fail "parents of OUT not created"
+expect_fail 1 "good.mks/out" mk-pack -i good.mks good.mks/out
+no_out good.mks/out
 # usage errors exit 2
 expect_fail 2 "missing output directory" mk-pack -i good.mks
 expect_fail 2 "--out-shard-size" mk-pack --out-shard-size 12q out

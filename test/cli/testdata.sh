@@ -8,3 +8,15 @@ for f in "$MK_TOP"/testdata/models/tiny-b/*; do cmp "$f" "b/$(basename "$f")"; d
 mk-fetch --model "$MK_TOP/testdata/models/tiny-a" | mk-pack --out-shard-size 200K out
 [ -f out/model.safetensors.index.json ] || fail "200K did not shard tiny-a"
 mk-st-diff "$MK_TOP/testdata/models/tiny-a" out
+# the conformance models too
+for dt in F32 BF16; do
+	l=$(echo $dt | tr A-Z a-z)
+	for s in a b c; do
+		seed=$(( $(printf '%d' "'$s") + 100 ))
+		mk-gen-model --dtype $dt --layers 3 --hidden 16 --vocab 32 --seed $seed c/llama-$l-$s
+		mk-gen-model --arch mistral --dtype $dt --layers 3 --hidden 16 --vocab 32 --seed $((seed + 50)) c/mistral-$l-$s
+	done
+done
+for d in "$MK_TOP"/testdata/models/conf/*; do
+	for f in "$d"/*; do cmp "$f" "c/$(basename "$d")/$(basename "$f")"; done
+done

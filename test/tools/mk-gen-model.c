@@ -4,7 +4,7 @@
  *
  *   mk-gen-model [--seed N] [--layers L] [--hidden H] [--inter I]
  *                [--vocab V] [--dtype DT] [--shards K] [--all-dtypes]
- *                [--big-rows R] [--pad-leading] OUTDIR
+ *                [--big-rows R] [--pad-leading] [--arch llama|mistral] OUTDIR
  *
  * --all-dtypes adds one small tensor of every safetensors dtype, a scalar
  * and an empty tensor; --big-rows adds "big.weight" [R, H] in F32 (make it
@@ -94,11 +94,12 @@ int main(int argc, char **argv)
 		{ "seed", 1, 0, 's' }, { "layers", 1, 0, 'l' }, { "hidden", 1, 0, 'H' },
 		{ "inter", 1, 0, 'I' }, { "vocab", 1, 0, 'v' }, { "dtype", 1, 0, 'd' },
 		{ "shards", 1, 0, 'k' }, { "all-dtypes", 0, 0, 'a' }, { "big-rows", 1, 0, 'b' },
-		{ "pad-leading", 0, 0, 'p' }, { 0 },
+		{ "pad-leading", 0, 0, 'p' }, { "arch", 1, 0, 'A' }, { 0 },
 	};
 	uint64_t seed = 1, layers = 2, hidden = 64, inter = 0, vocab = 256, shards = 1, big = 0;
 	enum mk_dtype dt = MK_DT_BF16;
 	bool all = false, pad = false;
+	const char *arch = "llama";
 	struct mk_err err = { 0 };
 	char name[128], path[4096], buf[4096];
 	int c;
@@ -115,6 +116,13 @@ int main(int argc, char **argv)
 		case 'b': dst = &big; break;
 		case 'a': all = true; break;
 		case 'p': pad = true; break;
+		case 'A':
+			if (strcmp(optarg, "llama") && strcmp(optarg, "mistral")) {
+				fprintf(stderr, "mk-gen-model: --arch llama or mistral\n");
+				return 2;
+			}
+			arch = optarg;
+			break;
 		case 'd':
 			if (mk_dtype_from_name(optarg, &dt)) {
 				fprintf(stderr, "mk-gen-model: unknown dtype %s\n", optarg);
@@ -246,11 +254,12 @@ int main(int argc, char **argv)
 		fclose(f);
 	}
 	snprintf(buf, sizeof(buf),
-		 "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
+		 "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
 		 "  \"hidden_size\": %llu,\n  \"intermediate_size\": %llu,\n  \"num_hidden_layers\": %llu,\n"
 		 "  \"num_attention_heads\": 4,\n  \"num_key_value_heads\": 4,\n  \"vocab_size\": %llu,\n"
 		 "  \"max_position_embeddings\": 256,\n  \"rms_norm_eps\": 1e-05,\n"
 		 "  \"tie_word_embeddings\": false,\n  \"torch_dtype\": \"%s\"\n}\n",
+		 strcmp(arch, "mistral") ? "LlamaForCausalLM" : "MistralForCausalLM", arch,
 		 (unsigned long long)hidden, (unsigned long long)inter, (unsigned long long)layers,
 		 (unsigned long long)vocab, dt == MK_DT_F32 ? "float32" : dt == MK_DT_F16 ? "float16" : "bfloat16");
 	if (write_text(dir, "config.json", buf) ||

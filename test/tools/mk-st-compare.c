@@ -2,14 +2,19 @@
  * from other checkpoints, tensor by tensor, in float64.
  *
  *   mk-st-compare [--tol T] [--only SUBSTR] [--rename FROM=TO]
- *                 [--lin W1,W2,...[/D]] GOT REF1 [REF2 ...]
+ *                 [--lin W1,W2,...[/D]] [--bf16-ulps N --inputs D1,D2,..]
+ *                 GOT REF1 [REF2 ...]
  *
  * For every float tensor of GOT whose name contains SUBSTR (all when not
  * given): the reference is REF1's tensor of the same name (after
  * replacing FROM by TO in the name), or with --lin the combination
  * (W1*REF1 + W2*REF2 + ...)/D.  Passes when max|got - ref| <=
- * T * max(1, max|ref|) for every tensor (T = 0: values equal).  Prints one
- * line per tensor; exit 0 pass, 1 fail, 2 usage or I/O error. */
+ * T * max(1, max|ref|) for every tensor (T = 0: values equal).  With
+ * --bf16-ulps N the bound is per element instead: N bf16 ulps of the
+ * largest |input| at that element over the checkpoints D1, D2, ...
+ * (mergekit computes bf16 merges in bf16, mk in float32), and a histogram
+ * of |diff| in those ulps is printed.  One line per tensor; exit 0 pass,
+ * 1 fail, 2 usage or I/O error. */
 #include <fcntl.h>
 #include <stdbool.h>
 #include <getopt.h>
@@ -45,7 +50,12 @@ static double *load(const struct mk_model *m, const struct mk_model_tensor *t)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = { { "tol", 1, 0, 't' }, { "only", 1, 0, 'o' }, { "rename", 1, 0, 'r' },
-					    { "lin", 1, 0, 'l' }, { 0 } };
+					    { "lin", 1, 0, 'l' }, { "bf16-ulps", 1, 0, 'u' },
+					    { "inputs", 1, 0, 'i' }, { 0 } };
+	double ulps = 0;
+	struct mk_model *inp[16];
+	size_t ninp = 0;
+	uint64_t hist[4] = { 0 };
 	double tol = 1e-6, w[16], div = 1;
 	size_t nw = 0;
 	const char *only = NULL;
@@ -76,8 +86,21 @@ int main(int argc, char **argv)
 			free(s);
 			break;
 		}
+		case 'u': ulps = atof(optarg); break;
+		case 'i': {
+			char *s2 = strdup(optarg), *tok;
+			for (tok = strtok(s2, ","); tok && ninp < 16; tok = strtok(NULL, ","))
+				if (mk_model_open(tok, &inp[ninp++], &err))
+					goto ioerr;
+			free(s2);
+			break;
+		}
 		default: return 2;
 		}
+	}
+	if (ulps > 0 && !ninp) {
+		fprintf(stderr, "mk-st-compare: --bf16-ulps needs --inputs\n");
+		return 2;
 	}
 	int nref = argc - optind - 1;
 	if (nref < 1 || nref > 16 || (nw && nw != (size_t)nref)) {
@@ -118,7 +141,21 @@ int main(int argc, char **argv)
 				r[e] += (nw ? w[i] : 1.0) * x[e];
 			free(x);
 		}
-		double maxd = 0, maxr = 0;
+		double maxd = 0, maxr = 0, *mx = NULL;
+		bool ulp_fail = false;
+		if (ulps > 0) {
+			mx = calloc(gt->t->nelem + 1, sizeof(double));
+			for (size_t i = 0; i < ninp; i++) {
+				const struct mk_model_tensor *it = mk_model_find(inp[i], name);
+				if (!it || it->t->nelem != gt->t->nelem)
+					continue;
+				double *x = load(inp[i], it);
+				for (uint64_t e = 0; e < gt->t->nelem; e++)
+					if (fabs(x[e]) > mx[e])
+						mx[e] = fabs(x[e]);
+				free(x);
+			}
+		}
 		for (uint64_t e = 0; e < gt->t->nelem; e++) {
 			double rv = r[e] / (nw ? div : 1.0);
 			double dd = fabs(g[e] - rv);
@@ -128,9 +165,19 @@ int main(int argc, char **argv)
 				maxd = dd;
 			if (fabs(rv) > maxr)
 				maxr = fabs(rv);
+			if (mx) {
+				int ex;
+				frexp(mx[e] > 0 ? mx[e] : ldexp(1, -126), &ex);
+				double ulp = ldexp(1.0, ex - 8); /* bf16: 8 significant bits */
+				double q = dd / ulp;
+				hist[q == 0 ? 0 : q <= 1 ? 1 : q <= 2 ? 2 : 3]++;
+				if (q > ulps)
+					ulp_fail = true;
+			}
 		}
+		free(mx);
 		double bound = tol * (maxr > 1 ? maxr : 1);
-		bool ok = tol == 0 ? maxd == 0 : maxd <= bound;
+		bool ok = ulps > 0 ? !ulp_fail : tol == 0 ? maxd == 0 : maxd <= bound;
 		printf("%-60s max|diff| %.3g  bound %.3g  %s\n", gt->t->name, maxd, bound, ok ? "ok" : "FAIL");
 		fails += !ok;
 		checked++;
@@ -138,9 +185,15 @@ next:
 		free(g);
 		free(r);
 	}
+	if (ulps > 0)
+		printf("bf16 ulp histogram (elements): 0: %llu, (0,1]: %llu, (1,2]: %llu, >2: %llu\n",
+		       (unsigned long long)hist[0], (unsigned long long)hist[1], (unsigned long long)hist[2],
+		       (unsigned long long)hist[3]);
 	mk_model_free(got);
 	for (int i = 0; i < nref; i++)
 		mk_model_free(ref[i]);
+	for (size_t i = 0; i < ninp; i++)
+		mk_model_free(inp[i]);
 	free(from);
 	if (!checked) {
 		printf("no tensor compared\n");

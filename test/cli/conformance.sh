@@ -1,0 +1,38 @@
+# Conformance with mergekit 0.1.5, offline: every test/conformance/*.yml
+# merged by mk against the golden outputs scripts/conformance stored from
+# mergekit (testdata/golden/CASE), with the tolerance the case's first line
+# states (see scripts/conformance).
+. "$MK_TOP/test/cli/lib.inc"
+cd "$MK_TOP"
+out=$(mktemp -d "${TMPDIR:-/tmp}/mk-conf.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+n=0
+for cfg in test/conformance/*.yml; do
+	case=$(basename "$cfg" .yml)
+	g=testdata/golden/$case
+	[ -d "$g" ] || fail "no golden files for $case (run scripts/conformance --refresh)"
+	tolspec=$(sed -n '1s/^# mk-conformance: //p' "$cfg")
+	mk-yaml --quiet "$cfg" "$out/$case"
+	inputs=$(sed -n 's/^ *- model: //p; s/^base_model: //p' "$cfg" | sort -u | paste -sd, -)
+	case $tolspec in
+	tol=*) args="--tol ${tolspec#tol=}" ;;
+	exact) args="--tol 0" ;;
+	bf16-ulps=*) args="--bf16-ulps ${tolspec#bf16-ulps=} --inputs $inputs" ;;
+	*) fail "$cfg: bad tolerance line" ;;
+	esac
+	mk-st-compare $args "$out/$case" "$g" > "$out/$case.txt" || { cat "$out/$case.txt"; fail "$case: tensors differ from mergekit's"; }
+	# the same card lines (mergekit orders the models by hash, mk by plan)
+	sort "$out/$case/README.md" > "$out/a"; sort "$g/README.md" > "$out/b"
+	cmp -s "$out/a" "$out/b" || { diff "$out/$case/README.md" "$g/README.md"; fail "$case: README.md differs"; }
+	if command -v python3 >/dev/null 2>&1; then
+		python3 - "$out/$case/config.json" "$g/config.json" <<'PY' || fail "$case: config.json differs"
+import json, sys
+mk, ref = (json.load(open(p)) for p in sys.argv[1:])
+bad = [k for k in mk if k != "torch_dtype" and mk[k] != ref.get(k)]
+sys.exit(f"keys differing from mergekit's: {bad}" if bad else 0)
+PY
+	fi
+	n=$((n + 1))
+done
+echo "$n cases agree with mergekit"
+[ $n -ge 8 ] || fail "only $n conformance cases"
