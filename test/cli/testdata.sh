@@ -9,6 +9,7 @@ mk-fetch --model "$MK_TOP/testdata/models/tiny-a" | mk-pack --out-shard-size 200
 [ -f out/model.safetensors.index.json ] || fail "200K did not shard tiny-a"
 mk-st-diff "$MK_TOP/testdata/models/tiny-a" out
 # the conformance models too
+mkdir -p c
 for dt in F32 BF16; do
 	l=$(echo $dt | tr A-Z a-z)
 	for s in a b c; do
