@@ -24,6 +24,7 @@ struct run {                     /* the job being merged */
 	const struct mk_method *m;
 	struct mk_job job;
 	struct mk_job_desc d;
+	bool check_equal;            /* inputs 1.. must equal input 0 */
 	struct mk_tensor_desc *in;
 	struct mk_pval *gvals, *ivals;
 	const char *name;
@@ -105,7 +106,7 @@ static void run_release(struct run *r)
 	if (r->live)
 		mk_job_release(&r->job);
 	mk_plan_job_free(r->pj);
-	for (size_t i = 0; r->ib && i < r->d.ninputs; i++) {
+	for (size_t i = 0; r->ib && r->pj && i < r->pj->ninputs; i++) {
 		free(r->ib[i].conv);
 		free(r->ib[i].raw);
 	}
@@ -150,8 +151,13 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 	if (rc)
 		return rc;
 	emb = json_object_get(r->pj->json, "is_embed");
+	r->check_equal = json_is_true(json_object_get(r->pj->json, "check_equal"));
+	if (r->check_equal && strcmp(r->m->name, "passthrough"))
+		return mk_err_set(err, MK_EFORMAT, "job %u (%s): check_equal goes with passthrough", r->pj->id, r->name);
+	/* check_equal: the method sees input 0; the others must equal it */
 	r->d = (struct mk_job_desc){ .tensor = r->name, .is_embed = json_is_true(emb),
-				     .ninputs = r->pj->ninputs, .base = (int)r->pj->base, .in = r->in,
+				     .ninputs = r->check_equal ? 1 : r->pj->ninputs,
+				     .base = r->check_equal ? -1 : (int)r->pj->base, .in = r->in,
 				     .global = r->gvals, .input = r->ivals };
 	rc = mk_job_init(&r->job, r->m, &r->d, t->dtype, err);
 	if (rc)
@@ -262,7 +268,7 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 	}
 	free(ptrs);
 clear:
-	for (size_t i = 0; i < r->d.ninputs; i++)
+	for (size_t i = 0; i < r->pj->ninputs; i++)
 		r->ib[i].have = false;
 	return rc;
 }
@@ -289,7 +295,7 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 	if (!r->pj || c.id != r->pj->id)
 		return mk_err_set(err, MK_EFORMAT, "frame #%llu: INPT for job %u outside its job", (unsigned long long)f->index,
 				  c.id);
-	if (c.input >= r->d.ninputs || c.pass >= r->pj->sends || c.dtype != r->pj->inputs[c.input].dtype)
+	if (c.input >= r->pj->ninputs || c.pass >= r->pj->sends || c.dtype != r->pj->inputs[c.input].dtype)
 		return mk_err_set(err, MK_EFORMAT, "frame #%llu: INPT input %u pass %u does not fit job %u",
 				  (unsigned long long)f->index, c.input, c.pass, r->pj->id);
 	st->chunks_in++;
@@ -318,6 +324,15 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 	in->have = true;
 	in->begin = c.elem_begin;
 	in->count = c.elem_count;
+	if (r->check_equal && c.input > 0) {
+		struct inbuf *first = &r->ib[0];
+		if (!first->have || first->begin != c.elem_begin || first->raw_len != c.data_len ||
+		    memcmp(first->raw, c.data, c.data_len))
+			return mk_err_set(err, MK_EMISMATCH,
+					  "tensor '%s' (%s) differs between input 0 and input %u: tensors that are not floats are not merged, their inputs must agree",
+					  r->name, mk_dtype_name(c.dtype), c.input);
+		return 0;
+	}
 	if (r->job.byte_copy) {
 		if ((int)c.input == r->job.copy_input) {
 			if (grow(&in->raw, &in->raw_cap, c.data_len ? c.data_len : 1))

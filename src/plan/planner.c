@@ -382,8 +382,29 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 			}
 		}
 	}
-	struct mk_job_desc jd = { .tensor = ow->name, .is_embed = ow->is_embed, .ninputs = n, .base = base, .in = in,
-				  .labels = labels, .global = graw, .input = iraw };
+	/* tensors that are not floats (position_ids, masks) are not merged:
+	 * their inputs must agree, and mk-merge copies them (mk-compat(7)) */
+	bool check_equal = false;
+	for (size_t i = 0; i < n; i++)
+		if (!mk_dtype_is_float(in[i].dtype))
+			check_equal = true;
+	if (check_equal) {
+		for (size_t i = 1; i < n; i++)
+			if (in[i].dtype != in[0].dtype || in[i].ndim != in[0].ndim ||
+			    memcmp(in[i].shape, in[0].shape, sizeof(in[0].shape))) {
+				diag(d, MK_DIAG_ERROR, tc->loc,
+				     "tensor '%s' is %s in '%s' and %s in '%s': tensors that are not floats must agree",
+				     ow->name, mk_dtype_name(in[0].dtype), labels[0], mk_dtype_name(in[i].dtype), labels[i]);
+				goto out;
+			}
+		m = mk_method_find("passthrough");
+		np = m->nparams;
+		memset(graw, 0, (np + 1) * sizeof(*graw));
+		memset(iraw, 0, (np + 1) * (nsrc + 1) * sizeof(*iraw));
+	}
+	struct mk_job_desc jd = { .tensor = ow->name, .is_embed = ow->is_embed, .ninputs = check_equal ? 1 : n,
+				  .base = check_equal ? -1 : base, .in = in, .labels = labels, .global = graw,
+				  .input = iraw };
 	if (mk_method_plan(m, &jd, &po, gres, ires, used, &e)) {
 		diag(d, MK_DIAG_ERROR, tc->loc, "%s", e.msg);
 		goto out;
@@ -438,7 +459,7 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 		memcpy(pi->shape, t->shape, sizeof(pi->shape));
 		j->ninputs++;
 	}
-	j->base = base;
+	j->base = check_equal ? -1 : base;
 	j->passes = po.npasses;
 	j->sends = po.npasses + 1;
 	{
@@ -448,7 +469,7 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 				json_object_set_new(g, m->params[k].name, pval_json(&gres[k]));
 		for (size_t i = 0; i < n; i++) {
 			json_t *one = json_object();
-			for (size_t k = 0; k < np; k++)
+			for (size_t k = 0; k < np && (!check_equal || i == 0); k++)
 				if (m->params[k].scope != MK_SCOPE_GLOBAL && ires[i * np + k].set)
 					json_object_set_new(one, m->params[k].name, pval_json(&ires[i * np + k]));
 			json_array_append_new(ia, one);
@@ -456,6 +477,8 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 		json_object_set_new(ps, "global", g);
 		json_object_set_new(ps, "inputs", ia);
 		json_object_set_new(o, "is_embed", json_boolean(ow->is_embed));
+		if (check_equal)
+			json_object_set_new(o, "check_equal", json_true());
 		json_object_set_new(o, "params", ps);
 		j->json = o;
 	}

@@ -34,3 +34,21 @@ grep -q 'layer model.layers.${layer_index}.self_attn.q_proj.weight$' inf.txt || 
 mkdir x && cp m-llama/model.safetensors x/ && echo '{"architectures": ["NoSuchForCausalLM"]}' > x/config.json
 expect_fail 1 'no architecture definition for NoSuchForCausalLM' mk-arch-check x
 grep -q 'pre lm_head.weight optional embed tied=model.embed_tokens.weight$' inf.txt || fail "inferred lm_head tie"
+# every definition plans and merges with passthrough and linear
+ok=0
+for a in $names; do
+	mk-gen-arch --seed 4 "$a" "n-$a"
+	printf 'merge_method: linear\nmodels:\n  - model: m-%s\n    parameters: {weight: 1.0}\n  - model: n-%s\n    parameters: {weight: 1.0}\n' "$a" "$a" > lin-$a.yml
+	printf 'merge_method: passthrough\nmodels:\n  - model: m-%s\n' "$a" > pt-$a.yml
+	for k in lin pt; do
+		if ! mk-yaml --quiet $k-$a.yml out-$k-$a 2> err-$k-$a.txt; then
+			cat err-$k-$a.txt >&2
+			fail "$a: $k merge failed"
+		fi
+	done
+	# passthrough of one model gives its tensors back
+	mk-st-compare --tol 0 out-pt-$a m-$a > /dev/null || fail "$a: passthrough changed tensors"
+	mk-st-compare --lin 1,1/2 --tol 1e-6 out-lin-$a m-$a n-$a > /dev/null || fail "$a: linear is not the mean"
+	ok=$((ok + 1))
+done
+echo "$ok architectures merged with passthrough and linear"
