@@ -105,12 +105,12 @@ static void run_release(struct run *r)
 {
 	if (r->live)
 		mk_job_release(&r->job);
-	mk_plan_job_free(r->pj);
 	for (size_t i = 0; r->ib && r->pj && i < r->pj->ninputs; i++) {
 		free(r->ib[i].conv);
 		free(r->ib[i].raw);
 	}
 	free(r->ib);
+	mk_plan_job_free(r->pj);
 	free(r->in);
 	free(r->gvals);
 	free(r->ivals);
