@@ -1,23 +1,29 @@
 #!/bin/sh
-# demo.sh BUILD - the bundled demo (make demo): re-shard a bundled tiny
-# model through the pipe, show the stream, verify, and list what was written.
+# demo.sh BUILD - the bundled demo (make demo): merge the two bundled tiny
+# models with a bundled config through mk-yaml, show the plan and the
+# stream, and list what was written.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 B=${1:-build}
 case $B in /*) ;; *) B=$top/$B ;; esac
 PATH=$B/bin:$PATH
 out=${DEMO_OUT:-$(mktemp -d "${TMPDIR:-/tmp}/mk-demo.XXXXXX")}
-M=$top/testdata/models/tiny-a
-echo "\$ mk-fetch --model testdata/models/tiny-a | mk-cat | head -8"
-mk-fetch --model "$M" | mk-cat | head -8
+cd "$top"
+say() { printf '\n$ %s\n' "$*"; }
+
+say "cat testdata/configs/gradient-slerp.yml"
+cat testdata/configs/gradient-slerp.yml
+say "mk-plan --explain testdata/configs/gradient-slerp.yml | head -12"
+mk-plan --explain testdata/configs/gradient-slerp.yml | head -12
+say "mk-yaml testdata/configs/gradient-slerp.yml $out/merged"
+mk-yaml testdata/configs/gradient-slerp.yml "$out/merged"
+say "ls -l $out/merged"
+ls -l "$out/merged"
+say "sed -n 1,20p $out/merged/README.md"
+sed -n 1,20p "$out/merged/README.md"
+say "mk-fetch --model testdata/models/tiny-a | mk-pack --out-shard-size 200K $out/resharded"
+mk-fetch --model testdata/models/tiny-a | mk-pack --out-shard-size 200K "$out/resharded"
+say "mk-fetch --model $out/resharded | mk-cat --verify"
+mk-fetch --model "$out/resharded" | mk-cat --verify
 echo
-echo "\$ mk-fetch --model testdata/models/tiny-a | mk-pack --out-shard-size 200K $out/tiny-a"
-mk-fetch --model "$M" | mk-pack --out-shard-size 200K "$out/tiny-a"
-echo
-echo "\$ ls -l $out/tiny-a"
-ls -l "$out/tiny-a"
-echo
-echo "\$ mk-fetch --model $out/tiny-a | mk-cat --verify"
-mk-fetch --model "$out/tiny-a" | mk-cat --verify
-echo
-echo "demo: wrote $out/tiny-a (2 shards + index, config and tokenizer files)"
+echo "demo: wrote $out/merged (a gradient slerp of tiny-a and tiny-b) and $out/resharded (tiny-a in 2 shards)"
