@@ -15,11 +15,29 @@ static const struct mk_method **reg;
 static size_t nreg, capreg;
 static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 
+/* In mergekit's order (methods.md 0).  Methods still being written are
+ * weak references: absent ones are NULL and skipped. */
 static const struct mk_method *const builtins[] = {
 	&mk_method_linear,
 	&mk_method_slerp,
+	&mk_method_nuslerp,
+	&mk_method_multislerp,
+	&mk_method_karcher,
 	&mk_method_passthrough,
 	&mk_method_task_arithmetic,
+	&mk_method_ties,
+	&mk_method_dare_linear,
+	&mk_method_dare_ties,
+	&mk_method_della,
+	&mk_method_della_linear,
+	&mk_method_breadcrumbs,
+	&mk_method_breadcrumbs_ties,
+	&mk_method_sce,
+	&mk_method_ram,
+	&mk_method_ramplus_tl,
+	&mk_method_model_stock,
+	&mk_method_nearswap,
+	&mk_method_arcee_fusion,
 };
 
 static int do_register(const struct mk_method *m, struct mk_err *err);
@@ -27,7 +45,7 @@ static int do_register(const struct mk_method *m, struct mk_err *err);
 static void register_builtins(void)
 {
 	for (size_t i = 0; i < sizeof(builtins) / sizeof(builtins[0]); i++)
-		if (do_register(builtins[i], NULL))
+		if (builtins[i] && do_register(builtins[i], NULL))
 			MK_BUG("built-in method '%s' does not register", builtins[i]->name);
 }
 
