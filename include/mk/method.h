@@ -162,6 +162,7 @@ struct mk_tensor_desc {
  * caller owns every pointer. */
 struct mk_job_desc {
 	const char *tensor;        /* output tensor name (messages, RNG keys) */
+	uint64_t seed;             /* --random-seed of the merge (RNG key) */
 	bool is_embed;             /* embed_tokens / lm_head (methods.md 1.7) */
 	size_t ninputs;            /* inputs in plan order: base first, then YAML order */
 	int base;                  /* index of the base input, -1 for none */

@@ -25,6 +25,7 @@ struct run {                     /* the job being merged */
 	struct mk_job job;
 	struct mk_job_desc d;
 	bool check_equal;            /* inputs 1.. must equal input 0 */
+	uint64_t seed;               /* the plan's random seed */
 	struct mk_tensor_desc *in;
 	struct mk_pval *gvals, *ivals;
 	const char *name;
@@ -122,10 +123,11 @@ static void run_release(struct run *r)
 static int run_start(struct run *r, const struct mk_manifest *man, const struct mk_frame *f,
 		     struct mk_err *err)
 {
-	json_t *emb;
+	json_t *emb, *seed = json_object_get(man->json, "seed");
 	int rc;
 
 	memset(r, 0, sizeof(*r));
+	r->seed = json_is_integer(seed) ? (uint64_t)json_integer_value(seed) : 0;
 	rc = mk_plan_job_decode(f->payload, f->payload_len, &r->pj, err);
 	if (rc)
 		return mk_err_prefix(err, "frame #%llu: ", (unsigned long long)f->index);
@@ -155,7 +157,7 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 	if (r->check_equal && strcmp(r->m->name, "passthrough"))
 		return mk_err_set(err, MK_EFORMAT, "job %u (%s): check_equal goes with passthrough", r->pj->id, r->name);
 	/* check_equal: the method sees input 0; the others must equal it */
-	r->d = (struct mk_job_desc){ .tensor = r->name, .is_embed = json_is_true(emb),
+	r->d = (struct mk_job_desc){ .tensor = r->name, .seed = r->seed, .is_embed = json_is_true(emb),
 				     .ninputs = r->check_equal ? 1 : r->pj->ninputs,
 				     .base = r->check_equal ? -1 : (int)r->pj->base, .in = r->in,
 				     .global = r->gvals, .input = r->ivals };

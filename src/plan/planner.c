@@ -402,7 +402,7 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 		memset(graw, 0, (np + 1) * sizeof(*graw));
 		memset(iraw, 0, (np + 1) * (nsrc + 1) * sizeof(*iraw));
 	}
-	struct mk_job_desc jd = { .tensor = ow->name, .is_embed = ow->is_embed, .ninputs = check_equal ? 1 : n,
+	struct mk_job_desc jd = { .tensor = ow->name, .seed = p->seed, .is_embed = ow->is_embed, .ninputs = check_equal ? 1 : n,
 				  .base = check_equal ? -1 : base, .in = in, .labels = labels, .global = graw,
 				  .input = iraw };
 	if (mk_method_plan(m, &jd, &po, gres, ires, used, &e)) {
