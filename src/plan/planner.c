@@ -409,6 +409,30 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 		diag(d, MK_DIAG_ERROR, tc->loc, "%s", e.msg);
 		goto out;
 	}
+	/* a whole-tensor method must fit the merge budget */
+	if (m->whole_tensor && p->budget) {
+		uint64_t need = 0, b;
+		size_t es = mk_dtype_bits(po.compute) / 8;
+		for (size_t i = 0; i < n; i++) {
+			uint64_t ne = 1;
+			for (unsigned dd = 0; dd < in[i].ndim; dd++)
+				ne *= in[i].shape[dd];
+			need += ne * es;
+		}
+		if (!mk_dtype_nbytes(po.compute, 1, &b)) {
+			uint64_t ne = 1;
+			for (unsigned dd = 0; dd < po.out.ndim; dd++)
+				ne *= po.out.shape[dd];
+			need += ne * es;
+		}
+		if (need > p->budget) {
+			char a[32], c[32];
+			diag(d, MK_DIAG_ERROR, tc->loc,
+			     "tensor '%s': %s needs the whole tensor in memory, %s, more than the merge budget of %s (--max-memory)",
+			     ow->name, m->name, mk_size_human(need, a, sizeof(a)), mk_size_human(p->budget, c, sizeof(c)));
+			goto out;
+		}
+	}
 	/* the job */
 	j = calloc(1, sizeof(*j));
 	if (!j) {

@@ -15,12 +15,14 @@ int mk_pipeline_run(const struct mk_stage *st, size_t n, const char *partial, st
 {
 	pid_t *pid = calloc(n ? n : 1, sizeof(*pid));
 	int *status = calloc(n ? n : 1, sizeof(*status));
+	bool *stopped = calloc(n ? n : 1, sizeof(*stopped));
 	int prev = -1, rc = 0;
 	size_t started = 0, live, first_fail = n;
 
-	if (!pid || !status) {
+	if (!pid || !status || !stopped) {
 		free(pid);
 		free(status);
+		free(stopped);
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -75,14 +77,28 @@ int mk_pipeline_run(const struct mk_stage *st, size_t n, const char *partial, st
 			if ((!WIFEXITED(s) || WEXITSTATUS(s) != 0) && first_fail == n) {
 				first_fail = i;
 				for (size_t k = 0; k + 1 < started; k++)
-					if (pid[k] > 0)
-						kill(pid[k], SIGTERM);
+					if (pid[k] > 0 && kill(pid[k], SIGTERM) == 0)
+						stopped[k] = true;
 			}
 		}
 	}
 	if (!rc && started < n)
 		rc = -MK_EIO;
 	if (!rc && first_fail < n) {
+		/* name the cause, not a consequence: the most upstream stage that
+		 * failed by itself (not by our SIGTERM, nor SIGPIPE from a dead
+		 * reader); else the sink */
+		size_t cause = first_fail;
+		for (size_t i = 0; i < started; i++) {
+			int s = status[i];
+			bool failed = !WIFEXITED(s) || WEXITSTATUS(s) != 0;
+			bool ours = WIFSIGNALED(s) && (WTERMSIG(s) == SIGPIPE || (WTERMSIG(s) == SIGTERM && stopped[i]));
+			if (failed && !ours && (i + 1 < started || cause == first_fail)) {
+				cause = i;
+				break;
+			}
+		}
+		first_fail = cause;
 		int s = status[first_fail];
 		if (WIFSIGNALED(s))
 			rc = mk_err_set(err, MK_EIO, "%s was killed by signal %d", st[first_fail].name, WTERMSIG(s));
@@ -93,6 +109,7 @@ int mk_pipeline_run(const struct mk_stage *st, size_t n, const char *partial, st
 		(void)mk_rmtree(partial, NULL);
 	free(pid);
 	free(status);
+	free(stopped);
 	return rc;
 }
 

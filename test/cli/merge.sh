@@ -81,3 +81,27 @@ if [ "$MK_SAN" != 1 ]; then
 	grep -q "mk-merge was killed by signal 9" kill-err.txt || { cat kill-err.txt; fail "no message about the killed stage"; }
 	no_out killed
 fi
+
+# chat templates: a built-in name, a literal template, auto
+cp -r models/tiny-a models/tiny-ct && printf '{\n  "bos_token": "<s>",\n  "chat_template": "{{ messages }}"\n}\n' > models/tiny-ct/tokenizer_config.json
+for ct in chatml literal auto; do
+	case $ct in
+	chatml) v=chatml ;;
+	literal) v='"{% for m in messages %}{{ m.content }}{% endfor %}"' ;;
+	auto) v=auto ;;
+	esac
+	printf 'merge_method: linear\nmodels:\n  - model: models/tiny-ct\n    parameters: {weight: 1}\n  - model: models/tiny-a\n    parameters: {weight: 1}\nchat_template: %s\n' "$v" > ct-$ct.yml
+	mk-yaml ct-$ct.yml ct-$ct
+	python3 - ct-$ct/tokenizer_config.json "$ct" "$MK_TOP/src/plan/templates/chatml.jinja" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))["chat_template"]
+want = {"chatml": open(sys.argv[3]).read(), "literal": "{% for m in messages %}{{ m.content }}{% endfor %}",
+        "auto": "{{ messages }}"}[sys.argv[2]]
+assert t == want, (sys.argv[2], t)
+assert json.load(open(sys.argv[1]))["bos_token"] == "<s>"
+PY
+done
+# .bin-only models are refused at plan time with a word on it
+mkdir binonly && echo x > binonly/pytorch_model.bin && cp models/tiny-a/config.json binonly/
+printf 'merge_method: linear\nmodels:\n  - model: binonly\n    parameters: {weight: 1}\n' > bin.yml
+expect_fail 1 ".bin" mk-plan bin.yml
