@@ -114,22 +114,9 @@ int main(int argc, char **argv)
 		cli_usage_error(optind == argc ? "missing CONFIG (a mergekit YAML file)" : "too many arguments");
 	o.label = argv[optind];
 	if (!strcmp(o.label, "-")) {
-		FILE *in = stdin;
-		char buf[65536];
-		size_t n, cap = 0;
 		o.label = "stdin";
-		while ((n = fread(buf, 1, sizeof(buf), in)) > 0) {
-			if (len + n + 1 > cap) {
-				cap = (len + n + 1) * 2;
-				text = realloc(text, cap);
-				if (!text)
-					abort();
-			}
-			memcpy(text + len, buf, n);
-			len += n;
-		}
-		if (!text)
-			text = calloc(1, 1);
+		if (mk_fd_read_all(0, 64u << 20, "stdin", &text, &len, &err))
+			cli_fail(&err);
 	} else if (mk_file_read(o.label, 64u << 20, &text, &len, &err)) {
 		cli_fail(&err);
 	}

@@ -11,6 +11,10 @@
  * (NUL-terminated, the terminator not counted in *len). */
 int mk_file_read(const char *path, size_t max, uint8_t **buf, size_t *len,
 		 struct mk_err *err);
+/* Read a file descriptor to its end (a pipe too), at most max bytes, into
+ * a malloc'ed NUL-terminated buffer; `label` names it in messages. */
+int mk_fd_read_all(int fd, size_t max, const char *label, uint8_t **buf,
+		   size_t *len, struct mk_err *err);
 /* pwrite/write all of buf, retrying short writes and EINTR. */
 int mk_pwrite_all(int fd, const void *buf, size_t len, uint64_t off,
 		  const char *label, struct mk_err *err);

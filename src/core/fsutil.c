@@ -64,6 +64,48 @@ out:
 	return rc;
 }
 
+int mk_fd_read_all(int fd, size_t max, const char *label, uint8_t **buf, size_t *len,
+		   struct mk_err *err)
+{
+	size_t cap = 65536, n = 0;
+	uint8_t *b = malloc(cap + 1);
+
+	*buf = NULL;
+	*len = 0;
+	if (!b)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (;;) {
+		if (n == cap) {
+			if (cap >= max) {
+				free(b);
+				return mk_err_set(err, MK_EINVAL, "%s: more than the %zu bytes allowed", label, max);
+			}
+			cap *= 2;
+			uint8_t *q = realloc(b, cap + 1);
+			if (!q) {
+				free(b);
+				return mk_err_set(err, MK_ENOMEM, "out of memory");
+			}
+			b = q;
+		}
+		ssize_t r = read(fd, b + n, cap - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int e = errno;
+			free(b);
+			return mk_err_sys(err, e, "%s: read", label);
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	b[n] = 0;
+	*buf = b;
+	*len = n;
+	return 0;
+}
+
 int mk_pwrite_all(int fd, const void *buf, size_t len, uint64_t off,
 		  const char *label, struct mk_err *err)
 {

@@ -488,8 +488,9 @@ int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
 			if (have_bin)
 				rc = mk_err_set(err, MK_EUNSUPPORTED, "model '%s': %s holds "
 						"only PyTorch .bin weights; .bin "
-						"checkpoints are not supported yet "
-						"(convert it to safetensors first)",
+						"checkpoints are not supported yet (a later "
+						"version reads them; until then convert it to "
+						"safetensors)",
 						m->ref, m->dir);
 			else
 				rc = mk_err_set(err, MK_ENOENT, "model '%s': no %s or %s "

@@ -50,6 +50,8 @@ struct mk_plan {
 	size_t nfiles;
 	struct pfile *files;
 	char *card;                       /* README.md text, or NULL */
+	char *last_err;                   /* the last method error, tensor name cut out */
+	size_t repeats;                   /* further tensors with that error */
 	const struct mk_plan_opts *o;
 	uint64_t seed, budget, chunk_bytes;
 };
@@ -135,7 +137,7 @@ static int open_models(struct mk_plan *p, const struct mk_arch_registry *reg, st
 			break;
 		}
 		if (mk_model_open(pm->refstr, &pm->m, &e)) {
-			diag(d, MK_DIAG_ERROR, &refs[i]->loc, "model '%s': %s", pm->display, e.msg);
+			diag(d, MK_DIAG_ERROR, &refs[i]->loc, "%s", e.msg);
 			continue;
 		}
 		snprintf(path, sizeof(path), "%s/config.json", pm->m->dir);
@@ -406,7 +408,19 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 				  .base = check_equal ? -1 : base, .in = in, .labels = labels, .global = graw,
 				  .input = iraw };
 	if (mk_method_plan(m, &jd, &po, gres, ires, used, &e)) {
-		diag(d, MK_DIAG_ERROR, tc->loc, "%s", e.msg);
+		/* one message per kind of mistake, not one per tensor */
+		char key[MK_ERR_MSG_MAX];
+		const char *at = strstr(e.msg, ow->name);
+		snprintf(key, sizeof(key), "%.*s%s", at ? (int)(at - e.msg) : (int)strlen(e.msg), e.msg,
+			 at ? at + strlen(ow->name) : "");
+		if (p->last_err && !strcmp(p->last_err, key)) {
+			p->repeats++;
+		} else {
+			free(p->last_err);
+			p->last_err = strdup(key);
+			p->repeats = 0;
+			diag(d, MK_DIAG_ERROR, tc->loc, "%s", e.msg);
+		}
 		goto out;
 	}
 	/* a whole-tensor method must fit the merge budget */
@@ -560,7 +574,7 @@ static int plan_module(struct mk_plan *p, size_t mod, const struct mk_output_sli
 				srcs[k] = (struct src_in){ model_index(p, &s->sources[k].model), &s->sources[k].model,
 							   &l->w[w], &s->sources[k].params };
 			struct tctx tc = { { &p->cfg->params, modparams, s }, mk_config_base_for(p->cfg, s), 0.0,
-					   &s->loc };
+					   s->loc.line || !s->nsources ? &s->loc : &s->sources[0].loc };
 			rc = plan_tensor(p, &l->w[w], srcs, s->nsources, &tc, d, err);
 			free(srcs);
 		}
@@ -600,7 +614,7 @@ static int plan_module(struct mk_plan *p, size_t mod, const struct mk_output_sli
 									      &s->sources[src].model, &il[src].w[w],
 									      &s->sources[src].params };
 				struct tctx tc = { { &p->cfg->params, modparams, s }, mk_config_base_for(p->cfg, s), t,
-						   &s->loc };
+						   s->loc.line || !s->nsources ? &s->loc : &s->sources[0].loc };
 				rc = plan_tensor(p, &ol.w[w], srcs, ns, &tc, d, err);
 				free(srcs);
 			}
@@ -624,7 +638,7 @@ static int plan_module(struct mk_plan *p, size_t mod, const struct mk_output_sli
 			srcs[k] = (struct src_in){ model_index(p, &last->sources[k].model), &last->sources[k].model,
 						   &post.w[w], &last->sources[k].params };
 		struct tctx tc = { { &p->cfg->params, modparams, last }, mk_config_base_for(p->cfg, last), 0.0,
-				   &last->loc };
+				   last->loc.line || !last->nsources ? &last->loc : &last->sources[0].loc };
 		rc = plan_tensor(p, &post.w[w], srcs, npost_src, &tc, d, err);
 		free(srcs);
 	}
@@ -645,6 +659,21 @@ static int plan_modules(struct mk_plan *p, int64_t *out_layers, bool *layers_cha
 		     "the model has %zu modules: use the modules: syntax to work with slices", p->arch->nmodules);
 		return 0;
 	}
+	for (size_t k = 0; k < c->nmodules; k++) {
+		bool known = false;
+		for (size_t mod = 0; mod < p->arch->nmodules; mod++)
+			known |= !strcmp(c->modules[k].name, p->arch->modules[mod].name);
+		if (!known) {
+			char names[512] = "";
+			for (size_t mod = 0; mod < p->arch->nmodules; mod++)
+				snprintf(names + strlen(names), sizeof(names) - strlen(names), "%s%s", mod ? ", " : "",
+					 p->arch->modules[mod].name);
+			diag(d, MK_DIAG_ERROR, &c->modules[k].loc, "the architecture has no module '%s' (it has: %s)",
+			     c->modules[k].name, names);
+		}
+	}
+	if (d->nerrors)
+		return 0;
 	for (size_t mod = 0; mod < p->arch->nmodules && !rc; mod++) {
 		const struct mk_input_model *models = NULL;
 		const struct mk_output_slice *slices = NULL;
@@ -883,8 +912,10 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 		bool ok = donor_has(donor, "tokenizer_config.json") &&
 			  (donor_has(donor, "tokenizer.json") || donor_has(donor, "tokenizer.model"));
 		char *tmpl = p->cfg->chat_template ? chat_template_text(p, d) : NULL;
-		if (!ok && donor_has(donor, "tokenizer_config.json") == false)
-			diag(d, MK_DIAG_WARNING, NULL, "model '%s' has no tokenizer files; none copied", donor->display);
+		if (!ok)
+			diag(d, MK_DIAG_WARNING, NULL,
+			     "model '%s' lacks tokenizer_config.json, or both tokenizer.json and tokenizer.model: no tokenizer files copied (as mergekit)",
+			     donor->display);
 		for (size_t k = 0; ok && tokenizer_files[k] && !rc; k++) {
 			if (!donor_has(donor, tokenizer_files[k]))
 				continue;
@@ -959,6 +990,7 @@ void mk_plan_free(struct mk_plan *p)
 	}
 	free(p->files);
 	free(p->card);
+	free(p->last_err);
 	mk_arch_free(p->arch);
 	mk_manifest_free(p->man);
 	mk_config_free(p->cfg);
@@ -1032,6 +1064,8 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		goto out;
 	}
 	rc = plan_modules(p, out_layers, &layers_changed, d, err);
+	if (p->repeats)
+		diag(d, MK_DIAG_ERROR, NULL, "(the same for %zu more tensor%s)", p->repeats, p->repeats == 1 ? "" : "s");
 	if (rc || d->nerrors)
 		goto out;
 	rc = make_files(p, out_layers, layers_changed, d, err);
