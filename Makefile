@@ -20,7 +20,7 @@ FUZZ_SECONDS ?= 30
 PKGS      := yaml-0.1 libzstd liburing jansson
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -lzstd -luring -ljansson)
-LIBS      := $(PKG_LIBS) -lopenblas -lpthread -lm
+LIBS      := $(PKG_LIBS) -lopenblas -lpthread -ldl -lm
 
 WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT       := $(if $(SAN),-O1 -g -fno-omit-frame-pointer -fsanitize=$(SAN) -fno-sanitize-recover=all,-O2 -g)
@@ -49,6 +49,9 @@ FUZZ_SRC  := $(sort $(wildcard test/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_SRC:test/fuzz/%.c=$(BUILD)/fuzz/%-replay)
 FUZZ_BIN  := $(FUZZ_SRC:test/fuzz/%.c=build-fuzz/%)
 
+PLUGIN_SRC := $(sort $(wildcard test/plugins/*.c))
+PLUGINS   := $(PLUGIN_SRC:test/plugins/%.c=$(BUILD)/plugins/%.so)
+
 MANS      := $(sort $(wildcard man/man*/*.[157]))
 
 .DEFAULT_GOAL := all
@@ -58,7 +61,7 @@ MANS      := $(sort $(wildcard man/man*/*.[157]))
 .PHONY: all check check-run demo fuzz bench install deps clean man-lint
 .DELETE_ON_ERROR:
 
-all: $(LIBMK) $(CMDS) $(TOOLS) $(BUILD)/mk.pc
+all: $(LIBMK) $(CMDS) $(TOOLS) $(PLUGINS) $(BUILD)/mk.pc
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
@@ -69,10 +72,18 @@ $(LIBMK): $(LIB_OBJ)
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
 
+# Programs carry all of libmk and export it (-rdynamic), so that plugins
+# (shared objects with merge methods) can call any libmk function.
 $(BUILD)/bin/%: $(BUILD)/cmd/%.o $(CLI_OBJ) $(LIBMK)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(CLI_OBJ) $(LIBMK) $(LIBS)
+	$(Q)$(CC) $(LDFLAGS) -rdynamic -o $@ $< $(CLI_OBJ) -Wl,--whole-archive $(LIBMK) -Wl,--no-whole-archive $(LIBS)
+
+# Example plugins, built outside the library (they link against nothing).
+$(BUILD)/plugins/%.so: test/plugins/%.c include/mk/method.h include/mk/plugin.h
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $<
 
 $(BUILD)/tools/%: $(BUILD)/test/tools/%.o $(LIBMK)
 	@mkdir -p $(@D)

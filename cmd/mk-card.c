@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#include "mk/plugin.h"
 #include "mk/card.h"
 #include "mk/config.h"
 #include "mk/fsutil.h"
@@ -19,6 +20,7 @@ static void usage(void)
 	       "      --name NAME  the card's title (default: Untitled Model (1); mk-yaml uses\n"
 	       "                   the output directory's name)\n"
 	       "  -h, --help       show this help and exit\n"
+	       "      --plugin FILE.so  load merge methods from a shared object (also MK_PLUGIN_PATH)\n"
 	       "  -V, --version    show the version and exit\n"
 	       "\n"
 	       "Exit status: 0 success, 1 a bad configuration, 2 usage error.\n",
@@ -29,6 +31,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
+		{ "plugin", required_argument, NULL, 'P' },
 		{ "name", 1, 0, 'n' }, { "help", 0, 0, 'h' }, { "version", 0, 0, 'V' }, { 0 },
 	};
 	const char *name = NULL, *label;
@@ -40,9 +43,15 @@ int main(int argc, char **argv)
 	int c;
 
 	cli_init("mk-card");
+	if (mk_plugin_load_env(&err))
+		cli_fail(&err);
 	while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
 		switch (c) {
 		case 'n': name = optarg; break;
+		case 'P':
+			if (mk_plugin_load(optarg, &err))
+				cli_fail(&err);
+			break;
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
 		default: cli_usage_hint();

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
+#include "mk/plugin.h"
 #include "mk/fsutil.h"
 #include "mk/merge.h"
 #include "mk/method.h"
@@ -23,6 +24,7 @@ static void usage(void)
 	       "  -o, --output FILE      write the stream to FILE ('-': standard output, the default)\n"
 	       "  -z, --compress[=LEVEL] zstd-compress each output frame (level 1..19, default 3)\n"
 	       "      --list-methods     list the merge methods and their parameters, and exit\n"
+	       "      --plugin FILE.so   load merge methods from a shared object (also MK_PLUGIN_PATH)\n"
 	       "      --cuda             merge on the GPU (this build has no CUDA: runs on the CPU)\n"
 	       "  -j, --jobs N           worker threads (accepted; this version merges on one thread)\n"
 	       "  -f, --force            write the binary stream even to a terminal\n"
@@ -89,6 +91,7 @@ int main(int argc, char **argv)
 {
 	enum { O_LIST = 256, O_CUDA, O_PROGRESS, O_NO_PROGRESS };
 	static const struct option longopts[] = {
+		{ "plugin", required_argument, NULL, 'P' },
 		{ "input", required_argument, NULL, 'i' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "compress", optional_argument, NULL, 'z' },
@@ -113,6 +116,8 @@ int main(int argc, char **argv)
 	uint64_t v;
 
 	cli_init("mk-merge");
+	if (mk_plugin_load_env(&err))
+		cli_fail(&err);
 	while ((c = getopt_long(argc, argv, "i:o:z::j:fvqhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'i': input = optarg; break;
@@ -135,6 +140,10 @@ int main(int argc, char **argv)
 		case O_NO_PROGRESS: want_progress = 0; break;
 		case 'v': cli_verbose++; break;
 		case 'q': cli_verbose--; break;
+		case 'P':
+			if (mk_plugin_load(optarg, &err))
+				cli_fail(&err);
+			break;
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
 		default: cli_usage_hint();

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
+#include "mk/plugin.h"
 #include "mk/card.h"
 #include "mk/fsutil.h"
 #include "mk/planner.h"
@@ -25,6 +26,7 @@ static void usage(void)
 	       "      --explain            print the plan in words instead\n"
 	       "      --name NAME          the model card's title (default: Untitled Model (1))\n"
 	       "      --allow-crimes       allow mixing architectures\n"
+	       "      --plugin FILE.so     load merge methods from a shared object (also MK_PLUGIN_PATH)\n"
 	       "      --copy-tokenizer     copy the donor's tokenizer files (default)\n"
 	       "      --no-copy-tokenizer  do not\n"
 	       "      --write-model-card   write README.md and mergekit_config.yml (default)\n"
@@ -48,6 +50,7 @@ int main(int argc, char **argv)
 	enum { O_EXPLAIN = 256, O_NAME, O_CRIMES, O_COPY_TOK, O_NO_COPY_TOK, O_CARD, O_NO_CARD, O_SEED, O_MEM,
 	       O_CHUNK };
 	static const struct option longopts[] = {
+		{ "plugin", required_argument, NULL, 'P' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "explain", no_argument, NULL, O_EXPLAIN },
 		{ "name", required_argument, NULL, O_NAME },
@@ -79,6 +82,8 @@ int main(int argc, char **argv)
 	uint64_t v;
 
 	cli_init("mk-plan");
+	if (mk_plugin_load_env(&err))
+		cli_fail(&err);
 	while ((c = getopt_long(argc, argv, "o:fvqhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'o': output = optarg; break;
@@ -105,6 +110,10 @@ int main(int argc, char **argv)
 		case 'f': force = true; break;
 		case 'v': cli_verbose++; break;
 		case 'q': cli_verbose--; break;
+		case 'P':
+			if (mk_plugin_load(optarg, &err))
+				cli_fail(&err);
+			break;
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
 		default: cli_usage_hint();

@@ -30,6 +30,7 @@ static void usage(void)
 	       "  --cuda / --no-cuda        merge on the GPU (mk-merge)\n"
 	       "  -j, --num-threads N       merge threads (mk-merge)\n"
 	       "  --max-memory SIZE         memory budget (mk-plan)\n"
+	       "  --plugin FILE.so          load merge methods from a shared object (mk-plan, mk-merge)\n"
 	       "  --force                   replace an existing OUT (mk-pack)\n"
 	       "  --quiet                   no progress bar\n"
 	       "  -v, --verbose             say more\n"
@@ -92,7 +93,7 @@ int main(int argc, char **argv)
 		{ "random-seed", 1, 0, O_SEED }, { "cuda", 0, 0, O_CUDA }, { "no-cuda", 0, 0, O_NOCUDA },
 		{ "num-threads", 1, 0, 'j' }, { "max-memory", 1, 0, O_MEM }, { "force", 0, 0, O_FORCE },
 		{ "quiet", 0, 0, O_QUIET }, { "no-quiet", 0, 0, O_IGN0 }, { "verbose", 0, 0, 'v' },
-		{ "help", 0, 0, 'h' }, { "version", 0, 0, 'V' },
+		{ "help", 0, 0, 'h' }, { "version", 0, 0, 'V' }, { "plugin", 1, 0, 'P' },
 		/* mergekit options without meaning here */
 		{ "lazy-unpickle", 0, 0, O_IGN0 }, { "no-lazy-unpickle", 0, 0, O_IGN0 },
 		{ "low-cpu-memory", 0, 0, O_IGN0 }, { "no-low-cpu-memory", 0, 0, O_IGN0 },
@@ -165,6 +166,12 @@ int main(int argc, char **argv)
 			cli_info(2, "note: --%s means nothing to mk; ignored", lo[li].name);
 			break;
 		case 'v': cli_verbose++; push(&merge, "-v"); break;
+		case 'P':
+			push(&plan, "--plugin");
+			push(&plan, optarg);
+			push(&merge, "--plugin");
+			push(&merge, optarg);
+			break;
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
 		default: cli_usage_hint();

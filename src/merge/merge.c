@@ -7,6 +7,7 @@
 #include "mk/merge.h"
 #include "mk/method.h"
 #include "mk/plan.h"
+#include "mk/plugin.h"
 #include "mk/stream.h"
 
 struct inbuf {                   /* one input's piece of the current range */
@@ -426,6 +427,34 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 				"%s: this is a '%s' stream; mk-merge reads an 'inputs' stream (mk-plan | mk-fetch)",
 				label, man->kind);
 		goto out;
+	}
+	/* methods from plugins: loaded here too, and the same spec */
+	{
+		json_t *pl = json_object_get(man->json, "plugins"), *v;
+		size_t i;
+		json_array_foreach(pl, i, v) {
+			const char *name = json_string_value(json_object_get(v, "name"));
+			const char *want = json_string_value(json_object_get(v, "spec_sha256"));
+			const struct mk_method *pm = name ? mk_method_find(name) : NULL;
+			char have[65];
+			if (!name || !want) {
+				rc = mk_err_set(err, MK_EFORMAT, "%s: HEAD: a plugin entry needs name and spec_sha256", label);
+				goto out;
+			}
+			if (!pm) {
+				rc = mk_err_set(err, MK_ENOENT,
+						"the plan uses method '%s' from a plugin: load it with --plugin FILE or MK_PLUGIN_PATH",
+						name);
+				goto out;
+			}
+			mk_method_spec_hash(pm, have);
+			if (strcmp(have, want)) {
+				rc = mk_err_set(err, MK_EMISMATCH,
+						"method '%s' (%s) differs from the one mk-plan used (spec hash %.12s, the plan says %.12s): run mk-plan again with this plugin",
+						name, mk_plugin_of(pm) ? mk_plugin_of(pm) : "built in", have, want);
+				goto out;
+			}
+		}
 	}
 	if (json_is_integer(json_object_get(man->json, "jobs")))
 		njobs = (uint64_t)json_integer_value(json_object_get(man->json, "jobs"));

@@ -17,6 +17,7 @@
 #include "mk/model.h"
 #include "mk/plan.h"
 #include "mk/planner.h"
+#include "mk/plugin.h"
 #include "mk/stream.h"
 
 #define MAX_FILE (1ull << 30)
@@ -1117,7 +1118,14 @@ int mk_plan_write(const struct mk_plan *p, int fd, int level, struct mk_err *err
 	json_object_set_new(p->man->json, "models", models);
 	json_object_set_new(p->man->json, "seed", json_integer((json_int_t)p->seed));
 	json_object_set_new(p->man->json, "budget", json_integer((json_int_t)p->budget));
-	json_object_set_new(p->man->json, "plugins", json_array());
+	json_t *plugins = json_array();
+	if (mk_plugin_of(p->method)) {
+		char h[65];
+		mk_method_spec_hash(p->method, h);
+		json_array_append_new(plugins, json_pack("{s:s,s:i,s:s}", "name", p->method->name, "abi",
+							 (int)p->method->abi, "spec_sha256", h));
+	}
+	json_object_set_new(p->man->json, "plugins", plugins);
 	json_object_set_new(p->man->json, "jobs", json_integer((json_int_t)p->njobs));
 	p->man->chunk_bytes = p->chunk_bytes;
 	rc = mk_manifest_encode(p->man, &head, &hlen, err);

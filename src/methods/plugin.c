@@ -1,0 +1,162 @@
+/* plugin.c - load merge methods from shared objects. */
+#include <dirent.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "mk/hash.h"
+#include "mk/plugin.h"
+
+struct loaded {
+	const struct mk_method *m;
+	char *path;
+};
+static struct loaded *loaded;
+static size_t nloaded;
+
+const char *mk_plugin_of(const struct mk_method *m)
+{
+	for (size_t i = 0; i < nloaded; i++)
+		if (loaded[i].m == m)
+			return loaded[i].path;
+	return NULL;
+}
+
+int mk_plugin_load(const char *path, struct mk_err *err)
+{
+	const struct mk_method *const *ms = NULL;
+	mk_plugin_init_fn init;
+	size_t n = 0;
+	void *h;
+	int rc;
+
+	/* dlopen needs a slash to read a path instead of searching */
+	char *p = strchr(path, '/') ? strdup(path) : NULL;
+	if (!p) {
+		size_t len = strlen(path) + 3;
+		p = malloc(len);
+		if (p)
+			snprintf(p, len, "./%s", path);
+	}
+	if (!p)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		rc = mk_err_set(err, MK_EINVAL, "plugin %s: %s", path, dlerror());
+		free(p);
+		return rc;
+	}
+	*(void **)&init = dlsym(h, MK_PLUGIN_INIT);
+	if (!init) {
+		free(p);
+		return mk_err_set(err, MK_EINVAL, "plugin %s: no %s function (not an mk plugin?)", path,
+				  MK_PLUGIN_INIT);
+	}
+	if (init(MK_METHOD_ABI, &ms, &n) || (n && !ms)) {
+		free(p);
+		return mk_err_set(err, MK_EUNSUPPORTED, "plugin %s: does not serve method ABI %d", path, MK_METHOD_ABI);
+	}
+	for (size_t i = 0; i < n; i++) {
+		rc = mk_method_register(ms[i], err);
+		if (rc) {
+			mk_err_prefix(err, "plugin %s: ", path);
+			free(p);
+			return rc;
+		}
+		struct loaded *q = realloc(loaded, (nloaded + 1) * sizeof(*q));
+		if (!q) {
+			free(p);
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		}
+		loaded = q;
+		loaded[nloaded].m = ms[i];
+		loaded[nloaded].path = strdup(p);
+		nloaded++;
+	}
+	/* the handle stays open: the methods live in it */
+	free(p);
+	return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+int mk_plugin_load_env(struct mk_err *err)
+{
+	const char *env = getenv("MK_PLUGIN_PATH");
+	char *copy, *tok, *save = NULL;
+	int rc = 0;
+
+	if (!env || !*env)
+		return 0;
+	copy = strdup(env);
+	if (!copy)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (tok = strtok_r(copy, ":", &save); tok && !rc; tok = strtok_r(NULL, ":", &save)) {
+		struct stat st;
+		if (stat(tok, &st) != 0) {
+			rc = mk_err_set(err, MK_ENOENT, "MK_PLUGIN_PATH: %s does not exist", tok);
+			break;
+		}
+		if (!S_ISDIR(st.st_mode)) {
+			rc = mk_plugin_load(tok, err);
+			continue;
+		}
+		/* every *.so of a directory, in name order */
+		DIR *d = opendir(tok);
+		struct dirent *e;
+		char **names = NULL;
+		size_t nn = 0;
+		while (d && (e = readdir(d))) {
+			size_t l = strlen(e->d_name);
+			if (l > 3 && !strcmp(e->d_name + l - 3, ".so")) {
+				char **q = realloc(names, (nn + 1) * sizeof(*q));
+				if (!q)
+					break;
+				names = q;
+				names[nn] = malloc(strlen(tok) + l + 2);
+				if (names[nn])
+					sprintf(names[nn++], "%s/%s", tok, e->d_name);
+			}
+		}
+		if (d)
+			closedir(d);
+		qsort(names, nn, sizeof(*names), cmp_str);
+		for (size_t i = 0; i < nn; i++) {
+			if (!rc)
+				rc = mk_plugin_load(names[i], err);
+			free(names[i]);
+		}
+		free(names);
+	}
+	free(copy);
+	return rc;
+}
+
+void mk_method_spec_hash(const struct mk_method *m, char hex[65])
+{
+	struct mk_sha256 s;
+	uint8_t dg[32];
+	char buf[512];
+	int n;
+
+	mk_sha256_init(&s);
+	n = snprintf(buf, sizeof(buf), "mk-method-spec 1\nname %s\nabi %u\nbase %d inputs %u %u nonbase %u %u\nwhole %d\n",
+		     m->name, m->abi, (int)m->contract.base, m->contract.min_inputs, m->contract.max_inputs,
+		     m->contract.min_non_base, m->contract.max_non_base, (int)m->whole_tensor);
+	mk_sha256_update(&s, buf, (size_t)n);
+	for (size_t i = 0; i < m->nparams; i++) {
+		const struct mk_param_spec *p = &m->params[i];
+		n = snprintf(buf, sizeof(buf), "param %s scope %d type %d flags %u def %d %d %.17g %lld min %.17g max %.17g\n",
+			     p->name, (int)p->scope, (int)p->type, p->flags, (int)p->def.set, (int)p->def.type,
+			     p->def.type == MK_PT_FLOAT ? p->def.f : 0.0,
+			     (long long)(p->def.type == MK_PT_INT ? p->def.i : p->def.type == MK_PT_BOOL ? p->def.b : 0),
+			     p->min, p->max);
+		mk_sha256_update(&s, buf, (size_t)n);
+	}
+	mk_sha256_final(&s, dg);
+	mk_hex(dg, 32, hex);
+}

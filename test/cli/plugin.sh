@@ -1,0 +1,33 @@
+# A merge method from a shared object built outside the source tree, used
+# by name from YAML, by every stage that needs it; the plan pins its spec.
+. "$MK_TOP/test/cli/lib.inc"
+cc=${CC:-cc}
+command -v "$cc" >/dev/null 2>&1 || exit 77
+cp "$MK_TOP/test/plugins/weighted_average.c" .
+"$cc" -O2 -fPIC -shared -I"$MK_TOP/include" -o wa.so weighted_average.c
+# a variant whose spec differs (another default)
+sed 's/.b = true }/.b = false }/' weighted_average.c > variant.c
+mkdir variant
+"$cc" -O2 -fPIC -shared -I"$MK_TOP/include" -o variant/wa.so variant.c
+M=$MK_TOP/testdata/models
+printf 'merge_method: weighted_average\nmodels:\n  - model: %s/tiny-a\n    parameters: {weight: 3}\n  - model: %s/tiny-b\n    parameters: {weight: 1}\nparameters:\n  normalize: true\n' "$M" "$M" > wa.yml
+mk-yaml --plugin ./wa.so wa.yml out
+mk-st-compare --lin 3,1/4 --bf16-ulps 1 --inputs "$M/tiny-a,$M/tiny-b" out "$M/tiny-a" "$M/tiny-b" > cmp.txt || { cat cmp.txt; fail "weighted_average is not (3a + b)/4"; }
+grep -q "merged using the \[Weighted Average\](https://example.com/docs) merge method" out/README.md || fail "card lacks the plugin's name"
+mk-card --plugin ./wa.so wa.yml | grep -q "Weighted Average" || fail "mk-card did not load the plugin"
+mk-merge --plugin ./wa.so --list-methods | grep -q "^weighted_average" || fail "--list-methods lacks the plugin"
+# MK_PLUGIN_PATH (a directory) in a hand-built pipe gives the same bytes
+mkdir plugins && cp wa.so plugins/
+MK_PLUGIN_PATH=$PWD/plugins mk-plan --name out wa.yml > plan.mks
+MK_PLUGIN_PATH=$PWD/plugins sh -c 'mk-fetch < plan.mks | mk-merge | mk-pack hand'
+for f in out/*; do cmp "$f" "hand/$(basename "$f")" || fail "$f differs between mk-yaml and the pipe"; done
+# the plan records the plugin; mk-merge without it, or with another spec, refuses
+mk-fetch < plan.mks > inputs.mks
+expect_fail 1 "load it with --plugin" mk-merge -i inputs.mks -o x.mks
+expect_fail 1 "differs from the one mk-plan used" mk-merge --plugin variant/wa.so -i inputs.mks -o x.mks
+[ ! -e x.mks ] || fail "mk-merge left output after refusing"
+# unknown without the plugin at plan time, with a clear message
+expect_fail 1 "unknown merge method 'weighted_average'" mk-plan wa.yml
+# a file that is not a plugin
+echo 'int x;' > notplugin.c && "$cc" -fPIC -shared -o notplugin.so notplugin.c
+expect_fail 1 "not an mk plugin" mk-plan --plugin ./notplugin.so wa.yml
