@@ -57,6 +57,17 @@ int mk_manifest_encode(const struct mk_manifest *m, char **out, size_t *len,
 int mk_manifest_decode(const void *buf, size_t len, struct mk_manifest **out,
 		       struct mk_err *err);
 void mk_manifest_free(struct mk_manifest *m);
+struct mk_stream_reader;
+struct mk_frame;
+/* Read a stream up to its first critical frame, which must be a HEAD of
+ * kind `kind`, and decode it.  Ancillary frames before it are skipped.
+ * *f is the HEAD frame (valid until the next mk_sr_next).  `need` says
+ * what the reader wants, for the message on another kind (e.g. "mk-pack
+ * writes a 'tensors' stream (from mk-fetch --model or mk-merge)"). */
+int mk_sr_head(struct mk_stream_reader *r, const char *label, const char *kind,
+	       const char *need, struct mk_manifest **man, struct mk_frame *f,
+	       struct mk_err *err);
+
 /* Index of a tensor by name, or -1 (linear search; for tools). */
 long mk_manifest_find(const struct mk_manifest *m, const char *name);
 /* Total bytes of all tensors. */

@@ -43,6 +43,11 @@ int mk_model_resolve(const char *ref, char **dir, struct mk_err *err);
 int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err);
 void mk_model_free(struct mk_model *m);
 
+/* Open every shard for reading: *fds (malloc'ed, one per shard) owned by
+ * the caller, closed and freed with mk_model_close_fds. */
+int mk_model_open_fds(const struct mk_model *m, int **fds, struct mk_err *err);
+void mk_model_close_fds(const struct mk_model *m, int *fds);
+
 /* Find a tensor by name; borrowed pointer or NULL. */
 const struct mk_model_tensor *mk_model_find(const struct mk_model *m,
 					    const char *name);

@@ -28,7 +28,7 @@
 	X("passthrough", "Passthrough", NULL) \
 	X("model_stock", "Model Stock", "https://arxiv.org/abs/2403.19522") \
 	X("arcee_fusion", "Arcee Fusion", "https://arcee.ai") \
-	X("karcher", "Karcher Mean", "https://en.wikipedia.org/wiki/Karcher_mean") \
+	X("karcher", "Karcher Mean", "https://arxiv.org/abs/2603.04972") \
 	X("task_arithmetic", "Task Arithmetic", "https://arxiv.org/abs/2212.04089") \
 	X("ties", "TIES", "https://arxiv.org/abs/2306.01708") \
 	X("dare_ties", "DARE TIES", "https://arxiv.org/abs/2311.03099") \

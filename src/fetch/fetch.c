@@ -138,20 +138,9 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 	k = 0;
 	for (size_t i = 0; i < o->nmodels; i++) {
 		struct mk_model *m = models[i];
-		fds[i] = malloc((m->nshards ? m->nshards : 1) * sizeof(int));
-		if (!fds[i]) {
-			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		rc = mk_model_open_fds(m, &fds[i], err);
+		if (rc)
 			goto out;
-		}
-		for (size_t s = 0; s < m->nshards; s++)
-			fds[i][s] = -1;
-		for (size_t s = 0; s < m->nshards; s++) {
-			fds[i][s] = open(m->shards[s]->path, O_RDONLY | O_CLOEXEC);
-			if (fds[i][s] < 0) {
-				rc = mk_err_sys(err, errno, "%s", m->shards[s]->path);
-				goto out;
-			}
-		}
 		for (size_t t = 0; t < m->ntensors; t++) {
 			f.src[k].m = m;
 			f.src[k].mt = &m->tensors[t];
@@ -292,12 +281,8 @@ out:
 	free(f.src);
 	mk_manifest_free(man);
 	for (size_t i = 0; models && i < o->nmodels; i++) {
-		if (fds && fds[i] && models[i])
-			for (size_t s = 0; s < models[i]->nshards; s++)
-				if (fds[i][s] >= 0)
-					close(fds[i][s]);
-		if (fds)
-			free(fds[i]);
+		if (fds && models[i])
+			mk_model_close_fds(models[i], fds[i]);
 		mk_model_free(models[i]);
 	}
 	free(fds);

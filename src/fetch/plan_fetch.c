@@ -209,26 +209,9 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	rc = mk_sr_open(&r, in_fd, label, 0, err);
 	if (rc)
 		goto out;
-	do {
-		rc = mk_sr_next(r, &f, err);
-		if (rc == 0)
-			rc = mk_err_set(err, MK_EFORMAT, "%s: stream has no HEAD frame", label);
-		if (rc < 0)
-			goto out;
-	} while (!f.critical);
-	if (strcmp(f.type, MK_FT_HEAD)) {
-		rc = mk_err_set(err, MK_EFORMAT, "%s: frame #%llu: expected HEAD, got %s", label,
-				(unsigned long long)f.index, f.type);
-		goto out;
-	}
-	rc = mk_manifest_decode(f.payload, f.payload_len, &head, err);
+	rc = mk_sr_head(r, label, "plan", "mk-fetch reads a 'plan' (from mk-plan)", &head, &f, err);
 	if (rc)
 		goto out;
-	if (strcmp(head->kind, "plan")) {
-		rc = mk_err_set(err, MK_EFORMAT, "%s: this is a '%s' stream; mk-fetch reads a 'plan' (from mk-plan)",
-				label, head->kind);
-		goto out;
-	}
 	rc = mk_plan_models_decode(head, &pm, err);
 	if (rc)
 		goto out;
@@ -274,20 +257,9 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		goto out;
 	/* open shards once; place every job input */
 	for (size_t m = 0; m < pm->n; m++) {
-		fds[m] = malloc((models[m]->nshards + 1) * sizeof(int));
-		if (!fds[m]) {
-			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		rc = mk_model_open_fds(models[m], &fds[m], err);
+		if (rc)
 			goto out;
-		}
-		for (size_t s = 0; s < models[m]->nshards; s++)
-			fds[m][s] = -1;
-		for (size_t s = 0; s < models[m]->nshards; s++) {
-			fds[m][s] = open(models[m]->shards[s]->path, O_RDONLY | O_CLOEXEC);
-			if (fds[m][s] < 0) {
-				rc = mk_err_sys(err, errno, "%s", models[m]->shards[s]->path);
-				goto out;
-			}
-		}
 	}
 	p.src = calloc(p.njobs + 1, sizeof(*p.src));
 	if (!p.src) {
@@ -429,12 +401,8 @@ out:
 	free(p.src);
 	free(p.jobs);
 	for (size_t m = 0; pm && m < pm->n; m++) {
-		if (fds && fds[m] && models[m])
-			for (size_t s = 0; s < models[m]->nshards; s++)
-				if (fds[m][s] >= 0)
-					close(fds[m][s]);
-		if (fds)
-			free(fds[m]);
+		if (fds && models && models[m])
+			mk_model_close_fds(models[m], fds[m]);
 		if (models)
 			mk_model_free(models[m]);
 	}

@@ -550,3 +550,33 @@ const struct mk_model_tensor *mk_model_find(const struct mk_model *m,
 	}
 	return NULL;
 }
+
+int mk_model_open_fds(const struct mk_model *m, int **fds, struct mk_err *err)
+{
+	int *v = malloc((m->nshards + 1) * sizeof(*v));
+
+	*fds = NULL;
+	if (!v)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t s = 0; s < m->nshards; s++) {
+		v[s] = open(m->shards[s]->path, O_RDONLY | O_CLOEXEC);
+		if (v[s] < 0) {
+			int rc = mk_err_sys(err, errno, "%s", m->shards[s]->path);
+			while (s-- > 0)
+				close(v[s]);
+			free(v);
+			return rc;
+		}
+	}
+	*fds = v;
+	return 0;
+}
+
+void mk_model_close_fds(const struct mk_model *m, int *fds)
+{
+	if (!fds)
+		return;
+	for (size_t s = 0; s < m->nshards; s++)
+		close(fds[s]);
+	free(fds);
+}

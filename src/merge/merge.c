@@ -407,27 +407,9 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 	rc = mk_sr_open(&rd, in_fd, label, 0, err);
 	if (rc)
 		goto out;
-	do {
-		rc = mk_sr_next(rd, &f, err);
-		if (rc == 0)
-			rc = mk_err_set(err, MK_EFORMAT, "%s: stream has no HEAD frame", label);
-		if (rc < 0)
-			goto out;
-	} while (!f.critical);
-	if (strcmp(f.type, MK_FT_HEAD)) {
-		rc = mk_err_set(err, MK_EFORMAT, "%s: frame #%llu: expected HEAD, got %s", label,
-				(unsigned long long)f.index, f.type);
-		goto out;
-	}
-	rc = mk_manifest_decode(f.payload, f.payload_len, &man, err);
+	rc = mk_sr_head(rd, label, "inputs", "mk-merge reads an 'inputs' stream (mk-plan | mk-fetch)", &man, &f, err);
 	if (rc)
 		goto out;
-	if (strcmp(man->kind, "inputs")) {
-		rc = mk_err_set(err, MK_EFORMAT,
-				"%s: this is a '%s' stream; mk-merge reads an 'inputs' stream (mk-plan | mk-fetch)",
-				label, man->kind);
-		goto out;
-	}
 	/* methods from plugins: loaded here too, and the same spec */
 	{
 		json_t *pl = json_object_get(man->json, "plugins"), *v;

@@ -598,29 +598,10 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 	if (rc)
 		goto out;
 	/* the first critical frame must be HEAD */
-	do {
-		rc = mk_sr_next(r, &f, err);
-		if (rc == 0)
-			rc = mk_err_set(err, MK_EFORMAT, "%s: stream has no HEAD frame", label);
-		if (rc < 0)
-			goto out;
-	} while (!f.critical);
-	if (strcmp(f.type, MK_FT_HEAD)) {
-		rc = mk_err_set(err, MK_EFORMAT, "%s: frame #%llu: expected HEAD, got %s", label,
-				(unsigned long long)f.index, f.type);
+	rc = mk_sr_head(r, label, "tensors", "mk-pack writes a 'tensors' stream (from mk-fetch --model or mk-merge)",
+			&p.man, &f, err);
+	if (rc)
 		goto out;
-	}
-	rc = mk_manifest_decode(f.payload, f.payload_len, &p.man, err);
-	if (rc) {
-		mk_err_prefix(err, "%s: frame #%llu: ", label, (unsigned long long)f.index);
-		goto out;
-	}
-	if (strcmp(p.man->kind, "tensors")) {
-		rc = mk_err_set(err, MK_EFORMAT,
-				"%s: this is a '%s' stream; mk-pack writes a 'tensors' stream (from mk-fetch --model or mk-merge)",
-				label, p.man->kind);
-		goto out;
-	}
 	{
 		uint8_t hh[32];
 		char hex[65], line[160];

@@ -3,6 +3,7 @@
 #include <string.h>
 #include <jansson.h>
 #include "mk/manifest.h"
+#include "mk/stream.h"
 
 struct mk_manifest *mk_manifest_new(const char *kind, const char *producer)
 {
@@ -268,4 +269,31 @@ uint64_t mk_manifest_total_bytes(const struct mk_manifest *m)
 	for (size_t i = 0; i < m->ntensors; i++)
 		s += m->tensors[i].nbytes;
 	return s;
+}
+
+int mk_sr_head(struct mk_stream_reader *r, const char *label, const char *kind, const char *need,
+	       struct mk_manifest **man, struct mk_frame *f, struct mk_err *err)
+{
+	int rc;
+
+	*man = NULL;
+	do {
+		rc = mk_sr_next(r, f, err);
+		if (rc == 0)
+			return mk_err_set(err, MK_EFORMAT, "%s: stream has no HEAD frame", label);
+		if (rc < 0)
+			return rc;
+	} while (!f->critical);
+	if (strcmp(f->type, MK_FT_HEAD))
+		return mk_err_set(err, MK_EFORMAT, "%s: frame #%llu: expected HEAD, got %s", label,
+				  (unsigned long long)f->index, f->type);
+	rc = mk_manifest_decode(f->payload, f->payload_len, man, err);
+	if (rc)
+		return mk_err_prefix(err, "%s: frame #%llu: ", label, (unsigned long long)f->index);
+	if (strcmp((*man)->kind, kind)) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: this is a '%s' stream; %s", label, (*man)->kind, need);
+		mk_manifest_free(*man);
+		*man = NULL;
+	}
+	return rc;
 }
