@@ -1,0 +1,880 @@
+/* test_methods_geom.c - the geometric methods: nuslerp, multislerp,
+ * karcher, model_stock (methods.md 2.4, 2.5, 2.6, 2.8).
+ *
+ * Reference values are methods.md Appendix A (mergekit's own kernels,
+ * float32).  Metric: max |mk - ref| <= tol * max(1, max |ref|), tol 1e-6
+ * for nuslerp and model_stock, 1e-5 for multislerp and karcher (their
+ * float32 iterations / tangent step add rounding noise in mergekit).
+ * Then: bit-identical output for chunks of 1, 7, one row and the whole
+ * tensor in every vector layout; parameter and contract errors; output
+ * rules (dtype, shape, passes, single-input copies); degenerate inputs
+ * (antipodal, zero, identical, singular) against the decided behaviour.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mk/method.h"
+
+/* method.c references the methods weakly, which does not pull their
+ * objects out of libmk.a; strong undefined references do. */
+__asm__(".globl mk_method_nuslerp\n.globl mk_method_multislerp\n.globl mk_method_karcher\n"
+	".globl mk_method_model_stock");
+
+/* ------------------------------------------------------------ fixtures */
+
+static const float W0[12] = { 0.5f, -0.25f, 1.0f, 0.125f, -0.75f, 0.375f, 0.0f, 2.0f,
+			      1.5f, -1.25f, 0.625f, -0.5f };
+static const float D1[12] = { 6, -13, 3, 19, -10, 16, -4, 0, 26, -7, 12, -22 };
+static const float D2[12] = { -5, -9, 8, 14, 11, -2, -15, 1, 20, 17, -3, -25 };
+static const float D3[12] = { 7, 4, -12, 23, -18, 9, 5, -1, -24, -6, 13, 2 };
+static float M1[12], M2[12], M3[12], WP[12], WM[12];
+
+static int setup_inputs(void **st)
+{
+	for (int i = 0; i < 12; i++) {
+		M1[i] = W0[i] + D1[i] / 64.0f;
+		M2[i] = W0[i] + D2[i] / 64.0f;
+		M3[i] = W0[i] + D3[i] / 64.0f;
+		WP[i] = W0[i] + D1[i] / 64.0f;
+		WM[i] = W0[i] - D1[i] / 64.0f;
+	}
+	return 0;
+}
+
+#define MAXIN 6
+#define MAXP 8
+
+struct tj {
+	const struct mk_method *m;
+	struct mk_tensor_desc in[MAXIN];
+	struct mk_pval g[MAXP];
+	struct mk_pval pin[MAXIN * MAXP];
+	const char *labels[MAXIN];
+	struct mk_job_desc d;
+};
+
+static struct mk_tensor_desc td(enum mk_dtype dt, unsigned ndim, uint64_t a, uint64_t b)
+{
+	struct mk_tensor_desc t = { .dtype = dt, .ndim = ndim };
+	t.shape[0] = a;
+	t.shape[1] = b;
+	return t;
+}
+
+static void tj_init(struct tj *t, const char *method, size_t n, int base)
+{
+	static const char *names[MAXIN] = { "model-a", "model-b", "model-c", "model-d", "model-e",
+					    "model-f" };
+
+	memset(t, 0, sizeof(*t));
+	t->m = mk_method_find(method);
+	assert_non_null(t->m);
+	assert_true(t->m->nparams <= MAXP);
+	for (size_t i = 0; i < n; i++) {
+		t->in[i] = td(MK_DT_F32, 2, 3, 4);
+		t->labels[i] = names[i];
+	}
+	t->d.tensor = "model.layers.0.mlp.down_proj.weight";
+	t->d.ninputs = n;
+	t->d.base = base;
+	t->d.in = t->in;
+	t->d.labels = t->labels;
+	t->d.global = t->g;
+	t->d.input = t->pin;
+}
+
+static void set_g(struct tj *t, const char *name, struct mk_pval v)
+{
+	int p = mk_method_param_index(t->m, name);
+	assert_true(p >= 0);
+	t->g[p] = v;
+}
+
+static void set_in(struct tj *t, size_t i, const char *name, struct mk_pval v)
+{
+	int p = mk_method_param_index(t->m, name);
+	assert_true(p >= 0);
+	t->pin[i * t->m->nparams + (size_t)p] = v;
+}
+
+/* Run a whole job with chunks of `chunk` elements (0: one chunk).
+ * Returns 0, or the rc of the first failing init/accumulate/finish (err
+ * filled). */
+static int run_job_err(struct tj *t, enum mk_dtype out_dtype, const void *const *views,
+		       uint64_t chunk, void *out, struct mk_job *keep, struct mk_err *err)
+{
+	struct mk_job job;
+	size_t esz;
+	int rc;
+
+	mk_err_clear(err);
+	rc = mk_job_init(&job, t->m, &t->d, out_dtype, err);
+	if (rc)
+		return rc;
+	esz = job.compute == MK_DT_F64 ? 8 : 4;
+	if (!chunk)
+		chunk = job.nelem ? job.nelem : 1;
+	for (unsigned pass = 0; pass < job.npasses; pass++) {
+		for (uint64_t e = 0; e < job.nelem; e += chunk) {
+			const void *ptr[MAXIN];
+			struct mk_job_chunk c = { .elem_begin = e, .in = ptr };
+			c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
+			for (size_t i = 0; i < t->d.ninputs; i++)
+				ptr[i] = job.used[i] ? (const char *)views[i] + e * esz : NULL;
+			/* a vector's statistics are complete (and judged) when
+			 * its last element arrives: errors may come from here */
+			rc = mk_job_accumulate(&job, pass, &c, err);
+			if (rc) {
+				mk_job_release(&job);
+				return rc;
+			}
+		}
+		rc = mk_job_finish(&job, pass, err);
+		if (rc) {
+			mk_job_release(&job);
+			return rc;
+		}
+	}
+	for (uint64_t e = 0; e < job.nelem; e += chunk) {
+		const void *ptr[MAXIN];
+		struct mk_job_chunk c = { .elem_begin = e, .in = ptr };
+		c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
+		for (size_t i = 0; i < t->d.ninputs; i++)
+			ptr[i] = job.used[i] ? (const char *)views[i] + e * esz : NULL;
+		rc = mk_job_apply(&job, &c, (char *)out + e * esz, err);
+		assert_int_equal(rc, 0);
+	}
+	if (keep)
+		*keep = job;
+	else
+		mk_job_release(&job);
+	return 0;
+}
+
+static void run_job(struct tj *t, const void *const *views, uint64_t chunk, void *out)
+{
+	struct mk_err err;
+	int rc = run_job_err(t, MK_DT_COUNT, views, chunk, out, NULL, &err);
+	if (rc)
+		fail_msg("job failed: %s", err.msg);
+}
+
+static void assert_close_tol(const float *got, const float *ref, size_t n, double tol)
+{
+	double maxref = 1.0, maxdiff = 0.0;
+
+	for (size_t i = 0; i < n; i++)
+		if (fabs(ref[i]) > maxref)
+			maxref = fabs(ref[i]);
+	for (size_t i = 0; i < n; i++) {
+		double dd = fabs((double)got[i] - (double)ref[i]);
+		if (!(dd <= maxdiff))
+			maxdiff = dd;
+		if (!(dd <= tol * maxref))
+			fail_msg("element %zu: got %.9g, reference %.9g (diff %.3g)", i, got[i], ref[i], dd);
+	}
+	if (getenv("MK_TEST_VERBOSE"))
+		print_message("max |mk - ref| = %.3g (bound %.3g)\n", maxdiff, tol * maxref);
+}
+
+static void expect_plan_error(struct tj *t, int code, const char *needle1, const char *needle2)
+{
+	struct mk_plan_out po;
+	struct mk_err err;
+
+	mk_err_clear(&err);
+	assert_int_equal(mk_method_plan(t->m, &t->d, &po, NULL, NULL, NULL, &err), -code);
+	if (!strstr(err.msg, needle1) || (needle2 && !strstr(err.msg, needle2)))
+		fail_msg("message '%s' lacks '%s' / '%s'", err.msg, needle1, needle2 ? needle2 : "");
+}
+
+/* ------------------------------------------------------------- nuslerp */
+
+/* models [M1 w0.4, M2 w0.6], optional base W0 (first input) */
+static void nuslerp_case(bool base, bool row_wise, bool flatten, const float *ref)
+{
+	struct tj t;
+	float out[12];
+	size_t o = base ? 1 : 0;
+	const void *v[3];
+
+	tj_init(&t, "nuslerp", base ? 3 : 2, base ? 0 : -1);
+	if (base)
+		v[0] = W0;
+	v[o] = M1;
+	v[o + 1] = M2;
+	set_in(&t, o, "weight", mk_pval_float(0.4));
+	set_in(&t, o + 1, "weight", mk_pval_float(0.6));
+	set_g(&t, "nuslerp_row_wise", mk_pval_bool(row_wise));
+	set_g(&t, "nuslerp_flatten", mk_pval_bool(flatten));
+	run_job(&t, v, 0, out);
+	assert_close_tol(out, ref, 12, 1e-6);
+}
+
+static void test_nuslerp_appendix(void **st)
+{
+	static const float r1[12] = { 0.49238917f, -0.4171f, 1.0975747f, 0.37633595f,
+				      -0.71194446f, 0.4579191f, -0.16616663f, 2.0164316f,
+				      1.8565222f, -1.1384487f, 0.6742907f, -0.87492746f };
+	static const float r2[12] = { 0.492118f, -0.4168733f, 1.0969869f, 0.37613058f,
+				      -0.71291035f, 0.45854655f, -0.16637024f, 2.0190845f,
+				      1.8543309f, -1.1370801f, 0.6734791f, -0.8739019f };
+	static const float r3[12] = { 0.49184915f, -0.41624212f, 1.1006256f, 0.37507576f,
+				      -0.711158f, 0.4569483f, -0.16659863f, 2.0097752f,
+				      1.8545259f, -1.1360793f, 0.67621773f, -0.87204814f };
+	static const float r4[12] = { 0.49094388f, -0.4372706f, 1.1050031f, 0.4075299f,
+				      -0.707089f, 0.46907446f, -0.18520752f, 2.0104315f,
+				      1.8954043f, -1.122949f, 0.6799085f, -0.91882765f };
+	static const float r5[12] = { 0.49072778f, -0.4234112f, 1.0978056f, 0.3867025f,
+				      -0.7001421f, 0.51594335f, -0.25453702f, 2.0141485f,
+				      1.8807167f, -1.1266193f, 0.67729574f, -0.9036485f };
+	static const float r6[12] = { 0.4909318f, -0.49308008f, 1.117715f, 0.3762904f,
+				      -0.7071611f, 0.5026828f, -0.20730549f, 2.009417f,
+				      1.8939103f, -1.0943956f, 0.68917006f, -0.87373936f };
+
+	nuslerp_case(false, false, true, r1);
+	nuslerp_case(false, false, false, r2);
+	nuslerp_case(false, true, false, r3);
+	nuslerp_case(true, false, true, r4);
+	nuslerp_case(true, false, false, r5);
+	nuslerp_case(true, true, false, r6);
+	/* flatten wins over row_wise */
+	nuslerp_case(false, true, true, r1);
+}
+
+static void test_nuslerp_zero_weight_sum(void **st)
+{
+	static const float ref[12] = { 0.5081857f, -0.43008485f, 1.0900425f, 0.39512727f,
+				       -0.737434f, 0.5509232f, -0.23875296f, 2.0125659f,
+				       1.8916559f, -1.1648574f, 0.7016283f, -0.90017027f };
+	struct tj t;
+	float out[12];
+	const void *v[3] = { W0, M1, M2 };
+
+	tj_init(&t, "nuslerp", 3, 0);
+	set_in(&t, 1, "weight", mk_pval_float(-0.5));
+	set_in(&t, 2, "weight", mk_pval_float(0.5));
+	set_g(&t, "nuslerp_flatten", mk_pval_bool(false));
+	run_job(&t, v, 0, out);
+	assert_close_tol(out, ref, 12, 1e-6);
+}
+
+static void test_nuslerp_degenerate(void **st)
+{
+	struct tj t;
+	float out[12], zero[12] = { 0 }, twice[12], neg[12];
+	const void *v[3];
+
+	/* anti-parallel (no base): the lerp path, finite (mergekit 0.1.4 exploded) */
+	for (int i = 0; i < 12; i++) {
+		neg[i] = -W0[i];
+		twice[i] = 2 * W0[i];
+	}
+	tj_init(&t, "nuslerp", 2, -1);
+	set_in(&t, 0, "weight", mk_pval_float(0.7));
+	set_in(&t, 1, "weight", mk_pval_float(0.3));
+	v[0] = W0;
+	v[1] = neg;
+	run_job(&t, v, 0, out);
+	for (int i = 0; i < 12; i++)
+		assert_float_equal(out[i], 0.7f * W0[i] + 0.3f * neg[i], 1e-6);
+	/* parallel: lerp too */
+	v[1] = twice;
+	run_job(&t, v, 0, out);
+	for (int i = 0; i < 12; i++)
+		assert_float_equal(out[i], 0.7f * W0[i] + 0.3f * twice[i], 1e-6);
+	/* base with M1 == base: v0 = 0 -> c = 0, theta = pi/2, the ordinary formula */
+	tj_init(&t, "nuslerp", 3, 0);
+	set_in(&t, 1, "weight", mk_pval_float(0.5));
+	set_in(&t, 2, "weight", mk_pval_float(0.5));
+	v[0] = W0;
+	v[1] = W0;
+	v[2] = M2;
+	run_job(&t, v, 0, out);
+	for (int i = 0; i < 12; i++) {
+		float d = M2[i] - W0[i];
+		float r = (float)sin(M_PI / 4) * d;
+		assert_float_equal(out[i], W0[i] + r, 1e-6);
+	}
+	/* both zero: zeros */
+	tj_init(&t, "nuslerp", 2, -1);
+	set_in(&t, 0, "weight", mk_pval_float(0.5));
+	set_in(&t, 1, "weight", mk_pval_float(0.5));
+	v[0] = zero;
+	v[1] = zero;
+	run_job(&t, v, 0, out);
+	for (int i = 0; i < 12; i++)
+		assert_true(out[i] == 0.0f);
+}
+
+static void test_nuslerp_rules(void **st)
+{
+	struct tj t;
+	struct mk_plan_out po;
+	struct mk_err err;
+	struct mk_job job;
+	bool used[3];
+	float out[12];
+	const void *v[1] = { M1 };
+
+	/* a missing weight names the model */
+	tj_init(&t, "nuslerp", 2, -1);
+	set_in(&t, 0, "weight", mk_pval_float(0.5));
+	expect_plan_error(&t, MK_EINVAL, "'weight' is required", "model-b");
+	/* the base needs no weight */
+	tj_init(&t, "nuslerp", 3, 0);
+	set_in(&t, 1, "weight", mk_pval_float(0.5));
+	set_in(&t, 2, "weight", mk_pval_float(0.5));
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, used, &err), 0);
+	assert_int_equal(po.npasses, 1);
+	assert_int_equal(po.out.dtype, MK_DT_F32);
+	assert_int_equal(po.compute, MK_DT_F32);
+	/* the base as one of the two models: base + 1 model */
+	tj_init(&t, "nuslerp", 2, 0);
+	set_in(&t, 1, "weight", mk_pval_float(0.5));
+	expect_plan_error(&t, MK_EINVAL, "exactly two models besides the base", "cannot be one of them");
+	/* three models without a base */
+	tj_init(&t, "nuslerp", 3, -1);
+	for (int i = 0; i < 3; i++)
+		set_in(&t, (size_t)i, "weight", mk_pval_float(0.5));
+	expect_plan_error(&t, MK_EINVAL, "non-base inputs", NULL);
+	/* one input: returned as is, no pass */
+	tj_init(&t, "nuslerp", 1, -1);
+	set_in(&t, 0, "weight", mk_pval_float(0.5));
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_int_equal(job.npasses, 0);
+	assert_int_equal(job.copy_input, 0);
+	assert_true(job.byte_copy);
+	mk_job_release(&job);
+	run_job(&t, v, 0, out);
+	assert_memory_equal(out, M1, sizeof(out));
+	/* bf16 inputs: bf16 output, float32 compute; float64: float64 */
+	tj_init(&t, "nuslerp", 2, -1);
+	set_in(&t, 0, "weight", mk_pval_float(0.5));
+	set_in(&t, 1, "weight", mk_pval_float(0.5));
+	t.in[0].dtype = t.in[1].dtype = MK_DT_BF16;
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+	assert_int_equal(po.out.dtype, MK_DT_BF16);
+	assert_int_equal(po.compute, MK_DT_F32);
+	t.in[0].dtype = t.in[1].dtype = MK_DT_F64;
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+	assert_int_equal(po.out.dtype, MK_DT_F64);
+	assert_int_equal(po.compute, MK_DT_F64);
+	t.in[0].dtype = MK_DT_I64;
+	expect_plan_error(&t, MK_EUNSUPPORTED, "only float tensors", NULL);
+	/* embeddings: the common top-left block (base included) */
+	tj_init(&t, "nuslerp", 3, 0);
+	set_in(&t, 1, "weight", mk_pval_float(0.5));
+	set_in(&t, 2, "weight", mk_pval_float(0.5));
+	t.in[0] = td(MK_DT_F32, 2, 5, 4);
+	t.in[1] = td(MK_DT_F32, 2, 3, 6);
+	t.in[2] = td(MK_DT_F32, 2, 4, 4);
+	t.d.is_embed = true;
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+	assert_int_equal(po.out.ndim, 2);
+	assert_int_equal(po.out.shape[0], 3);
+	assert_int_equal(po.out.shape[1], 4);
+	t.d.is_embed = false;
+	expect_plan_error(&t, MK_EMISMATCH, "size mismatch", NULL);
+}
+
+/* ---------------------------------------------------------- multislerp */
+
+static void test_multislerp_appendix(void **st)
+{
+	static const float r_nobase[12] = { 0.55044657f, -0.3806047f, 1.0324671f, 0.41619843f,
+					    -0.84175986f, 0.5203055f, -0.08623445f, 2.0255563f,
+					    1.7281054f, -1.2547377f, 0.75223535f, -0.7861889f };
+	static const float r_base[12] = { 0.5612899f, -0.42801383f, 1.0302562f, 0.52192116f,
+					  -0.86314183f, 0.5701226f, -0.119247f, 2.0021272f,
+					  1.7966541f, -1.2371534f, 0.78973925f, -0.8881103f };
+	static const float r_nonorm[12] = { 0.6143444f, -0.8576392f, 1.2477038f, 1.0284421f,
+					    -0.89218503f, 0.88557154f, -0.40890372f, 2.0181458f,
+					    2.7515697f, -1.180773f, 0.9807099f, -1.7055833f };
+	static const double w3[3] = { 0.5, 0.3, 0.2 };
+	struct tj t;
+	float out[12];
+
+	{
+		const void *v[3] = { M1, M2, M3 };
+		tj_init(&t, "multislerp", 3, -1);
+		for (size_t i = 0; i < 3; i++)
+			set_in(&t, i, "weight", mk_pval_float(w3[i]));
+		run_job(&t, v, 0, out);
+		assert_close_tol(out, r_nobase, 12, 1e-5);
+	}
+	{
+		const void *v[4] = { W0, M1, M2, M3 };
+		tj_init(&t, "multislerp", 4, 0);
+		for (size_t i = 0; i < 3; i++)
+			set_in(&t, i + 1, "weight", mk_pval_float(w3[i]));
+		run_job(&t, v, 0, out);
+		assert_close_tol(out, r_base, 12, 1e-5);
+	}
+	{
+		const void *v[3] = { W0, M1, M2 };
+		tj_init(&t, "multislerp", 3, 0);
+		set_in(&t, 1, "weight", mk_pval_float(2));
+		set_in(&t, 2, "weight", mk_pval_float(1));
+		set_g(&t, "normalize_weights", mk_pval_bool(false));
+		run_job(&t, v, 0, out);
+		assert_close_tol(out, r_nonorm, 12, 1e-5);
+	}
+}
+
+static void test_multislerp_zero_mean(void **st)
+{
+	struct tj t;
+	float out[12];
+	struct mk_err err;
+
+	/* two antipodal models with equal weights: the linear fallback (== W0) */
+	{
+		const void *v[3] = { W0, WP, WM };
+		tj_init(&t, "multislerp", 3, 0);
+		set_in(&t, 1, "weight", mk_pval_float(0.5));
+		set_in(&t, 2, "weight", mk_pval_float(0.5));
+		run_job(&t, v, 0, out);
+		assert_close_tol(out, W0, 12, 1e-6);
+	}
+	/* three models whose weighted directions cancel: a clear error */
+	{
+		const void *v[4] = { W0, WP, WM, WP };
+		tj_init(&t, "multislerp", 4, 0);
+		set_in(&t, 1, "weight", mk_pval_float(0.25));
+		set_in(&t, 2, "weight", mk_pval_float(0.5));
+		set_in(&t, 3, "weight", mk_pval_float(0.25));
+		assert_int_equal(run_job_err(&t, MK_DT_COUNT, v, 0, out, NULL, &err), -MK_EINVAL);
+		assert_non_null(strstr(err.msg, "weighted mean of the 3 models' directions is zero"));
+		assert_non_null(strstr(err.msg, "model.layers.0.mlp.down_proj.weight"));
+	}
+	/* three models equal to the base: the base (mergekit raises) */
+	{
+		const void *v[4] = { W0, W0, W0, W0 };
+		tj_init(&t, "multislerp", 4, 0);
+		for (size_t i = 1; i < 4; i++)
+			set_in(&t, i, "weight", mk_pval_float(1));
+		run_job(&t, v, 0, out);
+		assert_memory_equal(out, W0, sizeof(out));
+	}
+}
+
+static void test_multislerp_closed_form(void **st)
+{
+	/* out = (sum w_i u_i / |sum w_i u_i|) * sum w_i |x_i| + base */
+	enum { N = 300 };
+	static float b[N], x[3][N], out[N], ref[N];
+	static const double w[3] = { 0.2, 0.5, 0.3 };
+	double m[N] = { 0 }, mn = 0.0, sc = 0.0;
+	struct tj t;
+	const void *v[4] = { b, x[0], x[1], x[2] };
+
+	for (int e = 0; e < N; e++) {
+		b[e] = (float)sin(e * 0.37);
+		for (int i = 0; i < 3; i++)
+			x[i][e] = b[e] + (float)(0.01 * cos(e * (0.11 + 0.07 * i) + i));
+	}
+	for (int i = 0; i < 3; i++) {
+		double nn = 0.0;
+		for (int e = 0; e < N; e++) {
+			double d = (double)(x[i][e] - b[e]);
+			nn += d * d;
+		}
+		nn = sqrt(nn);
+		sc += w[i] * nn;
+		for (int e = 0; e < N; e++)
+			m[e] += w[i] * (double)(x[i][e] - b[e]) / nn;
+	}
+	for (int e = 0; e < N; e++)
+		mn += m[e] * m[e];
+	mn = sqrt(mn);
+	for (int e = 0; e < N; e++)
+		ref[e] = (float)((double)b[e] + m[e] / mn * sc);
+	tj_init(&t, "multislerp", 4, 0);
+	for (int i = 0; i < 4; i++)
+		t.in[i] = td(MK_DT_F32, 1, N, 0);
+	for (size_t i = 0; i < 3; i++)
+		set_in(&t, i + 1, "weight", mk_pval_float(w[i]));
+	run_job(&t, v, 0, out);
+	assert_close_tol(out, ref, N, 1e-6);
+}
+
+static void test_multislerp_rules(void **st)
+{
+	struct tj t;
+	struct mk_plan_out po;
+	struct mk_err err;
+	bool used[3];
+	float out[12];
+	const void *v[2] = { W0, M1 };
+
+	tj_init(&t, "multislerp", 3, 0);
+	set_in(&t, 1, "weight", mk_pval_float(0.5));
+	expect_plan_error(&t, MK_EINVAL, "'weight' is required", "model-c");
+	set_in(&t, 2, "weight", mk_pval_float(-0.5));
+	expect_plan_error(&t, MK_EINVAL, "weights sum to 0", "normalize_weights");
+	set_g(&t, "normalize_weights", mk_pval_bool(false));
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+	assert_int_equal(po.npasses, 1);
+	set_g(&t, "eps", mk_pval_float(0));
+	expect_plan_error(&t, MK_EINVAL, "'eps'", "must be > 0");
+	set_g(&t, "eps", mk_pval_float(1e-6));
+	/* different shapes are an error, even for embeddings */
+	t.in[2] = td(MK_DT_F32, 2, 4, 4);
+	t.d.is_embed = true;
+	expect_plan_error(&t, MK_EMISMATCH, "size mismatch", NULL);
+	/* the base alone: no model to merge */
+	tj_init(&t, "multislerp", 1, 0);
+	expect_plan_error(&t, MK_EINVAL, "at least one model besides the base", NULL);
+	/* one model besides the base: that model's tensor, base unread */
+	tj_init(&t, "multislerp", 2, 0);
+	set_in(&t, 1, "weight", mk_pval_float(0.3));
+	t.in[0] = td(MK_DT_F32, 2, 9, 9);   /* not read: its shape does not matter */
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, used, &err), 0);
+	assert_false(used[0]);
+	assert_true(used[1]);
+	assert_int_equal(po.npasses, 0);
+	run_job(&t, v, 0, out);
+	assert_memory_equal(out, M1, sizeof(out));
+	/* bf16 in, bf16 out */
+	tj_init(&t, "multislerp", 3, -1);
+	for (int i = 0; i < 3; i++) {
+		t.in[i].dtype = MK_DT_BF16;
+		set_in(&t, (size_t)i, "weight", mk_pval_float(1));
+	}
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+	assert_int_equal(po.out.dtype, MK_DT_BF16);
+	assert_int_equal(po.compute, MK_DT_F32);
+}
+
+/* ------------------------------------------------------------- karcher */
+
+static void test_karcher_appendix(void **st)
+{
+	static const float r1[12] = { 0.5070628f, -0.3631531f, 1.0659432f, 0.29272795f,
+				      -0.74687505f, 0.4454547f, -0.09905012f, 2.0231202f,
+				      1.7458279f, -1.2049066f, 0.67294073f, -0.74402833f };
+	static const float r2[12] = { 0.54956096f, -0.34285647f, 1.0050076f, 0.4240634f,
+				      -0.852748f, 0.49879104f, -0.071583845f, 2.0300498f,
+				      1.6214585f, -1.2460109f, 0.7502372f, -0.7374151f };
+	struct tj t;
+	float out[12];
+
+	{
+		/* the base is an ordinary input, averaged with the others */
+		const void *v[3] = { M1, M2, W0 };
+		tj_init(&t, "karcher", 3, 2);
+		run_job(&t, v, 0, out);
+		assert_close_tol(out, r1, 12, 1e-5);
+	}
+	{
+		const void *v[3] = { M1, M2, M3 };
+		tj_init(&t, "karcher", 3, -1);
+		set_g(&t, "max_iter", mk_pval_int(5));
+		run_job(&t, v, 0, out);
+		assert_close_tol(out, r2, 12, 1e-5);
+	}
+}
+
+static void test_karcher_properties(void **st)
+{
+	struct tj t;
+	float out[12], zero[12] = { 0 }, twice[12], ref[12];
+	struct mk_job job;
+	struct mk_err err;
+
+	/* all zero: zeros */
+	{
+		const void *v[2] = { zero, zero };
+		tj_init(&t, "karcher", 2, -1);
+		run_job(&t, v, 0, out);
+		for (int i = 0; i < 12; i++)
+			assert_true(out[i] == 0.0f);
+	}
+	/* parallel inputs: the common direction times the mean norm (1.5 W0);
+	 * a zero input counts in the mean norm but not in the direction */
+	for (int i = 0; i < 12; i++) {
+		twice[i] = 2 * W0[i];
+		ref[i] = 1.5f * W0[i];
+	}
+	{
+		const void *v[2] = { W0, twice };
+		tj_init(&t, "karcher", 2, -1);
+		run_job(&t, v, 0, out);
+		assert_close_tol(out, ref, 12, 1e-6);
+	}
+	{
+		const void *v[3] = { W0, twice, zero };
+		tj_init(&t, "karcher", 3, -1);
+		run_job(&t, v, 0, out);
+		for (int i = 0; i < 12; i++)
+			ref[i] = W0[i];
+		assert_close_tol(out, ref, 12, 1e-6);
+	}
+	/* max_iter = 0: the normalized mean of the unit vectors */
+	{
+		const void *v[3] = { M1, M2, M3 };
+		tj_init(&t, "karcher", 3, -1);
+		set_g(&t, "max_iter", mk_pval_int(0));
+		run_job(&t, v, 0, out);
+	}
+	/* parameters */
+	tj_init(&t, "karcher", 2, -1);
+	set_g(&t, "max_iter", mk_pval_int(-1));
+	expect_plan_error(&t, MK_EINVAL, "'max_iter'", "must be >= 0");
+	set_g(&t, "max_iter", mk_pval_float(2.5));
+	expect_plan_error(&t, MK_EINVAL, "'max_iter'", "integer");
+	set_g(&t, "max_iter", mk_pval_float(3));
+	set_g(&t, "tol", mk_pval_float(-1e-3));
+	expect_plan_error(&t, MK_EINVAL, "'tol'", "must be >= 0");
+	/* one input: copied */
+	tj_init(&t, "karcher", 1, 0);
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_int_equal(job.npasses, 0);
+	assert_int_equal(job.copy_input, 0);
+	mk_job_release(&job);
+	/* embeddings of different vocabulary sizes: the common block */
+	tj_init(&t, "karcher", 2, -1);
+	t.in[0] = td(MK_DT_F32, 2, 6, 4);
+	t.d.is_embed = true;
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_int_equal(job.out.shape[0], 3);
+	assert_int_equal(job.npasses, 1);
+	mk_job_release(&job);
+	t.d.is_embed = false;
+	expect_plan_error(&t, MK_EMISMATCH, "size mismatch", NULL);
+	/* float64 in: float64 compute */
+	tj_init(&t, "karcher", 2, -1);
+	t.in[0].dtype = t.in[1].dtype = MK_DT_F64;
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_int_equal(job.compute, MK_DT_F64);
+	assert_int_equal(job.out.dtype, MK_DT_F64);
+	mk_job_release(&job);
+}
+
+/* --------------------------------------------------------- model_stock */
+
+static void test_model_stock_appendix(void **st)
+{
+	static const float r1[12] = { 0.5092342f, -0.27077693f, 0.9988457f, 0.18963929f,
+				      -0.7696227f, 0.4015483f, -0.016159821f, 2.0f,
+				      1.5253941f, -1.2453828f, 0.65039396f, -0.5519423f };
+	static const float r2[12] = { 0.53338754f, -0.32512188f, 0.9958266f, 0.3587124f,
+				      -0.7273601f, 0.34436965f, 0.018644549f, 2.0f,
+				      1.4307983f, -1.2625821f, 0.5557982f, -0.35845083f };
+	static const float r3[12] = { 0.50560004f, -0.37320048f, 1.0616002f, 0.30980074f,
+				      -0.74439996f, 0.4534003f, -0.10640043f, 2.0056f,
+				      1.757601f, -1.1939998f, 0.6754002f, -0.7632011f };
+	struct tj t;
+	float out[12];
+	const void *v[4] = { W0, M1, M2, M3 };
+
+	tj_init(&t, "model_stock", 4, 0);
+	run_job(&t, v, 0, out);
+	assert_close_tol(out, r1, 12, 1e-6);
+	set_g(&t, "filter_wise", mk_pval_bool(true));
+	run_job(&t, v, 0, out);
+	assert_close_tol(out, r2, 12, 1e-6);
+	tj_init(&t, "model_stock", 3, 0);
+	run_job(&t, v, 0, out);
+	assert_close_tol(out, r3, 12, 1e-6);
+}
+
+static void test_model_stock_rules(void **st)
+{
+	struct tj t;
+	struct mk_plan_out po;
+	struct mk_err err;
+	struct mk_job job;
+	float out[12];
+
+	/* identical models: t = 0, the base */
+	{
+		const void *v[3] = { W0, M1, M1 };
+		float ref[12];
+		tj_init(&t, "model_stock", 3, 0);
+		run_job(&t, v, 0, out);   /* cos = 1: t = 2/2 = 1 -> the average M1 */
+		assert_close_tol(out, M1, 12, 1e-6);
+		v[1] = W0;
+		v[2] = W0;
+		run_job(&t, v, 0, out);
+		assert_memory_equal(out, W0, sizeof(out));
+		/* opposite offsets, N = 2: c = -1, 1 + c = 0: singular, the base */
+		v[1] = WP;
+		v[2] = WM;
+		run_job(&t, v, 0, out);
+		for (int i = 0; i < 12; i++)
+			ref[i] = W0[i];
+		assert_close_tol(out, ref, 12, 0);
+	}
+	/* no base */
+	tj_init(&t, "model_stock", 3, -1);
+	expect_plan_error(&t, MK_EINVAL, "needs a base model", NULL);
+	/* base + 1 */
+	tj_init(&t, "model_stock", 2, 0);
+	expect_plan_error(&t, MK_EINVAL, "at least 2 other models", NULL);
+	/* base alone: the base */
+	tj_init(&t, "model_stock", 1, 0);
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_int_equal(job.npasses, 0);
+	assert_int_equal(job.copy_input, 0);
+	mk_job_release(&job);
+	/* embeddings: the common block; otherwise a mismatch */
+	tj_init(&t, "model_stock", 3, 0);
+	t.in[1] = td(MK_DT_F32, 2, 7, 4);
+	t.d.is_embed = true;
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+	assert_int_equal(po.out.shape[0], 3);
+	t.d.is_embed = false;
+	expect_plan_error(&t, MK_EMISMATCH, "size mismatch", NULL);
+	/* bf16 */
+	tj_init(&t, "model_stock", 3, 0);
+	for (int i = 0; i < 3; i++)
+		t.in[i].dtype = MK_DT_BF16;
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+	assert_int_equal(po.out.dtype, MK_DT_BF16);
+	assert_int_equal(po.compute, MK_DT_F32);
+	assert_int_equal(po.npasses, 1);
+}
+
+/* ---------------------------------------------------- chunk independence */
+
+#define CR 97
+#define CC 131
+#define CN (CR * CC)   /* 12707 elements: > 3 summation blocks */
+
+static float cbuf[5][CN];
+
+static void fill_chunk_inputs(void)
+{
+	uint64_t x = 0x9E3779B97F4A7C15ull;
+	for (int i = 0; i < 5; i++)
+		for (int e = 0; e < CN; e++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			float r = (float)((double)(x >> 11) / 9007199254740992.0 - 0.5);
+			cbuf[i][e] = i == 0 ? r : cbuf[0][e] + 0.05f * r;
+		}
+}
+
+/* Output of t for chunks of 1, 7, one row, the whole tensor: identical. */
+static void check_chunks(struct tj *t)
+{
+	static float ref[CN], out[CN];
+	static const uint64_t chunks[] = { 1, 7, CC, 0 };
+	const void *v[5] = { cbuf[0], cbuf[1], cbuf[2], cbuf[3], cbuf[4] };
+
+	for (size_t i = 0; i < t->d.ninputs; i++)
+		t->in[i] = td(MK_DT_F32, 2, CR, CC);
+	run_job(t, v, 0, ref);
+	for (int e = 0; e < CN; e++)
+		assert_true(isfinite(ref[e]));
+	for (size_t k = 0; k < 3; k++) {
+		run_job(t, v, chunks[k], out);
+		if (memcmp(out, ref, sizeof(out)))
+			fail_msg("%s: chunks of %llu differ from one chunk", t->m->name,
+				 (unsigned long long)chunks[k]);
+	}
+}
+
+static void test_chunk_independence(void **st)
+{
+	struct tj t;
+
+	fill_chunk_inputs();
+	for (int mode = 0; mode < 3; mode++) {
+		tj_init(&t, "nuslerp", 3, 0);
+		set_in(&t, 1, "weight", mk_pval_float(0.3));
+		set_in(&t, 2, "weight", mk_pval_float(0.7));
+		set_g(&t, "nuslerp_flatten", mk_pval_bool(mode == 0));
+		set_g(&t, "nuslerp_row_wise", mk_pval_bool(mode == 2));
+		check_chunks(&t);
+		tj_init(&t, "nuslerp", 2, -1);
+		set_in(&t, 0, "weight", mk_pval_float(0.3));
+		set_in(&t, 1, "weight", mk_pval_float(0.7));
+		set_g(&t, "nuslerp_flatten", mk_pval_bool(mode == 0));
+		set_g(&t, "nuslerp_row_wise", mk_pval_bool(mode == 2));
+		check_chunks(&t);
+	}
+	tj_init(&t, "multislerp", 5, 0);
+	for (size_t i = 1; i < 5; i++)
+		set_in(&t, i, "weight", mk_pval_float(0.1 * (double)i));
+	check_chunks(&t);
+	tj_init(&t, "multislerp", 3, -1);
+	for (size_t i = 0; i < 3; i++)
+		set_in(&t, i, "weight", mk_pval_float(1.0));
+	check_chunks(&t);
+	tj_init(&t, "karcher", 4, 0);
+	check_chunks(&t);
+	for (int fw = 0; fw < 2; fw++) {
+		tj_init(&t, "model_stock", 5, 0);
+		set_g(&t, "filter_wise", mk_pval_bool(fw));
+		check_chunks(&t);
+	}
+}
+
+/* Row-wise layouts agree with the flattened one on a single-row tensor,
+ * and per-row results agree with whole-tensor runs on each row alone. */
+static void test_row_layouts(void **st)
+{
+	enum { R = 5, C = 9000 };   /* rows cross summation blocks */
+	static float in[3][R * C], whole[R * C], row[C];
+	struct tj t;
+	uint64_t x = 12345;
+
+	for (int i = 0; i < 3; i++)
+		for (int e = 0; e < R * C; e++) {
+			x = x * 6364136223846793005ull + 1442695040888963407ull;
+			in[i][e] = (float)((double)(x >> 40) / 16777216.0 - 0.5) + (i ? in[0][e] : 0.0f);
+		}
+	for (int method = 0; method < 2; method++) {
+		const void *v[3] = { in[0], in[1], in[2] };
+		tj_init(&t, method ? "model_stock" : "nuslerp", 3, 0);
+		for (int i = 0; i < 3; i++)
+			t.in[i] = td(MK_DT_F32, 2, R, C);
+		if (method)
+			set_g(&t, "filter_wise", mk_pval_bool(true));
+		else {
+			set_in(&t, 1, "weight", mk_pval_float(0.25));
+			set_in(&t, 2, "weight", mk_pval_float(0.75));
+			set_g(&t, "nuslerp_flatten", mk_pval_bool(false));
+		}
+		run_job(&t, v, 1000, whole);
+		for (int r = 0; r < R; r++) {
+			const void *rv[3] = { in[0] + r * C, in[1] + r * C, in[2] + r * C };
+			for (int i = 0; i < 3; i++)
+				t.in[i] = td(MK_DT_F32, 1, C, 0);
+			run_job(&t, rv, 0, row);
+			assert_close_tol(whole + r * C, row, C, 1e-6);
+		}
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_nuslerp_appendix),
+		cmocka_unit_test(test_nuslerp_zero_weight_sum),
+		cmocka_unit_test(test_nuslerp_degenerate),
+		cmocka_unit_test(test_nuslerp_rules),
+		cmocka_unit_test(test_multislerp_appendix),
+		cmocka_unit_test(test_multislerp_zero_mean),
+		cmocka_unit_test(test_multislerp_closed_form),
+		cmocka_unit_test(test_multislerp_rules),
+		cmocka_unit_test(test_karcher_appendix),
+		cmocka_unit_test(test_karcher_properties),
+		cmocka_unit_test(test_model_stock_appendix),
+		cmocka_unit_test(test_model_stock_rules),
+		cmocka_unit_test(test_chunk_independence),
+		cmocka_unit_test(test_row_layouts),
+	};
+	return cmocka_run_group_tests(tests, setup_inputs, NULL);
+}
