@@ -15,29 +15,30 @@ static const struct mk_method **reg;
 static size_t nreg, capreg;
 static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 
-/* In mergekit's order (methods.md 0).  Methods still being written are
+/* In mergekit's registration order (methods.md 0: the static registry,
+ * then the decorator-defined methods).  Methods still being written are
  * weak references: absent ones are NULL and skipped. */
 static const struct mk_method *const builtins[] = {
 	&mk_method_linear,
 	&mk_method_slerp,
 	&mk_method_nuslerp,
-	&mk_method_multislerp,
-	&mk_method_karcher,
 	&mk_method_passthrough,
+	&mk_method_model_stock,
+	&mk_method_arcee_fusion,
+	&mk_method_karcher,
 	&mk_method_task_arithmetic,
 	&mk_method_ties,
-	&mk_method_dare_linear,
 	&mk_method_dare_ties,
-	&mk_method_della,
-	&mk_method_della_linear,
+	&mk_method_dare_linear,
 	&mk_method_breadcrumbs,
 	&mk_method_breadcrumbs_ties,
-	&mk_method_sce,
+	&mk_method_della,
+	&mk_method_della_linear,
+	&mk_method_multislerp,
+	&mk_method_nearswap,
 	&mk_method_ram,
 	&mk_method_ramplus_tl,
-	&mk_method_model_stock,
-	&mk_method_nearswap,
-	&mk_method_arcee_fusion,
+	&mk_method_sce,
 };
 
 static int do_register(const struct mk_method *m, struct mk_err *err);

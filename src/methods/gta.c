@@ -1,0 +1,925 @@
+/* gta.c - the generalized task arithmetic family (methods.md 2.7): one
+ * implementation configured eight ways, as mergekit's GeneralizedTask-
+ * ArithmeticMerge.
+ *
+ *   name              consensus  sparsification      normalize  rescale  extra
+ *   task_arithmetic   none       none                false      false    -
+ *   ties              sum        magnitude (top-k)   true       false    -
+ *   dare_linear       none       random (Bernoulli)  false      true     -
+ *   dare_ties         sum        random (Bernoulli)  false      true     -
+ *   breadcrumbs       none       magnitude_outliers  false      false    gamma 0.01
+ *   breadcrumbs_ties  sum        magnitude_outliers  false      false    gamma 0.01
+ *   della             sum        della_magprune      true       true     epsilon 0.15
+ *   della_linear      none       della_magprune      false      true     epsilon 0.15
+ *
+ * With B the base and, for each used non-base input m in plan order:
+ *   delta_m = M_m - B                                  (compute dtype)
+ *   delta'_m = sparsify(delta_m)                       (below; density >= 1: delta_m)
+ *   v_m = delta'_m * w_m                               (w rounded to the compute dtype)
+ *   consensus: s = sum_m v_m (count: sum_m sign(v_m)); maj = s >= 0 ? +1 : -1;
+ *              k_m = sign(v_m) == maj; mix = sum_m v_m*k_m; div = sum_m w_m*k_m,
+ *              div == 0 -> 1                       (elementwise)
+ *   otherwise: mix = sum_m v_m; div = sum_m w_m, |div| < 1e-8 -> 1
+ *   normalize: mix /= div;  lambda != 1: mix *= lambda;  out = B + mix
+ * Sums run in plan order, each product rounded to the compute dtype (float32,
+ * float64 for a float64 base), as torch does; the output has the base's dtype.
+ *
+ * Sparsification, per input (each model's task vector has its own mask):
+ *   magnitude (ties): keep the k = int(density * N) largest |delta| of the
+ *     whole tensor; among equal magnitudes the lower flat index first.
+ *   magnitude_outliers (breadcrumbs): sort |delta| ascending (equal values:
+ *     lower index first), keep the sorted positions [n_bot, n_bot + target)
+ *     with target = int(density*N), n_top = int(gamma*N), n_bot =
+ *     max(0, N - target - n_top) (mergekit 0.1.5's rule).
+ *   random (dare): keep element e when u(e) < density (density rounded to
+ *     the compute dtype), u from the counter-based generator of rng.h keyed
+ *     by (seed, tensor, input index, e).
+ *   della_magprune: rank |delta| ascending along axis 1 (a 1-D tensor is one
+ *     row; equal values: lower index first), q = (r - 1) / (L - 1),
+ *     p = (density - epsilon) + 2 q epsilon (float32 arithmetic as mergekit),
+ *     keep when u(e) < p.  density <= 0: all zero.
+ *   rescale: kept elements times sum|delta| / sum|kept delta| (whole tensor,
+ *     L1 norm matching; no scaling when either sum is < 1e-7).
+ *
+ * Exact whole-tensor statistics by passes over the input stream:
+ *   ties, breadcrumbs*: radix selection on the bits of |delta| (non-negative
+ *     floats order like their bit patterns): pass l histograms the l-th 16-bit
+ *     digit of the elements whose higher digits match the digits chosen so
+ *     far (2 passes for float32, 4 for float64), giving the exact magnitude V
+ *     at the wanted rank, how many lie below it and how many equal it; a last
+ *     pass walks the elements in order and records the index of the last
+ *     tied element kept (apply then decides any chunk alone) and sums
+ *     |kept delta| for the rescale.  sum|delta| is taken in pass 0.
+ *     -> 3 passes (float32) / 5 (float64) when some input has density < 1.
+ *   dare_*: the mask is a pure function of the element, so only the rescale
+ *     needs a pass: 1 when rescale and some density < 1, else 0.
+ *   della*: the rank needs whole rows, which apply may see cut anywhere: one
+ *     pass buffers each row group (a slab of L*S elements), ranks it, draws
+ *     the mask into a bitmap (N bits per input) and sums for the rescale.
+ *     -> 1 pass when some 0 < density < 1, else 0.
+ * Sums are float64 over fixed blocks (mk_fsum), rounded to the compute
+ * dtype before the division, so nothing depends on the chunking.
+ *
+ * Plan-time errors: density < 0 (spec bound); ties/breadcrumbs with
+ * density < 1 and int(density*N) = 0; della with 0 < density < 1 and
+ * density +/- epsilon outside (0, 1); a missing base (contract).
+ *
+ * Deliberate differences from mergekit: counter-based randomness instead of
+ * torch's global generator; ties in |delta| broken by lower index first
+ * (torch: unspecified); int(density*N) = 0 is an error for ties (mergekit
+ * 0.1.5 keeps one element, 0.1.4 asserts) and breadcrumbs (mergekit keeps
+ * nothing); a DELLA row of length 1 (shape [k, 1], one-element or 0-D
+ * tensors) uses p = density (mergekit: 0/0 -> NaN -> error); L1 sums in
+ * float64; bf16/f16 merges compute in float32.
+ */
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mk/method.h"
+#include "gta.h"
+#include "rng.h"
+
+enum { P_WEIGHT, P_DENSITY, P_INT8_MASK, P_NORMALIZE, P_RESCALE, P_LAMBDA, P_EXTRA, NPARAMS_MAX };
+
+enum sparsify { SP_NONE, SP_MAG, SP_OUTL, SP_RAND, SP_DELLA };
+
+struct cfg {
+	const char *name;
+	enum mk_gta_consensus cons;
+	enum sparsify sp;
+};
+
+static const struct cfg cfgs[] = {
+	{ "task_arithmetic", MK_GTA_CONS_NONE, SP_NONE },
+	{ "ties", MK_GTA_CONS_SUM, SP_MAG },
+	{ "dare_linear", MK_GTA_CONS_NONE, SP_RAND },
+	{ "dare_ties", MK_GTA_CONS_SUM, SP_RAND },
+	{ "breadcrumbs", MK_GTA_CONS_NONE, SP_OUTL },
+	{ "breadcrumbs_ties", MK_GTA_CONS_SUM, SP_OUTL },
+	{ "della", MK_GTA_CONS_SUM, SP_DELLA },
+	{ "della_linear", MK_GTA_CONS_NONE, SP_DELLA },
+	{ "ties_count_consensus", MK_GTA_CONS_COUNT, SP_MAG },
+};
+
+static const struct cfg *cfg_of(const struct mk_method *m)
+{
+	for (size_t i = 0; i < sizeof(cfgs) / sizeof(cfgs[0]); i++)
+		if (!strcmp(cfgs[i].name, m->name))
+			return &cfgs[i];
+	MK_BUG("gta: no configuration for method '%s'", m->name);
+	return NULL;
+}
+
+/* ------------------------------------------------------------ parameters */
+
+#define BOOLDEF(v) { .set = true, .type = MK_PT_BOOL, .b = (v) }
+#define FLOATDEF(v) { .set = true, .type = MK_PT_FLOAT, .f = (v) }
+
+#define COMMON_PARAMS(NORM, RESC, DFLAGS, DDOC)						\
+	[P_WEIGHT] = { .name = "weight", .scope = MK_SCOPE_PER_NON_BASE, .type = MK_PT_FLOAT,	\
+		       .flags = MK_PF_REQUIRED | MK_PF_COEF,					\
+		       .doc = "weight of each model's task vector" },				\
+	[P_DENSITY] = { .name = "density", .scope = MK_SCOPE_PER_NON_BASE, .type = MK_PT_FLOAT,	\
+			.flags = (DFLAGS), .min = 0.0, .def = FLOATDEF(1.0), .doc = DDOC },	\
+	[P_INT8_MASK] = { .name = "int8_mask", .scope = MK_SCOPE_GLOBAL, .type = MK_PT_BOOL,	\
+			  .def = BOOLDEF(false), .doc = "no numeric effect (mergekit memory option)" }, \
+	[P_NORMALIZE] = { .name = "normalize", .scope = MK_SCOPE_GLOBAL, .type = MK_PT_BOOL,	\
+			  .def = BOOLDEF(NORM),							\
+			  .doc = "divide the merged task vector by the sum of the weights that count" }, \
+	[P_RESCALE] = { .name = "rescale", .scope = MK_SCOPE_GLOBAL, .type = MK_PT_BOOL,	\
+			.def = BOOLDEF(RESC),							\
+			.doc = "match each sparsified task vector's L1 norm to the original's" }, \
+	[P_LAMBDA] = { .name = "lambda", .scope = MK_SCOPE_GLOBAL, .type = MK_PT_FLOAT,		\
+		       .def = FLOATDEF(1.0), .doc = "scale of the merged task vector" }
+
+#define KEEP_DOC "fraction of each task vector kept (>= 1: all)"
+#define GAMMA_PARAM									\
+	[P_EXTRA] = { .name = "gamma", .scope = MK_SCOPE_PER_NON_BASE, .type = MK_PT_FLOAT,	\
+		      .flags = MK_PF_MIN, .min = 0.0, .def = FLOATDEF(0.01),			\
+		      .doc = "fraction of the largest-magnitude entries removed as outliers" }
+#define EPSILON_PARAM									\
+	[P_EXTRA] = { .name = "epsilon", .scope = MK_SCOPE_PER_NON_BASE, .type = MK_PT_FLOAT,	\
+		      .def = FLOATDEF(0.15),							\
+		      .doc = "keep probabilities range over density -/+ epsilon by magnitude rank" }
+
+static const struct mk_param_spec p_task_arithmetic[] = {
+	COMMON_PARAMS(false, false, 0, "fraction of each task vector kept (no effect here)"),
+};
+static const struct mk_param_spec p_ties[] = { COMMON_PARAMS(true, false, MK_PF_MIN, KEEP_DOC) };
+static const struct mk_param_spec p_dare[] = { COMMON_PARAMS(false, true, MK_PF_MIN, KEEP_DOC) };
+static const struct mk_param_spec p_breadcrumbs[] = {
+	COMMON_PARAMS(false, false, MK_PF_MIN, KEEP_DOC), GAMMA_PARAM,
+};
+static const struct mk_param_spec p_della[] = {
+	COMMON_PARAMS(true, true, MK_PF_MIN, KEEP_DOC), EPSILON_PARAM,
+};
+static const struct mk_param_spec p_della_linear[] = {
+	COMMON_PARAMS(false, true, MK_PF_MIN, KEEP_DOC), EPSILON_PARAM,
+};
+
+/* ------------------------------------------------------------------ plan */
+
+static void shape_str(const struct mk_tensor_desc *t, char *buf, size_t len)
+{
+	size_t o = (size_t)snprintf(buf, len, "[");
+	for (unsigned k = 0; k < t->ndim && o < len; k++)
+		o += (size_t)snprintf(buf + o, len - o, "%s%llu", k ? ", " : "",
+				      (unsigned long long)t->shape[k]);
+	if (o < len)
+		snprintf(buf + o, len - o, "]");
+}
+
+static bool same_shape(const struct mk_tensor_desc *a, const struct mk_tensor_desc *b)
+{
+	if (a->ndim != b->ndim)
+		return false;
+	for (unsigned k = 0; k < a->ndim; k++)
+		if (a->shape[k] != b->shape[k])
+			return false;
+	return true;
+}
+
+static uint64_t nelem_of(const struct mk_tensor_desc *t)
+{
+	uint64_t n = 1;
+	for (unsigned k = 0; k < t->ndim; k++)
+		n *= t->shape[k];
+	return n;
+}
+
+/* Python's int(x * n) for 0 <= x, clamped to n. */
+static uint64_t int_frac(double x, uint64_t n)
+{
+	double v = x * (double)n;
+	if (!(v < (double)n))
+		return n;
+	return (uint64_t)v;
+}
+
+static double pin(const struct mk_job_desc *d, const struct mk_method *m, size_t i, size_t p)
+{
+	return d->input[i * m->nparams + p].f;
+}
+
+/* The sparsification an input gets for this tensor (SP_NONE: delta as is). */
+static enum sparsify input_sp(const struct cfg *c, const struct mk_method *m,
+			      const struct mk_job_desc *d, size_t i, uint64_t n)
+{
+	double rho;
+
+	if (c->sp == SP_NONE || !n)
+		return SP_NONE;
+	rho = pin(d, m, i, P_DENSITY);
+	return rho >= 1.0 ? SP_NONE : c->sp;
+}
+
+static const char *lbl(const struct mk_job_desc *d, size_t i, char *buf, size_t len)
+{
+	if (d->labels && d->labels[i])
+		snprintf(buf, len, "input %zu ('%s')", i, d->labels[i]);
+	else
+		snprintf(buf, len, "input %zu", i);
+	return buf;
+}
+
+static int output(const struct mk_method *m, const struct mk_job_desc *d,
+		  struct mk_plan_out *po, bool *used, struct mk_err *err)
+{
+	const struct cfg *c = cfg_of(m);
+	const struct mk_tensor_desc *b = &d->in[d->base];
+	const char *tn = d->tensor ? d->tensor : "?";
+	char sa[128], sb[128], who[300];
+	uint64_t n = nelem_of(b);
+	int rc;
+
+	rc = mk_require_float_inputs(m, d, used, err);
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < d->ninputs; i++) {
+		const struct mk_tensor_desc *x = &d->in[i];
+		if ((int)i == d->base || same_shape(x, b))
+			continue;
+		if (!d->is_embed) {
+			used[i] = false;   /* mergekit: "skipping ... due to size mismatch" */
+			continue;
+		}
+		if (x->ndim == 2 && b->ndim == 2 && x->shape[0] >= b->shape[0] &&
+		    x->shape[1] >= b->shape[1])
+			continue;          /* read through the top-left block */
+		shape_str(x, sa, sizeof(sa));
+		shape_str(b, sb, sizeof(sb));
+		return mk_err_set(err, MK_EMISMATCH,
+				  "method '%s', tensor '%s': %s has shape %s, which cannot be cut "
+				  "to the base's %s", m->name, tn, lbl(d, i, who, sizeof(who)), sa, sb);
+	}
+	for (size_t i = 0; i < d->ninputs; i++) {
+		enum sparsify sp;
+		double rho, eps;
+		if ((int)i == d->base || !used[i])
+			continue;
+		sp = input_sp(c, m, d, i, n);
+		rho = pin(d, m, i, P_DENSITY);
+		if ((sp == SP_MAG || sp == SP_OUTL) && int_frac(rho, n) == 0)
+			return mk_err_set(err, MK_EINVAL,
+					  "method '%s', tensor '%s': parameter 'density' for %s is %g, "
+					  "which keeps int(%g * %llu) = 0 elements; use a larger density "
+					  "(>= 1 keeps everything)", m->name, tn,
+					  lbl(d, i, who, sizeof(who)), rho, rho, (unsigned long long)n);
+		if (sp == SP_DELLA && rho > 0.0) {
+			eps = pin(d, m, i, P_EXTRA);
+			if (rho + eps >= 1.0 || rho - eps <= 0.0)
+				return mk_err_set(err, MK_EINVAL,
+						  "method '%s', tensor '%s': parameters 'density' %g and "
+						  "'epsilon' %g for %s: density +/- epsilon must lie in (0, 1)",
+						  m->name, tn, rho, eps, lbl(d, i, who, sizeof(who)));
+		}
+	}
+	po->out = *b;
+	po->compute = b->dtype == MK_DT_F64 ? MK_DT_F64 : MK_DT_F32;
+	return 0;
+}
+
+static unsigned nlevels_of(const struct mk_job_desc *d)
+{
+	return d->in[d->base].dtype == MK_DT_F64 ? 4 : 2;
+}
+
+static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, const bool *used)
+{
+	const struct cfg *c = cfg_of(m);
+	uint64_t n = nelem_of(&d->in[d->base]);
+	bool rescale = d->global[P_RESCALE].b;
+	unsigned np = 0;
+
+	for (size_t i = 0; i < d->ninputs; i++) {
+		enum sparsify sp;
+		unsigned k = 0;
+		if ((int)i == d->base || !used[i])
+			continue;
+		sp = input_sp(c, m, d, i, n);
+		if (sp == SP_MAG || sp == SP_OUTL)
+			k = nlevels_of(d) + 1;
+		else if (sp == SP_RAND)
+			k = rescale ? 1 : 0;
+		else if (sp == SP_DELLA)
+			k = pin(d, m, i, P_DENSITY) > 0.0 ? 1 : 0;
+		if (k > np)
+			np = k;
+	}
+	return np;
+}
+
+/* ----------------------------------------------------------------- state */
+
+#define NBUCKET 65536u
+#define TILE 1024u
+
+enum kind { K_DENSE, K_ZERO, K_MAG, K_OUTL, K_RAND, K_DELLA };
+
+/* One order statistic being selected: the element of ascending rank
+ * `rank` by (|delta| bits, index). */
+struct target {
+	uint64_t rank;
+	uint64_t prefix;    /* digits chosen so far, then the key V itself */
+	uint64_t below;     /* elements whose key is below the prefix's range */
+	uint64_t eq;        /* elements whose key equals V */
+	uint64_t need;      /* cut pass: which tie (1-based) sets the cut; 0: none */
+	uint64_t seen;      /* cut pass: ties met so far */
+	uint64_t cut1;      /* index + 1 of the need-th tie (0 when need = 0) */
+	uint64_t *hist;     /* [NBUCKET] */
+};
+
+struct gin {
+	int idx;
+	enum kind kind;
+	float wf;
+	double wd;
+	double density, extra;
+	uint64_t k;                 /* MAG: elements kept; OUTL: target */
+	struct target t[2];         /* MAG: t[0]; OUTL: t[0] lower, t[1] upper end */
+	unsigned nt;
+	struct mk_fsum before, after;
+	bool scale;                 /* rescale factor applies */
+	float ff;
+	double fd;
+	uint64_t stream;            /* RAND, DELLA */
+	float pf;                   /* RAND: density in the compute dtype */
+	double pd;
+	uint8_t *mask;              /* DELLA: kept bits [N] */
+	uint64_t *slab;             /* DELLA: keys of the current slab */
+};
+
+struct state {
+	const struct cfg *cfg;
+	size_t n;                   /* used non-base inputs */
+	struct gin *g;
+	bool f64, normalize, rescale, scale_lam;
+	float lamf, divf;
+	double lamd, divd;
+	unsigned nlevels, keybits;
+	uint64_t nelem;
+	uint64_t L, S, slab;        /* DELLA rows: length, stride, slab = L*S */
+};
+
+static void free_state(struct state *s)
+{
+	if (!s)
+		return;
+	for (size_t j = 0; s->g && j < s->n; j++) {
+		free(s->g[j].t[0].hist);
+		free(s->g[j].t[1].hist);
+		free(s->g[j].mask);
+		free(s->g[j].slab);
+	}
+	free(s->g);
+	free(s);
+}
+
+static int init(struct mk_job *job, struct mk_err *err)
+{
+	const struct mk_method *m = job->method;
+	const struct mk_job_desc *d = &job->d;
+	size_t n = d->ninputs;
+	struct state *s = calloc(1, sizeof(*s));
+	int rc = 0;
+
+	if (!s || !(s->g = calloc(n, sizeof(*s->g))))
+		goto nomem;
+	s->cfg = cfg_of(m);
+	s->f64 = job->compute == MK_DT_F64;
+	s->nelem = job->nelem;
+	s->nlevels = nlevels_of(d);
+	s->keybits = 16 * s->nlevels;
+	s->normalize = mk_job_param(job, P_NORMALIZE)->b;
+	s->rescale = mk_job_param(job, P_RESCALE)->b;
+	s->lamd = mk_job_param(job, P_LAMBDA)->f;
+	s->lamf = (float)s->lamd;
+	s->scale_lam = s->lamd != 1.0;
+	if (job->out.ndim <= 1) {
+		s->L = job->out.ndim ? job->out.shape[0] : 1;
+		s->S = 1;
+	} else {
+		s->L = job->out.shape[1];
+		s->S = 1;
+		for (unsigned k = 2; k < job->out.ndim; k++)
+			s->S *= job->out.shape[k];
+	}
+	s->slab = s->L * s->S;
+	for (size_t i = 0; i < n; i++) {
+		struct gin *g;
+		uint64_t N = s->nelem;
+		if ((int)i == d->base || !job->used[i])
+			continue;
+		g = &s->g[s->n++];
+		g->idx = (int)i;
+		g->wd = mk_job_input_param(job, i, P_WEIGHT)->f;
+		g->wf = (float)g->wd;
+		g->density = mk_job_input_param(job, i, P_DENSITY)->f;
+		if (P_EXTRA < m->nparams)
+			g->extra = mk_job_input_param(job, i, P_EXTRA)->f;
+		s->divf += g->wf;
+		s->divd += g->wd;
+		switch (input_sp(s->cfg, m, d, i, N)) {
+		case SP_NONE:
+			g->kind = K_DENSE;
+			break;
+		case SP_MAG:
+			g->kind = K_MAG;
+			g->k = int_frac(g->density, N);
+			g->nt = 1;
+			g->t[0].rank = N - g->k;     /* the k-th largest */
+			break;
+		case SP_OUTL: {
+			uint64_t target = int_frac(g->density, N), ntop = int_frac(g->extra, N);
+			uint64_t nbot = target + ntop >= N ? 0 : N - target - ntop;
+			g->kind = K_OUTL;
+			g->k = target;
+			g->nt = 2;
+			g->t[0].rank = nbot;
+			g->t[1].rank = nbot + target - 1;
+			break;
+		}
+		case SP_RAND:
+			g->kind = K_RAND;
+			g->stream = mk_rng_stream(d->seed, d->tensor, (uint64_t)i);
+			g->pf = (float)g->density;
+			g->pd = g->density;
+			break;
+		case SP_DELLA:
+			if (g->density <= 0.0) {
+				g->kind = K_ZERO;
+				break;
+			}
+			g->kind = K_DELLA;
+			g->stream = mk_rng_stream(d->seed, d->tensor, (uint64_t)i);
+			if (!(g->mask = calloc(N / 8 + 1, 1)) ||
+			    !(g->slab = malloc((s->slab ? s->slab : 1) * sizeof(uint64_t))))
+				goto nomem;
+			break;
+		}
+		for (unsigned t = 0; t < g->nt; t++)
+			if (!(g->t[t].hist = calloc(NBUCKET, sizeof(uint64_t))))
+				goto nomem;
+	}
+	if (fabsf(s->divf) < (float)1e-8)
+		s->divf = 1.0f;
+	if (fabs(s->divd) < 1e-8)
+		s->divd = 1.0;
+	if (!s->n)
+		job->copy_input = d->base;
+	job->state = s;
+	return 0;
+nomem:
+	rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+	free_state(s);
+	return rc;
+}
+
+/* ------------------------------------------------------------ primitives */
+
+/* delta and its key (the bits of |delta|; ordered like |delta|, NaN last). */
+static inline double delta_key(bool f64, const void *x, const void *b, uint64_t k, uint64_t *key)
+{
+	if (f64) {
+		double d = ((const double *)x)[k] - ((const double *)b)[k], a = fabs(d);
+		memcpy(key, &a, sizeof(a));
+		return d;
+	} else {
+		float d = ((const float *)x)[k] - ((const float *)b)[k], a = fabsf(d);
+		uint32_t u;
+		memcpy(&u, &a, sizeof(u));
+		*key = u;
+		return d;
+	}
+}
+
+static inline double key_value(bool f64, uint64_t key)
+{
+	if (f64) {
+		double a;
+		memcpy(&a, &key, sizeof(a));
+		return a;
+	} else {
+		uint32_t u = (uint32_t)key;
+		float a;
+		memcpy(&a, &u, sizeof(a));
+		return a;
+	}
+}
+
+static inline void fsum_add(struct mk_fsum *s, uint64_t e, double v)
+{
+	s->part += v;
+	mk_fsum_step(s, e + 1);
+}
+
+static inline bool getbit(const uint8_t *m, uint64_t e)
+{
+	return (m[e >> 3] >> (e & 7)) & 1;
+}
+
+float mk_gta_della_prob_f32(uint64_t rank0, uint64_t len, double density, double epsilon)
+{
+	float q;
+
+	if (len < 2)
+		return (float)density;
+	q = ((float)(rank0 + 1) - 1.0f) / ((float)len - 1.0f);
+	if (q < 0.0f)
+		q = 0.0f;
+	if (q > 1.0f)
+		q = 1.0f;
+	return (float)(density - epsilon) + q * 2.0f * (float)epsilon;
+}
+
+double mk_gta_della_prob_f64(uint64_t rank0, uint64_t len, double density, double epsilon)
+{
+	double q;
+
+	if (len < 2)
+		return density;
+	q = ((double)(rank0 + 1) - 1.0) / ((double)len - 1.0);
+	if (q < 0.0)
+		q = 0.0;
+	if (q > 1.0)
+		q = 1.0;
+	return (density - epsilon) + q * 2.0 * epsilon;
+}
+
+/* Kept by a selection, in apply (cuts known). */
+static inline bool sel_keep(const struct gin *g, uint64_t key, uint64_t e)
+{
+	const struct target *a = &g->t[0], *z = &g->t[1];
+
+	if (g->kind == K_MAG)
+		return key > a->prefix || (key == a->prefix && e < a->cut1);
+	return (key > a->prefix || (key == a->prefix && e >= a->cut1)) &&
+	       (key < z->prefix || (key == z->prefix && e < z->cut1));
+}
+
+/* Kept by a selection, during the cut pass (elements in order). */
+static inline bool sel_keep_scan(struct gin *g, uint64_t key, uint64_t e)
+{
+	struct target *a = &g->t[0], *z = &g->t[1];
+	bool lo, hi;
+
+	if (g->kind == K_MAG) {
+		if (key != a->prefix)
+			return key > a->prefix;
+		if (++a->seen == a->need)
+			a->cut1 = e + 1;
+		return a->seen <= a->need;
+	}
+	lo = key > a->prefix;
+	if (key == a->prefix) {
+		if (++a->seen == a->need)
+			a->cut1 = e + 1;
+		lo = a->seen > a->need;    /* the first `need` ties are dropped */
+	}
+	hi = key < z->prefix;
+	if (key == z->prefix) {
+		if (++z->seen == z->need)
+			z->cut1 = e + 1;
+		hi = z->seen <= z->need;
+	}
+	return lo && hi;
+}
+
+/* DELLA: rank one slab's rows, draw the mask, sum |kept delta|. */
+struct rk {
+	uint64_t key;
+	uint64_t j;
+};
+
+static int rk_cmp(const void *pa, const void *pb)
+{
+	const struct rk *a = pa, *b = pb;
+	if (a->key != b->key)
+		return a->key < b->key ? -1 : 1;
+	return a->j < b->j ? -1 : a->j > b->j;
+}
+
+static int della_slab(struct state *s, struct gin *g, uint64_t start, struct mk_err *err)
+{
+	struct rk *r = malloc(s->L * sizeof(*r));
+
+	if (!r)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (uint64_t c = 0; c < s->S; c++) {
+		for (uint64_t j = 0; j < s->L; j++) {
+			r[j].key = g->slab[j * s->S + c];
+			r[j].j = j;
+		}
+		qsort(r, s->L, sizeof(*r), rk_cmp);
+		for (uint64_t i = 0; i < s->L; i++) {
+			uint64_t e = start + r[i].j * s->S + c;
+			double p = s->f64 ? mk_gta_della_prob_f64(i, s->L, g->density, g->extra)
+					  : (double)mk_gta_della_prob_f32(i, s->L, g->density, g->extra);
+			if (mk_rng_uniform(g->stream, e) < p)
+				g->mask[e >> 3] |= (uint8_t)(1u << (e & 7));
+		}
+	}
+	free(r);
+	for (uint64_t p = 0; p < s->slab; p++)
+		if (getbit(g->mask, start + p))
+			fsum_add(&g->after, start + p, key_value(s->f64, g->slab[p]));
+	return 0;
+}
+
+/* ------------------------------------------------------------- passes */
+
+static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c,
+		      struct mk_err *err)
+{
+	struct state *s = job->state;
+	const void *b = c->in[job->d.base];
+	int rc;
+
+	for (size_t j = 0; j < s->n; j++) {
+		struct gin *g = &s->g[j];
+		const void *x = c->in[g->idx];
+		uint64_t key;
+		double dv;
+
+		switch (g->kind) {
+		case K_MAG:
+		case K_OUTL:
+			if (pass < s->nlevels) {
+				unsigned lo = s->keybits - 16 * (pass + 1);
+				for (uint64_t k = 0; k < c->count; k++) {
+					uint64_t e = c->elem_begin + k;
+					dv = delta_key(s->f64, x, b, k, &key);
+					if (pass == 0)
+						fsum_add(&g->before, e, fabs(dv));
+					for (unsigned t = 0; t < g->nt; t++) {
+						struct target *tg = &g->t[t];
+						if (pass && (key >> (lo + 16)) != tg->prefix)
+							continue;
+						tg->hist[(key >> lo) & 0xffff]++;
+					}
+				}
+			} else {
+				for (uint64_t k = 0; k < c->count; k++) {
+					uint64_t e = c->elem_begin + k;
+					dv = delta_key(s->f64, x, b, k, &key);
+					if (sel_keep_scan(g, key, e))
+						fsum_add(&g->after, e, fabs(dv));
+				}
+			}
+			break;
+		case K_RAND:
+			for (uint64_t k = 0; k < c->count; k++) {
+				uint64_t e = c->elem_begin + k;
+				double u = mk_rng_uniform(g->stream, e);
+				dv = delta_key(s->f64, x, b, k, &key);
+				fsum_add(&g->before, e, fabs(dv));
+				if (s->f64 ? u < g->pd : u < (double)g->pf)
+					fsum_add(&g->after, e, fabs(dv));
+			}
+			break;
+		case K_DELLA:
+			for (uint64_t k = 0; k < c->count; k++) {
+				uint64_t e = c->elem_begin + k, p = e % s->slab;
+				dv = delta_key(s->f64, x, b, k, &key);
+				fsum_add(&g->before, e, fabs(dv));
+				g->slab[p] = key;
+				if (p == s->slab - 1 && (rc = della_slab(s, g, e + 1 - s->slab, err)))
+					return rc;
+			}
+			break;
+		default:
+			break;
+		}
+	}
+	return 0;
+}
+
+static void set_factor(struct state *s, struct gin *g)
+{
+	double before = mk_fsum_value(&g->before), after = mk_fsum_value(&g->after);
+
+	if (!s->rescale)
+		return;
+	if (s->f64) {
+		g->scale = !(before < 1e-7 || after < 1e-7);
+		g->fd = before / after;
+	} else {
+		float bf = (float)before, af = (float)after;
+		g->scale = !(bf < (float)1e-7 || af < (float)1e-7);
+		g->ff = bf / af;
+	}
+}
+
+static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
+{
+	struct state *s = job->state;
+	uint64_t N = s->nelem;
+
+	for (size_t j = 0; j < s->n; j++) {
+		struct gin *g = &s->g[j];
+		switch (g->kind) {
+		case K_MAG:
+		case K_OUTL:
+			if (pass < s->nlevels) {
+				for (unsigned t = 0; t < g->nt; t++) {
+					struct target *tg = &g->t[t];
+					uint64_t bk = 0;
+					for (; bk < NBUCKET; bk++) {
+						if (tg->below + tg->hist[bk] > tg->rank)
+							break;
+						tg->below += tg->hist[bk];
+					}
+					if (bk == NBUCKET)
+						MK_BUG("gta: rank %llu not found",
+						       (unsigned long long)tg->rank);
+					tg->prefix = (tg->prefix << 16) | bk;
+					tg->eq = tg->hist[bk];
+					memset(tg->hist, 0, NBUCKET * sizeof(uint64_t));
+				}
+				if (pass + 1 == s->nlevels) {
+					struct target *a = &g->t[0], *z = &g->t[1];
+					if (g->kind == K_MAG) {
+						uint64_t greater = N - a->below - a->eq;
+						a->need = g->k - greater;
+					} else {
+						a->need = a->rank - a->below;       /* ties dropped */
+						z->need = z->rank - z->below + 1;   /* ties kept */
+					}
+					for (unsigned t = 0; t < g->nt; t++) {
+						free(g->t[t].hist);
+						g->t[t].hist = NULL;
+					}
+				}
+			} else {
+				set_factor(s, g);
+			}
+			break;
+		case K_RAND:
+		case K_DELLA:
+			set_factor(s, g);
+			break;
+		default:
+			break;
+		}
+	}
+	(void)err;
+	return 0;
+}
+
+/* ---------------------------------------------------------------- apply */
+
+/* Whether element e of input g is kept (masked kinds only). */
+static inline bool kept(const struct state *s, const struct gin *g, uint64_t key, uint64_t e)
+{
+	switch (g->kind) {
+	case K_MAG:
+	case K_OUTL:
+		return sel_keep(g, key, e);
+	case K_RAND:
+		return s->f64 ? mk_rng_uniform(g->stream, e) < g->pd
+			      : mk_rng_uniform(g->stream, e) < (double)g->pf;
+	case K_DELLA:
+		return getbit(g->mask, e);
+	default:
+		return true;
+	}
+}
+
+#define GTA_APPLY(NAME, T, W, FAC, DIV, LAM, F64)					\
+static void NAME(const struct state *s, const struct mk_job_chunk *c, const T *b,	\
+		 T *o, T *v)								\
+{											\
+	const enum mk_gta_consensus cons = s->cfg->cons;				\
+	for (uint64_t t0 = 0; t0 < c->count; t0 += TILE) {				\
+		uint64_t cnt = c->count - t0 < TILE ? c->count - t0 : TILE;		\
+		for (size_t j = 0; j < s->n; j++) {					\
+			const struct gin *g = &s->g[j];					\
+			const T *x = (const T *)c->in[g->idx] + t0;			\
+			T *vj = v + j * TILE;						\
+			for (uint64_t k = 0; k < cnt; k++) {				\
+				T delta = x[k] - b[t0 + k], mk_;			\
+				uint64_t key;						\
+				if (g->kind == K_DENSE) {				\
+					mk_ = delta;					\
+				} else if (g->kind == K_ZERO) {				\
+					mk_ = 0;					\
+				} else {						\
+					(void)delta_key(F64, x, b + t0, k, &key);	\
+					mk_ = delta * (kept(s, g, key, c->elem_begin + t0 + k) \
+						       ? (T)1 : (T)0);			\
+					if (g->scale)					\
+						mk_ = mk_ * g->FAC;			\
+				}							\
+				vj[k] = mk_ * g->W;					\
+			}								\
+		}									\
+		for (uint64_t k = 0; k < cnt; k++) {					\
+			T mix, div = s->DIV;						\
+			if (cons != MK_GTA_CONS_NONE) {					\
+				T sw = cons == MK_GTA_CONS_SUM ? v[k] :		\
+					(T)((v[k] > 0) - (v[k] < 0)), maj;		\
+				for (size_t j = 1; j < s->n; j++) {			\
+					T x_ = v[j * TILE + k];				\
+					sw = cons == MK_GTA_CONS_SUM ? sw + x_ :	\
+						sw + (T)((x_ > 0) - (x_ < 0));		\
+				}							\
+				maj = sw >= 0 ? (T)1 : (T)-1;				\
+				for (size_t j = 0; j < s->n; j++) {			\
+					T x_ = v[j * TILE + k];				\
+					T sg = (T)((x_ > 0) - (x_ < 0));		\
+					T kk = sg == maj ? (T)1 : (T)0;			\
+					T tm = x_ * kk, tw = s->g[j].W * kk;		\
+					mix = j ? mix + tm : tm;			\
+					div = j ? div + tw : tw;			\
+				}							\
+				if (div == 0)						\
+					div = 1;					\
+			} else {							\
+				mix = v[k];						\
+				for (size_t j = 1; j < s->n; j++)			\
+					mix = mix + v[j * TILE + k];			\
+			}								\
+			if (s->normalize)						\
+				mix = mix / div;					\
+			if (s->scale_lam)						\
+				mix = mix * s->LAM;					\
+			o[t0 + k] = b[t0 + k] + mix;					\
+		}									\
+	}										\
+}
+GTA_APPLY(apply_f32, float, wf, ff, divf, lamf, false)
+GTA_APPLY(apply_f64, double, wd, fd, divd, lamd, true)
+
+static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, struct mk_err *err)
+{
+	const struct state *s = job->state;
+	const void *b = c->in[job->d.base];
+	void *v;
+
+	if (!s->n) {
+		memcpy(out, b, c->count * (s->f64 ? 8 : 4));
+		return 0;
+	}
+	v = malloc(s->n * TILE * (s->f64 ? 8 : 4));
+	if (!v)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	if (s->f64)
+		apply_f64(s, c, b, out, v);
+	else
+		apply_f32(s, c, b, out, v);
+	free(v);
+	return 0;
+}
+
+static void release(struct mk_job *job)
+{
+	free_state(job->state);
+	job->state = NULL;
+}
+
+/* -------------------------------------------------------------- methods */
+
+#define GTA_METHOD(SYM, NAME, PRETTY, URL, PARAMS)					\
+const struct mk_method SYM = {								\
+	.abi = MK_METHOD_ABI,								\
+	.name = NAME,									\
+	.pretty_name = PRETTY,								\
+	.reference_url = URL,								\
+	.params = PARAMS,								\
+	.nparams = sizeof(PARAMS) / sizeof(PARAMS[0]),					\
+	.contract = { .base = MK_BASE_REQUIRED, .min_inputs = 1, .max_inputs = MK_ARITY_ANY, \
+		      .min_non_base = 0, .max_non_base = MK_ARITY_ANY },		\
+	.uses_accelerator = true,							\
+	.output = output,								\
+	.npasses = npasses,								\
+	.init = init,									\
+	.accumulate = accumulate,							\
+	.finish = finish,								\
+	.apply = apply,									\
+	.release = release,								\
+}
+
+GTA_METHOD(mk_method_task_arithmetic, "task_arithmetic", "Task Arithmetic",
+	   "https://arxiv.org/abs/2212.04089", p_task_arithmetic);
+GTA_METHOD(mk_method_ties, "ties", "TIES", "https://arxiv.org/abs/2306.01708", p_ties);
+GTA_METHOD(mk_method_dare_linear, "dare_linear", "Linear DARE",
+	   "https://arxiv.org/abs/2311.03099", p_dare);
+GTA_METHOD(mk_method_dare_ties, "dare_ties", "DARE TIES",
+	   "https://arxiv.org/abs/2311.03099", p_dare);
+GTA_METHOD(mk_method_breadcrumbs, "breadcrumbs", "Model Breadcrumbs",
+	   "https://arxiv.org/abs/2312.06795", p_breadcrumbs);
+GTA_METHOD(mk_method_breadcrumbs_ties, "breadcrumbs_ties", "Model Breadcrumbs with TIES",
+	   "https://arxiv.org/abs/2312.06795", p_breadcrumbs);
+GTA_METHOD(mk_method_della, "della", "DELLA", "https://arxiv.org/abs/2406.11617", p_della);
+GTA_METHOD(mk_method_della_linear, "della_linear", "Linear DELLA",
+	   "https://arxiv.org/abs/2406.11617", p_della_linear);
+/* Not registered: ties with count consensus (mergekit's unreachable
+ * ConsensusMethod.count), for tests. */
+GTA_METHOD(mk_gta_method_ties_count, "ties_count_consensus", "TIES (count consensus)", NULL,
+	   p_ties);

@@ -1,0 +1,26 @@
+/* gta.h - internals of the generalized task arithmetic family (gta.c),
+ * exposed for the unit tests.  Internal to src/methods. */
+#ifndef MK_METHODS_GTA_H
+#define MK_METHODS_GTA_H
+
+#include <stdint.h>
+#include "mk/method.h"
+
+enum mk_gta_consensus {
+	MK_GTA_CONS_NONE,
+	MK_GTA_CONS_SUM,     /* majority sign of sum_m v_m (TIES) */
+	MK_GTA_CONS_COUNT,   /* majority of the signs: sum_m sign(v_m) */
+};
+
+/* DELLA keep probability of the element of 0-based ascending rank rank0 in
+ * a row of len elements: (density - epsilon) + 2 epsilon (r - 1)/(L - 1),
+ * in float32 as mergekit computes it (or float64); a row of one element
+ * gets density. */
+float mk_gta_della_prob_f32(uint64_t rank0, uint64_t len, double density, double epsilon);
+double mk_gta_della_prob_f64(uint64_t rank0, uint64_t len, double density, double epsilon);
+
+/* `ties` with count consensus (mergekit's ConsensusMethod.count, which no
+ * registered method uses); not registered. */
+extern const struct mk_method mk_gta_method_ties_count;
+
+#endif

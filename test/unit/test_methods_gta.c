@@ -1,0 +1,966 @@
+/* test_methods_gta.c - the generalized task arithmetic family (gta.c):
+ * ties, dare_linear, dare_ties, breadcrumbs, breadcrumbs_ties, della,
+ * della_linear (task_arithmetic itself: test_methods.c).
+ *
+ * Deterministic references: methods.md Appendix A (mergekit's kernels,
+ * float32) and, where mergekit 0.1.5 changed a kernel (breadcrumbs'
+ * n_top = 0 case), vectors from mergekit 0.1.5's own sparsify.py and
+ * get_mask run on the same inputs.  Metric: max |mk - ref| <=
+ * 1e-6 * max(1, max |ref|).  Random methods: statistics (methods.md
+ * 2.7.3) with fixed seeds, so every run is the same.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mk/method.h"
+#include "../../src/methods/gta.h"
+#include "../../src/methods/rng.h"
+
+/* ------------------------------------------------------------ fixtures */
+
+static const float W0[12] = { 0.5f, -0.25f, 1.0f, 0.125f, -0.75f, 0.375f, 0.0f, 2.0f,
+			      1.5f, -1.25f, 0.625f, -0.5f };
+static const float D1[12] = { 6, -13, 3, 19, -10, 16, -4, 0, 26, -7, 12, -22 };
+static const float D2[12] = { -5, -9, 8, 14, 11, -2, -15, 1, 20, 17, -3, -25 };
+static const float D3[12] = { 7, 4, -12, 23, -18, 9, 5, -1, -24, -6, 13, 2 };
+static float M1[12], M2[12], M3[12], Z12[12], E1[12];
+
+static int setup_inputs(void **st)
+{
+	for (int i = 0; i < 12; i++) {
+		M1[i] = W0[i] + D1[i] / 64.0f;
+		M2[i] = W0[i] + D2[i] / 64.0f;
+		M3[i] = W0[i] + D3[i] / 64.0f;
+		E1[i] = D1[i] / 64.0f;      /* D1 over a zero base */
+		Z12[i] = 0.0f;
+	}
+	return 0;
+}
+
+#define MAXIN 4
+#define MAXP 8
+
+struct tj {
+	const struct mk_method *m;
+	struct mk_tensor_desc in[MAXIN];
+	struct mk_pval g[MAXP];
+	struct mk_pval pin[MAXIN * MAXP];
+	const char *labels[MAXIN];
+	struct mk_job_desc d;
+};
+
+static struct mk_tensor_desc td(enum mk_dtype dt, unsigned ndim, uint64_t a, uint64_t b)
+{
+	struct mk_tensor_desc t = { .dtype = dt, .ndim = ndim };
+	t.shape[0] = a;
+	t.shape[1] = b;
+	return t;
+}
+
+static void tj_method(struct tj *t, const struct mk_method *m, size_t n, int base)
+{
+	static const char *names[MAXIN] = { "model-a", "model-b", "model-c", "model-d" };
+
+	memset(t, 0, sizeof(*t));
+	t->m = m;
+	assert_non_null(t->m);
+	assert_true(t->m->nparams <= MAXP);
+	for (size_t i = 0; i < n; i++) {
+		t->in[i] = td(MK_DT_F32, 2, 3, 4);
+		t->labels[i] = names[i];
+	}
+	t->d.tensor = "model.layers.0.mlp.down_proj.weight";
+	t->d.seed = 42;
+	t->d.ninputs = n;
+	t->d.base = base;
+	t->d.in = t->in;
+	t->d.labels = t->labels;
+	t->d.global = t->g;
+	t->d.input = t->pin;
+}
+
+static void tj_init(struct tj *t, const char *method, size_t n, int base)
+{
+	tj_method(t, mk_method_find(method), n, base);
+}
+
+static void set_g(struct tj *t, const char *name, struct mk_pval v)
+{
+	int p = mk_method_param_index(t->m, name);
+	assert_true(p >= 0);
+	t->g[p] = v;
+}
+
+static void set_in(struct tj *t, size_t i, const char *name, struct mk_pval v)
+{
+	int p = mk_method_param_index(t->m, name);
+	assert_true(p >= 0);
+	t->pin[i * t->m->nparams + (size_t)p] = v;
+}
+
+/* Same parameter for every non-base input. */
+static void set_all(struct tj *t, const char *name, double v)
+{
+	for (size_t i = 0; i < t->d.ninputs; i++)
+		if ((int)i != t->d.base)
+			set_in(t, i, name, mk_pval_float(v));
+}
+
+static void set_shape(struct tj *t, enum mk_dtype dt, unsigned ndim, const uint64_t *shape)
+{
+	for (size_t i = 0; i < t->d.ninputs; i++) {
+		t->in[i].dtype = dt;
+		t->in[i].ndim = ndim;
+		for (unsigned k = 0; k < ndim; k++)
+			t->in[i].shape[k] = shape[k];
+	}
+}
+
+/* Run a whole job with chunks of `chunk` elements (0: one chunk).  Apply
+ * runs its chunks last to first (apply has no order rule). */
+static int run_job(struct tj *t, const void *const *views, uint64_t chunk, void *out,
+		   unsigned *npasses)
+{
+	struct mk_job job;
+	struct mk_err err;
+	uint64_t nch;
+	size_t esz;
+	int rc;
+
+	mk_err_clear(&err);
+	rc = mk_job_init(&job, t->m, &t->d, MK_DT_COUNT, &err);
+	if (rc) {
+		print_message("init: %s\n", err.msg);
+		return rc;
+	}
+	if (npasses)
+		*npasses = job.npasses;
+	esz = job.compute == MK_DT_F64 ? 8 : 4;
+	if (!chunk)
+		chunk = job.nelem ? job.nelem : 1;
+	for (unsigned pass = 0; pass < job.npasses; pass++) {
+		for (uint64_t e = 0; e < job.nelem; e += chunk) {
+			const void *ptr[MAXIN];
+			struct mk_job_chunk c = { .elem_begin = e, .in = ptr };
+			c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
+			for (size_t i = 0; i < t->d.ninputs; i++)
+				ptr[i] = views[i] ? (const char *)views[i] + e * esz : NULL;
+			rc = mk_job_accumulate(&job, pass, &c, &err);
+			if (rc)
+				fail_msg("accumulate: %s", err.msg);
+		}
+		assert_int_equal(mk_job_finish(&job, pass, &err), 0);
+	}
+	nch = (job.nelem + chunk - 1) / chunk;
+	for (uint64_t q = nch; q-- > 0;) {
+		const void *ptr[MAXIN];
+		uint64_t e = q * chunk;
+		struct mk_job_chunk c = { .elem_begin = e, .in = ptr };
+		c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
+		for (size_t i = 0; i < t->d.ninputs; i++)
+			ptr[i] = views[i] ? (const char *)views[i] + e * esz : NULL;
+		rc = mk_job_apply(&job, &c, (char *)out + e * esz, &err);
+		assert_int_equal(rc, 0);
+	}
+	mk_job_release(&job);
+	return 0;
+}
+
+static void assert_close(const float *got, const float *ref, size_t n)
+{
+	double maxref = 1.0;
+
+	for (size_t i = 0; i < n; i++)
+		if (fabs(ref[i]) > maxref)
+			maxref = fabs(ref[i]);
+	for (size_t i = 0; i < n; i++) {
+		double dd = fabs((double)got[i] - (double)ref[i]);
+		if (!(dd <= 1e-6 * maxref))
+			fail_msg("element %zu: got %.9g, reference %.9g (diff %.3g)", i, got[i], ref[i], dd);
+	}
+}
+
+/* base W0, M1/M2/M3 with weights 1.0/0.8/0.6 (Appendix A's GTA cases). */
+static void three(struct tj *t, const char *method)
+{
+	tj_init(t, method, 4, 0);
+	set_in(t, 1, "weight", mk_pval_float(1.0));
+	set_in(t, 2, "weight", mk_pval_float(0.8));
+	set_in(t, 3, "weight", mk_pval_float(0.6));
+}
+
+static const void *const V3[4] = { W0, M1, M2, M3 };
+
+/* ----------------------------------------------------- Appendix A: ties */
+
+static void test_ties_appendix(void **st)
+{
+	static const float ref_norm[12] = { 0.5f, -0.453125f, 0.8125f, 0.4114583f, -1.03125f,
+		0.5839844f, -0.234375f, 2.0f, 1.8645834f, -0.984375f, 0.8183594f, -0.8645834f };
+	static const float ref_nonorm[12] = { 0.5f, -0.453125f, 0.8875f, 0.8125f, -0.91875f,
+		0.709375f, -0.1875f, 2.0f, 2.15625f, -1.0375f, 0.934375f, -1.15625f };
+	static const float ref_rescale[12] = { 0.5f, -0.5095486f, 0.7651515f, 0.488523f,
+		-1.1022727f, 0.6407039f, -0.29871324f, 2.0f, 1.9654026f, -0.9114583f,
+		0.87014675f, -0.9652891f };
+	static const float ref_dense[12] = { 0.5996094f, -0.42534724f, 1.0815972f, 0.4114583f,
+		-0.953125f, 0.5839844f, -0.1388889f, 2.015625f, 1.8645834f, -0.984375f,
+		0.8183594f, -0.8645834f };
+	float out[12];
+	unsigned np;
+	struct tj t;
+
+	three(&t, "ties");
+	set_all(&t, "density", 0.5);
+	assert_int_equal(run_job(&t, V3, 0, out, &np), 0);   /* normalize defaults to true */
+	assert_int_equal(np, 3);
+	assert_close(out, ref_norm, 12);
+	set_g(&t, "normalize", mk_pval_bool(false));
+	assert_int_equal(run_job(&t, V3, 0, out, NULL), 0);
+	assert_close(out, ref_nonorm, 12);
+	set_g(&t, "normalize", mk_pval_bool(true));
+	set_g(&t, "rescale", mk_pval_bool(true));
+	assert_int_equal(run_job(&t, V3, 0, out, NULL), 0);
+	assert_close(out, ref_rescale, 12);
+	/* int8_mask has no numeric effect */
+	set_g(&t, "int8_mask", mk_pval_bool(true));
+	{
+		float o2[12];
+		assert_int_equal(run_job(&t, V3, 0, o2, NULL), 0);
+		assert_memory_equal(out, o2, sizeof(out));
+	}
+	/* density 1 (the default): sum consensus without sparsification, no pass */
+	three(&t, "ties");
+	assert_int_equal(run_job(&t, V3, 0, out, &np), 0);
+	assert_int_equal(np, 0);
+	assert_close(out, ref_dense, 12);
+	/* density above 1: the same */
+	set_all(&t, "density", 1.5);
+	assert_int_equal(run_job(&t, V3, 0, out, &np), 0);
+	assert_int_equal(np, 0);
+	assert_close(out, ref_dense, 12);
+}
+
+/* The sparsification kernels alone: one input of weight 1 over a zero
+ * base, no consensus effect (a single input always agrees with itself). */
+static void kernel_run(const char *method, double density, double gamma, bool rescale,
+		       float *out)
+{
+	const void *v[2] = { Z12, E1 };
+	struct tj t;
+
+	tj_init(&t, method, 2, 0);
+	set_in(&t, 1, "weight", mk_pval_float(1.0));
+	set_in(&t, 1, "density", mk_pval_float(density));
+	if (gamma >= 0)
+		set_in(&t, 1, "gamma", mk_pval_float(gamma));
+	set_g(&t, "normalize", mk_pval_bool(false));
+	set_g(&t, "rescale", mk_pval_bool(rescale));
+	assert_int_equal(run_job(&t, v, 0, out, NULL), 0);
+}
+
+static void test_kernels_appendix(void **st)
+{
+	static const float mag[12] = { 0.0f, -0.203125f, 0.0f, 0.296875f, -0.0f, 0.25f, -0.0f,
+		0.0f, 0.40625f, -0.0f, 0.1875f, -0.34375f };
+	static const float mag_l1[12] = { 0.0f, -0.2595486f, 0.0f, 0.3793403f, -0.0f,
+		0.31944445f, -0.0f, 0.0f, 0.5190972f, -0.0f, 0.23958334f, -0.4392361f };
+	static const float outl1[12] = { 0.0f, -0.203125f, 0.0f, 0.296875f, -0.15625f, 0.25f,
+		-0.0f, 0.0f, 0.0f, -0.0f, 0.1875f, -0.34375f };
+	static const float outl2[12] = { 0.09375f, -0.203125f, 0.046875f, 0.296875f, -0.15625f,
+		0.25f, -0.0625f, 0.0f, 0.0f, -0.109375f, 0.1875f, -0.0f };
+	float out[12];
+
+	kernel_run("ties", 0.5, -1, false, out);
+	assert_close(out, mag, 12);
+	kernel_run("ties", 0.5, -1, true, out);
+	assert_close(out, mag_l1, 12);
+	kernel_run("breadcrumbs", 0.5, 0.1, false, out);     /* n_top 1, n_bot 5 */
+	assert_close(out, outl1, 12);
+	kernel_run("breadcrumbs_ties", 0.75, 0.2, false, out); /* n_top 2, n_bot 1 */
+	assert_close(out, outl2, 12);
+	/* gamma 0.01: n_top = int(0.12) = 0.  mergekit 0.1.4 zeroed the whole
+	 * delta (Appendix A); 0.1.5 keeps the top `target` = magnitude. */
+	kernel_run("breadcrumbs", 0.5, 0.01, false, out);
+	assert_close(out, mag, 12);
+	/* n_bot < 0 adjustment: gamma 0.9 -> n_top = 10 > N - target = 6:
+	 * keep the 6 smallest */
+	kernel_run("breadcrumbs", 0.5, 0.9, false, out);
+	{
+		int kept = 0;
+		for (int i = 0; i < 12; i++) {
+			bool small = fabsf(E1[i]) <= 10.0f / 64;   /* 0, 3, 4, 6, 7, 10 */
+			assert_true(small ? out[i] == E1[i] : out[i] == 0.0f);
+			kept += small;
+		}
+		assert_int_equal(kept, 6);
+	}
+}
+
+static void test_breadcrumbs_appendix(void **st)
+{
+	static const float ref_b[12] = { 0.565625f, -0.565625f, 0.8875f, 0.8125f, -0.9375f,
+		0.709375f, -0.1875f, 2.0f, 1.75f, -1.0375f, 0.934375f, -0.84375f };
+	static const float ref_bt[12] = { 0.565625f, -0.565625f, 0.8875f, 0.8125f, -1.075f,
+		0.709375f, -0.1875f, 2.0f, 1.75f, -1.0375f, 0.934375f, -0.84375f };
+	/* mergekit 0.1.5, gamma 0.01 (n_top 0): no longer the base */
+	static const float ref_g001[12] = { 0.5f, -0.453125f, 0.8875f, 0.8125f, -0.78125f,
+		0.709375f, -0.1875f, 2.0f, 1.93125f, -1.0375f, 0.934375f, -1.15625f };
+	/* mergekit 0.1.5: breadcrumbs_ties w=[1,-0.8,0.6] density 0.75 gamma 0.2
+	 * normalize rescale lambda 0.7 */
+	static const float ref_mix[12] = { 0.80410504f, -0.46802083f, 2.1841011f, 0.44364583f,
+		-1.3867462f, 0.86472726f, -1.283306f, 2.0f, 1.5f, -1.7648095f, 1.10133636f,
+		-0.46430922f };
+	float out[12];
+	unsigned np;
+	struct tj t;
+
+	three(&t, "breadcrumbs");
+	set_all(&t, "density", 0.5);
+	set_all(&t, "gamma", 0.1);
+	assert_int_equal(run_job(&t, V3, 0, out, &np), 0);
+	assert_int_equal(np, 3);
+	assert_close(out, ref_b, 12);
+	three(&t, "breadcrumbs_ties");
+	set_all(&t, "density", 0.5);
+	set_all(&t, "gamma", 0.1);
+	assert_int_equal(run_job(&t, V3, 0, out, NULL), 0);
+	assert_close(out, ref_bt, 12);
+	three(&t, "breadcrumbs");
+	set_all(&t, "density", 0.5);                 /* gamma default 0.01 */
+	assert_int_equal(run_job(&t, V3, 0, out, NULL), 0);
+	assert_close(out, ref_g001, 12);
+	three(&t, "breadcrumbs_ties");
+	set_in(&t, 2, "weight", mk_pval_float(-0.8));
+	set_all(&t, "density", 0.75);
+	set_all(&t, "gamma", 0.2);
+	set_g(&t, "normalize", mk_pval_bool(true));
+	set_g(&t, "rescale", mk_pval_bool(true));
+	set_g(&t, "lambda", mk_pval_float(0.7));
+	assert_int_equal(run_job(&t, V3, 0, out, NULL), 0);
+	assert_close(out, ref_mix, 12);
+}
+
+/* get_mask on weighted deltas [[.5,-.1,0],[-.2,-.1,0],[-.2,.3,0]]: with a
+ * zero base, weights 1 and normalize off the output is sum_m k_m v_m. */
+static void test_consensus_masks(void **st)
+{
+	static const float v[3][3] = { { .5f, -.1f, 0 }, { -.2f, -.1f, 0 }, { -.2f, .3f, 0 } };
+	static const int msum[3][3] = { { 1, 0, 0 }, { 0, 0, 0 }, { 0, 1, 0 } };
+	static const int mcount[3][3] = { { 0, 1, 0 }, { 1, 1, 0 }, { 1, 0, 0 } };
+	/* mergekit 0.1.5 get_mask(count) inside ties, Appendix A's inputs */
+	static const float ref_count[12] = { 0.5f, -0.453125f, 0.8125f, 0.4114583f, -0.578125f,
+		0.5839844f, -0.234375f, 2.0f, 1.8645834f, -0.984375f, 0.8183594f, -0.8645834f };
+	static const float z[3] = { 0, 0, 0 };
+	const void *views[4] = { z, v[0], v[1], v[2] };
+	const uint64_t shape[1] = { 3 };
+	float out[12];
+	struct tj t;
+
+	for (int k = 0; k < 2; k++) {
+		if (k == 0)
+			tj_init(&t, "ties", 4, 0);
+		else
+			tj_method(&t, &mk_gta_method_ties_count, 4, 0);
+		set_shape(&t, MK_DT_F32, 1, shape);
+		set_all(&t, "weight", 1.0);
+		set_g(&t, "normalize", mk_pval_bool(false));
+		assert_int_equal(run_job(&t, views, 0, out, NULL), 0);
+		for (int e = 0; e < 3; e++) {
+			float want = 0;
+			for (int m = 0; m < 3; m++)
+				want = m ? want + (k ? mcount : msum)[m][e] * v[m][e]
+					 : (k ? mcount : msum)[m][e] * v[m][e];
+			if (out[e] != want)
+				fail_msg("%s element %d: %g, want %g", k ? "count" : "sum", e, out[e], want);
+		}
+	}
+	/* count consensus with sparsification on Appendix A's inputs */
+	tj_method(&t, &mk_gta_method_ties_count, 4, 0);
+	set_in(&t, 1, "weight", mk_pval_float(1.0));
+	set_in(&t, 2, "weight", mk_pval_float(0.8));
+	set_in(&t, 3, "weight", mk_pval_float(0.6));
+	set_all(&t, "density", 0.5);
+	assert_int_equal(run_job(&t, V3, 0, out, NULL), 0);
+	assert_close(out, ref_count, 12);
+}
+
+static void test_della_probs(void **st)
+{
+	/* row [0.3,-0.1,0.05,-0.7,0.2]: ascending ranks 3,1,0,4,2 */
+	static const float ref[5] = { 0.55f, 0.45000002f, 0.4f, 0.6f, 0.5f };
+	static const uint64_t rank[5] = { 3, 1, 0, 4, 2 };
+
+	for (int i = 0; i < 5; i++) {
+		float p = mk_gta_della_prob_f32(rank[i], 5, 0.5, 0.1);
+		if (p != ref[i])
+			fail_msg("rank %llu: %.9g, want %.9g", (unsigned long long)rank[i], p, ref[i]);
+		assert_true(fabs(mk_gta_della_prob_f64(rank[i], 5, 0.5, 0.1) - ref[i]) < 1e-7);
+	}
+	/* a row of one element: density (mergekit: NaN -> error) */
+	assert_true(mk_gta_della_prob_f32(0, 1, 0.3, 0.1) == 0.3f);
+}
+
+/* --------------------------------------------------------------- tie rule */
+
+static void test_tie_rule(void **st)
+{
+	/* 10 equal magnitudes and 2 larger: ties with density 0.5 keeps the 2
+	 * larger and the 4 lowest-index ties; breadcrumbs density 0.5 gamma 0.1
+	 * (n_top 1, n_bot 5) drops the largest and the 5 lowest-index ties */
+	static const float x[12] = { 1, -1, 1, 3, -1, 1, 1, -2, 1, -1, 1, 1 };
+	static const float z[12] = { 0 };
+	static const float want_t[12] = { 1, -1, 1, 3, -1, 0, 0, -2, 0, 0, 0, 0 };
+	static const float want_b[12] = { 0, 0, 0, 0, 0, 0, 1, -2, 1, -1, 1, 1 };
+	const void *v[2] = { z, x };
+	float out[12];
+	static const uint64_t chunks[] = { 0, 1, 5 };
+
+	for (size_t c = 0; c < 3; c++) {
+		struct tj t;
+		tj_init(&t, "ties", 2, 0);
+		set_in(&t, 1, "weight", mk_pval_float(1.0));
+		set_in(&t, 1, "density", mk_pval_float(0.5));
+		assert_int_equal(run_job(&t, v, chunks[c], out, NULL), 0);
+		for (int i = 0; i < 12; i++)
+			if (out[i] != want_t[i])
+				fail_msg("ties element %d: %g want %g", i, out[i], want_t[i]);
+		tj_init(&t, "breadcrumbs", 2, 0);
+		set_in(&t, 1, "weight", mk_pval_float(1.0));
+		set_in(&t, 1, "density", mk_pval_float(0.5));
+		set_in(&t, 1, "gamma", mk_pval_float(0.1));
+		assert_int_equal(run_job(&t, v, chunks[c], out, NULL), 0);
+		for (int i = 0; i < 12; i++)
+			if (out[i] != want_b[i])
+				fail_msg("breadcrumbs element %d: %g want %g", i, out[i], want_b[i]);
+	}
+}
+
+/* ------------------------------------------------------ parameters, plan */
+
+static void expect_error(struct tj *t, const char *n1, const char *n2)
+{
+	struct mk_plan_out po;
+	struct mk_err err;
+
+	mk_err_clear(&err);
+	if (mk_method_plan(t->m, &t->d, &po, NULL, NULL, NULL, &err) >= 0)
+		fail_msg("%s: no error (wanted '%s')", t->m->name, n1);
+	if (!strstr(err.msg, n1) || (n2 && !strstr(err.msg, n2)))
+		fail_msg("message '%s' lacks '%s' / '%s'", err.msg, n1, n2 ? n2 : "");
+}
+
+static unsigned plan_passes(struct tj *t)
+{
+	struct mk_plan_out po;
+	struct mk_err err;
+
+	if (mk_method_plan(t->m, &t->d, &po, NULL, NULL, NULL, &err))
+		fail_msg("%s: %s", t->m->name, err.msg);
+	return po.npasses;
+}
+
+static void test_params(void **st)
+{
+	static const char *all[] = { "ties", "dare_linear", "dare_ties", "breadcrumbs",
+				     "breadcrumbs_ties", "della", "della_linear" };
+	static const struct {
+		const char *name;
+		bool normalize, rescale;
+		const char *extra;
+		double extra_def;
+	} defs[] = {
+		{ "task_arithmetic", false, false, NULL, 0 },
+		{ "ties", true, false, NULL, 0 },
+		{ "dare_linear", false, true, NULL, 0 },
+		{ "dare_ties", false, true, NULL, 0 },
+		{ "breadcrumbs", false, false, "gamma", 0.01 },
+		{ "breadcrumbs_ties", false, false, "gamma", 0.01 },
+		{ "della", true, true, "epsilon", 0.15 },
+		{ "della_linear", false, true, "epsilon", 0.15 },
+	};
+	const uint64_t small[1] = { 64 };
+	struct tj t;
+
+	/* registered, with mergekit's defaults */
+	for (size_t k = 0; k < sizeof(defs) / sizeof(defs[0]); k++) {
+		const struct mk_method *m = mk_method_find(defs[k].name);
+		int p;
+		assert_non_null(m);
+		assert_int_equal(m->contract.base, MK_BASE_REQUIRED);
+		assert_true(m->uses_accelerator);
+		p = mk_method_param_index(m, "normalize");
+		assert_true(m->params[p].def.b == defs[k].normalize);
+		p = mk_method_param_index(m, "rescale");
+		assert_true(m->params[p].def.b == defs[k].rescale);
+		p = mk_method_param_index(m, "lambda");
+		assert_true(m->params[p].def.f == 1.0);
+		p = mk_method_param_index(m, "int8_mask");
+		assert_false(m->params[p].def.b);
+		p = mk_method_param_index(m, "density");
+		assert_true(m->params[p].def.f == 1.0 && m->params[p].scope == MK_SCOPE_PER_NON_BASE);
+		p = mk_method_param_index(m, "weight");
+		assert_true(m->params[p].flags & MK_PF_REQUIRED);
+		assert_int_equal(mk_method_param_index(m, "gamma") >= 0,
+				 defs[k].extra && !strcmp(defs[k].extra, "gamma"));
+		assert_int_equal(mk_method_param_index(m, "epsilon") >= 0,
+				 defs[k].extra && !strcmp(defs[k].extra, "epsilon"));
+		if (defs[k].extra) {
+			p = mk_method_param_index(m, defs[k].extra);
+			assert_true(m->params[p].def.f == defs[k].extra_def);
+		}
+	}
+	assert_string_equal(mk_method_find("breadcrumbs_ties")->pretty_name,
+			    "Model Breadcrumbs with TIES");
+
+	for (size_t k = 0; k < sizeof(all) / sizeof(all[0]); k++) {
+		/* missing base */
+		tj_init(&t, all[k], 2, -1);
+		set_all(&t, "weight", 1.0);
+		expect_error(&t, "needs a base model", all[k]);
+		/* weight required for non-base inputs only */
+		tj_init(&t, all[k], 2, 0);
+		expect_error(&t, "'weight' is required for input 1 ('model-b')", NULL);
+		set_in(&t, 1, "weight", mk_pval_float(1.0));
+		assert_int_equal(plan_passes(&t), 0);          /* density 1 */
+		/* density < 0 */
+		set_in(&t, 1, "density", mk_pval_float(-0.1));
+		expect_error(&t, "'density' for input 1 ('model-b') is -0.1; it must be >= 0", all[k]);
+		/* the base alone: the base, no pass */
+		tj_init(&t, all[k], 1, 0);
+		assert_int_equal(plan_passes(&t), 0);
+	}
+
+	/* ties / breadcrumbs: int(density * N) = 0 */
+	for (int k = 0; k < 2; k++) {
+		tj_init(&t, k ? "breadcrumbs" : "ties", 3, 0);
+		set_shape(&t, MK_DT_F32, 1, small);
+		set_all(&t, "weight", 1.0);
+		set_in(&t, 2, "density", mk_pval_float(0.01));
+		expect_error(&t, "'density' for input 2 ('model-c') is 0.01", "int(0.01 * 64) = 0");
+		set_in(&t, 2, "density", mk_pval_float(0.0));
+		expect_error(&t, "int(0 * 64) = 0", NULL);
+		set_in(&t, 2, "density", mk_pval_float(1.0 / 64));
+		assert_int_equal(plan_passes(&t), 3);
+		t.in[0].dtype = MK_DT_F64;
+		assert_int_equal(plan_passes(&t), 5);
+	}
+	/* gamma < 0 */
+	tj_init(&t, "breadcrumbs_ties", 2, 0);
+	set_all(&t, "weight", 1.0);
+	set_all(&t, "gamma", -0.1);
+	expect_error(&t, "'gamma' for input 1 ('model-b') is -0.1; it must be >= 0", NULL);
+
+	/* della: density +/- epsilon in (0, 1) when 0 < density < 1 */
+	for (int k = 0; k < 2; k++) {
+		tj_init(&t, k ? "della_linear" : "della", 2, 0);
+		set_all(&t, "weight", 1.0);
+		set_all(&t, "density", 0.9);                    /* default epsilon 0.15 */
+		expect_error(&t, "'density' 0.9 and 'epsilon' 0.15 for input 1 ('model-b')",
+			     "(0, 1)");
+		set_all(&t, "density", 0.66);
+		set_all(&t, "epsilon", 1.35);                   /* test_della_invalid_epsilon */
+		expect_error(&t, "density +/- epsilon must lie in (0, 1)", NULL);
+		set_all(&t, "epsilon", 0.66);
+		expect_error(&t, "density +/- epsilon", NULL);
+		set_all(&t, "epsilon", 0.05);
+		assert_int_equal(plan_passes(&t), 1);
+		set_all(&t, "epsilon", -0.05);                  /* inverted preference: allowed */
+		assert_int_equal(plan_passes(&t), 1);
+		set_all(&t, "density", 0.0);                    /* zeros, no check, no pass */
+		set_all(&t, "epsilon", 0.5);
+		assert_int_equal(plan_passes(&t), 0);
+		set_all(&t, "density", 1.0);
+		assert_int_equal(plan_passes(&t), 0);
+	}
+	/* dare: a pass only for the rescale */
+	tj_init(&t, "dare_ties", 3, 0);
+	set_all(&t, "weight", 1.0);
+	set_in(&t, 1, "density", mk_pval_float(0.3));
+	assert_int_equal(plan_passes(&t), 1);
+	set_g(&t, "rescale", mk_pval_bool(false));
+	assert_int_equal(plan_passes(&t), 0);
+	/* a dropped (mismatched) input does not count */
+	tj_init(&t, "ties", 3, 0);
+	set_all(&t, "weight", 1.0);
+	set_in(&t, 2, "density", mk_pval_float(0.001));
+	t.in[2] = td(MK_DT_F32, 2, 5, 4);
+	assert_int_equal(plan_passes(&t), 0);
+}
+
+static void test_output_rules(void **st)
+{
+	static const struct {
+		enum mk_dtype base, other, out, compute;
+	} cases[] = {
+		{ MK_DT_BF16, MK_DT_BF16, MK_DT_BF16, MK_DT_F32 },
+		{ MK_DT_F16, MK_DT_F32, MK_DT_F16, MK_DT_F32 },
+		{ MK_DT_F32, MK_DT_BF16, MK_DT_F32, MK_DT_F32 },
+		{ MK_DT_F64, MK_DT_F32, MK_DT_F64, MK_DT_F64 },
+	};
+	static const char *all[] = { "ties", "dare_linear", "dare_ties", "breadcrumbs",
+				     "breadcrumbs_ties", "della", "della_linear" };
+	struct mk_plan_out po;
+	struct mk_err err;
+	bool used[3];
+	struct tj t;
+
+	for (size_t m = 0; m < 7; m++)
+		for (size_t k = 0; k < 4; k++) {
+			tj_init(&t, all[m], 2, 0);
+			set_all(&t, "weight", 1.0);
+			t.in[0].dtype = cases[k].base;
+			t.in[1].dtype = cases[k].other;
+			assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
+			assert_int_equal(po.out.dtype, cases[k].out);
+			assert_int_equal(po.compute, cases[k].compute);
+			assert_int_equal(po.out.shape[0], 3);
+			assert_int_equal(po.out.shape[1], 4);
+		}
+	/* shapes: embeddings cut to the base, other mismatches dropped */
+	tj_init(&t, "ties", 3, 0);
+	set_all(&t, "weight", 1.0);
+	set_all(&t, "density", 0.5);
+	t.in[1] = td(MK_DT_F32, 2, 5, 4);
+	t.in[2] = td(MK_DT_F32, 2, 2, 4);
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, used, &err), 0);
+	assert_true(used[0] && !used[1] && !used[2]);
+	t.d.is_embed = true;
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, used, &err), -MK_EMISMATCH);
+	assert_non_null(strstr(err.msg, "input 2 ('model-c') has shape [2, 4]"));
+	t.in[2] = td(MK_DT_F32, 2, 3, 4);
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, used, &err), 0);
+	assert_true(used[0] && used[1] && used[2]);
+	/* non-float inputs */
+	t.in[2].dtype = MK_DT_I32;
+	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), -MK_EUNSUPPORTED);
+}
+
+/* ---------------------------------------------------- chunk independence */
+
+#define CR 37
+#define CC 300
+#define CN (CR * CC)
+
+static uint64_t rs = 0x9E3779B97F4A7C15ull;
+static double frand(void)
+{
+	rs ^= rs << 13;
+	rs ^= rs >> 7;
+	rs ^= rs << 17;
+	return (double)(rs >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+static void check_chunking(struct tj *t, const void *const *v, size_t esz, uint64_t row)
+{
+	const uint64_t sizes[] = { 1, 7, row, 4096, 4097, CN };
+	char *ref = malloc(CN * esz), *got = malloc(CN * esz);
+
+	assert_non_null(ref);
+	assert_non_null(got);
+	assert_int_equal(run_job(t, v, CN, ref, NULL), 0);
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		memset(got, 0x55, CN * esz);
+		assert_int_equal(run_job(t, v, sizes[k], got, NULL), 0);
+		if (memcmp(ref, got, CN * esz))
+			fail_msg("%s: chunks of %llu elements change the output", t->m->name,
+				 (unsigned long long)sizes[k]);
+	}
+	free(ref);
+	free(got);
+}
+
+static void test_chunk_independence(void **st)
+{
+	static const char *all[] = { "ties", "dare_linear", "dare_ties", "breadcrumbs",
+				     "breadcrumbs_ties", "della", "della_linear" };
+	float *a = malloc(CN * 4), *b = malloc(CN * 4), *c = malloc(CN * 4);
+	double *da = malloc(CN * 8), *db = malloc(CN * 8), *dc = malloc(CN * 8);
+	const void *v[3] = { a, b, c }, *dv[3] = { da, db, dc };
+	const uint64_t s2[2] = { CR, CC }, s3[3] = { CR, 20, 15 };
+	struct tj t;
+
+	assert_true(a && b && c && da && db && dc);
+	for (int i = 0; i < CN; i++) {
+		a[i] = (float)frand();
+		/* quantised deltas: many exact ties in |delta| */
+		b[i] = a[i] + (float)(round(frand() * 40) / 64);
+		c[i] = a[i] + (float)frand() * 1e-3f;
+		da[i] = a[i];
+		db[i] = b[i];
+		dc[i] = (double)c[i] + 1e-12 * frand();
+	}
+	for (size_t m = 0; m < 7; m++) {
+		tj_init(&t, all[m], 3, 0);
+		set_shape(&t, MK_DT_F32, 2, s2);
+		set_in(&t, 1, "weight", mk_pval_float(0.7));
+		set_in(&t, 2, "weight", mk_pval_float(-0.4));
+		set_in(&t, 1, "density", mk_pval_float(0.3));
+		set_in(&t, 2, "density", mk_pval_float(0.55));
+		set_g(&t, "rescale", mk_pval_bool(true));
+		set_g(&t, "lambda", mk_pval_float(0.9));
+		check_chunking(&t, v, 4, CC);
+		/* float64 (4 digit passes) */
+		set_shape(&t, MK_DT_F64, 2, s2);
+		check_chunking(&t, dv, 8, CC);
+		/* 3-D: DELLA rows along axis 1 are strided */
+		set_shape(&t, MK_DT_F32, 3, s3);
+		check_chunking(&t, v, 4, 300);
+	}
+	free(a);
+	free(b);
+	free(c);
+	free(da);
+	free(db);
+	free(dc);
+}
+
+/* ------------------------------------------------------ random statistics */
+
+#define SN (1u << 20)
+
+/* 4 binomial standard deviations of n trials at p. */
+static double four_sd(double p, double n)
+{
+	return 4.0 * sqrt(p * (1.0 - p) * n);
+}
+
+/* delta'_m of input `which` (1 or 2) of a method over a zero base:
+ * weight 1 for it, 0 for the other, no normalisation. */
+static void sparsified(const char *method, uint64_t seed, double density, bool rescale,
+		       int which, const float *x1, const float *x2, float *out, uint64_t chunk)
+{
+	static float *zero;
+	const void *v[3];
+	const uint64_t shape[2] = { 1024, SN / 1024 };
+	struct tj t;
+
+	if (!zero)
+		assert_non_null(zero = calloc(SN, 4));
+	v[0] = zero;
+	v[1] = x1;
+	v[2] = x2;
+	tj_init(&t, method, 3, 0);
+	t.d.seed = seed;
+	set_shape(&t, MK_DT_F32, 2, shape);
+	set_in(&t, 1, "weight", mk_pval_float(which == 1 ? 1.0 : 0.0));
+	set_in(&t, 2, "weight", mk_pval_float(which == 2 ? 1.0 : 0.0));
+	set_all(&t, "density", density);
+	set_g(&t, "normalize", mk_pval_bool(false));
+	set_g(&t, "rescale", mk_pval_bool(rescale));
+	assert_int_equal(run_job(&t, v, chunk, out, NULL), 0);
+}
+
+static void test_random_statistics(void **st)
+{
+	static const char *rnd[] = { "dare_linear", "dare_ties", "della", "della_linear" };
+	float *x1 = malloc(SN * 4), *x2 = malloc(SN * 4), *o1 = malloc(SN * 4),
+	      *o2 = malloc(SN * 4), *o3 = malloc(SN * 4);
+	bool verbose = getenv("MK_TEST_VERBOSE") != NULL;
+
+	assert_true(x1 && x2 && o1 && o2 && o3);
+	for (uint32_t i = 0; i < SN; i++) {
+		double r1 = frand(), r2 = frand();
+		x1[i] = (float)(r1 + (r1 >= 0 ? 1e-3 : -1e-3));   /* never zero */
+		x2[i] = (float)(r2 + (r2 >= 0 ? 1e-3 : -1e-3));
+	}
+	for (size_t m = 0; m < 4; m++) {
+		static const double dens[] = { 0.1, 0.3, 0.5, 0.66, 0.9 };
+		for (size_t k = 0; k < 5; k++) {
+			double rho = dens[k], l1 = 0, l1k = 0, factor = -1;
+			uint64_t kept = 0, both = 0;
+			if (m >= 2 && (rho + 0.15 >= 1 || rho - 0.15 <= 0))
+				continue;
+			/* without rescale: kept elements bit-identical, others 0 */
+			sparsified(rnd[m], 7, rho, false, 1, x1, x2, o1, 0);
+			sparsified(rnd[m], 7, rho, false, 2, x1, x2, o2, 0);
+			for (uint32_t i = 0; i < SN; i++) {
+				assert_true(o1[i] == 0.0f || o1[i] == x1[i]);
+				kept += o1[i] != 0.0f;
+				both += o1[i] != 0.0f && o2[i] != 0.0f;
+			}
+			if (fabs((double)kept - rho * SN) > four_sd(rho, SN))
+				fail_msg("%s density %g: kept %llu of %u", rnd[m], rho,
+					 (unsigned long long)kept, SN);
+			/* independent masks per model: overlap rho^2, not rho */
+			if (fabs((double)both - rho * rho * SN) > four_sd(rho * rho, SN))
+				fail_msg("%s density %g: %llu kept in both", rnd[m], rho,
+					 (unsigned long long)both);
+			if (verbose)
+				print_message("%s density %.2f: keep %.5f (4sd %.5f), overlap %.5f "
+					      "(rho^2 %.4f)\n", rnd[m], rho, (double)kept / SN,
+					      four_sd(rho, SN) / SN, (double)both / SN, rho * rho);
+			/* with rescale: one common factor, L1 matched */
+			sparsified(rnd[m], 7, rho, true, 1, x1, x2, o3, 0);
+			for (uint32_t i = 0; i < SN; i++) {
+				l1 += fabs((double)x1[i]);
+				if (o1[i] == 0.0f) {
+					assert_true(o3[i] == 0.0f);
+					continue;
+				}
+				l1k += fabs((double)o3[i]);
+				if (factor < 0)
+					factor = (double)(o3[i] / o1[i]);
+				assert_true(o3[i] == o1[i] * (float)factor);
+			}
+			if (fabs(l1k - l1) > 1e-6 * l1)
+				fail_msg("%s density %g: L1 %.9g after, %.9g before", rnd[m], rho, l1k, l1);
+			if (verbose)
+				print_message("   rescale factor %.6f (1/rho %.6f), L1 rel diff %.2g\n",
+					      factor, 1 / rho, fabs(l1k - l1) / l1);
+		}
+		/* same seed: bit-identical, any chunking; another seed differs */
+		sparsified(rnd[m], 7, 0.4, true, 1, x1, x2, o1, 0);
+		sparsified(rnd[m], 7, 0.4, true, 1, x1, x2, o2, 4097);
+		assert_memory_equal(o1, o2, SN * 4);
+		sparsified(rnd[m], 8, 0.4, true, 1, x1, x2, o2, 0);
+		assert_true(memcmp(o1, o2, SN * 4) != 0);
+		/* density 0: all zero */
+		sparsified(rnd[m], 7, 0.0, true, 1, x1, x2, o1, 0);
+		for (uint32_t i = 0; i < SN; i++)
+			assert_true(o1[i] == 0.0f);
+	}
+	free(x1);
+	free(x2);
+	free(o1);
+	free(o2);
+	free(o3);
+}
+
+/* DELLA: keep frequency of rank r within rows ~ rho - eps + 2 eps r/(L-1). */
+static void test_della_ranks(void **st)
+{
+	enum { L = 50, ROWS = 20000 };
+	float *x = malloc(L * ROWS * 4), *z = calloc(L * ROWS, 4), *o = malloc(L * ROWS * 4);
+	const uint64_t shape[2] = { ROWS, L };
+	const void *v[2] = { z, x };
+	uint64_t cnt[L] = { 0 }, total = 0;
+	double worst = 0;
+	struct tj t;
+
+	assert_true(x && z && o);
+	for (int r = 0; r < ROWS; r++)
+		for (int j = 0; j < L; j++) {
+			int rank = (j * 7 + r) % L;          /* a permutation per row */
+			x[r * L + j] = (float)(rank + 1) * (j & 1 ? -1.0f : 1.0f);
+		}
+	tj_init(&t, "della_linear", 2, 0);
+	set_shape(&t, MK_DT_F32, 2, shape);
+	set_in(&t, 1, "weight", mk_pval_float(1.0));
+	set_in(&t, 1, "density", mk_pval_float(0.5));
+	set_in(&t, 1, "epsilon", mk_pval_float(0.2));
+	set_g(&t, "rescale", mk_pval_bool(false));
+	assert_int_equal(run_job(&t, v, 333, o, NULL), 0);
+	for (int r = 0; r < ROWS; r++)
+		for (int j = 0; j < L; j++)
+			if (o[r * L + j] != 0.0f) {
+				cnt[(j * 7 + r) % L]++;
+				total++;
+			}
+	for (int k = 0; k < L; k++) {
+		double p = 0.3 + 0.4 * k / (L - 1), z4 = fabs((double)cnt[k] - p * ROWS) /
+							  sqrt(p * (1 - p) * ROWS);
+		if (z4 > worst)
+			worst = z4;
+		if (z4 > 4.0)
+			fail_msg("rank %d: kept %llu of %d, expected p %.4f", k,
+				 (unsigned long long)cnt[k], ROWS, p);
+	}
+	if (fabs((double)total - 0.5 * L * ROWS) > four_sd(0.5, L * ROWS))
+		fail_msg("kept %llu of %d", (unsigned long long)total, L * ROWS);
+	if (getenv("MK_TEST_VERBOSE"))
+		print_message("della ranks: worst |z| %.2f over %d ranks, overall keep %.5f\n", worst, L,
+			      (double)total / (L * ROWS));
+	free(x);
+	free(z);
+	free(o);
+}
+
+/* dare_ties: the sign election runs on the sparsified, rescaled deltas
+ * exactly: recompute the whole pipeline from the masks. */
+static void test_dare_ties_election(void **st)
+{
+	enum { N = 4096 };
+	float *z = calloc(N, 4), *x1 = malloc(N * 4), *x2 = malloc(N * 4), *o = malloc(N * 4),
+	      *s1 = malloc(N * 4), *s2 = malloc(N * 4);
+	const uint64_t shape[1] = { N };
+	const void *v[3] = { z, x1, x2 };
+	struct tj t;
+
+	assert_true(z && x1 && x2 && o && s1 && s2);
+	for (int i = 0; i < N; i++) {
+		x1[i] = (float)frand();
+		x2[i] = (float)frand();
+	}
+	/* the two sparsified deltas alone (weights 1/0 and 0/1) */
+	for (int w = 0; w < 3; w++) {
+		tj_init(&t, w ? "dare_ties" : "dare_ties", 3, 0);
+		set_shape(&t, MK_DT_F32, 1, shape);
+		set_in(&t, 1, "weight", mk_pval_float(w == 0 ? 1.0 : w == 1 ? 0.0 : 0.9));
+		set_in(&t, 2, "weight", mk_pval_float(w == 0 ? 0.0 : w == 1 ? 1.0 : 0.35));
+		set_all(&t, "density", 0.4);
+		set_g(&t, "normalize", mk_pval_bool(w == 2));
+		assert_int_equal(run_job(&t, v, 0, w == 0 ? s1 : w == 1 ? s2 : o, NULL), 0);
+	}
+	for (int i = 0; i < N; i++) {
+		float v1 = s1[i] * 0.9f, v2 = s2[i] * 0.35f, sum = v1 + v2;
+		float maj = sum >= 0 ? 1.0f : -1.0f;
+		float k1 = (float)((v1 > 0) - (v1 < 0)) == maj, k2 = (float)((v2 > 0) - (v2 < 0)) == maj;
+		float mix = v1 * k1 + v2 * k2, div = 0.9f * k1 + 0.35f * k2;
+		if (div == 0)
+			div = 1;
+		mix = mix / div;
+		if (o[i] != 0.0f + mix)
+			fail_msg("element %d: %.9g, want %.9g", i, o[i], mix);
+	}
+	free(z);
+	free(x1);
+	free(x2);
+	free(o);
+	free(s1);
+	free(s2);
+}
+
+static void test_rng(void **st)
+{
+	uint64_t a = mk_rng_stream(1, "x", 1), b = mk_rng_stream(1, "x", 2),
+		 c = mk_rng_stream(2, "x", 1), d = mk_rng_stream(1, "y", 1);
+	double mean = 0;
+
+	assert_true(a != b && a != c && a != d && b != c);
+	assert_true(mk_rng_fnv1a64("") == 0xCBF29CE484222325ull);
+	assert_true(mk_rng_fnv1a64("a") == 0xAF63DC4C8601EC8Cull);
+	for (uint64_t e = 0; e < 100000; e++) {
+		double u = mk_rng_uniform(a, e);
+		assert_true(u >= 0.0 && u < 1.0);
+		mean += u;
+	}
+	mean /= 100000;
+	assert_true(fabs(mean - 0.5) < 4 * sqrt(1.0 / 12 / 100000));
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_ties_appendix),
+		cmocka_unit_test(test_kernels_appendix),
+		cmocka_unit_test(test_breadcrumbs_appendix),
+		cmocka_unit_test(test_consensus_masks),
+		cmocka_unit_test(test_della_probs),
+		cmocka_unit_test(test_tie_rule),
+		cmocka_unit_test(test_params),
+		cmocka_unit_test(test_output_rules),
+		cmocka_unit_test(test_chunk_independence),
+		cmocka_unit_test(test_random_statistics),
+		cmocka_unit_test(test_della_ranks),
+		cmocka_unit_test(test_dare_ties_election),
+		cmocka_unit_test(test_rng),
+	};
+	return cmocka_run_group_tests(tests, setup_inputs, NULL);
+}
