@@ -26,7 +26,7 @@ static void usage(void)
 	       "      --list-methods     list the merge methods and their parameters, and exit\n"
 	       "      --plugin FILE.so   load merge methods from a shared object (also MK_PLUGIN_PATH)\n"
 	       "      --cuda             merge on the GPU (this build has no CUDA: runs on the CPU)\n"
-	       "  -j, --jobs N           worker threads (accepted; this version merges on one thread)\n"
+	       "  -j, --jobs N           worker threads (default: the number of CPUs, at most 8)\n"
 	       "  -f, --force            write the binary stream even to a terminal\n"
 	       "      --progress         draw progress on stderr (--no-progress: never)\n"
 	       "  -v, --verbose          say more; -q, --quiet: say less\n"
@@ -116,6 +116,10 @@ int main(int argc, char **argv)
 	uint64_t v;
 
 	cli_init("mk-merge");
+	{
+		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+		o.threads = ncpu < 1 ? 1 : ncpu > 8 ? 8 : (unsigned)ncpu;
+	}
 	if (mk_plugin_load_env(&err))
 		cli_fail(&err);
 	while ((c = getopt_long(argc, argv, "i:o:z::j:fvqhV", longopts, NULL)) != -1) {
@@ -132,8 +136,9 @@ int main(int argc, char **argv)
 		case O_LIST: list_methods(); break;
 		case O_CUDA: cuda = true; break;
 		case 'j':
-			if (mk_size_parse(optarg, &v) || v < 1 || v > 1024)
-				cli_usage_error("--jobs: expected 1..1024, not '%s'", optarg);
+			if (mk_size_parse(optarg, &v) || v < 1 || v > 64)
+				cli_usage_error("--jobs: expected 1..64, not '%s'", optarg);
+			o.threads = (unsigned)v;
 			break;
 		case 'f': force = true; break;
 		case O_PROGRESS: want_progress = 1; break;

@@ -21,6 +21,9 @@
 
 struct mk_merge_opts {
 	int compress_level;          /* zstd level for the output, 0: none */
+	unsigned threads;            /* worker threads for the conversions and
+					the kernels (0 or 1: this thread); the
+					output does not depend on it */
 	void (*progress)(void *ctx, uint64_t jobs_done, uint64_t njobs);
 	void *progress_ctx;
 };

@@ -1,5 +1,6 @@
 /* merge.c - mk-merge: an inputs stream in, a tensors stream out. */
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
@@ -27,6 +28,7 @@ struct run {                     /* the job being merged */
 	struct mk_job_desc d;
 	bool check_equal;            /* inputs 1.. must equal input 0 */
 	uint64_t seed;               /* the plan's random seed */
+	unsigned threads;            /* worker threads (-j) */
 	struct mk_tensor_desc *in;
 	struct mk_pval *gvals, *ivals;
 	const char *name;
@@ -122,13 +124,14 @@ static void run_release(struct run *r)
 }
 
 static int run_start(struct run *r, const struct mk_manifest *man, const struct mk_frame *f,
-		     struct mk_err *err)
+		     unsigned threads, struct mk_err *err)
 {
 	json_t *emb, *seed = json_object_get(man->json, "seed");
 	int rc;
 
 	memset(r, 0, sizeof(*r));
 	r->seed = json_is_integer(seed) ? (uint64_t)json_integer_value(seed) : 0;
+	r->threads = threads;
 	rc = mk_plan_job_decode(f->payload, f->payload_len, &r->pj, err);
 	if (rc)
 		return mk_err_prefix(err, "frame #%llu: ", (unsigned long long)f->index);
@@ -206,11 +209,12 @@ static int emit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint6
 }
 
 /* The gathered range is complete: run a pass over it or write output. */
+static int run_workers(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk_err *err);
+
 static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge_stats *st,
 		      struct mk_err *err)
 {
 	uint64_t b = r->begin, n;
-	const void **ptrs;
 	int rc = 0;
 
 	r->range = false;
@@ -246,30 +250,32 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 		rc = emit(w, r, b, n, r->job.out.dtype, r->outc, (size_t)len, st, err);
 		goto clear;
 	}
-	ptrs = calloc(r->d.ninputs + 1, sizeof(*ptrs));
-	if (!ptrs)
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	for (size_t i = 0; i < r->d.ninputs; i++)
-		ptrs[i] = r->job.used[i] ? r->ib[i].conv : NULL;
-	struct mk_job_chunk c = { .elem_begin = b, .count = n, .in = ptrs };
-	if (r->send < r->job.npasses) {
-		rc = mk_job_accumulate(&r->job, r->send, &c, err);
-	} else {
+	{
 		size_t es = mk_dtype_bits(r->job.compute) / 8;
 		uint64_t ob;
+		bool apply = r->send >= r->job.npasses;
 		mk_dtype_nbytes(r->job.out.dtype, n, &ob);
-		if (grow(&r->out, &r->out_cap, n * es) || grow(&r->outc, &r->outc_cap, ob)) {
-			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-		} else {
-			rc = mk_job_apply(&r->job, &c, r->out, err);
-			if (!rc && mk_dtype_convert(r->job.out.dtype, r->outc, r->job.compute, r->out, n))
-				rc = mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): cannot write %s output", r->pj->id,
-						r->name, mk_dtype_name(r->job.out.dtype));
-			if (!rc)
-				rc = emit(w, r, b, n, r->job.out.dtype, r->outc, (size_t)ob, st, err);
+		for (size_t i = 0; i < r->d.ninputs; i++)
+			if (r->job.used[i] && grow(&r->ib[i].conv, &r->ib[i].conv_cap, (size_t)n * es + 1))
+				return mk_err_set(err, MK_ENOMEM, "out of memory");
+		if (apply && (grow(&r->out, &r->out_cap, (size_t)n * es + 1) ||
+			      grow(&r->outc, &r->outc_cap, (size_t)ob + 1)))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		rc = run_workers(r, b, n, apply, err);
+		if (!rc && !apply) {
+			/* statistics: in element order, on this thread */
+			const void **ptrs = calloc(r->d.ninputs + 1, sizeof(*ptrs));
+			if (!ptrs)
+				return mk_err_set(err, MK_ENOMEM, "out of memory");
+			for (size_t i = 0; i < r->d.ninputs; i++)
+				ptrs[i] = r->job.used[i] ? r->ib[i].conv : NULL;
+			struct mk_job_chunk c = { .elem_begin = b, .count = n, .in = ptrs };
+			rc = mk_job_accumulate(&r->job, r->send, &c, err);
+			free(ptrs);
+		} else if (!rc) {
+			rc = emit(w, r, b, n, r->job.out.dtype, r->outc, (size_t)ob, st, err);
 		}
 	}
-	free(ptrs);
 clear:
 	for (size_t i = 0; i < r->pj->ninputs; i++)
 		r->ib[i].have = false;
@@ -347,26 +353,111 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 	}
 	if (!r->job.used[c.input])
 		return 0;
-	size_t need = (size_t)c.elem_count * (mk_dtype_bits(r->job.compute) / 8);
-	if (grow(&in->conv, &in->conv_cap, need ? need : 1))
+	/* keep the bytes; range_done converts them (on worker threads) */
+	if (grow(&in->raw, &in->raw_cap, c.data_len ? c.data_len : 1))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	enum mk_dtype load = r->pj->inputs[c.input].load_dtype;
-	if (load != c.dtype) {
-		/* cast on load (config dtype), rounding as torch, then compute */
-		uint64_t lb;
-		mk_dtype_nbytes(load, c.elem_count, &lb);
-		if (grow(&in->raw, &in->raw_cap, lb ? (size_t)lb : 1))
-			return mk_err_set(err, MK_ENOMEM, "out of memory");
-		if (mk_dtype_convert(load, in->raw, c.dtype, c.data, c.elem_count) ||
-		    mk_dtype_convert(r->job.compute, in->conv, load, in->raw, c.elem_count))
-			return mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): input %u: cannot cast %s to %s", r->pj->id,
-					  r->name, c.input, mk_dtype_name(c.dtype), mk_dtype_name(load));
-		return 0;
-	}
-	if (mk_dtype_convert(r->job.compute, in->conv, c.dtype, c.data, c.elem_count))
-		return mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): input %u is %s, which %s cannot merge", r->pj->id,
-				  r->name, c.input, mk_dtype_name(c.dtype), r->m->name);
+	memcpy(in->raw, c.data, c.data_len);
+	in->raw_len = c.data_len;
 	return 0;
+}
+
+/* ------------------------------------------------------------ workers */
+
+struct slice {                   /* one worker's share of a range */
+	struct run *r;
+	uint64_t b, n;           /* job elements [b, b + n) */
+	uint64_t off;            /* offset of b in the range */
+	bool apply;              /* also run the method and convert out */
+	int rc;
+	struct mk_err err;
+};
+
+/* Convert the used inputs' raw bytes (cast on load when asked) into the
+ * compute dtype, then (apply) run the method and convert the output. */
+static void *work(void *arg)
+{
+	struct slice *sl = arg;
+	struct run *r = sl->r;
+	size_t es = mk_dtype_bits(r->job.compute) / 8;
+	const void **ptrs = calloc(r->d.ninputs + 1, sizeof(*ptrs));
+
+	if (!ptrs) {
+		sl->rc = mk_err_set(&sl->err, MK_ENOMEM, "out of memory");
+		return NULL;
+	}
+	for (size_t i = 0; i < r->d.ninputs && !sl->rc; i++) {
+		if (!r->job.used[i])
+			continue;
+		struct inbuf *in = &r->ib[i];
+		enum mk_dtype st = r->pj->inputs[i].dtype, load = r->pj->inputs[i].load_dtype;
+		const char *src = (const char *)in->raw + sl->off * mk_dtype_bits(st) / 8;
+		char *dst = (char *)in->conv + sl->off * es;
+		/* a cast on load rounds to the load dtype first, as torch; the
+		 * conversion goes through float32 either way, so converting
+		 * the load-dtype value again is exact */
+		if (load != st && mk_dtype_is_float(load) && mk_dtype_bits(load) < 32) {
+			for (uint64_t e = 0; e < sl->n && !sl->rc; e += 1024) {
+				uint64_t k = sl->n - e < 1024 ? sl->n - e : 1024;
+				uint16_t tmp[1024 * 4];
+				if (mk_dtype_convert(load, tmp, st, src + e * mk_dtype_bits(st) / 8, k) ||
+				    mk_dtype_convert(r->job.compute, dst + e * es, load, tmp, k))
+					sl->rc = mk_err_set(&sl->err, MK_EUNSUPPORTED, "cannot cast %s to %s",
+							    mk_dtype_name(st), mk_dtype_name(load));
+			}
+		} else if (mk_dtype_convert(r->job.compute, dst, st, src, sl->n)) {
+			sl->rc = mk_err_set(&sl->err, MK_EUNSUPPORTED, "job %u (%s): input %zu is %s, which %s cannot merge",
+					    r->pj->id, r->name, i, mk_dtype_name(st), r->m->name);
+		}
+		ptrs[i] = dst;
+	}
+	if (!sl->rc && sl->apply) {
+		struct mk_job_chunk c = { .elem_begin = sl->b, .count = sl->n, .in = ptrs };
+		sl->rc = mk_job_apply(&r->job, &c, (char *)r->out + sl->off * es, &sl->err);
+		if (!sl->rc && mk_dtype_convert(r->job.out.dtype,
+						(char *)r->outc + sl->off * mk_dtype_bits(r->job.out.dtype) / 8,
+						r->job.compute, (char *)r->out + sl->off * es, sl->n))
+			sl->rc = mk_err_set(&sl->err, MK_EUNSUPPORTED, "job %u (%s): cannot write %s output", r->pj->id,
+					    r->name, mk_dtype_name(r->job.out.dtype));
+	}
+	free(ptrs);
+	return NULL;
+}
+
+/* Run work() over [b, b + n) on up to r->threads threads. */
+static int run_workers(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk_err *err)
+{
+	unsigned t = r->threads ? r->threads : 1;
+	struct slice sl[64];
+	pthread_t th[64];
+	bool started[64] = { false };
+	int rc = 0;
+
+	if (t > 64)
+		t = 64;
+	if (n < 65536)
+		t = 1; /* not worth a thread */
+	uint64_t step = (n + t - 1) / t;
+	step = (step + 63) & ~(uint64_t)63;
+	for (unsigned k = 0; k < t; k++) {
+		uint64_t o = (uint64_t)k * step;
+		sl[k] = (struct slice){ .r = r, .b = b + o, .off = o, .apply = apply };
+		sl[k].n = o >= n ? 0 : (n - o < step ? n - o : step);
+		if (!sl[k].n)
+			continue;
+		if (k + 1 < t && pthread_create(&th[k], NULL, work, &sl[k]) == 0)
+			started[k] = true;
+		else
+			work(&sl[k]); /* the last share, or no thread: here */
+	}
+	for (unsigned k = 0; k < t; k++) {
+		if (started[k])
+			pthread_join(th[k], NULL);
+		if (sl[k].n && sl[k].rc && !rc) {
+			rc = sl[k].rc;
+			*err = sl[k].err;
+		}
+	}
+	return rc;
 }
 
 static int run_end(struct mk_stream_writer *w, struct run *r, struct mk_merge_stats *st, struct mk_err *err)
@@ -461,7 +552,7 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 		} else if (!strcmp(f.type, MK_FT_JOB)) {
 			rc = run_end(w, &r, st, err);
 			if (!rc)
-				rc = run_start(&r, man, &f, err);
+				rc = run_start(&r, man, &f, o->threads, err);
 			if (!rc && o->progress)
 				o->progress(o->progress_ctx, st->jobs, njobs);
 		} else if (!strcmp(f.type, MK_FT_END)) {
