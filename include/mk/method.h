@@ -424,24 +424,21 @@ extern const struct mk_method mk_method_linear;          /* methods.md 2.1 */
 extern const struct mk_method mk_method_passthrough;     /* 2.2 */
 extern const struct mk_method mk_method_slerp;           /* 2.3, seed 004 */
 extern const struct mk_method mk_method_task_arithmetic; /* 2.7 */
-/* The others of methods.md 2 (weak while they are being written: a
- * missing one is NULL and not registered). */
-#define MK_WEAK_METHOD(n) extern const struct mk_method n __attribute__((weak))
-MK_WEAK_METHOD(mk_method_nuslerp);          /* 2.4 */
-MK_WEAK_METHOD(mk_method_multislerp);       /* 2.5 */
-MK_WEAK_METHOD(mk_method_karcher);          /* 2.6 */
-MK_WEAK_METHOD(mk_method_ties);             /* 2.7 */
-MK_WEAK_METHOD(mk_method_dare_linear);
-MK_WEAK_METHOD(mk_method_dare_ties);
-MK_WEAK_METHOD(mk_method_della);
-MK_WEAK_METHOD(mk_method_della_linear);
-MK_WEAK_METHOD(mk_method_breadcrumbs);
-MK_WEAK_METHOD(mk_method_breadcrumbs_ties);
-MK_WEAK_METHOD(mk_method_model_stock);      /* 2.8 */
-MK_WEAK_METHOD(mk_method_nearswap);         /* 2.9 */
-MK_WEAK_METHOD(mk_method_arcee_fusion);     /* 2.10 */
-MK_WEAK_METHOD(mk_method_sce);              /* 2.11 */
-MK_WEAK_METHOD(mk_method_ram);              /* 2.12 */
-MK_WEAK_METHOD(mk_method_ramplus_tl);       /* 2.13 */
+extern const struct mk_method mk_method_nuslerp;          /* 2.4 */
+extern const struct mk_method mk_method_multislerp;       /* 2.5 */
+extern const struct mk_method mk_method_karcher;          /* 2.6 */
+extern const struct mk_method mk_method_ties;             /* 2.7 */
+extern const struct mk_method mk_method_dare_linear;
+extern const struct mk_method mk_method_dare_ties;
+extern const struct mk_method mk_method_della;
+extern const struct mk_method mk_method_della_linear;
+extern const struct mk_method mk_method_breadcrumbs;
+extern const struct mk_method mk_method_breadcrumbs_ties;
+extern const struct mk_method mk_method_model_stock;      /* 2.8 */
+extern const struct mk_method mk_method_nearswap;         /* 2.9 */
+extern const struct mk_method mk_method_arcee_fusion;     /* 2.10 */
+extern const struct mk_method mk_method_sce;              /* 2.11 */
+extern const struct mk_method mk_method_ram;              /* 2.12 */
+extern const struct mk_method mk_method_ramplus_tl;       /* 2.13 */
 
 #endif

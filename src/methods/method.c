@@ -16,8 +16,7 @@ static size_t nreg, capreg;
 static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 
 /* In mergekit's registration order (methods.md 0: the static registry,
- * then the decorator-defined methods).  Methods still being written are
- * weak references: absent ones are NULL and skipped. */
+ * then the decorator-defined methods). */
 static const struct mk_method *const builtins[] = {
 	&mk_method_linear,
 	&mk_method_slerp,
@@ -46,7 +45,7 @@ static int do_register(const struct mk_method *m, struct mk_err *err);
 static void register_builtins(void)
 {
 	for (size_t i = 0; i < sizeof(builtins) / sizeof(builtins[0]); i++)
-		if (builtins[i] && do_register(builtins[i], NULL))
+		if (do_register(builtins[i], NULL))
 			MK_BUG("built-in method '%s' does not register", builtins[i]->name);
 }
 

@@ -22,10 +22,6 @@
 #include <string.h>
 #include "mk/method.h"
 
-/* method.c references the methods weakly, which does not pull their
- * objects out of libmk.a; strong undefined references do. */
-__asm__(".globl mk_method_nuslerp\n.globl mk_method_multislerp\n.globl mk_method_karcher\n"
-	".globl mk_method_model_stock");
 
 /* ------------------------------------------------------------ fixtures */
 

@@ -25,10 +25,6 @@
 
 float mk_arcee_fusion_threshold(const struct mk_job *job, float q[3]);
 
-/* method.c references the methods weakly, which does not pull their
- * objects out of libmk.a; strong undefined references do. */
-__asm__(".globl mk_method_sce\n.globl mk_method_ram\n.globl mk_method_ramplus_tl\n"
-	".globl mk_method_nearswap\n.globl mk_method_arcee_fusion");
 
 /* ------------------------------------------------------------ fixtures */
 
