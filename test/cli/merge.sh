@@ -105,3 +105,22 @@ done
 mkdir binonly && echo x > binonly/pytorch_model.bin && cp models/tiny-a/config.json binonly/
 printf 'merge_method: linear\nmodels:\n  - model: binonly\n    parameters: {weight: 1}\n' > bin.yml
 expect_fail 1 ".bin" mk-plan bin.yml
+
+# embeddings of different vocabulary sizes: cut to the common block
+# (methods.md 1.7; mergekit 0.1.5 refuses them, see mk-compat(7))
+if python3 -c 'import safetensors' 2>/dev/null; then
+	C=$MK_TOP/testdata/models/conf
+	printf 'merge_method: linear\nmodels:\n  - model: %s/llama-f32-a\n    parameters: {weight: 0.5}\n  - model: %s/llama-f32-v40\n    parameters: {weight: 0.5}\n' "$C" "$C" > vocab.yml
+	mk-yaml vocab.yml vocab
+	python3 - vocab/model.safetensors "$C/llama-f32-a/model.safetensors" "$C/llama-f32-v40/model.safetensors" <<'PY'
+import struct, sys
+from safetensors import deserialize
+out, a, b = ({n: t for n, t in deserialize(open(p, "rb").read())} for p in sys.argv[1:])
+for name in ("model.embed_tokens.weight", "lm_head.weight"):
+    assert out[name]["shape"] == [32, 16], out[name]["shape"]
+    o = struct.unpack("<512f", bytes(out[name]["data"]))
+    x = struct.unpack("<512f", bytes(a[name]["data"]))
+    y = struct.unpack("<640f", bytes(b[name]["data"]))[:512]  # the first 32 rows
+    assert all(abs(o[i] - (0.5 * x[i] + 0.5 * y[i])) <= 1e-7 for i in range(512)), name
+PY
+fi

@@ -18,6 +18,7 @@ for dt in F32 BF16; do
 		mk-gen-model --arch mistral --dtype $dt --layers 3 --hidden 16 --vocab 32 --seed $((seed + 50)) c/mistral-$l-$s
 	done
 done
+mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 40 --seed 170 c/llama-f32-v40
 for d in "$MK_TOP"/testdata/models/conf/*; do
 	for f in "$d"/*; do cmp "$f" "c/$(basename "$d")/$(basename "$f")"; done
 done
