@@ -34,6 +34,16 @@ struct mk_plan_input {
 	unsigned ndim;
 	uint64_t shape[MK_MAX_DIMS];
 	uint64_t nelem;
+	/* An input assembled from several source tensors of the checkpoint
+	 * (transformers-v5 fused experts from per-expert tensors, config_io.md
+	 * 3.6): "assembly": {"kind": "stack" | "stack_concat" | "rename",
+	 * "sources": [...]}.  Every kind amounts to the sources' elements one
+	 * after another, in this order (experts stacked on a new axis 0, the
+	 * parts of an expert concatenated along its rows).  nsources 0: the
+	 * tensor itself. */
+	size_t nsources;
+	char **sources;
+	char *assembly;               /* the kind, or NULL */
 };
 
 struct mk_plan_job {

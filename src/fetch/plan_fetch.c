@@ -18,9 +18,16 @@ struct held {                    /* a frame kept to be passed on later */
 	size_t len;
 };
 
-struct src {                     /* an input tensor's place on disk */
+struct seg {                     /* a run of an input's elements on disk */
 	int fd;
-	uint64_t data_off;       /* file offset of element 0 */
+	uint64_t data_off;       /* file offset of the run's first element */
+	uint64_t elem_begin;     /* the input's element index it starts at */
+};
+
+struct src {                     /* an input tensor's place on disk: one run,
+				    or one per source tensor of an assembly */
+	size_t nseg;
+	struct seg *seg;
 };
 
 struct tag {                     /* what an extent is */
@@ -75,6 +82,21 @@ static int next_range(struct pf *p, struct mk_err *err)
 			p->ck_live = true;
 		}
 		if (mk_chunker_next(&p->ck, &p->cur)) {
+			/* an assembled input's runs are separate tensors: no range
+			 * crosses from one to the next */
+			uint64_t b = p->cur.elem_begin, e = b + p->cur.elem_count;
+			for (size_t i = 0; i < jb->ninputs; i++)
+				for (size_t k = 1; k < p->src[p->j][i].nseg; k++) {
+					uint64_t bound = p->src[p->j][i].seg[k].elem_begin;
+					if (bound > b && bound < e)
+						e = bound;
+				}
+			if (e != b + p->cur.elem_count) {
+				uint64_t rl = p->ck.row_len ? p->ck.row_len : 1;
+				p->cur.elem_count = e - b;
+				p->cur.row_count = (e + rl - 1) / rl - p->cur.row_begin;
+				p->ck.next = e;
+			}
 			p->input = 0;
 			p->have_range = true;
 			return 1;
@@ -115,8 +137,13 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 			uint64_t row_len = p->ck.row_len ? p->ck.row_len : 1;
 			t->c.row_begin = b / row_len;
 			t->c.row_count = (b + n + row_len - 1) / row_len - t->c.row_begin;
-			req->fd = p->src[p->j][i].fd;
-			req->off = p->src[p->j][i].data_off + boff;
+			const struct src *sr = &p->src[p->j][i];
+			size_t k = sr->nseg - 1;
+			while (k > 0 && sr->seg[k].elem_begin > b)
+				k--;
+			boff = (b - sr->seg[k].elem_begin) * mk_dtype_bits(in->dtype) / 8;
+			req->fd = sr->seg[k].fd;
+			req->off = sr->seg[k].data_off + boff;
 			req->len = (size_t)blen;
 			req->tag = t;
 			if (req->fd == p->last_fd && req->off < p->last_end)
@@ -280,20 +307,43 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		}
 		for (size_t i = 0; i < jb->ninputs; i++) {
 			const struct mk_plan_input *in = &jb->inputs[i];
-			const struct mk_model_tensor *mt;
-			uint64_t rl = 1;
+			uint64_t rl = 1, at = 0;
+			size_t ns = in->nsources ? in->nsources : 1;
 			if (in->model >= pm->n) {
 				rc = mk_err_set(err, MK_EFORMAT, "job %u: input %zu names model #%zu, the plan has %zu",
 						jb->id, i, in->model, pm->n);
 				goto out;
 			}
-			mt = mk_model_find(models[in->model], in->tensor);
-			if (!mt || mt->t->dtype != in->dtype || mt->t->ndim != in->ndim ||
-			    memcmp(mt->t->shape, in->shape, in->ndim * sizeof(uint64_t))) {
-				rc = mk_err_set(err, MK_EMISMATCH,
-						"job %u: model '%s' %s tensor '%s' as the plan says (%s); run mk-plan again",
-						jb->id, pm->m[in->model].ref, mt ? "does not have" : "has no",
-						in->tensor, mt ? "dtype or shape differs" : "missing");
+			struct src *sr = &p.src[j][i];
+			sr->seg = calloc(ns, sizeof(*sr->seg));
+			if (!sr->seg) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				goto out;
+			}
+			sr->nseg = ns;
+			for (size_t k = 0; k < ns; k++) {
+				const char *name = in->nsources ? in->sources[k] : in->tensor;
+				const struct mk_model_tensor *mt = mk_model_find(models[in->model], name);
+				bool ok = mt && mt->t->dtype == in->dtype;
+				if (ok && !in->nsources)
+					ok = mt->t->ndim == in->ndim &&
+					     !memcmp(mt->t->shape, in->shape, in->ndim * sizeof(uint64_t));
+				if (!ok) {
+					rc = mk_err_set(err, MK_EMISMATCH,
+							"job %u: model '%s' %s tensor '%s' as the plan says (%s); run mk-plan again",
+							jb->id, pm->m[in->model].ref, mt ? "does not have" : "has no", name,
+							mt ? "dtype or shape differs" : "missing");
+					goto out;
+				}
+				sr->seg[k] = (struct seg){ fds[in->model][mt->shard],
+							   models[in->model]->shards[mt->shard]->data_start + mt->t->begin,
+							   at };
+				at += mt->t->nelem;
+				total += (mt->t->end - mt->t->begin) * jb->sends;
+			}
+			if (at != in->nelem) {
+				rc = mk_err_set(err, MK_EMISMATCH, "job %u: input '%s': its sources hold %llu elements, the plan says %llu",
+						jb->id, in->tensor, (unsigned long long)at, (unsigned long long)in->nelem);
 				goto out;
 			}
 			for (unsigned d = 1; d < in->ndim; d++)
@@ -304,9 +354,6 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 				goto out;
 			}
 			row_len = rl;
-			p.src[j][i].fd = fds[in->model][mt->shard];
-			p.src[j][i].data_off = models[in->model]->shards[mt->shard]->data_start + mt->t->begin;
-			total += (mt->t->end - mt->t->begin) * jb->sends;
 		}
 	}
 	/* write: HEAD (kind inputs), files and notes, then jobs with chunks */
@@ -394,6 +441,8 @@ out:
 		free(jobframes[i].wire);
 	free(jobframes);
 	for (size_t j = 0; j < p.njobs; j++) {
+		for (size_t i = 0; p.src && p.src[j] && i < p.jobs[j]->ninputs; i++)
+			free(p.src[j][i].seg);
 		if (p.src)
 			free(p.src[j]);
 		mk_plan_job_free(p.jobs[j]);

@@ -17,8 +17,13 @@ void mk_plan_job_free(struct mk_plan_job *j)
 {
 	if (!j)
 		return;
-	for (size_t i = 0; i < j->ninputs; i++)
+	for (size_t i = 0; i < j->ninputs; i++) {
 		free(j->inputs[i].tensor);
+		for (size_t k = 0; k < j->inputs[i].nsources; k++)
+			free(j->inputs[i].sources[k]);
+		free(j->inputs[i].sources);
+		free(j->inputs[i].assembly);
+	}
 	free(j->inputs);
 	free(j->method);
 	json_decref(j->json);
@@ -140,6 +145,30 @@ int mk_plan_job_decode(const void *buf, size_t len, struct mk_plan_job **out, st
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			goto out;
 		}
+		json_t *as = json_object_get(v, "assembly");
+		if (as) {
+			json_t *kind = json_object_get(as, "kind"), *srcs = json_object_get(as, "sources"), *sv;
+			size_t q;
+			if (!json_is_string(kind) || !json_is_array(srcs) || !json_array_size(srcs) ||
+			    (strcmp(json_string_value(kind), "stack") && strcmp(json_string_value(kind), "stack_concat") &&
+			     strcmp(json_string_value(kind), "rename"))) {
+				rc = mk_err_set(err, MK_EFORMAT, "JOB %u: input %zu: bad assembly", j->id, i);
+				goto out;
+			}
+			in->assembly = strdup(json_string_value(kind));
+			in->sources = calloc(json_array_size(srcs), sizeof(*in->sources));
+			if (!in->assembly || !in->sources) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				goto out;
+			}
+			json_array_foreach(srcs, q, sv) {
+				if (!json_is_string(sv) || !(in->sources[q] = strdup(json_string_value(sv)))) {
+					rc = mk_err_set(err, MK_EFORMAT, "JOB %u: input %zu: bad assembly source", j->id, i);
+					goto out;
+				}
+				in->nsources = q + 1;
+			}
+		}
 	}
 	j->json = o;
 	o = NULL;
@@ -172,6 +201,12 @@ int mk_plan_job_encode(const struct mk_plan_job *j, char **out, size_t *len, str
 				      "dtype", mk_dtype_name(in->dtype), "shape", sh);
 		if (e && in->load_dtype != in->dtype)
 			json_object_set_new(e, "load_dtype", json_string(mk_dtype_name(in->load_dtype)));
+		if (e && in->nsources) {
+			json_t *sv = json_array();
+			for (size_t q = 0; q < in->nsources; q++)
+				json_array_append_new(sv, json_string(in->sources[q]));
+			json_object_set_new(e, "assembly", json_pack("{s:s,s:o}", "kind", in->assembly, "sources", sv));
+		}
 		json_array_append_new(ins, e);
 	}
 	json_object_set_new(o, "inputs", ins);

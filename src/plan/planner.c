@@ -271,6 +271,68 @@ static json_t *pval_json(const struct mk_pval *v)
 
 /* --------------------------------------------------------------- tensors */
 
+/* A weight missing from a checkpoint that stores experts one by one: the
+ * transformers-v5 fused tensor assembled from them (config_io.md 3.6).
+ * Fills the assembled tensor's dtype and shape.  0 with *out NULL when no
+ * conversion applies. */
+static int fused_input(const struct pmodel *pm, const char *target, struct mk_fused **out,
+		       struct mk_tensor_desc *td, struct mk_err *err)
+{
+	const char *mt = mk_hfconfig_model_type(pm->hf);
+	const char **names;
+	int rc;
+
+	*out = NULL;
+	if (!mt || !mk_arch_fused_known(mt))
+		return 0;
+	names = malloc((pm->m->ntensors + 1) * sizeof(*names));
+	if (!names)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t k = 0; k < pm->m->ntensors; k++)
+		names[k] = pm->m->tensors[k].t->name;
+	rc = mk_arch_fused(mt, target, names, pm->m->ntensors, out, err);
+	free(names);
+	if (rc || !*out)
+		return rc;
+	struct mk_fused *f = *out;
+	const struct mk_st_tensor *t0 = mk_model_find(pm->m, f->sources[0])->t;
+	uint64_t rows = 0;
+	for (size_t p2 = 0; p2 < f->nparts; p2++) {
+		const struct mk_st_tensor *tp = mk_model_find(pm->m, f->sources[p2])->t;
+		rows += tp->ndim ? tp->shape[0] : 1;
+	}
+	for (size_t k = 0; k < f->nexperts * f->nparts; k++) {
+		const struct mk_st_tensor *t = mk_model_find(pm->m, f->sources[k])->t;
+		const struct mk_st_tensor *tp = mk_model_find(pm->m, f->sources[k % f->nparts])->t;
+		if (t->dtype != t0->dtype || t->ndim != t0->ndim ||
+		    (t->ndim > 1 && memcmp(t->shape + 1, t0->shape + 1, (t->ndim - 1) * sizeof(uint64_t))) ||
+		    memcmp(t->shape, tp->shape, t->ndim * sizeof(uint64_t))) {
+			mk_fused_free(f);
+			*out = NULL;
+			return mk_err_set(err, MK_EMISMATCH, "'%s' cannot be assembled: '%s' and '%s' differ in dtype or shape",
+					  target, f->sources[0], f->sources[k]);
+		}
+	}
+	td->dtype = t0->dtype;
+	if (f->kind == MK_FUSED_RENAME) {
+		td->ndim = t0->ndim;
+		memcpy(td->shape, t0->shape, sizeof(td->shape));
+	} else if (t0->ndim + 1 > MK_MAX_DIMS) {
+		mk_fused_free(f);
+		*out = NULL;
+		return mk_err_set(err, MK_EUNSUPPORTED, "'%s': too many dimensions", target);
+	} else {
+		td->ndim = t0->ndim + 1;
+		td->shape[0] = f->nexperts;
+		for (unsigned dd = 0; dd < t0->ndim; dd++)
+			td->shape[dd + 1] = t0->shape[dd];
+		if (f->kind == MK_FUSED_STACK_CONCAT)
+			td->shape[1] = rows;
+	}
+	return 0;
+}
+
+
 struct src_in {                       /* one candidate input of a tensor */
 	long model;                       /* plan model index */
 	const struct mk_model_ref *ref;
@@ -304,13 +366,15 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 	size_t *order = calloc(nsrc + 1, sizeof(*order));
 	const char **names = calloc(nsrc + 1, sizeof(*names));
 	bool *used = calloc(nsrc + 1, sizeof(*used));
+	struct mk_fused **fused = calloc(nsrc + 1, sizeof(*fused));
+	struct mk_tensor_desc *stored = calloc(nsrc + 1, sizeof(*stored));
 	struct mk_plan_job *j = NULL;
 	struct mk_plan_out po;
 	struct mk_err e = { 0 };
 	bool any_direct = false, failed = false;
 	int base = -1, rc = 0;
 
-	if (!in || !graw || !iraw || !gres || !ires || !labels || !order || !names || !used) {
+	if (!in || !graw || !iraw || !gres || !ires || !labels || !order || !names || !used || !fused || !stored) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -334,6 +398,17 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 				continue;
 			struct pmodel *pm = &p->models[srcs[s].model];
 			const char *nm = mk_weight_resolve(srcs[s].w, has_tensor, pm->m, NULL);
+			struct mk_tensor_desc ftd = { 0 };
+			struct mk_fused *fu = NULL;
+			if (!nm) {
+				if (fused_input(pm, srcs[s].w->name, &fu, &ftd, &e)) {
+					diag(d, MK_DIAG_ERROR, tc->loc, "model '%s': %s", pm->display, e.msg);
+					failed = true;
+					continue;
+				}
+				if (fu)
+					nm = srcs[s].w->name;
+			}
 			if (!nm) {
 				if (srcs[s].w->optional)
 					continue;
@@ -342,19 +417,24 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 				failed = true;
 				continue;
 			}
-			const struct mk_st_tensor *t = mk_model_find(pm->m, nm)->t;
+			if (!fu) {
+				const struct mk_st_tensor *t = mk_model_find(pm->m, nm)->t;
+				ftd.dtype = t->dtype;
+				ftd.ndim = t->ndim;
+				memcpy(ftd.shape, t->shape, sizeof(ftd.shape));
+			}
 			if (is_base)
 				base = (int)n;
 			order[n] = s;
 			names[n] = nm;
 			labels[n] = pm->display;
-			in[n].ndim = t->ndim;
-			memcpy(in[n].shape, t->shape, sizeof(in[n].shape));
-			in[n].dtype = t->dtype;
+			fused[n] = fu;
+			stored[n] = ftd;
+			in[n] = ftd;
 			/* cast on load: force_dtype, else the config's dtype */
 			if (ow->force_dtype)
 				mk_config_dtype_parse(ow->force_dtype, &in[n].dtype, NULL, NULL);
-			else if (p->cfg->dtype.name && mk_dtype_is_float(t->dtype))
+			else if (p->cfg->dtype.name && mk_dtype_is_float(ftd.dtype))
 				in[n].dtype = p->cfg->dtype.dtype;
 			n++;
 		}
@@ -484,7 +564,6 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
-		const struct mk_st_tensor *t = mk_model_find(p->models[srcs[order[i]].model].m, names[i])->t;
 		struct mk_plan_input *pi = &j->inputs[i];
 		pi->model = (size_t)srcs[order[i]].model;
 		pi->tensor = strdup(names[i]);
@@ -492,11 +571,30 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			goto out;
 		}
-		pi->dtype = t->dtype;
+		pi->dtype = stored[i].dtype;
 		pi->load_dtype = in[i].dtype;
-		pi->ndim = t->ndim;
-		memcpy(pi->shape, t->shape, sizeof(pi->shape));
+		pi->ndim = stored[i].ndim;
+		memcpy(pi->shape, stored[i].shape, sizeof(pi->shape));
 		j->ninputs++;
+		if (fused[i]) {
+			static const char *const kinds[] = { [MK_FUSED_RENAME] = "rename", [MK_FUSED_STACK] = "stack",
+							     [MK_FUSED_STACK_CONCAT] = "stack_concat" };
+			size_t ns = fused[i]->nexperts * fused[i]->nparts;
+			pi->assembly = strdup(kinds[fused[i]->kind]);
+			pi->sources = calloc(ns, sizeof(*pi->sources));
+			if (!pi->assembly || !pi->sources) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				goto out;
+			}
+			for (size_t q = 0; q < ns; q++) {
+				pi->sources[q] = strdup(fused[i]->sources[q]);
+				if (!pi->sources[q]) {
+					rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+					goto out;
+				}
+				pi->nsources = q + 1;
+			}
+		}
 	}
 	j->base = check_equal ? -1 : base;
 	j->passes = po.npasses;
@@ -540,6 +638,10 @@ out:
 	free(order);
 	free(names);
 	free(used);
+	for (size_t i = 0; fused && i < nsrc; i++)
+		mk_fused_free(fused[i]);
+	free(fused);
+	free(stored);
 	return rc;
 }
 
@@ -1180,8 +1282,11 @@ int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
 		for (size_t i = 0; i < j->ninputs; i++) {
 			char *ip = json_dumps(json_array_get(json_object_get(ps, "inputs"), i),
 					      JSON_COMPACT | JSON_PRESERVE_ORDER);
-			fprintf(f, "  input %zu: %s: %s %s%s%s %s\n", i, p->models[j->inputs[i].model].display,
-				j->inputs[i].tensor, mk_dtype_name(j->inputs[i].dtype),
+			char asm_[64] = "";
+			if (j->inputs[i].nsources)
+				snprintf(asm_, sizeof(asm_), " (%s of %zu tensors)", j->inputs[i].assembly, j->inputs[i].nsources);
+			fprintf(f, "  input %zu: %s: %s%s %s%s%s %s\n", i, p->models[j->inputs[i].model].display,
+				j->inputs[i].tensor, asm_, mk_dtype_name(j->inputs[i].dtype),
 				j->inputs[i].load_dtype != j->inputs[i].dtype ? " as " : "",
 				j->inputs[i].load_dtype != j->inputs[i].dtype ? mk_dtype_name(j->inputs[i].load_dtype) : "",
 				(long)i == j->base ? "[base]" : (ip && strcmp(ip, "{}") ? ip : ""));

@@ -52,3 +52,29 @@ for a in $names; do
 	ok=$((ok + 1))
 done
 echo "$ok architectures merged with passthrough and linear"
+# checkpoints that store experts one by one merge into the fused layout
+# (the input assembled from the per-expert tensors, in the job), also when
+# chunks are smaller than one expert
+if python3 -c 'import safetensors' 2>/dev/null; then
+	for a in mixtral qwen3_moe; do
+		printf 'merge_method: passthrough\nmodels:\n  - model: u-%s\n' "$a" > fz-$a.yml
+		mk-plan fz-$a.yml | mk-fetch --chunk-size 1KiB | mk-merge | mk-pack fz-$a
+		python3 - u-$a fz-$a <<'PY'
+import glob, re, sys
+from safetensors import deserialize
+def load(d):
+    t = {}
+    for f in glob.glob(d + "/*.safetensors"):
+        t.update({n: bytes(v["data"]) for n, v in deserialize(open(f, "rb").read())})
+    return t
+src, out = load(sys.argv[1]), load(sys.argv[2])
+fused = [n for n in out if n.endswith("experts.gate_up_proj")]
+assert fused, "no fused tensor written"
+for n in fused:
+    layer = re.search(r"layers\.(\d+)\.", n).group(1)
+    parts = sorted((k for k in src if f"layers.{layer}." in k and ".experts." in k and re.search(r"(w1|w3|gate_proj|up_proj)\.weight$", k)),
+                   key=lambda k: (int(re.search(r"experts\.(\d+)\.", k).group(1)), 0 if re.search(r"(w1|gate_proj)\.weight$", k) else 1))
+    assert out[n] == b"".join(src[k] for k in parts), n
+PY
+	done
+fi
