@@ -51,8 +51,9 @@ struct pf {
 	struct tag *ring;
 	size_t ring_len;
 	uint64_t seq;
-	int last_fd;
-	uint64_t last_end, backward;
+	uint64_t *last_end;      /* per file descriptor: where its last read ended */
+	size_t nlast;
+	uint64_t backward;       /* reads that went back in their file */
 };
 
 static int next_range(struct pf *p, struct mk_err *err)
@@ -146,10 +147,11 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 			req->off = sr->seg[k].data_off + boff;
 			req->len = (size_t)blen;
 			req->tag = t;
-			if (req->fd == p->last_fd && req->off < p->last_end)
-				p->backward++;
-			p->last_fd = req->fd;
-			p->last_end = req->off + req->len;
+			if ((size_t)req->fd < p->nlast) {
+				if (req->off < p->last_end[req->fd])
+					p->backward++;
+				p->last_end[req->fd] = req->off + req->len;
+			}
 			return 1;
 		}
 		p->have_range = false;
@@ -222,7 +224,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	struct held *frames = NULL, *jobframes = NULL;
 	size_t nframes = 0, njf = 0, written = 0;
 	int **fds = NULL;
-	struct pf p = { .last_fd = -1 };
+	struct pf p = { 0 };
 	struct mk_reader_opts ropts = { o->io, o->chunk_bytes, o->qdepth };
 	struct mk_frame f;
 	char *hjson = NULL;
@@ -375,6 +377,12 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		rc = pass_held(w, &frames[i], err);
 	if (rc)
 		goto out;
+	p.nlast = 4096;
+	p.last_end = calloc(p.nlast, sizeof(*p.last_end));
+	if (!p.last_end) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
 	p.ring_len = 2 * (o->qdepth ? o->qdepth : MK_READER_DEFAULT_QDEPTH) + 4;
 	p.ring = calloc(p.ring_len, sizeof(*p.ring));
 	if (!p.ring) {
@@ -434,6 +442,7 @@ out:
 	mk_sr_free(r);
 	free(hjson);
 	free(p.ring);
+	free(p.last_end);
 	for (size_t i = 0; i < nframes; i++)
 		free(frames[i].wire);
 	free(frames);

@@ -1105,6 +1105,56 @@ const char *mk_plan_card(const struct mk_plan *p)
 	return p->card;
 }
 
+/* Where a job's first read lands: its base's (else its first input's)
+ * shard and offset, so the jobs can be sent in file order. */
+struct job_key {
+	size_t model, shard;
+	uint64_t off;
+	size_t pos;
+};
+
+static int cmp_key(const void *a, const void *b)
+{
+	const struct job_key *x = a, *y = b;
+	if (x->model != y->model)
+		return x->model < y->model ? -1 : 1;
+	if (x->shard != y->shard)
+		return x->shard < y->shard ? -1 : 1;
+	if (x->off != y->off)
+		return x->off < y->off ? -1 : 1;
+	return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Send the jobs in the order the base model (else the first) stores its
+ * tensors, so mk-fetch reads it front to back; the manifest keeps
+ * mergekit's order, which alone decides the shards. */
+static void order_jobs(struct mk_plan *p)
+{
+	struct job_key *k = calloc(p->njobs + 1, sizeof(*k));
+	struct mk_plan_job **v = calloc(p->njobs + 1, sizeof(*v));
+
+	if (!k || !v) {
+		free(k);
+		free(v);
+		return; /* keep mergekit's order */
+	}
+	for (size_t i = 0; i < p->njobs; i++) {
+		const struct mk_plan_job *j = p->jobs[i];
+		const struct mk_plan_input *in = &j->inputs[j->base >= 0 ? (size_t)j->base : 0];
+		const char *name = in->nsources ? in->sources[0] : in->tensor;
+		const struct mk_model_tensor *mt = mk_model_find(p->models[in->model].m, name);
+		k[i] = (struct job_key){ in->model, mt ? mt->shard : 0, mt ? mt->t->begin : 0, i };
+	}
+	qsort(k, p->njobs, sizeof(*k), cmp_key);
+	for (size_t i = 0; i < p->njobs; i++)
+		v[i] = p->jobs[k[i].pos];
+	memcpy(p->jobs, v, p->njobs * sizeof(*v));
+	for (size_t i = 0; i < p->njobs; i++)
+		p->jobs[i]->id = (uint32_t)i;
+	free(k);
+	free(v);
+}
+
 int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_diags *d,
 		  struct mk_err *err)
 {
@@ -1179,8 +1229,7 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		if (rc)
 			goto out;
 	}
-	for (size_t i = 0; i < p->njobs; i++)
-		p->jobs[i]->id = (uint32_t)i;
+	order_jobs(p);
 out:
 	free(out_layers);
 	mk_arch_registry_free(reg);
@@ -1194,6 +1243,7 @@ out:
 }
 
 /* ------------------------------------------------------------ write */
+
 
 int mk_plan_write(const struct mk_plan *p, int fd, int level, struct mk_err *err)
 {

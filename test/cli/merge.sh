@@ -124,3 +124,10 @@ for name in ("model.embed_tokens.weight", "lm_head.weight"):
     assert all(abs(o[i] - (0.5 * x[i] + 0.5 * y[i])) <= 1e-7 for i in range(512)), name
 PY
 fi
+
+# jobs follow the base model's file order: a model read front to back
+mk-gen-model --shards 3 --seed 4 ordered
+printf 'merge_method: passthrough\nmodels:\n  - model: ordered\n' > ord.yml
+mk-plan ord.yml | mk-fetch -v 2> fetch-v.txt > /dev/null
+grep -q "queue depth" fetch-v.txt || fail "mk-fetch -v does not show the queue depth"
+grep -q " 0 backward seeks" fetch-v.txt || { cat fetch-v.txt; fail "a single model was not read front to back"; }
