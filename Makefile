@@ -33,6 +33,21 @@ Q := $(if $(V),,@)
 
 LIB_SRC   := $(sort $(wildcard src/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+
+# CUDA: built when nvcc is found (CUDA=0 turns it off); not in sanitized
+# builds.  Without it src/cuda/cuda_stub.c answers "built without CUDA".
+CUDA      ?= auto
+NVCC      ?= $(shell command -v nvcc 2>/dev/null)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+HAVE_CUDA := $(if $(and $(filter-out 0,$(CUDA)),$(NVCC),$(if $(SAN),,1)),1,)
+CU_SRC    := $(sort $(wildcard src/cuda/*.cu))
+NVCCFLAGS ?= -O2 -std=c++17 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80 \
+	     -gencode arch=compute_75,code=compute_75
+ifeq ($(HAVE_CUDA),1)
+LIB_OBJ   += $(CU_SRC:%.cu=$(BUILD)/%.o)
+CPPFLAGS  += -DMK_HAVE_CUDA
+LIBS      += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++
+endif
 LIBMK     := $(BUILD)/libmk.a
 
 CMD_SRC   := $(sort $(wildcard cmd/mk-*.c))
@@ -58,7 +73,7 @@ MANS      := $(sort $(wildcard man/man*/*.[157]))
 # Per-module rules (generated sources, embedded data) live beside the code.
 -include $(sort $(wildcard src/*/*.mk))
 
-.PHONY: all check check-run demo fuzz bench install deps clean man-lint
+.PHONY: all check check-run check-cuda demo fuzz bench install deps clean man-lint
 .DELETE_ON_ERROR:
 
 all: $(LIBMK) $(CMDS) $(TOOLS) $(PLUGINS) $(BUILD)/mk.pc
@@ -67,6 +82,11 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  NVCC    $<")
+	$(Q)$(NVCC) $(NVCCFLAGS) -Iinclude -DMK_HAVE_CUDA -Xcompiler -fPIC -c -o $@ $<
 
 $(LIBMK): $(LIB_OBJ)
 	@$(if $(Q),echo "  AR      $@")
@@ -124,6 +144,10 @@ check: deps
 
 .PHONY: all-tests
 all-tests: all $(UNITS) $(FUZZ_REPLAY)
+
+# The GPU against the CPU (needs a CUDA device; see scripts/gpu-check.sh).
+check-cuda: all $(BUILD)/test/test_cuda
+	$(BUILD)/test/test_cuda
 
 demo: deps all
 	@sh scripts/demo.sh $(BUILD)
