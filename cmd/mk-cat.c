@@ -160,6 +160,8 @@ int main(int argc, char **argv)
 				       (unsigned long long)(ch.elem_begin + ch.elem_count),
 				       mk_crc32c(0, ch.data, ch.data_len));
 			}
+		} else if (!verify && !strcmp(f.type, MK_FT_JOB)) {
+			printf(" %.*s\n", (int)f.payload_len, (const char *)f.payload); /* small JSON */
 		} else if (!verify) {
 			printf(" %.*s\n", (int)(f.payload_len > 200 ? 200 : f.payload_len), (const char *)f.payload);
 		}

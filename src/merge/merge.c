@@ -27,6 +27,7 @@ struct run {                     /* the job being merged */
 	struct mk_job job;
 	struct mk_job_desc d;
 	bool check_equal;            /* inputs 1.. must equal input 0 */
+	bool held;                   /* sent once, passes run in memory */
 	uint64_t seed;               /* the plan's random seed */
 	unsigned threads;            /* worker threads (-j) */
 	struct mk_tensor_desc *in;
@@ -187,12 +188,25 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 					  r->pj->id, r->name, i, (unsigned long long)rl,
 					  (unsigned long long)r->out_row_len);
 	}
-	if (r->pj->sends != r->job.npasses + 1 && !(r->pj->sends == 1 && r->job.npasses == 0))
+	if (r->pj->sends != r->job.npasses + 1 && r->pj->sends != 1)
 		return mk_err_set(err, MK_EUNSUPPORTED,
 				  "job %u (%s): %s needs %u statistics passes; the plan sends the inputs %u times",
 				  r->pj->id, r->name, r->m->name, r->job.npasses, r->pj->sends);
+	/* sent once but with statistics passes: the job is held in memory,
+	 * every used input whole (mk-plan checked it fits the budget) */
+	r->held = r->pj->sends == 1 && r->job.npasses > 0 && !r->job.byte_copy;
+	for (size_t i = 0; r->held && i < r->pj->ninputs; i++) {
+		uint64_t nb;
+		if (!r->job.used[i])
+			continue;
+		if (mk_dtype_nbytes(r->pj->inputs[i].dtype, r->pj->inputs[i].nelem, &nb) ||
+		    grow(&r->ib[i].raw, &r->ib[i].raw_cap, (size_t)nb + 1))
+			return mk_err_set(err, MK_ENOMEM, "job %u (%s): out of memory holding input %zu (%llu bytes)",
+					  r->pj->id, r->name, i, (unsigned long long)nb);
+	}
 	return 0;
 }
+
 
 static int emit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, enum mk_dtype dt,
 		const void *data, size_t len, struct mk_merge_stats *st, struct mk_err *err)
@@ -308,6 +322,18 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 		return mk_err_set(err, MK_EFORMAT, "frame #%llu: INPT input %u pass %u does not fit job %u",
 				  (unsigned long long)f->index, c.input, c.pass, r->pj->id);
 	st->chunks_in++;
+	if (r->held) {
+		struct inbuf *hb = &r->ib[c.input];
+		if (!r->job.used[c.input])
+			return 0;
+		if (c.elem_begin != hb->count)
+			return mk_err_set(err, MK_EFORMAT, "frame #%llu: job %u input %u: chunk at element %llu, expected %llu",
+					  (unsigned long long)f->index, r->pj->id, c.input,
+					  (unsigned long long)c.elem_begin, (unsigned long long)hb->count);
+		memcpy((char *)hb->raw + c.elem_begin * mk_dtype_bits(c.dtype) / 8, c.data, c.data_len);
+		hb->count += c.elem_count;
+		return 0;
+	}
 	if (r->range && (c.pass != r->send || c.elem_begin != r->begin)) {
 		rc = range_done(w, r, st, err);
 		if (rc)
@@ -460,13 +486,75 @@ static int run_workers(struct run *r, uint64_t b, uint64_t n, bool apply, struct
 	return rc;
 }
 
+/* A held job: its inputs are whole in memory; convert them, run every
+ * statistics pass over them, then write the output in pieces. */
+static int held_done(struct mk_stream_writer *w, struct run *r, struct mk_merge_stats *st, struct mk_err *err)
+{
+	uint64_t n = r->out_nelem, piece = 1u << 20;
+	size_t es = mk_dtype_bits(r->job.compute) / 8;
+	const void **ptrs = calloc(r->d.ninputs + 1, sizeof(*ptrs));
+	int rc = 0;
+
+	if (!ptrs)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t i = 0; i < r->d.ninputs; i++) {
+		if (!r->job.used[i])
+			continue;
+		if (r->ib[i].count < n) {
+			rc = mk_err_set(err, MK_ECORRUPT, "job %u (%s): input %zu sent %llu of %llu elements", r->pj->id,
+					r->name, i, (unsigned long long)r->ib[i].count, (unsigned long long)n);
+			goto out;
+		}
+		if (grow(&r->ib[i].conv, &r->ib[i].conv_cap, (size_t)n * es + 1)) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			goto out;
+		}
+	}
+	rc = run_workers(r, 0, n, false, err); /* convert, on the workers */
+	for (size_t i = 0; i < r->d.ninputs; i++)
+		ptrs[i] = r->job.used[i] ? r->ib[i].conv : NULL;
+	struct mk_job_chunk all = { .elem_begin = 0, .count = n, .in = ptrs };
+	for (unsigned p = 0; !rc && p < r->job.npasses; p++) {
+		if (n)
+			rc = mk_job_accumulate(&r->job, p, &all, err);
+		if (!rc)
+			rc = mk_job_finish(&r->job, p, err);
+		r->passes_done = p + 1;
+	}
+	for (uint64_t b = 0; !rc && b < n; b += piece) {
+		uint64_t m = n - b < piece ? n - b : piece, ob;
+		const void **pp = calloc(r->d.ninputs + 1, sizeof(*pp));
+		mk_dtype_nbytes(r->job.out.dtype, m, &ob);
+		if (!pp || grow(&r->out, &r->out_cap, (size_t)m * es + 1) || grow(&r->outc, &r->outc_cap, (size_t)ob + 1)) {
+			free(pp);
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			break;
+		}
+		for (size_t i = 0; i < r->d.ninputs; i++)
+			pp[i] = ptrs[i] ? (const char *)ptrs[i] + b * es : NULL;
+		struct mk_job_chunk c = { .elem_begin = b, .count = m, .in = pp };
+		rc = mk_job_apply(&r->job, &c, r->out, err);
+		if (!rc && mk_dtype_convert(r->job.out.dtype, r->outc, r->job.compute, r->out, m))
+			rc = mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): cannot write %s output", r->pj->id, r->name,
+					mk_dtype_name(r->job.out.dtype));
+		if (!rc)
+			rc = emit(w, r, b, m, r->job.out.dtype, r->outc, (size_t)ob, st, err);
+		free(pp);
+	}
+out:
+	free(ptrs);
+	return rc;
+}
+
 static int run_end(struct mk_stream_writer *w, struct run *r, struct mk_merge_stats *st, struct mk_err *err)
 {
 	int rc = 0;
 
 	if (!r->pj)
 		return 0;
-	if (r->range)
+	if (r->held)
+		rc = held_done(w, r, st, err);
+	else if (r->range)
 		rc = range_done(w, r, st, err);
 	if (!rc)
 		rc = finish_passes(r, r->job.npasses, err);

@@ -599,6 +599,26 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 	j->base = check_equal ? -1 : base;
 	j->passes = po.npasses;
 	j->sends = po.npasses + 1;
+	if (po.npasses && p->budget) {
+		/* held in memory when every used input, converted, and the output
+		 * fit the merge budget: the inputs are then sent once */
+		uint64_t ws = 0, es = mk_dtype_bits(po.compute) / 8, ne, b;
+		for (size_t i = 0; i < n; i++) {
+			if (!used[i])
+				continue;
+			ne = 1;
+			for (unsigned dd = 0; dd < stored[i].ndim; dd++)
+				ne *= stored[i].shape[dd];
+			mk_dtype_nbytes(stored[i].dtype, ne, &b);
+			ws += b + ne * es;
+		}
+		ne = 1;
+		for (unsigned dd = 0; dd < po.out.ndim; dd++)
+			ne *= po.out.shape[dd];
+		ws += ne * es * 2;
+		if (ws <= p->budget)
+			j->sends = 1;
+	}
 	{
 		json_t *o = json_object(), *ps = json_object(), *g = json_object(), *ia = json_array();
 		for (size_t k = 0; k < np; k++)
@@ -1174,6 +1194,11 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 	p->o = o;
 	p->seed = o->seed;
 	p->budget = o->budget;
+	if (!p->budget) {
+		/* default: a quarter of the machine's memory */
+		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+		p->budget = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : (1ull << 30);
+	}
 	p->chunk_bytes = o->chunk_bytes;
 	rc = mk_config_parse_partial(o->text, o->len, o->label, &p->cfg, d, err);
 	if (rc && !p->cfg)
@@ -1326,8 +1351,10 @@ int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
 		fprintf(f, "\n%s %s [", t->name, mk_dtype_name(t->dtype));
 		for (unsigned dd = 0; dd < t->ndim; dd++)
 			fprintf(f, "%s%llu", dd ? ", " : "", (unsigned long long)t->shape[dd]);
-		fprintf(f, "]\n  %s, %u statistics pass%s, parameters %s\n", j->method, j->passes,
-			j->passes == 1 ? "" : "es", g ? g : "{}");
+		fprintf(f, "]\n  %s, %u statistics pass%s%s, parameters %s\n", j->method, j->passes,
+			j->passes == 1 ? "" : "es",
+			j->passes ? (j->sends == 1 ? " (held in memory)" : " (inputs streamed once per pass)") : "",
+			g ? g : "{}");
 		free(g);
 		for (size_t i = 0; i < j->ninputs; i++) {
 			char *ip = json_dumps(json_array_get(json_object_get(ps, "inputs"), i),

@@ -131,3 +131,15 @@ printf 'merge_method: passthrough\nmodels:\n  - model: ordered\n' > ord.yml
 mk-plan ord.yml | mk-fetch -v 2> fetch-v.txt > /dev/null
 grep -q "queue depth" fetch-v.txt || fail "mk-fetch -v does not show the queue depth"
 grep -q " 0 backward seeks" fetch-v.txt || { cat fetch-v.txt; fail "a single model was not read front to back"; }
+
+# methods with statistics passes: held in memory (default budget) or
+# streamed once per pass (a budget too small to hold) give the same bytes
+C=$MK_TOP/testdata/models/conf
+for cfg in ties-f32 slerp-gradient-f32 karcher-f32 sce-f32 breadcrumbs-ties-f32; do
+	sed "s|testdata/models/conf|$C|g" "$MK_TOP/test/conformance/$cfg.yml" > held-$cfg.yml
+	mk-plan held-$cfg.yml | mk-fetch | mk-merge | mk-pack held-$cfg
+	mk-plan --max-memory 1 held-$cfg.yml > streamed.mks
+	mk-cat streamed.mks | grep -q '"sends":[2-9]' || fail "$cfg: --max-memory 1 did not stream the passes"
+	mk-fetch < streamed.mks | mk-merge | mk-pack streamed-$cfg
+	for f in held-$cfg/*.safetensors; do cmp "$f" "streamed-$cfg/$(basename "$f")" || fail "$cfg: held and streamed differ"; done
+done
