@@ -223,7 +223,12 @@ static int emit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint6
 }
 
 /* The gathered range is complete: run a pass over it or write output. */
-static int run_workers(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk_err *err);
+static int run_workers_ex(struct run *r, uint64_t b, uint64_t n, bool apply, bool converted,
+			  struct mk_err *err);
+static int run_workers(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk_err *err)
+{
+	return run_workers_ex(r, b, n, apply, false, err);
+}
 
 static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge_stats *st,
 		      struct mk_err *err)
@@ -394,6 +399,7 @@ struct slice {                   /* one worker's share of a range */
 	uint64_t b, n;           /* job elements [b, b + n) */
 	uint64_t off;            /* offset of b in the range */
 	bool apply;              /* also run the method and convert out */
+	bool converted;          /* the inputs are converted already (held) */
 	int rc;
 	struct mk_err err;
 };
@@ -414,6 +420,10 @@ static void *work(void *arg)
 	for (size_t i = 0; i < r->d.ninputs && !sl->rc; i++) {
 		if (!r->job.used[i])
 			continue;
+		if (sl->converted) {
+			ptrs[i] = (const char *)r->ib[i].conv + sl->b * es;
+			continue;
+		}
 		struct inbuf *in = &r->ib[i];
 		enum mk_dtype st = r->pj->inputs[i].dtype, load = r->pj->inputs[i].load_dtype;
 		const char *src = (const char *)in->raw + sl->off * mk_dtype_bits(st) / 8;
@@ -449,8 +459,10 @@ static void *work(void *arg)
 	return NULL;
 }
 
-/* Run work() over [b, b + n) on up to r->threads threads. */
-static int run_workers(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk_err *err)
+/* Run work() over [b, b + n) on up to r->threads threads; `converted`:
+ * the inputs are whole and converted (a held job), output buffers hold
+ * [b, b + n). */
+static int run_workers_ex(struct run *r, uint64_t b, uint64_t n, bool apply, bool converted, struct mk_err *err)
 {
 	unsigned t = r->threads ? r->threads : 1;
 	struct slice sl[64];
@@ -466,7 +478,7 @@ static int run_workers(struct run *r, uint64_t b, uint64_t n, bool apply, struct
 	step = (step + 63) & ~(uint64_t)63;
 	for (unsigned k = 0; k < t; k++) {
 		uint64_t o = (uint64_t)k * step;
-		sl[k] = (struct slice){ .r = r, .b = b + o, .off = o, .apply = apply };
+		sl[k] = (struct slice){ .r = r, .b = b + o, .off = o, .apply = apply, .converted = converted };
 		sl[k].n = o >= n ? 0 : (n - o < step ? n - o : step);
 		if (!sl[k].n)
 			continue;
@@ -523,23 +535,14 @@ static int held_done(struct mk_stream_writer *w, struct run *r, struct mk_merge_
 	}
 	for (uint64_t b = 0; !rc && b < n; b += piece) {
 		uint64_t m = n - b < piece ? n - b : piece, ob;
-		const void **pp = calloc(r->d.ninputs + 1, sizeof(*pp));
 		mk_dtype_nbytes(r->job.out.dtype, m, &ob);
-		if (!pp || grow(&r->out, &r->out_cap, (size_t)m * es + 1) || grow(&r->outc, &r->outc_cap, (size_t)ob + 1)) {
-			free(pp);
+		if (grow(&r->out, &r->out_cap, (size_t)m * es + 1) || grow(&r->outc, &r->outc_cap, (size_t)ob + 1)) {
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			break;
 		}
-		for (size_t i = 0; i < r->d.ninputs; i++)
-			pp[i] = ptrs[i] ? (const char *)ptrs[i] + b * es : NULL;
-		struct mk_job_chunk c = { .elem_begin = b, .count = m, .in = pp };
-		rc = mk_job_apply(&r->job, &c, r->out, err);
-		if (!rc && mk_dtype_convert(r->job.out.dtype, r->outc, r->job.compute, r->out, m))
-			rc = mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): cannot write %s output", r->pj->id, r->name,
-					mk_dtype_name(r->job.out.dtype));
+		rc = run_workers_ex(r, b, m, true, true, err);
 		if (!rc)
 			rc = emit(w, r, b, m, r->job.out.dtype, r->outc, (size_t)ob, st, err);
-		free(pp);
 	}
 out:
 	free(ptrs);
