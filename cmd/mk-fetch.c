@@ -28,6 +28,7 @@ static void usage(void)
 	       "      --chunk-size SIZE  bytes per chunk (default 4MiB)\n"
 	       "      --queue-depth N    reads in flight (default %u)\n"
 	       "      --io KIND          reader: auto, uring, mmap or pread (default: $MK_IO, else auto)\n"
+	       "      --max-memory SIZE  fit the reads in flight in half of SIZE (smaller chunks, queue)\n"
 	       "  -f, --force            write the binary stream even to a terminal\n"
 	       "      --progress         draw progress on stderr (--no-progress: never)\n"
 	       "  -v, --verbose          say more (backend, queue depth, seeks); -q, --quiet: less\n"
@@ -47,7 +48,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 
 int main(int argc, char **argv)
 {
-	enum { O_CHUNK = 256, O_QD, O_IO, O_PROGRESS, O_NO_PROGRESS };
+	enum { O_CHUNK = 256, O_QD, O_IO, O_PROGRESS, O_NO_PROGRESS, O_MEM };
 	static const struct option longopts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "input", required_argument, NULL, 'i' },
@@ -55,6 +56,7 @@ int main(int argc, char **argv)
 		{ "compress", optional_argument, NULL, 'z' },
 		{ "chunk-size", required_argument, NULL, O_CHUNK },
 		{ "queue-depth", required_argument, NULL, O_QD },
+		{ "max-memory", required_argument, NULL, O_MEM },
 		{ "io", required_argument, NULL, O_IO },
 		{ "force", no_argument, NULL, 'f' },
 		{ "progress", no_argument, NULL, O_PROGRESS },
@@ -71,7 +73,7 @@ int main(int argc, char **argv)
 	const char **models = NULL, *output = "-", *input = NULL;
 	bool force = false;
 	int want_progress = 0, c, fd = 1;
-	uint64_t v;
+	uint64_t v, budget = 0;
 
 	cli_init("mk-fetch");
 	while ((c = getopt_long(argc, argv, "m:i:o:z::fvqhV", longopts, NULL)) != -1) {
@@ -101,6 +103,11 @@ int main(int argc, char **argv)
 				cli_usage_error("--queue-depth: expected 1..1024, not '%s'", optarg);
 			o.qdepth = (unsigned)v;
 			break;
+		case O_MEM:
+			if (mk_size_parse(optarg, &v) || v < (4u << 20))
+				cli_usage_error("--max-memory: expected a size of at least 4MiB, not '%s'", optarg);
+			budget = v;
+			break;
 		case O_IO:
 			if (mk_io_kind_parse(optarg, &o.io))
 				cli_usage_error("--io: expected auto, uring, mmap or pread, not '%s'", optarg);
@@ -117,6 +124,18 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		cli_usage_error("unexpected argument '%s' (models are given with --model)", argv[optind]);
+	if (budget) {
+		/* reads in flight ((queue depth + 1) chunks) and the frame being
+		 * written take at most half of the budget */
+		size_t chunk = o.chunk_bytes ? o.chunk_bytes : MK_READER_DEFAULT_CHUNK;
+		unsigned qd = o.qdepth ? o.qdepth : MK_READER_DEFAULT_QDEPTH;
+		while ((uint64_t)(qd + 2) * chunk > budget / 2 && qd > 2)
+			qd--;
+		while ((uint64_t)(qd + 2) * chunk > budget / 2 && chunk > (64u << 10))
+			chunk /= 2;
+		o.chunk_bytes = chunk;
+		o.qdepth = qd;
+	}
 	if (o.nmodels && input)
 		cli_usage_error("--model (copy mode) and --input (plan mode) do not go together");
 	int in_fd = 0;

@@ -26,6 +26,7 @@ static void usage(void)
 	       "  -z, --compress[=LEVEL] zstd-compress each output frame (level 1..19, default 3)\n"
 	       "      --list-methods     list the merge methods and their parameters, and exit\n"
 	       "      --plugin FILE.so   load merge methods from a shared object (also MK_PLUGIN_PATH)\n"
+	       "      --max-memory SIZE  refuse jobs the plan holds in memory that need more\n"
 	       "      --cuda             merge on the GPU (not yet in the stream path: says so, runs on the CPU)\n"
 	       "  -j, --jobs N           worker threads (default: the number of CPUs, at most 8)\n"
 	       "  -f, --force            write the binary stream even to a terminal\n"
@@ -90,7 +91,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 
 int main(int argc, char **argv)
 {
-	enum { O_LIST = 256, O_CUDA, O_PROGRESS, O_NO_PROGRESS };
+	enum { O_LIST = 256, O_CUDA, O_PROGRESS, O_NO_PROGRESS, O_MEM };
 	static const struct option longopts[] = {
 		{ "plugin", required_argument, NULL, 'P' },
 		{ "input", required_argument, NULL, 'i' },
@@ -98,6 +99,7 @@ int main(int argc, char **argv)
 		{ "compress", optional_argument, NULL, 'z' },
 		{ "list-methods", no_argument, NULL, O_LIST },
 		{ "cuda", no_argument, NULL, O_CUDA },
+		{ "max-memory", required_argument, NULL, O_MEM },
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "force", no_argument, NULL, 'f' },
 		{ "progress", no_argument, NULL, O_PROGRESS },
@@ -136,6 +138,11 @@ int main(int argc, char **argv)
 			break;
 		case O_LIST: list_methods(); break;
 		case O_CUDA: cuda = true; break;
+		case O_MEM:
+			if (mk_size_parse(optarg, &v))
+				cli_usage_error("--max-memory: expected a size, not '%s'", optarg);
+			o.budget = v;
+			break;
 		case 'j':
 			if (mk_size_parse(optarg, &v) || v < 1 || v > 64)
 				cli_usage_error("--jobs: expected 1..64, not '%s'", optarg);

@@ -29,7 +29,8 @@ static void usage(void)
 	       "  --random-seed N           seed for random methods (mk-plan)\n"
 	       "  --cuda / --no-cuda        merge on the GPU (mk-merge)\n"
 	       "  -j, --num-threads N       merge threads (mk-merge)\n"
-	       "  --max-memory SIZE         memory budget (mk-plan)\n"
+	       "  --max-memory SIZE         memory budget, split: half to merging (mk-plan, mk-merge),\n"
+	       "                            a quarter to reading (mk-fetch)\n"
 	       "  --plugin FILE.so          load merge methods from a shared object (mk-plan, mk-merge)\n"
 	       "  --force                   replace an existing OUT (mk-pack)\n"
 	       "  --quiet                   no progress bar\n"
@@ -156,8 +157,19 @@ int main(int argc, char **argv)
 		case O_MEM:
 			if (mk_size_parse(optarg, &v))
 				cli_usage_error("--max-memory: expected a size, not '%s'", optarg);
-			push(&plan, "--max-memory");
-			push(&plan, optarg);
+			{
+				/* mk-merge holds jobs: most of it; mk-fetch's reads a
+				 * quarter; mk-plan and mk-pack need little */
+				char b[32];
+				snprintf(b, sizeof(b), "%llu", (unsigned long long)(v / 2));
+				push(&plan, "--max-memory");
+				push(&plan, b);
+				push(&merge, "--max-memory");
+				push(&merge, b);
+				snprintf(b, sizeof(b), "%llu", (unsigned long long)(v / 4 > (4u << 20) ? v / 4 : (4u << 20)));
+				push(&fetch, "--max-memory");
+				push(&fetch, b);
+			}
 			break;
 		case O_FORCE: push(&pack, "--force"); break;
 		case O_QUIET: quiet = true; break;

@@ -21,6 +21,7 @@
 
 struct mk_merge_opts {
 	int compress_level;          /* zstd level for the output, 0: none */
+	uint64_t budget;             /* refuse held jobs larger than this (0: none) */
 	unsigned threads;            /* worker threads for the conversions and
 					the kernels (0 or 1: this thread); the
 					output does not depend on it */

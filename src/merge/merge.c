@@ -125,7 +125,7 @@ static void run_release(struct run *r)
 }
 
 static int run_start(struct run *r, const struct mk_manifest *man, const struct mk_frame *f,
-		     unsigned threads, struct mk_err *err)
+		     unsigned threads, uint64_t budget, struct mk_err *err)
 {
 	json_t *emb, *seed = json_object_get(man->json, "seed");
 	int rc;
@@ -195,6 +195,18 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 	/* sent once but with statistics passes: the job is held in memory,
 	 * every used input whole (mk-plan checked it fits the budget) */
 	r->held = r->pj->sends == 1 && r->job.npasses > 0 && !r->job.byte_copy;
+	if (r->held && budget) {
+		uint64_t need = 0, es = mk_dtype_bits(r->job.compute) / 8, nb;
+		for (size_t i = 0; i < r->pj->ninputs; i++)
+			if (r->job.used[i] && !mk_dtype_nbytes(r->pj->inputs[i].dtype, r->pj->inputs[i].nelem, &nb))
+				need += nb + r->pj->inputs[i].nelem * es;
+		need += r->out_nelem * es * 2;
+		if (need > budget)
+			return mk_err_set(err, MK_ENOMEM,
+					  "job %u (%s): the plan holds it in memory, %llu bytes, more than --max-memory %llu; run mk-plan with --max-memory %llu or less",
+					  r->pj->id, r->name, (unsigned long long)need, (unsigned long long)budget,
+					  (unsigned long long)budget);
+	}
 	for (size_t i = 0; r->held && i < r->pj->ninputs; i++) {
 		uint64_t nb;
 		if (!r->job.used[i])
@@ -643,7 +655,7 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 		} else if (!strcmp(f.type, MK_FT_JOB)) {
 			rc = run_end(w, &r, st, err);
 			if (!rc)
-				rc = run_start(&r, man, &f, o->threads, err);
+				rc = run_start(&r, man, &f, o->threads, o->budget, err);
 			if (!rc && o->progress)
 				o->progress(o->progress_ctx, st->jobs, njobs);
 		} else if (!strcmp(f.type, MK_FT_END)) {

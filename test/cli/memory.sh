@@ -22,3 +22,32 @@ mk-fetch --model big | mk-rss cat.rss mk-cat --verify > /dev/null
 c=$(cat cat.rss)
 echo "mk-cat --verify peak RSS ${c} KiB"
 [ "$c" -lt "$bound" ] || fail "mk-cat peak RSS $c KiB >= $bound KiB"
+
+# a merge within --max-memory 256M on tensors larger than that: every
+# stage of the pipe mk-yaml runs (budget split: merge 128M, fetch 64M)
+# stays under budget + 32 MiB
+# (a 65536-token vocabulary: embed_tokens and lm_head of 256 MiB each)
+mk-gen-model --dtype F32 --hidden 1024 --layers 1 --vocab 65536 --seed 1 v1
+mk-gen-model --dtype F32 --hidden 1024 --layers 1 --vocab 65536 --seed 2 v2
+for m in linear slerp; do
+	case $m in
+	linear) printf 'merge_method: linear\nmodels:\n  - model: v1\n    parameters: {weight: 1}\n  - model: v2\n    parameters: {weight: 1}\n' > mem.yml ;;
+	slerp) printf 'merge_method: slerp\nbase_model: v1\nmodels:\n  - model: v1\n  - model: v2\nparameters: {t: 0.3}\n' > mem.yml ;;
+	esac
+	mk-yaml --print-pipeline --max-memory 256M mem.yml x | grep -q -- "mk-merge --max-memory 128000000" || fail "mk-yaml does not split the budget"
+	rm -rf memout
+	mk-rss p.rss mk-plan --max-memory 128000000 mem.yml | mk-rss f.rss mk-fetch --max-memory 64000000 |
+		mk-rss m.rss mk-merge --max-memory 128000000 | mk-rss k.rss mk-pack memout
+	[ -f memout/model.safetensors ] || [ -f memout/model.safetensors.index.json ] || fail "$m: no output"
+	grep -q lm_head memout/model.safetensors* 2>/dev/null || fail "$m: lm_head not merged"
+	limit=$(( (256000000 / 1024) + 32 * 1024 ))
+	for s in p f m k; do
+		r=$(cat $s.rss)
+		echo "$m: stage $s peak RSS $r KiB (limit $limit KiB)"
+		[ "$r" -le "$limit" ] || fail "$m: stage $s peak RSS $r KiB over $limit KiB"
+	done
+done
+# mk-merge refuses a held job larger than its own budget
+mk-plan mem.yml > held.mks
+mk-fetch < held.mks > heldin.mks
+expect_fail 1 "more than --max-memory" mk-merge --max-memory 100M -i heldin.mks -o x.mks
