@@ -632,6 +632,15 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 			}
 		}
 	}
+	/* the largest job the plan holds in memory, checked before any data */
+	json_t *hm = json_object_get(man->json, "held_bytes_max");
+	if (o->budget && json_is_integer(hm) && (uint64_t)json_integer_value(hm) > o->budget) {
+		rc = mk_err_set(err, MK_ENOMEM,
+				"%s: the plan holds jobs of up to %lld bytes in memory, more than --max-memory %llu; run mk-plan with --max-memory %llu or less",
+				label, (long long)json_integer_value(hm), (unsigned long long)o->budget,
+				(unsigned long long)o->budget);
+		goto out;
+	}
 	if (json_is_integer(json_object_get(man->json, "jobs")))
 		njobs = (uint64_t)json_integer_value(json_object_get(man->json, "jobs"));
 	free(man->kind);

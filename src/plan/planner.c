@@ -53,6 +53,7 @@ struct mk_plan {
 	char *card;                       /* README.md text, or NULL */
 	char *last_err;                   /* the last method error, tensor name cut out */
 	size_t repeats;                   /* further tensors with that error */
+	uint64_t held_max;                /* the largest held job's working set */
 	const struct mk_plan_opts *o;
 	uint64_t seed, budget, chunk_bytes;
 };
@@ -616,8 +617,11 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 		for (unsigned dd = 0; dd < po.out.ndim; dd++)
 			ne *= po.out.shape[dd];
 		ws += ne * es * 2;
-		if (ws <= p->budget)
+		if (ws <= p->budget) {
 			j->sends = 1;
+			if (ws > p->held_max)
+				p->held_max = ws;
+		}
 	}
 	{
 		json_t *o = json_object(), *ps = json_object(), *g = json_object(), *ia = json_array();
@@ -1304,6 +1308,7 @@ int mk_plan_write(const struct mk_plan *p, int fd, int level, struct mk_err *err
 	}
 	json_object_set_new(p->man->json, "plugins", plugins);
 	json_object_set_new(p->man->json, "jobs", json_integer((json_int_t)p->njobs));
+	json_object_set_new(p->man->json, "held_bytes_max", json_integer((json_int_t)p->held_max));
 	p->man->chunk_bytes = p->chunk_bytes;
 	rc = mk_manifest_encode(p->man, &head, &hlen, err);
 	if (!rc)

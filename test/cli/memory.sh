@@ -51,3 +51,5 @@ done
 mk-plan mem.yml > held.mks
 mk-fetch < held.mks > heldin.mks
 expect_fail 1 "more than --max-memory" mk-merge --max-memory 100M -i heldin.mks -o x.mks
+grep -q "the plan holds jobs of up to" err.txt || fail "mk-merge did not refuse at the HEAD"
+[ ! -e x.mks ] || fail "mk-merge left output"
