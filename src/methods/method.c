@@ -433,10 +433,14 @@ static int check_contract(const struct mk_method *m, const struct mk_job_desc *d
 				  "method '%s' expects at most %u input tensors, tensor '%s' has %zu",
 				  m->name, (unsigned)c->max_inputs, tn, n);
 	}
-	if (nb < c->min_non_base || nb > c->max_non_base)
+	if (nb < c->min_non_base)
 		return mk_err_set(err, MK_EINVAL,
-				  "method '%s': tensor '%s' has %zu non-base inputs (expected %u to %u)",
-				  m->name, tn, nb, (unsigned)c->min_non_base, (unsigned)c->max_non_base);
+				  "method '%s': tensor '%s' has %zu inputs besides the base, it needs at least %u",
+				  m->name, tn, nb, (unsigned)c->min_non_base);
+	if (nb > c->max_non_base)
+		return mk_err_set(err, MK_EINVAL,
+				  "method '%s': tensor '%s' has %zu inputs besides the base, it takes at most %u",
+				  m->name, tn, nb, (unsigned)c->max_non_base);
 	for (size_t i = 0; i < n; i++)
 		if (d->in[i].ndim > MK_MAX_DIMS)
 			return mk_err_set(err, MK_EINVAL, "method '%s', tensor '%s': input %zu has %u dimensions",

@@ -340,7 +340,7 @@ static void test_nuslerp_rules(void **st)
 	tj_init(&t, "nuslerp", 3, -1);
 	for (int i = 0; i < 3; i++)
 		set_in(&t, (size_t)i, "weight", mk_pval_float(0.5));
-	expect_plan_error(&t, MK_EINVAL, "non-base inputs", NULL);
+	expect_plan_error(&t, MK_EINVAL, "inputs besides the base, it takes at most 2", NULL);
 	/* one input: returned as is, no pass */
 	tj_init(&t, "nuslerp", 1, -1);
 	set_in(&t, 0, "weight", mk_pval_float(0.5));
