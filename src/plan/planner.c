@@ -348,13 +348,6 @@ struct tctx {                         /* where a tensor is planned */
 	const struct mk_config_loc *loc;  /* for messages */
 };
 
-static int manifest_find_or_add(struct mk_plan *p, const char *name, long *idx)
-{
-	long i = mk_manifest_find(p->man, name);
-	*idx = i;
-	return i >= 0;
-}
-
 static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const struct src_in *srcs, size_t nsrc,
 		       const struct tctx *tc, struct mk_diags *d, struct mk_err *err)
 {
@@ -540,8 +533,8 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 		mk_config_dtype_parse(ow->force_dtype, &odt, NULL, NULL);
 	else if (p->cfg->out_dtype.name && mk_dtype_is_float(odt))
 		odt = p->cfg->out_dtype.dtype;
-	long idx;
-	if (manifest_find_or_add(p, ow->name, &idx)) {
+	long idx = mk_manifest_find(p->man, ow->name);
+	if (idx >= 0) {
 		/* planned twice (qwen2_vl's projector): the last one wins */
 		for (size_t k = 0; k < p->njobs; k++)
 			if (p->jobs[k]->output == (size_t)idx) {

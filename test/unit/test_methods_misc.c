@@ -22,78 +22,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mk/method.h"
+#include "method_harness.h"
 
 float mk_arcee_fusion_threshold(const struct mk_job *job, float q[3]);
 
 
 /* ------------------------------------------------------------ fixtures */
 
-static const float W0[12] = { 0.5f, -0.25f, 1.0f, 0.125f, -0.75f, 0.375f, 0.0f, 2.0f,
-			      1.5f, -1.25f, 0.625f, -0.5f };
-static const float D1[12] = { 6, -13, 3, 19, -10, 16, -4, 0, 26, -7, 12, -22 };
-static const float D2[12] = { -5, -9, 8, 14, 11, -2, -15, 1, 20, 17, -3, -25 };
-static const float D3[12] = { 7, 4, -12, 23, -18, 9, 5, -1, -24, -6, 13, 2 };
-static float M1[12], M2[12], M3[12];
-
 static int setup_inputs(void **st)
 {
-	for (int i = 0; i < 12; i++) {
-		M1[i] = W0[i] + D1[i] / 64.0f;
-		M2[i] = W0[i] + D2[i] / 64.0f;
-		M3[i] = W0[i] + D3[i] / 64.0f;
-	}
+	fixtures_init();
 	return 0;
 }
-
-#define MAXIN 4
-#define MAXP 8
-
-/* A job description being built by a test. */
-struct tj {
-	const struct mk_method *m;
-	struct mk_tensor_desc in[MAXIN];
-	struct mk_pval g[MAXP];
-	struct mk_pval pin[MAXIN * MAXP];
-	const char *labels[MAXIN];
-	struct mk_job_desc d;
-};
-
-static struct mk_tensor_desc td(enum mk_dtype dt, unsigned ndim, uint64_t a, uint64_t b)
-{
-	struct mk_tensor_desc t = { .dtype = dt, .ndim = ndim };
-	t.shape[0] = a;
-	t.shape[1] = b;
-	return t;
-}
-
-static void tj_init(struct tj *t, const char *method, size_t n, int base)
-{
-	static const char *names[MAXIN] = { "model-a", "model-b", "model-c", "model-d" };
-
-	memset(t, 0, sizeof(*t));
-	t->m = mk_method_find(method);
-	assert_non_null(t->m);
-	assert_true(t->m->nparams <= MAXP);
-	for (size_t i = 0; i < n; i++) {
-		t->in[i] = td(MK_DT_F32, 2, 3, 4);
-		t->labels[i] = names[i];
-	}
-	t->d.tensor = "model.layers.0.mlp.down_proj.weight";
-	t->d.ninputs = n;
-	t->d.base = base;
-	t->d.in = t->in;
-	t->d.labels = t->labels;
-	t->d.global = t->g;
-	t->d.input = t->pin;
-}
-
-static void set_g(struct tj *t, const char *name, struct mk_pval v)
-{
-	int p = mk_method_param_index(t->m, name);
-	assert_true(p >= 0);
-	t->g[p] = v;
-}
-
 
 /* Run a whole job over views (compute-dtype arrays of the output's
  * element count; NULL for unused inputs) with chunks of `chunk` elements
