@@ -4,6 +4,7 @@
 #ifndef MK_METHOD_HARNESS_H
 #define MK_METHOD_HARNESS_H
 
+#include <stdbool.h>
 #include <string.h>
 #include "mk/method.h"
 
@@ -86,6 +87,59 @@ static inline void set_in(struct tj *t, size_t i, const char *name, struct mk_pv
 	int p = mk_method_param_index(t->m, name);
 	assert_true(p >= 0);
 	t->pin[i * t->m->nparams + (size_t)p] = v;
+}
+
+/* Run a whole job over views (compute-dtype arrays of the output's
+ * element count; NULL for unused inputs) with chunks of `chunk` elements
+ * (0: one chunk): statistics passes in element order, then apply over the
+ * chunks in order, or last to first with `reverse` (apply has no order
+ * rule).  Returns the first failure with `err` filled.  On success *keep
+ * (if not NULL) receives the job, which the caller releases, and *npasses
+ * (if not NULL) its pass count. */
+static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *const *views, uint64_t chunk,
+			 void *out, bool reverse, struct mk_job *keep, unsigned *npasses, struct mk_err *err)
+{
+	struct mk_job job;
+	uint64_t nch;
+	size_t esz;
+	int rc;
+
+	mk_err_clear(err);
+	rc = mk_job_init(&job, t->m, &t->d, out_dtype, err);
+	if (rc)
+		return rc;
+	if (npasses)
+		*npasses = job.npasses;
+	esz = job.compute == MK_DT_F64 ? 8 : 4;
+	if (!chunk)
+		chunk = job.nelem ? job.nelem : 1;
+	nch = (job.nelem + chunk - 1) / chunk;
+	for (unsigned pass = 0; pass <= job.npasses; pass++) {
+		for (uint64_t k = 0; k < nch; k++) {
+			uint64_t q = pass == job.npasses && reverse ? nch - 1 - k : k, e = q * chunk;
+			const void *ptr[MAXIN];
+			struct mk_job_chunk c = { .elem_begin = e, .in = ptr };
+			c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
+			for (size_t i = 0; i < t->d.ninputs; i++)
+				ptr[i] = views[i] && job.used[i] ? (const char *)views[i] + e * esz : NULL;
+			/* a statistic may be judged when its last element arrives:
+			 * errors can come from accumulate */
+			rc = pass < job.npasses ? mk_job_accumulate(&job, pass, &c, err) :
+						  mk_job_apply(&job, &c, (char *)out + e * esz, err);
+			if (rc)
+				goto fail;
+		}
+		if (pass < job.npasses && (rc = mk_job_finish(&job, pass, err)))
+			goto fail;
+	}
+	if (keep)
+		*keep = job;
+	else
+		mk_job_release(&job);
+	return 0;
+fail:
+	mk_job_release(&job);
+	return rc;
 }
 
 #endif

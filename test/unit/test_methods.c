@@ -31,52 +31,16 @@ static int setup_inputs(void **st)
 	return 0;
 }
 
-/* Run a whole job over views (compute-dtype arrays of the output's
- * element count; NULL for unused inputs) with chunks of `chunk` elements
- * (0: one chunk).  Returns the job's rc; fills out. */
+/* The harness's tj_run, failures printed. */
 static int run_job(struct tj *t, enum mk_dtype out_dtype, const void *const *views,
 		   uint64_t chunk, void *out, struct mk_job *keep)
 {
-	struct mk_job job;
 	struct mk_err err;
-	size_t esz;
-	int rc;
+	int rc = tj_run(t, out_dtype, views, chunk, out, false, keep, NULL, &err);
 
-	mk_err_clear(&err);
-	rc = mk_job_init(&job, t->m, &t->d, out_dtype, &err);
-	if (rc) {
-		print_message("init: %s\n", err.msg);
-		return rc;
-	}
-	esz = job.compute == MK_DT_F64 ? 8 : 4;
-	if (!chunk)
-		chunk = job.nelem ? job.nelem : 1;
-	for (unsigned pass = 0; pass < job.npasses; pass++) {
-		for (uint64_t e = 0; e < job.nelem; e += chunk) {
-			const void *ptr[MAXIN];
-			struct mk_job_chunk c = { .elem_begin = e, .in = ptr };
-			c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
-			for (size_t i = 0; i < t->d.ninputs; i++)
-				ptr[i] = views[i] ? (const char *)views[i] + e * esz : NULL;
-			rc = mk_job_accumulate(&job, pass, &c, &err);
-			assert_int_equal(rc, 0);
-		}
-		assert_int_equal(mk_job_finish(&job, pass, &err), 0);
-	}
-	for (uint64_t e = 0; e < job.nelem; e += chunk) {
-		const void *ptr[MAXIN];
-		struct mk_job_chunk c = { .elem_begin = e, .in = ptr };
-		c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
-		for (size_t i = 0; i < t->d.ninputs; i++)
-			ptr[i] = views[i] ? (const char *)views[i] + e * esz : NULL;
-		rc = mk_job_apply(&job, &c, (char *)out + e * esz, &err);
-		assert_int_equal(rc, 0);
-	}
-	if (keep)
-		*keep = job;   /* caller releases */
-	else
-		mk_job_release(&job);
-	return 0;
+	if (rc)
+		print_message("%s\n", err.msg);
+	return rc;
 }
 
 static void assert_close(const float *got, const float *ref, size_t n)

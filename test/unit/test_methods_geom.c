@@ -38,58 +38,10 @@ static int setup_inputs(void **st)
 	return 0;
 }
 
-/* Run a whole job with chunks of `chunk` elements (0: one chunk).
- * Returns 0, or the rc of the first failing init/accumulate/finish (err
- * filled). */
 static int run_job_err(struct tj *t, enum mk_dtype out_dtype, const void *const *views,
 		       uint64_t chunk, void *out, struct mk_job *keep, struct mk_err *err)
 {
-	struct mk_job job;
-	size_t esz;
-	int rc;
-
-	mk_err_clear(err);
-	rc = mk_job_init(&job, t->m, &t->d, out_dtype, err);
-	if (rc)
-		return rc;
-	esz = job.compute == MK_DT_F64 ? 8 : 4;
-	if (!chunk)
-		chunk = job.nelem ? job.nelem : 1;
-	for (unsigned pass = 0; pass < job.npasses; pass++) {
-		for (uint64_t e = 0; e < job.nelem; e += chunk) {
-			const void *ptr[MAXIN];
-			struct mk_job_chunk c = { .elem_begin = e, .in = ptr };
-			c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
-			for (size_t i = 0; i < t->d.ninputs; i++)
-				ptr[i] = job.used[i] ? (const char *)views[i] + e * esz : NULL;
-			/* a vector's statistics are complete (and judged) when
-			 * its last element arrives: errors may come from here */
-			rc = mk_job_accumulate(&job, pass, &c, err);
-			if (rc) {
-				mk_job_release(&job);
-				return rc;
-			}
-		}
-		rc = mk_job_finish(&job, pass, err);
-		if (rc) {
-			mk_job_release(&job);
-			return rc;
-		}
-	}
-	for (uint64_t e = 0; e < job.nelem; e += chunk) {
-		const void *ptr[MAXIN];
-		struct mk_job_chunk c = { .elem_begin = e, .in = ptr };
-		c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
-		for (size_t i = 0; i < t->d.ninputs; i++)
-			ptr[i] = job.used[i] ? (const char *)views[i] + e * esz : NULL;
-		rc = mk_job_apply(&job, &c, (char *)out + e * esz, err);
-		assert_int_equal(rc, 0);
-	}
-	if (keep)
-		*keep = job;
-	else
-		mk_job_release(&job);
-	return 0;
+	return tj_run(t, out_dtype, views, chunk, out, false, keep, NULL, err);
 }
 
 static void run_job(struct tj *t, const void *const *views, uint64_t chunk, void *out)

@@ -56,54 +56,16 @@ static void set_shape(struct tj *t, enum mk_dtype dt, unsigned ndim, const uint6
 	}
 }
 
-/* Run a whole job with chunks of `chunk` elements (0: one chunk).  Apply
- * runs its chunks last to first (apply has no order rule). */
+/* The harness's tj_run with apply's chunks last to first. */
 static int run_job(struct tj *t, const void *const *views, uint64_t chunk, void *out,
 		   unsigned *npasses)
 {
-	struct mk_job job;
 	struct mk_err err;
-	uint64_t nch;
-	size_t esz;
-	int rc;
+	int rc = tj_run(t, MK_DT_COUNT, views, chunk, out, true, NULL, npasses, &err);
 
-	mk_err_clear(&err);
-	rc = mk_job_init(&job, t->m, &t->d, MK_DT_COUNT, &err);
-	if (rc) {
-		print_message("init: %s\n", err.msg);
-		return rc;
-	}
-	if (npasses)
-		*npasses = job.npasses;
-	esz = job.compute == MK_DT_F64 ? 8 : 4;
-	if (!chunk)
-		chunk = job.nelem ? job.nelem : 1;
-	for (unsigned pass = 0; pass < job.npasses; pass++) {
-		for (uint64_t e = 0; e < job.nelem; e += chunk) {
-			const void *ptr[MAXIN];
-			struct mk_job_chunk c = { .elem_begin = e, .in = ptr };
-			c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
-			for (size_t i = 0; i < t->d.ninputs; i++)
-				ptr[i] = views[i] ? (const char *)views[i] + e * esz : NULL;
-			rc = mk_job_accumulate(&job, pass, &c, &err);
-			if (rc)
-				fail_msg("accumulate: %s", err.msg);
-		}
-		assert_int_equal(mk_job_finish(&job, pass, &err), 0);
-	}
-	nch = (job.nelem + chunk - 1) / chunk;
-	for (uint64_t q = nch; q-- > 0;) {
-		const void *ptr[MAXIN];
-		uint64_t e = q * chunk;
-		struct mk_job_chunk c = { .elem_begin = e, .in = ptr };
-		c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
-		for (size_t i = 0; i < t->d.ninputs; i++)
-			ptr[i] = views[i] ? (const char *)views[i] + e * esz : NULL;
-		rc = mk_job_apply(&job, &c, (char *)out + e * esz, &err);
-		assert_int_equal(rc, 0);
-	}
-	mk_job_release(&job);
-	return 0;
+	if (rc)
+		print_message("%s\n", err.msg);
+	return rc;
 }
 
 static void assert_close(const float *got, const float *ref, size_t n)
