@@ -270,7 +270,9 @@ struct mk_method {
 
 	/* Kernels.  init may be NULL (nothing to set up); accumulate and
 	 * finish are required when npasses can be non-zero; apply is
-	 * required; release may be NULL.  All return 0 or a negative MK_E*. */
+	 * required; release may be NULL.  All return 0 or a negative MK_E*.
+	 * When init fails, release is called: it must take a job->state that
+	 * is NULL or partly made. */
 	int (*init)(struct mk_job *job, struct mk_err *err);
 	int (*accumulate)(struct mk_job *job, unsigned pass,
 			  const struct mk_job_chunk *c, struct mk_err *err);

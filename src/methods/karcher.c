@@ -187,9 +187,7 @@ static int vec_done(void *ctx, uint64_t v, const double *g, struct mk_err *err)
 	return 0;
 }
 
-static void release(struct mk_job *job);
-
-static int init_state(struct mk_job *job, struct mk_err *err)
+static int init(struct mk_job *job, struct mk_err *err)
 {
 	struct state *s = calloc(1, sizeof(*s));
 
@@ -213,14 +211,6 @@ static int init_state(struct mk_job *job, struct mk_err *err)
 		s->idx[i] = (int)i;
 	return mk_geom_init(&s->geom, MK_GEOM_WHOLE, &job->out, job->compute, s->n, s->idx, -1,
 			    vec_done, s, err);
-}
-
-static int init(struct mk_job *job, struct mk_err *err)
-{
-	int rc = init_state(job, err);
-	if (rc)
-		release(job);
-	return rc;
 }
 
 static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c,

@@ -566,8 +566,12 @@ int mk_job_init(struct mk_job *job, const struct mk_method *m, const struct mk_j
 	}
 	if (m->init) {
 		rc = m->init(job, err);
-		if (rc)
+		if (rc) {
+			/* a failed init may have set up part of its state */
+			if (m->release)
+				m->release(job);
 			goto out;
+		}
 	}
 	if (job->copy_input >= 0) {
 		const struct mk_tensor_desc *src = &d->in[job->copy_input];
@@ -575,7 +579,7 @@ int mk_job_init(struct mk_job *job, const struct mk_method *m, const struct mk_j
 	}
 out:
 	if (rc) {
-		/* init failed or never ran: the method holds nothing */
+		/* the method's state is released (or was never made) */
 		job->method = NULL;
 		mk_job_release(job);
 	}

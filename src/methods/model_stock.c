@@ -113,9 +113,7 @@ static int vec_done(void *ctx, uint64_t v, const double *g, struct mk_err *err)
 	return 0;
 }
 
-static void release(struct mk_job *job);
-
-static int init_state(struct mk_job *job, struct mk_err *err)
+static int init(struct mk_job *job, struct mk_err *err)
 {
 	struct state *s = calloc(1, sizeof(*s));
 	size_t k = 0;
@@ -148,14 +146,6 @@ static int init_state(struct mk_job *job, struct mk_err *err)
 	if (!s->t)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	return 0;
-}
-
-static int init(struct mk_job *job, struct mk_err *err)
-{
-	int rc = init_state(job, err);
-	if (rc)
-		release(job);
-	return rc;
 }
 
 static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c,

@@ -221,9 +221,7 @@ static int vec_done(void *ctx, uint64_t v, const double *g, struct mk_err *err)
 	return 0;
 }
 
-static void release(struct mk_job *job);
-
-static int init_state(struct mk_job *job, struct mk_err *err)
+static int init(struct mk_job *job, struct mk_err *err)
 {
 	struct state *s = calloc(1, sizeof(*s));
 	size_t k = 0;
@@ -253,14 +251,6 @@ static int init_state(struct mk_job *job, struct mk_err *err)
 				  job->d.tensor ? job->d.tensor : "?");
 	return mk_geom_init(&s->geom, MK_GEOM_WHOLE, &job->out, job->compute, s->n, s->idx, s->base,
 			    vec_done, s, err);
-}
-
-static int init(struct mk_job *job, struct mk_err *err)
-{
-	int rc = init_state(job, err);
-	if (rc)
-		release(job);
-	return rc;
 }
 
 static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c,

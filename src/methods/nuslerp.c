@@ -148,9 +148,7 @@ static int vec_done(void *ctx, uint64_t v, const double *g, struct mk_err *err)
 	return 0;
 }
 
-static void release(struct mk_job *job);
-
-static int init_state(struct mk_job *job, struct mk_err *err)
+static int init(struct mk_job *job, struct mk_err *err)
 {
 	struct state *s = calloc(1, sizeof(*s));
 	int rc = 0;
@@ -185,15 +183,6 @@ static int init_state(struct mk_job *job, struct mk_err *err)
 	if (!s->c0 || !s->c1)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	return 0;
-}
-
-/* mk_job_init does not call release when init fails */
-static int init(struct mk_job *job, struct mk_err *err)
-{
-	int rc = init_state(job, err);
-	if (rc)
-		release(job);
-	return rc;
 }
 
 static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c,
