@@ -56,6 +56,7 @@ int main(int argc, char **argv)
 	struct mk_model *inp[16];
 	size_t ninp = 0;
 	uint64_t hist[4] = { 0 };
+	double qmax = 0;
 	double tol = 1e-6, w[16], div = 1;
 	size_t nw = 0;
 	const char *only = NULL;
@@ -171,6 +172,8 @@ int main(int argc, char **argv)
 				double ulp = ldexp(1.0, ex - 8); /* bf16: 8 significant bits */
 				double q = dd / ulp;
 				hist[q == 0 ? 0 : q <= 1 ? 1 : q <= 2 ? 2 : 3]++;
+				if (q > qmax)
+					qmax = q;
 				if (q > ulps)
 					ulp_fail = true;
 			}
@@ -186,9 +189,9 @@ next:
 		free(r);
 	}
 	if (ulps > 0)
-		printf("bf16 ulp histogram (elements): 0: %llu, (0,1]: %llu, (1,2]: %llu, >2: %llu\n",
+		printf("bf16 ulp histogram (elements): 0: %llu, (0,1]: %llu, (1,2]: %llu, >2: %llu; largest %.2f ulps\n",
 		       (unsigned long long)hist[0], (unsigned long long)hist[1], (unsigned long long)hist[2],
-		       (unsigned long long)hist[3]);
+		       (unsigned long long)hist[3], qmax);
 	mk_model_free(got);
 	for (int i = 0; i < nref; i++)
 		mk_model_free(ref[i]);
