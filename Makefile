@@ -23,7 +23,7 @@ PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -lzst
 LIBS      := $(PKG_LIBS) -lopenblas -lpthread -ldl -lm
 
 WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
-OPT       := $(if $(SAN),-O1 -g -fno-omit-frame-pointer -fsanitize=$(SAN) -fno-sanitize-recover=all,-O2 -g)
+OPT       := $(if $(SAN),-O1 -g -fno-omit-frame-pointer -fsanitize=$(SAN) -fno-sanitize-recover=all,-O3 -g)
 CPPFLAGS  += -Iinclude -D_GNU_SOURCE -DMK_VERSION='"$(VERSION)"' $(PKG_CFLAGS)
 CFLAGS    ?=
 CFLAGS    += -std=gnu11 -ffp-contract=off $(WARN) $(OPT) -MMD -MP

@@ -1,5 +1,6 @@
 /* cli.c - shared helpers of the mk-* programs (messages, exit codes,
  * terminal checks, the progress bar).  Only cmd/ prints or exits. */
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,12 @@ void cli_init(const char *prog)
 {
 	cli_prog = prog;
 	progress_t0 = now();
+	/* Chunk buffers (4 MiB by default) come and go with every tensor:
+	 * keep freed ones in the heap instead of unmapping them, so each new
+	 * tensor does not fault in fresh zeroed pages (measured: 13% of
+	 * mk-merge's time went to page faults).  The peak stays the peak. */
+	mallopt(M_MMAP_THRESHOLD, 64 << 20);
+	mallopt(M_TRIM_THRESHOLD, 128 << 20);
 }
 
 void cli_fail(const struct mk_err *err)
