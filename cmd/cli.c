@@ -30,7 +30,7 @@ void cli_init(const char *prog)
 	 * keep freed ones in the heap instead of unmapping them, so each new
 	 * tensor does not fault in fresh zeroed pages (measured: 13% of
 	 * mk-merge's time went to page faults).  The peak stays the peak. */
-	mallopt(M_MMAP_THRESHOLD, 64 << 20);
+	mallopt(M_MMAP_THRESHOLD, 32 << 20); /* the most glibc takes */
 	mallopt(M_TRIM_THRESHOLD, 128 << 20);
 }
 

@@ -42,21 +42,86 @@ struct run {                     /* the job being merged */
 	uint64_t begin, count;
 	unsigned passes_done;
 	uint64_t next_out;       /* output elements written */
-	void *out, *outc;        /* compute and output buffers */
-	size_t out_cap, outc_cap;
+	void *outc;              /* the output range, in the output dtype */
+	size_t outc_cap;
+	struct pool *pool;       /* where buffers go when the job ends */
 };
 
-static int grow(void **p, size_t *cap, size_t need)
+/* Buffers of finished jobs, kept for the next ones: a new job then
+ * writes into pages already mapped instead of faulting in fresh zeroed
+ * ones (with held jobs of hundreds of MB, page faults took a third of
+ * mk-merge's time).  At most POOL_MAX buffers and `limit` bytes. */
+#define POOL_MAX 16
+struct pool {
+	void *p[POOL_MAX];
+	size_t cap[POOL_MAX];
+	size_t n;
+	uint64_t bytes, limit;
+};
+
+static void pool_put(struct pool *pl, void *p, size_t cap)
 {
+	if (!p)
+		return;
+	if (!pl || cap > pl->limit) {
+		free(p);
+		return;
+	}
+	while (pl->n == POOL_MAX || pl->bytes + cap > pl->limit) {
+		size_t s = 0;     /* drop the smallest */
+		for (size_t k = 1; k < pl->n; k++)
+			if (pl->cap[k] < pl->cap[s])
+				s = k;
+		if (pl->cap[s] > cap) {
+			free(p);
+			return;
+		}
+		free(pl->p[s]);
+		pl->bytes -= pl->cap[s];
+		pl->p[s] = pl->p[--pl->n];
+		pl->cap[s] = pl->cap[pl->n];
+	}
+	pl->p[pl->n] = p;
+	pl->cap[pl->n++] = cap;
+	pl->bytes += cap;
+}
+
+static void pool_free(struct pool *pl)
+{
+	for (size_t k = 0; k < pl->n; k++)
+		free(pl->p[k]);
+	pl->n = 0;
+	pl->bytes = 0;
+}
+
+/* A buffer of at least `need` bytes in *p; the old contents are not kept
+ * (every caller overwrites it). */
+static int grow_in(struct pool *pl, void **p, size_t *cap, size_t need)
+{
+	size_t best = SIZE_MAX;
+
 	if (need <= *cap)
 		return 0;
-	void *q = realloc(*p, need);
-	if (!q)
+	pool_put(pl, *p, *cap);
+	*p = NULL;
+	*cap = 0;
+	for (size_t k = 0; pl && k < pl->n; k++)
+		if (pl->cap[k] >= need && (best == SIZE_MAX || pl->cap[k] < pl->cap[best]))
+			best = k;
+	if (best != SIZE_MAX) {
+		*p = pl->p[best];
+		*cap = pl->cap[best];
+		pl->bytes -= pl->cap[best];
+		pl->p[best] = pl->p[--pl->n];
+		pl->cap[best] = pl->cap[pl->n];
+		return 0;
+	}
+	if (!(*p = malloc(need)))
 		return -1;
-	*p = q;
 	*cap = need;
 	return 0;
 }
+#define grow(p, cap, need) grow_in(r->pool, (p), (cap), (need))
 
 static int json_to_pval(json_t *v, struct mk_pval *out)
 {
@@ -111,17 +176,18 @@ static void run_release(struct run *r)
 	if (r->live)
 		mk_job_release(&r->job);
 	for (size_t i = 0; r->ib && r->pj && i < r->pj->ninputs; i++) {
-		free(r->ib[i].conv);
-		free(r->ib[i].raw);
+		pool_put(r->pool, r->ib[i].conv, r->ib[i].conv_cap);
+		pool_put(r->pool, r->ib[i].raw, r->ib[i].raw_cap);
 	}
 	free(r->ib);
 	mk_plan_job_free(r->pj);
 	free(r->in);
 	free(r->gvals);
 	free(r->ivals);
-	free(r->out);
-	free(r->outc);
+	pool_put(r->pool, r->outc, r->outc_cap);
+	struct pool *pl = r->pool;
 	memset(r, 0, sizeof(*r));
+	r->pool = pl;
 }
 
 static int run_start(struct run *r, const struct mk_manifest *man, const struct mk_frame *f,
@@ -130,7 +196,9 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 	json_t *emb, *seed = json_object_get(man->json, "seed");
 	int rc;
 
+	struct pool *pl = r->pool;
 	memset(r, 0, sizeof(*r));
+	r->pool = pl;
 	r->seed = json_is_integer(seed) ? (uint64_t)json_integer_value(seed) : 0;
 	r->threads = threads;
 	rc = mk_plan_job_decode(f->payload, f->payload_len, &r->pj, err);
@@ -286,11 +354,12 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 		uint64_t ob;
 		bool apply = r->send >= r->job.npasses;
 		mk_dtype_nbytes(r->job.out.dtype, n, &ob);
-		for (size_t i = 0; i < r->d.ninputs; i++)
+		/* a statistics pass reads the converted range afterwards; the
+		 * output is converted tile by tile in the workers */
+		for (size_t i = 0; !apply && i < r->d.ninputs; i++)
 			if (r->job.used[i] && grow(&r->ib[i].conv, &r->ib[i].conv_cap, (size_t)n * es + 1))
 				return mk_err_set(err, MK_ENOMEM, "out of memory");
-		if (apply && (grow(&r->out, &r->out_cap, (size_t)n * es + 1) ||
-			      grow(&r->outc, &r->outc_cap, (size_t)ob + 1)))
+		if (apply && grow(&r->outc, &r->outc_cap, (size_t)ob + 1))
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
 		rc = run_workers(r, b, n, apply, err);
 		if (!rc && !apply) {
@@ -416,57 +485,98 @@ struct slice {                   /* one worker's share of a range */
 	struct mk_err err;
 };
 
-/* Convert the used inputs' raw bytes (cast on load when asked) into the
- * compute dtype, then (apply) run the method and convert the output. */
+/* Convert n elements of input i's raw bytes from element `off` of the
+ * range (cast on load when asked) into dst, in the compute dtype. */
+static int convert_input(struct run *r, size_t i, uint64_t off, uint64_t n, void *dst, struct mk_err *err)
+{
+	size_t es = mk_dtype_bits(r->job.compute) / 8;
+	enum mk_dtype st = r->pj->inputs[i].dtype, load = r->pj->inputs[i].load_dtype;
+	const char *src = (const char *)r->ib[i].raw + off * mk_dtype_bits(st) / 8;
+
+	/* a cast on load rounds to the load dtype first, as torch; the
+	 * conversion goes through float32 either way, so converting the
+	 * load-dtype value again is exact */
+	if (load != st && mk_dtype_is_float(load) && mk_dtype_bits(load) < 32) {
+		for (uint64_t e = 0; e < n; e += 1024) {
+			uint64_t k = n - e < 1024 ? n - e : 1024;
+			uint16_t tmp[1024 * 4];
+			if (mk_dtype_convert(load, tmp, st, src + e * mk_dtype_bits(st) / 8, k) ||
+			    mk_dtype_convert(r->job.compute, (char *)dst + e * es, load, tmp, k))
+				return mk_err_set(err, MK_EUNSUPPORTED, "cannot cast %s to %s", mk_dtype_name(st),
+						  mk_dtype_name(load));
+		}
+		return 0;
+	}
+	if (mk_dtype_convert(r->job.compute, dst, st, src, n))
+		return mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): input %zu is %s, which %s cannot merge", r->pj->id,
+				  r->name, i, mk_dtype_name(st), r->m->name);
+	return 0;
+}
+
+/* Run the method over job elements [b, b + n) (at `off` in the range's
+ * buffers) from inputs in ptrs, and convert the output into outc. */
+static int apply_out(struct run *r, uint64_t b, uint64_t off, uint64_t n, const void **ptrs, void *out,
+		     struct mk_err *err)
+{
+	struct mk_job_chunk c = { .elem_begin = b, .count = n, .in = ptrs };
+	int rc = mk_job_apply(&r->job, &c, out, err);
+
+	if (!rc && mk_dtype_convert(r->job.out.dtype, (char *)r->outc + off * mk_dtype_bits(r->job.out.dtype) / 8,
+				    r->job.compute, out, n))
+		rc = mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): cannot write %s output", r->pj->id, r->name,
+				mk_dtype_name(r->job.out.dtype));
+	return rc;
+}
+
+/* Elements per step when converting, merging and converting back in one
+ * go: the inputs, the output and the method's scratch stay in the
+ * core's cache instead of going to memory and back between the steps. */
+#define WORK_TILE 16384u
+
+/* Convert the used inputs' raw bytes into the compute dtype, then (apply)
+ * run the method and convert the output: tile by tile when nothing else
+ * needs the converted inputs, else the whole slice into the range's
+ * buffers (statistics passes read them next; held jobs have them). */
 static void *work(void *arg)
 {
 	struct slice *sl = arg;
 	struct run *r = sl->r;
-	size_t es = mk_dtype_bits(r->job.compute) / 8;
-	const void **ptrs = calloc(r->d.ninputs + 1, sizeof(*ptrs));
+	size_t es = mk_dtype_bits(r->job.compute) / 8, nin = r->d.ninputs;
+	const void **ptrs = calloc(nin + 1, sizeof(*ptrs));
+	char *tile = NULL;
 
 	if (!ptrs) {
 		sl->rc = mk_err_set(&sl->err, MK_ENOMEM, "out of memory");
 		return NULL;
 	}
-	for (size_t i = 0; i < r->d.ninputs && !sl->rc; i++) {
-		if (!r->job.used[i])
-			continue;
-		if (sl->converted) {
-			ptrs[i] = (const char *)r->ib[i].conv + sl->b * es;
-			continue;
+	if (sl->apply) {
+		if (!(tile = malloc((nin + 1) * (size_t)WORK_TILE * es))) {
+			sl->rc = mk_err_set(&sl->err, MK_ENOMEM, "out of memory");
+			goto out;
 		}
-		struct inbuf *in = &r->ib[i];
-		enum mk_dtype st = r->pj->inputs[i].dtype, load = r->pj->inputs[i].load_dtype;
-		const char *src = (const char *)in->raw + sl->off * mk_dtype_bits(st) / 8;
-		char *dst = (char *)in->conv + sl->off * es;
-		/* a cast on load rounds to the load dtype first, as torch; the
-		 * conversion goes through float32 either way, so converting
-		 * the load-dtype value again is exact */
-		if (load != st && mk_dtype_is_float(load) && mk_dtype_bits(load) < 32) {
-			for (uint64_t e = 0; e < sl->n && !sl->rc; e += 1024) {
-				uint64_t k = sl->n - e < 1024 ? sl->n - e : 1024;
-				uint16_t tmp[1024 * 4];
-				if (mk_dtype_convert(load, tmp, st, src + e * mk_dtype_bits(st) / 8, k) ||
-				    mk_dtype_convert(r->job.compute, dst + e * es, load, tmp, k))
-					sl->rc = mk_err_set(&sl->err, MK_EUNSUPPORTED, "cannot cast %s to %s",
-							    mk_dtype_name(st), mk_dtype_name(load));
+		for (uint64_t t = 0; t < sl->n && !sl->rc; t += WORK_TILE) {
+			uint64_t k = sl->n - t < WORK_TILE ? sl->n - t : WORK_TILE;
+			for (size_t i = 0; i < nin && !sl->rc; i++) {
+				if (!r->job.used[i])
+					continue;
+				if (sl->converted) {
+					ptrs[i] = (const char *)r->ib[i].conv + (sl->b + t) * es;
+					continue;
+				}
+				ptrs[i] = tile + i * (size_t)WORK_TILE * es;
+				sl->rc = convert_input(r, i, sl->off + t, k, (void *)ptrs[i], &sl->err);
 			}
-		} else if (mk_dtype_convert(r->job.compute, dst, st, src, sl->n)) {
-			sl->rc = mk_err_set(&sl->err, MK_EUNSUPPORTED, "job %u (%s): input %zu is %s, which %s cannot merge",
-					    r->pj->id, r->name, i, mk_dtype_name(st), r->m->name);
+			if (!sl->rc)
+				sl->rc = apply_out(r, sl->b + t, sl->off + t, k, ptrs,
+						   tile + nin * (size_t)WORK_TILE * es, &sl->err);
 		}
-		ptrs[i] = dst;
+		goto out;
 	}
-	if (!sl->rc && sl->apply) {
-		struct mk_job_chunk c = { .elem_begin = sl->b, .count = sl->n, .in = ptrs };
-		sl->rc = mk_job_apply(&r->job, &c, (char *)r->out + sl->off * es, &sl->err);
-		if (!sl->rc && mk_dtype_convert(r->job.out.dtype,
-						(char *)r->outc + sl->off * mk_dtype_bits(r->job.out.dtype) / 8,
-						r->job.compute, (char *)r->out + sl->off * es, sl->n))
-			sl->rc = mk_err_set(&sl->err, MK_EUNSUPPORTED, "job %u (%s): cannot write %s output", r->pj->id,
-					    r->name, mk_dtype_name(r->job.out.dtype));
-	}
+	for (size_t i = 0; i < nin && !sl->rc; i++)
+		if (r->job.used[i])
+			sl->rc = convert_input(r, i, sl->off, sl->n, (char *)r->ib[i].conv + sl->off * es, &sl->err);
+out:
+	free(tile);
 	free(ptrs);
 	return NULL;
 }
@@ -548,7 +658,7 @@ static int held_done(struct mk_stream_writer *w, struct run *r, struct mk_merge_
 	for (uint64_t b = 0; !rc && b < n; b += piece) {
 		uint64_t m = n - b < piece ? n - b : piece, ob;
 		mk_dtype_nbytes(r->job.out.dtype, m, &ob);
-		if (grow(&r->out, &r->out_cap, (size_t)m * es + 1) || grow(&r->outc, &r->outc_cap, (size_t)ob + 1)) {
+		if (grow(&r->outc, &r->outc_cap, (size_t)ob + 1)) {
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			break;
 		}
@@ -591,7 +701,8 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 	struct mk_stream_writer *w = NULL;
 	struct mk_manifest *man = NULL;
 	struct mk_frame f;
-	struct run r = { 0 };
+	struct pool pool = { .limit = o->budget ? o->budget / 2 : 256u << 20 };
+	struct run r = { .pool = &pool };
 	char *head = NULL;
 	size_t hlen;
 	uint64_t njobs = 0;
@@ -641,6 +752,11 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 				(unsigned long long)o->budget);
 		goto out;
 	}
+	/* keep buffers up to the largest held job (within the budget) */
+	if (json_is_integer(hm) && (uint64_t)json_integer_value(hm) > pool.limit)
+		pool.limit = (uint64_t)json_integer_value(hm);
+	if (o->budget && pool.limit > o->budget)
+		pool.limit = o->budget;
 	if (json_is_integer(json_object_get(man->json, "jobs")))
 		njobs = (uint64_t)json_integer_value(json_object_get(man->json, "jobs"));
 	free(man->kind);
@@ -683,6 +799,7 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 	rc = mk_sw_end(w, err);
 out:
 	run_release(&r);
+	pool_free(&pool);
 	free(head);
 	mk_manifest_free(man);
 	mk_sw_free(w);

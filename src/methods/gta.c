@@ -84,6 +84,7 @@
 #include "mk/method.h"
 #include "gta.h"
 #include "rng.h"
+#include "../core/simd.h"
 
 enum { P_WEIGHT, P_DENSITY, P_INT8_MASK, P_NORMALIZE, P_RESCALE, P_LAMBDA, P_EXTRA, NPARAMS_MAX };
 
@@ -351,6 +352,7 @@ struct gin {
 	uint64_t stream;            /* RAND, DELLA */
 	float pf;                   /* RAND: density in the compute dtype */
 	double pd;
+	uint64_t thr;               /* RAND: kept when (mk_rng_u64 >> 11) < thr */
 	uint8_t *mask;              /* DELLA: kept bits [N] */
 	uint64_t *slab;             /* DELLA: keys of the current slab */
 };
@@ -365,6 +367,7 @@ struct state {
 	unsigned nlevels, keybits;
 	uint64_t nelem;
 	uint64_t L, S, slab;        /* DELLA rows: length, stride, slab = L*S */
+	struct mk_gta_export_input *ex;   /* mk_gta_export's inputs [n] */
 };
 
 static void free_state(struct state *s)
@@ -378,6 +381,7 @@ static void free_state(struct state *s)
 		free(s->g[j].slab);
 	}
 	free(s->g);
+	free(s->ex);
 	free(s);
 }
 
@@ -450,6 +454,9 @@ static int init(struct mk_job *job, struct mk_err *err)
 			g->stream = mk_rng_stream(d->seed, d->tensor, (uint64_t)i);
 			g->pf = (float)g->density;
 			g->pd = g->density;
+			/* u < p with u = r * 2^-53 (r an integer < 2^53) is r < p * 2^53
+			 * (exact scaling), that is r < ceil(p * 2^53) */
+			g->thr = (uint64_t)ceil((s->f64 ? g->pd : (double)g->pf) * 0x1p53);
 			break;
 		case SP_DELLA:
 			if (g->density <= 0.0) {
@@ -634,6 +641,101 @@ static int della_slab(struct state *s, struct gin *g, uint64_t start, struct mk_
 
 /* ------------------------------------------------------------- passes */
 
+/* Add a[0..cnt) (terms of elements e0, e0+1, ...) to a block sum, in
+ * element order, closing blocks at their boundaries. */
+static void fsum_run_f32(struct mk_fsum *s, uint64_t e0, const float *a, uint64_t cnt)
+{
+	while (cnt) {
+		uint64_t r = mk_fsum_run(e0, cnt);
+		double p = s->part;
+		for (uint64_t k = 0; k < r; k++)
+			p += (double)a[k];
+		s->part = p;
+		mk_fsum_step(s, e0 + r);
+		e0 += r, a += r, cnt -= r;
+	}
+}
+
+/* |x - b| of a tile and its key (the bits, ordered like the value). */
+MK_HOT_CLONES
+static void tile_abs_f32(const float *restrict x, const float *restrict b, uint64_t cnt,
+			 float *restrict a, uint32_t *restrict key)
+{
+	for (uint64_t k = 0; k < cnt; k++) {
+		float d = fabsf(x[k] - b[k]);
+		uint32_t u;
+		memcpy(&u, &d, sizeof(u));
+		a[k] = d;
+		key[k] = u;
+	}
+}
+
+/* RAND's keep decision for a tile: 1.0 or 0.0 per element. */
+MK_HOT_CLONES
+static void tile_rand_f32(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t cnt, float *restrict m)
+{
+	for (uint64_t k = 0; k < cnt; k++)
+		m[k] = (mk_rng_u64(stream, e0 + k) >> 11) < thr ? 1.0f : 0.0f;
+}
+
+/* The float32 statistics of the selections and of RAND, tile by tile: the
+ * same counts and sums as the generic loop below, without a sum nobody
+ * reads (L1 norms only for the rescale) and, once a cut is found, without
+ * looking at the rest. */
+static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const struct mk_job_chunk *c,
+			   const float *x, const float *b)
+{
+	float a[TILE], m[TILE];
+	uint32_t key[TILE];
+
+	for (uint64_t t0 = 0; t0 < c->count; t0 += TILE) {
+		uint64_t cnt = c->count - t0 < TILE ? c->count - t0 : TILE, e0 = c->elem_begin + t0;
+		tile_abs_f32(x + t0, b + t0, cnt, a, key);
+		if (g->kind == K_RAND) {
+			tile_rand_f32(g->stream, g->thr, e0, cnt, m);
+			fsum_run_f32(&g->before, e0, a, cnt);
+			for (uint64_t k = 0; k < cnt; k++)
+				m[k] = m[k] != 0.0f ? a[k] : 0.0f;   /* x + 0.0 is x: terms >= 0 */
+			fsum_run_f32(&g->after, e0, m, cnt);
+			continue;
+		}
+		if (pass < s->nlevels) {
+			if (pass == 0 && s->rescale)
+				fsum_run_f32(&g->before, e0, a, cnt);
+			for (unsigned t = 0; t < g->nt; t++) {
+				struct target *tg = &g->t[t];
+				uint64_t *h = tg->hist;
+				if (pass == 0) {
+					for (uint64_t k = 0; k < cnt; k++)
+						h[key[k] >> 16]++;
+				} else {
+					uint32_t P = (uint32_t)tg->prefix;
+					for (uint64_t k = 0; k < cnt; k++)
+						if (key[k] >> 16 == P)
+							h[key[k] & 0xffff]++;
+				}
+			}
+		} else if (s->rescale) {
+			for (uint64_t k = 0; k < cnt; k++)
+				m[k] = sel_keep_scan(g, key[k], e0 + k) ? a[k] : 0.0f;
+			fsum_run_f32(&g->after, e0, m, cnt);
+		} else {
+			/* only the cuts: the index of the need-th tie */
+			for (unsigned t = 0; t < g->nt; t++) {
+				struct target *tg = &g->t[t];
+				uint32_t P = (uint32_t)tg->prefix;
+				if (tg->seen >= tg->need)
+					continue;
+				for (uint64_t k = 0; k < cnt; k++)
+					if (key[k] == P && ++tg->seen == tg->need) {
+						tg->cut1 = e0 + k + 1;
+						break;
+					}
+			}
+		}
+	}
+}
+
 static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c,
 		      struct mk_err *err)
 {
@@ -643,6 +745,10 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 
 	for (size_t j = 0; j < s->n; j++) {
 		struct gin *g = &s->g[j];
+		if (!s->f64 && (g->kind == K_MAG || g->kind == K_OUTL || g->kind == K_RAND)) {
+			accumulate_f32(s, g, pass, c, c->in[g->idx], b);
+			continue;
+		}
 		const void *x = c->in[g->idx];
 		uint64_t key;
 		double dv;
@@ -676,10 +782,10 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 		case K_RAND:
 			for (uint64_t k = 0; k < c->count; k++) {
 				uint64_t e = c->elem_begin + k;
-				double u = mk_rng_uniform(g->stream, e);
+				bool keep = (mk_rng_u64(g->stream, e) >> 11) < g->thr;
 				dv = delta_key(s->f64, x, b, k, &key);
 				fsum_add(&g->before, e, fabs(dv));
-				if (s->f64 ? u < g->pd : u < (double)g->pf)
+				if (keep)
 					fsum_add(&g->after, e, fabs(dv));
 			}
 			break;
@@ -782,8 +888,7 @@ static inline bool kept(const struct state *s, const struct gin *g, uint64_t key
 	case K_OUTL:
 		return sel_keep(g, key, e);
 	case K_RAND:
-		return s->f64 ? mk_rng_uniform(g->stream, e) < g->pd
-			      : mk_rng_uniform(g->stream, e) < (double)g->pf;
+		return (mk_rng_u64(g->stream, e) >> 11) < g->thr;
 	case K_DELLA:
 		return getbit(g->mask, e);
 	default:
@@ -853,8 +958,163 @@ static void NAME(const struct state *s, const struct mk_job_chunk *c, const T *b
 		}									\
 	}										\
 }
-GTA_APPLY(apply_f32, float, wf, ff, divf, lamf, false)
 GTA_APPLY(apply_f64, double, wd, fd, divd, lamd, true)
+
+/* The float32 apply, the common case, in loops the compiler vectorises:
+ * the same operations in the same order as GTA_APPLY (so the same bits),
+ * one kind of input at a time, the consensus over whole tiles.  A
+ * selection's tie rule depends on the element index only inside the one
+ * tile that holds its cut; elsewhere it is a plain comparison. */
+static inline uint32_t f32_key(float d)
+{
+	uint32_t u;
+	d = fabsf(d);
+	memcpy(&u, &d, sizeof(u));
+	return u;
+}
+
+MK_HOT_CLONES
+static void tile_f32(const struct state *s, const struct gin *g, uint64_t e0, uint64_t cnt,
+		     const float *restrict x, const float *restrict b, float *restrict v)
+{
+	const float w = g->wf, f = g->ff;
+	const bool scale = g->scale;
+
+	switch (g->kind) {
+	case K_DENSE:
+		for (uint64_t k = 0; k < cnt; k++)
+			v[k] = (x[k] - b[k]) * w;
+		return;
+	case K_ZERO:
+		for (uint64_t k = 0; k < cnt; k++)
+			v[k] = 0.0f * w;
+		return;
+	case K_MAG: {
+		const uint32_t P = (uint32_t)g->t[0].prefix;
+		const uint64_t cut = g->t[0].cut1;
+		if (e0 < cut && cut < e0 + cnt) {
+			for (uint64_t k = 0; k < cnt; k++) {
+				float d = x[k] - b[k];
+				uint32_t key = f32_key(d);
+				v[k] = d * (key > P || (key == P && e0 + k < cut) ? 1.0f : 0.0f);
+			}
+		} else {
+			const uint32_t lo = e0 + cnt <= cut ? P : P + 1;   /* ties kept: key >= P */
+			for (uint64_t k = 0; k < cnt; k++) {
+				float d = x[k] - b[k];
+				v[k] = d * (f32_key(d) >= lo ? 1.0f : 0.0f);
+			}
+		}
+		break;
+	}
+	case K_OUTL: {
+		const uint32_t A = (uint32_t)g->t[0].prefix, Z = (uint32_t)g->t[1].prefix;
+		const uint64_t ca = g->t[0].cut1, cz = g->t[1].cut1;
+		if ((e0 < ca && ca < e0 + cnt) || (e0 < cz && cz < e0 + cnt)) {
+			for (uint64_t k = 0; k < cnt; k++) {
+				float d = x[k] - b[k];
+				v[k] = d * (sel_keep(g, f32_key(d), e0 + k) ? 1.0f : 0.0f);
+			}
+		} else {
+			/* lower end: ties of A kept from index ca on; upper: ties of Z
+			 * kept below cz; as plain bounds lo <= key <= hi (64-bit so
+			 * that an empty range stays empty) */
+			const uint64_t lo = e0 >= ca ? A : (uint64_t)A + 1;
+			const int64_t hi = e0 + cnt <= cz ? (int64_t)Z : (int64_t)Z - 1;
+			for (uint64_t k = 0; k < cnt; k++) {
+				float d = x[k] - b[k];
+				int64_t key = f32_key(d);
+				v[k] = d * ((uint64_t)key >= lo && key <= hi ? 1.0f : 0.0f);
+			}
+		}
+		break;
+	}
+	case K_RAND: {
+		const uint64_t st = g->stream, thr = g->thr;
+		for (uint64_t k = 0; k < cnt; k++) {
+			float d = x[k] - b[k];
+			v[k] = d * ((mk_rng_u64(st, e0 + k) >> 11) < thr ? 1.0f : 0.0f);
+		}
+		break;
+	}
+	case K_DELLA:
+		for (uint64_t k = 0; k < cnt; k++) {
+			float d = x[k] - b[k];
+			v[k] = d * (getbit(g->mask, e0 + k) ? 1.0f : 0.0f);
+		}
+		break;
+	}
+	if (scale)
+		for (uint64_t k = 0; k < cnt; k++)
+			v[k] = v[k] * f;
+	for (uint64_t k = 0; k < cnt; k++)
+		v[k] = v[k] * w;
+}
+
+static inline float sgnf(float x)
+{
+	return (float)((x > 0) - (x < 0));
+}
+
+MK_HOT_CLONES
+static void apply_f32(const struct state *s, const struct mk_job_chunk *c, const float *b,
+		      float *o, float *v)
+{
+	const enum mk_gta_consensus cons = s->cfg->cons;
+	float *sw = v + s->n * TILE, *mix = sw + TILE, *div = mix + TILE;
+
+	for (uint64_t t0 = 0; t0 < c->count; t0 += TILE) {
+		uint64_t cnt = c->count - t0 < TILE ? c->count - t0 : TILE;
+		const float *bt = b + t0;
+		for (size_t j = 0; j < s->n; j++)
+			tile_f32(s, &s->g[j], c->elem_begin + t0, cnt, (const float *)c->in[s->g[j].idx] + t0,
+				 bt, v + j * TILE);
+		if (cons != MK_GTA_CONS_NONE) {
+			if (cons == MK_GTA_CONS_SUM) {
+				for (uint64_t k = 0; k < cnt; k++)
+					sw[k] = v[k];
+				for (size_t j = 1; j < s->n; j++)
+					for (uint64_t k = 0; k < cnt; k++)
+						sw[k] = sw[k] + v[j * TILE + k];
+			} else {
+				for (uint64_t k = 0; k < cnt; k++)
+					sw[k] = sgnf(v[k]);
+				for (size_t j = 1; j < s->n; j++)
+					for (uint64_t k = 0; k < cnt; k++)
+						sw[k] = sw[k] + sgnf(v[j * TILE + k]);
+			}
+			for (uint64_t k = 0; k < cnt; k++)
+				sw[k] = sw[k] >= 0 ? 1.0f : -1.0f;      /* the majority sign */
+			for (size_t j = 0; j < s->n; j++) {
+				const float *vj = v + j * TILE, wj = s->g[j].wf;
+				for (uint64_t k = 0; k < cnt; k++) {
+					float kk = sgnf(vj[k]) == sw[k] ? 1.0f : 0.0f;
+					float tm = vj[k] * kk, tw = wj * kk;
+					mix[k] = j ? mix[k] + tm : tm;
+					div[k] = j ? div[k] + tw : tw;
+				}
+			}
+			for (uint64_t k = 0; k < cnt; k++)
+				div[k] = div[k] == 0 ? 1.0f : div[k];
+		} else {
+			for (uint64_t k = 0; k < cnt; k++)
+				mix[k] = v[k];
+			for (size_t j = 1; j < s->n; j++)
+				for (uint64_t k = 0; k < cnt; k++)
+					mix[k] = mix[k] + v[j * TILE + k];
+			for (uint64_t k = 0; k < cnt; k++)
+				div[k] = s->divf;
+		}
+		if (s->normalize)
+			for (uint64_t k = 0; k < cnt; k++)
+				mix[k] = mix[k] / div[k];
+		if (s->scale_lam)
+			for (uint64_t k = 0; k < cnt; k++)
+				mix[k] = mix[k] * s->lamf;
+		for (uint64_t k = 0; k < cnt; k++)
+			o[t0 + k] = bt[k] + mix[k];
+	}
+}
 
 static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, struct mk_err *err)
 {
@@ -866,7 +1126,7 @@ static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 		memcpy(out, b, c->count * (s->f64 ? 8 : 4));
 		return 0;
 	}
-	v = malloc(s->n * TILE * (s->f64 ? 8 : 4));
+	v = malloc((s->n + 3) * TILE * (s->f64 ? 8 : 4));
 	if (!v)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	if (s->f64)
