@@ -1137,6 +1137,40 @@ static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 	return 0;
 }
 
+int mk_gta_export(const struct mk_job *job, struct mk_gta_export *x, struct mk_err *err)
+{
+	struct state *s = job->state;
+	size_t k;
+
+	for (k = 0; k < sizeof(cfgs) / sizeof(cfgs[0]); k++)
+		if (job->method->apply == apply && !strcmp(cfgs[k].name, job->method->name))
+			break;
+	if (k == sizeof(cfgs) / sizeof(cfgs[0]) || !s)
+		return mk_err_set(err, MK_EUNSUPPORTED, "method '%s' is not of the task arithmetic family",
+				  job->method->name);
+	if (s->f64)
+		return mk_err_set(err, MK_EUNSUPPORTED, "method '%s': float64 jobs run on the CPU", job->method->name);
+	if (!s->ex && s->n && !(s->ex = calloc(s->n, sizeof(*s->ex))))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t j = 0; j < s->n; j++) {
+		const struct gin *g = &s->g[j];
+		static const enum mk_gta_kind kinds[] = {
+			[K_DENSE] = MK_GTA_DENSE, [K_ZERO] = MK_GTA_ZERO, [K_MAG] = MK_GTA_MAG,
+			[K_OUTL] = MK_GTA_OUTL, [K_RAND] = MK_GTA_RAND, [K_DELLA] = MK_GTA_DELLA,
+		};
+		s->ex[j] = (struct mk_gta_export_input){
+			.idx = g->idx, .kind = kinds[g->kind], .w = g->wf, .scale = g->scale, .factor = g->ff,
+			.lo_key = (uint32_t)g->t[0].prefix, .hi_key = (uint32_t)g->t[1].prefix,
+			.lo_cut1 = g->t[0].cut1, .hi_cut1 = g->t[1].cut1,
+			.stream = g->stream, .thr = g->thr, .mask = g->mask,
+		};
+	}
+	*x = (struct mk_gta_export){ .cons = s->cfg->cons, .base = job->d.base, .normalize = s->normalize,
+				     .scale_lam = s->scale_lam, .lam = s->lamf, .div = s->divf, .n = s->n,
+				     .in = s->ex };
+	return 0;
+}
+
 static void release(struct mk_job *job)
 {
 	free_state(job->state);
