@@ -27,6 +27,8 @@ static void usage(void)
 	       "      --list-methods     list the merge methods and their parameters, and exit\n"
 	       "      --plugin FILE.so   load merge methods from a shared object (also MK_PLUGIN_PATH)\n"
 	       "      --max-memory SIZE  refuse jobs the plan holds in memory that need more\n"
+	       "      --spill DIR        replay the jobs the plan spills (mk-plan --spill) from a\n"
+	       "                         file in DIR instead of having their inputs sent again\n"
 	       "      --cuda             merge on the GPU (not yet in the stream path: says so, runs on the CPU)\n"
 	       "  -j, --jobs N           worker threads (default: the number of CPUs, at most 8)\n"
 	       "  -f, --force            write the binary stream even to a terminal\n"
@@ -91,7 +93,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 
 int main(int argc, char **argv)
 {
-	enum { O_LIST = 256, O_CUDA, O_PROGRESS, O_NO_PROGRESS, O_MEM };
+	enum { O_LIST = 256, O_CUDA, O_PROGRESS, O_NO_PROGRESS, O_MEM, O_SPILL };
 	static const struct option longopts[] = {
 		{ "plugin", required_argument, NULL, 'P' },
 		{ "input", required_argument, NULL, 'i' },
@@ -100,6 +102,7 @@ int main(int argc, char **argv)
 		{ "list-methods", no_argument, NULL, O_LIST },
 		{ "cuda", no_argument, NULL, O_CUDA },
 		{ "max-memory", required_argument, NULL, O_MEM },
+		{ "spill", required_argument, NULL, O_SPILL },
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "force", no_argument, NULL, 'f' },
 		{ "progress", no_argument, NULL, O_PROGRESS },
@@ -143,6 +146,7 @@ int main(int argc, char **argv)
 				cli_usage_error("--max-memory: expected a size, not '%s'", optarg);
 			o.budget = v;
 			break;
+		case O_SPILL: o.spill_dir = optarg; break;
 		case 'j':
 			if (mk_size_parse(optarg, &v) || v < 1 || v > 64)
 				cli_usage_error("--jobs: expected 1..64, not '%s'", optarg);
@@ -206,5 +210,7 @@ int main(int argc, char **argv)
 	cli_info(3, "%llu jobs (%llu byte copies), %llu chunks in, %llu out, %llu bytes out",
 		 (unsigned long long)st.jobs, (unsigned long long)st.byte_copies, (unsigned long long)st.chunks_in,
 		 (unsigned long long)st.chunks_out, (unsigned long long)st.bytes_out);
+	if (o.spill_dir)
+		cli_info(3, "spill: at most %llu bytes for one job", (unsigned long long)st.spill_bytes_max);
 	return EXIT_OK;
 }

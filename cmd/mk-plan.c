@@ -33,6 +33,8 @@ static void usage(void)
 	       "      --no-write-model-card  do not\n"
 	       "      --random-seed N      seed for the random methods (default 0)\n"
 	       "      --max-memory SIZE    the merge memory budget recorded in the plan\n"
+	       "      --spill              jobs over the budget are sent once; mk-merge --spill DIR\n"
+	       "                           replays their statistics passes from a local file\n"
 	       "      --chunk-size SIZE    the chunk size recorded in the plan (default 4MiB)\n"
 	       "  -f, --force              write the binary plan even to a terminal\n"
 	       "  -v, --verbose            say more; -q, --quiet: say less (warnings too)\n"
@@ -47,7 +49,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-	enum { O_EXPLAIN = 256, O_NAME, O_CRIMES, O_COPY_TOK, O_NO_COPY_TOK, O_CARD, O_NO_CARD, O_SEED, O_MEM,
+	enum { O_EXPLAIN = 256, O_NAME, O_CRIMES, O_COPY_TOK, O_NO_COPY_TOK, O_CARD, O_NO_CARD, O_SEED, O_MEM, O_SPILL,
 	       O_CHUNK };
 	static const struct option longopts[] = {
 		{ "plugin", required_argument, NULL, 'P' },
@@ -61,6 +63,7 @@ int main(int argc, char **argv)
 		{ "no-write-model-card", no_argument, NULL, O_NO_CARD },
 		{ "random-seed", required_argument, NULL, O_SEED },
 		{ "max-memory", required_argument, NULL, O_MEM },
+		{ "spill", no_argument, NULL, O_SPILL },
 		{ "chunk-size", required_argument, NULL, O_CHUNK },
 		{ "force", no_argument, NULL, 'f' },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -97,6 +100,9 @@ int main(int argc, char **argv)
 		case O_SEED:
 			if (mk_size_parse(optarg, &o.seed))
 				cli_usage_error("--random-seed: expected a non-negative integer, not '%s'", optarg);
+			break;
+		case O_SPILL:
+			o.spill = true;
 			break;
 		case O_MEM:
 			if (mk_size_parse(optarg, &o.budget))

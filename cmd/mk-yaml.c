@@ -31,6 +31,8 @@ static void usage(void)
 	       "  -j, --num-threads N       merge threads (mk-merge)\n"
 	       "  --max-memory SIZE         memory budget, split: half to merging (mk-plan, mk-merge),\n"
 	       "                            a quarter to reading (mk-fetch)\n"
+	       "  --spill DIR               jobs over the merge budget are read once and replayed\n"
+	       "                            from a file in DIR (mk-plan --spill, mk-merge --spill DIR)\n"
 	       "  --plugin FILE.so          load merge methods from a shared object (mk-plan, mk-merge)\n"
 	       "  --force                   replace an existing OUT (mk-pack)\n"
 	       "  --quiet                   no progress bar\n"
@@ -85,14 +87,14 @@ static void push(struct argv *a, const char *s)
 int main(int argc, char **argv)
 {
 	enum { O_PRINT = 256, O_SHARD, O_COPY, O_NOCOPY, O_CARD, O_NOCARD, O_CRIMES, O_NOCRIMES, O_SEED, O_CUDA,
-	       O_NOCUDA, O_MEM, O_FORCE, O_QUIET, O_IGN0, O_IGN1 };
+	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_QUIET, O_IGN0, O_IGN1 };
 	static const struct option lo[] = {
 		{ "print-pipeline", 0, 0, O_PRINT }, { "out-shard-size", 1, 0, O_SHARD },
 		{ "copy-tokenizer", 0, 0, O_COPY }, { "no-copy-tokenizer", 0, 0, O_NOCOPY },
 		{ "write-model-card", 0, 0, O_CARD }, { "no-write-model-card", 0, 0, O_NOCARD },
 		{ "allow-crimes", 0, 0, O_CRIMES }, { "no-allow-crimes", 0, 0, O_NOCRIMES },
 		{ "random-seed", 1, 0, O_SEED }, { "cuda", 0, 0, O_CUDA }, { "no-cuda", 0, 0, O_NOCUDA },
-		{ "num-threads", 1, 0, 'j' }, { "max-memory", 1, 0, O_MEM }, { "force", 0, 0, O_FORCE },
+		{ "num-threads", 1, 0, 'j' }, { "max-memory", 1, 0, O_MEM }, { "spill", 1, 0, O_SPILL }, { "force", 0, 0, O_FORCE },
 		{ "quiet", 0, 0, O_QUIET }, { "no-quiet", 0, 0, O_IGN0 }, { "verbose", 0, 0, 'v' },
 		{ "help", 0, 0, 'h' }, { "version", 0, 0, 'V' }, { "plugin", 1, 0, 'P' },
 		/* mergekit options without meaning here */
@@ -170,6 +172,11 @@ int main(int argc, char **argv)
 				push(&fetch, "--max-memory");
 				push(&fetch, b);
 			}
+			break;
+		case O_SPILL:
+			push(&plan, "--spill");
+			push(&merge, "--spill");
+			push(&merge, optarg);
 			break;
 		case O_FORCE: push(&pack, "--force"); break;
 		case O_QUIET: quiet = true; break;

@@ -22,6 +22,9 @@
 struct mk_merge_opts {
 	int compress_level;          /* zstd level for the output, 0: none */
 	uint64_t budget;             /* refuse held jobs larger than this (0: none) */
+	const char *spill_dir;       /* jobs the plan spills: their chunks go to
+					an unlinked file here, later passes are
+					read back from it (NULL: none allowed) */
 	unsigned threads;            /* worker threads for the conversions and
 					the kernels (0 or 1: this thread); the
 					output does not depend on it */
@@ -31,6 +34,7 @@ struct mk_merge_opts {
 
 struct mk_merge_stats {
 	uint64_t jobs, byte_copies, chunks_in, chunks_out, bytes_out;
+	uint64_t spill_bytes_max;    /* the most bytes spilled for one job */
 };
 
 int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label,

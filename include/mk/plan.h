@@ -11,12 +11,16 @@
  *    ...}
  * `passes` is the method's number of statistics passes; `sends` how many
  * times mk-fetch streams the inputs (1 when mk-merge holds the job in
- * memory, passes + 1 when it does not).  Keys a reader does not know are
+ * memory, passes + 1 when it does not).  "spill": true (with sends 1 and
+ * passes > 0): the job does not fit the merge budget and mk-merge replays
+ * the inputs from a local file (mk-merge --spill DIR) instead of having
+ * them sent again.  Keys a reader does not know are
  * kept (json) and passed on.
  */
 #ifndef MK_PLAN_H
 #define MK_PLAN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "mk/dtype.h"
@@ -54,6 +58,7 @@ struct mk_plan_job {
 	struct mk_plan_input *inputs;
 	long base;                   /* input index of the base, or -1 */
 	unsigned passes, sends;
+	bool spill;                  /* sent once, replayed from a spill file */
 	void *json;                  /* the whole object (json_t *), owned */
 };
 

@@ -31,6 +31,8 @@ struct mk_plan_opts {
 	bool write_card;             /* README.md + mergekit_config.yml (default on) */
 	uint64_t seed;               /* --random-seed */
 	uint64_t budget;             /* merge memory budget in bytes (0: none) */
+	bool spill;                  /* jobs over the budget: sent once, mk-merge
+					replays them from a local file (--spill) */
 	uint64_t chunk_bytes;        /* recorded in the HEAD */
 };
 

@@ -1,9 +1,15 @@
 /* merge.c - mk-merge: an inputs stream in, a tensors stream out. */
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
+#include "mk/fsutil.h"
+#include "mk/hash.h"
 #include "mk/manifest.h"
 #include "mk/merge.h"
 #include "mk/method.h"
@@ -45,6 +51,8 @@ struct run {                     /* the job being merged */
 	void *outc;              /* the output range, in the output dtype */
 	size_t outc_cap;
 	struct pool *pool;       /* where buffers go when the job ends */
+	struct spill *spill;     /* the spill file (--spill DIR), or NULL */
+	bool spilled;            /* this job's inputs go to the spill file */
 };
 
 /* Buffers of finished jobs, kept for the next ones: a new job then
@@ -92,6 +100,118 @@ static void pool_free(struct pool *pl)
 		free(pl->p[k]);
 	pl->n = 0;
 	pl->bytes = 0;
+}
+
+/* The spill file: a job the plan marks "spill" is sent once; its chunks
+ * go to an unlinked file in DIR as they arrive (and are merged as pass 0),
+ * and the later passes read them back from there, in the same order, as
+ * if mk-fetch had sent them again.  One file for the whole run, emptied
+ * after each job; each record keeps its chunk header and CRC-32C. */
+struct spill_rec {
+	struct mk_chunk c;       /* data = NULL; where: off */
+	uint64_t off;
+	uint32_t crc;
+};
+
+struct spill {
+	int fd;
+	const char *dir;
+	uint64_t end;            /* bytes written for the current job */
+	struct spill_rec *rec;
+	size_t n, cap;
+	void *buf;
+	size_t buf_cap;
+	uint64_t bytes_max;      /* the largest job spilled */
+};
+
+static int spill_open(struct spill *sp, const char *dir, struct mk_err *err)
+{
+	sp->dir = dir;
+	sp->fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (sp->fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/mk-merge-spill.XXXXXX", dir);
+		sp->fd = mkostemp(path, O_CLOEXEC);
+		if (sp->fd >= 0)
+			unlink(path);
+	}
+	if (sp->fd < 0)
+		return mk_err_sys(err, errno, "--spill %s: cannot create a spill file there", dir);
+	return 0;
+}
+
+static void spill_close(struct spill *sp)
+{
+	if (sp->fd >= 0)
+		close(sp->fd);
+	sp->fd = -1;
+	free(sp->rec);
+	free(sp->buf);
+}
+
+static int spill_put(struct spill *sp, const struct mk_chunk *c, struct mk_err *err)
+{
+	if (sp->n == sp->cap) {
+		size_t cap = sp->cap ? sp->cap * 2 : 64;
+		struct spill_rec *q = realloc(sp->rec, cap * sizeof(*q));
+		if (!q)
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		sp->rec = q;
+		sp->cap = cap;
+	}
+	struct spill_rec *e = &sp->rec[sp->n];
+	e->c = *c;
+	e->c.data = NULL;
+	e->off = sp->end;
+	e->crc = mk_crc32c(0, c->data, c->data_len);
+	int rc = mk_pwrite_all(sp->fd, c->data, c->data_len, sp->end, sp->dir, err);
+	if (rc)
+		return mk_err_prefix(err, "--spill: ");
+	sp->end += c->data_len;
+	sp->n++;
+	if (sp->end > sp->bytes_max)
+		sp->bytes_max = sp->end;
+	return 0;
+}
+
+/* Record i of the current job, read back and checked. */
+static int spill_get(struct spill *sp, size_t i, struct mk_chunk *c, struct mk_err *err)
+{
+	struct spill_rec *e = &sp->rec[i];
+	size_t len = e->c.data_len, got = 0;
+
+	if (len > sp->buf_cap) {
+		void *q = realloc(sp->buf, len);
+		if (!q)
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		sp->buf = q;
+		sp->buf_cap = len;
+	}
+	while (got < len) {
+		ssize_t k = pread(sp->fd, (char *)sp->buf + got, len - got, (off_t)(e->off + got));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return k < 0 ? mk_err_sys(err, errno, "--spill %s: reading the spill file", sp->dir)
+				     : mk_err_set(err, MK_EIO, "--spill %s: the spill file is short", sp->dir);
+		got += (size_t)k;
+	}
+	if (mk_crc32c(0, sp->buf, len) != e->crc)
+		return mk_err_set(err, MK_ECORRUPT, "--spill %s: a chunk read back differs from the one written "
+				  "(CRC-32C); the disk or file system under it is faulty", sp->dir);
+	*c = e->c;
+	c->data = sp->buf;
+	return 0;
+}
+
+/* Empty the file for the next job. */
+static void spill_reset(struct spill *sp)
+{
+	sp->n = 0;
+	sp->end = 0;
+	if (sp->fd >= 0 && ftruncate(sp->fd, 0)) {
+		/* the next job overwrites from offset 0 anyway */
+	}
 }
 
 /* A buffer of at least `need` bytes in *p; the old contents are not kept
@@ -186,8 +306,12 @@ static void run_release(struct run *r)
 	free(r->ivals);
 	pool_put(r->pool, r->outc, r->outc_cap);
 	struct pool *pl = r->pool;
+	struct spill *sp = r->spill;
+	if (sp)
+		spill_reset(sp);
 	memset(r, 0, sizeof(*r));
 	r->pool = pl;
+	r->spill = sp;
 }
 
 static int run_start(struct run *r, const struct mk_manifest *man, const struct mk_frame *f,
@@ -197,8 +321,10 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 	int rc;
 
 	struct pool *pl = r->pool;
+	struct spill *sp = r->spill;
 	memset(r, 0, sizeof(*r));
 	r->pool = pl;
+	r->spill = sp;
 	r->seed = json_is_integer(seed) ? (uint64_t)json_integer_value(seed) : 0;
 	r->threads = threads;
 	rc = mk_plan_job_decode(f->payload, f->payload_len, &r->pj, err);
@@ -262,7 +388,11 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 				  r->pj->id, r->name, r->m->name, r->job.npasses, r->pj->sends);
 	/* sent once but with statistics passes: the job is held in memory,
 	 * every used input whole (mk-plan checked it fits the budget) */
-	r->held = r->pj->sends == 1 && r->job.npasses > 0 && !r->job.byte_copy;
+	r->spilled = r->pj->spill;
+	if (r->spilled && !r->spill)
+		return mk_err_set(err, MK_EINVAL, "job %u (%s): the plan spills it: run mk-merge with --spill DIR",
+				  r->pj->id, r->name);
+	r->held = r->pj->sends == 1 && r->job.npasses > 0 && !r->job.byte_copy && !r->spilled;
 	if (r->held && budget) {
 		uint64_t need = 0, es = mk_dtype_bits(r->job.compute) / 8, nb;
 		for (size_t i = 0; i < r->pj->ninputs; i++)
@@ -393,6 +523,9 @@ static int finish_passes(struct run *r, unsigned upto, struct mk_err *err)
 	return 0;
 }
 
+static int run_input(struct mk_stream_writer *w, struct run *r, const struct mk_chunk *cp, struct mk_merge_stats *st,
+		     struct mk_err *err);
+
 static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_frame *f,
 		     struct mk_merge_stats *st, struct mk_err *err)
 {
@@ -408,13 +541,26 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 		return mk_err_set(err, MK_EFORMAT, "frame #%llu: INPT input %u pass %u does not fit job %u",
 				  (unsigned long long)f->index, c.input, c.pass, r->pj->id);
 	st->chunks_in++;
+	if (r->spilled && r->job.used[c.input] && !r->job.byte_copy && (rc = spill_put(r->spill, &c, err)))
+		return rc;
+	return run_input(w, r, &c, st, err);
+}
+
+/* One input chunk of the job, from the stream or replayed from the spill
+ * file. */
+static int run_input(struct mk_stream_writer *w, struct run *r, const struct mk_chunk *cp, struct mk_merge_stats *st,
+		     struct mk_err *err)
+{
+	struct mk_chunk c = *cp;
+	int rc;
+
 	if (r->held) {
 		struct inbuf *hb = &r->ib[c.input];
 		if (!r->job.used[c.input])
 			return 0;
 		if (c.elem_begin != hb->count)
-			return mk_err_set(err, MK_EFORMAT, "frame #%llu: job %u input %u: chunk at element %llu, expected %llu",
-					  (unsigned long long)f->index, r->pj->id, c.input,
+			return mk_err_set(err, MK_EFORMAT, "job %u input %u: chunk at element %llu, expected %llu",
+					  r->pj->id, c.input,
 					  (unsigned long long)c.elem_begin, (unsigned long long)hb->count);
 		memcpy((char *)hb->raw + c.elem_begin * mk_dtype_bits(c.dtype) / 8, c.data, c.data_len);
 		hb->count += c.elem_count;
@@ -427,8 +573,7 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 	}
 	if (c.pass != r->send) {
 		if (c.pass < r->send)
-			return mk_err_set(err, MK_EFORMAT, "frame #%llu: job %u went back to send %u",
-					  (unsigned long long)f->index, r->pj->id, c.pass);
+			return mk_err_set(err, MK_EFORMAT, "job %u went back to send %u", r->pj->id, c.pass);
 		rc = finish_passes(r, c.pass, err);
 		if (rc)
 			return rc;
@@ -677,10 +822,21 @@ static int run_end(struct mk_stream_writer *w, struct run *r, struct mk_merge_st
 
 	if (!r->pj)
 		return 0;
-	if (r->held)
+	if (r->held) {
 		rc = held_done(w, r, st, err);
-	else if (r->range)
-		rc = range_done(w, r, st, err);
+	} else {
+		/* a spilled job: its later passes from the spill file */
+		for (unsigned p = 1; r->spilled && !r->job.byte_copy && !rc && p <= r->job.npasses; p++)
+			for (size_t i = 0; !rc && i < r->spill->n; i++) {
+				struct mk_chunk c;
+				rc = spill_get(r->spill, i, &c, err);
+				c.pass = (uint16_t)p;
+				if (!rc)
+					rc = run_input(w, r, &c, st, err);
+			}
+		if (!rc && r->range)
+			rc = range_done(w, r, st, err);
+	}
 	if (!rc)
 		rc = finish_passes(r, r->job.npasses, err);
 	if (!rc && r->next_out != r->out_nelem)
@@ -702,6 +858,7 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 	struct mk_manifest *man = NULL;
 	struct mk_frame f;
 	struct pool pool = { .limit = o->budget ? o->budget / 2 : 256u << 20 };
+	struct spill spill = { .fd = -1 };
 	struct run r = { .pool = &pool };
 	char *head = NULL;
 	size_t hlen;
@@ -752,6 +909,20 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 				(unsigned long long)o->budget);
 		goto out;
 	}
+	/* jobs over the budget sent once: replayed from a local file */
+	json_t *sj = json_object_get(man->json, "spilled_jobs");
+	if (json_is_integer(sj) && json_integer_value(sj) > 0 && !o->spill_dir) {
+		rc = mk_err_set(err, MK_EINVAL,
+				"%s: the plan sends %lld jobs once for mk-merge to replay from a spill file (mk-plan --spill): run mk-merge with --spill DIR",
+				label, (long long)json_integer_value(sj));
+		goto out;
+	}
+	if (o->spill_dir) {
+		rc = spill_open(&spill, o->spill_dir, err);
+		if (rc)
+			goto out;
+		r.spill = &spill;
+	}
 	/* keep buffers up to the largest held job (within the budget) */
 	if (json_is_integer(hm) && (uint64_t)json_integer_value(hm) > pool.limit)
 		pool.limit = (uint64_t)json_integer_value(hm);
@@ -800,6 +971,8 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 out:
 	run_release(&r);
 	pool_free(&pool);
+	st->spill_bytes_max = spill.bytes_max;
+	spill_close(&spill);
 	free(head);
 	mk_manifest_free(man);
 	mk_sw_free(w);

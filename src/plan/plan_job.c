@@ -81,6 +81,17 @@ int mk_plan_job_decode(const void *buf, size_t len, struct mk_plan_job **out, st
 				j->id, j->sends, j->passes);
 		goto out;
 	}
+	v = json_object_get(o, "spill");
+	if (v && !json_is_boolean(v)) {
+		rc = mk_err_set(err, MK_EFORMAT, "JOB %u: bad \"spill\"", j->id);
+		goto out;
+	}
+	j->spill = json_is_true(v);
+	if (j->spill && (j->sends != 1 || !j->passes)) {
+		rc = mk_err_set(err, MK_EFORMAT, "JOB %u: spill with sends %u and %u passes (must be 1 and > 0)",
+				j->id, j->sends, j->passes);
+		goto out;
+	}
 	v = json_object_get(o, "base");
 	j->base = -1;
 	if (v && !json_is_null(v)) {
@@ -214,6 +225,10 @@ int mk_plan_job_encode(const struct mk_plan_job *j, char **out, size_t *len, str
 	json_object_set_new(o, "base", j->base >= 0 ? json_integer(j->base) : json_null());
 	json_object_set_new(o, "passes", json_integer(j->passes));
 	json_object_set_new(o, "sends", json_integer(j->sends));
+	if (j->spill)
+		json_object_set_new(o, "spill", json_true());
+	else
+		json_object_del(o, "spill");
 	*out = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	if (!*out)
 		goto oom;

@@ -54,6 +54,7 @@ struct mk_plan {
 	char *last_err;                   /* the last method error, tensor name cut out */
 	size_t repeats;                   /* further tensors with that error */
 	uint64_t held_max;                /* the largest held job's working set */
+	uint64_t spilled;                 /* jobs mk-merge replays from a spill file */
 	const struct mk_plan_opts *o;
 	uint64_t seed, budget, chunk_bytes;
 };
@@ -614,6 +615,10 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 			j->sends = 1;
 			if (ws > p->held_max)
 				p->held_max = ws;
+		} else if (p->o->spill) {
+			j->sends = 1;
+			j->spill = true;
+			p->spilled++;
 		}
 	}
 	{
@@ -831,7 +836,7 @@ static int plan_modules(struct mk_plan *p, int64_t *out_layers, bool *layers_cha
 		/* slices past a model's depth */
 		for (size_t s = 0; s < nnorm; s++)
 			for (size_t k = 0; k < norm[s].nsources; k++) {
-				long long nl;
+				long long nl = 0;
 				const struct mk_input_slice *src = &norm[s].sources[k];
 				if (!layer_count(&lc, &src->model, &nl, &e) && src->end > nl)
 					diag(d, MK_DIAG_ERROR, &src->loc,
@@ -1302,6 +1307,8 @@ int mk_plan_write(const struct mk_plan *p, int fd, int level, struct mk_err *err
 	json_object_set_new(p->man->json, "plugins", plugins);
 	json_object_set_new(p->man->json, "jobs", json_integer((json_int_t)p->njobs));
 	json_object_set_new(p->man->json, "held_bytes_max", json_integer((json_int_t)p->held_max));
+	if (p->spilled)
+		json_object_set_new(p->man->json, "spilled_jobs", json_integer((json_int_t)p->spilled));
 	p->man->chunk_bytes = p->chunk_bytes;
 	rc = mk_manifest_encode(p->man, &head, &hlen, err);
 	if (!rc)
@@ -1351,7 +1358,8 @@ int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
 			fprintf(f, "%s%llu", dd ? ", " : "", (unsigned long long)t->shape[dd]);
 		fprintf(f, "]\n  %s, %u statistics pass%s%s, parameters %s\n", j->method, j->passes,
 			j->passes == 1 ? "" : "es",
-			j->passes ? (j->sends == 1 ? " (held in memory)" : " (inputs streamed once per pass)") : "",
+			j->passes ? (j->spill ? " (replayed from mk-merge's spill file)" :
+				     j->sends == 1 ? " (held in memory)" : " (inputs streamed once per pass)") : "",
 			g ? g : "{}");
 		free(g);
 		for (size_t i = 0; i < j->ninputs; i++) {

@@ -47,6 +47,23 @@ for m in linear slerp; do
 		[ "$r" -le "$limit" ] || fail "$m: stage $s peak RSS $r KiB over $limit KiB"
 	done
 done
+# ties over the budget, spilled: read once, its three statistics passes
+# replayed from mk-merge's file; every stage within the budget; the same
+# bytes as the streamed plan
+printf 'merge_method: ties\nbase_model: v1\nmodels:\n  - model: v2\n    parameters: {weight: 0.7, density: 0.4}\n' > ties.yml
+mkdir -p spill
+rm -rf memout
+mk-rss p.rss mk-plan --spill --max-memory 128000000 ties.yml | mk-rss f.rss mk-fetch --max-memory 64000000 |
+	mk-rss m.rss mk-merge --spill spill --max-memory 128000000 | mk-rss k.rss mk-pack memout
+limit=$(( (256000000 / 1024) + 32 * 1024 ))
+for s in p f m k; do
+	r=$(cat $s.rss)
+	echo "ties, spilled: stage $s peak RSS $r KiB (limit $limit KiB)"
+	[ "$r" -le "$limit" ] || fail "ties spilled: stage $s peak RSS $r KiB over $limit KiB"
+done
+mk-plan --max-memory 128000000 ties.yml | mk-fetch | mk-merge | mk-pack memstreamed
+for f in memout/*.safetensors; do cmp "$f" "memstreamed/$(basename "$f")" || fail "ties: spilled and streamed differ"; done
+
 # mk-merge refuses a held job larger than its own budget
 mk-plan mem.yml > held.mks
 mk-fetch < held.mks > heldin.mks

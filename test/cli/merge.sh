@@ -142,4 +142,26 @@ for cfg in ties-f32 slerp-gradient-f32 karcher-f32 sce-f32 breadcrumbs-ties-f32;
 	mk-cat streamed.mks | grep -q '"sends":[2-9]' || fail "$cfg: --max-memory 1 did not stream the passes"
 	mk-fetch < streamed.mks | mk-merge | mk-pack streamed-$cfg
 	for f in held-$cfg/*.safetensors; do cmp "$f" "streamed-$cfg/$(basename "$f")" || fail "$cfg: held and streamed differ"; done
+	# spilled: sent once, the later passes replayed from mk-merge's file
+	mkdir -p spill
+	mk-plan --spill --max-memory 1 held-$cfg.yml > spilled.mks
+	mk-cat spilled.mks | grep -q '"spill":true' || fail "$cfg: mk-plan --spill did not spill"
+	if mk-cat spilled.mks | grep -q '"sends":[2-9]'; then fail "$cfg: a spilled job is sent more than once"; fi
+	mk-fetch < spilled.mks > spilled-in.mks
+	mk-merge --spill spill -v -v < spilled-in.mks 2> spill-v.txt | mk-pack spilled-$cfg
+	grep -q "spill: at most [1-9]" spill-v.txt || fail "$cfg: nothing was spilled"
+	[ -z "$(ls -A spill)" ] || fail "$cfg: the spill file is left in the directory"
+	for f in held-$cfg/*.safetensors; do cmp "$f" "spilled-$cfg/$(basename "$f")" || fail "$cfg: held and spilled differ"; done
+done
+# a spilling plan needs --spill, checked at the HEAD; a bad directory is named
+expect_fail 1 "run mk-merge with --spill DIR" mk-merge -i spilled-in.mks -o x.mks
+expect_fail 1 "no-such-dir" mk-merge --spill no-such-dir -i spilled-in.mks -o x.mks
+# the same through mk-yaml, on a random method: dare_ties and della
+for cfg in dare_ties della; do
+	sed -e "s|testdata/models/conf|$C|g" -e "s|^merge_method: ties|merge_method: $cfg|" \
+		"$MK_TOP/test/conformance/ties-f32.yml" > r-$cfg.yml
+	grep -q "merge_method: $cfg" r-$cfg.yml || fail "no $cfg config"
+	mk-yaml r-$cfg.yml held-$cfg
+	mk-yaml --spill spill --max-memory 2 r-$cfg.yml spilled-$cfg
+	for f in held-$cfg/*.safetensors; do cmp "$f" "spilled-$cfg/$(basename "$f")" || fail "$cfg: held and spilled differ"; done
 done
