@@ -23,6 +23,8 @@ static void usage(void)
 	       "                           (k, m, b as in mergekit: 1e3, 1e6, 1e9)\n"
 	       "      --force              replace an existing OUT (and a leftover OUT.mk-partial)\n"
 	       "      --keep-partial       on failure, keep OUT.mk-partial for inspection\n"
+	       "      --max-memory SIZE    refuse a stream whose chunks cannot fit; commit at most\n"
+	       "                           a quarter of SIZE to disk at a time\n"
 	       "      --progress           draw progress even when stderr is not a terminal\n"
 	       "      --no-progress        never draw progress\n"
 	       "  -v, --verbose            say more; -q, --quiet: say less\n"
@@ -42,11 +44,12 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, siz
 
 int main(int argc, char **argv)
 {
-	enum { O_SHARD = 256, O_FORCE, O_KEEP, O_PROGRESS, O_NO_PROGRESS };
+	enum { O_SHARD = 256, O_FORCE, O_KEEP, O_PROGRESS, O_NO_PROGRESS, O_MEM };
 	static const struct option longopts[] = {
 		{ "input", required_argument, NULL, 'i' },
 		{ "out-shard-size", required_argument, NULL, O_SHARD },
 		{ "force", no_argument, NULL, O_FORCE },
+		{ "max-memory", required_argument, NULL, O_MEM },
 		{ "keep-partial", no_argument, NULL, O_KEEP },
 		{ "progress", no_argument, NULL, O_PROGRESS },
 		{ "no-progress", no_argument, NULL, O_NO_PROGRESS },
@@ -73,6 +76,10 @@ int main(int argc, char **argv)
 						optarg);
 			break;
 		case O_FORCE: o.force = true; break;
+		case O_MEM:
+			if (mk_size_parse(optarg, &o.budget) || !o.budget)
+				cli_usage_error("--max-memory: expected a size, not '%s'", optarg);
+			break;
 		case O_KEEP: o.keep_partial = true; break;
 		case O_PROGRESS: want_progress = 1; break;
 		case O_NO_PROGRESS: want_progress = 0; break;

@@ -30,7 +30,7 @@ static void usage(void)
 	       "  --cuda / --no-cuda        merge on the GPU (mk-merge)\n"
 	       "  -j, --num-threads N       merge threads (mk-merge)\n"
 	       "  --max-memory SIZE         memory budget, split: half to merging (mk-plan, mk-merge),\n"
-	       "                            a quarter to reading (mk-fetch)\n"
+	       "                            a quarter each to reading (mk-fetch) and writing (mk-pack)\n"
 	       "  --spill DIR               jobs over the merge budget are read once and replayed\n"
 	       "                            from a file in DIR (mk-plan --spill, mk-merge --spill DIR)\n"
 	       "  --plugin FILE.so          load merge methods from a shared object (mk-plan, mk-merge)\n"
@@ -171,6 +171,8 @@ int main(int argc, char **argv)
 				snprintf(b, sizeof(b), "%llu", (unsigned long long)(v / 4 > (4u << 20) ? v / 4 : (4u << 20)));
 				push(&fetch, "--max-memory");
 				push(&fetch, b);
+				push(&pack, "--max-memory");
+				push(&pack, b);
 			}
 			break;
 		case O_SPILL:

@@ -31,6 +31,10 @@ struct mk_pack_opts {
 	bool force;                  /* replace an existing OUT */
 	bool keep_partial;           /* on error, leave OUT.mk-partial */
 	uint64_t sync_bytes;         /* journal group commit; 0: 64 MiB */
+	uint64_t budget;             /* --max-memory: refuse streams whose frames
+					(the HEAD's chunk size) cannot fit, and
+					commit at most a quarter of it at a
+					time (0: no limit) */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total,
 			 size_t tensors_done, size_t ntensors);
 	void *progress_ctx;

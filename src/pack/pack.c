@@ -327,6 +327,8 @@ static int tensor_finished(struct pack *p, size_t i, struct mk_err *err)
 {
 	struct syncer *sy = &p->sy;
 	uint64_t limit = p->o->sync_bytes ? p->o->sync_bytes : (64ull << 20);
+	if (p->o->budget && limit > p->o->budget / 4)
+		limit = p->o->budget / 4 ? p->o->budget / 4 : 1;
 	int rc = 0;
 
 	p->finished[p->nfinished++] = i;
@@ -602,6 +604,14 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 			&p.man, &f, err);
 	if (rc)
 		goto out;
+	/* a frame (compressed and raw) must fit, with room for the headers */
+	if (o->budget && 2 * p.man->chunk_bytes + (16ull << 20) > o->budget) {
+		rc = mk_err_set(err, MK_ENOMEM,
+				"%s: chunks of %llu bytes need about %llu bytes here, more than --max-memory %llu; use a smaller --chunk-size upstream",
+				label, (unsigned long long)p.man->chunk_bytes,
+				(unsigned long long)(2 * p.man->chunk_bytes + (16ull << 20)), (unsigned long long)o->budget);
+		goto out;
+	}
 	{
 		uint8_t hh[32];
 		char hex[65], line[160];

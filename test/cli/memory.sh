@@ -34,10 +34,12 @@ for m in linear slerp; do
 	linear) printf 'merge_method: linear\nmodels:\n  - model: v1\n    parameters: {weight: 1}\n  - model: v2\n    parameters: {weight: 1}\n' > mem.yml ;;
 	slerp) printf 'merge_method: slerp\nbase_model: v1\nmodels:\n  - model: v1\n  - model: v2\nparameters: {t: 0.3}\n' > mem.yml ;;
 	esac
-	mk-yaml --print-pipeline --max-memory 256M mem.yml x | grep -q -- "mk-merge --max-memory 128000000" || fail "mk-yaml does not split the budget"
+	mk-yaml --print-pipeline --max-memory 256M mem.yml x > pipe.txt
+	grep -q -- "mk-merge --max-memory 128000000" pipe.txt || fail "mk-yaml does not split the budget"
+	grep -q -- "mk-pack --max-memory 64000000" pipe.txt || fail "mk-yaml gives mk-pack no budget"
 	rm -rf memout
 	mk-rss p.rss mk-plan --max-memory 128000000 mem.yml | mk-rss f.rss mk-fetch --max-memory 64000000 |
-		mk-rss m.rss mk-merge --max-memory 128000000 | mk-rss k.rss mk-pack memout
+		mk-rss m.rss mk-merge --max-memory 128000000 | mk-rss k.rss mk-pack --max-memory 64000000 memout
 	[ -f memout/model.safetensors ] || [ -f memout/model.safetensors.index.json ] || fail "$m: no output"
 	grep -q lm_head memout/model.safetensors* 2>/dev/null || fail "$m: lm_head not merged"
 	limit=$(( (256000000 / 1024) + 32 * 1024 ))
@@ -54,7 +56,7 @@ printf 'merge_method: ties\nbase_model: v1\nmodels:\n  - model: v2\n    paramete
 mkdir -p spill
 rm -rf memout
 mk-rss p.rss mk-plan --spill --max-memory 128000000 ties.yml | mk-rss f.rss mk-fetch --max-memory 64000000 |
-	mk-rss m.rss mk-merge --spill spill --max-memory 128000000 | mk-rss k.rss mk-pack memout
+	mk-rss m.rss mk-merge --spill spill --max-memory 128000000 | mk-rss k.rss mk-pack --max-memory 64000000 memout
 limit=$(( (256000000 / 1024) + 32 * 1024 ))
 for s in p f m k; do
 	r=$(cat $s.rss)
@@ -70,3 +72,7 @@ mk-fetch < held.mks > heldin.mks
 expect_fail 1 "more than --max-memory" mk-merge --max-memory 100M -i heldin.mks -o x.mks
 grep -q "the plan holds jobs of up to" err.txt || fail "mk-merge did not refuse at the HEAD"
 [ ! -e x.mks ] || fail "mk-merge left output"
+# mk-pack refuses, at the HEAD, chunks that cannot fit its budget
+mk-fetch --chunk-size 64MiB --model v1 > bigchunks.mks
+expect_fail 1 "use a smaller --chunk-size upstream" mk-pack --max-memory 100M -i bigchunks.mks packout
+no_out packout
