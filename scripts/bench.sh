@@ -5,81 +5,121 @@
 #
 #   sh scripts/bench.sh          (after `make`)
 #
-# Environment: BUILD (build), LAYERS (8: 3 models of about 1 GB in BF16),
-# RUNS (3, median), METHODS ("linear slerp ties dare_ties"),
-# MK_CONFORMANCE_VENV (mergekit's venv; ~/.cache/mk/mergekit-0.1.5-venv),
-# BENCH_DIR (${TMPDIR:-/tmp}).
+# Environment:
+#   BUILD      build directory (build)
+#   SIZES      model sizes as layer counts, hidden 2048, vocab 32000, BF16:
+#              "8 38" (8 layers: about 1 GB per model; 38: about 4 GB)
+#   METHODS    "linear slerp ties dare_ties"
+#   MEMS       mk's --max-memory settings: "default 256M" (default: the
+#              plan's quarter of RAM; a size: split as mk-yaml does, half
+#              to the merge, a quarter each to mk-fetch and mk-pack)
+#   SPILL      1: also ties and dare_ties with --spill at the smallest MEMS
+#   RUNS       runs per mk setting, median reported (3)
+#   MERGEKIT   1: also mergekit-yaml once per size and method (1)
+#   MK_CONFORMANCE_VENV  mergekit's venv (~/.cache/mk/mergekit-0.1.5-venv)
+#   BENCH_DIR  where models and outputs go (${TMPDIR:-/tmp}); needs about
+#              3 x the model size + 2 outputs free
 #
-# Per method: mk's wall time (mk-plan | mk-fetch | mk-merge | mk-pack,
-# output fsynced), its throughput over the input bytes, each stage's peak
-# RSS, and the I/O floor measured in the same run (the inputs read once
-# with cat, the output's size written once and fsynced); inputs in page
-# cache.  mergekit-yaml on the same config (output fsynced too), once.
+# Per row: mk's wall time (mk-plan | mk-fetch | mk-merge | mk-pack, output
+# fsynced), its throughput over the input bytes, each stage's peak RSS, and
+# the I/O floor measured in the same run (the inputs read once with cat to
+# /dev/null, the output's size written once and fsynced); inputs in page
+# cache for both.  mergekit-yaml on the same config, output fsynced too.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$top/build}
-LAYERS=${LAYERS:-8}
+SIZES=${SIZES:-"8 38"}
 RUNS=${RUNS:-3}
 METHODS=${METHODS:-"linear slerp ties dare_ties"}
+MEMS=${MEMS:-"default 256M"}
+SPILL=${SPILL:-1}
+MERGEKIT=${MERGEKIT:-1}
 venv=${MK_CONFORMANCE_VENV:-$HOME/.cache/mk/mergekit-0.1.5-venv}
 BENCH_DIR=${BENCH_DIR:-${TMPDIR:-/tmp}}
 B=$BUILD/bin T=$BUILD/tools
 command -v bc >/dev/null || { echo "bench: needs bc" >&2; exit 1; }
 work=$(mktemp -d "$BENCH_DIR/mk-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
-for s in a b c; do
-	$T/mk-gen-model --dtype BF16 --hidden 2048 --layers "$LAYERS" --vocab 32000 --shards 2 \
-		--seed "$(printf '%d' "'$s")" "$work/$s"
-done
-in_bytes() { cat "$@" | wc -c; }
+
 now() { date +%s.%N; }
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-warm() { cat "$work"/a/* "$work"/b/* "$work"/c/* > /dev/null; }
-config() {
+median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+config() { # method dir
 	case $1 in
-	linear) printf 'merge_method: linear\nmodels:\n  - model: %s/a\n    parameters: {weight: 0.5}\n  - model: %s/b\n    parameters: {weight: 0.3}\n  - model: %s/c\n    parameters: {weight: 0.2}\n' "$work" "$work" "$work" ;;
-	slerp) printf 'merge_method: slerp\nbase_model: %s/a\nmodels:\n  - model: %s/a\n  - model: %s/b\nparameters:\n  t: 0.4\n' "$work" "$work" "$work" ;;
-	ties|dare_ties) printf 'merge_method: %s\nbase_model: %s/a\nmodels:\n  - model: %s/b\n    parameters: {weight: 0.6, density: 0.5}\n  - model: %s/c\n    parameters: {weight: 0.4, density: 0.5}\n' "$1" "$work" "$work" "$work" ;;
+	linear) printf 'merge_method: linear\nmodels:\n  - model: %s/a\n    parameters: {weight: 0.5}\n  - model: %s/b\n    parameters: {weight: 0.3}\n  - model: %s/c\n    parameters: {weight: 0.2}\n' "$2" "$2" "$2" ;;
+	slerp) printf 'merge_method: slerp\nbase_model: %s/a\nmodels:\n  - model: %s/a\n  - model: %s/b\nparameters:\n  t: 0.4\n' "$2" "$2" "$2" ;;
+	ties|dare_ties) printf 'merge_method: %s\nbase_model: %s/a\nmodels:\n  - model: %s/b\n    parameters: {weight: 0.6, density: 0.5}\n  - model: %s/c\n    parameters: {weight: 0.4, density: 0.5}\n' "$1" "$2" "$2" "$2" ;;
 	esac
 }
-echo "machine: $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), $(uname -r)"
-printf '%-10s %9s %9s %9s %8s %10s %10s %10s %10s %12s %14s\n' method "in MB" "floor s" "mk s" "x floor" "MB/s" \
-	"plan MiB" "fetch MiB" "merge MiB" "pack MiB" "mergekit s/MiB"
-for m in $METHODS; do
-	config $m > "$work/$m.yml"
-	files=$(case $m in linear|ties|dare_ties) echo "$work"/a/*.safetensors "$work"/b/*.safetensors "$work"/c/*.safetensors ;;
-		*) echo "$work"/a/*.safetensors "$work"/b/*.safetensors ;; esac)
-	inb=$(in_bytes $files)
-	ts="" fl="" rp=0 rf=0 rm=0 rk=0
-	for i in $(seq "$RUNS"); do
-		rm -rf "$work/out" "$work/floor"; sync; warm
-		outb=$(cat "$work"/a/*.safetensors | wc -c)
-		t0=$(now)
-		cat $files > /dev/null
-		head -c "$outb" /dev/zero > "$work/floor"; sync "$work/floor"
-		t1=$(now)
-		fl="$fl $(echo "$t1 - $t0" | bc)"
-		rm -f "$work/floor"; sync; warm
-		t0=$(now)
-		$T/mk-rss "$work/p.rss" $B/mk-plan "$work/$m.yml" | $T/mk-rss "$work/f.rss" $B/mk-fetch |
-			$T/mk-rss "$work/m.rss" $B/mk-merge | $T/mk-rss "$work/k.rss" $B/mk-pack --no-progress "$work/out"
-		t1=$(now)
-		ts="$ts $(echo "$t1 - $t0" | bc)"
-		for k in p f m k; do
-			v=$(cat "$work/$k.rss")
-			eval "cur=\$r$k"
-			[ "$v" -gt "$cur" ] && eval "r$k=$v"
+# size in bytes of `mk-yaml --max-memory` shares
+share() { echo "$1" | awk -v d="$2" '{ v=$1; u=1; if (v ~ /[Gg]/) u=1024^3; else if (v ~ /[Mm]/) u=1024^2; sub(/[^0-9.]+$/, "", v); printf "%d", v*u/d }'; }
+
+echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
+printf '| size | method | mode | input GB | I/O floor s | mk s | x floor | mk MB/s | RSS plan/fetch/merge/pack MiB | mergekit s | mergekit RSS MiB | mergekit/mk |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
+for L in $SIZES; do
+	rm -rf "$work/m"
+	mkdir -p "$work/m"
+	for s in a b c; do
+		$T/mk-gen-model --dtype BF16 --hidden 2048 --layers "$L" --vocab 32000 --shards 2 \
+			--seed "$(printf '%d' "'$s")" "$work/m/$s"
+	done
+	gb=$(cat "$work"/m/a/*.safetensors | wc -c | awk '{printf "%.1f", $1/1e9}')
+	warm() { cat "$work"/m/a/* "$work"/m/b/* "$work"/m/c/* > /dev/null; }
+	for m in $METHODS; do
+		config $m "$work/m" > "$work/$m.yml"
+		files=$(case $m in linear|ties|dare_ties) echo "$work"/m/a/*.safetensors "$work"/m/b/*.safetensors "$work"/m/c/*.safetensors ;;
+			*) echo "$work"/m/a/*.safetensors "$work"/m/b/*.safetensors ;; esac)
+		inb=$(cat $files | wc -c)
+		outb=$(cat "$work"/m/a/*.safetensors | wc -c)
+		modes=""
+		for mem in $MEMS; do modes="$modes $mem"; done
+		if [ "$SPILL" = 1 ] && { [ $m = ties ] || [ $m = dare_ties ]; }; then
+			small=$(for mem in $MEMS; do [ "$mem" != default ] && echo "$mem"; done | head -n 1)
+			[ -n "$small" ] && modes="$modes spill:$small"
+		fi
+		first=1
+		for mode in $modes; do
+			mem=${mode#spill:}
+			pa="" fa="" ma="" ka=""
+			if [ "$mem" != default ]; then
+				pa="--max-memory $(share "$mem" 2)" ma="$pa"
+				fa="--max-memory $(share "$mem" 4)" ka="$fa"
+			fi
+			case $mode in spill:*) mkdir -p "$work/spill"; pa="$pa --spill" ma="$ma --spill $work/spill" ;; esac
+			ts="" fl="" rp=0 rf=0 rm=0 rk=0
+			for i in $(seq "$RUNS"); do
+				rm -rf "$work/out" "$work/floor"; sync; warm
+				t0=$(now)
+				cat $files > /dev/null
+				head -c "$outb" /dev/zero > "$work/floor"; sync "$work/floor"
+				t1=$(now)
+				fl="$fl $(echo "$t1 - $t0" | bc)"
+				rm -f "$work/floor"; sync; warm
+				t0=$(now)
+				# shellcheck disable=SC2086
+				$T/mk-rss "$work/p.rss" $B/mk-plan $pa "$work/$m.yml" | $T/mk-rss "$work/f.rss" $B/mk-fetch $fa |
+					$T/mk-rss "$work/m.rss" $B/mk-merge $ma | $T/mk-rss "$work/k.rss" $B/mk-pack $ka --no-progress "$work/out"
+				t1=$(now)
+				ts="$ts $(echo "$t1 - $t0" | bc)"
+				for k in p f m k; do
+					v=$(cat "$work/$k.rss")
+					eval "cur=\$r$k"
+					[ "$v" -gt "$cur" ] && eval "r$k=$v"
+				done
+			done
+			t=$(echo $ts | median) floor=$(echo $fl | median)
+			mkres=" | | "
+			if [ $first = 1 ] && [ "$MERGEKIT" = 1 ] && [ -x "$venv/bin/mergekit-yaml" ]; then
+				rm -rf "$work/ref"; sync; warm
+				/usr/bin/time -f "%e %M" -o "$work/time.txt" sh -c "'$venv/bin/mergekit-yaml' '$work/$m.yml' '$work/ref' >/dev/null 2>&1 && sync '$work/ref'/*" || true
+				mkres=$(awk -v t="$t" '{printf "%.1f | %.0f | %.1fx", $1, $2/1024, $1/t}' "$work/time.txt")
+				rm -rf "$work/ref"
+			fi
+			first=0
+			printf '| %s GB | %s | %s | %.1f | %.2f | %.2f | %.2f | %.0f | %.0f / %.0f / %.0f / %.0f | %s |\n' "$gb" $m "$mode" \
+				"$(echo "$inb/1000000000" | bc -l)" "$floor" "$t" "$(echo "$t/$floor" | bc -l)" \
+				"$(echo "$inb/$t/1000000" | bc -l)" "$(echo "$rp/1024" | bc -l)" "$(echo "$rf/1024" | bc -l)" \
+				"$(echo "$rm/1024" | bc -l)" "$(echo "$rk/1024" | bc -l)" "$mkres"
 		done
 	done
-	t=$(echo $ts | tr ' ' '\n' | median) floor=$(echo $fl | tr ' ' '\n' | median)
-	mkres="-"
-	if [ -x "$venv/bin/mergekit-yaml" ]; then
-		rm -rf "$work/ref"; sync; warm
-		/usr/bin/time -f "%e %M" -o "$work/time.txt" sh -c "'$venv/bin/mergekit-yaml' '$work/$m.yml' '$work/ref' >/dev/null 2>&1 && sync '$work/ref'/*" || true
-		mkres=$(awk '{printf "%.1f/%.0f", $1, $2/1024}' "$work/time.txt")
-		rm -rf "$work/ref"
-	fi
-	printf '%-10s %9.0f %9.2f %9.2f %8.2f %10.0f %10.1f %10.1f %10.1f %12.1f %14s\n' $m "$(echo "$inb/1000000" | bc)" "$floor" "$t" \
-		"$(echo "$t/$floor" | bc -l)" "$(echo "$inb/$t/1000000" | bc -l)" "$(echo "$rp/1024" | bc -l)" "$(echo "$rf/1024" | bc -l)" \
-		"$(echo "$rm/1024" | bc -l)" "$(echo "$rk/1024" | bc -l)" "$mkres"
 done

@@ -605,11 +605,11 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 	if (rc)
 		goto out;
 	/* a frame (compressed and raw) must fit, with room for the headers */
-	if (o->budget && 2 * p.man->chunk_bytes + (16ull << 20) > o->budget) {
+	if (o->budget && 2 * p.man->chunk_bytes + (4ull << 20) > o->budget) {
 		rc = mk_err_set(err, MK_ENOMEM,
 				"%s: chunks of %llu bytes need about %llu bytes here, more than --max-memory %llu; use a smaller --chunk-size upstream",
 				label, (unsigned long long)p.man->chunk_bytes,
-				(unsigned long long)(2 * p.man->chunk_bytes + (16ull << 20)), (unsigned long long)o->budget);
+				(unsigned long long)(2 * p.man->chunk_bytes + (4ull << 20)), (unsigned long long)o->budget);
 		goto out;
 	}
 	{
