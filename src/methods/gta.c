@@ -78,6 +78,8 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 #include <math.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -736,6 +738,26 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 	}
 }
 
+struct acc_arg {
+	struct state *s;
+	struct gin *g;
+	unsigned pass;
+	const struct mk_job_chunk *c;
+	const float *b;
+};
+
+static void *acc_thread(void *p)
+{
+	struct acc_arg *a = p;
+	accumulate_f32(a->s, a->g, a->pass, a->c, a->c->in[a->g->idx], a->b);
+	return NULL;
+}
+
+static inline bool fast_f32(const struct state *s, const struct gin *g)
+{
+	return !s->f64 && (g->kind == K_MAG || g->kind == K_OUTL || g->kind == K_RAND);
+}
+
 static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c,
 		      struct mk_err *err)
 {
@@ -743,10 +765,34 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 	const void *b = c->in[job->d.base];
 	int rc;
 
+	/* each input's statistics are its own: on large chunks (a held
+	 * job's whole tensor) the inputs run on threads, the last one here */
+	if (c->count >= (1u << 20) && s->n > 1 && s->n <= 16) {
+		struct acc_arg a[16];
+		pthread_t th[16];
+		bool started[16] = { false };
+		size_t last = SIZE_MAX;
+		for (size_t j = 0; j < s->n; j++)
+			if (fast_f32(s, &s->g[j]))
+				last = j;
+		for (size_t j = 0; j < s->n; j++) {
+			if (!fast_f32(s, &s->g[j]))
+				continue;
+			a[j] = (struct acc_arg){ .s = s, .g = &s->g[j], .pass = pass, .c = c, .b = b };
+			if (j == last || pthread_create(&th[j], NULL, acc_thread, &a[j]))
+				acc_thread(&a[j]);
+			else
+				started[j] = true;
+		}
+		for (size_t j = 0; j < s->n; j++)
+			if (started[j])
+				pthread_join(th[j], NULL);
+	}
 	for (size_t j = 0; j < s->n; j++) {
 		struct gin *g = &s->g[j];
-		if (!s->f64 && (g->kind == K_MAG || g->kind == K_OUTL || g->kind == K_RAND)) {
-			accumulate_f32(s, g, pass, c, c->in[g->idx], b);
+		if (fast_f32(s, g)) {
+			if (!(c->count >= (1u << 20) && s->n > 1 && s->n <= 16))
+				accumulate_f32(s, g, pass, c, c->in[g->idx], b);
 			continue;
 		}
 		const void *x = c->in[g->idx];

@@ -720,6 +720,39 @@ static void test_export(void **st)
 			mk_job_release(&job);
 		}
 	}
+	/* a whole tensor of 2^20 elements in one chunk runs each input's
+	 * statistics on its own thread: the same bits as chunks of 10^5 */
+	{
+		enum { BN = 1 << 20 };
+		static const char *thr[] = { "ties", "dare_ties", "breadcrumbs_ties" };
+		const uint64_t sb[2] = { 1024, BN / 1024 };
+		float *ba = malloc(BN * 4), *bb = malloc(BN * 4), *bc = malloc(BN * 4);
+		float *o1 = malloc(BN * 4), *o2 = malloc(BN * 4);
+		const void *bv[3] = { ba, bb, bc };
+		assert_true(ba && bb && bc && o1 && o2);
+		for (int i = 0; i < BN; i++) {
+			ba[i] = (float)frand();
+			bb[i] = ba[i] + (float)(round(frand() * 40) / 64);
+			bc[i] = ba[i] + (float)frand() * 1e-2f;
+		}
+		for (size_t m = 0; m < 3; m++) {
+			tj_init(&t, thr[m], 3, 0);
+			set_shape(&t, MK_DT_F32, 2, sb);
+			set_in(&t, 1, "weight", mk_pval_float(0.7));
+			set_in(&t, 2, "weight", mk_pval_float(0.4));
+			set_in(&t, 1, "density", mk_pval_float(0.3));
+			set_in(&t, 2, "density", mk_pval_float(0.6));
+			set_g(&t, "rescale", mk_pval_bool(true));
+			assert_int_equal(tj_run(&t, MK_DT_COUNT, bv, 0, o1, false, NULL, NULL, &err), 0);
+			assert_int_equal(tj_run(&t, MK_DT_COUNT, bv, 100000, o2, false, NULL, NULL, &err), 0);
+			assert_memory_equal(o1, o2, (size_t)BN * 4);
+		}
+		free(ba);
+		free(bb);
+		free(bc);
+		free(o1);
+		free(o2);
+	}
 	/* not of the family */
 	tj_init(&t, "linear", 2, -1);
 	set_shape(&t, MK_DT_F32, 2, s2);
