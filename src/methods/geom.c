@@ -4,10 +4,21 @@
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
 #endif
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <cblas.h>
 #include "geom.h"
+
+/* mk runs its own threads (one job per thread); BLAS must not add its
+ * own under them. */
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+static void blas_single_thread(void)
+{
+	openblas_set_num_threads(1);
+}
 
 void mk_geom_layout(enum mk_geom_mode mode, const struct mk_tensor_desc *t,
 		    enum mk_geom_mode *eff, uint64_t *nvec, uint64_t *veclen)
@@ -58,7 +69,14 @@ int mk_geom_init(struct mk_geom *g, enum mk_geom_mode mode, const struct mk_tens
 	g->part = calloc(g->npairs + 1, sizeof(*g->part));
 	g->sig = calloc(k + 1, sizeof(*g->sig));
 	g->g = calloc(k * k + 1, sizeof(*g->g));
-	if (!g->acc || !g->part || !g->sig || !g->g) {
+	g->blas = g->mode != MK_GEOM_COLS && k >= MK_GEOM_BLAS_K &&
+		  g->veclen >= MK_GEOM_BLAS_RUN;
+	if (g->blas) {
+		g->blk = malloc(k * MK_SUM_BLOCK * sizeof(*g->blk));
+		g->bg = calloc(k * k, sizeof(*g->bg));
+		pthread_once(&blas_once, blas_single_thread);
+	}
+	if (!g->acc || !g->part || !g->sig || !g->g || (g->blas && (!g->blk || !g->bg))) {
 		mk_geom_release(g);
 		return mk_err_set(err, MK_ENOMEM, "out of memory (statistics of %llu vectors)",
 				  (unsigned long long)g->nvec);
@@ -72,8 +90,10 @@ void mk_geom_release(struct mk_geom *g)
 	free(g->part);
 	free(g->sig);
 	free(g->g);
+	free(g->blk);
+	free(g->bg);
 	g->acc = NULL;
-	g->part = g->sig = g->g = NULL;
+	g->part = g->sig = g->g = g->blk = g->bg = NULL;
 }
 
 /* Hand vector v's sums (acc[0..npairs)) to the method. */
@@ -90,6 +110,20 @@ static int emit(struct mk_geom *g, uint64_t v, const struct mk_fsum *acc, struct
 	return g->done(g->ctx, v, g->g, err);
 }
 
+/* The Gram of the segment in g->blk (n columns) into the open block sums
+ * (their part is 0: a segment starts a block or a vector). */
+static void segment_gram(struct mk_geom *g, uint64_t n)
+{
+	size_t k = g->k, p = 0;
+
+	memset(g->bg, 0, k * k * sizeof(*g->bg));
+	cblas_dgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)k, (blasint)k, (blasint)n,
+		    1.0, g->blk, MK_SUM_BLOCK, g->blk, MK_SUM_BLOCK, 0.0, g->bg, (blasint)k);
+	for (size_t a = 0; a < k; a++)
+		for (size_t b = a; b < k; b++, p++)
+			g->acc[p].part = g->bg[a * k + b];
+}
+
 #define GEOM_KERNELS(SUF, T)							\
 static inline void signals_##SUF(const struct mk_geom *g, const void *const *in, \
 				 uint64_t e, double *sig)			\
@@ -101,39 +135,84 @@ static inline void signals_##SUF(const struct mk_geom *g, const void *const *in,
 		sig[a] = (double)d;						\
 	}									\
 }										\
+/* Signals of elements [e, e + n) of the chunk into the segment scratch	\
+ * from column `off` on. */						\
+static void gather_##SUF(struct mk_geom *g, const void *const *in, uint64_t e,	\
+			 uint64_t n, uint64_t off)				\
+{										\
+	const T *b = g->base >= 0 ? (const T *)in[g->base] + e : NULL;		\
+	for (size_t a = 0; a < g->k; a++) {					\
+		const T *x = (const T *)in[g->idx[a]] + e;			\
+		double *d = g->blk + a * MK_SUM_BLOCK + off;			\
+		if (b)								\
+			for (uint64_t i = 0; i < n; i++)			\
+				d[i] = (double)(T)(x[i] - b[i]);		\
+		else								\
+			for (uint64_t i = 0; i < n; i++)			\
+				d[i] = (double)x[i];				\
+	}									\
+}										\
+/* Elements [e, e + run) of the chunk, in one block and one vector, added	\
+ * to the open block sums in element order. */					\
+static void scalar_run_##SUF(struct mk_geom *g, const struct mk_job_chunk *c,	\
+			     uint64_t e, uint64_t run)				\
+{										\
+	size_t k = g->k, np = g->npairs;					\
+	double *sig = g->sig, *part = g->part;					\
+	for (size_t p = 0; p < np; p++)						\
+		part[p] = g->acc[p].part;					\
+	for (uint64_t i = 0; i < run; i++) {					\
+		size_t p = 0;							\
+		signals_##SUF(g, c->in, e - c->elem_begin + i, sig);		\
+		for (size_t a = 0; a < k; a++) {				\
+			double sa = sig[a];					\
+			for (size_t b = a; b < k; b++, p++) {			\
+				double t = sa * sig[b];				\
+				part[p] += t;					\
+			}							\
+		}								\
+	}									\
+	for (size_t p = 0; p < np; p++) {					\
+		g->acc[p].part = part[p];					\
+		mk_fsum_step(&g->acc[p], e + run);				\
+	}									\
+}										\
+/* The same run of segment [s0, s1) into the scratch; the segment's Gram	\
+ * once it is complete. */							\
+static void blas_run_##SUF(struct mk_geom *g, const struct mk_job_chunk *c,	\
+			   uint64_t e, uint64_t run, uint64_t s0, uint64_t s1)	\
+{										\
+	gather_##SUF(g, c->in, e - c->elem_begin, run, e - s0);			\
+	if (e + run == s1) {							\
+		segment_gram(g, s1 - s0);					\
+		for (size_t p = 0; p < g->npairs; p++)				\
+			mk_fsum_step(&g->acc[p], s1);				\
+	}									\
+}										\
 static int contiguous_##SUF(struct mk_geom *g, const struct mk_job_chunk *c,	\
 			    struct mk_err *err)					\
 {										\
 	uint64_t e = c->elem_begin, end = e + c->count;				\
-	size_t k = g->k, np = g->npairs;					\
-	double *sig = g->sig, *part = g->part;					\
 	while (e < end) {							\
 		uint64_t vend = (g->cur + 1) * g->veclen;			\
 		uint64_t stop = vend < end ? vend : end;			\
 		uint64_t run = mk_fsum_run(e, stop - e);			\
-		for (size_t p = 0; p < np; p++)					\
-			part[p] = g->acc[p].part;				\
-		for (uint64_t i = 0; i < run; i++) {				\
-			size_t p = 0;						\
-			signals_##SUF(g, c->in, e - c->elem_begin + i, sig);	\
-			for (size_t a = 0; a < k; a++) {			\
-				double sa = sig[a];				\
-				for (size_t b = a; b < k; b++, p++) {		\
-					double t = sa * sig[b];			\
-					part[p] += t;				\
-				}						\
-			}							\
-		}								\
+		/* e's segment: its block within its vector */			\
+		uint64_t s0 = e - e % MK_SUM_BLOCK, s1 = s0 + MK_SUM_BLOCK;	\
+		if (s0 < vend - g->veclen)					\
+			s0 = vend - g->veclen;					\
+		if (s1 > vend)							\
+			s1 = vend;						\
+		if (g->blas && s1 - s0 >= MK_GEOM_BLAS_RUN)			\
+			blas_run_##SUF(g, c, e, run, s0, s1);			\
+		else								\
+			scalar_run_##SUF(g, c, e, run);				\
 		e += run;							\
-		for (size_t p = 0; p < np; p++) {				\
-			g->acc[p].part = part[p];				\
-			mk_fsum_step(&g->acc[p], e);				\
-		}								\
 		if (e == vend) {						\
 			int rc = emit(g, g->cur, g->acc, err);			\
 			if (rc)							\
 				return rc;					\
-			memset(g->acc, 0, np * sizeof(*g->acc));		\
+			memset(g->acc, 0, g->npairs * sizeof(*g->acc));		\
 			g->cur++;						\
 		}								\
 	}									\

@@ -17,6 +17,14 @@
  *                read is held: memory O(k^2);
  *   COLS         every column is open at once; each column's sums are
  *                sequential in element order: memory O(columns * k^2).
+ * WHOLE and ROWS with k >= MK_GEOM_BLAS_K signals: a vector's part inside
+ * one block (a segment, its extent fixed by the layout) of at least
+ * MK_GEOM_BLAS_RUN elements is gathered into a k x MK_SUM_BLOCK float64
+ * scratch, held across chunks until the segment is complete, and its Gram
+ * taken by OpenBLAS (dgemm A A^T, one BLAS thread), which sums inside the
+ * segment in its own order; segments are combined in block order as
+ * above.  Shorter segments, fewer signals and COLS keep the scalar sums in
+ * element order.
  * Either way the result does not depend on the chunking.  When a vector
  * is complete, `done(ctx, v, G)` receives its k x k symmetric matrix
  * (row-major): in increasing vector order, during accumulate for WHOLE and
@@ -25,10 +33,16 @@
 #ifndef MK_METHODS_GEOM_H
 #define MK_METHODS_GEOM_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include "mk/method.h"
 
 enum mk_geom_mode { MK_GEOM_WHOLE, MK_GEOM_ROWS, MK_GEOM_COLS };
+
+/* OpenBLAS for k >= MK_GEOM_BLAS_K signals, on segments of at least
+ * MK_GEOM_BLAS_RUN elements (both measured; man/man7/mk-compat.7). */
+#define MK_GEOM_BLAS_K 3u
+#define MK_GEOM_BLAS_RUN 32u
 
 typedef int (*mk_geom_done_fn)(void *ctx, uint64_t v, const double *g, struct mk_err *err);
 
@@ -44,6 +58,11 @@ struct mk_geom {
 	double *sig;               /* [k] scratch */
 	double *g;                 /* [k * k] scratch */
 	uint64_t cur;              /* WHOLE/ROWS: the vector being read */
+	bool blas;                 /* WHOLE/ROWS, k >= MK_GEOM_BLAS_K: long segments by
+				    * OpenBLAS (a test may clear it after init for the
+				    * scalar sums) */
+	double *blk;               /* blas: [k * MK_SUM_BLOCK] the segment's signals */
+	double *bg;                /* blas: [k * k] the segment's Gram */
 	mk_geom_done_fn done;
 	void *ctx;
 };

@@ -9,6 +9,9 @@
  * tensor in every vector layout; parameter and contract errors; output
  * rules (dtype, shape, passes, single-input copies); degenerate inputs
  * (antipodal, zero, identical, singular) against the decided behaviour.
+ * The Gram pass itself (geom.c): with k >= MK_GEOM_BLAS_K signals its
+ * OpenBLAS segments give bit-identical matrices for every chunking, close
+ * to the scalar sums.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -22,6 +25,7 @@
 #include <string.h>
 #include "mk/method.h"
 #include "method_harness.h"
+#include "../../src/methods/geom.h"
 
 
 /* ------------------------------------------------------------ fixtures */
@@ -744,6 +748,131 @@ static void test_row_layouts(void **st)
 	}
 }
 
+/* ------------------------------------------------------ the Gram pass */
+
+#define GK 7                 /* signals at most */
+#define GN (3 * 4096 + 1000) /* elements: blocks and a partial one */
+#define GV 3000              /* vectors at most */
+
+struct gram_out {
+	size_t k;
+	uint64_t next;       /* vectors received, in order */
+	double g[GV][GK * GK];
+};
+
+static int gram_done(void *ctx, uint64_t v, const double *g, struct mk_err *err)
+{
+	struct gram_out *o = ctx;
+
+	assert_true(v == o->next && v < GV);
+	memcpy(o->g[v], g, o->k * o->k * sizeof(*g));
+	o->next++;
+	return 0;
+}
+
+/* Gram matrices of k signals (inputs idx[0..k), minus input `base` when
+ * >= 0) of a tensor of shape [r, c] (r 0: 1-D [c]) in chunks of `chunk`
+ * (0: one); `scalar` clears the BLAS path after init. */
+static void gram_run(enum mk_geom_mode mode, enum mk_dtype compute, uint64_t r, uint64_t c,
+		     size_t k, int base, uint64_t chunk, bool scalar, const void *const *in,
+		     struct gram_out *o)
+{
+	static const int idx[GK] = { 1, 2, 3, 4, 5, 6, 7 };
+	struct mk_tensor_desc d = r ? td(compute, 2, r, c) : td(compute, 1, c, 0);
+	uint64_t n = r ? r * c : c;
+	size_t esz = compute == MK_DT_F64 ? 8 : 4;
+	struct mk_geom g;
+	struct mk_err err;
+
+	memset(o, 0, sizeof(*o));
+	o->k = k;
+	assert_int_equal(mk_geom_init(&g, mode, &d, compute, k, idx, base, gram_done, o, &err), 0);
+	assert_true(g.blas == (g.mode != MK_GEOM_COLS && k >= MK_GEOM_BLAS_K &&
+			       g.veclen >= MK_GEOM_BLAS_RUN));
+	if (scalar)
+		g.blas = false;
+	if (!chunk)
+		chunk = n;
+	for (uint64_t e = 0; e < n; e += chunk) {
+		const void *p[GK + 1];
+		for (size_t i = 0; i <= GK; i++)
+			p[i] = (const char *)in[i] + e * esz;
+		struct mk_job_chunk ch = { .elem_begin = e, .count = n - e < chunk ? n - e : chunk,
+					   .in = p };
+		assert_int_equal(mk_geom_accumulate(&g, &ch, &err), 0);
+	}
+	assert_int_equal(mk_geom_finish(&g, &err), 0);
+	mk_geom_release(&g);
+	assert_true(o->next == g.nvec);
+}
+
+static void test_gram_blas(void **st)
+{
+	static float f[GK + 1][GN];
+	static double dd[GK + 1][GN];
+	static struct gram_out ref, got, sc;
+	/* [r, c]: one vector; rows across blocks; rows of 40 (segments of
+	 * 40, 16 and 24: BLAS and scalar in one row); one short vector */
+	static const uint64_t shapes[][2] = { { 0, GN }, { 4, 3000 }, { 300, 40 }, { 0, 20 } };
+	static const uint64_t chunks[] = { 1, 7, 1000, 4095, 4096, 4097 };
+	const void *inf[GK + 1], *ind[GK + 1];
+	uint64_t x = 0x2545F4914F6CDD1Dull;
+	double worst = 0.0;
+
+	for (int i = 0; i <= GK; i++) {
+		for (int e = 0; e < GN; e++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			double u = (double)(x >> 11) / 9007199254740992.0 - 0.5;
+			f[i][e] = (float)u + (i ? f[0][e] : 0.0f);
+			dd[i][e] = u + (i ? dd[0][e] : 0.0);
+		}
+		inf[i] = f[i];
+		ind[i] = dd[i];
+	}
+	for (int dt = 0; dt < 2; dt++)
+	for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++)
+	for (size_t k = MK_GEOM_BLAS_K - 1; k <= GK; k++)
+	for (int base = -1; base <= 0; base++)
+	for (int mode = MK_GEOM_WHOLE; mode <= MK_GEOM_COLS; mode++) {
+		enum mk_dtype cd = dt ? MK_DT_F64 : MK_DT_F32;
+		const void *const *in = dt ? ind : inf;
+		uint64_t r = shapes[sh][0], c = shapes[sh][1];
+
+		if (k > 4 && k < GK)
+			continue;
+		if (mode == MK_GEOM_COLS && k > MK_GEOM_BLAS_K)
+			continue;
+		gram_run(mode, cd, r, c, k, base, 0, false, in, &ref);
+		for (size_t ci = 0; ci < sizeof(chunks) / sizeof(chunks[0]); ci++) {
+			gram_run(mode, cd, r, c, k, base, chunks[ci], false, in, &got);
+			if (memcmp(got.g, ref.g, sizeof(got.g)))
+				fail_msg("%s [%llu, %llu] k %zu base %d mode %d: chunks of %llu differ "
+					 "from one chunk", dt ? "f64" : "f32", (unsigned long long)r,
+					 (unsigned long long)c, k, base, mode,
+					 (unsigned long long)chunks[ci]);
+		}
+		/* the scalar sums, element order inside a block: float64
+		 * rounding apart, |diff| <= 1e-12 sqrt(G_aa G_bb) */
+		gram_run(mode, cd, r, c, k, base, 0, true, in, &sc);
+		for (uint64_t v = 0; v < ref.next; v++)
+			for (size_t a = 0; a < k; a++)
+				for (size_t b = 0; b < k; b++) {
+					double q = ref.g[v][a * k + b], s = sc.g[v][a * k + b];
+					double bound = sqrt(sc.g[v][a * k + a] * sc.g[v][b * k + b]);
+					assert_true(q == ref.g[v][b * k + a]);
+					if (!(fabs(q - s) <= 1e-12 * bound))
+						fail_msg("k %zu vector %llu G[%zu][%zu]: %.17g, scalar %.17g",
+							 k, (unsigned long long)v, a, b, q, s);
+					if (bound > 0 && fabs(q - s) / bound > worst)
+						worst = fabs(q - s) / bound;
+				}
+	}
+	if (getenv("MK_TEST_VERBOSE"))
+		print_message("max |blas - scalar| / sqrt(G_aa G_bb) = %.3g\n", worst);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -761,6 +890,7 @@ int main(void)
 		cmocka_unit_test(test_model_stock_rules),
 		cmocka_unit_test(test_chunk_independence),
 		cmocka_unit_test(test_row_layouts),
+		cmocka_unit_test(test_gram_blas),
 	};
 	return cmocka_run_group_tests(tests, setup_inputs, NULL);
 }
