@@ -29,7 +29,8 @@ static void usage(void)
 	       "      --max-memory SIZE  refuse jobs the plan holds in memory that need more\n"
 	       "      --spill DIR        replay the jobs the plan spills (mk-plan --spill) from a\n"
 	       "                         file in DIR instead of having their inputs sent again\n"
-	       "      --cuda             merge on the GPU (not yet in the stream path: says so, runs on the CPU)\n"
+	       "      --cuda             apply float32 jobs of linear, slerp and the task arithmetic\n"
+	       "                         family on the GPU (without one: a note, then the CPU)\n"
 	       "  -j, --jobs N           worker threads (default: the number of CPUs, at most 8)\n"
 	       "  -f, --force            write the binary stream even to a terminal\n"
 	       "      --progress         draw progress on stderr (--no-progress: never)\n"
@@ -168,12 +169,20 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		cli_usage_error("unexpected argument '%s'", argv[optind]);
+	struct mk_cuda_ctx *cx = NULL;
 	if (cuda) {
-		const char *why = NULL;
-		/* the GPU kernels exist (mk_cuda_linear, make check-cuda); the
-		 * stream path does not batch onto them yet */
-		cli_info(2, "note: %s; merging on the CPU",
-			 mk_cuda_available(&why) ? "--cuda: this version merges streams on the CPU" : why);
+		/* MK_CUDA_EMULATE=1: the GPU kernels' element code on the host,
+		 * through the same batching (for tests without a GPU) */
+		const char *em = getenv("MK_CUDA_EMULATE");
+		struct mk_cuda_opts co = { .emulate = em && !strcmp(em, "1") };
+		struct mk_err cerr = { 0 };
+		if (mk_cuda_open(&cx, &co, &cerr)) {
+			cli_info(2, "note: --cuda: %s; merging on the CPU", cerr.msg);
+			cx = NULL;
+		} else {
+			cli_info(3, "--cuda: %s", mk_cuda_describe(cx));
+		}
+		o.cuda = cx;
 	}
 	if (strcmp(input, "-")) {
 		in_fd = open(input, O_RDONLY | O_CLOEXEC);
@@ -212,5 +221,14 @@ int main(int argc, char **argv)
 		 (unsigned long long)st.chunks_out, (unsigned long long)st.bytes_out);
 	if (o.spill_dir)
 		cli_info(3, "spill: at most %llu bytes for one job", (unsigned long long)st.spill_bytes_max);
+	if (cx) {
+		struct mk_cuda_stats cs;
+		mk_cuda_get_stats(cx, &cs);
+		cli_info(3, "--cuda: %llu of %llu jobs on the GPU, %llu chunks in %llu launches, %llu bytes in, %llu out",
+			 (unsigned long long)st.gpu_jobs, (unsigned long long)st.jobs, (unsigned long long)cs.submits,
+			 (unsigned long long)cs.launches, (unsigned long long)cs.bytes_in,
+			 (unsigned long long)cs.bytes_out);
+		mk_cuda_close(cx);
+	}
 	return EXIT_OK;
 }

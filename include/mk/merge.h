@@ -19,12 +19,17 @@
 #include <stdint.h>
 #include "mk/err.h"
 
+struct mk_cuda_ctx;
+
 struct mk_merge_opts {
 	int compress_level;          /* zstd level for the output, 0: none */
 	uint64_t budget;             /* refuse held jobs larger than this (0: none) */
 	const char *spill_dir;       /* jobs the plan spills: their chunks go to
 					an unlinked file here, later passes are
 					read back from it (NULL: none allowed) */
+	struct mk_cuda_ctx *cuda;    /* apply float32 jobs of the methods with
+					GPU kernels there (mk/cuda.h), the rest
+					on the CPU; NULL: all on the CPU */
 	unsigned threads;            /* worker threads for the conversions and
 					the kernels (0 or 1: this thread); the
 					output does not depend on it */
@@ -35,6 +40,7 @@ struct mk_merge_opts {
 struct mk_merge_stats {
 	uint64_t jobs, byte_copies, chunks_in, chunks_out, bytes_out;
 	uint64_t spill_bytes_max;    /* the most bytes spilled for one job */
+	uint64_t gpu_jobs;           /* jobs whose output the GPU computed */
 };
 
 int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label,

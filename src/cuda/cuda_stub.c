@@ -1,26 +1,117 @@
-/* cuda_stub.c - the CUDA entry points of a build without CUDA. */
-#ifndef MK_HAVE_CUDA
+/* cuda_stub.c - the CUDA runtime calls of dev.h in a build without CUDA:
+ * no device, every call fails with "built without CUDA", so mk_cuda_open
+ * answers MK_EUNSUPPORTED and callers use the CPU.  The host emulation
+ * (ctx.c, kern.h) needs none of it and works here too. */
+#include <stdio.h>
+#include <string.h>
 #include "mk/cuda.h"
+#include "dev.h"
 
-bool mk_cuda_built(void)
+#ifndef MK_HAVE_CUDA
+
+#define WHY "this mk was built without CUDA (no nvcc at build time)"
+#define NO_CUDA 35   /* any non-zero number: mkcu_dev_errstr says WHY */
+
+int mkcu_dev_built(void)
 {
-	return false;
+	return 0;
 }
 
-bool mk_cuda_available(const char **why)
+int mkcu_dev_count(const char **why)
 {
-	if (why)
-		*why = "this mk was built without CUDA (no nvcc at build time)";
-	return false;
+	*why = WHY;
+	return 0;
 }
 
-int mk_cuda_linear(const float *const *in, size_t n, const float *w, size_t B, uint64_t nelem, bool normalize,
-		   float *out, struct mk_err *err)
+int mkcu_dev_bench(struct mk_cuda_bench *r, uint64_t bytes, unsigned ninputs, int device, struct mk_err *err)
 {
-	(void)in, (void)n, (void)w, (void)B, (void)nelem, (void)normalize, (void)out;
-	return mk_err_set(err, MK_EUNSUPPORTED, "this mk was built without CUDA");
+	(void)bytes, (void)ninputs, (void)device;
+	memset(r, 0, sizeof(*r));
+	return mk_err_set(err, MK_EUNSUPPORTED, "%s", WHY);
+}
+
+int mkcu_dev_open(int device, struct mkcu_dev_info *info, const char **why)
+{
+	(void)device, (void)info;
+	*why = WHY;
+	return NO_CUDA;
+}
+
+int mkcu_dev_use(int device)
+{
+	(void)device;
+	return NO_CUDA;
+}
+
+void *mkcu_dev_host_alloc(size_t n)
+{
+	(void)n;
+	return NULL;
+}
+
+void mkcu_dev_host_free(void *p)
+{
+	(void)p;
+}
+
+void *mkcu_dev_alloc(size_t n)
+{
+	(void)n;
+	return NULL;
+}
+
+void mkcu_dev_free(void *p)
+{
+	(void)p;
+}
+
+int mkcu_dev_stream_new(void **s)
+{
+	*s = NULL;
+	return NO_CUDA;
+}
+
+void mkcu_dev_stream_free(void *s)
+{
+	(void)s;
+}
+
+int mkcu_dev_h2d(void *dst, const void *src, size_t n, void *s)
+{
+	(void)dst, (void)src, (void)n, (void)s;
+	return NO_CUDA;
+}
+
+int mkcu_dev_d2h(void *dst, const void *src, size_t n, void *s)
+{
+	(void)dst, (void)src, (void)n, (void)s;
+	return NO_CUDA;
+}
+
+int mkcu_dev_launch(const struct mkcu_piece *P, const struct mkcu_in *I, size_t np, uint64_t maxcount, int resident,
+		    void *s)
+{
+	(void)P, (void)I, (void)np, (void)maxcount, (void)resident, (void)s;
+	return NO_CUDA;
+}
+
+int mkcu_dev_sync(void *s)
+{
+	(void)s;
+	return NO_CUDA;
+}
+
+const char *mkcu_dev_errstr(int rc)
+{
+	(void)rc;
+	return WHY;
+}
+
+void mkcu_dev_host_run(const struct mkcu_piece *P, const struct mkcu_in *I, size_t np)
+{
+	mkcu_host_run(P, I, np);
 }
 #else
-/* built with CUDA: src/cuda/linear.cu defines them */
+/* built with CUDA: src/cuda/device.cu defines them */
 typedef int mk_cuda_stub_unused;
 #endif

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
+#include "mk/cuda.h"
 #include "mk/fsutil.h"
 #include "mk/hash.h"
 #include "mk/manifest.h"
@@ -52,6 +53,10 @@ struct run {                     /* the job being merged */
 	size_t outc_cap;
 	struct pool *pool;       /* where buffers go when the job ends */
 	struct spill *spill;     /* the spill file (--spill DIR), or NULL */
+	struct mk_cuda_ctx *cuda;    /* --cuda: the GPU, or NULL */
+	bool gpu;                /* this job's output is computed there */
+	void *gout;              /* its float32 output */
+	size_t gout_cap;
 	bool spilled;            /* this job's inputs go to the spill file */
 };
 
@@ -305,13 +310,16 @@ static void run_release(struct run *r)
 	free(r->gvals);
 	free(r->ivals);
 	pool_put(r->pool, r->outc, r->outc_cap);
+	pool_put(r->pool, r->gout, r->gout_cap);
 	struct pool *pl = r->pool;
 	struct spill *sp = r->spill;
+	struct mk_cuda_ctx *cx = r->cuda;
 	if (sp)
 		spill_reset(sp);
 	memset(r, 0, sizeof(*r));
 	r->pool = pl;
 	r->spill = sp;
+	r->cuda = cx;
 }
 
 static int run_start(struct run *r, const struct mk_manifest *man, const struct mk_frame *f,
@@ -322,9 +330,11 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 
 	struct pool *pl = r->pool;
 	struct spill *sp = r->spill;
+	struct mk_cuda_ctx *cx = r->cuda;
 	memset(r, 0, sizeof(*r));
 	r->pool = pl;
 	r->spill = sp;
+	r->cuda = cx;
 	r->seed = json_is_integer(seed) ? (uint64_t)json_integer_value(seed) : 0;
 	r->threads = threads;
 	rc = mk_plan_job_decode(f->payload, f->payload_len, &r->pj, err);
@@ -393,6 +403,7 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 		return mk_err_set(err, MK_EINVAL, "job %u (%s): the plan spills it: run mk-merge with --spill DIR",
 				  r->pj->id, r->name);
 	r->held = r->pj->sends == 1 && r->job.npasses > 0 && !r->job.byte_copy && !r->spilled;
+	r->gpu = r->cuda && !r->job.byte_copy && !r->check_equal && mk_cuda_job_supported(&r->job);
 	if (r->held && budget) {
 		uint64_t need = 0, es = mk_dtype_bits(r->job.compute) / 8, nb;
 		for (size_t i = 0; i < r->pj->ninputs; i++)
@@ -430,6 +441,40 @@ static int emit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint6
 	st->bytes_out += len;
 	r->next_out = begin + count;
 	return mk_sw_chunk(w, MK_FT_DATA, &c, err);
+}
+
+/* The method on the GPU over job elements [b, b + n), its inputs the
+ * converted buffers from element `from` of each (the range's start, or
+ * 0 for a held job), into r->gout. */
+static int gpu_apply(struct run *r, uint64_t b, uint64_t n, uint64_t from, struct mk_err *err)
+{
+	size_t es = mk_dtype_bits(r->job.compute) / 8;
+	const void **ptrs = calloc(r->d.ninputs + 1, sizeof(*ptrs));
+	int rc;
+
+	if (!ptrs || grow(&r->gout, &r->gout_cap, (size_t)n * es + 1)) {
+		free(ptrs);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	for (size_t i = 0; i < r->d.ninputs; i++)
+		ptrs[i] = r->job.used[i] ? (const char *)r->ib[i].conv + (b - from) * es : NULL;
+	struct mk_job_chunk c = { .elem_begin = b, .count = n, .in = ptrs };
+	rc = mk_cuda_job_apply(r->cuda, &r->job, &c, r->gout, err);
+	free(ptrs);
+	if (rc)
+		return mk_err_prefix(err, "job %u (%s) on the GPU: ", r->pj->id, r->name);
+	return 0;
+}
+
+/* gout's elements [off, off + n) in the output dtype, into r->outc. */
+static int gpu_out(struct run *r, uint64_t off, uint64_t n, struct mk_err *err)
+{
+	size_t es = mk_dtype_bits(r->job.compute) / 8;
+
+	if (mk_dtype_convert(r->job.out.dtype, r->outc, r->job.compute, (char *)r->gout + off * es, n))
+		return mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): cannot write %s output", r->pj->id, r->name,
+				  mk_dtype_name(r->job.out.dtype));
+	return 0;
 }
 
 /* The gathered range is complete: run a pass over it or write output. */
@@ -491,6 +536,21 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 				return mk_err_set(err, MK_ENOMEM, "out of memory");
 		if (apply && grow(&r->outc, &r->outc_cap, (size_t)ob + 1))
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		if (apply && r->gpu) {
+			/* inputs converted on the workers into the range's buffers,
+			 * the method on the GPU, the output converted back here */
+			for (size_t i = 0; i < r->d.ninputs; i++)
+				if (r->job.used[i] && grow(&r->ib[i].conv, &r->ib[i].conv_cap, (size_t)n * es + 1))
+					return mk_err_set(err, MK_ENOMEM, "out of memory");
+			rc = run_workers(r, b, n, false, err);
+			if (!rc)
+				rc = gpu_apply(r, b, n, 0, err);
+			if (!rc)
+				rc = gpu_out(r, 0, n, err);
+			if (!rc)
+				rc = emit(w, r, b, n, r->job.out.dtype, r->outc, (size_t)ob, st, err);
+			goto clear;
+		}
 		rc = run_workers(r, b, n, apply, err);
 		if (!rc && !apply) {
 			/* statistics: in element order, on this thread */
@@ -800,6 +860,8 @@ static int held_done(struct mk_stream_writer *w, struct run *r, struct mk_merge_
 			rc = mk_job_finish(&r->job, p, err);
 		r->passes_done = p + 1;
 	}
+	if (!rc && r->gpu && n)
+		rc = gpu_apply(r, 0, n, 0, err);    /* the whole tensor: the GPU cuts it into launches */
 	for (uint64_t b = 0; !rc && b < n; b += piece) {
 		uint64_t m = n - b < piece ? n - b : piece, ob;
 		mk_dtype_nbytes(r->job.out.dtype, m, &ob);
@@ -807,7 +869,7 @@ static int held_done(struct mk_stream_writer *w, struct run *r, struct mk_merge_
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			break;
 		}
-		rc = run_workers_ex(r, b, m, true, true, err);
+		rc = r->gpu ? gpu_out(r, b, m, err) : run_workers_ex(r, b, m, true, true, err);
 		if (!rc)
 			rc = emit(w, r, b, m, r->job.out.dtype, r->outc, (size_t)ob, st, err);
 	}
@@ -845,6 +907,7 @@ static int run_end(struct mk_stream_writer *w, struct run *r, struct mk_merge_st
 	if (!rc) {
 		st->jobs++;
 		st->byte_copies += r->job.byte_copy;
+		st->gpu_jobs += r->gpu;
 	}
 	run_release(r);
 	return rc;
@@ -859,7 +922,7 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 	struct mk_frame f;
 	struct pool pool = { .limit = o->budget ? o->budget / 2 : 256u << 20 };
 	struct spill spill = { .fd = -1 };
-	struct run r = { .pool = &pool };
+	struct run r = { .pool = &pool, .cuda = o->cuda };
 	char *head = NULL;
 	size_t hlen;
 	uint64_t njobs = 0;

@@ -971,7 +971,7 @@ static void NAME(const struct state *s, const struct mk_job_chunk *c, const T *b
 			}								\
 		}									\
 		for (uint64_t k = 0; k < cnt; k++) {					\
-			T mix, div = s->DIV;						\
+			T mix = 0, div = s->DIV;					\
 			if (cons != MK_GTA_CONS_NONE) {					\
 				T sw = cons == MK_GTA_CONS_SUM ? v[k] :		\
 					(T)((v[k] > 0) - (v[k] < 0)), maj;		\

@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mk/method.h"
+#include "slerp.h"
 
 #define DOT_THRESHOLD 0.9995
 #define EPS 1e-8
@@ -211,6 +212,25 @@ static void release(struct mk_job *job)
 {
 	free(job->state);
 	job->state = NULL;
+}
+
+int mk_slerp_export(const struct mk_job *job, struct mk_slerp_export *x, struct mk_err *err)
+{
+	const struct state *s = job->state;
+
+	if (job->method != &mk_method_slerp || !s)
+		return mk_err_set(err, MK_EUNSUPPORTED, "not a slerp job");
+	if (job->compute != MK_DT_F32)
+		return mk_err_set(err, MK_EUNSUPPORTED, "slerp, tensor '%s': computes in %s, not float32",
+				  job->d.tensor ? job->d.tensor : "?", mk_dtype_name(job->compute));
+	if (job->pass_done != job->npasses)
+		return mk_err_set(err, MK_EINVAL, "slerp, tensor '%s': the statistics pass is not finished",
+				  job->d.tensor ? job->d.tensor : "?");
+	x->base = job->d.base;
+	x->other = s->other;
+	x->c0 = (float)s->c0;
+	x->c1 = (float)s->c1;
+	return 0;
 }
 
 const struct mk_method mk_method_slerp = {

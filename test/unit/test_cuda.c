@@ -1,5 +1,22 @@
-/* test_cuda.c - the GPU kernels against the CPU path (skipped, exit 77,
- * without a CUDA device or in a build without CUDA). */
+/* test_cuda.c - the GPU kernels against the CPU methods, bit for bit.
+ *
+ * Part 1, everywhere: the same comparisons through the host emulation of
+ * the kernels (mk_cuda_opts.emulate: the context's packing, pieces and
+ * launches, the kernels' element code of src/cuda/kern.h run on the host),
+ * so the arithmetic of the kernels and the batching are checked on a
+ * machine without a GPU, under the sanitizers too.
+ * Part 2, with a CUDA device: every comparison again on the device, the
+ * older mk_cuda_linear, larger batches timed against the CPU, and the
+ * device's rates (mk_cuda_bench_run): the linear kernel's bytes per
+ * second against the device-to-device copy's.  Without a device part 2 is
+ * skipped: exit 77 once part 1 has passed.
+ *
+ * For every method with a kernel (linear, slerp and the eight methods of
+ * the task arithmetic family, plus ties with count consensus), on random
+ * inputs with exact ties in |delta| and zeros: the job's passes run on the
+ * CPU (mk_job_accumulate/finish), then mk_job_apply gives the reference and
+ * the GPU path (one chunk at a time, and batched across jobs with small
+ * launch limits) must give the same bytes (NaN for NaN). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -11,7 +28,12 @@
 #include <string.h>
 #include <time.h>
 #include "mk/cuda.h"
+#include "mk/method.h"
 #include "mk/tensors.h"
+#include "method_harness.h"
+
+/* in libmk, not registered (src/methods/gta.h) */
+extern const struct mk_method mk_gta_method_ties_count;
 
 static double now(void)
 {
@@ -21,17 +43,466 @@ static double now(void)
 }
 
 static uint64_t rng = 88172645463325252ull;
-static float frand(void)
+static uint64_t rnext(void)
 {
 	rng ^= rng << 13;
 	rng ^= rng >> 7;
 	rng ^= rng << 17;
-	return (float)((double)(rng >> 11) / 9007199254740992.0 - 0.5);
+	return rng;
+}
+static float frand(void)
+{
+	return (float)((double)(rnext() >> 11) / 9007199254740992.0 - 0.5);
 }
 
-/* GPU linear = CPU linear (mk_merge_groups) within 1e-6 relative, on
- * fresh random data, the output poisoned first. */
-static void test_linear_matches_cpu(void **state)
+/* ----------------------------------------------------------- the contexts */
+
+static bool on_device;                 /* part 2 */
+static uint64_t n_jobs, n_elems, n_launches;
+static unsigned n_methods_seen;
+static const char *methods_seen[32];
+
+static void seen(const char *name)
+{
+	for (unsigned i = 0; i < n_methods_seen; i++)
+		if (!strcmp(methods_seen[i], name))
+			return;
+	if (n_methods_seen < 32)
+		methods_seen[n_methods_seen++] = name;
+}
+
+static struct mk_cuda_ctx *open_ctx(uint64_t max_bytes, size_t max_groups, unsigned streams)
+{
+	struct mk_cuda_opts o = { .max_bytes = max_bytes, .max_groups = max_groups, .streams = streams,
+				  .emulate = !on_device };
+	struct mk_cuda_ctx *cx = NULL;
+	struct mk_err err = { 0 };
+
+	if (mk_cuda_open(&cx, &o, &err))
+		fail_msg("mk_cuda_open: %s", err.msg);
+	return cx;
+}
+
+static void close_ctx(struct mk_cuda_ctx *cx)
+{
+	struct mk_cuda_stats st;
+
+	mk_cuda_get_stats(cx, &st);
+	n_launches += st.launches;
+	mk_cuda_close(cx);
+}
+
+/* got == ref bit for bit, or both NaN */
+static void assert_same(const float *got, const float *ref, uint64_t n, const char *what)
+{
+	for (uint64_t e = 0; e < n; e++) {
+		uint32_t a, b;
+		memcpy(&a, &got[e], 4);
+		memcpy(&b, &ref[e], 4);
+		if (a != b && !(isnan(got[e]) && isnan(ref[e])))
+			fail_msg("%s: element %llu: gpu %a (0x%08x), cpu %a (0x%08x)", what, (unsigned long long)e,
+				 (double)got[e], a, (double)ref[e], b);
+	}
+	n_elems += n;
+}
+
+/* ------------------------------------------------------------------ data */
+
+enum { ROWS = 61, COLS = 333, NEL = ROWS * COLS };
+
+/* n inputs of NEL elements: x_0 (the base when base = 0) random; the
+ * others base + delta, delta a multiple of 1/64 in [-24/64, 24/64] for
+ * about half the elements (exact ties in |delta|, zeros) and a random
+ * float otherwise.  INF: a few infinities; COARSE: every delta one of
+ * 0, +-1/8, +-2/8 (thousands of ties at every selection cut). */
+enum { INF = 1, COARSE = 2 };
+
+static float **make_inputs(size_t n, int base, int flags)
+{
+	float **x = calloc(n, sizeof(*x));
+	if (base < 0)
+		base = 0;
+	for (size_t i = 0; i < n; i++)
+		x[i] = malloc(NEL * sizeof(float));
+	for (size_t e = 0; e < NEL; e++)
+		x[base][e] = frand() * 2.0f;
+	for (size_t i = 0; i < n; i++) {
+		if ((int)i == base)
+			continue;
+		for (size_t e = 0; e < NEL; e++) {
+			uint64_t r = rnext();
+			float d = r & 1 ? (float)((int)((r >> 8) % 49) - 24) / 64.0f : frand() * 0.75f;
+			if (flags & COARSE)
+				d = (float)((int)((r >> 8) % 5) - 2) / 8.0f;
+			x[i][e] = x[base][e] + d;
+		}
+	}
+	if (flags & INF)
+		for (size_t i = 0; i < n; i++)
+			for (int k = 0; k < 5; k++)
+				x[i][(rnext() >> 12) % NEL] = (k & 1) ? -INFINITY : INFINITY;
+	return x;
+}
+
+static void free_inputs(float **x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(x[i]);
+	free(x);
+}
+
+/* ------------------------------------------------------------ test cases */
+
+struct tcase {
+	const char *method;          /* registry name; NULL: mk_gta_method_ties_count */
+	size_t n;
+	int base;
+	int variant;
+	int flags;                   /* INF, COARSE */
+};
+
+/* Parameters of a case: each method with a few settings. */
+static void set_params(struct tj *t, const struct tcase *c)
+{
+	const char *m = t->m->name;
+	static const double W[6] = { 0.7, -0.4, 1.2, 0.55, 0.3, 0.9 };
+	int v = c->variant;
+
+	if (!strcmp(m, "linear")) {
+		for (size_t i = 0; i < c->n; i++)
+			set_in(t, i, "weight", mk_pval_float(v == 2 ? 1.0 : W[i]));
+		set_g(t, "normalize", mk_pval_bool(v != 1));
+		return;
+	}
+	if (!strcmp(m, "slerp")) {
+		if (v != 2)
+			set_g(t, "t", mk_pval_float(v == 1 ? 0.71 : 0.3));
+		return;
+	}
+	for (size_t i = 0; i < c->n; i++) {
+		if ((int)i == c->base)
+			continue;
+		set_in(t, i, "weight", mk_pval_float(W[i]));
+		if (!strcmp(m, "task_arithmetic"))
+			continue;
+		if (!strncmp(m, "della", 5)) {
+			/* variant 1: one model dropped (density 0) */
+			set_in(t, i, "density", mk_pval_float(v == 1 && i == 2 ? 0.0 : 0.35 + 0.1 * (double)i));
+			set_in(t, i, "epsilon", mk_pval_float(0.1));
+		} else {
+			/* variant 1: one model dense (density >= 1) */
+			set_in(t, i, "density", mk_pval_float(v == 1 && i == 2 ? 1.0 : 0.3 + 0.15 * (double)i));
+		}
+		if (!strncmp(m, "breadcrumbs", 11))
+			set_in(t, i, "gamma", mk_pval_float(0.02 * (double)i));
+	}
+	if (v == 1)
+		set_g(t, "lambda", mk_pval_float(0.8));
+	if (v == 2)
+		set_g(t, "normalize", mk_pval_bool(!strcmp(m, "ties") || !strcmp(m, "della") ? false : true));
+	if (v == 3 && (!strncmp(m, "dare", 4) || !strncmp(m, "della", 5)))
+		set_g(t, "rescale", mk_pval_bool(false));
+}
+
+/* Build the case's job (passes run, chunks of `pchunk`) and its CPU
+ * output (apply in chunks of 4999, last to first). */
+static void build(const struct tcase *c, const char *tensor, float **x, struct tj *t, struct mk_job *job,
+		  float *ref)
+{
+	struct mk_err err = { 0 };
+	const void *views[MAXIN];
+	const struct mk_method *m = c->method ? mk_method_find(c->method) : &mk_gta_method_ties_count;
+	uint64_t pchunk = 4096 + 7;
+	int rc;
+
+	tj_method(t, m, c->n, c->base);
+	for (size_t i = 0; i < c->n; i++) {
+		t->in[i] = td(MK_DT_F32, 2, ROWS, COLS);
+		views[i] = x[i];
+	}
+	t->d.tensor = tensor;
+	set_params(t, c);
+	/* the passes in pchunk chunks, then apply: tj_run keeps the job */
+	rc = tj_run(t, MK_DT_COUNT, views, pchunk, ref, true, job, NULL, &err);
+	if (rc)
+		fail_msg("%s: %s", t->m->name, err.msg);
+	assert_int_equal(job->nelem, NEL);
+	assert_true(mk_cuda_job_supported(job));
+	seen(t->m->name);
+}
+
+static void chunk_of(const struct mk_job *job, float **x, uint64_t e, uint64_t count, const void **ptr,
+		     struct mk_job_chunk *c)
+{
+	for (size_t i = 0; i < job->d.ninputs; i++)
+		ptr[i] = job->used[i] ? (const void *)(x[i] + e) : NULL;
+	*c = (struct mk_job_chunk){ .elem_begin = e, .count = count, .in = ptr };
+}
+
+/* One case: the job's chunks one at a time (mk_cuda_job_apply, chunks of
+ * 3001: DELLA mask bytes cut mid-byte), then all submitted before one
+ * flush into a context with small launches (chunks cut across launches). */
+static void run_case(const struct tcase *c)
+{
+	struct tj t;
+	struct mk_job job;
+	struct mk_err err = { 0 };
+	float **x = make_inputs(c->n, c->base, c->flags);
+	float *ref = malloc(NEL * sizeof(float)), *got = malloc(NEL * sizeof(float));
+	char what[160];
+	const void *ptr[MAXIN];
+	struct mk_job_chunk ch;
+	struct mk_cuda_ctx *cx;
+
+	build(c, "model.layers.3.mlp.up_proj.weight", x, &t, &job, ref);
+	snprintf(what, sizeof(what), "%s (variant %d, %zu inputs, base %d%s), %s", job.method->name, c->variant, c->n,
+		 c->base, c->flags & INF ? ", infinities" : c->flags & COARSE ? ", coarse" : "", on_device ? "device" : "emulated");
+
+	cx = open_ctx(4 << 20, 0, 0);
+	memset(got, 0xff, NEL * sizeof(float));
+	for (uint64_t e = 0; e < NEL; e += 3001) {
+		chunk_of(&job, x, e, NEL - e < 3001 ? NEL - e : 3001, ptr, &ch);
+		if (mk_cuda_job_apply(cx, &job, &ch, got + e, &err))
+			fail_msg("%s: %s", what, err.msg);
+	}
+	assert_same(got, ref, NEL, what);
+	close_ctx(cx);
+
+	/* 64 KiB launches, 2 pieces each, 2 slots: cut, queued, reused */
+	cx = open_ctx(64 << 10, 2, 2);
+	memset(got, 0xff, NEL * sizeof(float));
+	for (uint64_t e = 0; e < NEL; e += 7777) {
+		chunk_of(&job, x, e, NEL - e < 7777 ? NEL - e : 7777, ptr, &ch);
+		if (mk_cuda_submit(cx, &job, &ch, got + e, &err))
+			fail_msg("%s: %s", what, err.msg);
+	}
+	if (mk_cuda_flush(cx, &err))
+		fail_msg("%s: %s", what, err.msg);
+	assert_same(got, ref, NEL, what);
+	close_ctx(cx);
+
+	n_jobs++;
+	mk_job_release(&job);
+	free(ref);
+	free(got);
+	free_inputs(x, c->n);
+}
+
+static const struct tcase cases[] = {
+	{ "linear", 3, -1, 0, 0 },
+	{ "linear", 4, 1, 1, 0 },
+	{ "linear", 2, -1, 2, INF },
+	{ "slerp", 2, 0, 0, 0 },
+	{ "slerp", 2, 1, 1, 0 },
+	{ "slerp", 2, 0, 2, 0 },          /* t unset: the base */
+	{ "task_arithmetic", 4, 0, 0, 0 },
+	{ "task_arithmetic", 3, 1, 1, INF },
+	{ "task_arithmetic", 4, 0, 2, 0 },
+	{ "ties", 4, 0, 0, 0 },
+	{ "ties", 4, 2, 1, 0 },
+	{ "ties", 3, 0, 2, INF },
+	{ "dare_linear", 4, 0, 0, 0 },
+	{ "dare_linear", 4, 0, 3, 0 },
+	{ "dare_ties", 4, 1, 0, 0 },
+	{ "dare_ties", 4, 0, 1, 0 },
+	{ "dare_ties", 3, 0, 3, INF },
+	{ "breadcrumbs", 4, 0, 0, 0 },
+	{ "breadcrumbs", 4, 0, 1, 0 },
+	{ "breadcrumbs_ties", 4, 0, 0, 0 },
+	{ "breadcrumbs_ties", 3, 1, 2, INF },
+	{ "della", 4, 0, 0, 0 },
+	{ "della", 4, 0, 1, 0 },
+	{ "della", 3, 0, 3, 0 },
+	{ "della_linear", 4, 0, 0, 0 },
+	{ "della_linear", 4, 1, 1, 0 },
+	{ "della_linear", 4, 0, 2, 0 },
+	{ NULL, 4, 0, 0, 0 },               /* ties, count consensus */
+	{ NULL, 4, 0, 1, COARSE },
+	{ "ties", 4, 0, 0, COARSE },
+	{ "ties", 3, 1, 2, COARSE },
+	{ "breadcrumbs", 4, 0, 0, COARSE },
+	{ "breadcrumbs_ties", 4, 2, 1, COARSE },
+	{ "della", 4, 0, 0, COARSE },
+	{ "dare_ties", 4, 0, 1, COARSE },
+};
+
+static void test_methods(void **state)
+{
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
+		run_case(&cases[i]);
+}
+
+/* Appendix A's tiny inputs (methods.md): every family member, one chunk. */
+static void test_appendix(void **state)
+{
+	static const char *ms[] = { "task_arithmetic", "ties", "dare_linear", "dare_ties", "breadcrumbs",
+				    "breadcrumbs_ties", "della", "della_linear" };
+	const void *v[4] = { W0, M1, M2, M3 };
+	struct mk_cuda_ctx *cx = open_ctx(1 << 20, 0, 0);
+
+	fixtures_init();
+	for (size_t k = 0; k < sizeof(ms) / sizeof(ms[0]); k++) {
+		struct tj t;
+		struct mk_job job;
+		struct mk_err err = { 0 };
+		float ref[12], got[12];
+		struct mk_job_chunk ch = { .elem_begin = 0, .count = 12, .in = v };
+		tj_init(&t, ms[k], 4, 0);
+		for (size_t i = 1; i < 4; i++) {
+			set_in(&t, i, "weight", mk_pval_float(1.0 / (double)i));
+			if (k)
+				set_in(&t, i, "density", mk_pval_float(k >= 6 ? 0.5 : 0.5 + 0.1 * (double)i));
+		}
+		assert_int_equal(tj_run(&t, MK_DT_COUNT, v, 5, ref, false, &job, NULL, &err), 0);
+		memset(got, 0xff, sizeof(got));
+		if (mk_cuda_job_apply(cx, &job, &ch, got, &err))
+			fail_msg("%s: %s", ms[k], err.msg);
+		assert_same(got, ref, 12, ms[k]);
+		mk_job_release(&job);
+	}
+	close_ctx(cx);
+}
+
+/* Batched: several jobs of one method (other tensors: other random
+ * streams; other weights), their chunks all in one mk_cuda_apply, with
+ * limits that make launches of several pieces and cut chunks. */
+static void batch_method(const char *method, uint64_t max_bytes, size_t max_groups, bool expect_many)
+{
+	enum { J = 5, CH = 4096 };
+	struct tj t[J];
+	struct mk_job job[J];
+	float **x[J], *ref[J], *got[J];
+	const void *ptr[J][(NEL + CH - 1) / CH][MAXIN];
+	struct mk_job_chunk ch[J][(NEL + CH - 1) / CH];
+	struct mk_cuda_group g[J * ((NEL + CH - 1) / CH)];
+	struct tcase c = { method, strcmp(method, "slerp") ? 4 : 2, 0, 0, 0 };
+	struct mk_cuda_ctx *cx = open_ctx(max_bytes, max_groups, 3);
+	struct mk_cuda_stats st;
+	struct mk_err err = { 0 };
+	char name[J][64];
+	size_t ng = 0;
+
+	for (int j = 0; j < J; j++) {
+		c.variant = j % 2;
+		x[j] = make_inputs(c.n, c.base, 0);
+		ref[j] = malloc(NEL * sizeof(float));
+		got[j] = malloc(NEL * sizeof(float));
+		memset(got[j], 0xff, NEL * sizeof(float));
+		snprintf(name[j], sizeof(name[j]), "model.layers.%d.self_attn.o_proj.weight", j);
+		build(&c, name[j], x[j], &t[j], &job[j], ref[j]);
+		for (uint64_t e = 0, k = 0; e < NEL; e += CH, k++) {
+			chunk_of(&job[j], x[j], e, NEL - e < CH ? NEL - e : CH, ptr[j][k], &ch[j][k]);
+			g[ng++] = (struct mk_cuda_group){ .job = &job[j], .c = &ch[j][k], .out = got[j] + e };
+		}
+	}
+	if (mk_cuda_apply(cx, g, ng, &err))
+		fail_msg("%s batch: %s", method, err.msg);
+	mk_cuda_get_stats(cx, &st);
+	for (int j = 0; j < J; j++) {
+		char what[96];
+		snprintf(what, sizeof(what), "%s batch, job %d", method, j);
+		assert_same(got[j], ref[j], NEL, what);
+		mk_job_release(&job[j]);
+		free_inputs(x[j], c.n);
+		free(ref[j]);
+		free(got[j]);
+		n_jobs++;
+	}
+	assert_int_equal(st.submits, ng);
+	assert_true(st.pieces >= ng);
+	assert_true(st.pieces <= st.launches * (max_groups ? max_groups : 1024));
+	if (expect_many)
+		assert_true(st.launches > 3);
+	else
+		assert_true(st.pieces > st.launches);   /* pieces shared launches */
+	close_ctx(cx);
+}
+
+static void test_batches(void **state)
+{
+	static const char *ms[] = { "linear", "slerp", "ties", "dare_ties", "della", "breadcrumbs",
+				    "task_arithmetic", "della_linear", "dare_linear", "breadcrumbs_ties" };
+	for (size_t k = 0; k < sizeof(ms) / sizeof(ms[0]); k++) {
+		batch_method(ms[k], 96 << 10, 3, true);       /* small launches */
+		batch_method(ms[k], 16 << 20, 64, false);     /* many pieces per launch */
+	}
+}
+
+/* What has no kernel says so and does nothing; unfinished passes are an
+ * error. */
+static void test_unsupported(void **state)
+{
+	struct mk_cuda_ctx *cx = open_ctx(1 << 20, 0, 0);
+	struct mk_err err = { 0 };
+	float a[12], b[12], out[12];
+	const void *v[2] = { a, b };
+	struct mk_job_chunk ch = { .elem_begin = 0, .count = 12, .in = v };
+	struct mk_cuda_group g = { .c = &ch, .out = out };
+	struct tj t;
+	struct mk_job job;
+	double da[12], db[12], dout[12];
+	const void *dv[2] = { da, db };
+
+	for (int i = 0; i < 12; i++) {
+		a[i] = frand();
+		b[i] = frand();
+		da[i] = a[i];
+		db[i] = b[i];
+	}
+	/* nuslerp: no kernel */
+	tj_init(&t, "nuslerp", 2, -1);
+	set_in(&t, 0, "weight", mk_pval_float(0.5));
+	set_in(&t, 1, "weight", mk_pval_float(0.5));
+	assert_int_equal(tj_run(&t, MK_DT_COUNT, v, 0, out, false, &job, NULL, &err), 0);
+	assert_false(mk_cuda_job_supported(&job));
+	assert_int_equal(mk_cuda_job_apply(cx, &job, &ch, out, &err), -MK_EUNSUPPORTED);
+	assert_non_null(strstr(err.msg, "nuslerp"));
+	g.job = &job;
+	assert_int_equal(mk_cuda_apply(cx, &g, 1, &err), -MK_EUNSUPPORTED);
+	mk_job_release(&job);
+	/* linear in float64 */
+	tj_init(&t, "linear", 2, -1);
+	t.in[0] = td(MK_DT_F64, 2, 3, 4);
+	t.in[1] = td(MK_DT_F64, 2, 3, 4);
+	set_in(&t, 0, "weight", mk_pval_float(0.5));
+	set_in(&t, 1, "weight", mk_pval_float(0.5));
+	assert_int_equal(tj_run(&t, MK_DT_COUNT, dv, 0, dout, false, &job, NULL, &err), 0);
+	assert_int_equal(job.compute, MK_DT_F64);
+	assert_false(mk_cuda_job_supported(&job));
+	assert_int_equal(mk_cuda_job_apply(cx, &job, &ch, out, &err), -MK_EUNSUPPORTED);
+	mk_job_release(&job);
+	/* slerp before its pass */
+	tj_init(&t, "slerp", 2, 0);
+	set_g(&t, "t", mk_pval_float(0.5));
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_int_equal(job.npasses, 1);
+	assert_int_equal(mk_cuda_job_apply(cx, &job, &ch, out, &err), -MK_EINVAL);
+	mk_job_release(&job);
+	close_ctx(cx);
+}
+
+/* A build without CUDA: no device context, and says why. */
+static void test_no_device(void **state)
+{
+	struct mk_cuda_ctx *cx = NULL;
+	struct mk_cuda_opts o = { 0 };
+	struct mk_err err = { 0 };
+	const char *why = NULL;
+
+	if (mk_cuda_available(&why))
+		skip();
+	assert_non_null(why);
+	assert_int_equal(mk_cuda_open(&cx, &o, &err), -MK_EUNSUPPORTED);
+	assert_null(cx);
+	printf("no device context: %s\n", err.msg);
+	if (!mk_cuda_built())
+		assert_non_null(strstr(err.msg, "without CUDA"));
+}
+
+/* ---------------------------------------------------------- device only */
+
+/* The older entry point: GPU linear = CPU linear (mk_merge_groups). */
+static void test_linear_legacy(void **state)
 {
 	enum { N = 3, B = 4, E = 1 << 20 };
 	float *in[N], w[B * N], *gpu = malloc((size_t)B * E * sizeof(float));
@@ -56,23 +527,17 @@ static void test_linear_matches_cpu(void **state)
 		}
 		g[b] = (struct mk_group){ .name = "t", .in = t[b], .n = N, .base = -1, .pv = pv[b] };
 	}
-	memset(gpu, 0xff, (size_t)B * E * sizeof(float)); /* NaN poison */
+	memset(gpu, 0xff, (size_t)B * E * sizeof(float));
 	t0 = now();
-	assert_int_equal(mk_cuda_linear((const float *const *)in, N, w, B, E, true, gpu, &err), 0);
+	if (mk_cuda_linear((const float *const *)in, N, w, B, E, true, gpu, &err))
+		fail_msg("mk_cuda_linear: %s", err.msg);
 	t1 = now();
 	assert_int_equal(mk_merge_groups("linear", g, B, MK_DT_COUNT, 0, 0, 0, &err), 0);
 	t2 = now();
-	double maxd = 0, maxr = 0;
 	for (int b = 0; b < B; b++)
-		for (size_t e = 0; e < E; e++) {
-			float c = ((float *)g[b].out.data)[e], d = gpu[(size_t)b * E + e];
-			assert_false(isnan(d));
-			maxd = fmax(maxd, fabs((double)c - d));
-			maxr = fmax(maxr, fabs((double)c));
-		}
-	printf("linear %d x %d x %d: max|gpu-cpu| %.3g (bound %.3g); gpu %.3f s (with copies), cpu %.3f s\n", B, N, E,
-	       maxd, 1e-6 * fmax(1, maxr), t1 - t0, t2 - t1);
-	assert_true(maxd <= 1e-6 * fmax(1, maxr));
+		assert_same(gpu + (size_t)b * E, g[b].out.data, E, "mk_cuda_linear");
+	printf("mk_cuda_linear %d x %d x %d: bit-identical; gpu %.3f s (context, copies), cpu %.3f s\n", B, N, E,
+	       t1 - t0, t2 - t1);
 	for (int b = 0; b < B; b++) {
 		mk_tensor_release(&g[b].out);
 		mk_param_values_free(pv[b]);
@@ -82,16 +547,132 @@ static void test_linear_matches_cpu(void **state)
 	free(gpu);
 }
 
+/* Large jobs through the context, host to host, against the CPU. */
+static void time_method(const char *method, size_t n, uint64_t nel)
+{
+	struct mk_err err = { 0 };
+	struct tj t;
+	struct mk_job job;
+	float **x = calloc(n, sizeof(*x)), *ref = malloc(nel * 4), *got = malloc(nel * 4);
+	const void *ptr[MAXIN];
+	struct mk_job_chunk ch;
+	struct mk_cuda_ctx *cx = open_ctx(0, 0, 0);
+	double t0, t1, t2, t3;
+	uint64_t CH = 1 << 20;
+
+	for (size_t i = 0; i < n; i++) {
+		x[i] = malloc(nel * 4);
+		for (uint64_t e = 0; e < nel; e++)
+			x[i][e] = i ? x[0][e] + frand() * 0.1f : frand();
+	}
+	tj_init(&t, method, n, !strcmp(method, "linear") ? -1 : 0);
+	t.in[0] = td(MK_DT_F32, 2, nel / 4096, 4096);
+	for (size_t i = 0; i < n; i++) {
+		t.in[i] = t.in[0];
+		if (!strcmp(method, "linear") || i)
+			set_in(&t, i, "weight", mk_pval_float(0.5 + 0.25 * (double)i));
+		if (i && strcmp(method, "linear"))
+			set_in(&t, i, "density", mk_pval_float(0.4));
+	}
+	t0 = now();
+	assert_int_equal(tj_run(&t, MK_DT_COUNT, (const void *const *)x, CH, ref, false, &job, NULL, &err), 0);
+	t1 = now();
+	/* the CPU apply alone */
+	for (uint64_t e = 0; e < nel; e += CH) {
+		chunk_of(&job, x, e, nel - e < CH ? nel - e : CH, ptr, &ch);
+		assert_int_equal(mk_job_apply(&job, &ch, ref + e, &err), 0);
+	}
+	t2 = now();
+	for (uint64_t e = 0; e < nel; e += CH) {
+		chunk_of(&job, x, e, nel - e < CH ? nel - e : CH, ptr, &ch);
+		if (mk_cuda_submit(cx, &job, &ch, got + e, &err))
+			fail_msg("%s: %s", method, err.msg);
+	}
+	if (mk_cuda_flush(cx, &err))
+		fail_msg("%s: %s", method, err.msg);
+	t3 = now();
+	assert_same(got, ref, nel, method);
+	printf("timing %-8s %zu inputs x %llu elements: bit-identical; apply cpu %.3f s, gpu %.3f s host to host "
+	       "(%.1f GB/s of inputs + output; passes on the cpu %.3f s)\n",
+	       method, n, (unsigned long long)nel, t2 - t1, t3 - t2,
+	       (double)(n + 1) * (double)nel * 4 / (t3 - t2) / 1e9, t1 - t0 - (t2 - t1));
+	close_ctx(cx);
+	mk_job_release(&job);
+	free_inputs(x, n);
+	free(ref);
+	free(got);
+}
+
+static void test_timings(void **state)
+{
+	struct mk_cuda_bench r;
+	struct mk_err err = { 0 };
+
+	time_method("linear", 3, 16u << 20);
+	time_method("ties", 3, 16u << 20);
+	if (mk_cuda_bench_run(&r, 0, 3, 0, &err))
+		fail_msg("bench: %s", err.msg);
+	printf("device: %s; kernel: %d registers, %d blocks of 256 threads per SM\n", r.device, r.regs,
+	       r.blocks_per_sm);
+	printf("rate d2d copy: %.1f GB/s (cudaMemcpy of %llu MiB, read + write, %.3f ms)\n", r.d2d_gbs,
+	       (unsigned long long)(r.bytes >> 20), r.d2d_ms);
+	printf("rate linear kernel: %.1f GB/s ((%u inputs + 1 output) x %llu MiB / %.3f ms) = %.0f%% of the copy "
+	       "rate (target >= 70%%): %s\n", r.linear_gbs, r.ninputs, (unsigned long long)(r.bytes >> 20),
+	       r.linear_ms, 100.0 * r.linear_gbs / r.d2d_gbs, r.linear_gbs >= 0.7 * r.d2d_gbs ? "MET" : "MISSED");
+	printf("rate ties kernel: %.1f GB/s = %.0f%% of the copy rate; dare_ties kernel: %.1f GB/s = %.0f%%\n",
+	       r.ties_gbs, 100.0 * r.ties_gbs / r.d2d_gbs, r.dare_gbs, 100.0 * r.dare_gbs / r.d2d_gbs);
+	printf("rate pinned h2d %.1f GB/s, d2h %.1f GB/s\n", r.h2d_gbs, r.d2h_gbs);
+}
+
+/* ------------------------------------------------------------------ main */
+
+static int summary(void)
+{
+	printf("test_cuda %s: %llu jobs of %u methods (", on_device ? "device" : "emulated",
+	       (unsigned long long)n_jobs, n_methods_seen);
+	for (unsigned i = 0; i < n_methods_seen; i++)
+		printf("%s%s", i ? " " : "", methods_seen[i]);
+	printf("), %llu elements compared bit for bit, %llu launches\n", (unsigned long long)n_elems,
+	       (unsigned long long)n_launches);
+	n_jobs = n_elems = n_launches = 0;
+	n_methods_seen = 0;
+	return 0;
+}
+
 int main(void)
 {
-	const char *why;
-	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_linear_matches_cpu),
+	const char *why = NULL;
+	const struct CMUnitTest common[] = {
+		cmocka_unit_test(test_appendix),
+		cmocka_unit_test(test_methods),
+		cmocka_unit_test(test_batches),
+		cmocka_unit_test(test_unsupported),
 	};
+	const struct CMUnitTest emu_only[] = {
+		cmocka_unit_test(test_no_device),
+	};
+	const struct CMUnitTest dev_only[] = {
+		cmocka_unit_test(test_linear_legacy),
+		cmocka_unit_test(test_timings),
+	};
+	int rc;
 
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	on_device = false;
+	printf("test_cuda: part 1, the kernels' element code emulated on the host\n");
+	rc = cmocka_run_group_tests_name("cuda-emulated", common, NULL, NULL);
+	rc |= cmocka_run_group_tests_name("cuda-no-device", emu_only, NULL, NULL);
+	summary();
+	if (rc)
+		return 1;
 	if (!mk_cuda_available(&why)) {
-		printf("test_cuda: skipped: %s\n", why);
+		printf("test_cuda: part 2 (device) skipped: %s\n", why);
 		return 77;
 	}
-	return cmocka_run_group_tests(tests, NULL, NULL);
+	on_device = true;
+	printf("test_cuda: part 2, on the device\n");
+	rc = cmocka_run_group_tests_name("cuda-device", common, NULL, NULL);
+	summary();
+	rc |= cmocka_run_group_tests_name("cuda-device-timings", dev_only, NULL, NULL);
+	return rc ? 1 : 0;
 }
