@@ -54,9 +54,8 @@ struct run {                     /* the job being merged */
 	struct pool *pool;       /* where buffers go when the job ends */
 	struct spill *spill;     /* the spill file (--spill DIR), or NULL */
 	struct mk_cuda_ctx *cuda;    /* --cuda: the GPU, or NULL */
+	struct gpu_queue *gq;    /* outputs submitted to it, not yet written */
 	bool gpu;                /* this job's output is computed there */
-	void *gout;              /* its float32 output */
-	size_t gout_cap;
 	bool spilled;            /* this job's inputs go to the spill file */
 };
 
@@ -310,16 +309,17 @@ static void run_release(struct run *r)
 	free(r->gvals);
 	free(r->ivals);
 	pool_put(r->pool, r->outc, r->outc_cap);
-	pool_put(r->pool, r->gout, r->gout_cap);
 	struct pool *pl = r->pool;
 	struct spill *sp = r->spill;
 	struct mk_cuda_ctx *cx = r->cuda;
+	struct gpu_queue *gq = r->gq;
 	if (sp)
 		spill_reset(sp);
 	memset(r, 0, sizeof(*r));
 	r->pool = pl;
 	r->spill = sp;
 	r->cuda = cx;
+	r->gq = gq;
 }
 
 static int run_start(struct run *r, const struct mk_manifest *man, const struct mk_frame *f,
@@ -331,10 +331,12 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 	struct pool *pl = r->pool;
 	struct spill *sp = r->spill;
 	struct mk_cuda_ctx *cx = r->cuda;
+	struct gpu_queue *gq = r->gq;
 	memset(r, 0, sizeof(*r));
 	r->pool = pl;
 	r->spill = sp;
 	r->cuda = cx;
+	r->gq = gq;
 	r->seed = json_is_integer(seed) ? (uint64_t)json_integer_value(seed) : 0;
 	r->threads = threads;
 	rc = mk_plan_job_decode(f->payload, f->payload_len, &r->pj, err);
@@ -429,51 +431,131 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 }
 
 
-static int emit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, enum mk_dtype dt,
-		const void *data, size_t len, struct mk_merge_stats *st, struct mk_err *err)
+/* Outputs computed on the GPU wait here, in job order, until a flush:
+ * small jobs (norms, biases, one range each) then share launches instead
+ * of one launch and one wait each.  Anything else written to the output
+ * (another job's DATA, a passed frame, the END) drains the queue first,
+ * so the stream's order is the plan's. */
+struct gpu_out {
+	size_t index;            /* the output tensor */
+	uint64_t row_len, begin, n;
+	enum mk_dtype dt;        /* its dtype (the GPU writes float32) */
+	void *buf;               /* float32 [n] */
+	size_t cap;
+};
+
+struct gpu_queue {
+	struct gpu_out *q;
+	size_t n, cap;
+	uint64_t bytes;          /* float32 bytes waiting */
+	void *conv;              /* a piece in the output dtype */
+	size_t conv_cap;
+};
+
+#define GPU_QUEUE_BYTES (64u << 20)
+#define GPU_QUEUE_JOBS 256u
+#define EMIT_PIECE (1u << 20)   /* elements per DATA frame of a whole tensor */
+
+static int emit_at(struct mk_stream_writer *w, size_t index, uint64_t row_len, uint64_t begin, uint64_t count,
+		   enum mk_dtype dt, const void *data, size_t len, struct mk_merge_stats *st, struct mk_err *err)
 {
-	struct mk_chunk c = { .id = (uint32_t)r->out_index, .dtype = dt, .elem_begin = begin, .elem_count = count,
+	struct mk_chunk c = { .id = (uint32_t)index, .dtype = dt, .elem_begin = begin, .elem_count = count,
 			      .data = data, .data_len = len };
 
-	c.row_begin = begin / r->out_row_len;
-	c.row_count = (begin + count + r->out_row_len - 1) / r->out_row_len - c.row_begin;
+	c.row_begin = begin / row_len;
+	c.row_count = (begin + count + row_len - 1) / row_len - c.row_begin;
 	st->chunks_out++;
 	st->bytes_out += len;
-	r->next_out = begin + count;
 	return mk_sw_chunk(w, MK_FT_DATA, &c, err);
 }
 
-/* The method on the GPU over job elements [b, b + n), its inputs the
- * converted buffers from element `from` of each (the range's start, or
- * 0 for a held job), into r->gout. */
-static int gpu_apply(struct run *r, uint64_t b, uint64_t n, uint64_t from, struct mk_err *err)
+/* Wait for the GPU and write every queued output, in order. */
+static int gpu_drain(struct mk_stream_writer *w, struct gpu_queue *gq, struct pool *pl, struct mk_cuda_ctx *cx,
+		     struct mk_merge_stats *st, struct mk_err *err)
 {
-	size_t es = mk_dtype_bits(r->job.compute) / 8;
+	int rc = 0;
+
+	if (!gq || !gq->n)
+		return 0;
+	rc = mk_cuda_flush(cx, err);
+	for (size_t k = 0; k < gq->n; k++) {
+		struct gpu_out *g = &gq->q[k];
+		for (uint64_t b = 0; !rc && b < g->n; b += EMIT_PIECE) {
+			uint64_t m = g->n - b < EMIT_PIECE ? g->n - b : EMIT_PIECE, ob;
+			mk_dtype_nbytes(g->dt, m, &ob);
+			if (grow_in(pl, &gq->conv, &gq->conv_cap, (size_t)ob + 1))
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			else if (mk_dtype_convert(g->dt, gq->conv, MK_DT_F32, (const float *)g->buf + b, m))
+				rc = mk_err_set(err, MK_EUNSUPPORTED, "cannot write %s output", mk_dtype_name(g->dt));
+			else
+				rc = emit_at(w, g->index, g->row_len, g->begin + b, m, g->dt, gq->conv, (size_t)ob, st,
+					     err);
+		}
+		pool_put(pl, g->buf, g->cap);
+	}
+	gq->n = 0;
+	gq->bytes = 0;
+	return rc;
+}
+
+static void gpu_queue_free(struct gpu_queue *gq, struct pool *pl)
+{
+	for (size_t k = 0; k < gq->n; k++)
+		pool_put(pl, gq->q[k].buf, gq->q[k].cap);
+	free(gq->q);
+	free(gq->conv);
+}
+
+static int emit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, enum mk_dtype dt,
+		const void *data, size_t len, struct mk_merge_stats *st, struct mk_err *err)
+{
+	int rc = gpu_drain(w, r->gq, r->pool, r->cuda, st, err);
+
+	r->next_out = begin + count;
+	return rc ? rc : emit_at(w, r->out_index, r->out_row_len, begin, count, dt, data, len, st, err);
+}
+
+/* Submit job elements [b, b + n) to the GPU, its inputs the converted
+ * buffers from element `from` of each (the range's start, or 0 for a held
+ * job); the output joins the queue, written at the next drain. */
+static int gpu_submit(struct mk_stream_writer *w, struct run *r, uint64_t b, uint64_t n, uint64_t from,
+		      struct mk_merge_stats *st, struct mk_err *err)
+{
+	struct gpu_queue *gq = r->gq;
 	const void **ptrs = calloc(r->d.ninputs + 1, sizeof(*ptrs));
+	struct gpu_out g = { .index = r->out_index, .row_len = r->out_row_len, .begin = b, .n = n,
+			     .dt = r->job.out.dtype };
 	int rc;
 
-	if (!ptrs || grow(&r->gout, &r->gout_cap, (size_t)n * es + 1)) {
+	if (!ptrs || grow(&g.buf, &g.cap, (size_t)n * 4 + 1)) {
 		free(ptrs);
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	}
+	if (gq->n == gq->cap) {
+		size_t cap = gq->cap ? gq->cap * 2 : 64;
+		struct gpu_out *q = realloc(gq->q, cap * sizeof(*q));
+		if (!q) {
+			free(ptrs);
+			pool_put(r->pool, g.buf, g.cap);
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		}
+		gq->q = q;
+		gq->cap = cap;
+	}
 	for (size_t i = 0; i < r->d.ninputs; i++)
-		ptrs[i] = r->job.used[i] ? (const char *)r->ib[i].conv + (b - from) * es : NULL;
+		ptrs[i] = r->job.used[i] ? (const char *)r->ib[i].conv + (b - from) * 4 : NULL;
 	struct mk_job_chunk c = { .elem_begin = b, .count = n, .in = ptrs };
-	rc = mk_cuda_job_apply(r->cuda, &r->job, &c, r->gout, err);
+	rc = mk_cuda_submit(r->cuda, &r->job, &c, g.buf, err);
 	free(ptrs);
-	if (rc)
+	if (rc) {
+		pool_put(r->pool, g.buf, g.cap);
 		return mk_err_prefix(err, "job %u (%s) on the GPU: ", r->pj->id, r->name);
-	return 0;
-}
-
-/* gout's elements [off, off + n) in the output dtype, into r->outc. */
-static int gpu_out(struct run *r, uint64_t off, uint64_t n, struct mk_err *err)
-{
-	size_t es = mk_dtype_bits(r->job.compute) / 8;
-
-	if (mk_dtype_convert(r->job.out.dtype, r->outc, r->job.compute, (char *)r->gout + off * es, n))
-		return mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): cannot write %s output", r->pj->id, r->name,
-				  mk_dtype_name(r->job.out.dtype));
+	}
+	gq->q[gq->n++] = g;
+	gq->bytes += n * 4;
+	r->next_out = b + n;
+	if (gq->bytes >= GPU_QUEUE_BYTES || gq->n >= GPU_QUEUE_JOBS)
+		return gpu_drain(w, gq, r->pool, r->cuda, st, err);
 	return 0;
 }
 
@@ -544,11 +626,7 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 					return mk_err_set(err, MK_ENOMEM, "out of memory");
 			rc = run_workers(r, b, n, false, err);
 			if (!rc)
-				rc = gpu_apply(r, b, n, 0, err);
-			if (!rc)
-				rc = gpu_out(r, 0, n, err);
-			if (!rc)
-				rc = emit(w, r, b, n, r->job.out.dtype, r->outc, (size_t)ob, st, err);
+				rc = gpu_submit(w, r, b, n, b, st, err);
 			goto clear;
 		}
 		rc = run_workers(r, b, n, apply, err);
@@ -829,7 +907,7 @@ static int run_workers_ex(struct run *r, uint64_t b, uint64_t n, bool apply, boo
  * statistics pass over them, then write the output in pieces. */
 static int held_done(struct mk_stream_writer *w, struct run *r, struct mk_merge_stats *st, struct mk_err *err)
 {
-	uint64_t n = r->out_nelem, piece = 1u << 20;
+	uint64_t n = r->out_nelem, piece = EMIT_PIECE;
 	size_t es = mk_dtype_bits(r->job.compute) / 8;
 	const void **ptrs = calloc(r->d.ninputs + 1, sizeof(*ptrs));
 	int rc = 0;
@@ -860,8 +938,10 @@ static int held_done(struct mk_stream_writer *w, struct run *r, struct mk_merge_
 			rc = mk_job_finish(&r->job, p, err);
 		r->passes_done = p + 1;
 	}
-	if (!rc && r->gpu && n)
-		rc = gpu_apply(r, 0, n, 0, err);    /* the whole tensor: the GPU cuts it into launches */
+	if (!rc && r->gpu && n) {
+		rc = gpu_submit(w, r, 0, n, 0, st, err);   /* the whole tensor: cut into launches there */
+		goto out;
+	}
 	for (uint64_t b = 0; !rc && b < n; b += piece) {
 		uint64_t m = n - b < piece ? n - b : piece, ob;
 		mk_dtype_nbytes(r->job.out.dtype, m, &ob);
@@ -869,7 +949,7 @@ static int held_done(struct mk_stream_writer *w, struct run *r, struct mk_merge_
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			break;
 		}
-		rc = r->gpu ? gpu_out(r, b, m, err) : run_workers_ex(r, b, m, true, true, err);
+		rc = run_workers_ex(r, b, m, true, true, err);
 		if (!rc)
 			rc = emit(w, r, b, m, r->job.out.dtype, r->outc, (size_t)ob, st, err);
 	}
@@ -922,7 +1002,8 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 	struct mk_frame f;
 	struct pool pool = { .limit = o->budget ? o->budget / 2 : 256u << 20 };
 	struct spill spill = { .fd = -1 };
-	struct run r = { .pool = &pool, .cuda = o->cuda };
+	struct gpu_queue gq = { 0 };
+	struct run r = { .pool = &pool, .cuda = o->cuda, .gq = &gq };
 	char *head = NULL;
 	size_t hlen;
 	uint64_t njobs = 0;
@@ -1019,8 +1100,12 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 				o->progress(o->progress_ctx, st->jobs, njobs);
 		} else if (!strcmp(f.type, MK_FT_END)) {
 			rc = run_end(w, &r, st, err);
+			if (!rc)
+				rc = gpu_drain(w, &gq, &pool, o->cuda, st, err);
 		} else if (!strcmp(f.type, MK_FT_FILE) || !f.critical) {
-			rc = mk_sw_pass(w, &f, err);
+			rc = gpu_drain(w, &gq, &pool, o->cuda, st, err);
+			if (!rc)
+				rc = mk_sw_pass(w, &f, err);
 		} else {
 			rc = mk_err_set(err, MK_EFORMAT, "%s: frame #%llu: unexpected %s frame in an 'inputs' stream",
 					label, (unsigned long long)f.index, f.type);
@@ -1030,8 +1115,17 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 	}
 	if (rc < 0)
 		goto out;
-	rc = mk_sw_end(w, err);
+	rc = gpu_drain(w, &gq, &pool, o->cuda, st, err);
+	if (!rc)
+		rc = mk_sw_end(w, err);
 out:
+	if (gq.n) {
+		/* a failure with outputs in flight: let the GPU finish writing
+		 * them before their buffers go */
+		struct mk_err ignored;
+		mk_cuda_flush(o->cuda, &ignored);
+	}
+	gpu_queue_free(&gq, &pool);
 	run_release(&r);
 	pool_free(&pool);
 	st->spill_bytes_max = spill.bytes_max;

@@ -29,6 +29,23 @@ for cfg in linear-f32 linear-bf16 slerp-bf16 slerp-gradient-f32 task-arithmetic-
 		echo "$cfg ($mem): $(grep -- '--cuda: [0-9]' gpu.txt)"
 	done
 done
+# small jobs share launches (the queue), here all 30 of linear's in one
+MK_CUDA_EMULATE=1 mk-plan linear-f32.yml | mk-fetch | MK_CUDA_EMULATE=1 mk-merge --cuda -v -v 2> q.txt > /dev/null
+l=$(sed -n 's/.* chunks in \([0-9]*\) launches.*/\1/p' q.txt)
+[ -n "$l" ] && [ "$l" -lt 30 ] || { cat q.txt; fail "30 small jobs took ${l:-?} launches"; }
+# tensors larger than a launch (80 MiB float32 embeddings; launches of
+# 64 MiB of staging) are cut into pieces, held and streamed
+mk-gen-model --dtype F32 --hidden 1024 --layers 1 --vocab 20000 --seed 1 g1 > /dev/null
+mk-gen-model --dtype F32 --hidden 1024 --layers 1 --vocab 20000 --seed 2 g2 > /dev/null
+printf 'merge_method: ties\nbase_model: g1\nmodels:\n  - model: g2\n    parameters: {weight: 0.7, density: 0.4}\n' > big.yml
+for mem in default 1; do
+	if [ $mem = default ]; then mk-plan big.yml > plan.mks; else mk-plan --max-memory $mem big.yml > plan.mks; fi
+	mk-fetch < plan.mks > in.mks
+	mk-merge < in.mks > cpu.mks
+	MK_CUDA_EMULATE=1 mk-merge --cuda -v -v < in.mks > gpu.mks 2> gpu.txt
+	cmp cpu.mks gpu.mks || fail "big ties ($mem): --cuda differs from the CPU"
+	echo "big ties ($mem): $(grep -- '--cuda: [0-9]' gpu.txt)"
+done
 # no device and no emulation: a note, the CPU's bytes
 mk-merge --cuda < in.mks > nogpu.mks 2> note.txt
 cmp cpu.mks nogpu.mks || fail "--cuda without a GPU differs"
