@@ -27,6 +27,15 @@ echo "mk-cat --verify peak RSS ${c} KiB"
 # stage of the pipe mk-yaml runs (budget split: merge 128M, fetch 64M)
 # stays under budget + 32 MiB
 # (a 65536-token vocabulary: embed_tokens and lm_head of 256 MiB each)
+limit=$(( (256000000 / 1024) + 32 * 1024 ))
+# within_budget WHAT: each stage's peak RSS (p, f, m, k.rss) <= limit
+within_budget() {
+	for s in p f m k; do
+		r=$(cat $s.rss)
+		echo "$1: stage $s peak RSS $r KiB (limit $limit KiB)"
+		[ "$r" -le "$limit" ] || fail "$1: stage $s peak RSS $r KiB over $limit KiB"
+	done
+}
 mk-gen-model --dtype F32 --hidden 1024 --layers 1 --vocab 65536 --seed 1 v1
 mk-gen-model --dtype F32 --hidden 1024 --layers 1 --vocab 65536 --seed 2 v2
 for m in linear slerp; do
@@ -42,12 +51,7 @@ for m in linear slerp; do
 		mk-rss m.rss mk-merge --max-memory 128000000 | mk-rss k.rss mk-pack --max-memory 64000000 memout
 	[ -f memout/model.safetensors ] || [ -f memout/model.safetensors.index.json ] || fail "$m: no output"
 	grep -q lm_head memout/model.safetensors* 2>/dev/null || fail "$m: lm_head not merged"
-	limit=$(( (256000000 / 1024) + 32 * 1024 ))
-	for s in p f m k; do
-		r=$(cat $s.rss)
-		echo "$m: stage $s peak RSS $r KiB (limit $limit KiB)"
-		[ "$r" -le "$limit" ] || fail "$m: stage $s peak RSS $r KiB over $limit KiB"
-	done
+	within_budget $m
 done
 # ties over the budget, spilled: read once, its three statistics passes
 # replayed from mk-merge's file; every stage within the budget; the same
@@ -57,12 +61,7 @@ mkdir -p spill
 rm -rf memout
 mk-rss p.rss mk-plan --spill --max-memory 128000000 ties.yml | mk-rss f.rss mk-fetch --max-memory 64000000 |
 	mk-rss m.rss mk-merge --spill spill --max-memory 128000000 | mk-rss k.rss mk-pack --max-memory 64000000 memout
-limit=$(( (256000000 / 1024) + 32 * 1024 ))
-for s in p f m k; do
-	r=$(cat $s.rss)
-	echo "ties, spilled: stage $s peak RSS $r KiB (limit $limit KiB)"
-	[ "$r" -le "$limit" ] || fail "ties spilled: stage $s peak RSS $r KiB over $limit KiB"
-done
+within_budget "ties, spilled"
 mk-plan --max-memory 128000000 ties.yml | mk-fetch | mk-merge | mk-pack memstreamed
 for f in memout/*.safetensors; do cmp "$f" "memstreamed/$(basename "$f")" || fail "ties: spilled and streamed differ"; done
 
