@@ -171,6 +171,9 @@ int main(int argc, char **argv)
 				snprintf(b, sizeof(b), "%llu", (unsigned long long)(v / 4 > (4u << 20) ? v / 4 : (4u << 20)));
 				push(&fetch, "--max-memory");
 				push(&fetch, b);
+				/* mk-pack: a quarter too, enough for two frames of the
+				 * chunks mk-fetch picks and its headers */
+				snprintf(b, sizeof(b), "%llu", (unsigned long long)(v / 4 > (8u << 20) ? v / 4 : (8u << 20)));
 				push(&pack, "--max-memory");
 				push(&pack, b);
 			}

@@ -967,6 +967,359 @@ static void test_convert_f64(void **state)
 	assert_int_equal(get64(o + 1), UINT64_C(0x7FF0000000000001));
 }
 
+/* ---- the vectorised 16-bit kernels ----
+ * mk_dtype_convert's F32 <-> BF16/F16 loops have their own (vector-shaped)
+ * per-element code and, on x86-64, one build per instruction set; every
+ * build the CPU can run must give the scalar functions' bits on every
+ * input.  A third opinion comes from a transcription of c10's own
+ * routines (c10/util/BFloat16.h round_to_nearest_even, c10/util/Half.h
+ * fp16_ieee_{to,from}_fp32_value). */
+
+/* Exported by convert.c for this test; not in dtype.h.  mk_dtype_convert
+ * with the kernels of one instruction set: 0 baseline, 1 AVX2, 2 AVX-512;
+ * -1 when the build or the CPU lacks it. */
+int mk_dtype_convert_isa(int isa, enum mk_dtype dst_dt, void *dst,
+			 enum mk_dtype src_dt, const void *src, size_t n);
+
+#define NISA 3
+
+static bool isa_runs(int isa)
+{
+	uint16_t h = 0x3F80;
+	float f;
+
+	return mk_dtype_convert_isa(isa, MK_DT_F32, &f, MK_DT_BF16, &h, 1) == 0;
+}
+
+static const char *isa_name(int isa)
+{
+	return isa == 2 ? "avx512" : isa == 1 ? "avx2" : isa == 0 ? "baseline" :
+	       "picked";
+}
+
+/* The baseline build is always there; which others run depends on the
+ * CPU (and on x86-64).  Invalid types still fail. */
+static void test_convert_isa_builds(void **state)
+{
+	unsigned char a[16] = { 0 }, b[16] = { 0 };
+
+	(void)state;
+	assert_true(isa_runs(0));
+	assert_false(isa_runs(NISA));
+	assert_false(isa_runs(-1));
+	for (int isa = 0; isa < NISA; isa++)
+		print_message("16-bit kernels: %s %s\n", isa_name(isa),
+			      isa_runs(isa) ? "runs here" : "not on this CPU or build");
+	assert_int_equal(mk_dtype_convert_isa(0, MK_DT_I32, a, MK_DT_F32, b, 1), -1);
+}
+
+static uint32_t c10_f16_to_f32_bits(uint16_t h)
+{
+	const uint32_t w = (uint32_t)h << 16;
+	const uint32_t sign = w & 0x80000000u;
+	const uint32_t two_w = w + w;
+	const float normalized = bf((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
+	const float denormalized = bf((two_w >> 17) | (126u << 23)) - 0.5f;
+
+	return sign | (two_w < (1u << 27) ? fb(denormalized) : fb(normalized));
+}
+
+static uint16_t c10_f32_to_f16(uint32_t w)
+{
+	float base = (fabsf(bf(w)) * 0x1.0p+112f) * 0x1.0p-110f;
+	const uint32_t shl1_w = w + w;
+	const uint32_t sign = w & 0x80000000u;
+	uint32_t bias = shl1_w & 0xFF000000u;
+
+	if (bias < 0x71000000u)
+		bias = 0x71000000u;
+	base = bf((bias >> 1) + 0x07800000u) + base;
+	const uint32_t bits = fb(base);
+	const uint32_t exp_bits = (bits >> 13) & 0x00007C00u;
+	const uint32_t mantissa_bits = bits & 0x00000FFFu;
+	const uint32_t nonsign = exp_bits + mantissa_bits;
+
+	return (uint16_t)((sign >> 16) | (shl1_w > 0xFF000000u ? 0x7E00u : nonsign));
+}
+
+static uint16_t c10_f32_to_bf16(uint32_t u)
+{
+	if (isnan(bf(u)))
+		return 0x7FC0;
+	return (uint16_t)((u + ((u >> 16) & 1) + 0x7FFFu) >> 16);
+}
+
+static uint64_t rng_state = 88172645463325252u;
+
+static uint64_t rng(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return rng_state;
+}
+
+/* Every BF16 and F16 code through the buffer path at every alignment of
+ * source and destination, against the scalar functions and c10. */
+static void test_convert_widen_all_codes(void **state)
+{
+	const size_t n = 65536;
+	unsigned char *h = malloc(2 * n + 8), *f = malloc(4 * n + 8);
+
+	(void)state;
+	assert_true(h && f);
+	/* isa -1 is mk_dtype_convert's own pick */
+	for (int ik = 0; ik < (NISA + 1) * 2; ik++) {
+		int isa = ik / 2 - 1, k = ik % 2;
+		enum mk_dtype dt = k ? MK_DT_F16 : MK_DT_BF16;
+
+		if (isa >= 0 && !isa_runs(isa))
+			continue;
+		for (size_t so = 0; so < 2; so++)
+			for (size_t dof = 0; dof < 4; dof++) {
+				for (size_t c = 0; c < n; c++)
+					put16(h + so + 2 * c, (uint16_t)c);
+				memset(f, 0xA5, 4 * n + 8);
+				assert_int_equal(isa < 0 ?
+						 mk_dtype_convert(MK_DT_F32, f + dof, dt, h + so, n) :
+						 mk_dtype_convert_isa(isa, MK_DT_F32, f + dof, dt,
+								      h + so, n), 0);
+				for (size_t c = 0; c < n; c++) {
+					uint32_t got = get32(f + dof + 4 * c);
+					uint32_t want = k ? fb(mk_f16_to_f32((uint16_t)c)) :
+							    fb(mk_bf16_to_f32((uint16_t)c));
+					uint32_t c10 = k ? c10_f16_to_f32_bits((uint16_t)c) :
+							   (uint32_t)c << 16;
+
+					if (got != want || want != c10)
+						fail_msg("%s %04zx (%s): buffer %08x, scalar %08x, c10 %08x",
+							 mk_dtype_name(dt), c, isa_name(isa),
+							 got, want, c10);
+				}
+				assert_int_equal(f[dof + 4 * n], 0xA5);
+			}
+	}
+	free(h);
+	free(f);
+}
+
+/* Float bit patterns that matter to the narrowing kernels: fixed special
+ * values, every BF16 rounding boundary, every F16 one in the normal range,
+ * ties in the F16 subnormal range, and random floats of several kinds. */
+static const uint32_t narrow_specials[] = {
+	0x00000000, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC00000,
+	0x7F800001, 0xFF800001, 0x7FBFFFFF, 0x7FFFFFFF, 0xFFFFFFFF, 0x7FC00001,
+	0x00000001, 0x807FFFFF, 0x00800000, 0x7F7FFFFF, 0xFF7FFFFF,
+	0x7F7F7FFF, 0x7F7F8000, 0x7F7F8001, 0x7F7FC000, 0x7F7EFFFF,
+	0x477FE000, 0x477FEFFF, 0x477FF000, 0x477FF001, 0x47800000, 0xC77FF000,
+	0x38800000, 0x387FFFFF, 0x387FF000, 0x387FE000, 0x387FDFFF,
+	0x33800000, 0x33000000, 0x33000001, 0x32FFFFFF, 0x33C00000, 0x33BFFFFF,
+	0x3F800000, 0xBF800000, 0x3F808000, 0x3F818000, 0x3F801000, 0x3F803000,
+};
+
+static uint32_t narrow_case(uint64_t i)
+{
+	static const uint32_t low16[] = { 0, 1, 0x7FFF, 0x8000, 0x8001, 0xFFFF };
+	static const uint32_t low13[] = { 0, 1, 0xFFF, 0x1000, 0x1001, 0x1FFF };
+	const uint64_t n_spec = sizeof narrow_specials / sizeof narrow_specials[0];
+	const uint64_t n_bf = 65536 * 6, n_f16 = (1u << 19) * 6;
+	uint64_t r;
+	uint32_t e, m, d;
+
+	if (i < n_spec)
+		return narrow_specials[i];
+	i -= n_spec;
+	if (i < n_bf)                   /* around every BF16 rounding step */
+		return (uint32_t)(i / 6) << 16 | low16[i % 6];
+	i -= n_bf;
+	if (i < n_f16)                  /* around every F16 normal one */
+		return (uint32_t)(i / 6) << 13 | low13[i % 6];
+	r = rng();
+	switch (r & 7) {
+	case 0:                         /* F16 subnormal range: ties */
+		e = 0x65 + (uint32_t)(r >> 3) % 13;     /* 2^-26 .. 2^-14 */
+		d = 126 - e < 23 ? 126 - e : 23;        /* bits below the step */
+		m = (uint32_t)(r >> 8) & 0x7FFFFF & ~((1u << d) - 1);
+		m |= (1u << (d - 1)) + (uint32_t)((r >> 40) % 3) - 1;
+		if (126 - e >= 23)
+			m = (uint32_t)(r >> 40) % 3 == 0 ? 0 :
+			    (uint32_t)(r >> 40) % 3 == 1 ? 1 : 0x7FFFFF;
+		return (uint32_t)(r >> 63) << 31 | e << 23 | (m & 0x7FFFFF);
+	case 1:                         /* near the F16 and BF16 edges */
+		e = (uint32_t[]){ 0x70, 0x71, 0x8E, 0x8F, 0xFE, 0x00, 0x01, 0xFF }
+			[(r >> 3) & 7];
+		return (uint32_t)(r >> 63) << 31 | e << 23 | ((uint32_t)(r >> 11) & 0x7FFFFF);
+	case 2:                         /* BF16 and F16 ties, random values */
+		return ((uint32_t)(r >> 16) & ~0xFFFFu) | 0x8000u;
+	case 3:
+		return ((uint32_t)(r >> 16) & ~0x1FFFu) | 0x1000u;
+	case 4: case 5:                 /* weight-like magnitudes */
+		e = 0x60 + (uint32_t)(r >> 3) % 48;
+		return (uint32_t)(r >> 63) << 31 | e << 23 | ((uint32_t)(r >> 11) & 0x7FFFFF);
+	default:                        /* anything */
+		return (uint32_t)(r >> 16);
+	}
+}
+
+static void check_narrow(int isa, const unsigned char *f,
+			 const unsigned char *hb, const unsigned char *hf, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u = get32(f + 4 * i);
+		uint16_t b = get16(hb + 2 * i), h = get16(hf + 2 * i);
+		uint16_t wb = mk_f32_to_bf16(bf(u)), wh = mk_f32_to_f16(bf(u));
+
+		if (b != wb || wb != c10_f32_to_bf16(u))
+			fail_msg("BF16 <- %08x (%s): buffer %04x, scalar %04x, c10 %04x",
+				 u, isa_name(isa), b, wb, c10_f32_to_bf16(u));
+		if (h != wh || wh != c10_f32_to_f16(u))
+			fail_msg("F16 <- %08x (%s): buffer %04x, scalar %04x, c10 %04x",
+				 u, isa_name(isa), h, wh, c10_f32_to_f16(u));
+	}
+}
+
+static void test_convert_narrow_cases(void **state)
+{
+	const size_t chunk = 1u << 20;
+	/* the structured cases, then 11 Mi random ones */
+	const uint64_t total = sizeof narrow_specials / sizeof narrow_specials[0] +
+			       65536 * 6 + (1u << 19) * 6 + 11 * (uint64_t)chunk;
+	unsigned char *f = malloc(4 * chunk + 4), *hb = malloc(2 * chunk + 4),
+		      *hf = malloc(2 * chunk + 4);
+
+	(void)state;
+	assert_true(f && hb && hf);
+	rng_state = 88172645463325252u;
+	for (uint64_t at = 0, round = 0; at < total; round++) {
+		size_t k = total - at < chunk ? (size_t)(total - at) : chunk;
+		size_t fo = round & 3, bo = (round >> 2) & 1;
+
+		for (size_t i = 0; i < k; i++)
+			put32(f + fo + 4 * i, narrow_case(at + i));
+		assert_int_equal(mk_dtype_convert(MK_DT_BF16, hb + bo, MK_DT_F32,
+						  f + fo, k), 0);
+		assert_int_equal(mk_dtype_convert(MK_DT_F16, hf + 1 - bo, MK_DT_F32,
+						  f + fo, k), 0);
+		check_narrow(-1, f + fo, hb + bo, hf + 1 - bo, k);
+		for (int isa = 0; isa < NISA; isa++) {
+			if (!isa_runs(isa))
+				continue;
+			assert_int_equal(mk_dtype_convert_isa(isa, MK_DT_BF16, hb + bo,
+							      MK_DT_F32, f + fo, k), 0);
+			assert_int_equal(mk_dtype_convert_isa(isa, MK_DT_F16, hf + 1 - bo,
+							      MK_DT_F32, f + fo, k), 0);
+			check_narrow(isa, f + fo, hb + bo, hf + 1 - bo, k);
+		}
+		at += k;
+	}
+	free(f);
+	free(hb);
+	free(hf);
+}
+
+/* Every length up to 300 at every alignment: the vector loops' heads and
+ * tails, and nothing written outside the destination. */
+static void test_convert_16bit_lengths(void **state)
+{
+	const size_t nmax = 300;
+	unsigned char *f = malloc(4 * nmax + 8), *h = malloc(2 * nmax + 8),
+		      *o = malloc(4 * nmax + 16);
+
+	(void)state;
+	assert_true(f && h && o);
+	for (size_t i = 0; i < 4 * nmax + 8; i++)
+		f[i] = (unsigned char)(rng() >> 33);
+	for (size_t i = 0; i < 2 * nmax + 8; i++)
+		h[i] = (unsigned char)(rng() >> 33);
+	for (int ik = 0; ik < (NISA + 1) * 4; ik++) {
+		int isa = ik / 4 - 1, k = ik % 4;
+		enum mk_dtype dt = k & 1 ? MK_DT_F16 : MK_DT_BF16;
+		bool widen = k >= 2;
+
+		if (isa >= 0 && !isa_runs(isa))
+			continue;
+		for (size_t n = 0; n <= nmax; n++)
+			for (size_t so = 0; so < 4; so++)
+				for (size_t dof = 0; dof < 4; dof++) {
+					size_t osz = widen ? 4 : 2;
+
+					memset(o, 0x5A, 4 * nmax + 16);
+					if (widen)
+						assert_int_equal(isa < 0 ?
+								 mk_dtype_convert(MK_DT_F32, o + 4 + dof, dt, h + so, n) :
+								 mk_dtype_convert_isa(isa, MK_DT_F32, o + 4 + dof, dt,
+										      h + so, n), 0);
+					else
+						assert_int_equal(isa < 0 ?
+								 mk_dtype_convert(dt, o + 4 + dof, MK_DT_F32, f + so, n) :
+								 mk_dtype_convert_isa(isa, dt, o + 4 + dof, MK_DT_F32,
+										      f + so, n), 0);
+					for (size_t i = 0; i < n; i++) {
+						uint32_t got, want;
+
+						if (widen) {
+							uint16_t c = get16(h + so + 2 * i);
+
+							got = get32(o + 4 + dof + 4 * i);
+							want = fb(dt == MK_DT_F16 ? mk_f16_to_f32(c) :
+										    mk_bf16_to_f32(c));
+						} else {
+							float x = bf(get32(f + so + 4 * i));
+
+							got = get16(o + 4 + dof + 2 * i);
+							want = dt == MK_DT_F16 ? mk_f32_to_f16(x) :
+										 mk_f32_to_bf16(x);
+						}
+						if (got != want)
+							fail_msg("%s %s (%s) n=%zu [%zu]: %x, want %x",
+								 widen ? "to F32 from" : "from F32 to",
+								 mk_dtype_name(dt), isa_name(isa),
+								 n, i, got, want);
+					}
+					for (size_t i = 0; i < 4 + dof; i++)
+						assert_int_equal(o[i], 0x5A);
+					for (size_t i = 4 + dof + n * osz; i < 4 * nmax + 16; i++)
+						assert_int_equal(o[i], 0x5A);
+				}
+	}
+	free(f);
+	free(h);
+	free(o);
+}
+
+/* All 2^32 floats to BF16 and F16, every kernel build against scalar
+ * against c10: minutes, so only when MK_TEST_EXHAUSTIVE is set. */
+static void test_convert_narrow_exhaustive(void **state)
+{
+	const size_t chunk = 1u << 22;
+	unsigned char *f, *hb, *hf;
+	const char *env = getenv("MK_TEST_EXHAUSTIVE");
+
+	(void)state;
+	if (!env || !*env || !strcmp(env, "0"))
+		skip();
+	f = malloc(4 * chunk);
+	hb = malloc(2 * chunk);
+	hf = malloc(2 * chunk);
+	assert_true(f && hb && hf);
+	for (uint64_t base = 0; base <= UINT32_MAX; base += chunk) {
+		for (size_t i = 0; i < chunk; i++)
+			put32(f + 4 * i, (uint32_t)(base + i));
+		for (int isa = 0; isa < NISA; isa++) {
+			if (!isa_runs(isa))
+				continue;
+			assert_int_equal(mk_dtype_convert_isa(isa, MK_DT_BF16, hb,
+							      MK_DT_F32, f, chunk), 0);
+			assert_int_equal(mk_dtype_convert_isa(isa, MK_DT_F16, hf,
+							      MK_DT_F32, f, chunk), 0);
+			check_narrow(isa, f, hb, hf, chunk);
+		}
+	}
+	free(f);
+	free(hb);
+	free(hf);
+}
+
 /* Long F8 runs take the table path; it must agree with the scalar one. */
 static void test_convert_f8_long(void **state)
 {
@@ -1011,6 +1364,11 @@ int main(void)
 		cmocka_unit_test(test_convert_specific),
 		cmocka_unit_test(test_convert_f64),
 		cmocka_unit_test(test_convert_f8_long),
+		cmocka_unit_test(test_convert_isa_builds),
+		cmocka_unit_test(test_convert_widen_all_codes),
+		cmocka_unit_test(test_convert_narrow_cases),
+		cmocka_unit_test(test_convert_16bit_lengths),
+		cmocka_unit_test(test_convert_narrow_exhaustive),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "mk/hash.h"
@@ -63,6 +64,188 @@ static void test_crc32c_paths_agree(void **state)
 				 whole);
 		assert_int_equal(mk_crc32c_sw(mk_crc32c_sse42(0, buf, cut), buf + cut,
 					      100 - cut), whole);
+	}
+	free(buf);
+}
+
+/* ---- the three-chain SSE4.2 path on long buffers ----
+ * mk_crc32c_sse42 runs three crc32 chains over adjacent stripes (3 x 128
+ * and 3 x 8192 bytes per step) and joins them with tables; whatever the
+ * length, alignment and starting value it must give the table path's
+ * CRC, and both must give the bit-at-a-time definition. */
+
+static uint64_t rng_state;
+
+static uint64_t rng(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return rng_state;
+}
+
+static uint8_t *random_buf(size_t n, uint64_t seed)
+{
+	uint8_t *b = malloc(n);
+
+	assert_non_null(b);
+	rng_state = seed;
+	for (size_t i = 0; i < n; i++)
+		b[i] = (uint8_t)(rng() >> 29);
+	return b;
+}
+
+/* The definition: reflected CRC-32C one bit at a time. */
+static uint32_t crc32c_bitwise(uint32_t crc, const uint8_t *p, size_t len)
+{
+	uint32_t c = ~crc;
+
+	while (len--) {
+		c ^= *p++;
+		for (int k = 0; k < 8; k++)
+			c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+	}
+	return ~c;
+}
+
+static void check_paths(const uint8_t *p, size_t len, uint32_t init)
+{
+	uint32_t sw = mk_crc32c_sw(init, p, len);
+	uint32_t hw = mk_crc32c_sse42(init, p, len);
+
+	if (sw != hw)
+		fail_msg("crc32c len %zu at %p from %08x: sse42 %08x, table %08x",
+			 len, (const void *)p, init, hw, sw);
+	assert_int_equal(mk_crc32c(init, p, len), sw);
+}
+
+#define BIG 100000
+
+/* Several threads take the first long CRC at once (the tables behind the
+ * three chains are built on first use).  Runs before the other tests. */
+struct crc_job {
+	const uint8_t *buf;
+	size_t off;
+	uint32_t got;
+};
+
+static void *crc_thread(void *arg)
+{
+	struct crc_job *j = arg;
+
+	j->got = mk_crc32c_sse42(0, j->buf + j->off, BIG - j->off);
+	return NULL;
+}
+
+static void test_crc32c_first_use_threads(void **state)
+{
+	uint8_t *buf = random_buf(BIG, 99);
+	struct crc_job job[6];
+	pthread_t th[6];
+
+	for (int i = 0; i < 6; i++) {
+		job[i] = (struct crc_job){ .buf = buf, .off = (size_t)i * 1001 };
+		assert_int_equal(pthread_create(&th[i], NULL, crc_thread, &job[i]), 0);
+	}
+	for (int i = 0; i < 6; i++) {
+		assert_int_equal(pthread_join(th[i], NULL), 0);
+		assert_int_equal(job[i].got,
+				 mk_crc32c_sw(0, buf + job[i].off, BIG - job[i].off));
+	}
+	free(buf);
+}
+
+static void test_crc32c_long_lengths(void **state)
+{
+	uint8_t *buf = random_buf(BIG + 64, 1);
+	static const size_t offs[] = { 0, 1, 3, 5, 7, 8, 13 };
+	size_t nlen = 0;
+
+	/* Every length up to 1200 (one to three short steps and every
+	 * tail) at sixteen misalignments. */
+	for (size_t off = 0; off < 16; off++)
+		for (size_t len = 0; len <= 1200; len++, nlen++)
+			check_paths(buf + off, len, (uint32_t)(len * 2654435761u));
+	/* Around every multiple of a short step up to 30000 and of a long
+	 * step up to BIG, where the loops hand over to each other. */
+	for (size_t m = 384; m <= 30000; m += 384)
+		for (size_t d = 0; d <= 18; d++)
+			for (size_t k = 0; k < sizeof offs / sizeof offs[0]; k += 3) {
+				size_t len = m + d - 9;
+
+				check_paths(buf + offs[k], len, (uint32_t)rng());
+				nlen++;
+			}
+	for (size_t m = 24576; m <= BIG; m += 24576)
+		for (size_t d = 0; d <= 18; d++)
+			for (size_t k = 0; k < sizeof offs / sizeof offs[0]; k++) {
+				size_t len = m + d - 9;
+
+				check_paths(buf + offs[k], len, (uint32_t)rng());
+				nlen++;
+			}
+	/* Random lengths and misalignments up to BIG. */
+	for (int i = 0; i < 300; i++) {
+		size_t off = rng() % 64, len = rng() % (BIG + 1);
+
+		check_paths(buf + off, len, i & 1 ? (uint32_t)rng() : 0);
+		nlen++;
+	}
+	assert_true(nlen > 20000);
+	free(buf);
+}
+
+/* Independent of both implementations: the bit-at-a-time definition over
+ * long buffers, and a few fixed values. */
+static void test_crc32c_long_definition(void **state)
+{
+	uint8_t *buf = random_buf(BIG + 16, 7);
+	static const size_t lens[] = { 384, 1000, 8192, 8224, 24576, 24577,
+				       65536 + 32, BIG };
+
+	for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+		for (size_t off = 0; off < 16; off += 5) {
+			uint32_t want = crc32c_bitwise(0x5EED0000u + (uint32_t)i,
+						       buf + off, lens[i]);
+
+			assert_int_equal(mk_crc32c_sse42(0x5EED0000u + (uint32_t)i,
+							 buf + off, lens[i]), want);
+			assert_int_equal(mk_crc32c_sw(0x5EED0000u + (uint32_t)i,
+						      buf + off, lens[i]), want);
+		}
+	/* A megabyte of zeros and of 0xFF, and one of bytes i & 0xff,
+	 * against the definition. */
+	{
+		size_t n = 1u << 20;
+		uint8_t *b = malloc(n);
+
+		assert_non_null(b);
+		for (int v = 0; v < 3; v++) {
+			for (size_t i = 0; i < n; i++)
+				b[i] = v == 0 ? 0 : v == 1 ? 0xFF : (uint8_t)i;
+			assert_int_equal(mk_crc32c(0, b, n), crc32c_bitwise(0, b, n));
+		}
+		free(b);
+	}
+	assert_int_equal(mk_crc32c_sse42(0, "123456789", 9), 0xE3069283u);
+	free(buf);
+}
+
+/* Cutting a long buffer anywhere and chaining gives the whole CRC, mixing
+ * the two paths. */
+static void test_crc32c_long_chaining(void **state)
+{
+	uint8_t *buf = random_buf(BIG, 3);
+	uint32_t whole = mk_crc32c_sw(0, buf, BIG);
+
+	for (int i = 0; i < 200; i++) {
+		size_t cut = i < 100 ? (size_t)i * 997 : rng() % (BIG + 1);
+		uint32_t a = mk_crc32c_sse42(0, buf, cut);
+
+		assert_int_equal(mk_crc32c_sse42(a, buf + cut, BIG - cut), whole);
+		assert_int_equal(mk_crc32c_sw(a, buf + cut, BIG - cut), whole);
+		assert_int_equal(mk_crc32c_sse42(mk_crc32c_sw(0, buf, cut), buf + cut,
+						 BIG - cut), whole);
 	}
 	free(buf);
 }
@@ -160,9 +343,13 @@ static void test_hex(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_crc32c_first_use_threads),
 		cmocka_unit_test(test_crc32c_check_value),
 		cmocka_unit_test(test_crc32c_rfc3720),
 		cmocka_unit_test(test_crc32c_paths_agree),
+		cmocka_unit_test(test_crc32c_long_lengths),
+		cmocka_unit_test(test_crc32c_long_definition),
+		cmocka_unit_test(test_crc32c_long_chaining),
 		cmocka_unit_test(test_sha256_vectors),
 		cmocka_unit_test(test_sha256_million_a),
 		cmocka_unit_test(test_sha256_incremental),
