@@ -23,8 +23,10 @@ struct inbuf {                   /* one input's piece of the current range */
 	uint64_t begin, count;   /* elements held */
 	void *conv;              /* compute dtype */
 	size_t conv_cap;
-	void *raw;               /* as received (byte copies only) */
+	void *raw;               /* as received, copied */
 	size_t raw_cap, raw_len;
+	const void *data;        /* the bytes to convert: raw, or a replay
+				    record's (in memory, stable for the job) */
 };
 
 struct run {                     /* the job being merged */
@@ -34,7 +36,7 @@ struct run {                     /* the job being merged */
 	struct mk_job job;
 	struct mk_job_desc d;
 	bool check_equal;            /* inputs 1.. must equal input 0 */
-	bool held;                   /* sent once, passes run in memory */
+	bool held;                   /* sent once, replayed from memory */
 	uint64_t seed;               /* the plan's random seed */
 	unsigned threads;            /* worker threads (-j) */
 	struct mk_tensor_desc *in;
@@ -53,10 +55,11 @@ struct run {                     /* the job being merged */
 	size_t outc_cap;
 	struct pool *pool;       /* where buffers go when the job ends */
 	struct spill *spill;     /* the spill file (--spill DIR), or NULL */
+	struct spill *mem;       /* the in-memory record of held jobs */
+	struct spill *rp;        /* what this job replays from, or NULL */
 	struct mk_cuda_ctx *cuda;    /* --cuda: the GPU, or NULL */
 	struct gpu_queue *gq;    /* outputs submitted to it, not yet written */
 	bool gpu;                /* this job's output is computed there */
-	bool spilled;            /* this job's inputs go to the spill file */
 };
 
 /* Buffers of finished jobs, kept for the next ones: a new job then
@@ -106,11 +109,15 @@ static void pool_free(struct pool *pl)
 	pl->bytes = 0;
 }
 
-/* The spill file: a job the plan marks "spill" is sent once; its chunks
- * go to an unlinked file in DIR as they arrive (and are merged as pass 0),
- * and the later passes read them back from there, in the same order, as
- * if mk-fetch had sent them again.  One file for the whole run, emptied
- * after each job; each record keeps its chunk header and CRC-32C. */
+/* Replays: a job sent once although its method has statistics passes is
+ * merged as pass 0 while its chunks arrive, and the chunks are recorded;
+ * the later passes (and the output pass) read them back, in the same
+ * order, as if mk-fetch had sent them again.  A job the plan holds (its
+ * working set fits the budget) is recorded in memory; one the plan
+ * spills, in an unlinked file in DIR (--spill DIR), each record with its
+ * chunk header and CRC-32C.  One record for the whole run, emptied after
+ * each job.  Pass 0 thus overlaps the reading, and memory holds the raw
+ * inputs once, not converted. */
 struct spill_rec {
 	struct mk_chunk c;       /* data = NULL; where: off */
 	uint64_t off;
@@ -118,7 +125,9 @@ struct spill_rec {
 };
 
 struct spill {
-	int fd;
+	int fd;                  /* the file; -1 in memory */
+	unsigned char *m;        /* in memory: the chunks' bytes */
+	size_t mcap;
 	const char *dir;
 	uint64_t end;            /* bytes written for the current job */
 	struct spill_rec *rec;
@@ -151,10 +160,12 @@ static void spill_close(struct spill *sp)
 	sp->fd = -1;
 	free(sp->rec);
 	free(sp->buf);
+	free(sp->m);
 }
 
-static int spill_put(struct spill *sp, const struct mk_chunk *c, struct mk_err *err)
+static int spill_put(struct spill *sp, const struct mk_chunk *c, const void **stored, struct mk_err *err)
 {
+	*stored = NULL;
 	if (sp->n == sp->cap) {
 		size_t cap = sp->cap ? sp->cap * 2 : 64;
 		struct spill_rec *q = realloc(sp->rec, cap * sizeof(*q));
@@ -167,10 +178,20 @@ static int spill_put(struct spill *sp, const struct mk_chunk *c, struct mk_err *
 	e->c = *c;
 	e->c.data = NULL;
 	e->off = sp->end;
-	e->crc = mk_crc32c(0, c->data, c->data_len);
-	int rc = mk_pwrite_all(sp->fd, c->data, c->data_len, sp->end, sp->dir, err);
-	if (rc)
-		return mk_err_prefix(err, "--spill: ");
+	if (sp->fd < 0) {
+		/* reserved for the job's inputs (spill_reserve): never moves, so
+		 * the job may keep pointers into it */
+		if (sp->end + c->data_len > sp->mcap)
+			return mk_err_set(err, MK_EFORMAT, "a held job's inputs came to more than their %llu bytes",
+					  (unsigned long long)sp->mcap);
+		memcpy(sp->m + sp->end, c->data, c->data_len);
+		*stored = sp->m + sp->end;
+	} else {
+		e->crc = mk_crc32c(0, c->data, c->data_len);
+		int rc = mk_pwrite_all(sp->fd, c->data, c->data_len, sp->end, sp->dir, err);
+		if (rc)
+			return mk_err_prefix(err, "--spill: ");
+	}
 	sp->end += c->data_len;
 	sp->n++;
 	if (sp->end > sp->bytes_max)
@@ -184,6 +205,11 @@ static int spill_get(struct spill *sp, size_t i, struct mk_chunk *c, struct mk_e
 	struct spill_rec *e = &sp->rec[i];
 	size_t len = e->c.data_len, got = 0;
 
+	if (sp->fd < 0) {
+		*c = e->c;
+		c->data = sp->m + e->off;
+		return 0;
+	}
 	if (len > sp->buf_cap) {
 		void *q = realloc(sp->buf, len);
 		if (!q)
@@ -205,6 +231,19 @@ static int spill_get(struct spill *sp, size_t i, struct mk_chunk *c, struct mk_e
 				  "(CRC-32C); the disk or file system under it is faulty", sp->dir);
 	*c = e->c;
 	c->data = sp->buf;
+	return 0;
+}
+
+/* In memory: room for `need` bytes of the job about to start (empty). */
+static int spill_reserve(struct spill *sp, uint64_t need, struct mk_err *err)
+{
+	if (sp->fd >= 0 || need <= sp->mcap)
+		return 0;
+	free(sp->m);
+	sp->mcap = 0;
+	if (!(sp->m = malloc(need)))
+		return mk_err_set(err, MK_ENOMEM, "out of memory holding a job (%llu bytes)", (unsigned long long)need);
+	sp->mcap = need;
 	return 0;
 }
 
@@ -310,14 +349,15 @@ static void run_release(struct run *r)
 	free(r->ivals);
 	pool_put(r->pool, r->outc, r->outc_cap);
 	struct pool *pl = r->pool;
-	struct spill *sp = r->spill;
+	struct spill *sp = r->spill, *mem = r->mem;
 	struct mk_cuda_ctx *cx = r->cuda;
 	struct gpu_queue *gq = r->gq;
-	if (sp)
-		spill_reset(sp);
+	if (r->rp)
+		spill_reset(r->rp);
 	memset(r, 0, sizeof(*r));
 	r->pool = pl;
 	r->spill = sp;
+	r->mem = mem;
 	r->cuda = cx;
 	r->gq = gq;
 }
@@ -329,12 +369,13 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 	int rc;
 
 	struct pool *pl = r->pool;
-	struct spill *sp = r->spill;
+	struct spill *sp = r->spill, *mem = r->mem;
 	struct mk_cuda_ctx *cx = r->cuda;
 	struct gpu_queue *gq = r->gq;
 	memset(r, 0, sizeof(*r));
 	r->pool = pl;
 	r->spill = sp;
+	r->mem = mem;
 	r->cuda = cx;
 	r->gq = gq;
 	r->seed = json_is_integer(seed) ? (uint64_t)json_integer_value(seed) : 0;
@@ -398,34 +439,28 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 		return mk_err_set(err, MK_EUNSUPPORTED,
 				  "job %u (%s): %s needs %u statistics passes; the plan sends the inputs %u times",
 				  r->pj->id, r->name, r->m->name, r->job.npasses, r->pj->sends);
-	/* sent once but with statistics passes: the job is held in memory,
-	 * every used input whole (mk-plan checked it fits the budget) */
-	r->spilled = r->pj->spill;
-	if (r->spilled && !r->spill)
+	/* sent once but with statistics passes: replayed, from memory when
+	 * the plan holds the job (mk-plan checked it fits the budget), from
+	 * the spill file when it spills it */
+	if (r->pj->spill && !r->spill)
 		return mk_err_set(err, MK_EINVAL, "job %u (%s): the plan spills it: run mk-merge with --spill DIR",
 				  r->pj->id, r->name);
-	r->held = r->pj->sends == 1 && r->job.npasses > 0 && !r->job.byte_copy && !r->spilled;
+	bool once = r->pj->sends == 1 && r->job.npasses > 0 && !r->job.byte_copy;
+	r->held = once && !r->pj->spill;
+	r->rp = !once ? NULL : r->pj->spill ? r->spill : r->mem;
 	r->gpu = r->cuda && !r->job.byte_copy && !r->check_equal && mk_cuda_job_supported(&r->job);
-	if (r->held && budget) {
-		uint64_t need = 0, es = mk_dtype_bits(r->job.compute) / 8, nb;
+	if (r->held) {
+		/* what is held: every used input's bytes as sent */
+		uint64_t need = 0, nb;
 		for (size_t i = 0; i < r->pj->ninputs; i++)
 			if (r->job.used[i] && !mk_dtype_nbytes(r->pj->inputs[i].dtype, r->pj->inputs[i].nelem, &nb))
-				need += nb + r->pj->inputs[i].nelem * es;
-		need += r->out_nelem * es * 2;
-		if (need > budget)
+				need += nb;
+		if (budget && need > budget)
 			return mk_err_set(err, MK_ENOMEM,
 					  "job %u (%s): the plan holds it in memory, %llu bytes, more than --max-memory %llu; run mk-plan with --max-memory %llu or less",
 					  r->pj->id, r->name, (unsigned long long)need, (unsigned long long)budget,
 					  (unsigned long long)budget);
-	}
-	for (size_t i = 0; r->held && i < r->pj->ninputs; i++) {
-		uint64_t nb;
-		if (!r->job.used[i])
-			continue;
-		if (mk_dtype_nbytes(r->pj->inputs[i].dtype, r->pj->inputs[i].nelem, &nb) ||
-		    grow(&r->ib[i].raw, &r->ib[i].raw_cap, (size_t)nb + 1))
-			return mk_err_set(err, MK_ENOMEM, "job %u (%s): out of memory holding input %zu (%llu bytes)",
-					  r->pj->id, r->name, i, (unsigned long long)nb);
+		return spill_reserve(r->mem, need, err);
 	}
 	return 0;
 }
@@ -516,8 +551,8 @@ static int emit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint6
 }
 
 /* Submit job elements [b, b + n) to the GPU, its inputs the converted
- * buffers from element `from` of each (the range's start, or 0 for a held
- * job); the output joins the queue, written at the next drain. */
+ * buffers from element `from` of each (the range's start); the output
+ * joins the queue, written at the next drain. */
 static int gpu_submit(struct mk_stream_writer *w, struct run *r, uint64_t b, uint64_t n, uint64_t from,
 		      struct mk_merge_stats *st, struct mk_err *err)
 {
@@ -560,12 +595,7 @@ static int gpu_submit(struct mk_stream_writer *w, struct run *r, uint64_t b, uin
 }
 
 /* The gathered range is complete: run a pass over it or write output. */
-static int run_workers_ex(struct run *r, uint64_t b, uint64_t n, bool apply, bool converted,
-			  struct mk_err *err);
-static int run_workers(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk_err *err)
-{
-	return run_workers_ex(r, b, n, apply, false, err);
-}
+static int run_workers(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk_err *err);
 
 static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge_stats *st,
 		      struct mk_err *err)
@@ -661,8 +691,8 @@ static int finish_passes(struct run *r, unsigned upto, struct mk_err *err)
 	return 0;
 }
 
-static int run_input(struct mk_stream_writer *w, struct run *r, const struct mk_chunk *cp, struct mk_merge_stats *st,
-		     struct mk_err *err);
+static int run_input(struct mk_stream_writer *w, struct run *r, const struct mk_chunk *cp, bool stable,
+		     struct mk_merge_stats *st, struct mk_err *err);
 
 static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_frame *f,
 		     struct mk_merge_stats *st, struct mk_err *err)
@@ -679,31 +709,22 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 		return mk_err_set(err, MK_EFORMAT, "frame #%llu: INPT input %u pass %u does not fit job %u",
 				  (unsigned long long)f->index, c.input, c.pass, r->pj->id);
 	st->chunks_in++;
-	if (r->spilled && r->job.used[c.input] && !r->job.byte_copy && (rc = spill_put(r->spill, &c, err)))
+	const void *stored = NULL;
+	if (r->rp && r->job.used[c.input] && (rc = spill_put(r->rp, &c, &stored, err)))
 		return rc;
-	return run_input(w, r, &c, st, err);
+	if (stored)
+		c.data = stored;
+	return run_input(w, r, &c, stored != NULL, st, err);
 }
 
 /* One input chunk of the job, from the stream or replayed from the spill
  * file. */
-static int run_input(struct mk_stream_writer *w, struct run *r, const struct mk_chunk *cp, struct mk_merge_stats *st,
-		     struct mk_err *err)
+static int run_input(struct mk_stream_writer *w, struct run *r, const struct mk_chunk *cp, bool stable,
+		     struct mk_merge_stats *st, struct mk_err *err)
 {
 	struct mk_chunk c = *cp;
 	int rc;
 
-	if (r->held) {
-		struct inbuf *hb = &r->ib[c.input];
-		if (!r->job.used[c.input])
-			return 0;
-		if (c.elem_begin != hb->count)
-			return mk_err_set(err, MK_EFORMAT, "job %u input %u: chunk at element %llu, expected %llu",
-					  r->pj->id, c.input,
-					  (unsigned long long)c.elem_begin, (unsigned long long)hb->count);
-		memcpy((char *)hb->raw + c.elem_begin * mk_dtype_bits(c.dtype) / 8, c.data, c.data_len);
-		hb->count += c.elem_count;
-		return 0;
-	}
 	if (r->range && (c.pass != r->send || c.elem_begin != r->begin)) {
 		rc = range_done(w, r, st, err);
 		if (rc)
@@ -748,11 +769,16 @@ static int run_input(struct mk_stream_writer *w, struct run *r, const struct mk_
 	}
 	if (!r->job.used[c.input])
 		return 0;
-	/* keep the bytes; range_done converts them (on worker threads) */
+	/* keep the bytes (or where they stay); range_done converts them */
+	in->raw_len = c.data_len;
+	if (stable) {
+		in->data = c.data;
+		return 0;
+	}
 	if (grow(&in->raw, &in->raw_cap, c.data_len ? c.data_len : 1))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	memcpy(in->raw, c.data, c.data_len);
-	in->raw_len = c.data_len;
+	in->data = in->raw;
 	return 0;
 }
 
@@ -763,7 +789,6 @@ struct slice {                   /* one worker's share of a range */
 	uint64_t b, n;           /* job elements [b, b + n) */
 	uint64_t off;            /* offset of b in the range */
 	bool apply;              /* also run the method and convert out */
-	bool converted;          /* the inputs are converted already (held) */
 	int rc;
 	struct mk_err err;
 };
@@ -774,7 +799,7 @@ static int convert_input(struct run *r, size_t i, uint64_t off, uint64_t n, void
 {
 	size_t es = mk_dtype_bits(r->job.compute) / 8;
 	enum mk_dtype st = r->pj->inputs[i].dtype, load = r->pj->inputs[i].load_dtype;
-	const char *src = (const char *)r->ib[i].raw + off * mk_dtype_bits(st) / 8;
+	const char *src = (const char *)r->ib[i].data + off * mk_dtype_bits(st) / 8;
 
 	/* a cast on load rounds to the load dtype first, as torch; the
 	 * conversion goes through float32 either way, so converting the
@@ -817,9 +842,9 @@ static int apply_out(struct run *r, uint64_t b, uint64_t off, uint64_t n, const 
 #define WORK_TILE 16384u
 
 /* Convert the used inputs' raw bytes into the compute dtype, then (apply)
- * run the method and convert the output: tile by tile when nothing else
- * needs the converted inputs, else the whole slice into the range's
- * buffers (statistics passes read them next; held jobs have them). */
+ * run the method and convert the output, tile by tile; or (a statistics
+ * pass, which reads them next) convert the whole slice into the range's
+ * buffers. */
 static void *work(void *arg)
 {
 	struct slice *sl = arg;
@@ -842,10 +867,6 @@ static void *work(void *arg)
 			for (size_t i = 0; i < nin && !sl->rc; i++) {
 				if (!r->job.used[i])
 					continue;
-				if (sl->converted) {
-					ptrs[i] = (const char *)r->ib[i].conv + (sl->b + t) * es;
-					continue;
-				}
 				ptrs[i] = tile + i * (size_t)WORK_TILE * es;
 				sl->rc = convert_input(r, i, sl->off + t, k, (void *)ptrs[i], &sl->err);
 			}
@@ -864,10 +885,9 @@ out:
 	return NULL;
 }
 
-/* Run work() over [b, b + n) on up to r->threads threads; `converted`:
- * the inputs are whole and converted (a held job), output buffers hold
- * [b, b + n). */
-static int run_workers_ex(struct run *r, uint64_t b, uint64_t n, bool apply, bool converted, struct mk_err *err)
+/* Run work() over the range's elements [b, b + n) on up to r->threads
+ * threads. */
+static int run_workers(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk_err *err)
 {
 	unsigned t = r->threads ? r->threads : 1;
 	struct slice sl[64];
@@ -883,7 +903,7 @@ static int run_workers_ex(struct run *r, uint64_t b, uint64_t n, bool apply, boo
 	step = (step + 63) & ~(uint64_t)63;
 	for (unsigned k = 0; k < t; k++) {
 		uint64_t o = (uint64_t)k * step;
-		sl[k] = (struct slice){ .r = r, .b = b + o, .off = o, .apply = apply, .converted = converted };
+		sl[k] = (struct slice){ .r = r, .b = b + o, .off = o, .apply = apply };
 		sl[k].n = o >= n ? 0 : (n - o < step ? n - o : step);
 		if (!sl[k].n)
 			continue;
@@ -903,60 +923,6 @@ static int run_workers_ex(struct run *r, uint64_t b, uint64_t n, bool apply, boo
 	return rc;
 }
 
-/* A held job: its inputs are whole in memory; convert them, run every
- * statistics pass over them, then write the output in pieces. */
-static int held_done(struct mk_stream_writer *w, struct run *r, struct mk_merge_stats *st, struct mk_err *err)
-{
-	uint64_t n = r->out_nelem, piece = EMIT_PIECE;
-	size_t es = mk_dtype_bits(r->job.compute) / 8;
-	const void **ptrs = calloc(r->d.ninputs + 1, sizeof(*ptrs));
-	int rc = 0;
-
-	if (!ptrs)
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	for (size_t i = 0; i < r->d.ninputs; i++) {
-		if (!r->job.used[i])
-			continue;
-		if (r->ib[i].count < n) {
-			rc = mk_err_set(err, MK_ECORRUPT, "job %u (%s): input %zu sent %llu of %llu elements", r->pj->id,
-					r->name, i, (unsigned long long)r->ib[i].count, (unsigned long long)n);
-			goto out;
-		}
-		if (grow(&r->ib[i].conv, &r->ib[i].conv_cap, (size_t)n * es + 1)) {
-			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-			goto out;
-		}
-	}
-	rc = run_workers(r, 0, n, false, err); /* convert, on the workers */
-	for (size_t i = 0; i < r->d.ninputs; i++)
-		ptrs[i] = r->job.used[i] ? r->ib[i].conv : NULL;
-	struct mk_job_chunk all = { .elem_begin = 0, .count = n, .in = ptrs };
-	for (unsigned p = 0; !rc && p < r->job.npasses; p++) {
-		if (n)
-			rc = mk_job_accumulate(&r->job, p, &all, err);
-		if (!rc)
-			rc = mk_job_finish(&r->job, p, err);
-		r->passes_done = p + 1;
-	}
-	if (!rc && r->gpu && n) {
-		rc = gpu_submit(w, r, 0, n, 0, st, err);   /* the whole tensor: cut into launches there */
-		goto out;
-	}
-	for (uint64_t b = 0; !rc && b < n; b += piece) {
-		uint64_t m = n - b < piece ? n - b : piece, ob;
-		mk_dtype_nbytes(r->job.out.dtype, m, &ob);
-		if (grow(&r->outc, &r->outc_cap, (size_t)ob + 1)) {
-			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-			break;
-		}
-		rc = run_workers_ex(r, b, m, true, true, err);
-		if (!rc)
-			rc = emit(w, r, b, m, r->job.out.dtype, r->outc, (size_t)ob, st, err);
-	}
-out:
-	free(ptrs);
-	return rc;
-}
 
 static int run_end(struct mk_stream_writer *w, struct run *r, struct mk_merge_stats *st, struct mk_err *err)
 {
@@ -964,21 +930,17 @@ static int run_end(struct mk_stream_writer *w, struct run *r, struct mk_merge_st
 
 	if (!r->pj)
 		return 0;
-	if (r->held) {
-		rc = held_done(w, r, st, err);
-	} else {
-		/* a spilled job: its later passes from the spill file */
-		for (unsigned p = 1; r->spilled && !r->job.byte_copy && !rc && p <= r->job.npasses; p++)
-			for (size_t i = 0; !rc && i < r->spill->n; i++) {
-				struct mk_chunk c;
-				rc = spill_get(r->spill, i, &c, err);
-				c.pass = (uint16_t)p;
-				if (!rc)
-					rc = run_input(w, r, &c, st, err);
-			}
-		if (!rc && r->range)
-			rc = range_done(w, r, st, err);
-	}
+	/* a job sent once: its later passes replayed */
+	for (unsigned p = 1; r->rp && !rc && p <= r->job.npasses; p++)
+		for (size_t i = 0; !rc && i < r->rp->n; i++) {
+			struct mk_chunk c;
+			rc = spill_get(r->rp, i, &c, err);
+			c.pass = (uint16_t)p;
+			if (!rc)
+				rc = run_input(w, r, &c, r->rp->fd < 0, st, err);
+		}
+	if (!rc && r->range)
+		rc = range_done(w, r, st, err);
 	if (!rc)
 		rc = finish_passes(r, r->job.npasses, err);
 	if (!rc && r->next_out != r->out_nelem)
@@ -1001,9 +963,9 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 	struct mk_manifest *man = NULL;
 	struct mk_frame f;
 	struct pool pool = { .limit = o->budget ? o->budget / 2 : 256u << 20 };
-	struct spill spill = { .fd = -1 };
+	struct spill spill = { .fd = -1 }, mem = { .fd = -1 };
 	struct gpu_queue gq = { 0 };
-	struct run r = { .pool = &pool, .cuda = o->cuda, .gq = &gq };
+	struct run r = { .pool = &pool, .cuda = o->cuda, .gq = &gq, .mem = &mem };
 	char *head = NULL;
 	size_t hlen;
 	uint64_t njobs = 0;
@@ -1130,6 +1092,7 @@ out:
 	pool_free(&pool);
 	st->spill_bytes_max = spill.bytes_max;
 	spill_close(&spill);
+	spill_close(&mem);
 	free(head);
 	mk_manifest_free(man);
 	mk_sw_free(w);

@@ -57,8 +57,9 @@
  *     pass buffers each row group (a slab of L*S elements), ranks it, draws
  *     the mask into a bitmap (N bits per input) and sums for the rescale.
  *     -> 1 pass when some 0 < density < 1, else 0.
- * Sums are float64 over fixed blocks (mk_fsum), rounded to the compute
- * dtype before the division, so nothing depends on the chunking.
+ * Sums are float64 over fixed blocks, each in eight lanes by element index
+ * (struct lsum below), rounded to the compute dtype before the division,
+ * so nothing depends on the chunking.
  *
  * Plan-time errors: density < 0 (spec bound); ties/breadcrumbs with
  * density < 1 and int(density*N) = 0; della with 0 < density < 1 and
@@ -325,6 +326,25 @@ static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, 
 
 enum kind { K_DENSE, K_ZERO, K_MAG, K_OUTL, K_RAND, K_DELLA };
 
+/* The L1 sums of the rescale, in float64 over the fixed blocks of
+ * MK_SUM_BLOCK elements (method.h), but each block summed in 8 lanes:
+ * lane j takes the block's elements e with e % 8 == j in element order,
+ * and the block's sum is ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7));
+ * blocks combined in order.  Fixed by the element indices alone, so
+ * independent of the chunking, and eight independent additions the CPU
+ * (and the vectoriser) can overlap instead of one chain. */
+#define LSUM_LANES 8
+struct lsum {
+	double total;
+	double lane[LSUM_LANES];
+};
+
+static inline double lsum_block(const struct lsum *s)
+{
+	const double *l = s->lane;
+	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
 /* One order statistic being selected: the element of ascending rank
  * `rank` by (|delta| bits, index). */
 struct target {
@@ -347,7 +367,7 @@ struct gin {
 	uint64_t k;                 /* MAG: elements kept; OUTL: target */
 	struct target t[2];         /* MAG: t[0]; OUTL: t[0] lower, t[1] upper end */
 	unsigned nt;
-	struct mk_fsum before, after;
+	struct lsum before, after;
 	bool scale;                 /* rescale factor applies */
 	float ff;
 	double fd;
@@ -522,10 +542,17 @@ static inline double key_value(bool f64, uint64_t key)
 	}
 }
 
-static inline void fsum_add(struct mk_fsum *s, uint64_t e, double v)
+static inline void lsum_close(struct lsum *s)
 {
-	s->part += v;
-	mk_fsum_step(s, e + 1);
+	s->total += lsum_block(s);
+	memset(s->lane, 0, sizeof(s->lane));
+}
+
+static inline void fsum_add(struct lsum *s, uint64_t e, double v)
+{
+	s->lane[e % LSUM_LANES] += v;
+	if ((e + 1) % MK_SUM_BLOCK == 0)
+		lsum_close(s);
 }
 
 static inline bool getbit(const uint8_t *m, uint64_t e)
@@ -643,17 +670,25 @@ static int della_slab(struct state *s, struct gin *g, uint64_t start, struct mk_
 
 /* ------------------------------------------------------------- passes */
 
-/* Add a[0..cnt) (terms of elements e0, e0+1, ...) to a block sum, in
- * element order, closing blocks at their boundaries. */
-static void fsum_run_f32(struct mk_fsum *s, uint64_t e0, const float *a, uint64_t cnt)
+/* Add a[0..cnt) (terms of elements e0, e0+1, ...) to a lane sum,
+ * closing blocks at their boundaries. */
+MK_HOT_CLONES
+static void fsum_run_f32(struct lsum *s, uint64_t e0, const float *a, uint64_t cnt)
 {
 	while (cnt) {
-		uint64_t r = mk_fsum_run(e0, cnt);
-		double p = s->part;
-		for (uint64_t k = 0; k < r; k++)
-			p += (double)a[k];
-		s->part = p;
-		mk_fsum_step(s, e0 + r);
+		uint64_t r = mk_fsum_run(e0, cnt), k = 0;
+		double l[LSUM_LANES];
+		for (; k < r && (e0 + k) % LSUM_LANES; k++)
+			s->lane[(e0 + k) % LSUM_LANES] += (double)a[k];
+		memcpy(l, s->lane, sizeof(l));
+		for (; k + LSUM_LANES <= r; k += LSUM_LANES)
+			for (unsigned j = 0; j < LSUM_LANES; j++)
+				l[j] += (double)a[k + j];
+		memcpy(s->lane, l, sizeof(l));
+		for (; k < r; k++)
+			s->lane[(e0 + k) % LSUM_LANES] += (double)a[k];
+		if ((e0 + r) % MK_SUM_BLOCK == 0)
+			lsum_close(s);
 		e0 += r, a += r, cnt -= r;
 	}
 }
@@ -854,7 +889,7 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 
 static void set_factor(struct state *s, struct gin *g)
 {
-	double before = mk_fsum_value(&g->before), after = mk_fsum_value(&g->after);
+	double before = g->before.total + lsum_block(&g->before), after = g->after.total + lsum_block(&g->after);
 
 	if (!s->rescale)
 		return;

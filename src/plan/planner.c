@@ -595,9 +595,10 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 	j->passes = po.npasses;
 	j->sends = po.npasses + 1;
 	if (po.npasses && p->budget) {
-		/* held in memory when every used input, converted, and the output
-		 * fit the merge budget: the inputs are then sent once */
-		uint64_t ws = 0, es = mk_dtype_bits(po.compute) / 8, ne, b;
+		/* held in memory when every used input, as sent, fits the merge
+		 * budget: the inputs are then sent once and mk-merge replays the
+		 * later passes from memory */
+		uint64_t ws = 0, ne, b;
 		for (size_t i = 0; i < n; i++) {
 			if (!used[i])
 				continue;
@@ -605,12 +606,8 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 			for (unsigned dd = 0; dd < stored[i].ndim; dd++)
 				ne *= stored[i].shape[dd];
 			mk_dtype_nbytes(stored[i].dtype, ne, &b);
-			ws += b + ne * es;
+			ws += b;
 		}
-		ne = 1;
-		for (unsigned dd = 0; dd < po.out.ndim; dd++)
-			ne *= po.out.shape[dd];
-		ws += ne * es * 2;
 		if (ws <= p->budget) {
 			j->sends = 1;
 			if (ws > p->held_max)
