@@ -64,8 +64,8 @@ struct run {                     /* the job being merged */
 
 /* Buffers of finished jobs, kept for the next ones: a new job then
  * writes into pages already mapped instead of faulting in fresh zeroed
- * ones (with held jobs of hundreds of MB, page faults took a third of
- * mk-merge's time).  At most POOL_MAX buffers and `limit` bytes. */
+ * ones (page faults took a third of mk-merge's time before).  At most
+ * POOL_MAX buffers and `limit` bytes (half the budget, or 256 MiB). */
 #define POOL_MAX 16
 struct pool {
 	void *p[POOL_MAX];
@@ -489,7 +489,7 @@ struct gpu_queue {
 
 #define GPU_QUEUE_BYTES (64u << 20)
 #define GPU_QUEUE_JOBS 256u
-#define EMIT_PIECE (1u << 20)   /* elements per DATA frame of a whole tensor */
+#define EMIT_PIECE (1u << 20)   /* at most this many elements per DATA frame */
 
 static int emit_at(struct mk_stream_writer *w, size_t index, uint64_t row_len, uint64_t begin, uint64_t count,
 		   enum mk_dtype dt, const void *data, size_t len, struct mk_merge_stats *st, struct mk_err *err)
@@ -1029,11 +1029,6 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 			goto out;
 		r.spill = &spill;
 	}
-	/* keep buffers up to the largest held job (within the budget) */
-	if (json_is_integer(hm) && (uint64_t)json_integer_value(hm) > pool.limit)
-		pool.limit = (uint64_t)json_integer_value(hm);
-	if (o->budget && pool.limit > o->budget)
-		pool.limit = o->budget;
 	if (json_is_integer(json_object_get(man->json, "jobs")))
 		njobs = (uint64_t)json_integer_value(json_object_get(man->json, "jobs"));
 	free(man->kind);
