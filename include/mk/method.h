@@ -202,7 +202,9 @@ struct mk_job {
 	/* Set by init when the output is exactly one input's bytes (passthrough
 	 * without scale, slerp with t unset or a single input): copy_input is
 	 * that input, byte_copy says its dtype equals out.dtype so the caller
-	 * may copy bytes instead of calling apply.  copy_input -1: none. */
+	 * may copy bytes instead of calling apply; otherwise mk_job_apply
+	 * copies that input's compute-dtype values and does not call apply.
+	 * copy_input -1: none. */
 	int copy_input;
 	bool byte_copy;
 	void *state;               /* method-private */

@@ -306,10 +306,6 @@ static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 {
 	const struct state *s = job->state;
 
-	if (s->other < 0) {
-		memcpy(out, c->in[0], c->count * (job->compute == MK_DT_F64 ? 8 : 4));
-		return 0;
-	}
 	if (job->compute == MK_DT_F64)
 		apply_f64(s, c->in[job->d.base], c->in[s->other], c->elem_begin, c->count, out);
 	else

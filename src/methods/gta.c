@@ -1203,10 +1203,6 @@ static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 	const void *b = c->in[job->d.base];
 	void *v;
 
-	if (!s->n) {
-		memcpy(out, b, c->count * (s->f64 ? 8 : 4));
-		return 0;
-	}
 	v = malloc((s->n + 3) * TILE * (s->f64 ? 8 : 4));
 	if (!v)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");

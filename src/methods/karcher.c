@@ -55,7 +55,6 @@ static const struct mk_param_spec params[NPARAMS] = {
 struct state {
 	size_t n;
 	int *idx;                  /* [n] 0..n-1 */
-	int copy;                  /* the single input, -1: merge */
 	int64_t max_iter;
 	double tol;
 	double *gamma;             /* [n] */
@@ -194,9 +193,7 @@ static int init(struct mk_job *job, struct mk_err *err)
 	if (!s)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	job->state = s;
-	s->copy = -1;
 	if (job->d.ninputs == 1) {
-		s->copy = 0;
 		job->copy_input = 0;
 		return 0;
 	}
@@ -247,10 +244,6 @@ static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 {
 	const struct state *s = job->state;
 
-	if (s->copy >= 0) {
-		memcpy(out, c->in[s->copy], c->count * (job->compute == MK_DT_F64 ? 8 : 4));
-		return 0;
-	}
 	if (job->compute == MK_DT_F64)
 		apply_f64(s, c, out);
 	else

@@ -46,7 +46,6 @@ struct state {
 	size_t n;                  /* models besides the base */
 	int *idx;                  /* [n] */
 	int base;
-	bool copy;                 /* the base alone */
 	enum mk_geom_mode mode;
 	uint64_t nvec, veclen;
 	double *t;                 /* [nvec] */
@@ -124,7 +123,6 @@ static int init(struct mk_job *job, struct mk_err *err)
 	job->state = s;
 	s->base = job->d.base;
 	if (job->d.ninputs == 1) {
-		s->copy = true;
 		job->copy_input = 0;
 		return 0;
 	}
@@ -198,10 +196,6 @@ static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 {
 	const struct state *s = job->state;
 
-	if (s->copy) {
-		memcpy(out, c->in[0], c->count * (job->compute == MK_DT_F64 ? 8 : 4));
-		return 0;
-	}
 	if (job->compute == MK_DT_F64)
 		apply_f64(s, c, out);
 	else

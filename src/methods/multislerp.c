@@ -56,7 +56,6 @@ struct state {
 	size_t n;                  /* non-base models */
 	int *idx;                  /* [n] their input indices */
 	int base;
-	int copy;                  /* the single model, -1: merge */
 	double *w;                 /* [n] weights as the kernel uses them */
 	double *gamma;             /* [n] out = base + sum gamma_i x_i */
 	double eps;
@@ -231,9 +230,8 @@ static int init(struct mk_job *job, struct mk_err *err)
 	job->state = s;
 	s->base = job->d.base;
 	s->tensor = job->d.tensor;
-	s->copy = single_model(&job->d);
-	if (s->copy >= 0) {
-		job->copy_input = s->copy;
+	job->copy_input = single_model(&job->d);
+	if (job->copy_input >= 0) {
 		return 0;
 	}
 	s->n = non_base(&job->d);
@@ -292,10 +290,6 @@ static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 {
 	const struct state *s = job->state;
 
-	if (s->copy >= 0) {
-		memcpy(out, c->in[s->copy], c->count * (job->compute == MK_DT_F64 ? 8 : 4));
-		return 0;
-	}
 	if (job->compute == MK_DT_F64)
 		apply_f64(s, c, out);
 	else

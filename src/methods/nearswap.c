@@ -95,14 +95,8 @@ NS_KERNEL(ns_f64, double, fabs, 1e-6)
 static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, struct mk_err *err)
 {
 	int o = other_input(&job->d);
-	size_t esz = job->compute == MK_DT_F64 ? 8 : 4;
-	double t;
+	double t = mk_job_param(job, P_T)->f;
 
-	if (o < 0) {
-		memcpy(out, c->in[job->d.base], c->count * esz);
-		return 0;
-	}
-	t = mk_job_param(job, P_T)->f;
 	if (job->compute == MK_DT_F64)
 		ns_f64(c->in[job->d.base], c->in[o], t, c->count, out);
 	else

@@ -55,7 +55,6 @@ static const struct mk_param_spec params[NPARAMS] = {
 struct state {
 	int idx[2];                /* A, B */
 	int base;                  /* -1: none */
-	int copy;                  /* the single input, -1: interpolate */
 	double t;
 	struct mk_geom geom;
 	enum mk_geom_mode mode;
@@ -157,9 +156,7 @@ static int init(struct mk_job *job, struct mk_err *err)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	job->state = s;
 	s->base = job->d.base;
-	s->copy = -1;
 	if (job->d.ninputs == 1) {
-		s->copy = 0;
 		job->copy_input = 0;
 		return 0;
 	}
@@ -237,12 +234,7 @@ NUSLERP_APPLY(apply_f64, double)
 static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, struct mk_err *err)
 {
 	const struct state *s = job->state;
-	size_t esz = job->compute == MK_DT_F64 ? 8 : 4;
 
-	if (s->copy >= 0) {
-		memcpy(out, c->in[s->copy], c->count * esz);
-		return 0;
-	}
 	if (job->compute == MK_DT_F64)
 		apply_f64(s, c, out);
 	else

@@ -101,10 +101,6 @@ RAM_KERNEL(ram_f64, double, fabs)
 
 static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, struct mk_err *err)
 {
-	if (job->copy_input >= 0) {
-		memcpy(out, c->in[job->d.base], c->count * (job->compute == MK_DT_F64 ? 8 : 4));
-		return 0;
-	}
 	if (job->compute == MK_DT_F64)
 		ram_f64(job, c->in, c->count, out);
 	else

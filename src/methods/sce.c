@@ -335,10 +335,6 @@ static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 {
 	const struct state *s = job->state;
 
-	if (job->copy_input >= 0) {
-		memcpy(out, c->in[job->d.base], c->count * (job->compute == MK_DT_F64 ? 8 : 4));
-		return 0;
-	}
 	if (job->compute == MK_DT_F64)
 		apply_f64(s, job->d.base, c->in, c->elem_begin, c->count, out);
 	else
