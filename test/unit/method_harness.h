@@ -4,7 +4,9 @@
 #ifndef MK_METHOD_HARNESS_H
 #define MK_METHOD_HARNESS_H
 
+#include <math.h>
 #include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 #include "mk/method.h"
 
@@ -139,6 +141,39 @@ static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *cons
 	return 0;
 fail:
 	mk_job_release(&job);
+	return rc;
+}
+
+/* got within tol * max(1, max |ref|) of ref, element by element (the
+ * metric of the conformance cases); MK_TEST_VERBOSE=1 prints the largest
+ * difference. */
+static inline void tj_assert_close(const float *got, const float *ref, size_t n, double tol)
+{
+	double maxref = 1.0, maxdiff = 0.0;
+
+	for (size_t i = 0; i < n; i++)
+		if (fabs(ref[i]) > maxref)
+			maxref = fabs(ref[i]);
+	for (size_t i = 0; i < n; i++) {
+		double dd = fabs((double)got[i] - (double)ref[i]);
+		if (!(dd <= maxdiff))
+			maxdiff = dd;
+		if (!(dd <= tol * maxref))
+			fail_msg("element %zu: got %.9g, reference %.9g (diff %.3g)", i, got[i], ref[i], dd);
+	}
+	if (getenv("MK_TEST_VERBOSE"))
+		print_message("max |mk - ref| = %.3g (bound %.3g)\n", maxdiff, tol * maxref);
+}
+
+/* tj_run, chunks in order, its error printed when it fails. */
+static inline int tj_run_printed(struct tj *t, enum mk_dtype out_dtype, const void *const *views, uint64_t chunk,
+				 void *out, struct mk_job *keep)
+{
+	struct mk_err err;
+	int rc = tj_run(t, out_dtype, views, chunk, out, false, keep, NULL, &err);
+
+	if (rc)
+		print_message("%s\n", err.msg);
 	return rc;
 }
 

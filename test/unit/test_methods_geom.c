@@ -56,23 +56,7 @@ static void run_job(struct tj *t, const void *const *views, uint64_t chunk, void
 		fail_msg("job failed: %s", err.msg);
 }
 
-static void assert_close_tol(const float *got, const float *ref, size_t n, double tol)
-{
-	double maxref = 1.0, maxdiff = 0.0;
-
-	for (size_t i = 0; i < n; i++)
-		if (fabs(ref[i]) > maxref)
-			maxref = fabs(ref[i]);
-	for (size_t i = 0; i < n; i++) {
-		double dd = fabs((double)got[i] - (double)ref[i]);
-		if (!(dd <= maxdiff))
-			maxdiff = dd;
-		if (!(dd <= tol * maxref))
-			fail_msg("element %zu: got %.9g, reference %.9g (diff %.3g)", i, got[i], ref[i], dd);
-	}
-	if (getenv("MK_TEST_VERBOSE"))
-		print_message("max |mk - ref| = %.3g (bound %.3g)\n", maxdiff, tol * maxref);
-}
+#define assert_close_tol tj_assert_close
 
 static void expect_plan_error(struct tj *t, int code, const char *needle1, const char *needle2)
 {

@@ -68,19 +68,7 @@ static int run_job(struct tj *t, const void *const *views, uint64_t chunk, void 
 	return rc;
 }
 
-static void assert_close(const float *got, const float *ref, size_t n)
-{
-	double maxref = 1.0;
-
-	for (size_t i = 0; i < n; i++)
-		if (fabs(ref[i]) > maxref)
-			maxref = fabs(ref[i]);
-	for (size_t i = 0; i < n; i++) {
-		double dd = fabs((double)got[i] - (double)ref[i]);
-		if (!(dd <= 1e-6 * maxref))
-			fail_msg("element %zu: got %.9g, reference %.9g (diff %.3g)", i, got[i], ref[i], dd);
-	}
-}
+#define assert_close(got, ref, n) tj_assert_close(got, ref, n, 1e-6)
 
 /* base W0, M1/M2/M3 with weights 1.0/0.8/0.6 (Appendix A's GTA cases). */
 static void three(struct tj *t, const char *method)

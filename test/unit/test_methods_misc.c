@@ -35,35 +35,8 @@ static int setup_inputs(void **st)
 	return 0;
 }
 
-/* The harness's tj_run, failures printed. */
-static int run_job(struct tj *t, enum mk_dtype out_dtype, const void *const *views,
-		   uint64_t chunk, void *out, struct mk_job *keep)
-{
-	struct mk_err err;
-	int rc = tj_run(t, out_dtype, views, chunk, out, false, keep, NULL, &err);
-
-	if (rc)
-		print_message("%s\n", err.msg);
-	return rc;
-}
-
-static void assert_close(const float *got, const float *ref, size_t n)
-{
-	double maxref = 1.0, maxdiff = 0.0;
-
-	for (size_t i = 0; i < n; i++)
-		if (fabs(ref[i]) > maxref)
-			maxref = fabs(ref[i]);
-	for (size_t i = 0; i < n; i++) {
-		double dd = fabs((double)got[i] - (double)ref[i]);
-		if (!(dd <= maxdiff))
-			maxdiff = dd;
-		if (!(dd <= 1e-6 * maxref))
-			fail_msg("element %zu: got %.9g, reference %.9g (diff %.3g)", i, got[i], ref[i], dd);
-	}
-	if (getenv("MK_TEST_VERBOSE"))
-		print_message("max |mk - ref| = %.3g (bound %.3g)\n", maxdiff, 1e-6 * maxref);
-}
+#define run_job tj_run_printed
+#define assert_close(got, ref, n) tj_assert_close(got, ref, n, 1e-6)
 
 
 static float R1[12], R2[12];
