@@ -9,7 +9,9 @@
 #include "cli.h"
 #include "mk/hash.h"
 #include "mk/manifest.h"
+#include "mk/plugin.h"
 #include "mk/stream.h"
+#include "mk/verify.h"
 
 static void usage(void)
 {
@@ -18,9 +20,12 @@ static void usage(void)
 	       "checksum, and what each carries (manifest, file names, tensor chunks).\n"
 	       "With no FILE, or FILE '-', read standard input.\n"
 	       "\n"
-	       "      --verify   check every checksum, the END frame's counts and that each\n"
-	       "                 tensor of the manifest arrives whole and in order; print one\n"
-	       "                 summary line; exit 1 on any fault\n"
+	       "      --verify   check the stream whole, as the stage that reads it would:\n"
+	       "                 checksums, END's counts, every HEAD, JOB, INPT, DATA and\n"
+	       "                 FILE frame and their cross-references, each tensor whole and\n"
+	       "                 in order; print one summary line; exit 1 on any fault\n"
+	       "      --plugin FILE.so  load merge methods from a shared object (also\n"
+	       "                 MK_PLUGIN_PATH), to verify an inputs stream that uses them\n"
 	       "  -v, --verbose  also print the HEAD frame's JSON and each tensor of the manifest\n"
 	       "  -h, --help     show this help and exit\n"
 	       "  -V, --version  show the version and exit\n"
@@ -42,6 +47,7 @@ int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "verify", no_argument, NULL, 'c' },
+		{ "plugin", required_argument, NULL, 'P' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -53,13 +59,19 @@ int main(int argc, char **argv)
 	struct mk_frame f;
 	const char *input = "-";
 	bool verify = false, bad = false;
-	uint64_t *got = NULL, nframes = 0, nbytes = 0;
+
 	int c, fd = 0, rc, verbose = 0;
 
 	cli_init("mk-cat");
+	if (mk_plugin_load_env(&err))
+		cli_fail(&err);
 	while ((c = getopt_long(argc, argv, "vhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'c': verify = true; break;
+		case 'P':
+			if (mk_plugin_load(optarg, &err))
+				cli_fail(&err);
+			break;
 		case 'v': verbose++; break;
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
@@ -79,46 +91,45 @@ int main(int argc, char **argv)
 	} else {
 		cli_check_binary_in(0, false);
 	}
-	if (mk_sr_open(&r, fd, fd ? input : "stdin", verify ? 0 : MK_SR_NO_VERIFY, &err))
+	if (verify) {
+		struct mk_verify_summary sum;
+		if (mk_stream_verify(fd, fd ? input : "stdin", &sum, &err))
+			cli_fail(&err);
+		printf("ok: %s stream, %llu frames, %llu bytes, %llu tensors, %llu jobs, %llu chunks\n", sum.kind,
+		       (unsigned long long)sum.frames, (unsigned long long)sum.bytes,
+		       (unsigned long long)sum.ntensors, (unsigned long long)sum.jobs,
+		       (unsigned long long)sum.chunks);
+		cli_close_stdout();
+		return EXIT_OK;
+	}
+	if (mk_sr_open(&r, fd, fd ? input : "stdin", MK_SR_NO_VERIFY, &err))
 		cli_fail(&err);
-	if (!verify)
-		printf("mk stream %d.%d\n", MK_STREAM_MAJOR, MK_STREAM_MINOR);
+	printf("mk stream %d.%d\n", MK_STREAM_MAJOR, MK_STREAM_MINOR);
 	while ((rc = mk_sr_next(r, &f, &err)) > 0) {
 		uint32_t crc;
 		memcpy(&crc, f.wire + 24, 4);
-		nframes++;
-		nbytes += f.wire_len;
 		if (!f.csum_ok)
 			bad = true;
-		if (!verify)
-			printf("#%llu %s %s len=%llu%s raw=%llu crc32c=%08x%s", (unsigned long long)f.index, f.type,
-			       f.critical ? "critical" : "ancillary", (unsigned long long)f.len,
-			       (f.flags & MK_FRAME_F_ZSTD) ? " zstd" : "", (unsigned long long)f.raw_len,
-			       crc, f.csum_ok ? "" : " CHECKSUM-MISMATCH");
+		printf("#%llu %s %s len=%llu%s raw=%llu crc32c=%08x%s", (unsigned long long)f.index, f.type,
+		       f.critical ? "critical" : "ancillary", (unsigned long long)f.len,
+		       (f.flags & MK_FRAME_F_ZSTD) ? " zstd" : "", (unsigned long long)f.raw_len,
+		       crc, f.csum_ok ? "" : " CHECKSUM-MISMATCH");
 		if (!strcmp(f.type, MK_FT_HEAD)) {
 			mk_manifest_free(man);
 			man = NULL;
-			free(got);
-			got = NULL;
 			if (mk_manifest_decode(f.payload, f.payload_len, &man, &err)) {
 				mk_err_prefix(&err, "frame #%llu: ", (unsigned long long)f.index);
 				cli_fail(&err);
 			}
-			got = calloc(man->ntensors + 1, sizeof(*got));
-			if (!got)
-				abort();
-			if (!verify) {
-				printf(" kind=%s producer=\"%s\" chunk=%llu tensors=%zu files=%zu\n", man->kind,
-				       man->producer, (unsigned long long)man->chunk_bytes, man->ntensors,
-				       man->nfiles);
-				if (verbose) {
-					printf("  %.*s\n", (int)f.payload_len, (const char *)f.payload);
-					for (size_t i = 0; i < man->ntensors; i++) {
-						printf("  tensor %zu %s %s ", i, man->tensors[i].name,
-						       mk_dtype_name(man->tensors[i].dtype));
-						print_shape(man->tensors[i].shape, man->tensors[i].ndim);
-						printf(" %llu bytes\n", (unsigned long long)man->tensors[i].nbytes);
-					}
+			printf(" kind=%s producer=\"%s\" chunk=%llu tensors=%zu files=%zu\n", man->kind,
+			       man->producer, (unsigned long long)man->chunk_bytes, man->ntensors, man->nfiles);
+			if (verbose) {
+				printf("  %.*s\n", (int)f.payload_len, (const char *)f.payload);
+				for (size_t i = 0; i < man->ntensors; i++) {
+					printf("  tensor %zu %s %s ", i, man->tensors[i].name,
+					       mk_dtype_name(man->tensors[i].dtype));
+					print_shape(man->tensors[i].shape, man->tensors[i].ndim);
+					printf(" %llu bytes\n", (unsigned long long)man->tensors[i].nbytes);
 				}
 			}
 		} else if (!strcmp(f.type, MK_FT_FILE)) {
@@ -127,8 +138,7 @@ int main(int argc, char **argv)
 				mk_err_prefix(&err, "frame #%llu: ", (unsigned long long)f.index);
 				cli_fail(&err);
 			}
-			if (!verify)
-				printf(" name=%s mode=%04o size=%zu\n", ff.name, ff.mode, ff.len);
+			printf(" name=%s mode=%04o size=%zu\n", ff.name, ff.mode, ff.len);
 			free(ff.name);
 		} else if (!strcmp(f.type, MK_FT_DATA) || !strcmp(f.type, MK_FT_INPT)) {
 			struct mk_chunk ch;
@@ -137,54 +147,28 @@ int main(int argc, char **argv)
 				mk_err_prefix(&err, "frame #%llu: ", (unsigned long long)f.index);
 				cli_fail(&err);
 			}
-			if (!strcmp(f.type, MK_FT_DATA) && man) {
-				if (ch.id >= man->ntensors || ch.elem_begin != got[ch.id] ||
-				    ch.dtype != man->tensors[ch.id].dtype ||
-				    ch.elem_count > man->tensors[ch.id].nelem - got[ch.id]) {
-					mk_err_set(&err, MK_ECORRUPT,
-						   "frame #%llu: chunk of tensor %u does not fit the manifest or arrives out of order",
-						   (unsigned long long)f.index, ch.id);
-					cli_fail(&err);
-				}
-				got[ch.id] += ch.elem_count;
+			if (!strcmp(f.type, MK_FT_DATA) && man && ch.id < man->ntensors)
 				name = man->tensors[ch.id].name;
-			}
-			if (!verify) {
-				printf(" id=%u", ch.id);
-				if (!strcmp(f.type, MK_FT_INPT))
-					printf(" input=%u pass=%u", ch.input, ch.pass);
-				printf(" tensor=%s dtype=%s rows=[%llu,%llu) elems=[%llu,%llu) data-crc32c=%08x\n", name,
-				       mk_dtype_name(ch.dtype), (unsigned long long)ch.row_begin,
-				       (unsigned long long)(ch.row_begin + ch.row_count),
-				       (unsigned long long)ch.elem_begin,
-				       (unsigned long long)(ch.elem_begin + ch.elem_count),
-				       mk_crc32c(0, ch.data, ch.data_len));
-			}
-		} else if (!verify && !strcmp(f.type, MK_FT_JOB)) {
+			printf(" id=%u", ch.id);
+			if (!strcmp(f.type, MK_FT_INPT))
+				printf(" input=%u pass=%u", ch.input, ch.pass);
+			printf(" tensor=%s dtype=%s rows=[%llu,%llu) elems=[%llu,%llu) data-crc32c=%08x\n", name,
+			       mk_dtype_name(ch.dtype), (unsigned long long)ch.row_begin,
+			       (unsigned long long)(ch.row_begin + ch.row_count), (unsigned long long)ch.elem_begin,
+			       (unsigned long long)(ch.elem_begin + ch.elem_count), mk_crc32c(0, ch.data, ch.data_len));
+		} else if (!strcmp(f.type, MK_FT_JOB)) {
 			printf(" %.*s\n", (int)f.payload_len, (const char *)f.payload); /* small JSON */
-		} else if (!verify) {
+		} else {
 			printf(" %.*s\n", (int)(f.payload_len > 200 ? 200 : f.payload_len), (const char *)f.payload);
 		}
 	}
 	if (rc < 0)
 		cli_fail(&err);
-	if (verify && man && !strcmp(man->kind, "tensors"))
-		for (size_t i = 0; i < man->ntensors; i++)
-			if (got[i] != man->tensors[i].nelem) {
-				mk_err_set(&err, MK_ECORRUPT, "tensor '%s' incomplete: %llu of %llu elements",
-					   man->tensors[i].name, (unsigned long long)got[i],
-					   (unsigned long long)man->tensors[i].nelem);
-				cli_fail(&err);
-			}
 	if (bad) {
 		mk_err_set(&err, MK_ECORRUPT, "checksum mismatch in the stream");
 		cli_fail(&err);
 	}
-	if (verify)
-		printf("ok: %llu frames, %llu bytes, %zu tensors\n", (unsigned long long)nframes,
-		       (unsigned long long)nbytes, man ? man->ntensors : 0);
 	mk_manifest_free(man);
-	free(got);
 	mk_sr_free(r);
 	cli_close_stdout();
 	return EXIT_OK;

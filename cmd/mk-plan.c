@@ -35,7 +35,6 @@ static void usage(void)
 	       "      --max-memory SIZE    the merge memory budget recorded in the plan\n"
 	       "      --spill              jobs over the budget are sent once; mk-merge --spill DIR\n"
 	       "                           replays their statistics passes from a local file\n"
-	       "      --chunk-size SIZE    the chunk size recorded in the plan (default 4MiB)\n"
 	       "  -f, --force              write the binary plan even to a terminal\n"
 	       "  -v, --verbose            say more; -q, --quiet: say less (warnings too)\n"
 	       "  -h, --help               show this help and exit\n"
@@ -49,8 +48,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-	enum { O_EXPLAIN = 256, O_NAME, O_CRIMES, O_COPY_TOK, O_NO_COPY_TOK, O_CARD, O_NO_CARD, O_SEED, O_MEM, O_SPILL,
-	       O_CHUNK };
+	enum { O_EXPLAIN = 256, O_NAME, O_CRIMES, O_COPY_TOK, O_NO_COPY_TOK, O_CARD, O_NO_CARD, O_SEED, O_MEM, O_SPILL };
 	static const struct option longopts[] = {
 		{ "plugin", required_argument, NULL, 'P' },
 		{ "output", required_argument, NULL, 'o' },
@@ -64,7 +62,6 @@ int main(int argc, char **argv)
 		{ "random-seed", required_argument, NULL, O_SEED },
 		{ "max-memory", required_argument, NULL, O_MEM },
 		{ "spill", no_argument, NULL, O_SPILL },
-		{ "chunk-size", required_argument, NULL, O_CHUNK },
 		{ "force", no_argument, NULL, 'f' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -72,8 +69,7 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
-	struct mk_plan_opts o = { .copy_tokenizer = true, .write_card = true,
-				  .chunk_bytes = MK_READER_DEFAULT_CHUNK };
+	struct mk_plan_opts o = { .copy_tokenizer = true, .write_card = true };
 	struct mk_plan *plan = NULL;
 	struct mk_diags d;
 	struct mk_err err = { 0 };
@@ -82,7 +78,6 @@ int main(int argc, char **argv)
 	uint8_t *text = NULL;
 	size_t len = 0;
 	int c, fd = 1, rc;
-	uint64_t v;
 
 	cli_init("mk-plan");
 	if (mk_plugin_load_env(&err))
@@ -107,11 +102,6 @@ int main(int argc, char **argv)
 		case O_MEM:
 			if (mk_size_parse(optarg, &o.budget))
 				cli_usage_error("--max-memory: expected a size like 8G or 512MiB, not '%s'", optarg);
-			break;
-		case O_CHUNK:
-			if (mk_size_parse(optarg, &v) || v < 1024 || v > (1u << 30))
-				cli_usage_error("--chunk-size: expected a size from 1KiB to 1GiB, not '%s'", optarg);
-			o.chunk_bytes = v;
 			break;
 		case 'f': force = true; break;
 		case 'v': cli_verbose++; break;

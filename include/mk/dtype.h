@@ -64,6 +64,31 @@ int mk_dtype_nbytes(enum mk_dtype dt, uint64_t nelem, uint64_t *out);
  * tensor are multiples of this. */
 unsigned mk_dtype_elem_granule(enum mk_dtype dt);
 
+/* ---- tensor descriptors ----
+ * What a tensor is, without its data: element type and shape (dim 0 is
+ * the row axis the stream chunks over).  The safetensors reader, the
+ * stream's manifest and job inputs and the method API all describe
+ * tensors with it. */
+#define MK_MAX_DIMS 8
+struct mk_tensor_desc {
+	enum mk_dtype dtype;
+	unsigned ndim;                  /* 0 for a scalar */
+	uint64_t shape[MK_MAX_DIMS];
+};
+
+/* Elements of a shape (1 for ndim 0).  Returns 0 and sets *out, or -1
+ * when the product overflows 64 bits or ndim > MK_MAX_DIMS. */
+int mk_shape_nelem(unsigned ndim, const uint64_t *shape, uint64_t *out);
+/* Elements per dim-0 row: the product of dims 1.. (1 for ndim <= 1).
+ * The caller has checked the shape with mk_shape_nelem. */
+uint64_t mk_shape_row_len(unsigned ndim, const uint64_t *shape);
+/* The same for a descriptor; mk_tensor_desc_nbytes also checks that the
+ * elements fill whole bytes (mk_dtype_nbytes). */
+int mk_tensor_desc_nelem(const struct mk_tensor_desc *d, uint64_t *out);
+int mk_tensor_desc_nbytes(const struct mk_tensor_desc *d, uint64_t *out);
+/* Same dtype, rank and dims. */
+bool mk_tensor_desc_equal(const struct mk_tensor_desc *a, const struct mk_tensor_desc *b);
+
 /* ---- scalar conversions (torch semantics: RNE, NaN kept NaN) ---- */
 float mk_bf16_to_f32(uint16_t h);
 uint16_t mk_f32_to_bf16(float f);

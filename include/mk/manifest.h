@@ -1,23 +1,28 @@
 /* manifest.h - the HEAD frame: what a stream carries.
  *
- * The HEAD payload is one JSON object (mk-stream(5)):
+ * The HEAD payload is one JSON object (mk-stream(5)), decoded into
+ * struct mk_manifest and encoded from it; no stage reads HEAD JSON by key.
  *   {"kind": "tensors" | "plan" | "inputs",
  *    "producer": "mk-fetch 0.1.0",
- *    "chunk_bytes": 4194304,
+ *    "chunk_bytes": 4194304,                 streams with chunks only
+ *    "models": [{"ref": ..., "shards": [{"name", "size",
+ *                "header_sha256"}]}],        plan and inputs (and the
+ *    "seed": 0, "plugins": [{"name", "abi",   tensors stream mk-merge
+ *    "spec_sha256"}], "jobs": 21,            writes from them)
+ *    "held_bytes_max": 0, "spilled_jobs": 0,
  *    "tensors": [{"name": ..., "dtype": "BF16", "shape": [..]}, ...],
- *    "files": [{"name": "config.json", "size": 663}, ...],
- *    "models": [...], "seed": 0, "budget": 0, "plugins": [...]}
+ *    "files": [{"name": "config.json", "size": 663}, ...]}
  * "tensors" is the output manifest, in write order.  Keys this version
- * does not use are kept (mk_manifest.json) and passed on.
+ * does not know are kept (extra) and passed on after the known ones.
  */
 #ifndef MK_MANIFEST_H
 #define MK_MANIFEST_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "mk/dtype.h"
 #include "mk/err.h"
-#include "mk/safetensors.h"
 
 struct mk_manifest_tensor {
 	char *name;
@@ -32,15 +37,47 @@ struct mk_manifest_file {
 	uint64_t size;
 };
 
+/* The plan's model table: each model as the configuration names it, and
+ * the shards mk-plan read, so that mk-fetch can refuse other files. */
+struct mk_plan_shard {
+	char *name;                  /* file name in the model directory */
+	uint64_t size;
+	uint8_t header_sha256[32];
+};
+struct mk_plan_model {
+	char *ref;                   /* as written in the configuration */
+	size_t nshards;
+	struct mk_plan_shard *shards;
+};
+
+/* A method from a plugin that the plan uses: mk-merge must load the same. */
+struct mk_plan_plugin {
+	char *name;
+	unsigned abi;
+	char spec_sha256[65];        /* lower-case hex */
+};
+
 struct mk_manifest {
 	char *kind;            /* "tensors", "plan", "inputs" */
 	char *producer;
-	uint64_t chunk_bytes;
+	uint64_t chunk_bytes;  /* the chunk size its producer cut at; 0 in a
+				  plan (mk-fetch chooses it) */
 	size_t ntensors;
 	struct mk_manifest_tensor *tensors;
 	size_t nfiles;
 	struct mk_manifest_file *files;
-	void *json;            /* the whole object (json_t *), owned */
+	/* from the plan: present in plan and inputs streams, and carried on
+	 * by mk-merge into its tensors stream */
+	bool planned;          /* the fields below are set (and encoded) */
+	size_t nmodels;
+	struct mk_plan_model *models;
+	uint64_t seed;         /* the random methods' seed */
+	size_t nplugins;
+	struct mk_plan_plugin *plugins;
+	uint64_t njobs;        /* JOB frames that follow ("jobs") */
+	uint64_t held_bytes_max; /* largest job mk-merge holds in memory */
+	uint64_t spilled_jobs; /* jobs mk-merge replays from --spill DIR */
+	void *extra;           /* unknown keys (json_t *), owned */
 };
 
 struct mk_manifest *mk_manifest_new(const char *kind, const char *producer);
@@ -50,17 +87,31 @@ int mk_manifest_add_tensor(struct mk_manifest *m, const char *name,
 			   const uint64_t *shape, struct mk_err *err);
 int mk_manifest_add_file(struct mk_manifest *m, const char *name,
 			 uint64_t size, struct mk_err *err);
-/* Serialise to compact JSON (malloc'ed, not NUL-counted in *len). */
+/* Append a model to the table (ref copied, no shards yet) / a shard to
+ * the last model / a plugin entry; each sets planned. */
+int mk_manifest_add_model(struct mk_manifest *m, const char *ref, struct mk_err *err);
+int mk_manifest_add_shard(struct mk_manifest *m, const char *name, uint64_t size,
+			  const uint8_t header_sha256[32], struct mk_err *err);
+int mk_manifest_add_plugin(struct mk_manifest *m, const char *name, unsigned abi,
+			   const char *spec_sha256, struct mk_err *err);
+/* Set kind and producer (copied), e.g. when a stage re-emits the HEAD. */
+int mk_manifest_set_kind(struct mk_manifest *m, const char *kind, const char *producer,
+			 struct mk_err *err);
+/* Serialise to compact JSON (malloc'ed, not NUL-counted in *len).  The
+ * typed fields first, in the order above, then the extra keys. */
 int mk_manifest_encode(const struct mk_manifest *m, char **out, size_t *len,
 		       struct mk_err *err);
-/* Parse a HEAD payload; checks names unique, dtypes known, sizes. */
+/* Parse a HEAD payload and check it whole: the kind is known, tensor
+ * names unique with known dtypes and computable sizes, file names valid,
+ * a plan or inputs stream has its model table, every model and plugin
+ * entry is complete. */
 int mk_manifest_decode(const void *buf, size_t len, struct mk_manifest **out,
 		       struct mk_err *err);
 void mk_manifest_free(struct mk_manifest *m);
 struct mk_stream_reader;
 struct mk_frame;
 /* Read a stream up to its first critical frame, which must be a HEAD of
- * kind `kind`, and decode it.  Ancillary frames before it are skipped.
+ * kind `kind` (NULL: any kind), and decode it.  Ancillary frames before it are skipped.
  * *f is the HEAD frame (valid until the next mk_sr_next).  `need` says
  * what the reader wants, for the message on another kind (e.g. "mk-pack
  * writes a 'tensors' stream (from mk-fetch --model or mk-merge)"). */

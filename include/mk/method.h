@@ -61,7 +61,6 @@
 #include <stdint.h>
 #include "mk/dtype.h"
 #include "mk/err.h"
-#include "mk/safetensors.h"   /* MK_MAX_DIMS */
 
 /* Bumped whenever struct mk_method, the job structs or the kernels'
  * signatures change incompatibly.  mk_method_register refuses others. */
@@ -151,12 +150,6 @@ struct mk_contract {
 };
 
 /* ------------------------------------------------------------------ jobs */
-
-struct mk_tensor_desc {
-	enum mk_dtype dtype;
-	unsigned ndim;
-	uint64_t shape[MK_MAX_DIMS];
-};
 
 /* What the planner knows about one output tensor before any data: the
  * caller owns every pointer. */

@@ -1,21 +1,21 @@
-/* plan.h - plan jobs and the plan's model table, as they travel in the
- * stream (JOB frames and the HEAD's "models"; see mk-stream(5)).
+/* plan.h - JOB frames: one plan job each (see mk-stream(5)), decoded into
+ * struct mk_plan_job and encoded from it; no stage reads JOB JSON by key.
  *
  * A job makes one output tensor (manifest index `output`) from `ninputs`
  * input tensors with a merge method.  Its JSON form:
  *   {"id": 7, "output": 7, "method": "linear",
  *    "inputs": [{"model": 0, "tensor": "model.norm.weight",
  *                "dtype": "BF16", "shape": [64]}, ...],
- *    "base": 0 | null, "passes": 0, "sends": 1,
- *    "params": {"global": {"t": 0.5}, "inputs": [{"weight": 1.0}, ...]},
- *    ...}
+ *    "base": 0 | null, "passes": 0, "sends": 1, "is_embed": false,
+ *    "params": {"global": {"t": 0.5}, "inputs": [{"weight": 1.0}, ...]}}
  * `passes` is the method's number of statistics passes; `sends` how many
  * times mk-fetch streams the inputs (1 when mk-merge holds the job in
  * memory, passes + 1 when it does not).  "spill": true (with sends 1 and
  * passes > 0): the job does not fit the merge budget and mk-merge replays
  * the inputs from a local file (mk-merge --spill DIR) instead of having
- * them sent again.  Keys a reader does not know are
- * kept (json) and passed on.
+ * them sent again.  "check_equal": true (passthrough only): the inputs
+ * are not merged but must be equal, input 0 is the output.  Keys a reader
+ * does not know are kept (extra) and passed on.
  */
 #ifndef MK_PLAN_H
 #define MK_PLAN_H
@@ -26,7 +26,7 @@
 #include "mk/dtype.h"
 #include "mk/err.h"
 #include "mk/manifest.h"
-#include "mk/safetensors.h"
+#include "mk/method.h"
 
 struct mk_plan_input {
 	size_t model;                /* index in the plan's model table */
@@ -50,6 +50,16 @@ struct mk_plan_input {
 	char *assembly;               /* the kind, or NULL */
 };
 
+/* A resolved parameter value, by the method's parameter name. */
+struct mk_job_param {
+	char *name;
+	struct mk_pval value;
+};
+struct mk_job_params {
+	size_t n;
+	struct mk_job_param *p;
+};
+
 struct mk_plan_job {
 	uint32_t id;
 	size_t output;               /* index in the manifest */
@@ -59,38 +69,30 @@ struct mk_plan_job {
 	long base;                   /* input index of the base, or -1 */
 	unsigned passes, sends;
 	bool spill;                  /* sent once, replayed from a spill file */
-	void *json;                  /* the whole object (json_t *), owned */
+	bool is_embed;               /* an embedding matrix (rows are tokens) */
+	bool check_equal;            /* passthrough of inputs that must agree */
+	struct mk_job_params global; /* "params": {"global": ...} */
+	struct mk_job_params *input_params; /* ninputs entries ("inputs") */
+	void *extra;                 /* unknown keys (json_t *), owned */
 };
 
-/* Parse a JOB payload; checks types, that sends is 1 or passes + 1 and
- * that the inputs' byte sizes are computable. */
-int mk_plan_job_decode(const void *buf, size_t len, struct mk_plan_job **out,
-		  struct mk_err *err);
-/* Serialise (compact JSON, malloc'ed).  Fields of the struct win over
- * keys of the same name in json. */
+/* Parse a JOB payload and check it whole: types, sends is 1 or passes
+ * + 1, the base is one of the inputs, the inputs' byte sizes are
+ * computable, per-input parameters for every input, check_equal only
+ * with passthrough; and, against the stream's HEAD: the output is in the
+ * manifest and every input's model in the model table.  head may be NULL
+ * only where no stream is at hand (then those two are not checked). */
+int mk_plan_job_decode(const void *buf, size_t len, const struct mk_manifest *head,
+		       struct mk_plan_job **out, struct mk_err *err);
+/* Serialise (compact JSON, malloc'ed). */
 int mk_plan_job_encode(const struct mk_plan_job *j, char **out, size_t *len,
-		  struct mk_err *err);
+		       struct mk_err *err);
+/* A new job with n zeroed inputs and their parameter lists; NULL when out
+ * of memory. */
+struct mk_plan_job *mk_plan_job_new(size_t ninputs);
+/* Append a parameter (name copied). */
+int mk_job_params_add(struct mk_job_params *ps, const char *name, struct mk_pval v,
+		      struct mk_err *err);
 void mk_plan_job_free(struct mk_plan_job *j);
-
-/* The plan's model table (HEAD "models"). */
-struct mk_plan_shard {
-	char *name;                  /* file name in the model directory */
-	uint64_t size;
-	uint8_t header_sha256[32];
-};
-struct mk_plan_model {
-	char *ref;                   /* as written in the configuration */
-	size_t nshards;
-	struct mk_plan_shard *shards;
-};
-struct mk_plan_models {
-	size_t n;
-	struct mk_plan_model *m;
-};
-
-/* Read the model table from a decoded HEAD (kind plan or inputs). */
-int mk_plan_models_decode(const struct mk_manifest *head,
-			  struct mk_plan_models **out, struct mk_err *err);
-void mk_plan_models_free(struct mk_plan_models *pm);
 
 #endif

@@ -33,7 +33,6 @@ struct mk_plan_opts {
 	uint64_t budget;             /* merge memory budget in bytes (0: none) */
 	bool spill;                  /* jobs over the budget: sent once, mk-merge
 					replays them from a local file (--spill) */
-	uint64_t chunk_bytes;        /* recorded in the HEAD */
 };
 
 struct mk_plan;

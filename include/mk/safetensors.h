@@ -25,7 +25,6 @@
 #include "mk/err.h"
 
 #define MK_ST_MAX_HEADER 100000000ULL /* the reference's MAX_HEADER_SIZE */
-#define MK_MAX_DIMS 8
 
 struct mk_st_tensor {
 	char *name;                  /* owned by the containing mk_st_file */

@@ -2,7 +2,7 @@
  *
  * A stream is a 16-byte prelude followed by frames:
  *
- *   prelude  magic "\x89MKS\r\n\x1a\n", u16 major = 1, u16 minor = 0,
+ *   prelude  magic "\x89MKS\r\n\x1a\n", u16 major = 1, u16 minor = 1,
  *            u32 reserved (0)
  *   frame    32-byte header, then `len` payload bytes:
  *              0  type[4]   four ASCII letters; critical if the first is
@@ -34,7 +34,7 @@
 
 #define MK_STREAM_MAGIC "\x89MKS\r\n\x1a\n"
 #define MK_STREAM_MAJOR 1
-#define MK_STREAM_MINOR 0
+#define MK_STREAM_MINOR 1
 #define MK_STREAM_PRELUDE 16
 #define MK_FRAME_HDR 32
 #define MK_FRAME_MAX (1ull << 31)   /* largest payload a reader accepts */
@@ -69,6 +69,17 @@ void mk_chunk_encode(const struct mk_chunk *c, uint8_t out[MK_CHUNK_HDR]);
 /* Decode a DATA/INPT payload; checks data_len == bytes of elem_count. */
 int mk_chunk_decode(const uint8_t *payload, size_t len, struct mk_chunk *c,
 		    struct mk_err *err);
+
+/* Check a decoded chunk against what it belongs to: a DATA chunk against
+ * the HEAD's manifest (the tensor exists, has the chunk's dtype, and the
+ * chunk's elements lie inside it), an INPT chunk against its job (the
+ * input exists, the pass is one the job sends, dtype and elements fit the
+ * input).  Both check that the row fields are the rows the elements
+ * touch.  Messages name the tensor or job. */
+struct mk_manifest;
+struct mk_plan_job;
+int mk_chunk_check_data(const struct mk_manifest *head, const struct mk_chunk *c, struct mk_err *err);
+int mk_chunk_check_input(const struct mk_plan_job *j, const struct mk_chunk *c, struct mk_err *err);
 
 /* ---- splitting a tensor into chunks over dim-0 rows ----
  * Rows are grouped so a chunk holds at most max_bytes; a row longer than

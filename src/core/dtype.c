@@ -78,3 +78,49 @@ unsigned mk_dtype_elem_granule(enum mk_dtype dt)
 	default: return 1;
 	}
 }
+
+int mk_shape_nelem(unsigned ndim, const uint64_t *shape, uint64_t *out)
+{
+	uint64_t n = 1;
+
+	if (ndim > MK_MAX_DIMS)
+		return -1;
+	for (unsigned d = 0; d < ndim; d++)
+		if (__builtin_mul_overflow(n, shape[d], &n))
+			return -1;
+	*out = n;
+	return 0;
+}
+
+uint64_t mk_shape_row_len(unsigned ndim, const uint64_t *shape)
+{
+	uint64_t n = 1;
+
+	for (unsigned d = 1; d < ndim; d++)
+		n *= shape[d];
+	return n;
+}
+
+int mk_tensor_desc_nelem(const struct mk_tensor_desc *d, uint64_t *out)
+{
+	return mk_shape_nelem(d->ndim, d->shape, out);
+}
+
+int mk_tensor_desc_nbytes(const struct mk_tensor_desc *d, uint64_t *out)
+{
+	uint64_t n;
+
+	if (mk_tensor_desc_nelem(d, &n))
+		return -1;
+	return mk_dtype_nbytes(d->dtype, n, out);
+}
+
+bool mk_tensor_desc_equal(const struct mk_tensor_desc *a, const struct mk_tensor_desc *b)
+{
+	if (a->dtype != b->dtype || a->ndim != b->ndim)
+		return false;
+	for (unsigned d = 0; d < a->ndim; d++)
+		if (a->shape[d] != b->shape[d])
+			return false;
+	return true;
+}

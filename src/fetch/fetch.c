@@ -51,7 +51,7 @@ struct fetch {
 static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 {
 	struct fetch *f = ctx;
-	struct mk_chunk c;
+	struct mk_chunk c = { 0 };   /* input and pass stay 0 in DATA */
 
 	for (;;) {
 		if (f->cur >= f->ntensors)

@@ -185,14 +185,16 @@ static int pass_held(struct mk_stream_writer *w, const struct held *h, struct mk
 	return mk_sw_pass(w, &f, err);
 }
 
-static int check_models(const struct mk_plan_models *pm, struct mk_model **models, struct mk_err *err)
+static int check_models(const struct mk_manifest *head, struct mk_model **models, struct mk_err *err)
 {
-	for (size_t i = 0; i < pm->n; i++) {
-		int rc = mk_model_open(pm->m[i].ref, &models[i], err);
+	const struct mk_plan_model *pm = head->models;
+
+	for (size_t i = 0; i < head->nmodels; i++) {
+		int rc = mk_model_open(pm[i].ref, &models[i], err);
 		if (rc)
 			return rc;
-		for (size_t s = 0; s < pm->m[i].nshards; s++) {
-			const struct mk_plan_shard *ps = &pm->m[i].shards[s];
+		for (size_t s = 0; s < pm[i].nshards; s++) {
+			const struct mk_plan_shard *ps = &pm[i].shards[s];
 			const struct mk_st_file *f = NULL;
 			for (size_t k = 0; k < models[i]->nshards; k++)
 				if (!strcmp(models[i]->shard_names[k], ps->name))
@@ -200,11 +202,11 @@ static int check_models(const struct mk_plan_models *pm, struct mk_model **model
 			if (!f)
 				return mk_err_set(err, MK_EMISMATCH,
 						  "model '%s': shard '%s' of the plan is not in %s: the model changed since mk-plan ran; run mk-plan again",
-						  pm->m[i].ref, ps->name, models[i]->dir);
+						  pm[i].ref, ps->name, models[i]->dir);
 			if (f->file_size != ps->size || memcmp(f->header_hash, ps->header_sha256, 32))
 				return mk_err_set(err, MK_EMISMATCH,
 						  "model '%s': shard '%s' differs from the plan (%llu bytes, the plan says %llu%s); run mk-plan again",
-						  pm->m[i].ref, ps->name, (unsigned long long)f->file_size,
+						  pm[i].ref, ps->name, (unsigned long long)f->file_size,
 						  (unsigned long long)ps->size,
 						  f->file_size == ps->size ? ", and the header hash differs" : "");
 		}
@@ -219,7 +221,6 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	struct mk_stream_writer *w = NULL;
 	struct mk_reader *rd = NULL;
 	struct mk_manifest *head = NULL;
-	struct mk_plan_models *pm = NULL;
 	struct mk_model **models = NULL;
 	struct held *frames = NULL, *jobframes = NULL;
 	size_t nframes = 0, njf = 0, written = 0;
@@ -241,16 +242,13 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	rc = mk_sr_head(r, label, "plan", "mk-fetch reads a 'plan' (from mk-plan)", &head, &f, err);
 	if (rc)
 		goto out;
-	rc = mk_plan_models_decode(head, &pm, err);
-	if (rc)
-		goto out;
-	models = calloc(pm->n + 1, sizeof(*models));
-	fds = calloc(pm->n + 1, sizeof(*fds));
+	models = calloc(head->nmodels + 1, sizeof(*models));
+	fds = calloc(head->nmodels + 1, sizeof(*fds));
 	if (!models || !fds) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	rc = check_models(pm, models, err);
+	rc = check_models(head, models, err);
 	if (rc)
 		goto out;
 	/* the rest of the plan: files, jobs, notes */
@@ -259,7 +257,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 			continue;
 		if (!strcmp(f.type, MK_FT_JOB)) {
 			struct mk_plan_job *jb;
-			rc = mk_plan_job_decode(f.payload, f.payload_len, &jb, err);
+			rc = mk_plan_job_decode(f.payload, f.payload_len, head, &jb, err);
 			if (rc) {
 				mk_err_prefix(err, "%s: frame #%llu: ", label, (unsigned long long)f.index);
 				goto out;
@@ -284,8 +282,13 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	}
 	if (rc < 0)
 		goto out;
+	if (p.njobs != head->njobs) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: the HEAD announces %llu jobs, the plan has %zu", label,
+				(unsigned long long)head->njobs, p.njobs);
+		goto out;
+	}
 	/* open shards once; place every job input */
-	for (size_t m = 0; m < pm->n; m++) {
+	for (size_t m = 0; m < head->nmodels; m++) {
 		rc = mk_model_open_fds(models[m], &fds[m], err);
 		if (rc)
 			goto out;
@@ -303,19 +306,10 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			goto out;
 		}
-		if (jb->ninputs == 0) {
-			rc = mk_err_set(err, MK_EFORMAT, "job %u has no inputs", jb->id);
-			goto out;
-		}
 		for (size_t i = 0; i < jb->ninputs; i++) {
 			const struct mk_plan_input *in = &jb->inputs[i];
 			uint64_t rl = 1, at = 0;
 			size_t ns = in->nsources ? in->nsources : 1;
-			if (in->model >= pm->n) {
-				rc = mk_err_set(err, MK_EFORMAT, "job %u: input %zu names model #%zu, the plan has %zu",
-						jb->id, i, in->model, pm->n);
-				goto out;
-			}
 			struct src *sr = &p.src[j][i];
 			sr->seg = calloc(ns, sizeof(*sr->seg));
 			if (!sr->seg) {
@@ -333,7 +327,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 				if (!ok) {
 					rc = mk_err_set(err, MK_EMISMATCH,
 							"job %u: model '%s' %s tensor '%s' as the plan says (%s); run mk-plan again",
-							jb->id, pm->m[in->model].ref, mt ? "does not have" : "has no", name,
+							jb->id, head->models[in->model].ref, mt ? "does not have" : "has no", name,
 							mt ? "dtype or shape differs" : "missing");
 					goto out;
 				}
@@ -359,16 +353,10 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		}
 	}
 	/* write: HEAD (kind inputs), files and notes, then jobs with chunks */
-	free(head->kind);
-	free(head->producer);
-	head->kind = strdup("inputs");
-	head->producer = strdup("mk-fetch " MK_VERSION);
+	rc = mk_manifest_set_kind(head, "inputs", "mk-fetch " MK_VERSION, err);
 	head->chunk_bytes = p.chunk_bytes;
-	if (!head->kind || !head->producer) {
-		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-		goto out;
-	}
-	rc = mk_manifest_encode(head, &hjson, &hlen, err);
+	if (!rc)
+		rc = mk_manifest_encode(head, &hjson, &hlen, err);
 	if (!rc)
 		rc = mk_sw_open(&w, out_fd, o->compress_level, err);
 	if (!rc)
@@ -458,7 +446,7 @@ out:
 	}
 	free(p.src);
 	free(p.jobs);
-	for (size_t m = 0; pm && m < pm->n; m++) {
+	for (size_t m = 0; head && m < head->nmodels; m++) {
 		if (fds && models && models[m])
 			mk_model_close_fds(models[m], fds[m]);
 		if (models)
@@ -466,7 +454,6 @@ out:
 	}
 	free(fds);
 	free(models);
-	mk_plan_models_free(pm);
 	mk_manifest_free(head);
 	return rc;
 }

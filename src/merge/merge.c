@@ -286,49 +286,24 @@ static int grow_in(struct pool *pl, void **p, size_t *cap, size_t need)
 }
 #define grow(p, cap, need) grow_in(r->pool, (p), (cap), (need))
 
-static int json_to_pval(json_t *v, struct mk_pval *out)
-{
-	if (json_is_boolean(v))
-		*out = mk_pval_bool(json_is_true(v));
-	else if (json_is_integer(v))
-		*out = mk_pval_int(json_integer_value(v));
-	else if (json_is_real(v))
-		*out = mk_pval_float(json_real_value(v));
-	else if (json_is_null(v))
-		out->set = false;
-	else
-		return -1;
-	return 0;
-}
-
-/* params {"global": {...}, "inputs": [{...}, ...]} -> pval arrays */
+/* the job's named parameters -> the method's pval arrays */
 static int load_params(struct run *r, struct mk_err *err)
 {
-	json_t *ps = json_object_get(r->pj->json, "params");
-	json_t *g = ps ? json_object_get(ps, "global") : NULL, *ins = ps ? json_object_get(ps, "inputs") : NULL;
 	size_t np = r->m->nparams, n = r->pj->ninputs;
-	const char *key;
-	json_t *v;
 
 	r->gvals = calloc(np ? np : 1, sizeof(*r->gvals));
 	r->ivals = calloc((np ? np : 1) * (n ? n : 1), sizeof(*r->ivals));
 	if (!r->gvals || !r->ivals)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	json_object_foreach(g, key, v) {
-		int p = mk_method_param_index(r->m, key);
-		if (p < 0 || json_to_pval(v, &r->gvals[p]))
-			return mk_err_set(err, MK_EFORMAT, "job %u (%s): parameter '%s' is not one of %s's", r->pj->id,
-					  r->name, key, r->m->name);
-	}
-	if (ins && (!json_is_array(ins) || json_array_size(ins) != n))
-		return mk_err_set(err, MK_EFORMAT, "job %u: per-input parameters for %zu inputs, the job has %zu",
-				  r->pj->id, json_array_size(ins), n);
-	for (size_t i = 0; ins && i < n; i++) {
-		json_object_foreach(json_array_get(ins, i), key, v) {
-			int p = mk_method_param_index(r->m, key);
-			if (p < 0 || json_to_pval(v, &r->ivals[i * np + (size_t)p]))
+	for (size_t i = 0; i <= n; i++) {
+		const struct mk_job_params *ps = i == 0 ? &r->pj->global : &r->pj->input_params[i - 1];
+		struct mk_pval *vals = i == 0 ? r->gvals : &r->ivals[(i - 1) * np];
+		for (size_t k = 0; k < ps->n; k++) {
+			int p = mk_method_param_index(r->m, ps->p[k].name);
+			if (p < 0)
 				return mk_err_set(err, MK_EFORMAT, "job %u (%s): parameter '%s' is not one of %s's",
-						  r->pj->id, r->name, key, r->m->name);
+						  r->pj->id, r->name, ps->p[k].name, r->m->name);
+			vals[p] = ps->p[k].value;
 		}
 	}
 	return 0;
@@ -362,30 +337,14 @@ static void run_release(struct run *r)
 	r->gq = gq;
 }
 
-static int run_start(struct run *r, const struct mk_manifest *man, const struct mk_frame *f,
-		     unsigned threads, uint64_t budget, struct mk_err *err)
+/* The job r->pj as its method sees it: method, parameters, the method's
+ * job state (mk_job_init), checked against the manifest and the plan's
+ * sends.  Everything here depends on the JOB frame alone. */
+static int run_prepare(struct run *r, const struct mk_manifest *man, struct mk_err *err)
 {
-	json_t *emb, *seed = json_object_get(man->json, "seed");
 	int rc;
 
-	struct pool *pl = r->pool;
-	struct spill *sp = r->spill, *mem = r->mem;
-	struct mk_cuda_ctx *cx = r->cuda;
-	struct gpu_queue *gq = r->gq;
-	memset(r, 0, sizeof(*r));
-	r->pool = pl;
-	r->spill = sp;
-	r->mem = mem;
-	r->cuda = cx;
-	r->gq = gq;
-	r->seed = json_is_integer(seed) ? (uint64_t)json_integer_value(seed) : 0;
-	r->threads = threads;
-	rc = mk_plan_job_decode(f->payload, f->payload_len, &r->pj, err);
-	if (rc)
-		return mk_err_prefix(err, "frame #%llu: ", (unsigned long long)f->index);
-	if (r->pj->output >= man->ntensors)
-		return mk_err_set(err, MK_EFORMAT, "job %u: output #%zu is not in the manifest (%zu tensors)",
-				  r->pj->id, r->pj->output, man->ntensors);
+	r->seed = man->seed;
 	r->out_index = r->pj->output;
 	const struct mk_manifest_tensor *t = &man->tensors[r->out_index];
 	r->name = t->name;
@@ -404,12 +363,9 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 	rc = load_params(r, err);
 	if (rc)
 		return rc;
-	emb = json_object_get(r->pj->json, "is_embed");
-	r->check_equal = json_is_true(json_object_get(r->pj->json, "check_equal"));
-	if (r->check_equal && strcmp(r->m->name, "passthrough"))
-		return mk_err_set(err, MK_EFORMAT, "job %u (%s): check_equal goes with passthrough", r->pj->id, r->name);
+	r->check_equal = r->pj->check_equal;
 	/* check_equal: the method sees input 0; the others must equal it */
-	r->d = (struct mk_job_desc){ .tensor = r->name, .seed = r->seed, .is_embed = json_is_true(emb),
+	r->d = (struct mk_job_desc){ .tensor = r->name, .seed = r->seed, .is_embed = r->pj->is_embed,
 				     .ninputs = r->check_equal ? 1 : r->pj->ninputs,
 				     .base = r->check_equal ? -1 : (int)r->pj->base, .in = r->in,
 				     .global = r->gvals, .input = r->ivals };
@@ -439,6 +395,31 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 		return mk_err_set(err, MK_EUNSUPPORTED,
 				  "job %u (%s): %s needs %u statistics passes; the plan sends the inputs %u times",
 				  r->pj->id, r->name, r->m->name, r->job.npasses, r->pj->sends);
+	return 0;
+}
+
+static int run_start(struct run *r, const struct mk_manifest *man, const struct mk_frame *f,
+		     unsigned threads, uint64_t budget, struct mk_err *err)
+{
+	int rc;
+
+	struct pool *pl = r->pool;
+	struct spill *sp = r->spill, *mem = r->mem;
+	struct mk_cuda_ctx *cx = r->cuda;
+	struct gpu_queue *gq = r->gq;
+	memset(r, 0, sizeof(*r));
+	r->pool = pl;
+	r->spill = sp;
+	r->mem = mem;
+	r->cuda = cx;
+	r->gq = gq;
+	r->threads = threads;
+	rc = mk_plan_job_decode(f->payload, f->payload_len, man, &r->pj, err);
+	if (rc)
+		return mk_err_prefix(err, "frame #%llu: ", (unsigned long long)f->index);
+	rc = run_prepare(r, man, err);
+	if (rc)
+		return rc;
 	/* sent once but with statistics passes: replayed, from memory when
 	 * the plan holds the job (mk-plan checked it fits the budget), from
 	 * the spill file when it spills it */
@@ -702,12 +683,11 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 
 	if (rc)
 		return mk_err_prefix(err, "frame #%llu (INPT): ", (unsigned long long)f->index);
-	if (!r->pj || c.id != r->pj->id)
-		return mk_err_set(err, MK_EFORMAT, "frame #%llu: INPT for job %u outside its job", (unsigned long long)f->index,
+	if (!r->pj)
+		return mk_err_set(err, MK_EFORMAT, "frame #%llu: INPT for job %u before any JOB", (unsigned long long)f->index,
 				  c.id);
-	if (c.input >= r->pj->ninputs || c.pass >= r->pj->sends || c.dtype != r->pj->inputs[c.input].dtype)
-		return mk_err_set(err, MK_EFORMAT, "frame #%llu: INPT input %u pass %u does not fit job %u",
-				  (unsigned long long)f->index, c.input, c.pass, r->pj->id);
+	if ((rc = mk_chunk_check_input(r->pj, &c, err)))
+		return mk_err_prefix(err, "frame #%llu: ", (unsigned long long)f->index);
 	st->chunks_in++;
 	const void *stored = NULL;
 	if (r->rp && r->job.used[c.input] && (rc = spill_put(r->rp, &c, &stored, err)))
@@ -955,6 +935,66 @@ static int run_end(struct mk_stream_writer *w, struct run *r, struct mk_merge_st
 	return rc;
 }
 
+static int check_head(const struct mk_manifest *man, const char *label, const struct mk_merge_opts *o,
+		      struct mk_err *err);
+
+int mk_merge_job_check(const struct mk_manifest *head, const void *payload, size_t len, struct mk_plan_job **out,
+		       struct mk_err *err)
+{
+	struct run r = { 0 };
+	int rc;
+
+	*out = NULL;
+	rc = mk_plan_job_decode(payload, len, head, &r.pj, err);
+	if (!rc)
+		rc = run_prepare(&r, head, err);
+	if (!rc) {
+		*out = r.pj;
+		r.pj = NULL;
+	}
+	run_release(&r);
+	return rc;
+}
+
+int mk_merge_head_check(const struct mk_manifest *head, const char *label, struct mk_err *err)
+{
+	return check_head(head, label, NULL, err);
+}
+
+/* What mk-merge needs of an inputs stream's HEAD before any data: the
+ * plugins' methods loaded with the spec the plan used, the held jobs
+ * within the budget, a spill directory for spilled jobs. */
+static int check_head(const struct mk_manifest *man, const char *label, const struct mk_merge_opts *o,
+		      struct mk_err *err)
+{
+	for (size_t i = 0; i < man->nplugins; i++) {
+		const struct mk_plan_plugin *pp = &man->plugins[i];
+		const struct mk_method *pm = mk_method_find(pp->name);
+		char have[65];
+		if (!pm)
+			return mk_err_set(err, MK_ENOENT,
+					  "the plan uses method '%s' from a plugin: load it with --plugin FILE or MK_PLUGIN_PATH",
+					  pp->name);
+		mk_method_spec_hash(pm, have);
+		if (strcmp(have, pp->spec_sha256))
+			return mk_err_set(err, MK_EMISMATCH,
+					  "method '%s' (%s) differs from the one mk-plan used (spec hash %.12s, the plan says %.12s): run mk-plan again with this plugin",
+					  pp->name, mk_plugin_of(pm) ? mk_plugin_of(pm) : "built in", have, pp->spec_sha256);
+	}
+	/* the largest job the plan holds in memory, checked before any data */
+	if (o && o->budget && man->held_bytes_max > o->budget)
+		return mk_err_set(err, MK_ENOMEM,
+				  "%s: the plan holds jobs of up to %llu bytes in memory, more than --max-memory %llu; run mk-plan with --max-memory %llu or less",
+				  label, (unsigned long long)man->held_bytes_max, (unsigned long long)o->budget,
+				  (unsigned long long)o->budget);
+	/* jobs over the budget sent once: replayed from a local file */
+	if (o && man->spilled_jobs && !o->spill_dir)
+		return mk_err_set(err, MK_EINVAL,
+				  "%s: the plan sends %llu jobs once for mk-merge to replay from a spill file (mk-plan --spill): run mk-merge with --spill DIR",
+				  label, (unsigned long long)man->spilled_jobs);
+	return 0;
+}
+
 int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, int out_fd,
 		 struct mk_merge_stats *st, struct mk_err *err)
 {
@@ -968,7 +1008,7 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 	struct run r = { .pool = &pool, .cuda = o->cuda, .gq = &gq, .mem = &mem };
 	char *head = NULL;
 	size_t hlen;
-	uint64_t njobs = 0;
+	uint64_t njobs = 0, seen = 0;
 	int rc;
 
 	memset(st, 0, sizeof(*st));
@@ -978,68 +1018,19 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 	rc = mk_sr_head(rd, label, "inputs", "mk-merge reads an 'inputs' stream (mk-plan | mk-fetch)", &man, &f, err);
 	if (rc)
 		goto out;
-	/* methods from plugins: loaded here too, and the same spec */
-	{
-		json_t *pl = json_object_get(man->json, "plugins"), *v;
-		size_t i;
-		json_array_foreach(pl, i, v) {
-			const char *name = json_string_value(json_object_get(v, "name"));
-			const char *want = json_string_value(json_object_get(v, "spec_sha256"));
-			const struct mk_method *pm = name ? mk_method_find(name) : NULL;
-			char have[65];
-			if (!name || !want) {
-				rc = mk_err_set(err, MK_EFORMAT, "%s: HEAD: a plugin entry needs name and spec_sha256", label);
-				goto out;
-			}
-			if (!pm) {
-				rc = mk_err_set(err, MK_ENOENT,
-						"the plan uses method '%s' from a plugin: load it with --plugin FILE or MK_PLUGIN_PATH",
-						name);
-				goto out;
-			}
-			mk_method_spec_hash(pm, have);
-			if (strcmp(have, want)) {
-				rc = mk_err_set(err, MK_EMISMATCH,
-						"method '%s' (%s) differs from the one mk-plan used (spec hash %.12s, the plan says %.12s): run mk-plan again with this plugin",
-						name, mk_plugin_of(pm) ? mk_plugin_of(pm) : "built in", have, want);
-				goto out;
-			}
-		}
-	}
-	/* the largest job the plan holds in memory, checked before any data */
-	json_t *hm = json_object_get(man->json, "held_bytes_max");
-	if (o->budget && json_is_integer(hm) && (uint64_t)json_integer_value(hm) > o->budget) {
-		rc = mk_err_set(err, MK_ENOMEM,
-				"%s: the plan holds jobs of up to %lld bytes in memory, more than --max-memory %llu; run mk-plan with --max-memory %llu or less",
-				label, (long long)json_integer_value(hm), (unsigned long long)o->budget,
-				(unsigned long long)o->budget);
+	rc = check_head(man, label, o, err);
+	if (rc)
 		goto out;
-	}
-	/* jobs over the budget sent once: replayed from a local file */
-	json_t *sj = json_object_get(man->json, "spilled_jobs");
-	if (json_is_integer(sj) && json_integer_value(sj) > 0 && !o->spill_dir) {
-		rc = mk_err_set(err, MK_EINVAL,
-				"%s: the plan sends %lld jobs once for mk-merge to replay from a spill file (mk-plan --spill): run mk-merge with --spill DIR",
-				label, (long long)json_integer_value(sj));
-		goto out;
-	}
 	if (o->spill_dir) {
 		rc = spill_open(&spill, o->spill_dir, err);
 		if (rc)
 			goto out;
 		r.spill = &spill;
 	}
-	if (json_is_integer(json_object_get(man->json, "jobs")))
-		njobs = (uint64_t)json_integer_value(json_object_get(man->json, "jobs"));
-	free(man->kind);
-	free(man->producer);
-	man->kind = strdup("tensors");
-	man->producer = strdup("mk-merge " MK_VERSION);
-	if (!man->kind || !man->producer) {
-		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-		goto out;
-	}
-	rc = mk_manifest_encode(man, &head, &hlen, err);
+	njobs = man->njobs;
+	rc = mk_manifest_set_kind(man, "tensors", "mk-merge " MK_VERSION, err);
+	if (!rc)
+		rc = mk_manifest_encode(man, &head, &hlen, err);
 	if (!rc)
 		rc = mk_sw_open(&w, out_fd, o->compress_level, err);
 	if (!rc)
@@ -1050,6 +1041,7 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 		if (!strcmp(f.type, MK_FT_INPT)) {
 			rc = run_chunk(w, &r, &f, st, err);
 		} else if (!strcmp(f.type, MK_FT_JOB)) {
+			seen++;
 			rc = run_end(w, &r, st, err);
 			if (!rc)
 				rc = run_start(&r, man, &f, o->threads, o->budget, err);
@@ -1057,6 +1049,9 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 				o->progress(o->progress_ctx, st->jobs, njobs);
 		} else if (!strcmp(f.type, MK_FT_END)) {
 			rc = run_end(w, &r, st, err);
+			if (!rc && seen != njobs)
+				rc = mk_err_set(err, MK_EFORMAT, "%s: the HEAD announces %llu jobs, the stream has %llu",
+						label, (unsigned long long)njobs, (unsigned long long)seen);
 			if (!rc)
 				rc = gpu_drain(w, &gq, &pool, o->cuda, st, err);
 		} else if (!strcmp(f.type, MK_FT_FILE) || !f.critical) {

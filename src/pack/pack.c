@@ -422,16 +422,11 @@ static int write_chunk(struct pack *p, const struct mk_frame *f, struct mk_err *
 	rc = mk_chunk_decode(f->payload, f->payload_len, &c, err);
 	if (rc)
 		return mk_err_prefix(err, "frame #%llu (DATA): ", (unsigned long long)f->index);
-	if (c.id >= p->man->ntensors)
-		return mk_err_set(err, MK_EFORMAT, "frame #%llu (DATA): tensor id %u not in the manifest (%zu tensors)",
-				  (unsigned long long)f->index, c.id, p->man->ntensors);
+	if ((rc = mk_chunk_check_data(p->man, &c, err)))
+		return mk_err_prefix(err, "frame #%llu: ", (unsigned long long)f->index);
 	t = &p->man->tensors[c.id];
 	sl = &p->slot[c.id];
-	if (c.dtype != t->dtype)
-		return mk_err_set(err, MK_EFORMAT, "frame #%llu (DATA): tensor '%s' is %s, chunk is %s",
-				  (unsigned long long)f->index, t->name, mk_dtype_name(t->dtype),
-				  mk_dtype_name(c.dtype));
-	if (c.elem_begin != sl->got || c.elem_count > t->nelem - sl->got || c.elem_count == 0)
+	if (c.elem_begin != sl->got)
 		return mk_err_set(err, MK_EFORMAT,
 				  "frame #%llu (DATA): tensor '%s': chunk [%llu, +%llu) out of order or out of range (expected element %llu of %llu)",
 				  (unsigned long long)f->index, t->name, (unsigned long long)c.elem_begin,

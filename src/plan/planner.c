@@ -56,7 +56,7 @@ struct mk_plan {
 	uint64_t held_max;                /* the largest held job's working set */
 	uint64_t spilled;                 /* jobs mk-merge replays from a spill file */
 	const struct mk_plan_opts *o;
-	uint64_t seed, budget, chunk_bytes;
+	uint64_t seed, budget;
 };
 
 /* ------------------------------------------------------------ diagnostics */
@@ -257,17 +257,6 @@ static int to_pval(const struct mk_param_spec *ps, double v, struct mk_pval *out
 	default:
 		*out = mk_pval_float(v);
 		return 0;
-	}
-}
-
-static json_t *pval_json(const struct mk_pval *v)
-{
-	if (!v->set)
-		return json_null();
-	switch (v->type) {
-	case MK_PT_BOOL: return json_boolean(v->b);
-	case MK_PT_INT: return json_integer(v->i);
-	default: return json_real(v->f);
 	}
 }
 
@@ -524,7 +513,7 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 		}
 	}
 	/* the job */
-	j = calloc(1, sizeof(*j));
+	j = mk_plan_job_new(n);
 	if (!j) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
@@ -553,8 +542,7 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 	}
 	j->output = (size_t)idx;
 	j->method = strdup(m->name);
-	j->inputs = calloc(n, sizeof(*j->inputs));
-	if (!j->method || !j->inputs) {
+	if (!j->method) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -570,7 +558,7 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 		pi->load_dtype = in[i].dtype;
 		pi->ndim = stored[i].ndim;
 		memcpy(pi->shape, stored[i].shape, sizeof(pi->shape));
-		j->ninputs++;
+		mk_shape_nelem(pi->ndim, pi->shape, &pi->nelem); /* checked by the reader */
 		if (fused[i]) {
 			static const char *const kinds[] = { [MK_FUSED_RENAME] = "rename", [MK_FUSED_STACK] = "stack",
 							     [MK_FUSED_STACK_CONCAT] = "stack_concat" };
@@ -618,26 +606,17 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 			p->spilled++;
 		}
 	}
-	{
-		json_t *o = json_object(), *ps = json_object(), *g = json_object(), *ia = json_array();
-		for (size_t k = 0; k < np; k++)
-			if (m->params[k].scope == MK_SCOPE_GLOBAL && gres[k].set)
-				json_object_set_new(g, m->params[k].name, pval_json(&gres[k]));
-		for (size_t i = 0; i < n; i++) {
-			json_t *one = json_object();
-			for (size_t k = 0; k < np && (!check_equal || i == 0); k++)
-				if (m->params[k].scope != MK_SCOPE_GLOBAL && ires[i * np + k].set)
-					json_object_set_new(one, m->params[k].name, pval_json(&ires[i * np + k]));
-			json_array_append_new(ia, one);
-		}
-		json_object_set_new(ps, "global", g);
-		json_object_set_new(ps, "inputs", ia);
-		json_object_set_new(o, "is_embed", json_boolean(ow->is_embed));
-		if (check_equal)
-			json_object_set_new(o, "check_equal", json_true());
-		json_object_set_new(o, "params", ps);
-		j->json = o;
-	}
+	for (size_t k = 0; !rc && k < np; k++)
+		if (m->params[k].scope == MK_SCOPE_GLOBAL && gres[k].set)
+			rc = mk_job_params_add(&j->global, m->params[k].name, gres[k], err);
+	for (size_t i = 0; !rc && i < n; i++)
+		for (size_t k = 0; !rc && k < np && (!check_equal || i == 0); k++)
+			if (m->params[k].scope != MK_SCOPE_GLOBAL && ires[i * np + k].set)
+				rc = mk_job_params_add(&j->input_params[i], m->params[k].name, ires[i * np + k], err);
+	if (rc)
+		goto out;
+	j->is_embed = ow->is_embed;
+	j->check_equal = check_equal;
 	struct mk_plan_job **q = realloc(p->jobs, (p->njobs + 1) * sizeof(*q));
 	if (!q) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
@@ -1174,6 +1153,32 @@ static void order_jobs(struct mk_plan *p)
 	free(v);
 }
 
+/* The HEAD's plan fields: the model table, plugins, seed, job counts. */
+static int fill_head(struct mk_plan *p, struct mk_err *err)
+{
+	struct mk_manifest *h = p->man;
+	int rc = 0;
+
+	h->planned = true;
+	for (size_t i = 0; !rc && i < p->nmodels; i++) {
+		const struct mk_model *m = p->models[i].m;
+		rc = mk_manifest_add_model(h, p->models[i].refstr, err);
+		for (size_t s = 0; !rc && s < m->nshards; s++)
+			rc = mk_manifest_add_shard(h, m->shard_names[s], m->shards[s]->file_size,
+						   m->shards[s]->header_hash, err);
+	}
+	if (!rc && mk_plugin_of(p->method)) {
+		char hh[65];
+		mk_method_spec_hash(p->method, hh);
+		rc = mk_manifest_add_plugin(h, p->method->name, p->method->abi, hh, err);
+	}
+	h->seed = p->seed;
+	h->njobs = p->njobs;
+	h->held_bytes_max = p->held_max;
+	h->spilled_jobs = p->spilled;
+	return rc;
+}
+
 int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_diags *d,
 		  struct mk_err *err)
 {
@@ -1198,7 +1203,6 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
 		p->budget = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : (1ull << 30);
 	}
-	p->chunk_bytes = o->chunk_bytes;
 	rc = mk_config_parse_partial(o->text, o->len, o->label, &p->cfg, d, err);
 	if (rc && !p->cfg)
 		goto out;
@@ -1254,6 +1258,7 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 			goto out;
 	}
 	order_jobs(p);
+	rc = fill_head(p, err);
 out:
 	free(out_layers);
 	mk_arch_registry_free(reg);
@@ -1272,42 +1277,12 @@ out:
 int mk_plan_write(const struct mk_plan *p, int fd, int level, struct mk_err *err)
 {
 	struct mk_stream_writer *w = NULL;
-	json_t *models = json_array();
-	char *head = NULL, hex[65];
+	char *head = NULL;
 	size_t hlen;
 	int rc = 0;
 
-	if (!models)
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	for (size_t i = 0; i < p->nmodels; i++) {
-		const struct mk_model *m = p->models[i].m;
-		json_t *sh = json_array();
-		for (size_t s = 0; s < m->nshards; s++) {
-			mk_hex(m->shards[s]->header_hash, 32, hex);
-			json_array_append_new(sh, json_pack("{s:s,s:I,s:s}", "name", m->shard_names[s], "size",
-							    (json_int_t)m->shards[s]->file_size, "header_sha256", hex));
-		}
-		json_array_append_new(models, json_pack("{s:s,s:o}", "ref", p->models[i].refstr, "shards", sh));
-	}
-	if (!p->man->json)
-		p->man->json = json_object();
-	json_object_set_new(p->man->json, "models", models);
-	json_object_set_new(p->man->json, "seed", json_integer((json_int_t)p->seed));
-	json_object_set_new(p->man->json, "budget", json_integer((json_int_t)p->budget));
-	json_t *plugins = json_array();
-	if (mk_plugin_of(p->method)) {
-		char h[65];
-		mk_method_spec_hash(p->method, h);
-		json_array_append_new(plugins, json_pack("{s:s,s:i,s:s}", "name", p->method->name, "abi",
-							 (int)p->method->abi, "spec_sha256", h));
-	}
-	json_object_set_new(p->man->json, "plugins", plugins);
-	json_object_set_new(p->man->json, "jobs", json_integer((json_int_t)p->njobs));
-	json_object_set_new(p->man->json, "held_bytes_max", json_integer((json_int_t)p->held_max));
-	if (p->spilled)
-		json_object_set_new(p->man->json, "spilled_jobs", json_integer((json_int_t)p->spilled));
-	p->man->chunk_bytes = p->chunk_bytes;
-	rc = mk_manifest_encode(p->man, &head, &hlen, err);
+	if (!rc)
+		rc = mk_manifest_encode(p->man, &head, &hlen, err);
 	if (!rc)
 		rc = mk_sw_open(&w, fd, level, err);
 	if (!rc)
@@ -1331,6 +1306,29 @@ int mk_plan_write(const struct mk_plan *p, int fd, int level, struct mk_err *err
 
 /* ------------------------------------------------------------ explain */
 
+/* {"name":value,...}, as the JOB frame writes them */
+static void format_params(const struct mk_job_params *ps, char *buf, size_t n)
+{
+	size_t at = (size_t)snprintf(buf, n, "{");
+
+	for (size_t k = 0; k < ps->n && at < n; k++) {
+		const struct mk_pval *v = &ps->p[k].value;
+		at += (size_t)snprintf(buf + at, n - at, "%s\"%s\":", k ? "," : "", ps->p[k].name);
+		if (at >= n)
+			break;
+		if (!v->set)
+			at += (size_t)snprintf(buf + at, n - at, "null");
+		else if (v->type == MK_PT_BOOL)
+			at += (size_t)snprintf(buf + at, n - at, "%s", v->b ? "true" : "false");
+		else if (v->type == MK_PT_INT)
+			at += (size_t)snprintf(buf + at, n - at, "%lld", (long long)v->i);
+		else
+			at += (size_t)snprintf(buf + at, n - at, "%.17g", v->f);
+	}
+	if (at < n)
+		snprintf(buf + at, n - at, "}");
+}
+
 int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
 {
 	char *buf = NULL;
@@ -1348,8 +1346,8 @@ int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
 	for (size_t k = 0; k < p->njobs; k++) {
 		const struct mk_plan_job *j = p->jobs[k];
 		const struct mk_manifest_tensor *t = &p->man->tensors[j->output];
-		json_t *ps = json_object_get(j->json, "params");
-		char *g = json_dumps(json_object_get(ps, "global"), JSON_COMPACT | JSON_PRESERVE_ORDER);
+		char g[512];
+		format_params(&j->global, g, sizeof(g));
 		fprintf(f, "\n%s %s [", t->name, mk_dtype_name(t->dtype));
 		for (unsigned dd = 0; dd < t->ndim; dd++)
 			fprintf(f, "%s%llu", dd ? ", " : "", (unsigned long long)t->shape[dd]);
@@ -1357,11 +1355,10 @@ int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
 			j->passes == 1 ? "" : "es",
 			j->passes ? (j->spill ? " (replayed from mk-merge's spill file)" :
 				     j->sends == 1 ? " (held in memory)" : " (inputs streamed once per pass)") : "",
-			g ? g : "{}");
-		free(g);
+			g);
 		for (size_t i = 0; i < j->ninputs; i++) {
-			char *ip = json_dumps(json_array_get(json_object_get(ps, "inputs"), i),
-					      JSON_COMPACT | JSON_PRESERVE_ORDER);
+			char ip[512];
+			format_params(&j->input_params[i], ip, sizeof(ip));
 			char asm_[64] = "";
 			if (j->inputs[i].nsources)
 				snprintf(asm_, sizeof(asm_), " (%s of %zu tensors)", j->inputs[i].assembly, j->inputs[i].nsources);
@@ -1369,8 +1366,7 @@ int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
 				j->inputs[i].tensor, asm_, mk_dtype_name(j->inputs[i].dtype),
 				j->inputs[i].load_dtype != j->inputs[i].dtype ? " as " : "",
 				j->inputs[i].load_dtype != j->inputs[i].dtype ? mk_dtype_name(j->inputs[i].load_dtype) : "",
-				(long)i == j->base ? "[base]" : (ip && strcmp(ip, "{}") ? ip : ""));
-			free(ip);
+				(long)i == j->base ? "[base]" : (strcmp(ip, "{}") ? ip : ""));
 		}
 	}
 	for (size_t i = 0; i < p->nfiles; i++)

@@ -1,9 +1,11 @@
-/* manifest.c - the HEAD frame's JSON: output manifest and stream kind. */
+/* manifest.c - the HEAD frame: encoded from and decoded into struct
+ * mk_manifest, checked whole. */
 #include <stdlib.h>
 #include <string.h>
-#include <jansson.h>
+#include "mk/hash.h"
 #include "mk/manifest.h"
 #include "mk/stream.h"
+#include "json.h"
 
 struct mk_manifest *mk_manifest_new(const char *kind, const char *producer)
 {
@@ -30,9 +32,19 @@ void mk_manifest_free(struct mk_manifest *m)
 		free(m->files[i].name);
 	free(m->tensors);
 	free(m->files);
+	for (size_t i = 0; i < m->nmodels; i++) {
+		for (size_t k = 0; k < m->models[i].nshards; k++)
+			free(m->models[i].shards[k].name);
+		free(m->models[i].shards);
+		free(m->models[i].ref);
+	}
+	free(m->models);
+	for (size_t i = 0; i < m->nplugins; i++)
+		free(m->plugins[i].name);
+	free(m->plugins);
 	free(m->kind);
 	free(m->producer);
-	json_decref(m->json);
+	json_decref(m->extra);
 	free(m);
 }
 
@@ -54,11 +66,9 @@ int mk_manifest_add_tensor(struct mk_manifest *m, const char *name, enum mk_dtyp
 	}
 	t = &m->tensors[m->ntensors];
 	memset(t, 0, sizeof(*t));
-	for (unsigned i = 0; i < ndim; i++) {
-		t->shape[i] = shape[i];
-		if (__builtin_mul_overflow(nelem, shape[i], &nelem))
-			return mk_err_set(err, MK_EFORMAT, "tensor '%s': shape overflows", name);
-	}
+	if (mk_shape_nelem(ndim, shape, &nelem))
+		return mk_err_set(err, MK_EFORMAT, "tensor '%s': shape overflows", name);
+	memcpy(t->shape, shape, ndim * sizeof(*shape));
 	t->ndim = ndim;
 	t->dtype = dt;
 	t->nelem = nelem;
@@ -88,43 +98,133 @@ int mk_manifest_add_file(struct mk_manifest *m, const char *name, uint64_t size,
 	return 0;
 }
 
+int mk_manifest_add_model(struct mk_manifest *m, const char *ref, struct mk_err *err)
+{
+	void *p = realloc(m->models, (m->nmodels + 1) * sizeof(*m->models));
+
+	if (!p)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	m->models = p;
+	memset(&m->models[m->nmodels], 0, sizeof(*m->models));
+	m->models[m->nmodels].ref = strdup(ref);
+	if (!m->models[m->nmodels].ref)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	m->nmodels++;
+	m->planned = true;
+	return 0;
+}
+
+int mk_manifest_add_shard(struct mk_manifest *m, const char *name, uint64_t size,
+			  const uint8_t header_sha256[32], struct mk_err *err)
+{
+	struct mk_plan_model *pm = m->nmodels ? &m->models[m->nmodels - 1] : NULL;
+	void *p;
+
+	if (!pm)
+		return mk_err_set(err, MK_EINVAL, "a shard needs a model");
+	p = realloc(pm->shards, (pm->nshards + 1) * sizeof(*pm->shards));
+	if (!p)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	pm->shards = p;
+	pm->shards[pm->nshards].name = strdup(name);
+	if (!pm->shards[pm->nshards].name)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	pm->shards[pm->nshards].size = size;
+	memcpy(pm->shards[pm->nshards].header_sha256, header_sha256, 32);
+	pm->nshards++;
+	return 0;
+}
+
+int mk_manifest_add_plugin(struct mk_manifest *m, const char *name, unsigned abi, const char *spec_sha256,
+			   struct mk_err *err)
+{
+	void *p = realloc(m->plugins, (m->nplugins + 1) * sizeof(*m->plugins));
+
+	if (!p)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	m->plugins = p;
+	if (strlen(spec_sha256) != 64)
+		return mk_err_set(err, MK_EINVAL, "plugin '%s': a spec hash is 64 hex digits", name);
+	m->plugins[m->nplugins].name = strdup(name);
+	if (!m->plugins[m->nplugins].name)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	m->plugins[m->nplugins].abi = abi;
+	memcpy(m->plugins[m->nplugins].spec_sha256, spec_sha256, 65);
+	m->nplugins++;
+	m->planned = true;
+	return 0;
+}
+
+int mk_manifest_set_kind(struct mk_manifest *m, const char *kind, const char *producer, struct mk_err *err)
+{
+	char *k = strdup(kind), *p = strdup(producer);
+
+	if (!k || !p) {
+		free(k);
+		free(p);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	free(m->kind);
+	free(m->producer);
+	m->kind = k;
+	m->producer = p;
+	return 0;
+}
+
 int mk_manifest_encode(const struct mk_manifest *m, char **out, size_t *len,
 		       struct mk_err *err)
 {
-	json_t *o = m->json ? json_deep_copy(m->json) : json_object();
-	json_t *ts = json_array(), *fs = json_array();
-	int rc = 0;
+	json_t *o = json_object(), *ts = json_array(), *fs = json_array();
+	int rc;
 
 	*out = NULL;
-	if (!o || !ts || !fs)
-		goto oom;
+	if (!o || !ts || !fs) {
+		json_decref(o);
+		json_decref(ts);
+		json_decref(fs);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
 	json_object_set_new(o, "kind", json_string(m->kind));
 	json_object_set_new(o, "producer", json_string(m->producer));
-	json_object_set_new(o, "chunk_bytes", json_integer((json_int_t)m->chunk_bytes));
+	if (m->chunk_bytes)
+		json_object_set_new(o, "chunk_bytes", json_integer((json_int_t)m->chunk_bytes));
+	if (m->planned) {
+		json_t *ms = json_array(), *ps = json_array();
+		char hex[65];
+		for (size_t i = 0; i < m->nmodels; i++) {
+			json_t *sh = json_array();
+			for (size_t k = 0; k < m->models[i].nshards; k++) {
+				const struct mk_plan_shard *s = &m->models[i].shards[k];
+				mk_hex(s->header_sha256, 32, hex);
+				json_array_append_new(sh, json_pack("{s:s,s:I,s:s}", "name", s->name, "size",
+								    (json_int_t)s->size, "header_sha256", hex));
+			}
+			json_array_append_new(ms, json_pack("{s:s,s:o}", "ref", m->models[i].ref, "shards", sh));
+		}
+		for (size_t i = 0; i < m->nplugins; i++)
+			json_array_append_new(ps, json_pack("{s:s,s:i,s:s}", "name", m->plugins[i].name, "abi",
+							    (int)m->plugins[i].abi, "spec_sha256",
+							    m->plugins[i].spec_sha256));
+		json_object_set_new(o, "models", ms);
+		json_object_set_new(o, "seed", json_integer((json_int_t)m->seed));
+		json_object_set_new(o, "plugins", ps);
+		json_object_set_new(o, "jobs", json_integer((json_int_t)m->njobs));
+		json_object_set_new(o, "held_bytes_max", json_integer((json_int_t)m->held_bytes_max));
+		if (m->spilled_jobs)
+			json_object_set_new(o, "spilled_jobs", json_integer((json_int_t)m->spilled_jobs));
+	}
+	sj_add_extra(o, m->extra);
 	for (size_t i = 0; i < m->ntensors; i++) {
 		const struct mk_manifest_tensor *t = &m->tensors[i];
-		json_t *sh = json_array();
-		for (unsigned d = 0; d < t->ndim; d++)
-			json_array_append_new(sh, json_integer((json_int_t)t->shape[d]));
 		json_array_append_new(ts, json_pack("{s:s,s:s,s:o}", "name", t->name, "dtype",
-						    mk_dtype_name(t->dtype), "shape", sh));
+						    mk_dtype_name(t->dtype), "shape", sj_shape(t->ndim, t->shape)));
 	}
 	for (size_t i = 0; i < m->nfiles; i++)
 		json_array_append_new(fs, json_pack("{s:s,s:I}", "name", m->files[i].name, "size",
 						    (json_int_t)m->files[i].size));
 	json_object_set_new(o, "tensors", ts);
 	json_object_set_new(o, "files", fs);
-	ts = fs = NULL;
-	*out = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
-	if (!*out)
-		goto oom;
-	*len = strlen(*out);
-	goto out;
-oom:
-	rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-out:
-	json_decref(ts);
-	json_decref(fs);
+	rc = sj_dump(o, out, len, err);
 	json_decref(o);
 	return rc;
 }
@@ -134,74 +234,118 @@ static int strcmp_p(const void *a, const void *b)
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static int get_u64(json_t *v, uint64_t *out)
+static const char *const head_keys[] = { "kind", "producer", "chunk_bytes", "models", "seed", "plugins",
+					 "jobs", "held_bytes_max", "spilled_jobs", "tensors", "files", NULL };
+
+static int decode_models(json_t *o, struct mk_manifest *m, struct mk_err *err)
 {
-	if (!json_is_integer(v) || json_integer_value(v) < 0)
-		return -1;
-	*out = (uint64_t)json_integer_value(v);
+	json_t *ms = json_object_get(o, "models"), *ps = json_object_get(o, "plugins"), *v, *s;
+	size_t i, k;
+	int rc;
+
+	if (!json_is_array(ms))
+		return mk_err_set(err, MK_EFORMAT, "HEAD: a '%s' stream needs a \"models\" table", m->kind);
+	m->planned = true;
+	json_array_foreach(ms, i, v) {
+		const char *ref = sj_str(v, "ref");
+		json_t *sh = json_object_get(v, "shards");
+		if (!ref || !json_is_array(sh))
+			return mk_err_set(err, MK_EFORMAT, "HEAD: model #%zu needs \"ref\" and \"shards\"", i);
+		if ((rc = mk_manifest_add_model(m, ref, err)))
+			return rc;
+		json_array_foreach(sh, k, s) {
+			const char *nm = sj_str(s, "name");
+			uint64_t size;
+			uint8_t hh[32];
+			if (!nm || sj_u64(json_object_get(s, "size"), &size) ||
+			    sj_sha256(json_object_get(s, "header_sha256"), hh))
+				return mk_err_set(err, MK_EFORMAT,
+						  "HEAD: model '%s': shard #%zu needs name, size and header_sha256", ref, k);
+			if (mk_file_name_check(nm, strlen(nm), err))
+				return mk_err_prefix(err, "HEAD: model '%s': shard #%zu: ", ref, k);
+			if ((rc = mk_manifest_add_shard(m, nm, size, hh, err)))
+				return rc;
+		}
+	}
+	if (ps && !json_is_array(ps))
+		return mk_err_set(err, MK_EFORMAT, "HEAD: \"plugins\" is not an array");
+	json_array_foreach(ps, i, v) {
+		const char *nm = sj_str(v, "name"), *h = sj_str(v, "spec_sha256");
+		uint64_t abi;
+		uint8_t hh[32];
+		if (!nm || sj_u64(json_object_get(v, "abi"), &abi) || abi > UINT32_MAX ||
+		    sj_sha256(json_object_get(v, "spec_sha256"), hh))
+			return mk_err_set(err, MK_EFORMAT, "HEAD: plugin #%zu needs name, abi and spec_sha256", i);
+		if ((rc = mk_manifest_add_plugin(m, nm, (unsigned)abi, h, err)))
+			return rc;
+	}
+	if (sj_opt_u64(o, "seed", 0, &m->seed) || sj_opt_u64(o, "jobs", 0, &m->njobs) ||
+	    sj_opt_u64(o, "held_bytes_max", 0, &m->held_bytes_max) ||
+	    sj_opt_u64(o, "spilled_jobs", 0, &m->spilled_jobs))
+		return mk_err_set(err, MK_EFORMAT,
+				  "HEAD: \"seed\", \"jobs\", \"held_bytes_max\" and \"spilled_jobs\" are non-negative integers");
+	if (m->spilled_jobs > m->njobs)
+		return mk_err_set(err, MK_EFORMAT, "HEAD: %llu spilled jobs of %llu",
+				  (unsigned long long)m->spilled_jobs, (unsigned long long)m->njobs);
 	return 0;
 }
 
 int mk_manifest_decode(const void *buf, size_t len, struct mk_manifest **out,
 		       struct mk_err *err)
 {
-	json_error_t je;
 	json_t *o, *v, *ts, *fs;
 	struct mk_manifest *m = NULL;
-	int rc = 0;
+	const char *kind, *producer;
+	int rc;
 	size_t i;
 
 	*out = NULL;
-	o = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
-	if (!o)
-		return mk_err_set(err, MK_EFORMAT, "HEAD: invalid JSON at position %d: %s", je.position,
-				  je.text);
-	if (!json_is_object(o)) {
-		rc = mk_err_set(err, MK_EFORMAT, "HEAD: not a JSON object");
-		goto out;
-	}
-	v = json_object_get(o, "kind");
-	if (!json_is_string(v)) {
+	if ((rc = sj_load(buf, len, "HEAD", &o, err)))
+		return rc;
+	kind = sj_str(o, "kind");
+	producer = sj_str(o, "producer");
+	if (!kind) {
 		rc = mk_err_set(err, MK_EFORMAT, "HEAD: missing \"kind\"");
 		goto out;
 	}
-	m = mk_manifest_new(json_string_value(v),
-			    json_is_string(json_object_get(o, "producer")) ?
-				    json_string_value(json_object_get(o, "producer")) : "");
+	if (strcmp(kind, "tensors") && strcmp(kind, "plan") && strcmp(kind, "inputs")) {
+		rc = mk_err_set(err, MK_EFORMAT, "HEAD: unknown kind '%s' (tensors, plan or inputs)", kind);
+		goto out;
+	}
+	if (json_object_get(o, "producer") && !producer) {
+		rc = mk_err_set(err, MK_EFORMAT, "HEAD: \"producer\" is not a string");
+		goto out;
+	}
+	m = mk_manifest_new(kind, producer ? producer : "");
 	if (!m) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	if (get_u64(json_object_get(o, "chunk_bytes"), &m->chunk_bytes))
-		m->chunk_bytes = 0;
+	if (sj_opt_u64(o, "chunk_bytes", 0, &m->chunk_bytes) || m->chunk_bytes > MK_FRAME_MAX) {
+		rc = mk_err_set(err, MK_EFORMAT, "HEAD: bad \"chunk_bytes\"");
+		goto out;
+	}
 	ts = json_object_get(o, "tensors");
 	if (!json_is_array(ts)) {
 		rc = mk_err_set(err, MK_EFORMAT, "HEAD: \"tensors\" is not an array");
 		goto out;
 	}
 	json_array_foreach(ts, i, v) {
-		json_t *nm = json_object_get(v, "name"), *dt = json_object_get(v, "dtype");
-		json_t *sh = json_object_get(v, "shape"), *d;
-		uint64_t shape[MK_MAX_DIMS];
-		enum mk_dtype dtype;
-		size_t k;
-
-		if (!json_is_string(nm) || !json_is_string(dt) || !json_is_array(sh) ||
-		    mk_dtype_from_name(json_string_value(dt), &dtype) ||
-		    json_array_size(sh) > MK_MAX_DIMS) {
-			rc = mk_err_set(err, MK_EFORMAT, "HEAD: tensor #%zu: needs name, a known dtype and a shape",
-					i);
+		struct mk_tensor_desc d;
+		uint64_t ne;
+		const char *nm = sj_str(v, "name");
+		int drc = nm ? sj_desc(json_object_get(v, "dtype"), json_object_get(v, "shape"), &d, &ne) : -1;
+		if (drc == -1) {
+			rc = mk_err_set(err, MK_EFORMAT,
+					"HEAD: tensor #%zu: needs name, a known dtype and a shape (at most %d dims)", i,
+					MK_MAX_DIMS);
 			goto out;
 		}
-		json_array_foreach(sh, k, d) {
-			if (get_u64(d, &shape[k])) {
-				rc = mk_err_set(err, MK_EFORMAT, "HEAD: tensor '%s': bad shape",
-						json_string_value(nm));
-				goto out;
-			}
+		if (drc) {
+			rc = mk_err_set(err, MK_EFORMAT, "HEAD: tensor '%s': %s", nm, sj_desc_error(drc));
+			goto out;
 		}
-		rc = mk_manifest_add_tensor(m, json_string_value(nm), dtype, (unsigned)json_array_size(sh),
-					    shape, err);
+		rc = mk_manifest_add_tensor(m, nm, d.dtype, d.ndim, d.shape, err);
 		if (rc)
 			goto out;
 	}
@@ -230,21 +374,26 @@ int mk_manifest_decode(const void *buf, size_t len, struct mk_manifest **out,
 		goto out;
 	}
 	json_array_foreach(fs, i, v) {
-		json_t *nm = json_object_get(v, "name");
+		const char *nm = sj_str(v, "name");
 		uint64_t size;
-		if (!json_is_string(nm) || get_u64(json_object_get(v, "size"), &size)) {
+		if (!nm || sj_u64(json_object_get(v, "size"), &size)) {
 			rc = mk_err_set(err, MK_EFORMAT, "HEAD: file #%zu: needs name and size", i);
 			goto out;
 		}
-		rc = mk_manifest_add_file(m, json_string_value(nm), size, err);
+		if (mk_file_name_check(nm, strlen(nm), err)) {
+			rc = mk_err_prefix(err, "HEAD: file #%zu: ", i);
+			goto out;
+		}
+		rc = mk_manifest_add_file(m, nm, size, err);
 		if (rc)
 			goto out;
 	}
-	/* keep the rest for later stages; the typed fields are re-emitted */
-	json_object_del(o, "tensors");
-	json_object_del(o, "files");
-	m->json = o;
-	o = NULL;
+	if (json_object_get(o, "models") || strcmp(kind, "tensors")) {
+		rc = decode_models(o, m, err);
+		if (rc)
+			goto out;
+	}
+	m->extra = sj_extra(o, head_keys);
 out:
 	json_decref(o);
 	if (rc)
@@ -290,7 +439,7 @@ int mk_sr_head(struct mk_stream_reader *r, const char *label, const char *kind, 
 	rc = mk_manifest_decode(f->payload, f->payload_len, man, err);
 	if (rc)
 		return mk_err_prefix(err, "%s: frame #%llu: ", label, (unsigned long long)f->index);
-	if (strcmp((*man)->kind, kind)) {
+	if (kind && strcmp((*man)->kind, kind)) {
 		rc = mk_err_set(err, MK_EFORMAT, "%s: this is a '%s' stream; %s", label, (*man)->kind, need);
 		mk_manifest_free(*man);
 		*man = NULL;

@@ -63,6 +63,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	m = mk_manifest_new(!strcmp(kind, "plan") ? "plan" : "tensors", "mk-forge");
+	m->planned = !strcmp(kind, "plan"); /* a plan has a (here empty) model table */
 	check(mk_manifest_add_tensor(m, "t", MK_DT_F32, 2, shape, &err));
 	check(mk_manifest_encode(m, &head, &hlen, &err));
 	check(mk_sw_open(&w, 1, 0, &err));

@@ -18,6 +18,7 @@
 #include <zstd.h>
 #include "mk/hash.h"
 #include "mk/manifest.h"
+#include "mk/plan.h"
 #include "mk/stream.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -1368,13 +1369,14 @@ static void test_chunk_decode(void **state)
 
 static void test_manifest_roundtrip(void **state)
 {
-	struct mk_manifest *m = mk_manifest_new("plan", "mk-test 1.0"), *d, *e;
+	struct mk_manifest *m = mk_manifest_new("plan", "mk-test 1.0"), *d;
 	struct mk_err err;
 	char *s, *s2;
 	size_t len, len2;
 
 	assert_non_null(m);
 	m->chunk_bytes = 4194304;
+	m->planned = true; /* a plan carries its (here empty) model table */
 	assert_int_equal(mk_manifest_add_tensor(m, "model.embed", MK_DT_BF16, 2, (uint64_t[]){ 8, 16 }, &err), 0);
 	assert_int_equal(mk_manifest_add_tensor(m, "scale", MK_DT_F32, 0, NULL, &err), 0);
 	assert_int_equal(mk_manifest_add_tensor(m, "q", MK_DT_F4, 3, (uint64_t[]){ 2, 3, 5 }, &err), 0);
@@ -1432,35 +1434,49 @@ static void test_manifest_roundtrip(void **state)
 	mk_manifest_free(d);
 	mk_manifest_free(m);
 
-	/* unknown keys survive decode -> encode -> decode */
+	/* the plan's fields are typed; unknown keys survive decode -> encode
+	 * -> decode */
 	static const char in[] =
-		"{\"kind\":\"tensors\",\"models\":[{\"ref\":\"org/a\",\"weight\":0.5}],\"seed\":42,"
+		"{\"kind\":\"tensors\",\"models\":[{\"ref\":\"org/a\",\"shards\":[{\"name\":\"m.safetensors\","
+		"\"size\":77,\"header_sha256\":\"00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff\"}]}],"
+		"\"seed\":42,\"jobs\":3,\"held_bytes_max\":1024,\"spilled_jobs\":1,"
+		"\"plugins\":[{\"name\":\"wavg\",\"abi\":2,\"spec_sha256\":\"ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100\"}],"
 		"\"tensors\":[{\"name\":\"w\",\"dtype\":\"BF16\",\"shape\":[2,2],\"extra\":true}],"
 		"\"future\":{\"x\":[1,2,3]}}";
-	assert_int_equal(mk_manifest_decode(in, strlen(in), &d, &err), 0);
-	assert_string_equal(d->kind, "tensors");
-	assert_string_equal(d->producer, "");
-	assert_int_equal(d->chunk_bytes, 0);
-	assert_int_equal(d->nfiles, 0);
-	assert_int_equal(d->ntensors, 1);
-	assert_int_equal(d->tensors[0].nbytes, 8);
-	assert_non_null(d->json);
-	assert_null(json_object_get(d->json, "tensors"));   /* re-emitted from the typed fields */
-	assert_int_equal(json_integer_value(json_object_get(d->json, "seed")), 42);
-	assert_int_equal(mk_manifest_encode(d, &s, &len, &err), 0);
-	assert_int_equal(mk_manifest_decode(s, len, &e, &err), 0);
-	assert_int_equal(json_integer_value(json_object_get(e->json, "seed")), 42);
-	json_t *models = json_object_get(e->json, "models");
-	assert_true(json_is_array(models));
-	assert_string_equal(json_string_value(json_object_get(json_array_get(models, 0), "ref")), "org/a");
-	assert_true(json_real_value(json_object_get(json_array_get(models, 0), "weight")) == 0.5);
-	assert_int_equal(json_array_size(json_object_get(json_object_get(e->json, "future"), "x")), 3);
-	assert_int_equal(e->ntensors, 1);
-	assert_string_equal(e->tensors[0].name, "w");
-	assert_string_equal(e->kind, "tensors");
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(mk_manifest_decode(round ? s : in, round ? len : strlen(in), &d, &err), 0);
+		assert_string_equal(d->kind, "tensors");
+		assert_string_equal(d->producer, "");
+		assert_int_equal(d->chunk_bytes, 0);
+		assert_int_equal(d->nfiles, 0);
+		assert_int_equal(d->ntensors, 1);
+		assert_int_equal(d->tensors[0].nbytes, 8);
+		assert_true(d->planned);
+		assert_int_equal(d->nmodels, 1);
+		assert_string_equal(d->models[0].ref, "org/a");
+		assert_int_equal(d->models[0].nshards, 1);
+		assert_string_equal(d->models[0].shards[0].name, "m.safetensors");
+		assert_int_equal(d->models[0].shards[0].size, 77);
+		assert_int_equal(d->models[0].shards[0].header_sha256[1], 0x11);
+		assert_int_equal(d->models[0].shards[0].header_sha256[31], 0xff);
+		assert_int_equal(d->seed, 42);
+		assert_int_equal(d->njobs, 3);
+		assert_int_equal(d->held_bytes_max, 1024);
+		assert_int_equal(d->spilled_jobs, 1);
+		assert_int_equal(d->nplugins, 1);
+		assert_string_equal(d->plugins[0].name, "wavg");
+		assert_int_equal(d->plugins[0].abi, 2);
+		assert_string_equal(d->plugins[0].spec_sha256,
+				    "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100");
+		assert_non_null(d->extra);
+		assert_int_equal(json_array_size(json_object_get(json_object_get(d->extra, "future"), "x")), 3);
+		assert_null(json_object_get(d->extra, "seed"));   /* typed, not extra */
+		if (round)
+			free(s);
+		assert_int_equal(mk_manifest_encode(d, &s, &len, &err), 0);
+		mk_manifest_free(d);
+	}
 	free(s);
-	mk_manifest_free(e);
-	mk_manifest_free(d);
 	mk_manifest_free(NULL);
 }
 
@@ -1551,6 +1567,180 @@ static void test_manifest_errors(void **state)
 	mk_manifest_free(m);
 }
 
+/* an inputs HEAD with 2 models and 2 tensors, for the JOB and chunk checks */
+static struct mk_manifest *job_head(void)
+{
+	static const uint8_t h[32] = { 1 };
+	struct mk_manifest *m = mk_manifest_new("inputs", "test");
+	struct mk_err err;
+
+	assert_non_null(m);
+	assert_int_equal(mk_manifest_add_tensor(m, "a", MK_DT_F32, 2, (uint64_t[]){ 4, 3 }, &err), 0);
+	assert_int_equal(mk_manifest_add_tensor(m, "b", MK_DT_BF16, 1, (uint64_t[]){ 5 }, &err), 0);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(mk_manifest_add_model(m, i ? "m1" : "m0", &err), 0);
+		assert_int_equal(mk_manifest_add_shard(m, "model.safetensors", 100, h, &err), 0);
+	}
+	m->njobs = 1;
+	return m;
+}
+
+#define GOOD_JOB "{\"id\":3,\"output\":0,\"method\":\"linear\",\"inputs\":[" \
+	"{\"model\":0,\"tensor\":\"a\",\"dtype\":\"F32\",\"shape\":[4,3]}," \
+	"{\"model\":1,\"tensor\":\"a\",\"dtype\":\"BF16\",\"shape\":[4,3],\"load_dtype\":\"F32\"}]," \
+	"\"base\":1,\"passes\":0,\"sends\":1,\"is_embed\":true," \
+	"\"params\":{\"global\":{\"normalize\":true},\"inputs\":[{\"weight\":0.25},{\"weight\":2}]},\"later\":[1]}"
+
+static void test_job_roundtrip(void **state)
+{
+	struct mk_manifest *head = job_head();
+	struct mk_plan_job *j, *k;
+	struct mk_err err;
+	char *s;
+	size_t len;
+
+	assert_int_equal(mk_plan_job_decode(GOOD_JOB, strlen(GOOD_JOB), head, &j, &err), 0);
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(j->id, 3);
+		assert_int_equal(j->output, 0);
+		assert_string_equal(j->method, "linear");
+		assert_int_equal(j->ninputs, 2);
+		assert_int_equal(j->base, 1);
+		assert_true(j->is_embed);
+		assert_false(j->check_equal);
+		assert_false(j->spill);
+		assert_int_equal(j->inputs[1].model, 1);
+		assert_int_equal(j->inputs[1].dtype, MK_DT_BF16);
+		assert_int_equal(j->inputs[1].load_dtype, MK_DT_F32);
+		assert_int_equal(j->inputs[1].nelem, 12);
+		assert_int_equal(j->global.n, 1);
+		assert_string_equal(j->global.p[0].name, "normalize");
+		assert_int_equal(j->global.p[0].value.type, MK_PT_BOOL);
+		assert_true(j->global.p[0].value.b);
+		assert_int_equal(j->input_params[0].n, 1);
+		assert_int_equal(j->input_params[0].p[0].value.type, MK_PT_FLOAT);
+		assert_true(j->input_params[0].p[0].value.f == 0.25);
+		assert_int_equal(j->input_params[1].p[0].value.type, MK_PT_INT);
+		assert_int_equal(j->input_params[1].p[0].value.i, 2);
+		assert_non_null(j->extra); /* "later" is kept */
+		assert_int_equal(mk_plan_job_encode(j, &s, &len, &err), 0);
+		assert_non_null(strstr(s, "\"later\":[1]"));
+		assert_int_equal(mk_plan_job_decode(s, len, head, &k, &err), 0);
+		free(s);
+		mk_plan_job_free(j);
+		j = k;
+	}
+	mk_plan_job_free(j);
+	mk_manifest_free(head);
+}
+
+static void expect_bad_job(const struct mk_manifest *head, const char *json, const char *sub)
+{
+	struct mk_plan_job *j = (struct mk_plan_job *)1;
+	struct mk_err err;
+
+	assert_int_equal(mk_plan_job_decode(json, strlen(json), head, &j, &err), -MK_EFORMAT);
+	assert_null(j);
+	if (!strstr(err.msg, sub)) {
+		print_error("message '%s' lacks '%s'\n", err.msg, sub);
+		fail();
+	}
+}
+
+#define IN1 "{\"model\":0,\"tensor\":\"a\",\"dtype\":\"F32\",\"shape\":[4,3]}"
+static void test_job_errors(void **state)
+{
+	struct mk_manifest *head = job_head();
+
+	/* the base must be one of the inputs (a JOB like this crashed
+	 * mk-merge and mk-fetch: the error path freed inputs never made) */
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],\"base\":1}",
+		       "base 1 is not one of its 1 inputs");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],\"base\":99999}",
+		       "is not one of");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],\"base\":-1}", "bad \"base\"");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],\"base\":\"0\"}", "bad \"base\"");
+	/* cross-references into the HEAD */
+	expect_bad_job(head, "{\"id\":0,\"output\":2,\"method\":\"linear\",\"inputs\":[" IN1 "]}",
+		       "output #2 is not in the manifest (2 tensors)");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":["
+		       "{\"model\":2,\"tensor\":\"a\",\"dtype\":\"F32\",\"shape\":[4,3]}]}",
+		       "model #2 is not in the HEAD's table (2 models)");
+	/* counts agree */
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],"
+		       "\"params\":{\"inputs\":[{},{}]}}", "per-input parameters for 2 inputs, the job has 1");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[]}", "1 to 65535 inputs");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"ties\",\"inputs\":[" IN1 "],\"passes\":2,\"sends\":2}",
+		       "sends 2 with 2 passes");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"ties\",\"inputs\":[" IN1 "],\"spill\":true}",
+		       "spill with sends 1 and 0 passes");
+	/* types */
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],\"check_equal\":true}",
+		       "check_equal goes with passthrough");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],\"is_embed\":1}", "booleans");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],"
+		       "\"params\":{\"global\":{\"t\":\"x\"}}}", "parameter 't' is not a number");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":["
+		       "{\"model\":0,\"tensor\":\"a\",\"dtype\":\"F32\",\"shape\":[4,-3]}]}", "input 0: bad shape");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":["
+		       "{\"model\":0,\"tensor\":\"a\",\"dtype\":\"F32\",\"shape\":[4294967296,4294967296]}]}",
+		       "shape overflows");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"inputs\":[" IN1 "]}", "missing \"method\"");
+	expect_bad_job(head, "{\"id\":4294967296,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "]}", "bad \"id\"");
+	expect_bad_job(head, "[]", "not a JSON object");
+	mk_manifest_free(head);
+}
+
+static void test_chunk_checks(void **state)
+{
+	struct mk_manifest *head = job_head();
+	struct mk_plan_job *j;
+	struct mk_err err;
+	struct mk_chunk c = { .id = 0, .dtype = MK_DT_F32, .row_begin = 1, .row_count = 2, .elem_begin = 3,
+			      .elem_count = 6 };
+
+	assert_int_equal(mk_chunk_check_data(head, &c, &err), 0);
+	c.row_count = 3;
+	assert_int_equal(mk_chunk_check_data(head, &c, &err), -MK_EFORMAT);
+	assert_non_null(strstr(err.msg, "are not the rows of elements [3, 9)"));
+	c.row_count = 2;
+	c.elem_count = 10;
+	assert_int_equal(mk_chunk_check_data(head, &c, &err), -MK_EFORMAT);
+	assert_non_null(strstr(err.msg, "outside its 12 elements"));
+	c.elem_count = 6;
+	c.dtype = MK_DT_BF16;
+	assert_int_equal(mk_chunk_check_data(head, &c, &err), -MK_EFORMAT);
+	assert_non_null(strstr(err.msg, "is F32, chunk is BF16"));
+	c.id = 2;
+	assert_int_equal(mk_chunk_check_data(head, &c, &err), -MK_EFORMAT);
+	assert_non_null(strstr(err.msg, "tensor id 2 not in the manifest"));
+	/* a 1-D tensor: a row is an element */
+	c = (struct mk_chunk){ .id = 1, .dtype = MK_DT_BF16, .row_begin = 2, .row_count = 3, .elem_begin = 2,
+			       .elem_count = 3 };
+	assert_int_equal(mk_chunk_check_data(head, &c, &err), 0);
+
+	assert_int_equal(mk_plan_job_decode(GOOD_JOB, strlen(GOOD_JOB), head, &j, &err), 0);
+	c = (struct mk_chunk){ .id = 3, .input = 1, .dtype = MK_DT_BF16, .row_begin = 0, .row_count = 4,
+			       .elem_begin = 0, .elem_count = 12 };
+	assert_int_equal(mk_chunk_check_input(j, &c, &err), 0);
+	c.input = 2;
+	assert_int_equal(mk_chunk_check_input(j, &c, &err), -MK_EFORMAT);
+	assert_non_null(strstr(err.msg, "input 2 pass 0 does not fit job 3"));
+	c.input = 1;
+	c.pass = 1;
+	assert_int_equal(mk_chunk_check_input(j, &c, &err), -MK_EFORMAT);
+	c.pass = 0;
+	c.dtype = MK_DT_F32;  /* input 1 is stored as BF16 (loaded as F32) */
+	assert_int_equal(mk_chunk_check_input(j, &c, &err), -MK_EFORMAT);
+	assert_non_null(strstr(err.msg, "is BF16, chunk is F32"));
+	c.dtype = MK_DT_BF16;
+	c.id = 4;
+	assert_int_equal(mk_chunk_check_input(j, &c, &err), -MK_EFORMAT);
+	assert_non_null(strstr(err.msg, "INPT for job 4 inside job 3"));
+	mk_plan_job_free(j);
+	mk_manifest_free(head);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1581,6 +1771,9 @@ int main(void)
 		cmocka_unit_test(test_chunk_decode),
 		cmocka_unit_test(test_manifest_roundtrip),
 		cmocka_unit_test(test_manifest_errors),
+		cmocka_unit_test(test_job_roundtrip),
+		cmocka_unit_test(test_job_errors),
+		cmocka_unit_test(test_chunk_checks),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

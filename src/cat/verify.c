@@ -1,0 +1,139 @@
+/* verify.c - a stream checked whole by the stages' decoders and rules. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mk/manifest.h"
+#include "mk/merge.h"
+#include "mk/plan.h"
+#include "mk/stream.h"
+#include "mk/verify.h"
+
+struct vs {
+	const struct mk_manifest *head;
+	struct mk_plan_job *job;     /* the current job (inputs streams) */
+	unsigned pass;               /* its last INPT's pass */
+	uint64_t *got;               /* tensors: elements written so far */
+	bool plan, inputs, tensors;
+};
+
+static int frame(struct vs *v, const struct mk_frame *f, struct mk_err *err)
+{
+	int rc = 0;
+
+	if (!strcmp(f->type, MK_FT_HEAD))
+		return mk_err_set(err, MK_EFORMAT, "a second HEAD");
+	if (!strcmp(f->type, MK_FT_END) || !f->critical)
+		return 0;
+	if (!strcmp(f->type, MK_FT_FILE)) {
+		struct mk_file_frame ff;
+		rc = mk_file_decode(f->payload, f->payload_len, &ff, err);
+		if (!rc)
+			free(ff.name);
+		return rc;
+	}
+	if (!strcmp(f->type, MK_FT_JOB) && (v->plan || v->inputs)) {
+		struct mk_plan_job *j = NULL;
+		if (v->inputs)
+			rc = mk_merge_job_check(v->head, f->payload, f->payload_len, &j, err);
+		else
+			rc = mk_plan_job_decode(f->payload, f->payload_len, v->head, &j, err);
+		if (rc)
+			return rc;
+		mk_plan_job_free(v->job);
+		v->job = j;
+		v->pass = 0;
+		return 0;
+	}
+	if (!strcmp(f->type, MK_FT_INPT) && v->inputs) {
+		struct mk_chunk c;
+		if ((rc = mk_chunk_decode(f->payload, f->payload_len, &c, err)))
+			return rc;
+		if (!v->job)
+			return mk_err_set(err, MK_EFORMAT, "INPT for job %u before any JOB", c.id);
+		if ((rc = mk_chunk_check_input(v->job, &c, err)))
+			return rc;
+		if (c.pass < v->pass)
+			return mk_err_set(err, MK_EFORMAT, "job %u went back to send %u", v->job->id, c.pass);
+		v->pass = c.pass;
+		return 0;
+	}
+	if (!strcmp(f->type, MK_FT_DATA) && v->tensors) {
+		struct mk_chunk c;
+		if ((rc = mk_chunk_decode(f->payload, f->payload_len, &c, err)) ||
+		    (rc = mk_chunk_check_data(v->head, &c, err)))
+			return rc;
+		if (c.elem_begin != v->got[c.id])
+			return mk_err_set(err, MK_EFORMAT,
+					  "DATA: tensor '%s': chunk at element %llu out of order (expected element %llu)",
+					  v->head->tensors[c.id].name, (unsigned long long)c.elem_begin,
+					  (unsigned long long)v->got[c.id]);
+		v->got[c.id] += c.elem_count;
+		return 0;
+	}
+	return mk_err_set(err, MK_EFORMAT, "unexpected %s frame in a '%s' stream", f->type, v->head->kind);
+}
+
+int mk_stream_verify(int fd, const char *label, struct mk_verify_summary *sum, struct mk_err *err)
+{
+	struct mk_stream_reader *r = NULL;
+	struct mk_manifest *head = NULL;
+	struct mk_frame f;
+	struct vs v = { 0 };
+	int rc;
+
+	memset(sum, 0, sizeof(*sum));
+	rc = mk_sr_open(&r, fd, label, 0, err);
+	if (rc)
+		return rc;
+	rc = mk_sr_head(r, label, NULL, NULL, &head, &f, err);
+	if (rc)
+		goto out;
+	sum->frames = f.index + 1;
+	sum->bytes = MK_STREAM_PRELUDE + f.wire_len;
+	snprintf(sum->kind, sizeof(sum->kind), "%s", head->kind);
+	sum->ntensors = head->ntensors;
+	sum->nfiles = head->nfiles;
+	v.head = head;
+	v.plan = !strcmp(head->kind, "plan");
+	v.inputs = !strcmp(head->kind, "inputs");
+	v.tensors = !strcmp(head->kind, "tensors");
+	if (v.inputs && (rc = mk_merge_head_check(head, label, err)))
+		goto out;
+	if (v.tensors && !(v.got = calloc(head->ntensors + 1, sizeof(*v.got)))) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	while ((rc = mk_sr_next(r, &f, err)) > 0) {
+		sum->frames++;
+		sum->bytes += f.wire_len;
+		if (!strcmp(f.type, MK_FT_JOB))
+			sum->jobs++;
+		if (!strcmp(f.type, MK_FT_INPT) || !strcmp(f.type, MK_FT_DATA))
+			sum->chunks++;
+		rc = frame(&v, &f, err);
+		if (rc) {
+			mk_err_prefix(err, "%s: frame #%llu: ", label, (unsigned long long)f.index);
+			goto out;
+		}
+	}
+	if (rc < 0)
+		goto out;
+	if ((v.plan || v.inputs) && sum->jobs != head->njobs) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: the HEAD announces %llu jobs, the stream has %llu", label,
+				(unsigned long long)head->njobs, (unsigned long long)sum->jobs);
+		goto out;
+	}
+	for (size_t i = 0; v.tensors && i < head->ntensors; i++)
+		if (v.got[i] != head->tensors[i].nelem) {
+			rc = mk_err_set(err, MK_ECORRUPT, "%s: tensor '%s' incomplete: %llu of %llu elements", label,
+					head->tensors[i].name, (unsigned long long)v.got[i],
+					(unsigned long long)head->tensors[i].nelem);
+			goto out;
+		}
+out:
+	mk_plan_job_free(v.job);
+	free(v.got);
+	mk_manifest_free(head);
+	mk_sr_free(r);
+	return rc;
+}

@@ -1,0 +1,57 @@
+/* check.c - chunks checked against the manifest or job they belong to. */
+#include <stdio.h>
+#include "mk/manifest.h"
+#include "mk/plan.h"
+#include "mk/stream.h"
+
+/* elements [b, b + n) of a tensor of nelem elements in rows of row_len */
+static int check_range(const struct mk_chunk *c, uint64_t nelem, uint64_t row_len, const char *what,
+		       struct mk_err *err)
+{
+	uint64_t rl = row_len ? row_len : 1;
+
+	if (c->elem_count == 0 || c->elem_begin >= nelem || c->elem_count > nelem - c->elem_begin)
+		return mk_err_set(err, MK_EFORMAT, "%s: elements [%llu, +%llu) are outside its %llu elements", what,
+				  (unsigned long long)c->elem_begin, (unsigned long long)c->elem_count,
+				  (unsigned long long)nelem);
+	uint64_t end = c->elem_begin + c->elem_count;
+	if (c->row_begin != c->elem_begin / rl || c->row_count != (end + rl - 1) / rl - c->row_begin)
+		return mk_err_set(err, MK_EFORMAT, "%s: rows [%llu, +%llu) are not the rows of elements [%llu, %llu)",
+				  what, (unsigned long long)c->row_begin, (unsigned long long)c->row_count,
+				  (unsigned long long)c->elem_begin, (unsigned long long)end);
+	return 0;
+}
+
+int mk_chunk_check_data(const struct mk_manifest *head, const struct mk_chunk *c, struct mk_err *err)
+{
+	char what[96];
+
+	if (c->id >= head->ntensors)
+		return mk_err_set(err, MK_EFORMAT, "DATA: tensor id %u not in the manifest (%zu tensors)", c->id,
+				  head->ntensors);
+	const struct mk_manifest_tensor *t = &head->tensors[c->id];
+	if (c->dtype != t->dtype)
+		return mk_err_set(err, MK_EFORMAT, "DATA: tensor '%s' is %s, chunk is %s", t->name,
+				  mk_dtype_name(t->dtype), mk_dtype_name(c->dtype));
+	if (c->input || c->pass)
+		return mk_err_set(err, MK_EFORMAT, "DATA: tensor '%s': input and pass must be 0", t->name);
+	snprintf(what, sizeof(what), "DATA: tensor '%.64s'", t->name);
+	return check_range(c, t->nelem, mk_shape_row_len(t->ndim, t->shape), what, err);
+}
+
+int mk_chunk_check_input(const struct mk_plan_job *j, const struct mk_chunk *c, struct mk_err *err)
+{
+	char what[64];
+
+	if (c->id != j->id)
+		return mk_err_set(err, MK_EFORMAT, "INPT for job %u inside job %u", c->id, j->id);
+	if (c->input >= j->ninputs || c->pass >= j->sends)
+		return mk_err_set(err, MK_EFORMAT, "INPT: input %u pass %u does not fit job %u (%zu inputs, %u sends)",
+				  c->input, c->pass, j->id, j->ninputs, j->sends);
+	const struct mk_plan_input *in = &j->inputs[c->input];
+	if (c->dtype != in->dtype)
+		return mk_err_set(err, MK_EFORMAT, "INPT: job %u input %u is %s, chunk is %s", j->id, c->input,
+				  mk_dtype_name(in->dtype), mk_dtype_name(c->dtype));
+	snprintf(what, sizeof(what), "INPT: job %u input %u", j->id, c->input);
+	return check_range(c, in->nelem, mk_shape_row_len(in->ndim, in->shape), what, err);
+}

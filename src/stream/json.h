@@ -1,0 +1,48 @@
+/* json.h - the small JSON helper behind the stream's HEAD and JOB frames
+ * (internal to src/stream).  Every frame's JSON is read and written here
+ * and in manifest.c / job.c, nowhere else. */
+#ifndef MK_STREAM_JSON_H
+#define MK_STREAM_JSON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <jansson.h>
+#include "mk/dtype.h"
+#include "mk/err.h"
+#include "mk/method.h"
+
+/* Parse a payload that must be one JSON object without duplicate keys;
+ * `what` names the frame in the message ("HEAD", "JOB"). */
+int sj_load(const void *buf, size_t len, const char *what, json_t **out, struct mk_err *err);
+/* Compact dump, key order kept; malloc'ed, length without the NUL. */
+int sj_dump(json_t *o, char **out, size_t *len, struct mk_err *err);
+
+/* A non-negative integer. 0, or -1 when v is anything else. */
+int sj_u64(json_t *v, uint64_t *out);
+/* An optional key: absent -> def; present must be a non-negative integer. */
+int sj_opt_u64(json_t *obj, const char *key, uint64_t def, uint64_t *out);
+/* A string value of key, or NULL when absent or not a string. */
+const char *sj_str(json_t *obj, const char *key);
+/* An optional boolean: absent -> false; present must be a boolean. */
+int sj_opt_bool(json_t *obj, const char *key, bool *out);
+/* A dtype name and a shape array: 0; -1 on a missing or unknown dtype, a
+ * shape that is not an array or has more than MK_MAX_DIMS dims; -2 on a
+ * dim that is not a non-negative integer; -3 when the element count
+ * overflows.  sj_desc_error words the three for a frame's message. */
+int sj_desc(json_t *dtype, json_t *shape, struct mk_tensor_desc *d, uint64_t *nelem);
+const char *sj_desc_error(int rc);
+/* {"dtype": .., "shape": [..]} members for d, added to obj. */
+void sj_set_desc(json_t *obj, const struct mk_tensor_desc *d);
+json_t *sj_shape(unsigned ndim, const uint64_t *shape);
+/* 64 lower-case hex digits <-> 32 bytes. */
+int sj_sha256(json_t *v, uint8_t out[32]);
+/* A parameter value: true/false, an integer, a real, or null (unset). */
+int sj_pval(json_t *v, struct mk_pval *out);
+json_t *sj_from_pval(const struct mk_pval *v);
+/* The members of o whose keys are not in the NULL-terminated list known
+ * (a new object, NULL when there are none). */
+json_t *sj_extra(json_t *o, const char *const *known);
+/* Append extra's members to o (keys o already has are left alone). */
+void sj_add_extra(json_t *o, json_t *extra);
+
+#endif
