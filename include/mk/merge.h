@@ -46,18 +46,12 @@ struct mk_merge_stats {
 int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label,
 		 int out_fd, struct mk_merge_stats *st, struct mk_err *err);
 
-/* What mk-merge checks of a JOB frame before its data, without running
- * it: mk_plan_job_decode against the HEAD, then the method known (a
- * plugin's loaded), its parameters the method's, the method's contract,
- * output rule and passes agreeing with the job.  On success *out is the
- * decoded job (the caller frees it with mk_plan_job_free).  mk-cat
- * --verify checks an inputs stream's jobs with it. */
+/* The same on a stream whose HEAD the caller has read (mk_sr_head, kind
+ * "inputs"): rd and head are borrowed. */
+struct mk_stream_reader;
 struct mk_manifest;
-struct mk_plan_job;
-int mk_merge_job_check(const struct mk_manifest *head, const void *payload, size_t len,
-		       struct mk_plan_job **out, struct mk_err *err);
-/* What mk-merge checks of an inputs stream's HEAD whatever its options:
- * every plugin method loaded, with the spec the plan used. */
-int mk_merge_head_check(const struct mk_manifest *head, const char *label, struct mk_err *err);
+int mk_merge_run_from(const struct mk_merge_opts *o, struct mk_stream_reader *rd,
+		      struct mk_manifest *head, const char *label, int out_fd,
+		      struct mk_merge_stats *st, struct mk_err *err);
 
 #endif

@@ -126,6 +126,8 @@ int mk_sr_open(struct mk_stream_reader **out, int fd, const char *label,
 int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f,
 	       struct mk_err *err);
 void mk_sr_free(struct mk_stream_reader *r);
+/* Frames returned and bytes consumed so far (the prelude included). */
+void mk_sr_position(const struct mk_stream_reader *r, uint64_t *frames, uint64_t *bytes);
 /* Is `type` a frame type this version knows? */
 bool mk_frame_type_known(const char *type);
 

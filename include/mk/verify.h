@@ -1,16 +1,19 @@
 /* verify.h - check a stream whole, as the stage that consumes it would
  * (mk-cat --verify).
  *
- * The frames are decoded with the decoders the stages use and checked by
- * the same rules: the prelude, every checksum, END's counts; the first
- * critical frame a HEAD, and no second one; only the frames the HEAD's
- * kind carries (a plan: FILE and JOB; inputs: FILE, JOB, INPT; tensors:
- * FILE and DATA); every JOB against the HEAD (mk_plan_job_decode) and, in
- * an inputs stream, as mk-merge checks it before data (mk_merge_job_check,
- * with the plugins' methods loaded); the number of JOB frames the HEAD's
- * "jobs"; every INPT against its job (mk_chunk_check_input), passes never
- * going back; every DATA against the manifest (mk_chunk_check_data), each
- * tensor's chunks in order and, at the end, every tensor whole. */
+ * Common to every kind: the prelude, every checksum, END's counts, the
+ * first critical frame a HEAD (decoded whole) and no second one.  Then by
+ * the HEAD's kind:
+ *   plan     mk-fetch's rules: only FILE and JOB frames, every JOB decoded
+ *            against the HEAD (mk_plan_job_decode), as many as "jobs";
+ *   inputs   mk-merge's engine itself runs on the stream with its output
+ *            discarded (a spill directory in $TMPDIR or /tmp), so the
+ *            stream verifies exactly when mk-merge accepts it;
+ *   tensors  mk-pack's rules: only FILE and DATA frames, every DATA
+ *            against the manifest (mk_chunk_check_data), each tensor's
+ *            chunks in order and, at the end, every tensor whole.
+ * What depends on more than the stream (model files for mk-fetch, disk
+ * space and --max-memory for the stages) is not checked. */
 #ifndef MK_VERIFY_H
 #define MK_VERIFY_H
 

@@ -1,5 +1,8 @@
 /* verify.c - a stream checked whole by the stages' decoders and rules. */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include "mk/manifest.h"
@@ -10,15 +13,15 @@
 
 struct vs {
 	const struct mk_manifest *head;
-	struct mk_plan_job *job;     /* the current job (inputs streams) */
-	unsigned pass;               /* its last INPT's pass */
 	uint64_t *got;               /* tensors: elements written so far */
-	bool plan, inputs, tensors;
+	bool plan, tensors;
 };
 
+/* One frame after the HEAD of a plan (mk-fetch's rules) or a tensors
+ * stream (mk-pack's). */
 static int frame(struct vs *v, const struct mk_frame *f, struct mk_err *err)
 {
-	int rc = 0;
+	int rc;
 
 	if (!strcmp(f->type, MK_FT_HEAD))
 		return mk_err_set(err, MK_EFORMAT, "a second HEAD");
@@ -31,31 +34,11 @@ static int frame(struct vs *v, const struct mk_frame *f, struct mk_err *err)
 			free(ff.name);
 		return rc;
 	}
-	if (!strcmp(f->type, MK_FT_JOB) && (v->plan || v->inputs)) {
-		struct mk_plan_job *j = NULL;
-		if (v->inputs)
-			rc = mk_merge_job_check(v->head, f->payload, f->payload_len, &j, err);
-		else
-			rc = mk_plan_job_decode(f->payload, f->payload_len, v->head, &j, err);
-		if (rc)
-			return rc;
-		mk_plan_job_free(v->job);
-		v->job = j;
-		v->pass = 0;
-		return 0;
-	}
-	if (!strcmp(f->type, MK_FT_INPT) && v->inputs) {
-		struct mk_chunk c;
-		if ((rc = mk_chunk_decode(f->payload, f->payload_len, &c, err)))
-			return rc;
-		if (!v->job)
-			return mk_err_set(err, MK_EFORMAT, "INPT for job %u before any JOB", c.id);
-		if ((rc = mk_chunk_check_input(v->job, &c, err)))
-			return rc;
-		if (c.pass < v->pass)
-			return mk_err_set(err, MK_EFORMAT, "job %u went back to send %u", v->job->id, c.pass);
-		v->pass = c.pass;
-		return 0;
+	if (!strcmp(f->type, MK_FT_JOB) && v->plan) {
+		struct mk_plan_job *j;
+		rc = mk_plan_job_decode(f->payload, f->payload_len, v->head, &j, err);
+		mk_plan_job_free(j);
+		return rc;
 	}
 	if (!strcmp(f->type, MK_FT_DATA) && v->tensors) {
 		struct mk_chunk c;
@@ -95,10 +78,25 @@ int mk_stream_verify(int fd, const char *label, struct mk_verify_summary *sum, s
 	sum->nfiles = head->nfiles;
 	v.head = head;
 	v.plan = !strcmp(head->kind, "plan");
-	v.inputs = !strcmp(head->kind, "inputs");
 	v.tensors = !strcmp(head->kind, "tensors");
-	if (v.inputs && (rc = mk_merge_head_check(head, label, err)))
+	if (!strcmp(head->kind, "inputs")) {
+		/* mk-merge's engine itself, its output discarded: an inputs
+		 * stream verifies exactly when mk-merge accepts it */
+		const char *tmp = getenv("TMPDIR");
+		struct mk_merge_opts mo = { .spill_dir = tmp && *tmp ? tmp : "/tmp" };
+		struct mk_merge_stats ms;
+		int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+		if (null < 0) {
+			rc = mk_err_sys(err, errno, "/dev/null");
+			goto out;
+		}
+		rc = mk_merge_run_from(&mo, r, head, label, null, &ms, err);
+		close(null);
+		mk_sr_position(r, &sum->frames, &sum->bytes);
+		sum->jobs = ms.jobs;
+		sum->chunks = ms.chunks_in;
 		goto out;
+	}
 	if (v.tensors && !(v.got = calloc(head->ntensors + 1, sizeof(*v.got)))) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
@@ -118,7 +116,7 @@ int mk_stream_verify(int fd, const char *label, struct mk_verify_summary *sum, s
 	}
 	if (rc < 0)
 		goto out;
-	if ((v.plan || v.inputs) && sum->jobs != head->njobs) {
+	if (v.plan && sum->jobs != head->njobs) {
 		rc = mk_err_set(err, MK_EFORMAT, "%s: the HEAD announces %llu jobs, the stream has %llu", label,
 				(unsigned long long)head->njobs, (unsigned long long)sum->jobs);
 		goto out;
@@ -131,7 +129,6 @@ int mk_stream_verify(int fd, const char *label, struct mk_verify_summary *sum, s
 			goto out;
 		}
 out:
-	mk_plan_job_free(v.job);
 	free(v.got);
 	mk_manifest_free(head);
 	mk_sr_free(r);

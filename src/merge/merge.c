@@ -935,32 +935,6 @@ static int run_end(struct mk_stream_writer *w, struct run *r, struct mk_merge_st
 	return rc;
 }
 
-static int check_head(const struct mk_manifest *man, const char *label, const struct mk_merge_opts *o,
-		      struct mk_err *err);
-
-int mk_merge_job_check(const struct mk_manifest *head, const void *payload, size_t len, struct mk_plan_job **out,
-		       struct mk_err *err)
-{
-	struct run r = { 0 };
-	int rc;
-
-	*out = NULL;
-	rc = mk_plan_job_decode(payload, len, head, &r.pj, err);
-	if (!rc)
-		rc = run_prepare(&r, head, err);
-	if (!rc) {
-		*out = r.pj;
-		r.pj = NULL;
-	}
-	run_release(&r);
-	return rc;
-}
-
-int mk_merge_head_check(const struct mk_manifest *head, const char *label, struct mk_err *err)
-{
-	return check_head(head, label, NULL, err);
-}
-
 /* What mk-merge needs of an inputs stream's HEAD before any data: the
  * plugins' methods loaded with the spec the plan used, the held jobs
  * within the budget, a spill directory for spilled jobs. */
@@ -982,13 +956,13 @@ static int check_head(const struct mk_manifest *man, const char *label, const st
 					  pp->name, mk_plugin_of(pm) ? mk_plugin_of(pm) : "built in", have, pp->spec_sha256);
 	}
 	/* the largest job the plan holds in memory, checked before any data */
-	if (o && o->budget && man->held_bytes_max > o->budget)
+	if (o->budget && man->held_bytes_max > o->budget)
 		return mk_err_set(err, MK_ENOMEM,
 				  "%s: the plan holds jobs of up to %llu bytes in memory, more than --max-memory %llu; run mk-plan with --max-memory %llu or less",
 				  label, (unsigned long long)man->held_bytes_max, (unsigned long long)o->budget,
 				  (unsigned long long)o->budget);
 	/* jobs over the budget sent once: replayed from a local file */
-	if (o && man->spilled_jobs && !o->spill_dir)
+	if (man->spilled_jobs && !o->spill_dir)
 		return mk_err_set(err, MK_EINVAL,
 				  "%s: the plan sends %llu jobs once for mk-merge to replay from a spill file (mk-plan --spill): run mk-merge with --spill DIR",
 				  label, (unsigned long long)man->spilled_jobs);
@@ -999,8 +973,26 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 		 struct mk_merge_stats *st, struct mk_err *err)
 {
 	struct mk_stream_reader *rd = NULL;
-	struct mk_stream_writer *w = NULL;
 	struct mk_manifest *man = NULL;
+	struct mk_frame f;
+	int rc;
+
+	memset(st, 0, sizeof(*st));
+	rc = mk_sr_open(&rd, in_fd, label, 0, err);
+	if (!rc)
+		rc = mk_sr_head(rd, label, "inputs", "mk-merge reads an 'inputs' stream (mk-plan | mk-fetch)", &man, &f,
+				err);
+	if (!rc)
+		rc = mk_merge_run_from(o, rd, man, label, out_fd, st, err);
+	mk_manifest_free(man);
+	mk_sr_free(rd);
+	return rc;
+}
+
+int mk_merge_run_from(const struct mk_merge_opts *o, struct mk_stream_reader *rd, struct mk_manifest *man,
+		      const char *label, int out_fd, struct mk_merge_stats *st, struct mk_err *err)
+{
+	struct mk_stream_writer *w = NULL;
 	struct mk_frame f;
 	struct pool pool = { .limit = o->budget ? o->budget / 2 : 256u << 20 };
 	struct spill spill = { .fd = -1 }, mem = { .fd = -1 };
@@ -1012,12 +1004,6 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 	int rc;
 
 	memset(st, 0, sizeof(*st));
-	rc = mk_sr_open(&rd, in_fd, label, 0, err);
-	if (rc)
-		goto out;
-	rc = mk_sr_head(rd, label, "inputs", "mk-merge reads an 'inputs' stream (mk-plan | mk-fetch)", &man, &f, err);
-	if (rc)
-		goto out;
 	rc = check_head(man, label, o, err);
 	if (rc)
 		goto out;
@@ -1084,8 +1070,6 @@ out:
 	spill_close(&spill);
 	spill_close(&mem);
 	free(head);
-	mk_manifest_free(man);
 	mk_sw_free(w);
-	mk_sr_free(rd);
 	return rc;
 }

@@ -731,3 +731,9 @@ void mk_sw_free(struct mk_stream_writer *w)
 	free(w->cat);
 	free(w);
 }
+
+void mk_sr_position(const struct mk_stream_reader *r, uint64_t *frames, uint64_t *bytes)
+{
+	*frames = r->index;
+	*bytes = r->offset;
+}
