@@ -6,8 +6,8 @@
  * config.json, lists the weights a merge plans for it, resolves a planned
  * weight in an input checkpoint (name, aliases, tied names, fused-expert
  * conversion), infers a definition from tensor names when none is known,
- * and edits the output config.json.  See config_io.md section 3 and
- * mk-compat(7) for the rules and where mk differs from mergekit.
+ * and edits the output config.json.  The functions below state the rules;
+ * mk-compat(7) says where mk differs from mergekit.
  *
  * Ownership: every struct returned through an `out` pointer is new and
  * owned by the caller, freed with the matching *_free (NULL allowed);
@@ -89,8 +89,9 @@ struct mk_arch {
 };
 
 /* Parse one definition (JSON text of `len` bytes).  `file` is the stem
- * recorded in the result and used in messages (e.g. "llama").  Unknown
- * keys listed in config_io.md 3.1 are ignored; a missing required key, a
+ * recorded in the result and used in messages (e.g. "llama").  Keys mk
+ * does not use (metadata for other tools, such as input_space, head_split
+ * or procedural_spaces) are ignored; a missing required key, a
  * wrong type or an unknown "kind" is MK_EFORMAT. */
 int mk_arch_parse(const char *text, size_t len, const char *file,
 		  struct mk_arch **out, struct mk_err *err);
@@ -145,7 +146,7 @@ bool mk_hfconfig_has(const struct mk_hfconfig *c, const char *key);
 /* model_type or NULL (borrowed). */
 const char *mk_hfconfig_model_type(const struct mk_hfconfig *c);
 
-/* Choose the architecture for one model (config_io.md 3.3).  The
+/* Choose the architecture for one model, as mergekit does.  The
  * `architectures` list must hold exactly one class, unless
  * `override_class` (may be NULL) replaces it.  AfmoeForCausalLM and
  * Glm4MoeForCausalLM are built procedurally (num_experts,
@@ -175,7 +176,7 @@ struct mk_weight_list {
 
 void mk_weight_list_free(struct mk_weight_list *l);   /* frees contents */
 
-/* Substitute one template string (config_io.md 3.2): ${num_layers},
+/* Substitute one template string: ${num_layers},
  * ${layer_index} (layer >= 0 only), each with +1/-1, $name without braces,
  * $$ = '$'.  Strings without '{' are copied as they are.  Unknown or
  * malformed placeholder: MK_EFORMAT.  *out is malloc'ed. */
@@ -191,7 +192,7 @@ int mk_arch_weights(const struct mk_arch *a, size_t module,
 		    enum mk_wsection section, int64_t num_layers, int64_t layer,
 		    struct mk_weight_list *l, struct mk_err *err);
 
-/* Every weight of the model (config_io.md 3.7), appended to *l: modules in
+/* Every weight a merge plans for the model, appended to *l: modules in
  * order; per module its pre weights, then layers 0..n-1, then post
  * weights.  `num_layers[m]` is module m's layer count.  Duplicate output
  * names (qwen2_vl's projector) are kept once, at the first position, with
@@ -253,7 +254,8 @@ struct mk_arch_names {
 	uint64_t vocab_size;
 };
 
-/* Infer a definition from tensor names (config_io.md 3.5, names-only path).
+/* Infer a definition from tensor names alone (mergekit infers one when a
+ * model's architecture is unknown; mk uses the checkpoint's names only).
  * models[0] is the base (the donor).  Layer templates: the first ".<n>."
  * replaced by ".${layer_index}."; modules per prefix (sorted), plus a
  * catch-all "default" module that takes every non-layer name unchanged
@@ -268,7 +270,7 @@ int mk_arch_infer(const struct mk_arch_names *models, size_t nmodels,
 
 /* -------------------------------------------------- output config.json */
 
-/* Edit the donor's config.json (config_io.md 3.4): when `dtype` is not
+/* Edit the donor's config.json (mk-compat(7)): when `dtype` is not
  * NULL set "dtype" (and "torch_dtype" if present); for each module m with
  * num_layers[m] >= 0 (num_layers may be NULL: no change) write the count
  * at its num_layers_key, descending into nested objects; a module

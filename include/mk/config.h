@@ -162,7 +162,7 @@ const struct mk_pvalue *mk_params_find(const struct mk_params *p,
 				       const char *name);
 
 /* Evaluate a setting for a tensor name and an interpolation position t
- * (config_io.md 2.2): a scalar as is; a gradient v[0..n-1] in double as
+ * (mk-config(5)): a scalar as is; a gradient v[0..n-1] in double as
  * s = t*(n-1), i0 = trunc(s), i1 = min(n-1, i0+1), f = s-i0,
  * (1-f)*v[i0] + f*v[i1] (that order, no fused multiply-add); conditionals
  * in order, the first whose filter is absent, "*" or a (case-sensitive)
@@ -347,7 +347,7 @@ int mk_config_unsupported(const struct mk_config *cfg,
 
 /* ------------------------------------------------------------ parameter lookup */
 
-/* Where a value came from (mergekit's precedence, config_io.md 2.5). */
+/* Where a value came from (mergekit's precedence, mk-config(5)). */
 enum mk_param_level {
 	MK_PL_NONE = 0,
 	MK_PL_SOURCE,                     /* slice.sources[i].parameters (models[i].parameters) */
@@ -376,7 +376,7 @@ enum mk_param_level mk_param_lookup(const struct mk_param_ctx *sc,
 				    const struct mk_model_ref *model,
 				    const char *tensor, double t, double *out);
 
-/* ------------------------------------------------------------ normalisation (config_io.md 2.7) */
+/* ------------------------------------------------------------ normalisation (models: into slices) */
 
 /* Number of layers of `ref` (in the module being normalised).  Return 0
  * and set *n, or a negative MK_E* code with `err` filled. */

@@ -35,9 +35,9 @@
  * [elem_begin, elem_begin + count) of the OUTPUT tensor and gives, for
  * every used input, the same elements of that input's view, already
  * converted to the compute dtype (float32, or float64 per the output
- * rule: methods.md 1.5).  A view is the input itself, or its top-left
+ * rule: mk_compute_dtype_of).  A view is the input itself, or its top-left
  * [rows, cols] block when the output rule rectified embedding sizes
- * (methods.md 1.7); the caller (mk-fetch's assembly) does the slicing.
+ * (mk_rectify_shapes); the caller (mk-fetch's assembly) does the slicing.
  *
  * Statistics passes sum in a fixed order that does not depend on the
  * chunking: float64 partial sums over fixed blocks of MK_SUM_BLOCK
@@ -156,7 +156,7 @@ struct mk_contract {
 struct mk_job_desc {
 	const char *tensor;        /* output tensor name (messages, RNG keys) */
 	uint64_t seed;             /* --random-seed of the merge (RNG key) */
-	bool is_embed;             /* embed_tokens / lm_head (methods.md 1.7) */
+	bool is_embed;             /* embed_tokens / lm_head (mk_rectify_shapes) */
 	size_t ninputs;            /* inputs in plan order: base first, then YAML order */
 	int base;                  /* index of the base input, -1 for none */
 	const struct mk_tensor_desc *in;     /* [ninputs] */
@@ -217,7 +217,7 @@ struct mk_job_chunk {
 
 /* ------------------------------------------------------------ batch form */
 
-/* Many outputs of one shape in one call (seed 000's TensorBatch).  Input i
+/* Many outputs of one shape in one call (as mergekit's TensorBatch).  Input i
  * is B * nelem contiguous elements of `compute` ([B, nelem], output b at
  * offset b * nelem).  Parameters: coef[p] for MK_PF_COEF parameters:
  * GLOBAL scope -> [B], PER_INPUT -> [B, ninputs], PER_NON_BASE ->
@@ -358,14 +358,14 @@ static inline const struct mk_pval *mk_job_param(const struct mk_job *job, size_
 const struct mk_pval *mk_job_input_param(const struct mk_job *job, size_t i, size_t p);
 
 /* The compute dtype torch would use for these input dtypes: F64 when
- * any is F64, else F32 (methods.md 1.5; seed 000). */
+ * any is F64, else F32 (mk rounds once to the output dtype: mk-compat(7)). */
 enum mk_dtype mk_compute_dtype_of(size_t n, const enum mk_dtype *dts);
 /* torch's result dtype of stacking these float dtypes: equal -> that
  * dtype; otherwise the widest, with F16 + BF16 -> F32 and mixed F8
  * variants -> F32.  Non-float dtypes must not be passed. */
 enum mk_dtype mk_promote_dtypes(size_t n, const enum mk_dtype *dts);
 
-/* methods.md 1.7 rectify_embed_sizes over the used inputs of d: when
+/* mergekit's rectify_embed_sizes over the used inputs of d: when
  * is_embed and every used input is 2-D, the output shape is (min rows,
  * min cols) and *rectified tells whether any input differs from it;
  * otherwise the inputs must all have one shape.  Returns 0 and sets
@@ -417,25 +417,27 @@ size_t mk_edit_distance(const char *a, const char *b);
 
 /* ------------------------------------------------------------- built-ins */
 
-extern const struct mk_method mk_method_linear;          /* methods.md 2.1 */
-extern const struct mk_method mk_method_passthrough;     /* 2.2 */
-extern const struct mk_method mk_method_slerp;           /* 2.3, seed 004 */
-extern const struct mk_method mk_method_task_arithmetic; /* 2.7 */
-extern const struct mk_method mk_method_nuslerp;          /* 2.4 */
-extern const struct mk_method mk_method_multislerp;       /* 2.5 */
-extern const struct mk_method mk_method_karcher;          /* 2.6 */
-extern const struct mk_method mk_method_ties;             /* 2.7 */
+/* Each in src/methods/<name>.c; task_arithmetic, ties, dare_*, della* and
+ * breadcrumbs* in gta.c. */
+extern const struct mk_method mk_method_linear;
+extern const struct mk_method mk_method_passthrough;
+extern const struct mk_method mk_method_slerp;
+extern const struct mk_method mk_method_task_arithmetic;
+extern const struct mk_method mk_method_nuslerp;
+extern const struct mk_method mk_method_multislerp;
+extern const struct mk_method mk_method_karcher;
+extern const struct mk_method mk_method_ties;
 extern const struct mk_method mk_method_dare_linear;
 extern const struct mk_method mk_method_dare_ties;
 extern const struct mk_method mk_method_della;
 extern const struct mk_method mk_method_della_linear;
 extern const struct mk_method mk_method_breadcrumbs;
 extern const struct mk_method mk_method_breadcrumbs_ties;
-extern const struct mk_method mk_method_model_stock;      /* 2.8 */
-extern const struct mk_method mk_method_nearswap;         /* 2.9 */
-extern const struct mk_method mk_method_arcee_fusion;     /* 2.10 */
-extern const struct mk_method mk_method_sce;              /* 2.11 */
-extern const struct mk_method mk_method_ram;              /* 2.12 */
-extern const struct mk_method mk_method_ramplus_tl;       /* 2.13 */
+extern const struct mk_method mk_method_model_stock;
+extern const struct mk_method mk_method_nearswap;
+extern const struct mk_method mk_method_arcee_fusion;
+extern const struct mk_method mk_method_sce;
+extern const struct mk_method mk_method_ram;
+extern const struct mk_method mk_method_ramplus_tl;
 
 #endif

@@ -39,8 +39,8 @@ struct mk_plan_input {
 	uint64_t shape[MK_MAX_DIMS];
 	uint64_t nelem;
 	/* An input assembled from several source tensors of the checkpoint
-	 * (transformers-v5 fused experts from per-expert tensors, config_io.md
-	 * 3.6): "assembly": {"kind": "stack" | "stack_concat" | "rename",
+	 * (transformers-v5 fused experts from per-expert tensors, see
+	 * src/arch/fused.c): "assembly": {"kind": "stack" | "stack_concat" | "rename",
 	 * "sources": [...]}.  Every kind amounts to the sources' elements one
 	 * after another, in this order (experts stacked on a new axis 0, the
 	 * parts of an expert concatenated along its rows).  nsources 0: the

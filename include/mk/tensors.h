@@ -1,7 +1,7 @@
 /* tensors.h - merging in process, from C: tensors in memory, no stream.
  *
  * For C callers that hold tensors already (the role mergekit's
- * merge_tensors plays for Python callers, seed 000/003).  Every method of
+ * merge_tensors plays for Python callers).  Every method of
  * the registry (plugins included) works here, through the same method API
  * as mk-merge; whole tensors are in memory, so this is for tensors that
  * fit it.  Inputs are borrowed; outputs are malloc'ed and owned by the

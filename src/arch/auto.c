@@ -1,5 +1,6 @@
 /* auto.c - infer an architecture from checkpoint tensor names
- * (config_io.md 3.5, the names-only path, made deterministic). */
+ * alone, as mergekit does when a model's architecture is unknown, without
+ * its transformers meta-device pass and made deterministic (mk-compat(7)). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

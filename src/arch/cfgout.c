@@ -1,4 +1,4 @@
-/* cfgout.c - the output config.json (config_io.md 3.4): the donor's JSON
+/* cfgout.c - the output config.json (see mk-compat(7)): the donor's JSON
  * with dtype, layer counts and vocab size set, written as transformers
  * writes it (json.dumps(indent=2, sort_keys=True) + "\n"). */
 #include <inttypes.h>

@@ -1,5 +1,7 @@
 /* fused.c - transformers-v5 fused MoE tensors from per-expert checkpoints
- * (config_io.md 3.6): a description of the sources, no data moved. */
+ * (gate_up_proj [E, 2I, H], down_proj [E, H, I], stacked from each expert's
+ * own tensors as transformers v5 converts mixtral- and qwen2_moe-family
+ * checkpoints): a description of the sources, no data moved. */
 #include <stdlib.h>
 #include <string.h>
 #include "mk/arch.h"

@@ -1,5 +1,4 @@
-/* arcee_fusion.c - take the other model's values where they matter most
- * (methods.md 2.10).
+/* arcee_fusion.c - take the other model's values where they matter most.
  *
  * With a the base and b the other input (after rectify_embed_sizes):
  *   1. importance I = |b - a| * KL_row, where along the last axis

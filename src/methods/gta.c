@@ -1,4 +1,4 @@
-/* gta.c - the generalized task arithmetic family (methods.md 2.7): one
+/* gta.c - the generalized task arithmetic family: one
  * implementation configured eight ways, as mergekit's GeneralizedTask-
  * ArithmeticMerge.
  *

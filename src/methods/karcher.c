@@ -1,5 +1,5 @@
 /* karcher.c - the Karcher (Riemannian) mean of the inputs on the unit
- * hypersphere, scaled by their mean norm (methods.md 2.6).
+ * hypersphere, scaled by their mean norm.
  *
  * Every input counts, a configured base included, with alpha = 1/N; one
  * input is returned as is.  Each tensor is one flattened vector t_i.
@@ -24,7 +24,7 @@
  * in the input dtype (float32 rounding in every step); mk iterates in
  * float64, which can change where the iteration stops (tau < tol) by one
  * step in borderline cases.  Embedding inputs of different vocabulary
- * sizes use their common top-left block (methods.md 1.7; mergekit's call
+ * sizes use their common top-left block (mk-compat(7); mergekit's call
  * to rectify_embed_sizes has no effect and it crashes).  max_iter and tol
  * must be >= 0.  A point exactly antipodal to the mean (sin theta = 0) is
  * skipped instead of dividing by zero.

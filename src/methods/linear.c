@@ -1,16 +1,20 @@
-/* linear.c - weighted average (methods.md 2.1).
+/* linear.c - weighted average (model soups,
+ * https://arxiv.org/abs/2203.05482).
  *
  *   S = sum_i w_i * M_i       products rounded to the compute dtype, then
  *                             summed in input order
  *   normalize: S = S / sum_i w_i   (the weight sum in the compute dtype,
  *                             summed in input order)
  *
- * A configured base is an ordinary input and needs a weight (1.3).
+ * A configured base is an ordinary input and needs a weight (as in
+ * mergekit, which crashes without one).
  * Embedding inputs of different vocabulary sizes are cut to their common
- * top-left block (1.7); any other shape difference is an error.
+ * top-left block (mk_rectify_shapes); any other shape difference is an
+ * error.
  * Deliberate difference: a zero weight sum with normalize=true is a
  * planning error here (mergekit divides by zero and writes inf/NaN); the
- * batch kernel, like seed 000's, does not check.
+ * batch kernel, like mergekit's batched weighted_average example, does
+ * not check.
  */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF

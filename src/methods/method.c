@@ -15,8 +15,8 @@ static const struct mk_method **reg;
 static size_t nreg, capreg;
 static pthread_once_t builtins_once = PTHREAD_ONCE_INIT;
 
-/* In mergekit's registration order (methods.md 0: the static registry,
- * then the decorator-defined methods). */
+/* In mergekit's registration order (its static registry first, then the
+ * methods defined with its merge_method decorator). */
 static const struct mk_method *const builtins[] = {
 	&mk_method_linear,
 	&mk_method_slerp,

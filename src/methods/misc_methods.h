@@ -1,8 +1,8 @@
 /* misc_methods.h - helpers shared by sce, ram, ramplus_tl, nearswap and
  * arcee_fusion (internal to src/methods).
  *
- * - misc_same_shapes: the used inputs must have one shape (methods.md 1.7:
- *   these methods do no embedding rectification; mergekit fails on a
+ * - misc_same_shapes: the used inputs must have one shape (these methods
+ *   do no embedding rectification, as in mergekit, which fails on a
  *   stacking or subtraction error, mk names the tensor and both shapes).
  * - misc_out_dtype: torch's result dtype of the used inputs.
  * - misc_fkey: an order-preserving map of a float32 onto uint32 (negative

@@ -1,6 +1,6 @@
 /* model_stock.c - Model Stock: move from the base toward the average of
  * the models by a factor from their offsets' mean pairwise cosine
- * (methods.md 2.8, mergekit 0.1.5).
+ * (https://arxiv.org/abs/2403.19522, as mergekit 0.1.5 computes it).
  *
  * Inputs: the base w_0 and N >= 2 models w_1..w_N in plan order; the base
  * alone is returned as is.  Vectors: filter_wise=false -> the whole
@@ -16,7 +16,7 @@
  * held); finish leaves t per vector (float64, rounded to the compute
  * dtype); apply follows torch's operation order in the compute dtype.
  * Embedding inputs of different vocabulary sizes use their common
- * top-left block (1.7, as mergekit 0.1.4).
+ * top-left block (mk_rectify_shapes, as mergekit 0.1.4).
  *
  * Deliberate differences: the singular case den = 0 keeps the base, as
  * mergekit 0.1.5 does (0.1.4 divided by zero).  A base with one model

@@ -1,5 +1,5 @@
 /* multislerp.c - barycentric interpolation of several models on the
- * hypersphere, optionally relative to a base (methods.md 2.5).
+ * hypersphere, optionally relative to a base.
  *
  * With x_i = M_i - base (rounded to the compute dtype) or M_i, the n
  * non-base models in plan order, w the weights rounded to the compute

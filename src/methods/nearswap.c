@@ -1,5 +1,4 @@
-/* nearswap.c - take the other model's value where it is near the base's
- * (methods.md 2.9).
+/* nearswap.c - take the other model's value where it is near the base's.
  *
  * With a the base, b the one other input, per element (compute dtype,
  * torch's operation order):

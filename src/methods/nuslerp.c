@@ -1,5 +1,5 @@
 /* nuslerp.c - spherical interpolation of two models, optionally relative
- * to a base, per tensor, row or column (methods.md 2.4).
+ * to a base, per tensor, row or column.
  *
  * Inputs: the two models A, B (in plan order) and, optionally, a base
  * that is neither of them.  One input alone is returned as is.
@@ -16,7 +16,8 @@
  *   out = base + r, or r
  * The two coefficients are computed in float64 and rounded to the compute
  * dtype; products are rounded before the sum.  Embedding inputs of
- * different vocabulary sizes use their common top-left block (1.7).
+ * different vocabulary sizes use their common top-left block
+ * (mk_rectify_shapes).
  *
  * Deliberate differences: mergekit 0.1.4 missed anti-parallel vectors in
  * float32 (sin(acos(-1)) = -8.7e-8 passes its |sin| < 1e-8 test and the

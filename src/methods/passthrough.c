@@ -1,4 +1,4 @@
-/* passthrough.c - copy the one input, optionally scaled (methods.md 2.2).
+/* passthrough.c - copy the one input, optionally scaled.
  *
  * Exactly one input (a configured base that is not that input makes two:
  * an error, as in mergekit).  With a `scale` the output is x * scale in

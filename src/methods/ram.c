@@ -1,4 +1,4 @@
-/* ram.c - Reinforced Agent Merging (methods.md 2.12).
+/* ram.c - Reinforced Agent Merging (https://arxiv.org/abs/2601.13572).
  *
  * Per element, with B the base and delta_i = M_i - B over the non-base
  * inputs in input order (compute dtype):

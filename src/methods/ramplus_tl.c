@@ -1,4 +1,5 @@
-/* ramplus_tl.c - RAM+ with tensor-local statistics (methods.md 2.13).
+/* ramplus_tl.c - RAM+ with tensor-local statistics
+ * (https://arxiv.org/abs/2601.13572).
  *
  * As ram (active_i = |delta_i| > epsilon, c = active count per element),
  * with one statistics pass counting, per non-base input i over the whole

@@ -5,7 +5,7 @@
  * input index in the plan, element index): no generator state, so a mask
  * is bit-identical for any chunk size, thread count, chunk order and
  * machine, and the masks of different inputs (models) are independent,
- * as mergekit draws them (methods.md 1.6).
+ * as mergekit draws them (mk-compat(7), "Randomness").
  *
  *   stream = mk_rng_stream(seed, tensor, input)     once per (tensor, input)
  *   u      = mk_rng_uniform(stream, element)        in [0, 1), 53 bits

@@ -1,4 +1,4 @@
-/* sce.c - Select, Calculate, Erase (methods.md 2.11).
+/* sce.c - Select, Calculate, Erase (https://arxiv.org/abs/2408.07990).
  *
  * With B the base and tau_i = M_i - B over the n non-base inputs in input
  * order (compute dtype):
@@ -21,7 +21,7 @@
  * Passes: 3 when selecting (variance histogram, low bits, tie cut-off +
  * the e_i sums), else 1 (the e_i sums).  select_topk <= 0, and k = 0,
  * zero every task vector: the output is the base (mergekit 0.1.4 returned
- * a malformed [n, ...] tensor there, methods.md 5.2; mk returns the base
+ * a malformed [n, ...] tensor there; mk returns the base
  * with the right shape, as mergekit 0.1.5 does).
  *
  * Globals select_topk (1.0) and int8_mask (false, no numeric effect).  No

@@ -1,5 +1,5 @@
 /* slerp.c - spherical interpolation between the base and one other input
- * (methods.md 2.3, seed 004).
+ * (t optional, as proposed in mergekit #640).
  *
  * One statistics pass sums |v0|^2, |v1|^2 and <v0, v1> over the whole
  * tensor (float64, fixed blocks: chunking does not change a bit).  Then:
@@ -14,7 +14,7 @@
  * same for theta_t, s0, s1); the two coefficients are rounded to the
  * compute dtype and the products rounded before the sum, as numpy does.
  *
- * t is optional (seed 004): when no value resolves for a tensor the output
+ * t is optional (mergekit #640): when no value resolves for a tensor the output
  * is the base, the other input is not read (its shape may differ) and
  * there is no pass.  A job with the base alone (an optional tensor the
  * other model lacks) also returns the base.  The output has the base's

@@ -263,7 +263,7 @@ static int to_pval(const struct mk_param_spec *ps, double v, struct mk_pval *out
 /* --------------------------------------------------------------- tensors */
 
 /* A weight missing from a checkpoint that stores experts one by one: the
- * transformers-v5 fused tensor assembled from them (config_io.md 3.6).
+ * transformers-v5 fused tensor assembled from them (src/arch/fused.c).
  * Fills the assembled tensor's dtype and shape.  0 with *out NULL when no
  * conversion applies. */
 static int fused_input(const struct pmodel *pm, const char *target, struct mk_fused **out,
@@ -726,7 +726,7 @@ static int plan_module(struct mk_plan *p, size_t mod, const struct mk_output_sli
 		}
 	}
 	/* post weights, from the last slice (sized by the first's sources:
-	 * mergekit's positional pairing, config_io.md 3.7) */
+	 * mergekit's positional pairing, see mk-compat(7)) */
 	const struct mk_output_slice *last = &sl[nsl - 1];
 	size_t npost_src = last->nsources < sl[0].nsources ? last->nsources : sl[0].nsources;
 	for (size_t w = 0; w < post.n && !rc; w++) {

@@ -107,7 +107,7 @@ printf 'merge_method: linear\nmodels:\n  - model: binonly\n    parameters: {weig
 expect_fail 1 ".bin" mk-plan bin.yml
 
 # embeddings of different vocabulary sizes: cut to the common block
-# (methods.md 1.7; mergekit 0.1.5 refuses them, see mk-compat(7))
+# (as mergekit 0.1.4; mergekit 0.1.5 refuses them, see mk-compat(7))
 if python3 -c 'import safetensors' 2>/dev/null; then
 	C=$MK_TOP/testdata/models/conf
 	printf 'merge_method: linear\nmodels:\n  - model: %s/llama-f32-a\n    parameters: {weight: 0.5}\n  - model: %s/llama-f32-v40\n    parameters: {weight: 0.5}\n' "$C" "$C" > vocab.yml

@@ -1,6 +1,7 @@
-/* weighted_average.c - an example merge-method plugin (seed 000's
- * "weighted_average"): sum_i w_i x_i, divided by sum_i w_i when
- * `normalize` (default true).  Built outside libmk as a shared object:
+/* weighted_average.c - an example merge-method plugin (after the
+ * "weighted_average" example of mergekit's merge-method API): sum_i w_i
+ * x_i, divided by sum_i w_i when `normalize` (default true).  Built
+ * outside libmk as a shared object:
  *
  *   cc -fPIC -shared -I/usr/local/include -o weighted_average.so weighted_average.c
  *   mk-yaml --plugin ./weighted_average.so config.yml out/

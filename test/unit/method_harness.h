@@ -1,6 +1,8 @@
-/* method_harness.h - what the method unit tests share: the inputs of
- * methods.md Appendix A and a builder for job descriptions.  Included by
- * test/unit/test_methods*.c after <cmocka.h>; not part of libmk. */
+/* method_harness.h - what the method unit tests share: the reference
+ * inputs below (the tests named *_appendix compare mk's outputs on them
+ * with vectors mergekit's own kernels computed in float32) and a builder
+ * for job descriptions.  Included by test/unit/test_methods*.c after
+ * <cmocka.h>; not part of libmk. */
 #ifndef MK_METHOD_HARNESS_H
 #define MK_METHOD_HARNESS_H
 
@@ -10,7 +12,7 @@
 #include <string.h>
 #include "mk/method.h"
 
-/* Appendix A: a base W0 and three fine-tunes M_k = W0 + D_k / 64. */
+/* The reference inputs: a base W0 and three fine-tunes M_k = W0 + D_k / 64. */
 static const float W0[12] = { 0.5f, -0.25f, 1.0f, 0.125f, -0.75f, 0.375f, 0.0f, 2.0f,
 			      1.5f, -1.25f, 0.625f, -0.5f };
 static const float D1[12] = { 6, -13, 3, 19, -10, 16, -4, 0, 26, -7, 12, -22 };

@@ -87,7 +87,7 @@ static void test_embedded(void **state)
 	}
 	assert_string_equal(f[0].name, "afmoe_partial.json");
 	assert_string_equal(mk_arch_registry_at(reg, 0)->file, "afmoe_partial");
-	/* inventory spot checks (config_io.md 3.8) */
+	/* spot checks of the shipped definitions (src/arch/data) */
 	const struct mk_arch *a = mk_arch_registry_file(reg, "bert");
 	assert_non_null(a);
 	assert_int_equal(a->modules[0].npre, 6);

@@ -779,7 +779,7 @@ static void test_gradient_eval(void **state)
 	struct mk_pvalue v = { .kind = MK_PV_GRADIENT, .n = 5, .grad = g5 };
 	double t = 13.0 / 39.0;
 
-	/* config_io.md 2.8: layer 13 of 40 */
+	/* mergekit's examples/gradient-slerp.yml: layer 13 of 40 */
 	assert_true(fabs(eval(&v, "model.layers.13.self_attn.q_proj.weight", t) -
 			 0.43333333333333335) < 1e-15);
 	assert_true(eval(&v, "x", t) == 0.43333333333333335);   /* bit-exact, as Python */

@@ -332,7 +332,7 @@ static void test_methods(void **state)
 		run_case(&cases[i]);
 }
 
-/* Appendix A's tiny inputs (methods.md): every family member, one chunk. */
+/* The reference inputs of method_harness.h: every family member, one chunk. */
 static void test_appendix(void **state)
 {
 	static const char *ms[] = { "task_arithmetic", "ties", "dare_linear", "dare_ties", "breadcrumbs",

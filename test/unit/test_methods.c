@@ -1,8 +1,8 @@
 /* test_methods.c - the merge-method API and the built-in methods linear,
  * passthrough, slerp and task_arithmetic.
  *
- * Reference values are methods.md Appendix A (mergekit's own kernels,
- * float32).  Metric: max |mk - ref| <= 1e-6 * max(1, max |ref|).  The
+ * Reference values: mergekit's own float32 outputs on method_harness.h's
+ * inputs.  Metric: max |mk - ref| <= 1e-6 * max(1, max |ref|).  The
  * references are printed float32 values of magnitude <= 4, where one
  * float32 ulp is <= 4.8e-7; mk follows mergekit's operation order (or
  * sums in float64 where mergekit sums in float32: slerp's statistics),
@@ -227,7 +227,7 @@ static void test_param_validation(void **st)
 	set_g(&t, "flag", mk_pval_bool(true));
 	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), 0);
 
-	/* linear: weight is required for every input, the base included (1.3) */
+	/* linear: weight is required for every input, the base included (as in mergekit) */
 	tj_init(&t, "linear", 2, 1);
 	set_in(&t, 0, "weight", mk_pval_float(1.0));
 	expect_param_error(&t, "parameter 'weight' is required for input 1 ('model-b')", "linear");
@@ -269,7 +269,7 @@ static void test_contract(void **st)
 	assert_int_equal(mk_method_plan(t.m, &t.d, &po, NULL, NULL, NULL, &err), -MK_EINVAL);
 }
 
-/* --------------------------------------------------- Appendix A: linear */
+/* ---------------------------------------------- reference values: linear */
 
 static void linear3(struct tj *t, double w0, double w1, double w2, bool normalize)
 {
@@ -307,9 +307,9 @@ static void test_linear_appendix(void **st)
 
 static void test_linear_bf16(void **st)
 {
-	/* Appendix A "same in float32": mk computes bf16 inputs in float32 and
-	 * rounds once (DESIGN "Numerics"), so its bf16 output is this vector
-	 * rounded to bf16, not mergekit's bf16-pipeline vector. */
+	/* mergekit's float32 result: mk computes bf16 inputs in float32 and
+	 * rounds once (mk-compat(7), "Float32 compute"), so its bf16 output is
+	 * this vector rounded to bf16, not mergekit's bf16-pipeline vector. */
 	static const float ref_f32[12] = { 0.52500004f, -0.42812502f, 1.078125f, 0.390625f,
 		-0.77500004f, 0.5125f, -0.13125f, 2.0062501f, 1.8687501f, -1.209375f,
 		0.71875f, -0.8625001f };
@@ -341,7 +341,7 @@ static void test_linear_bf16(void **st)
 		float want = mk_bf16_to_f32(mk_f32_to_bf16(ref_f32[i]));
 		assert_true(mk_bf16_to_f32(h[i]) == want);
 	}
-	/* element 0 is where the pipelines differ (methods.md 1.5) */
+	/* element 0 is where the pipelines differ (mergekit rounds each step) */
 	assert_true(mk_bf16_to_f32(h[0]) == 0.5234375f);
 	assert_true(ref_mergekit_bf16[0] == 0.52734375f);
 }
@@ -455,7 +455,7 @@ static void test_linear_f64(void **st)
 		assert_true(out[i] == (0.6 * a[i] + 0.4 * b[i]) / (0.6 + 0.4));
 }
 
-/* ---------------------------------------------------- Appendix A: slerp */
+/* ----------------------------------------------- reference values: slerp */
 
 static void slerp_job(struct tj *t, double tv)
 {
@@ -539,7 +539,7 @@ static void test_slerp_base_position(void **st)
 
 static void test_slerp_t_unset(void **st)
 {
-	/* seed 004: no t for this tensor -> the base, other input not read,
+	/* mergekit #640: no t for this tensor -> the base, other input not read,
 	 * even when its shape is incompatible. */
 	float out[12];
 	const void *v[2] = { W0, NULL };
@@ -606,7 +606,7 @@ static void test_slerp_embed(void **st)
 	assert_int_equal(po.npasses, 1);
 }
 
-/* ------------------------------------------- Appendix A: task arithmetic */
+/* -------------------------------------- reference values: task arithmetic */
 
 static void test_task_arithmetic_appendix(void **st)
 {
@@ -636,7 +636,7 @@ static void test_task_arithmetic_appendix(void **st)
 	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, out, NULL), 0);
 	assert_close(out, ref2, 12);
 
-	/* the base's own weight is never used (1.3) */
+	/* the base's own weight is never used (as in mergekit) */
 	set_in(&t, 0, "weight", mk_pval_float(100.0));
 	{
 		float out2[12];

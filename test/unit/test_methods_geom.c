@@ -1,8 +1,8 @@
 /* test_methods_geom.c - the geometric methods: nuslerp, multislerp,
- * karcher, model_stock (methods.md 2.4, 2.5, 2.6, 2.8).
+ * karcher, model_stock.
  *
- * Reference values are methods.md Appendix A (mergekit's own kernels,
- * float32).  Metric: max |mk - ref| <= tol * max(1, max |ref|), tol 1e-6
+ * Reference values: mergekit's own float32 outputs on method_harness.h's
+ * inputs.  Metric: max |mk - ref| <= tol * max(1, max |ref|), tol 1e-6
  * for nuslerp and model_stock, 1e-5 for multislerp and karcher (their
  * float32 iterations / tangent step add rounding noise in mergekit).
  * Then: bit-identical output for chunks of 1, 7, one row and the whole

@@ -2,12 +2,13 @@
  * ties, dare_linear, dare_ties, breadcrumbs, breadcrumbs_ties, della,
  * della_linear (task_arithmetic itself: test_methods.c).
  *
- * Deterministic references: methods.md Appendix A (mergekit's kernels,
- * float32) and, where mergekit 0.1.5 changed a kernel (breadcrumbs'
+ * Deterministic references: mergekit's float32 outputs on the inputs of
+ * method_harness.h and, where 0.1.5 changed a kernel (breadcrumbs'
  * n_top = 0 case), vectors from mergekit 0.1.5's own sparsify.py and
  * get_mask run on the same inputs.  Metric: max |mk - ref| <=
- * 1e-6 * max(1, max |ref|).  Random methods: statistics (methods.md
- * 2.7.3) with fixed seeds, so every run is the same.
+ * 1e-6 * max(1, max |ref|).  Random methods: statistics (keep fractions,
+ * L1 rescaling, DELLA's keep rate by rank: test_random_statistics,
+ * test_della_ranks) with fixed seeds, so every run is the same.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -70,7 +71,7 @@ static int run_job(struct tj *t, const void *const *views, uint64_t chunk, void 
 
 #define assert_close(got, ref, n) tj_assert_close(got, ref, n, 1e-6)
 
-/* base W0, M1/M2/M3 with weights 1.0/0.8/0.6 (Appendix A's GTA cases). */
+/* base W0, M1/M2/M3 with weights 1.0/0.8/0.6 (the GTA reference cases). */
 static void three(struct tj *t, const char *method)
 {
 	tj_init(t, method, 4, 0);
@@ -81,7 +82,7 @@ static void three(struct tj *t, const char *method)
 
 static const void *const V3[4] = { W0, M1, M2, M3 };
 
-/* ----------------------------------------------------- Appendix A: ties */
+/* ------------------------------------------------ reference values: ties */
 
 static void test_ties_appendix(void **st)
 {
@@ -169,7 +170,7 @@ static void test_kernels_appendix(void **st)
 	kernel_run("breadcrumbs_ties", 0.75, 0.2, false, out); /* n_top 2, n_bot 1 */
 	assert_close(out, outl2, 12);
 	/* gamma 0.01: n_top = int(0.12) = 0.  mergekit 0.1.4 zeroed the whole
-	 * delta (Appendix A); 0.1.5 keeps the top `target` = magnitude. */
+	 * delta; 0.1.5 keeps the top `target` = magnitude. */
 	kernel_run("breadcrumbs", 0.5, 0.01, false, out);
 	assert_close(out, mag, 12);
 	/* n_bot < 0 adjustment: gamma 0.9 -> n_top = 10 > N - target = 6:
@@ -237,7 +238,7 @@ static void test_consensus_masks(void **st)
 	static const float v[3][3] = { { .5f, -.1f, 0 }, { -.2f, -.1f, 0 }, { -.2f, .3f, 0 } };
 	static const int msum[3][3] = { { 1, 0, 0 }, { 0, 0, 0 }, { 0, 1, 0 } };
 	static const int mcount[3][3] = { { 0, 1, 0 }, { 1, 1, 0 }, { 1, 0, 0 } };
-	/* mergekit 0.1.5 get_mask(count) inside ties, Appendix A's inputs */
+	/* mergekit 0.1.5 get_mask(count) inside ties, the reference inputs */
 	static const float ref_count[12] = { 0.5f, -0.453125f, 0.8125f, 0.4114583f, -0.578125f,
 		0.5839844f, -0.234375f, 2.0f, 1.8645834f, -0.984375f, 0.8183594f, -0.8645834f };
 	static const float z[3] = { 0, 0, 0 };
@@ -264,7 +265,7 @@ static void test_consensus_masks(void **st)
 				fail_msg("%s element %d: %g, want %g", k ? "count" : "sum", e, out[e], want);
 		}
 	}
-	/* count consensus with sparsification on Appendix A's inputs */
+	/* count consensus with sparsification on the reference inputs */
 	tj_method(&t, &mk_gta_method_ties_count, 4, 0);
 	set_in(&t, 1, "weight", mk_pval_float(1.0));
 	set_in(&t, 2, "weight", mk_pval_float(0.8));

@@ -1,8 +1,8 @@
 /* test_methods_misc.c - the methods sce, ram, ramplus_tl, nearswap and
- * arcee_fusion (methods.md 2.9-2.13).
+ * arcee_fusion.
  *
- * Reference values are methods.md Appendix A (mergekit's own kernels,
- * float32).  Metric: max |mk - ref| <= 1e-6 * max(1, max |ref|);
+ * Reference values: mergekit's own float32 outputs on method_harness.h's
+ * inputs.  Metric: max |mk - ref| <= 1e-6 * max(1, max |ref|);
  * arcee_fusion may differ from mergekit only on elements whose importance
  * lies within 1% of its threshold (mergekit's float32 KL is that
  * imprecise).  Besides: exact top-k selection with the lower-index tie
@@ -149,7 +149,7 @@ static void test_sce_appendix(void **st)
 }
 
 /* Degenerate selection: the base, with the tensor's own shape (mergekit
- * 0.1.4 returned an [n, ...] tensor here, methods.md 5.2). */
+ * 0.1.4 returned an [n, ...] tensor here). */
 static void test_sce_degenerate(void **st)
 {
 	const void *same[3] = { W0, M1, M1 }, *v[4] = { W0, M1, M2, M3 };
