@@ -243,10 +243,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check(mkdtemp(spill) != NULL, "spill dir");
 	struct mk_merge_opts mo = { .spill_dir = spill };
 	int null = open("/dev/null", 1);
+	setenv("TMPDIR", spill, 1);   /* where mk_stream_verify spills */
 	lseek(fd, 0, SEEK_SET);
 	int vrc = mk_stream_verify(fd, "fuzz", &sum, &ev);
 	lseek(fd, 0, SEEK_SET);
-	setenv("TMPDIR", spill, 1);
 	int mrc = mk_merge_run(&mo, fd, "fuzz", null, &st, &em);
 	if (!strcmp(kind, "inputs")) {
 		if ((vrc == 0) != (mrc == 0))
@@ -255,6 +255,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	} else {
 		check(mrc != 0, "mk-merge refuses a stream that is not an inputs stream");
 	}
+	if (getenv("FUZZ_FRAMES_VERBOSE"))
+		fprintf(stderr, "%s: verify %s, merge %s\n", kind, vrc ? ev.msg : "ok", mrc ? em.msg : "ok");
 	if (size == 0)
 		check(vrc == 0 && mrc == 0, "the unedited template verifies and merges");
 	close(null);
