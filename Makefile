@@ -75,6 +75,9 @@ MANS      := $(sort $(wildcard man/man*/*.[157]))
 
 .PHONY: all check check-run check-cuda demo fuzz bench install deps clean man-lint
 .DELETE_ON_ERROR:
+# Keep the objects of programs, tools and tests (make would delete them as
+# intermediate on a first build and remake them on the next).
+.SECONDARY:
 
 all: $(LIBMK) $(CMDS) $(TOOLS) $(PLUGINS) $(BUILD)/mk.pc
 
