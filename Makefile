@@ -5,11 +5,14 @@
 #   make demo           deps, build, run the bundled demo
 #   make fuzz           libFuzzer harnesses (clang), FUZZ_SECONDS each
 #   make bench          scripts/bench-io.sh
-#   make install        PREFIX=/usr/local DESTDIR=
+#   make install        PREFIX=/usr/local DESTDIR=   (writes mk.pc for PREFIX)
 #   make deps           install the missing Debian packages (scripts/deps.sh)
 #   V=1                 show commands;  SAN=address,undefined  sanitized build
 
 VERSION   := 0.1.0
+# libmk.so's ABI major, its soname libmk.so.$(MK_SOVERSION): raise it when a
+# change breaks programs built against the previous headers.
+MK_SOVERSION := 0
 PREFIX    ?= /usr/local
 DESTDIR   ?=
 CC        ?= cc
@@ -49,6 +52,14 @@ CPPFLAGS  += -DMK_HAVE_CUDA
 LIBS      += -L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++
 endif
 LIBMK     := $(BUILD)/libmk.a
+# The shared library: file libmk.so.$(VERSION), soname libmk.so.$(MK_SOVERSION),
+# libmk.so for the linker.  Not in sanitized builds (their objects need the
+# sanitizer runtime loaded first).  The library's objects are compiled once,
+# position-independent, for both libmk.a and libmk.so.
+MK_SONAME := libmk.so.$(MK_SOVERSION)
+MK_SOFILE := libmk.so.$(VERSION)
+LIBMK_SO  := $(if $(SAN),,$(BUILD)/$(MK_SOFILE))
+LIB_CFLAGS := -fPIC -fno-semantic-interposition
 
 CMD_SRC   := $(sort $(wildcard cmd/mk-*.c))
 CMDS      := $(CMD_SRC:cmd/%.c=$(BUILD)/bin/%)
@@ -75,8 +86,21 @@ MANS      := $(sort $(wildcard man/man*/*.[157]))
 
 .PHONY: all check check-run check-cuda demo fuzz bench install deps clean man-lint
 .DELETE_ON_ERROR:
+# Keep the objects of programs, tools and tests (make would delete them as
+# intermediate on a first build and remake them on the next).
+.SECONDARY:
 
-all: $(LIBMK) $(CMDS) $(TOOLS) $(PLUGINS) $(BUILD)/mk.pc
+all: $(LIBMK) $(LIBMK_SO) $(CMDS) $(TOOLS) $(PLUGINS) $(BUILD)/mk-uninstalled.pc
+
+# Library objects: position-independent, and rebuilt when the flags that
+# compile them change ($(BUILD)/lib-flags holds the last ones).
+LIB_FLAGS := $(CC) $(CPPFLAGS) $(CFLAGS) $(LIB_CFLAGS) | $(NVCC) $(NVCCFLAGS)
+ifneq ($(file <$(BUILD)/lib-flags),$(LIB_FLAGS))
+$(shell mkdir -p $(BUILD))
+$(file >$(BUILD)/lib-flags,$(LIB_FLAGS))
+endif
+$(LIB_OBJ): CFLAGS += $(LIB_CFLAGS)
+$(LIB_OBJ): $(BUILD)/lib-flags
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
@@ -91,6 +115,13 @@ $(BUILD)/%.o: %.cu
 $(LIBMK): $(LIB_OBJ)
 	@$(if $(Q),echo "  AR      $@")
 	$(Q)rm -f $@ && ar rcs $@ $^
+
+# -z defs: every symbol libmk uses comes from $(LIBS), so the library loads
+# with nothing else linked.
+$(BUILD)/$(MK_SOFILE): $(LIB_OBJ)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) -shared -Wl,-soname,$(MK_SONAME) -Wl,-z,defs $(LDFLAGS) -o $@ $(LIB_OBJ) $(LIBS)
+	$(Q)ln -sf $(MK_SOFILE) $(BUILD)/$(MK_SONAME) && ln -sf $(MK_SONAME) $(BUILD)/libmk.so
 
 # Programs carry all of libmk and export it (-rdynamic), so that plugins
 # (shared objects with merge methods) can call any libmk function.
@@ -126,12 +157,20 @@ build-fuzz/%: test/fuzz/%.c $(LIB_SRC)
 	@mkdir -p $(@D)
 	clang $(filter-out -DMK_HAVE_CUDA,$(CPPFLAGS)) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRC) $(LIBS)
 
-$(BUILD)/mk.pc: Makefile
-	@mkdir -p $(@D)
-	@printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include' '' \
+# mk.pc for prefix $(1), libdir $(2), includedir $(3).  Libs.private and
+# Requires.private are what a program linking libmk.a needs
+# (pkg-config --static); libmk.so carries them itself.
+MK_PC_PRIVATE := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++ )-lopenblas -lpthread -ldl -lm
+mk_pc = printf '%s\n' 'prefix=$(1)' 'libdir=$(2)' 'includedir=$(3)' '' \
 	  'Name: mk' 'Description: model merging for large language models (libmk)' 'Version: $(VERSION)' \
-	  'Requires.private: $(PKGS)' 'Libs: -L$${libdir} -lmk' 'Libs.private: -lopenblas -lpthread -lm' \
-	  'Cflags: -I$${includedir}' > $@
+	  'Requires.private: $(PKGS)' 'Libs: -L$${libdir} -lmk' 'Libs.private: $(MK_PC_PRIVATE)' \
+	  'Cflags: -I$${includedir}'
+
+# For building against this tree without installing: pkg-config picks
+# mk-uninstalled.pc over mk.pc when PKG_CONFIG_PATH holds $(BUILD).
+$(BUILD)/mk-uninstalled.pc: Makefile $(BUILD)/lib-flags
+	@mkdir -p $(@D)
+	@$(call mk_pc,$(CURDIR),$(abspath $(BUILD)),$${prefix}/include) > $@
 
 deps:
 	@sh scripts/deps.sh
@@ -165,12 +204,16 @@ bench: all
 man-lint:
 	@for m in $(MANS); do groff -t -man -ww -z $$m || exit 1; done
 
+# mk.pc is written here, for the PREFIX being installed (DESTDIR only
+# stages the files).  No ldconfig: the soname link is made here.
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/mk
 	install -m 755 $(CMDS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(LIBMK) $(DESTDIR)$(PREFIX)/lib/
+	$(if $(LIBMK_SO),install -m 755 $(LIBMK_SO) $(DESTDIR)$(PREFIX)/lib/ && \
+	  ln -sf $(MK_SOFILE) $(DESTDIR)$(PREFIX)/lib/$(MK_SONAME) && ln -sf $(MK_SONAME) $(DESTDIR)$(PREFIX)/lib/libmk.so)
 	install -m 644 include/mk/*.h $(DESTDIR)$(PREFIX)/include/mk/
-	install -m 644 $(BUILD)/mk.pc $(DESTDIR)$(PREFIX)/lib/pkgconfig/mk.pc
+	$(call mk_pc,$(PREFIX),$${prefix}/lib,$${prefix}/include) > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mk.pc
 	for s in 1 5 7; do install -d $(DESTDIR)$(PREFIX)/share/man/man$$s; \
 	  for m in man/man$$s/*.$$s; do [ -f "$$m" ] && install -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$$s/; done; done; true
 
