@@ -317,7 +317,9 @@ int mk_config_dtype_parse(const char *name, enum mk_dtype *dt,
  * the top-level base first, then in order of first appearance in the YAML
  * (models, slices' sources, modules' models and sources), as mergekit's
  * referenced_models but deterministic.  Slice-level base_model and
- * tokenizer sources are not included (nor are they in mergekit).
+ * tokenizer sources are not included (nor are they in mergekit), nor
+ * are the references a partial parse left unset (their errors are
+ * already diagnostics), so every one returned has a model path.
  * *out is a malloc'ed array of pointers lent from cfg (free() it). */
 int mk_config_models(const struct mk_config *cfg,
 		     const struct mk_model_ref ***out, size_t *n,

@@ -12,8 +12,12 @@ struct refs {
 	size_t n, cap;
 };
 
+/* A reference mk_config_parse_partial could not read is left unset (no
+ * model path; its error is already a diagnostic): it names no model. */
 static int add_ref(struct refs *r, const struct mk_model_ref *m)
 {
+	if (!m->model.path)
+		return 0;
 	for (size_t i = 0; i < r->n; i++)
 		if (mk_model_ref_equal(r->v[i], m))
 			return 0;

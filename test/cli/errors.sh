@@ -117,3 +117,21 @@ if command -v script >/dev/null 2>&1; then
 	[ $rc -eq 2 ] && grep -q "refusing to read a binary stream from a terminal" tty.txt || fail "mk-pack read a terminal ($rc)"
 	no_out out
 fi
+
+# --- configs -----------------------------------------------------------------
+# a model reference with an empty path is a config error at its position,
+# reported alone (mk-plan used to crash on these, opening the unset model)
+bad_ref() {
+	printf 'merge_method: linear\nmodels:\n  - model: %s\n  - model: m\n' "$1" > e.yml
+	want=$2
+	expect_fail 1 "mk-plan: error: e.yml:$want" mk-plan e.yml -o e.mks
+	[ "$(grep -c 'error:' err.txt)" -eq 1 ] || { cat err.txt >&2; fail "mk-plan: not one error for model: $1"; }
+	[ ! -s e.mks ] || fail "mk-plan wrote a plan for model: $1"
+	expect_fail 1 "mk-card: error: e.yml:$want" mk-card e.yml
+}
+bad_ref '""' "3:12: models[0].model: can't parse model reference '': the model path is empty"
+bad_ref '"@main"' "3:12: models[0].model: can't parse model reference '@main': the model path is empty"
+bad_ref '"+"' "3:12: models[0].model: can't parse model reference '+': the model path is empty"
+bad_ref '"a+"' "3:12: models[0].model: can't parse model reference 'a+' (LoRA part): the model path is empty"
+bad_ref '{model: {path: ""}}' "3:27: models[0].model.model: the model path is empty"
+bad_ref '{path: ""}' "3:12: models[0].model: missing 'model' in the model reference"

@@ -969,6 +969,83 @@ static void test_modelref_parse(void **state)
 	expect_bad_ref("a+", "path is empty");
 }
 
+/* mk_config_parse_partial keeps a config whose model reference is bad,
+ * with that reference unset; mk_config_models must not hand it out (mk-plan
+ * used to open it and crash on the missing path). */
+static void test_partial_bad_refs(void **state)
+{
+	static const struct {
+		const char *ref;
+		unsigned col;
+		const char *path, *msg;
+	} c[] = {
+		{ "\"\"", 12, "models[0].model", "can't parse model reference '': the model path is empty" },
+		{ "\"@main\"", 12, "models[0].model", "reference '@main': the model path is empty" },
+		{ "\"+\"", 12, "models[0].model", "reference '+': the model path is empty" },
+		{ "\"a+\"", 12, "models[0].model", "reference 'a+' (LoRA part): the model path is empty" },
+		{ "{model: {path: \"\"}}", 27, "models[0].model.model", "the model path is empty" },
+		{ "{model: a, lora: {path: \"\"}}", 36, "models[0].model.lora", "the model path is empty" },
+		{ "{path: \"\"}", 12, "models[0].model", "missing 'model' in the model reference" },
+	};
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		char y[256];
+		struct mk_config *cfg = NULL;
+		struct mk_diags d;
+		struct mk_err err;
+		const struct mk_model_ref **r = NULL;
+		size_t n = 99;
+
+		snprintf(y, sizeof(y), "merge_method: linear\nmodels:\n  - model: %s\n  - model: b\n",
+			 c[i].ref);
+		assert_int_equal(mk_config_parse_partial(y, strlen(y), "t.yml", &cfg, &d, &err),
+				 -MK_EINVAL);
+		assert_non_null(cfg);
+		assert_int_equal(d.nerrors, 1);
+		if (!has(&d, MK_DIAG_ERROR, 3, c[i].col, c[i].path, c[i].msg)) {
+			dump(&d);
+			fail_msg("no error 3:%u %s \"%s\" for:\n%s", c[i].col, c[i].path, c[i].msg, y);
+		}
+		assert_non_null(strstr(err.msg, "t.yml:3:"));
+		assert_int_equal(cfg->nmodels, 2);
+		assert_null(cfg->models[0].model.model.path);
+		/* only the good reference is listed */
+		assert_int_equal(mk_config_models(cfg, &r, &n, NULL), 0);
+		assert_int_equal(n, 1);
+		assert_string_equal(r[0]->model.path, "b");
+		free(r);
+		mk_config_free(cfg);
+		mk_diags_free(&d);
+	}
+
+	/* the same in slices, modules and base_model: nothing unset is listed */
+	static const char *const others[] = {
+		"merge_method: linear\nslices:\n  - sources:\n      - {model: '', layer_range: [0, 1]}\n"
+		"      - {model: b, layer_range: [0, 1]}\n",
+		"merge_method: linear\nmodules:\n  m:\n    models: [{model: '+'}, {model: b}]\n",
+		"merge_method: ties\nbase_model: '@x'\nmodels: [{model: b}]\n",
+	};
+	for (size_t i = 0; i < sizeof(others) / sizeof(others[0]); i++) {
+		struct mk_config *cfg = NULL;
+		struct mk_diags d;
+		struct mk_err err;
+		const struct mk_model_ref **r = NULL;
+		size_t n = 99;
+
+		assert_int_equal(mk_config_parse_partial(others[i], strlen(others[i]), "t.yml", &cfg,
+							 &d, &err), -MK_EINVAL);
+		assert_non_null(cfg);
+		assert_int_equal(d.nerrors, 1);
+		assert_non_null(strstr(err.msg, "the model path is empty"));
+		assert_int_equal(mk_config_models(cfg, &r, &n, NULL), 0);
+		assert_int_equal(n, 1);
+		assert_string_equal(r[0]->model.path, "b");
+		free(r);
+		mk_config_free(cfg);
+		mk_diags_free(&d);
+	}
+}
+
 static void test_modelref_equal_and_map(void **state)
 {
 	struct mk_model_ref x, xm, dot, plain, copy;
@@ -1259,6 +1336,7 @@ int main(void)
 		cmocka_unit_test(test_conditionals),
 		cmocka_unit_test(test_precedence),
 		cmocka_unit_test(test_modelref_parse),
+		cmocka_unit_test(test_partial_bad_refs),
 		cmocka_unit_test(test_modelref_equal_and_map),
 		cmocka_unit_test(test_normalize_models),
 		cmocka_unit_test(test_normalize_slices),
