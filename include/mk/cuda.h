@@ -6,16 +6,23 @@
  * fall back to the CPU path.  The host emulation (below) works in every
  * build.
  *
- * What runs on the GPU: the apply step of float32 jobs of
- *   linear                                     (linear.c's kernel)
- *   slerp                                      (after its pass: c0 x0 + c1 x1)
+ * What runs on the GPU: the apply step of float32 jobs of every method
+ * with a device hook (struct mk_method.device, mk/device.h) whose kernel()
+ * names one of the element kernels the GPU implements: COPY, LINEAR,
+ * SLERP and TASK_ARITHMETIC, all of mk/device.h's.  Among the built-ins:
+ *   linear                                     (LINEAR)
+ *   slerp                                      (after its pass: SLERP, or COPY)
  *   task_arithmetic, ties, dare_linear, dare_ties, breadcrumbs,
- *   breadcrumbs_ties, della, della_linear      (gta.h's mk_gta_export)
+ *   breadcrumbs_ties, della, della_linear      (TASK_ARITHMETIC, or COPY)
+ * and a plugin's methods that offer a hook.  The context knows methods only
+ * through their hooks: it asks kernel() whether a job has a kernel and,
+ * before packing a chunk, state() for the kernel's parameters.
  * Statistics passes (slerp's norms, ties' selection, DARE/DELLA rescale
  * sums, DELLA's masks) stay on the CPU: the caller runs mk_job_accumulate /
  * mk_job_finish as usual, then gives the finished job's chunks to the
- * GPU instead of mk_job_apply.  Every other method, and jobs computing in
- * float64, answer MK_EUNSUPPORTED: apply them on the CPU.
+ * GPU instead of mk_job_apply.  Methods without a hook (or whose hook
+ * answers MK_DEVICE_NONE), and jobs computing in float64, answer
+ * MK_EUNSUPPORTED: apply them on the CPU.
  *
  * Results are bit-identical to mk_job_apply's: the GPU does the same
  * float32 operations in the same order, each one rounded (no fused
@@ -105,8 +112,9 @@ void mk_cuda_close(struct mk_cuda_ctx *cx);
  * emulation's line. */
 const char *mk_cuda_describe(const struct mk_cuda_ctx *cx);
 
-/* Whether the job's method has a GPU kernel for its compute dtype (no
- * other check: the passes must still be finished before submitting). */
+/* Whether the job computes in float32 and its method's device hook names
+ * a kernel the GPU implements for it (no other check: the passes must
+ * still be finished before submitting). */
 bool mk_cuda_job_supported(const struct mk_job *job);
 
 /* ------------------------------------------------------------------ apply */

@@ -64,7 +64,7 @@
 
 /* Bumped whenever struct mk_method, the job structs or the kernels'
  * signatures change incompatibly.  mk_method_register refuses others. */
-#define MK_METHOD_ABI 1
+#define MK_METHOD_ABI 2
 
 /* ------------------------------------------------------------ parameters */
 
@@ -248,7 +248,16 @@ struct mk_method {
 	const struct mk_param_spec *params;
 	size_t nparams;
 	struct mk_contract contract;
-	bool uses_accelerator;          /* wants the math device (GPU) */
+	/* Device hook (mk/device.h), NULL: none, every job is applied on the
+	 * CPU.  A method whose apply() an element kernel of the device code
+	 * computes (linear, slerp, the task arithmetic family; a plugin's
+	 * method too) points it at a struct mk_device_hook: a backend (the GPU
+	 * of mk/cuda.h) asks its kernel(job) which kernel a float32 job uses,
+	 * and, once the passes are finished, its state(job, ...) for that
+	 * kernel's parameters (weights, coefficients, the selection cuts and
+	 * masks the passes found), then computes apply()'s bytes itself.  The
+	 * backend knows methods only through this hook. */
+	const struct mk_device_hook *device;
 	bool whole_tensor;              /* needs the whole tensor in memory: mk-plan
 					   checks it fits the merge budget */
 

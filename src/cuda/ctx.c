@@ -7,9 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mk/cuda.h"
+#include "mk/device.h"
 #include "mk/method.h"
-#include "../methods/gta.h"
-#include "../methods/slerp.h"
 #include "dev.h"
 #include "kern.h"
 
@@ -261,20 +260,26 @@ void mk_cuda_get_stats(const struct mk_cuda_ctx *cx, struct mk_cuda_stats *st)
 
 /* --------------------------------------------------------------- methods */
 
-static bool is_gta(const struct mk_method *m)
+/* What the device knows of a method: its device hook (mk/device.h), when
+ * it has a complete one. */
+static const struct mk_device_hook *hook_of(const struct mk_job *job)
 {
-	return m == &mk_method_task_arithmetic || m == &mk_method_ties || m == &mk_method_dare_linear ||
-	       m == &mk_method_dare_ties || m == &mk_method_breadcrumbs || m == &mk_method_breadcrumbs_ties ||
-	       m == &mk_method_della || m == &mk_method_della_linear || m == &mk_gta_method_ties_count;
+	const struct mk_device_hook *h = job && job->method ? job->method->device : NULL;
+
+	return h && h->kernel && h->state ? h : NULL;
+}
+
+/* The kernels kern.h implements. */
+static bool kernel_implemented(enum mk_device_kernel k)
+{
+	return k == MK_DEVICE_COPY || k == MK_DEVICE_LINEAR || k == MK_DEVICE_SLERP || k == MK_DEVICE_TASK_ARITHMETIC;
 }
 
 bool mk_cuda_job_supported(const struct mk_job *job)
 {
-	const struct mk_method *m = job ? job->method : NULL;
+	const struct mk_device_hook *h = hook_of(job);
 
-	if (!m || job->compute != MK_DT_F32)
-		return false;
-	return m == &mk_method_linear || m == &mk_method_slerp || is_gta(m);
+	return h && job->compute == MK_DT_F32 && kernel_implemented(h->kernel(job));
 }
 
 static int tgrow(struct mk_cuda_ctx *cx, size_t n, struct mk_err *err)
@@ -301,24 +306,12 @@ static int chunk_input(const struct mk_job *job, const struct mk_job_chunk *c, i
 	return 0;
 }
 
-static uint32_t gta_kind(enum mk_gta_kind k)
-{
-	switch (k) {
-	case MK_GTA_DENSE: return MKCU_G_DENSE;
-	case MK_GTA_ZERO: return MKCU_G_ZERO;
-	case MK_GTA_MAG: return MKCU_G_MAG;
-	case MK_GTA_OUTL: return MKCU_G_OUTL;
-	case MK_GTA_RAND: return MKCU_G_RAND;
-	case MK_GTA_DELLA: return MKCU_G_DELLA;
-	}
-	return UINT32_MAX;
-}
-
 /* The job's chunk as a piece template (struct prep + cx->tin/tx/tmask). */
 static int prepare(struct mk_cuda_ctx *cx, const struct mk_job *job, const struct mk_job_chunk *c, void *out,
 		   struct prep *pr, struct mk_err *err)
 {
 	const struct mk_method *m = job ? job->method : NULL;
+	struct mk_device_job dj;
 	const char *tn;
 	int rc;
 
@@ -339,90 +332,65 @@ static int prepare(struct mk_cuda_ctx *cx, const struct mk_job *job, const struc
 	pr->elem_begin = c->elem_begin;
 	pr->count = c->count;
 	pr->out = out;
-	if (m == &mk_method_linear) {
-		int pw = mk_method_param_index(m, "weight"), pn = mk_method_param_index(m, "normalize");
-		float sum = 0.0f;
-		size_t n = job->d.ninputs;
-		if (pw < 0 || pn < 0)
-			return mk_err_set(err, MK_EUNSUPPORTED, "CUDA: linear without 'weight'/'normalize'");
-		if ((rc = tgrow(cx, n, err)))
+	memset(&dj, 0, sizeof(dj));
+	if ((rc = hook_of(job)->state(job, &dj, err)))
+		return rc;
+	if (!kernel_implemented(dj.kernel))
+		return mk_err_set(err, MK_EUNSUPPORTED, "CUDA: method '%s', tensor '%s': its device hook gave kernel %d, "
+				  "which the GPU does not implement", m->name, tn, (int)dj.kernel);
+	pr->p.kind = (uint32_t)dj.kernel;
+	if (dj.kernel != MK_DEVICE_LINEAR && (rc = chunk_input(job, c, dj.base, &pr->base, err)))
+		return rc;
+	if (dj.kernel == MK_DEVICE_COPY)
+		return 0;
+	if (dj.kernel == MK_DEVICE_SLERP) {
+		pr->p.c0 = dj.c0;
+		pr->p.c1 = dj.c1;
+		return chunk_input(job, c, dj.other, &pr->other, err);
+	}
+	/* LINEAR, TASK_ARITHMETIC: the inputs in the kernel's order */
+	if (dj.n && !dj.in)
+		return mk_err_set(err, MK_EINVAL, "CUDA: method '%s', tensor '%s': its device hook gave %zu inputs "
+				  "without their parameters", m->name, tn, dj.n);
+	if ((rc = tgrow(cx, dj.n, err)))
+		return rc;
+	for (size_t j = 0; j < dj.n; j++) {
+		const struct mk_device_input *g = &dj.in[j];
+		struct mkcu_in *t = &cx->tin[j];
+		if ((rc = chunk_input(job, c, g->idx, &cx->tx[j], err)))
 			return rc;
-		for (size_t i = 0; i < n; i++) {
-			float w = (float)mk_job_input_param(job, i, (size_t)pw)->f;
-			if ((rc = chunk_input(job, c, (int)i, &cx->tx[i], err)))
-				return rc;
-			memset(&cx->tin[i], 0, sizeof(cx->tin[i]));
-			cx->tin[i].w = w;
-			cx->tmask[i] = NULL;
-			sum += w;
-		}
-		pr->p.kind = MKCU_LINEAR;
-		pr->p.nin = (uint32_t)n;
-		pr->p.normalize = mk_job_param(job, (size_t)pn)->b;
-		pr->p.sum = sum;
+		memset(t, 0, sizeof(*t));
+		t->w = g->w;
+		cx->tmask[j] = NULL;
+		if (dj.kernel != MK_DEVICE_TASK_ARITHMETIC)
+			continue;
+		if ((unsigned)g->kind >= MK_DEVICE_SPARSIFY_COUNT || (g->kind == MK_DEVICE_DELLA && !g->mask))
+			return mk_err_set(err, MK_EUNSUPPORTED, "CUDA: tensor '%s': unknown sparsification %d%s", tn,
+					  (int)g->kind, g->kind == MK_DEVICE_DELLA ? " (a DELLA input without its mask)" : "");
+		t->kind = (uint32_t)g->kind;
+		t->scale = g->scale;
+		t->factor = g->factor;
+		t->lo_key = g->lo_key;
+		t->hi_key = g->hi_key;
+		t->lo_cut1 = g->lo_cut1;
+		t->hi_cut1 = g->hi_cut1;
+		t->stream = g->stream;
+		t->thr = g->thr;
+		cx->tmask[j] = g->kind == MK_DEVICE_DELLA ? g->mask : NULL;
+	}
+	pr->p.nin = (uint32_t)dj.n;
+	pr->p.normalize = dj.normalize;
+	if (dj.kernel == MK_DEVICE_LINEAR) {
+		pr->p.sum = dj.sum;
 		return 0;
 	}
-	if (m == &mk_method_slerp) {
-		struct mk_slerp_export x;
-		if ((rc = mk_slerp_export(job, &x, err)))
-			return rc;
-		if ((rc = chunk_input(job, c, x.base, &pr->base, err)))
-			return rc;
-		if (x.other < 0) {
-			pr->p.kind = MKCU_COPY;
-			return 0;
-		}
-		if ((rc = chunk_input(job, c, x.other, &pr->other, err)))
-			return rc;
-		pr->p.kind = MKCU_SLERP;
-		pr->p.c0 = x.c0;
-		pr->p.c1 = x.c1;
-		return 0;
-	}
-	/* the task arithmetic family */
-	{
-		struct mk_gta_export x;
-		if ((rc = mk_gta_export(job, &x, err)))
-			return rc;
-		if ((rc = chunk_input(job, c, x.base, &pr->base, err)))
-			return rc;
-		if (!x.n) {
-			pr->p.kind = MKCU_COPY;
-			return 0;
-		}
-		if ((rc = tgrow(cx, x.n, err)))
-			return rc;
-		for (size_t j = 0; j < x.n; j++) {
-			const struct mk_gta_export_input *g = &x.in[j];
-			struct mkcu_in *t = &cx->tin[j];
-			if ((rc = chunk_input(job, c, g->idx, &cx->tx[j], err)))
-				return rc;
-			memset(t, 0, sizeof(*t));
-			t->kind = gta_kind(g->kind);
-			if (t->kind == UINT32_MAX || (g->kind == MK_GTA_DELLA && !g->mask))
-				return mk_err_set(err, MK_EUNSUPPORTED, "CUDA: tensor '%s': unknown sparsification %d",
-						  tn, (int)g->kind);
-			t->w = g->w;
-			t->scale = g->scale;
-			t->factor = g->factor;
-			t->lo_key = g->lo_key;
-			t->hi_key = g->hi_key;
-			t->lo_cut1 = g->lo_cut1;
-			t->hi_cut1 = g->hi_cut1;
-			t->stream = g->stream;
-			t->thr = g->thr;
-			cx->tmask[j] = g->kind == MK_GTA_DELLA ? g->mask : NULL;
-		}
-		pr->p.kind = MKCU_GTA;
-		pr->p.nin = (uint32_t)x.n;
-		pr->p.cons = x.cons == MK_GTA_CONS_SUM ? MKCU_CONS_SUM :
-			     x.cons == MK_GTA_CONS_COUNT ? MKCU_CONS_COUNT : MKCU_CONS_NONE;
-		pr->p.normalize = x.normalize;
-		pr->p.scale_lam = x.scale_lam;
-		pr->p.lam = x.lam;
-		pr->p.div = x.div;
-		return 0;
-	}
+	if ((unsigned)dj.cons > MK_DEVICE_CONS_COUNT)
+		return mk_err_set(err, MK_EUNSUPPORTED, "CUDA: tensor '%s': unknown consensus %d", tn, (int)dj.cons);
+	pr->p.cons = (uint32_t)dj.cons;
+	pr->p.scale_lam = dj.scale_lam;
+	pr->p.lam = dj.lam;
+	pr->p.div = dj.div;
+	return 0;
 }
 
 /* ---------------------------------------------------------------- launches */
@@ -433,7 +401,7 @@ static size_t piece_bytes(const struct prep *pr, size_t nmask, uint64_t e0, uint
 	size_t narr = pr->p.nin + (pr->base ? 1 : 0) + (pr->other ? 1 : 0);
 	size_t mb = cnt ? (size_t)(((e0 + cnt - 1) >> 3) - (e0 >> 3) + 1) : 0;
 
-	if (pr->p.kind == MKCU_SLERP || pr->p.kind == MKCU_COPY)
+	if (pr->p.kind == MK_DEVICE_SLERP || pr->p.kind == MK_DEVICE_COPY)
 		narr = (pr->base ? 1 : 0) + (pr->other ? 1 : 0);
 	return narr * al(cnt * 4) + nmask * al(mb) + al(cnt * 4) + sizeof(struct mkcu_piece) +
 	       pr->p.nin * sizeof(struct mkcu_in);
@@ -442,7 +410,7 @@ static size_t piece_bytes(const struct prep *pr, size_t nmask, uint64_t e0, uint
 /* The most elements from e0 (at most left) that fit the slot's free bytes. */
 static uint64_t fit(const struct prep *pr, size_t nmask, uint64_t e0, uint64_t left, size_t free)
 {
-	size_t narr = (pr->p.kind == MKCU_LINEAR || pr->p.kind == MKCU_GTA ? pr->p.nin : 0) +
+	size_t narr = (pr->p.kind == MK_DEVICE_LINEAR || pr->p.kind == MK_DEVICE_TASK_ARITHMETIC ? pr->p.nin : 0) +
 		      (pr->base ? 1 : 0) + (pr->other ? 1 : 0);
 	size_t fixed = piece_bytes(pr, nmask, e0, 0) + (narr + 1 + nmask) * MKCU_ALIGN + nmask * 2;
 	uint64_t k;
@@ -540,7 +508,7 @@ static int pack(struct mk_cuda_ctx *cx, struct slot *s, const struct prep *pr, u
 {
 	struct mkcu_piece p = pr->p;
 	uint64_t e0 = pr->elem_begin + k0;
-	size_t bytes = (size_t)cnt * 4, nin = p.kind == MKCU_LINEAR || p.kind == MKCU_GTA ? p.nin : 0;
+	size_t bytes = (size_t)cnt * 4, nin = p.kind == MK_DEVICE_LINEAR || p.kind == MK_DEVICE_TASK_ARITHMETIC ? p.nin : 0;
 
 	if (grow((void **)&s->P, &s->pcap, s->np + 1, sizeof(*s->P)) ||
 	    grow((void **)&s->pd, &s->dcap, s->np + 1, sizeof(*s->pd)) ||
@@ -586,7 +554,7 @@ static int submit_prep(struct mk_cuda_ctx *cx, const struct prep *pr, struct mk_
 		return mk_err_set(err, MK_EIO, "CUDA: the context failed earlier");
 	if (!cx->emulate && (rc = mkcu_dev_use(cx->device)))
 		return cuda_err(cx, err, rc, "cudaSetDevice");
-	if (pr->p.kind == MKCU_GTA)
+	if (pr->p.kind == MK_DEVICE_TASK_ARITHMETIC)
 		for (size_t j = 0; j < pr->p.nin; j++)
 			nmask += cx->tmask[j] != NULL;
 	cx->st.submits++;
@@ -686,7 +654,7 @@ int mk_cuda_linear(const float *const *in, size_t n, const float *w, size_t B, u
 	if ((rc = tgrow(cx, n, err)))
 		goto out;
 	for (size_t b = 0; b < B && !rc; b++) {
-		struct prep pr = { .p = { .kind = MKCU_LINEAR, .nin = (uint32_t)n, .normalize = normalize },
+		struct prep pr = { .p = { .kind = MK_DEVICE_LINEAR, .nin = (uint32_t)n, .normalize = normalize },
 				   .count = nelem, .out = (unsigned char *)(out + b * nelem) };
 		float sum = 0.0f;
 		for (size_t i = 0; i < n; i++) {

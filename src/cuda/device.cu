@@ -284,7 +284,7 @@ extern "C" int mkcu_dev_bench(struct mk_cuda_bench *r, uint64_t bytes, unsigned 
 	{
 		struct mkcu_piece p;
 		memset(&p, 0, sizeof(p));
-		p.kind = MKCU_LINEAR;
+		p.kind = MK_DEVICE_LINEAR;
 		p.nin = ninputs;
 		p.count = n;
 		p.out = dout;
@@ -306,9 +306,9 @@ extern "C" int mkcu_dev_bench(struct mk_cuda_bench *r, uint64_t bytes, unsigned 
 	for (int pass = 0; pass < 2; pass++) {
 		struct mkcu_piece p;
 		memset(&p, 0, sizeof(p));
-		p.kind = MKCU_GTA;
+		p.kind = MK_DEVICE_TASK_ARITHMETIC;
 		p.nin = ninputs - 1;
-		p.cons = MKCU_CONS_SUM;
+		p.cons = MK_DEVICE_CONS_SUM;
 		p.count = n;
 		p.base = dx[0];
 		p.out = dout;
@@ -320,11 +320,11 @@ extern "C" int mkcu_dev_bench(struct mk_cuda_bench *r, uint64_t bytes, unsigned 
 			t->x = dx[i];
 			t->w = 0.5f;
 			if (pass == 0) { /* keep about the larger half of |delta| */
-				t->kind = MKCU_G_MAG;
+				t->kind = MK_DEVICE_MAGNITUDE;
 				t->lo_key = 0x3c000000u;
 				t->lo_cut1 = n / 2;
 			} else { /* density 0.3, rescaled */
-				t->kind = MKCU_G_RAND;
+				t->kind = MK_DEVICE_RANDOM;
 				t->stream = 0x1234567ull * i;
 				t->thr = (uint64_t)(0.3 * 9007199254740992.0);
 				t->scale = 1;

@@ -13,13 +13,14 @@
  * output element is a pure function of the element index and the same
  * element of the inputs, so a chunk may be cut into pieces anywhere.
  *
- * The arithmetic is the CPU methods', operation for operation, in float32:
- * on the device every operation is an explicitly rounded intrinsic
- * (__fadd_rn, __fsub_rn, __fmul_rn, __fdiv_rn), which nvcc never contracts
- * into a fused multiply-add; on the host the plain operators with
- * floating-point contraction off.  Results are therefore bit-identical
- * to src/methods/linear.c, slerp.c and gta.c (NaNs aside: a NaN result
- * may carry another payload).
+ * The arithmetic is mk/device.h's, operation for operation, in float32 -
+ * what the apply() of a method offering these kernels through its device
+ * hook computes: on the device every operation is an explicitly rounded
+ * intrinsic (__fadd_rn, __fsub_rn, __fmul_rn, __fdiv_rn), which nvcc
+ * never contracts into a fused multiply-add; on the host the plain
+ * operators with floating-point contraction off.  Results are therefore
+ * bit-identical to those apply()s (NaNs aside: a NaN result may carry
+ * another payload).
  */
 #ifndef MK_CUDA_KERN_H
 #define MK_CUDA_KERN_H
@@ -34,6 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include "mk/device.h"
 
 #if defined(__CUDACC__)
 #define MKCU_HD static inline __host__ __device__
@@ -60,19 +62,14 @@
 /* Alignment of every array in a launch's buffer. */
 #define MKCU_ALIGN 256u
 
-enum mkcu_kind {
-	MKCU_COPY,      /* out = base */
-	MKCU_LINEAR,    /* out = (w_0 x_0 + w_1 x_1 + ...) [/ sum] */
-	MKCU_GTA,       /* the task arithmetic family (gta.h's mk_gta_export) */
-	MKCU_SLERP,     /* out = c0 base + c1 other */
-};
+/* The kernel ids and the sparsification and consensus codes are
+ * mk/device.h's (plain C, valid C++): a piece's kind is an enum
+ * mk_device_kernel other than NONE, an input's kind an enum
+ * mk_device_sparsify, a piece's cons an enum mk_device_consensus; the
+ * arithmetic is the one that header describes. */
 
-/* gta.h's enum mk_gta_kind and enum mk_gta_consensus, by value */
-enum { MKCU_G_DENSE, MKCU_G_ZERO, MKCU_G_MAG, MKCU_G_OUTL, MKCU_G_RAND, MKCU_G_DELLA };
-enum { MKCU_CONS_NONE, MKCU_CONS_SUM, MKCU_CONS_COUNT };
-
-/* One input of a piece.  LINEAR: x, w.  GTA: everything (one per entry of
- * mk_gta_export.in). */
+/* One input of a piece.  LINEAR: x, w.  TASK_ARITHMETIC: everything (one
+ * per struct mk_device_input of the job). */
 struct mkcu_in {
 	const float *x;          /* the piece's elements of this input */
 	const uint8_t *mask;     /* DELLA: the job's mask from byte e0 >> 3 on */
@@ -84,17 +81,17 @@ struct mkcu_in {
 };
 
 struct mkcu_piece {
-	uint32_t kind;           /* enum mkcu_kind */
+	uint32_t kind;           /* enum mk_device_kernel */
 	uint32_t nin, in0;       /* inputs: ins[in0 .. in0 + nin) */
-	uint32_t cons;           /* GTA consensus */
-	uint32_t normalize;      /* LINEAR: divide by sum; GTA: by div */
-	uint32_t scale_lam;      /* GTA: multiply by lam */
+	uint32_t cons;           /* TASK_ARITHMETIC consensus */
+	uint32_t normalize;      /* LINEAR: divide by sum; TASK_ARITHMETIC: by div */
+	uint32_t scale_lam;      /* TASK_ARITHMETIC: multiply by lam */
 	uint64_t e0, count;      /* elements [e0, e0 + count) of the job's output */
-	const float *base;       /* COPY, GTA: the base; SLERP: the base (x0) */
+	const float *base;       /* COPY, TASK_ARITHMETIC: the base; SLERP: x0 */
 	const float *other;      /* SLERP: x1 */
 	float *out;              /* count elements */
 	float sum;               /* LINEAR */
-	float lam, div;          /* GTA */
+	float lam, div;          /* TASK_ARITHMETIC */
 	float c0, c1;            /* SLERP */
 };
 
@@ -153,28 +150,28 @@ MKCU_HD float mkcu_slerp_elem(float c0, float c1, float x0, float x1)
 
 /* ------------------------------------------------------------------- gta */
 
-/* v_j of gta.h's mk_gta_export comment for element e (mask bit mbit of
- * in->mask). */
+/* v_j of mk/device.h's enum mk_device_sparsify comment, for element e
+ * (mask bit mbit of in->mask). */
 MKCU_HD float mkcu_gta_v(const struct mkcu_in *in, float x, float b, uint64_t e, uint64_t mbit)
 {
 	float delta = MKCU_SUB(x, b), m;
 
-	if (in->kind == MKCU_G_DENSE) {
+	if (in->kind == MK_DEVICE_DENSE) {
 		m = delta;
-	} else if (in->kind == MKCU_G_ZERO) {
+	} else if (in->kind == MK_DEVICE_ZERO) {
 		m = 0.0f;
 	} else {
 		uint32_t key = mkcu_fbits(fabsf(delta));
 		int kept;
 		switch (in->kind) {
-		case MKCU_G_MAG:
+		case MK_DEVICE_MAGNITUDE:
 			kept = key > in->lo_key || (key == in->lo_key && e < in->lo_cut1);
 			break;
-		case MKCU_G_OUTL:
+		case MK_DEVICE_OUTLIERS:
 			kept = (key > in->lo_key || (key == in->lo_key && e >= in->lo_cut1)) &&
 			       (key < in->hi_key || (key == in->hi_key && e < in->hi_cut1));
 			break;
-		case MKCU_G_RAND:
+		case MK_DEVICE_RANDOM:
 			kept = (mkcu_rng_u64(in->stream, e) >> 11) < in->thr;
 			break;
 		default: /* DELLA */
@@ -188,7 +185,7 @@ MKCU_HD float mkcu_gta_v(const struct mkcu_in *in, float x, float b, uint64_t e,
 	return MKCU_MUL(m, in->w);
 }
 
-/* Output element k of a GTA piece (gta.c's GTA_APPLY for float).  The
+/* Output element k of a TASK_ARITHMETIC piece (gta.c's GTA_APPLY for float).  The
  * consensus needs every v_j twice: the second time it is computed again
  * (the same operations: the same value), not stored. */
 MKCU_HD float mkcu_gta_elem(const struct mkcu_piece *p, const struct mkcu_in *I, uint64_t k)
@@ -199,11 +196,11 @@ MKCU_HD float mkcu_gta_elem(const struct mkcu_piece *p, const struct mkcu_in *I,
 
 	if (n == 0)
 		return b;
-	if (p->cons != MKCU_CONS_NONE) {
+	if (p->cons != MK_DEVICE_CONS_NONE) {
 		float sw = 0.0f, maj;
 		for (uint32_t j = 0; j < n; j++) {
 			float v = mkcu_gta_v(&I[j], I[j].x[k], b, e, mbit);
-			float t = p->cons == MKCU_CONS_SUM ? v : mkcu_sign(v);
+			float t = p->cons == MK_DEVICE_CONS_SUM ? v : mkcu_sign(v);
 			sw = j ? MKCU_ADD(sw, t) : t;
 		}
 		maj = sw >= 0.0f ? 1.0f : -1.0f;
@@ -238,7 +235,7 @@ MKCU_HD void mkcu_run(const struct mkcu_piece *p, const struct mkcu_in *I, uint6
 	uint64_t n = p->count;
 
 	switch (p->kind) {
-	case MKCU_LINEAR: {
+	case MK_DEVICE_LINEAR: {
 		float acc[MKCU_U];
 		for (int u = 0; u < MKCU_U; u++)
 			acc[u] = 0.0f;
@@ -277,14 +274,14 @@ MKCU_HD void mkcu_run(const struct mkcu_piece *p, const struct mkcu_in *I, uint6
 		}
 		break;
 	}
-	case MKCU_GTA:
+	case MK_DEVICE_TASK_ARITHMETIC:
 		for (int u = 0; u < MKCU_U; u++) {
 			uint64_t k = k0 + (uint64_t)u * step;
 			if (k < n)
 				p->out[k] = mkcu_gta_elem(p, I, k);
 		}
 		break;
-	case MKCU_SLERP:
+	case MK_DEVICE_SLERP:
 		for (int u = 0; u < MKCU_U; u++) {
 			uint64_t k = k0 + (uint64_t)u * step;
 			if (k < n)

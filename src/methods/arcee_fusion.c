@@ -338,7 +338,6 @@ const struct mk_method mk_method_arcee_fusion = {
 	.reference_url = "https://arcee.ai",
 	.contract = { .base = MK_BASE_REQUIRED, .min_inputs = 1, .max_inputs = 2,
 		      .min_non_base = 0, .max_non_base = 1 },
-	.uses_accelerator = true,
 	.output = output,
 	.npasses = npasses,
 	.init = init,

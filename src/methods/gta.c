@@ -84,6 +84,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "mk/device.h"
 #include "mk/method.h"
 #include "gta.h"
 #include "rng.h"
@@ -389,7 +390,7 @@ struct state {
 	unsigned nlevels, keybits;
 	uint64_t nelem;
 	uint64_t L, S, slab;        /* DELLA rows: length, stride, slab = L*S */
-	struct mk_gta_export_input *ex;   /* mk_gta_export's inputs [n] */
+	struct mk_device_input *ex;       /* the device hook's inputs [n] */
 };
 
 static void free_state(struct state *s)
@@ -1214,39 +1215,52 @@ static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 	return 0;
 }
 
-int mk_gta_export(const struct mk_job *job, struct mk_gta_export *x, struct mk_err *err)
+/* The device hook: apply_f32 is the device's TASK_ARITHMETIC kernel with
+ * each input's selection as its passes left it (or COPY of the base when
+ * no input but the base is used). */
+static enum mk_device_kernel device_kernel(const struct mk_job *job)
 {
-	struct state *s = job->state;
-	size_t k;
+	const struct state *s = job->state;
 
-	for (k = 0; k < sizeof(cfgs) / sizeof(cfgs[0]); k++)
-		if (job->method->apply == apply && !strcmp(cfgs[k].name, job->method->name))
-			break;
-	if (k == sizeof(cfgs) / sizeof(cfgs[0]) || !s)
-		return mk_err_set(err, MK_EUNSUPPORTED, "method '%s' is not of the task arithmetic family",
-				  job->method->name);
-	if (s->f64)
-		return mk_err_set(err, MK_EUNSUPPORTED, "method '%s': float64 jobs run on the CPU", job->method->name);
+	if (!s || s->f64)
+		return MK_DEVICE_NONE;
+	return s->n ? MK_DEVICE_TASK_ARITHMETIC : MK_DEVICE_COPY;
+}
+
+static int device_state(const struct mk_job *job, struct mk_device_job *dj, struct mk_err *err)
+{
+	static const enum mk_device_sparsify kinds[] = {
+		[K_DENSE] = MK_DEVICE_DENSE, [K_ZERO] = MK_DEVICE_ZERO, [K_MAG] = MK_DEVICE_MAGNITUDE,
+		[K_OUTL] = MK_DEVICE_OUTLIERS, [K_RAND] = MK_DEVICE_RANDOM, [K_DELLA] = MK_DEVICE_DELLA,
+	};
+	static const enum mk_device_consensus cons[] = {
+		[MK_GTA_CONS_NONE] = MK_DEVICE_CONS_NONE, [MK_GTA_CONS_SUM] = MK_DEVICE_CONS_SUM,
+		[MK_GTA_CONS_COUNT] = MK_DEVICE_CONS_COUNT,
+	};
+	struct state *s = job->state;
+
+	if (device_kernel(job) == MK_DEVICE_NONE)
+		return mk_err_set(err, MK_EUNSUPPORTED, "method '%s', tensor '%s': no device kernel for %s",
+				  job->method->name, job->d.tensor ? job->d.tensor : "?", mk_dtype_name(job->compute));
 	if (!s->ex && s->n && !(s->ex = calloc(s->n, sizeof(*s->ex))))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	for (size_t j = 0; j < s->n; j++) {
 		const struct gin *g = &s->g[j];
-		static const enum mk_gta_kind kinds[] = {
-			[K_DENSE] = MK_GTA_DENSE, [K_ZERO] = MK_GTA_ZERO, [K_MAG] = MK_GTA_MAG,
-			[K_OUTL] = MK_GTA_OUTL, [K_RAND] = MK_GTA_RAND, [K_DELLA] = MK_GTA_DELLA,
-		};
-		s->ex[j] = (struct mk_gta_export_input){
-			.idx = g->idx, .kind = kinds[g->kind], .w = g->wf, .scale = g->scale, .factor = g->ff,
+		s->ex[j] = (struct mk_device_input){
+			.idx = g->idx, .w = g->wf, .kind = kinds[g->kind], .scale = g->scale, .factor = g->ff,
 			.lo_key = (uint32_t)g->t[0].prefix, .hi_key = (uint32_t)g->t[1].prefix,
 			.lo_cut1 = g->t[0].cut1, .hi_cut1 = g->t[1].cut1,
 			.stream = g->stream, .thr = g->thr, .mask = g->mask,
 		};
 	}
-	*x = (struct mk_gta_export){ .cons = s->cfg->cons, .base = job->d.base, .normalize = s->normalize,
-				     .scale_lam = s->scale_lam, .lam = s->lamf, .div = s->divf, .n = s->n,
-				     .in = s->ex };
+	*dj = (struct mk_device_job){ .kernel = device_kernel(job), .base = job->d.base, .other = -1,
+				      .cons = cons[s->cfg->cons], .normalize = s->normalize,
+				      .scale_lam = s->scale_lam, .lam = s->lamf, .div = s->divf, .n = s->n,
+				      .in = s->ex };
 	return 0;
 }
+
+static const struct mk_device_hook device_hook = { .kernel = device_kernel, .state = device_state };
 
 static void release(struct mk_job *job)
 {
@@ -1266,7 +1280,7 @@ const struct mk_method SYM = {								\
 	.nparams = sizeof(PARAMS) / sizeof(PARAMS[0]),					\
 	.contract = { .base = MK_BASE_REQUIRED, .min_inputs = 1, .max_inputs = MK_ARITY_ANY, \
 		      .min_non_base = 0, .max_non_base = MK_ARITY_ANY },		\
-	.uses_accelerator = true,							\
+	.device = &device_hook,								\
 	.output = output,								\
 	.npasses = npasses,								\
 	.init = init,									\

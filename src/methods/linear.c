@@ -22,6 +22,7 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 #include <stdlib.h>
+#include "mk/device.h"
 #include "mk/method.h"
 
 enum { P_WEIGHT, P_NORMALIZE, NPARAMS };
@@ -39,6 +40,7 @@ struct state {
 	bool normalize;
 	float *wf, sumf;
 	double *wd, sumd;
+	struct mk_device_input *dev;   /* the device hook's inputs [ninputs] */
 };
 
 /* The kernel, per element: out = ((w0*x0 + w1*x1) + ...) [/ sum]. */
@@ -144,10 +146,37 @@ static void release(struct mk_job *job)
 	if (s) {
 		free(s->wf);
 		free(s->wd);
+		free(s->dev);
 		free(s);
 	}
 	job->state = NULL;
 }
+
+/* The device hook: linear_f32 is the device's LINEAR kernel over every
+ * input in order. */
+static enum mk_device_kernel device_kernel(const struct mk_job *job)
+{
+	return job->state ? MK_DEVICE_LINEAR : MK_DEVICE_NONE;
+}
+
+static int device_state(const struct mk_job *job, struct mk_device_job *dj, struct mk_err *err)
+{
+	struct state *s = job->state;
+	size_t n = job->d.ninputs;
+
+	if (!s || job->compute != MK_DT_F32)
+		return mk_err_set(err, MK_EUNSUPPORTED, "method 'linear', tensor '%s': no device kernel for %s",
+				  job->d.tensor ? job->d.tensor : "?", mk_dtype_name(job->compute));
+	if (!s->dev && !(s->dev = calloc(n ? n : 1, sizeof(*s->dev))))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		s->dev[i] = (struct mk_device_input){ .idx = (int)i, .w = s->wf[i] };
+	*dj = (struct mk_device_job){ .kernel = MK_DEVICE_LINEAR, .base = -1, .other = -1,
+				      .normalize = s->normalize, .sum = s->sumf, .n = n, .in = s->dev };
+	return 0;
+}
+
+static const struct mk_device_hook device_hook = { .kernel = device_kernel, .state = device_state };
 
 static int batch(const struct mk_method *m, const struct mk_batch *b, struct mk_err *err)
 {
@@ -187,7 +216,7 @@ const struct mk_method mk_method_linear = {
 	.nparams = NPARAMS,
 	.contract = { .base = MK_BASE_IGNORED, .min_inputs = 1, .max_inputs = MK_ARITY_ANY,
 		      .min_non_base = 0, .max_non_base = MK_ARITY_ANY },
-	.uses_accelerator = true,
+	.device = &device_hook,
 	.output = output,
 	.init = init,
 	.apply = apply,

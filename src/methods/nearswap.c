@@ -112,7 +112,6 @@ const struct mk_method mk_method_nearswap = {
 	.nparams = NPARAMS,
 	.contract = { .base = MK_BASE_REQUIRED, .min_inputs = 1, .max_inputs = 2,
 		      .min_non_base = 0, .max_non_base = 1 },
-	.uses_accelerator = true,
 	.output = output,
 	.init = init,
 	.apply = apply,

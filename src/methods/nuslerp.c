@@ -265,7 +265,6 @@ const struct mk_method mk_method_nuslerp = {
 	.nparams = NPARAMS,
 	.contract = { .base = MK_BASE_OPTIONAL, .min_inputs = 1, .max_inputs = 3,
 		      .min_non_base = 0, .max_non_base = 2 },
-	.uses_accelerator = true,
 	.output = output,
 	.npasses = npasses,
 	.init = init,

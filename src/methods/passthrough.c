@@ -83,7 +83,6 @@ const struct mk_method mk_method_passthrough = {
 	.nparams = NPARAMS,
 	.contract = { .base = MK_BASE_IGNORED, .min_inputs = 1, .max_inputs = 1,
 		      .min_non_base = 0, .max_non_base = 1 },
-	.uses_accelerator = false,
 	.output = output,
 	.init = init,
 	.apply = apply,

@@ -357,7 +357,6 @@ const struct mk_method mk_method_sce = {
 	.nparams = NPARAMS,
 	.contract = { .base = MK_BASE_REQUIRED, .min_inputs = 1, .max_inputs = MK_ARITY_ANY,
 		      .min_non_base = 0, .max_non_base = MK_ARITY_ANY },
-	.uses_accelerator = true,
 	.output = output,
 	.npasses = npasses,
 	.init = init,

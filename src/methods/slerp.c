@@ -34,8 +34,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include "mk/device.h"
 #include "mk/method.h"
-#include "slerp.h"
 
 #define DOT_THRESHOLD 0.9995
 #define EPS 1e-8
@@ -214,24 +214,30 @@ static void release(struct mk_job *job)
 	job->state = NULL;
 }
 
-int mk_slerp_export(const struct mk_job *job, struct mk_slerp_export *x, struct mk_err *err)
+/* The device hook: apply's float32 branch is the device's SLERP kernel
+ * with the coefficients rounded to float32, or COPY of the base. */
+static enum mk_device_kernel device_kernel(const struct mk_job *job)
 {
 	const struct state *s = job->state;
 
-	if (job->method != &mk_method_slerp || !s)
-		return mk_err_set(err, MK_EUNSUPPORTED, "not a slerp job");
-	if (job->compute != MK_DT_F32)
-		return mk_err_set(err, MK_EUNSUPPORTED, "slerp, tensor '%s': computes in %s, not float32",
+	if (!s)
+		return MK_DEVICE_NONE;
+	return s->other < 0 ? MK_DEVICE_COPY : MK_DEVICE_SLERP;
+}
+
+static int device_state(const struct mk_job *job, struct mk_device_job *dj, struct mk_err *err)
+{
+	const struct state *s = job->state;
+
+	if (!s || job->compute != MK_DT_F32)
+		return mk_err_set(err, MK_EUNSUPPORTED, "slerp, tensor '%s': no device kernel for %s",
 				  job->d.tensor ? job->d.tensor : "?", mk_dtype_name(job->compute));
-	if (job->pass_done != job->npasses)
-		return mk_err_set(err, MK_EINVAL, "slerp, tensor '%s': the statistics pass is not finished",
-				  job->d.tensor ? job->d.tensor : "?");
-	x->base = job->d.base;
-	x->other = s->other;
-	x->c0 = (float)s->c0;
-	x->c1 = (float)s->c1;
+	*dj = (struct mk_device_job){ .kernel = device_kernel(job), .base = job->d.base, .other = s->other,
+				      .c0 = (float)s->c0, .c1 = (float)s->c1 };
 	return 0;
 }
+
+static const struct mk_device_hook device_hook = { .kernel = device_kernel, .state = device_state };
 
 const struct mk_method mk_method_slerp = {
 	.abi = MK_METHOD_ABI,
@@ -242,7 +248,7 @@ const struct mk_method mk_method_slerp = {
 	.nparams = NPARAMS,
 	.contract = { .base = MK_BASE_REQUIRED, .min_inputs = 1, .max_inputs = 2,
 		      .min_non_base = 0, .max_non_base = 1 },
-	.uses_accelerator = true,
+	.device = &device_hook,
 	.output = output,
 	.npasses = npasses,
 	.init = init,

@@ -16,7 +16,10 @@
  * inputs with exact ties in |delta| and zeros: the job's passes run on the
  * CPU (mk_job_accumulate/finish), then mk_job_apply gives the reference and
  * the GPU path (one chunk at a time, and batched across jobs with small
- * launch limits) must give the same bytes (NaN for NaN). */
+ * launch limits) must give the same bytes (NaN for NaN).  The same for a
+ * method written as a plugin would be, whose device hook (mk/device.h)
+ * hands the GPU linear's kernel with its inputs reordered; and methods
+ * without a usable hook are refused. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -28,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 #include "mk/cuda.h"
+#include "mk/device.h"
 #include "mk/method.h"
 #include "mk/tensors.h"
 #include "method_harness.h"
@@ -481,6 +485,242 @@ static void test_unsupported(void **state)
 	close_ctx(cx);
 }
 
+/* ------------------------------------------------ a plugin's device hook */
+
+/* "reverse_linear", written as a plugin would be (mk/method.h and
+ * mk/device.h only): out = (w_{n-1} x_{n-1} + ... + w_0 x_0) / sum, summed
+ * from the last input to the first in float32, sum = w_{n-1} + ... + w_0.
+ * Its device hook hands the GPU linear's kernel with the inputs in that
+ * order; a job of one input answers MK_DEVICE_NONE. */
+struct rl_state {
+	float *w, sum;
+	struct mk_device_input *dev;
+};
+
+static const struct mk_param_spec rl_params[] = {
+	{ .name = "weight", .scope = MK_SCOPE_PER_INPUT, .type = MK_PT_FLOAT, .flags = MK_PF_REQUIRED,
+	  .doc = "weight of each input" },
+};
+
+static int rl_output(const struct mk_method *m, const struct mk_job_desc *d, struct mk_plan_out *po, bool *used,
+		     struct mk_err *err)
+{
+	bool rectified;
+	int rc = mk_rectify_shapes(m, d, used, &po->out, &rectified, err);
+
+	if (rc)
+		return rc;
+	for (size_t i = 0; i < d->ninputs; i++)
+		if (d->in[i].dtype != MK_DT_F32)
+			return mk_err_set(err, MK_EUNSUPPORTED, "reverse_linear: float32 inputs only");
+	po->out.dtype = MK_DT_F32;
+	po->compute = MK_DT_F32;
+	return 0;
+}
+
+static int rl_init(struct mk_job *job, struct mk_err *err)
+{
+	size_t n = job->d.ninputs;
+	struct rl_state *s = calloc(1, sizeof(*s));
+
+	if (!s || !(s->w = calloc(n, sizeof(*s->w))) || !(s->dev = calloc(n, sizeof(*s->dev)))) {
+		if (s)
+			free(s->w);
+		free(s);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	for (size_t i = n; i-- > 0;) {
+		s->w[i] = (float)mk_job_input_param(job, i, 0)->f;
+		s->sum = i == n - 1 ? s->w[i] : s->sum + s->w[i];
+	}
+	job->state = s;
+	return 0;
+}
+
+static int rl_apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, struct mk_err *err)
+{
+	const struct rl_state *s = job->state;
+	size_t n = job->d.ninputs;
+	float *o = out;
+
+	for (uint64_t e = 0; e < c->count; e++) {
+		float acc = s->w[n - 1] * ((const float *)c->in[n - 1])[e];
+		for (size_t i = n - 1; i-- > 0;) {
+			float p = s->w[i] * ((const float *)c->in[i])[e];
+			acc = acc + p;
+		}
+		o[e] = acc / s->sum;
+	}
+	return 0;
+}
+
+static void rl_release(struct mk_job *job)
+{
+	struct rl_state *s = job->state;
+
+	if (s) {
+		free(s->w);
+		free(s->dev);
+		free(s);
+	}
+	job->state = NULL;
+}
+
+static enum mk_device_kernel rl_kernel(const struct mk_job *job)
+{
+	return job->d.ninputs > 1 ? MK_DEVICE_LINEAR : MK_DEVICE_NONE;
+}
+
+static int rl_state_of(const struct mk_job *job, struct mk_device_job *dj, struct mk_err *err)
+{
+	struct rl_state *s = job->state;
+	size_t n = job->d.ninputs;
+
+	for (size_t j = 0; j < n; j++)
+		s->dev[j] = (struct mk_device_input){ .idx = (int)(n - 1 - j), .w = s->w[n - 1 - j] };
+	*dj = (struct mk_device_job){ .kernel = MK_DEVICE_LINEAR, .normalize = true, .sum = s->sum, .n = n,
+				      .in = s->dev };
+	return 0;
+}
+
+static const struct mk_device_hook rl_hook = { .kernel = rl_kernel, .state = rl_state_of };
+
+static const struct mk_method reverse_linear = {
+	.abi = MK_METHOD_ABI,
+	.name = "reverse_linear",
+	.pretty_name = "Reverse linear",
+	.params = rl_params,
+	.nparams = 1,
+	.contract = { .base = MK_BASE_IGNORED, .min_inputs = 1, .max_inputs = MK_ARITY_ANY, .min_non_base = 0,
+		      .max_non_base = MK_ARITY_ANY },
+	.output = rl_output,
+	.init = rl_init,
+	.apply = rl_apply,
+	.release = rl_release,
+	.device = &rl_hook,
+};
+
+/* A job of m with n [3, 4] inputs, weights W; its passes (none) run. */
+static void small_job(struct tj *t, const struct mk_method *m, size_t n, const void *const *v, float *out,
+		      struct mk_job *job)
+{
+	struct mk_err err = { 0 };
+
+	tj_method(t, m, n, -1);
+	for (size_t i = 0; i < n; i++)
+		set_in(t, i, "weight", mk_pval_float(0.25 + 0.5 * (double)i));
+	if (tj_run(t, MK_DT_COUNT, v, 0, out, false, job, NULL, &err))
+		fail_msg("%s: %s", m->name, err.msg);
+}
+
+/* The backend knows a method only through its device hook: a registered
+ * method of a plugin with one runs on the device (the inputs in the order
+ * its hook gives), the same bytes as its apply on the CPU; one without a
+ * hook, a hook answering MK_DEVICE_NONE, or a hook lacking state() is
+ * reported unsupported and nothing is done. */
+static void test_hooks(void **state)
+{
+	enum { N = 4 };
+	static const double W[N] = { 0.7, -0.4, 1.2, 0.55 };
+	struct mk_err err = { 0 };
+	const struct mk_method *m;
+	float **x = make_inputs(N, -1, 0);
+	float *ref = malloc(NEL * sizeof(float)), *got = malloc(NEL * sizeof(float));
+	float *fwd = malloc(NEL * sizeof(float));
+	const void *views[N], *ptr[MAXIN];
+	struct mk_job_chunk ch;
+	struct mk_job job;
+	struct mk_cuda_ctx *cx;
+	struct tj t;
+	uint64_t ndiff = 0;
+
+	if (!mk_method_find("reverse_linear") && mk_method_register(&reverse_linear, &err))
+		fail_msg("register: %s", err.msg);
+	m = mk_method_find("reverse_linear");
+	assert_ptr_equal(m, &reverse_linear);
+	for (int pass = 0; pass < 2; pass++) {
+		/* pass 0: reverse_linear, pass 1: linear with the same weights */
+		tj_method(&t, pass ? &mk_method_linear : m, N, -1);
+		for (size_t i = 0; i < N; i++) {
+			t.in[i] = td(MK_DT_F32, 2, ROWS, COLS);
+			views[i] = x[i];
+			set_in(&t, i, "weight", mk_pval_float(W[i]));
+		}
+		if (tj_run(&t, MK_DT_COUNT, views, 4999, pass ? fwd : ref, true, &job, NULL, &err))
+			fail_msg("%s: %s", t.m->name, err.msg);
+		if (pass) {
+			mk_job_release(&job);
+			break;
+		}
+		assert_true(mk_cuda_job_supported(&job));
+		/* small launches: pieces cut and shared */
+		cx = open_ctx(64 << 10, 3, 2);
+		memset(got, 0xff, NEL * sizeof(float));
+		for (uint64_t e = 0; e < NEL; e += 3001) {
+			chunk_of(&job, x, e, NEL - e < 3001 ? NEL - e : 3001, ptr, &ch);
+			if (mk_cuda_submit(cx, &job, &ch, got + e, &err))
+				fail_msg("reverse_linear: %s", err.msg);
+		}
+		if (mk_cuda_flush(cx, &err))
+			fail_msg("reverse_linear: %s", err.msg);
+		assert_same(got, ref, NEL, "reverse_linear (a plugin's hook)");
+		close_ctx(cx);
+		seen(m->name);
+		n_jobs++;
+		mk_job_release(&job);
+	}
+	/* the order matters: had the backend taken the inputs in index order
+	 * it would have given linear's bytes, which differ */
+	for (uint64_t e = 0; e < NEL; e++)
+		ndiff += memcmp(&fwd[e], &ref[e], 4) != 0;
+	assert_true(ndiff > 0);
+
+	{
+		float a[12], b[12], out[12];
+		const void *v[2] = { a, b };
+		struct mk_job_chunk c12 = { .elem_begin = 0, .count = 12, .in = v };
+		struct mk_method nohook = mk_method_linear, half = reverse_linear;
+		const struct mk_device_hook half_hook = { .kernel = rl_kernel };
+		struct mk_cuda_group g = { .job = &job, .c = &c12, .out = out };
+
+		for (int i = 0; i < 12; i++) {
+			a[i] = frand();
+			b[i] = frand();
+		}
+		cx = open_ctx(1 << 20, 0, 0);
+		/* one input: the hook answers MK_DEVICE_NONE */
+		small_job(&t, m, 1, v, out, &job);
+		assert_false(mk_cuda_job_supported(&job));
+		assert_int_equal(mk_cuda_job_apply(cx, &job, &c12, out, &err), -MK_EUNSUPPORTED);
+		assert_non_null(strstr(err.msg, "reverse_linear"));
+		mk_job_release(&job);
+		/* linear's spec and kernels without its hook */
+		nohook.name = "linear_without_hook";
+		nohook.device = NULL;
+		small_job(&t, &nohook, 2, v, out, &job);
+		assert_false(mk_cuda_job_supported(&job));
+		memset(out, 0xff, sizeof(out));
+		assert_int_equal(mk_cuda_job_apply(cx, &job, &c12, out, &err), -MK_EUNSUPPORTED);
+		assert_non_null(strstr(err.msg, "linear_without_hook"));
+		assert_int_equal(mk_cuda_apply(cx, &g, 1, &err), -MK_EUNSUPPORTED);
+		for (int i = 0; i < 12; i++)
+			assert_true(isnan(out[i]));         /* nothing written */
+		mk_job_release(&job);
+		/* a hook without state() is no hook */
+		half.name = "reverse_linear_half_hook";
+		half.device = &half_hook;
+		small_job(&t, &half, 2, v, out, &job);
+		assert_false(mk_cuda_job_supported(&job));
+		assert_int_equal(mk_cuda_job_apply(cx, &job, &c12, out, &err), -MK_EUNSUPPORTED);
+		mk_job_release(&job);
+		close_ctx(cx);
+	}
+	free_inputs(x, N);
+	free(ref);
+	free(got);
+	free(fwd);
+}
+
 /* A build without CUDA: no device context, and says why. */
 static void test_no_device(void **state)
 {
@@ -647,6 +887,7 @@ int main(void)
 		cmocka_unit_test(test_methods),
 		cmocka_unit_test(test_batches),
 		cmocka_unit_test(test_unsupported),
+		cmocka_unit_test(test_hooks),
 	};
 	const struct CMUnitTest emu_only[] = {
 		cmocka_unit_test(test_no_device),

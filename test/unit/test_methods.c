@@ -55,8 +55,8 @@ static void test_registry_builtins(void **st)
 	assert_null(mk_method_at(n));
 	assert_null(mk_method_find("Linear"));
 	assert_null(mk_method_find("nope"));
-	assert_false(mk_method_find("passthrough")->uses_accelerator);
-	assert_true(mk_method_find("slerp")->uses_accelerator);
+	assert_null(mk_method_find("passthrough")->device);
+	assert_non_null(mk_method_find("slerp")->device);
 	assert_int_equal(mk_method_find("slerp")->contract.base, MK_BASE_REQUIRED);
 	assert_int_equal(mk_method_find("task_arithmetic")->contract.base, MK_BASE_REQUIRED);
 	assert_int_equal(mk_method_find("linear")->contract.base, MK_BASE_IGNORED);

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "mk/device.h"
 #include "mk/method.h"
 #include "method_harness.h"
 #include "../../src/methods/gta.h"
@@ -378,7 +379,7 @@ static void test_params(void **st)
 		int p;
 		assert_non_null(m);
 		assert_int_equal(m->contract.base, MK_BASE_REQUIRED);
-		assert_true(m->uses_accelerator);
+		assert_non_null(m->device);
 		p = mk_method_param_index(m, "normalize");
 		assert_true(m->params[p].def.b == defs[k].normalize);
 		p = mk_method_param_index(m, "rescale");
@@ -607,32 +608,32 @@ static void test_chunk_independence(void **st)
 
 /* ------------------------------------------------------------- export */
 
-/* mk_gta_export's contract (gta.h), element by element, as a kernel
- * outside gta.c (the GPU) computes it. */
-static float export_ref(const struct mk_gta_export *x, const void *const *in, uint64_t e)
+/* The TASK_ARITHMETIC kernel of mk/device.h, element by element, as a
+ * kernel outside gta.c (the GPU) computes it from the device hook's state. */
+static float export_ref(const struct mk_device_job *x, const void *const *in, uint64_t e)
 {
 	float b = ((const float *)in[x->base])[e], v[8], mix = 0, div = x->div;
 
 	assert_true(x->n <= 8);
 	for (size_t j = 0; j < x->n; j++) {
-		const struct mk_gta_export_input *g = &x->in[j];
+		const struct mk_device_input *g = &x->in[j];
 		float d = ((const float *)in[g->idx])[e] - b, a = fabsf(d), m;
 		uint32_t key;
 		bool kept = true;
 		memcpy(&key, &a, 4);
 		switch (g->kind) {
-		case MK_GTA_MAG: kept = key > g->lo_key || (key == g->lo_key && e < g->lo_cut1); break;
-		case MK_GTA_OUTL:
+		case MK_DEVICE_MAGNITUDE: kept = key > g->lo_key || (key == g->lo_key && e < g->lo_cut1); break;
+		case MK_DEVICE_OUTLIERS:
 			kept = (key > g->lo_key || (key == g->lo_key && e >= g->lo_cut1)) &&
 			       (key < g->hi_key || (key == g->hi_key && e < g->hi_cut1));
 			break;
-		case MK_GTA_RAND: kept = (mk_rng_u64(g->stream, e) >> 11) < g->thr; break;
-		case MK_GTA_DELLA: kept = (g->mask[e >> 3] >> (e & 7)) & 1; break;
+		case MK_DEVICE_RANDOM: kept = (mk_rng_u64(g->stream, e) >> 11) < g->thr; break;
+		case MK_DEVICE_DELLA: kept = (g->mask[e >> 3] >> (e & 7)) & 1; break;
 		default: break;
 		}
-		if (g->kind == MK_GTA_DENSE) {
+		if (g->kind == MK_DEVICE_DENSE) {
 			m = d;
-		} else if (g->kind == MK_GTA_ZERO) {
+		} else if (g->kind == MK_DEVICE_ZERO) {
 			m = 0;
 		} else {
 			m = d * (kept ? 1.0f : 0.0f);
@@ -641,10 +642,10 @@ static float export_ref(const struct mk_gta_export *x, const void *const *in, ui
 		}
 		v[j] = m * g->w;
 	}
-	if (x->cons != MK_GTA_CONS_NONE) {
+	if (x->cons != MK_DEVICE_CONS_NONE) {
 		float sw = 0, maj;
 		for (size_t j = 0; j < x->n; j++) {
-			float t = x->cons == MK_GTA_CONS_SUM ? v[j] : (float)((v[j] > 0) - (v[j] < 0));
+			float t = x->cons == MK_DEVICE_CONS_SUM ? v[j] : (float)((v[j] > 0) - (v[j] < 0));
 			sw = j ? sw + t : t;
 		}
 		maj = sw >= 0 ? 1.0f : -1.0f;
@@ -666,7 +667,7 @@ static float export_ref(const struct mk_gta_export *x, const void *const *in, ui
 	return b + mix;
 }
 
-/* What mk_gta_export describes is what apply computes, bit for bit, for
+/* What the device hook's state describes is what apply computes, bit for bit, for
  * every method of the family on data with many ties in |delta| (cuts
  * inside apply's tiles), chunks of 1000. */
 static void test_export(void **st)
@@ -676,7 +677,7 @@ static void test_export(void **st)
 	float *a = malloc(CN * 4), *b = malloc(CN * 4), *c = malloc(CN * 4), *out = malloc(CN * 4);
 	const void *v[3] = { a, b, c };
 	const uint64_t s2[2] = { CR, CC };
-	struct mk_gta_export x;
+	struct mk_device_job x;
 	struct mk_err err;
 	struct mk_job job;
 	struct tj t;
@@ -698,7 +699,9 @@ static void test_export(void **st)
 			set_g(&t, "rescale", mk_pval_bool(variant == 0));
 			set_g(&t, "lambda", mk_pval_float(variant ? 1.0 : 0.9));
 			assert_int_equal(tj_run(&t, MK_DT_COUNT, v, 1000, out, false, &job, NULL, &err), 0);
-			assert_int_equal(mk_gta_export(&job, &x, &err), 0);
+			assert_int_equal(job.method->device->kernel(&job), MK_DEVICE_TASK_ARITHMETIC);
+			assert_int_equal(job.method->device->state(&job, &x, &err), 0);
+			assert_int_equal(x.kernel, MK_DEVICE_TASK_ARITHMETIC);
 			assert_int_equal(x.n, 2);
 			for (uint64_t e = 0; e < CN; e++) {
 				float r = export_ref(&x, v, e);
@@ -742,13 +745,20 @@ static void test_export(void **st)
 		free(o1);
 		free(o2);
 	}
-	/* not of the family */
-	tj_init(&t, "linear", 2, -1);
+	/* the base alone: a copy of it; float64: no device kernel */
+	tj_init(&t, "ties", 1, 0);
 	set_shape(&t, MK_DT_F32, 2, s2);
-	set_in(&t, 0, "weight", mk_pval_float(1.0));
-	set_in(&t, 1, "weight", mk_pval_float(1.0));
 	assert_int_equal(tj_run(&t, MK_DT_COUNT, v, 0, out, false, &job, NULL, &err), 0);
-	assert_int_equal(mk_gta_export(&job, &x, &err), -MK_EUNSUPPORTED);
+	assert_int_equal(job.method->device->kernel(&job), MK_DEVICE_COPY);
+	assert_int_equal(job.method->device->state(&job, &x, &err), 0);
+	assert_true(x.kernel == MK_DEVICE_COPY && x.base == 0 && x.n == 0);
+	mk_job_release(&job);
+	tj_init(&t, "ties", 2, 0);
+	set_shape(&t, MK_DT_F64, 2, s2);
+	set_in(&t, 1, "weight", mk_pval_float(0.7));
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_int_equal(job.method->device->kernel(&job), MK_DEVICE_NONE);
+	assert_int_equal(job.method->device->state(&job, &x, &err), -MK_EUNSUPPORTED);
 	mk_job_release(&job);
 	free(a);
 	free(b);
