@@ -77,7 +77,9 @@ void mk__rd_fd_name(int fd, char *buf, size_t size)
 	n = readlink(link, path, sizeof(path) - 1);
 	if (n > 0) {
 		path[n] = '\0';
-		snprintf(buf, size, "'%s'", path);
+		/* a path longer than the message's room ends in "...'" */
+		if (snprintf(buf, size, "'%s'", path) >= (int)size && size > 5)
+			memcpy(buf + size - 5, "...'", 5);
 	} else {
 		snprintf(buf, size, "fd %d", fd);
 	}

@@ -68,7 +68,8 @@ int mk_manifest_add_tensor(struct mk_manifest *m, const char *name, enum mk_dtyp
 	memset(t, 0, sizeof(*t));
 	if (mk_shape_nelem(ndim, shape, &nelem))
 		return mk_err_set(err, MK_EFORMAT, "tensor '%s': shape overflows", name);
-	memcpy(t->shape, shape, ndim * sizeof(*shape));
+	if (ndim)
+		memcpy(t->shape, shape, ndim * sizeof(*shape));
 	t->ndim = ndim;
 	t->dtype = dt;
 	t->nelem = nelem;
