@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
+#include "mk/budget.h"
 #include "mk/fetch.h"
 #include "mk/fsutil.h"
 
@@ -104,7 +105,7 @@ int main(int argc, char **argv)
 			o.qdepth = (unsigned)v;
 			break;
 		case O_MEM:
-			if (mk_size_parse(optarg, &v) || v < (4u << 20))
+			if (mk_size_parse(optarg, &v) || v < MK_BUDGET_FETCH_MIN)
 				cli_usage_error("--max-memory: expected a size of at least 4MiB, not '%s'", optarg);
 			budget = v;
 			break;
@@ -124,18 +125,8 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		cli_usage_error("unexpected argument '%s' (models are given with --model)", argv[optind]);
-	if (budget) {
-		/* reads in flight ((queue depth + 1) chunks) and the frame being
-		 * written take at most half of the budget */
-		size_t chunk = o.chunk_bytes ? o.chunk_bytes : MK_READER_DEFAULT_CHUNK;
-		unsigned qd = o.qdepth ? o.qdepth : MK_READER_DEFAULT_QDEPTH;
-		while ((uint64_t)(qd + 2) * chunk > budget / 2 && qd > 2)
-			qd--;
-		while ((uint64_t)(qd + 2) * chunk > budget / 2 && chunk > (64u << 10))
-			chunk /= 2;
-		o.chunk_bytes = chunk;
-		o.qdepth = qd;
-	}
+	if (budget)
+		mk_budget_fetch_fit(budget, &o.chunk_bytes, &o.qdepth);
 	if (o.nmodels && input)
 		cli_usage_error("--model (copy mode) and --input (plan mode) do not go together");
 	int in_fd = 0;

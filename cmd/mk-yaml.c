@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
+#include "mk/budget.h"
 #include "mk/card.h"
 #include "mk/fsutil.h"
 #include "mk/pack.h"
@@ -160,20 +161,18 @@ int main(int argc, char **argv)
 			if (mk_size_parse(optarg, &v))
 				cli_usage_error("--max-memory: expected a size, not '%s'", optarg);
 			{
-				/* mk-merge holds jobs: most of it; mk-fetch's reads a
-				 * quarter; mk-plan and mk-pack need little */
+				struct mk_budget_split bs;
 				char b[32];
-				snprintf(b, sizeof(b), "%llu", (unsigned long long)(v / 2));
+				mk_budget_split(v, &bs);
+				snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.merge);
 				push(&plan, "--max-memory");
 				push(&plan, b);
 				push(&merge, "--max-memory");
 				push(&merge, b);
-				snprintf(b, sizeof(b), "%llu", (unsigned long long)(v / 4 > (4u << 20) ? v / 4 : (4u << 20)));
+				snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.fetch);
 				push(&fetch, "--max-memory");
 				push(&fetch, b);
-				/* mk-pack: a quarter too, enough for two frames of the
-				 * chunks mk-fetch picks and its headers */
-				snprintf(b, sizeof(b), "%llu", (unsigned long long)(v / 4 > (8u << 20) ? v / 4 : (8u << 20)));
+				snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.pack);
 				push(&pack, "--max-memory");
 				push(&pack, b);
 			}

@@ -338,45 +338,69 @@ struct tctx {                         /* where a tensor is planned */
 	const struct mk_config_loc *loc;  /* for messages */
 };
 
-static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const struct src_in *srcs, size_t nsrc,
-		       const struct tctx *tc, struct mk_diags *d, struct mk_err *err)
-{
-	const struct mk_method *m = p->method;
-	size_t np = m->nparams, n = 0;
-	struct mk_tensor_desc *in = calloc(nsrc + 1, sizeof(*in));
-	struct mk_pval *graw = calloc(np + 1, sizeof(*graw)), *iraw = calloc((np + 1) * (nsrc + 1), sizeof(*iraw));
-	struct mk_pval *gres = calloc(np + 1, sizeof(*gres)), *ires = calloc((np + 1) * (nsrc + 1), sizeof(*ires));
-	const char **labels = calloc(nsrc + 1, sizeof(*labels));
-	size_t *order = calloc(nsrc + 1, sizeof(*order));
-	const char **names = calloc(nsrc + 1, sizeof(*names));
-	bool *used = calloc(nsrc + 1, sizeof(*used));
-	struct mk_fused **fused = calloc(nsrc + 1, sizeof(*fused));
-	struct mk_tensor_desc *stored = calloc(nsrc + 1, sizeof(*stored));
-	struct mk_plan_job *j = NULL;
-	struct mk_plan_out po;
-	struct mk_err e = { 0 };
-	bool any_direct = false, failed = false;
-	int base = -1, rc = 0;
+/* One output tensor being planned, from its candidate inputs to its job.
+ * plan_tensor runs the stages below in order on it; each returns a
+ * negative MK_E* (a failure: planning stops), TP_NEXT (go on) or TP_DONE
+ * (no job for this tensor: an optional weight skipped, or a diagnostic
+ * said why). */
+struct tplan {
+	struct mk_plan *p;
+	const struct mk_weight *ow;       /* the output weight */
+	const struct src_in *srcs;        /* its candidate inputs */
+	size_t nsrc;
+	const struct tctx *tc;
+	struct mk_diags *d;
+	const struct mk_method *m;        /* the config's method, or passthrough */
+	size_t np;                        /* m's parameters */
+	size_t n;                         /* inputs found, in job order */
+	int base;                         /* the base's input index, or -1 */
+	bool check_equal;                 /* not floats: inputs must agree */
+	/* per input, in job order (order[i]: its index in srcs) */
+	struct mk_tensor_desc *in;        /* as the method sees it (cast on load) */
+	struct mk_tensor_desc *stored;    /* as stored (or assembled) */
+	const char **labels, **names;     /* model display name, tensor name */
+	size_t *order;
+	struct mk_fused **fused;          /* its assembly from experts, or NULL */
+	bool *used;                       /* read by the method (output rule) */
+	/* parameters: as looked up (raw), as the method resolved them (res);
+	 * per input np values from i * np */
+	struct mk_pval *graw, *iraw, *gres, *ires;
+	struct mk_plan_out po;            /* the method's output rule */
+	struct mk_plan_job *j;            /* the job, until the plan takes it */
+	struct mk_err e;                  /* a method's or assembly's error, for a diagnostic */
+};
 
-	if (!in || !graw || !iraw || !gres || !ires || !labels || !order || !names || !used || !fused || !stored) {
-		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-		goto out;
-	}
-	/* optional weights: skipped when no input has it under its name or
-	 * an alias (tied names do not count here, as in mergekit) */
-	for (size_t s = 0; s < nsrc; s++) {
-		struct mk_model *mm = p->models[srcs[s].model].m;
-		if (mk_model_find(mm, srcs[s].w->name))
+enum { TP_NEXT = 0, TP_DONE = 1 };
+
+/* The sources: an optional weight is skipped when no input has it under
+ * its name or an alias (tied names do not count here, as in mergekit). */
+static int tplan_sources(struct tplan *t)
+{
+	bool any_direct = false;
+
+	for (size_t s = 0; s < t->nsrc; s++) {
+		struct mk_model *mm = t->p->models[t->srcs[s].model].m;
+		if (mk_model_find(mm, t->srcs[s].w->name))
 			any_direct = true;
-		for (size_t a = 0; a < srcs[s].w->naliases; a++)
-			if (mk_model_find(mm, srcs[s].w->aliases[a]))
+		for (size_t a = 0; a < t->srcs[s].w->naliases; a++)
+			if (mk_model_find(mm, t->srcs[s].w->aliases[a]))
 				any_direct = true;
 	}
-	if (ow->optional && !any_direct)
-		goto out;
-	/* inputs: the base first, then the sources in order */
+	return t->ow->optional && !any_direct ? TP_DONE : TP_NEXT;
+}
+
+/* The inputs: the base first, then the sources in order, each resolved to
+ * a stored tensor (its name or an alias) or assembled from experts, with
+ * the dtype it is loaded as (force_dtype, else the config's dtype). */
+static int tplan_inputs(struct tplan *t)
+{
+	struct mk_plan *p = t->p;
+	const struct src_in *srcs = t->srcs;
+	const struct tctx *tc = t->tc;
+	bool failed = false;
+
 	for (int pass = 0; pass < 2; pass++)
-		for (size_t s = 0; s < nsrc; s++) {
+		for (size_t s = 0; s < t->nsrc; s++) {
 			bool is_base = tc->base && mk_model_ref_equal(srcs[s].ref, tc->base);
 			if (is_base != (pass == 0))
 				continue;
@@ -385,8 +409,8 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 			struct mk_tensor_desc ftd = { 0 };
 			struct mk_fused *fu = NULL;
 			if (!nm) {
-				if (fused_input(pm, srcs[s].w->name, &fu, &ftd, &e)) {
-					diag(d, MK_DIAG_ERROR, tc->loc, "model '%s': %s", pm->display, e.msg);
+				if (fused_input(pm, srcs[s].w->name, &fu, &ftd, &t->e)) {
+					diag(t->d, MK_DIAG_ERROR, tc->loc, "model '%s': %s", pm->display, t->e.msg);
 					failed = true;
 					continue;
 				}
@@ -396,129 +420,173 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 			if (!nm) {
 				if (srcs[s].w->optional)
 					continue;
-				diag(d, MK_DIAG_ERROR, tc->loc, "tensor '%s' required but not present in model '%s'",
+				diag(t->d, MK_DIAG_ERROR, tc->loc, "tensor '%s' required but not present in model '%s'",
 				     srcs[s].w->name, pm->display);
 				failed = true;
 				continue;
 			}
 			if (!fu) {
-				const struct mk_st_tensor *t = mk_model_find(pm->m, nm)->t;
-				ftd.dtype = t->dtype;
-				ftd.ndim = t->ndim;
-				memcpy(ftd.shape, t->shape, sizeof(ftd.shape));
+				const struct mk_st_tensor *st = mk_model_find(pm->m, nm)->t;
+				ftd.dtype = st->dtype;
+				ftd.ndim = st->ndim;
+				memcpy(ftd.shape, st->shape, sizeof(ftd.shape));
 			}
+			size_t n = t->n;
 			if (is_base)
-				base = (int)n;
-			order[n] = s;
-			names[n] = nm;
-			labels[n] = pm->display;
-			fused[n] = fu;
-			stored[n] = ftd;
-			in[n] = ftd;
+				t->base = (int)n;
+			t->order[n] = s;
+			t->names[n] = nm;
+			t->labels[n] = pm->display;
+			t->fused[n] = fu;
+			t->stored[n] = ftd;
+			t->in[n] = ftd;
 			/* cast on load: force_dtype, else the config's dtype */
-			if (ow->force_dtype)
-				mk_config_dtype_parse(ow->force_dtype, &in[n].dtype, NULL, NULL);
+			if (t->ow->force_dtype)
+				mk_config_dtype_parse(t->ow->force_dtype, &t->in[n].dtype, NULL, NULL);
 			else if (p->cfg->dtype.name && mk_dtype_is_float(ftd.dtype))
-				in[n].dtype = p->cfg->dtype.dtype;
-			n++;
+				t->in[n].dtype = p->cfg->dtype.dtype;
+			t->n++;
 		}
 	if (failed)
-		goto out;
-	if (n == 0) {
-		diag(d, MK_DIAG_ERROR, tc->loc, "tensor '%s': no model has it", ow->name);
-		goto out;
+		return TP_DONE;
+	if (t->n == 0) {
+		diag(t->d, MK_DIAG_ERROR, tc->loc, "tensor '%s': no model has it", t->ow->name);
+		return TP_DONE;
 	}
-	/* parameters */
+	return TP_NEXT;
+}
+
+/* The parameters: each of the method's, looked up for the tensor (global)
+ * and for each input's model. */
+static int tplan_params(struct tplan *t)
+{
+	const struct tctx *tc = t->tc;
+	const char *name = t->ow->name;
+	size_t np = t->np;
+
 	for (size_t k = 0; k < np; k++) {
-		const struct mk_param_spec *ps = &m->params[k];
+		const struct mk_param_spec *ps = &t->m->params[k];
 		double v;
 		if (ps->scope == MK_SCOPE_GLOBAL) {
-			if (mk_param_lookup(&tc->scope, ps->name, NULL, ow->name, tc->t, &v) != MK_PL_NONE &&
-			    to_pval(ps, v, &graw[k]))
-				diag(d, MK_DIAG_ERROR, tc->loc, "tensor '%s': parameter '%s' = %g is not an integer",
-				     ow->name, ps->name, v);
+			if (mk_param_lookup(&tc->scope, ps->name, NULL, name, tc->t, &v) != MK_PL_NONE &&
+			    to_pval(ps, v, &t->graw[k]))
+				diag(t->d, MK_DIAG_ERROR, tc->loc, "tensor '%s': parameter '%s' = %g is not an integer",
+				     name, ps->name, v);
 			continue;
 		}
-		for (size_t i = 0; i < n; i++) {
-			const struct src_in *sr = &srcs[order[i]];
+		for (size_t i = 0; i < t->n; i++) {
+			const struct src_in *sr = &t->srcs[t->order[i]];
 			if (mk_param_lookup(&tc->scope, ps->name, sr->ref, sr->w->name, tc->t, &v) != MK_PL_NONE) {
-				if (to_pval(ps, v, &iraw[i * np + k]))
-					diag(d, MK_DIAG_ERROR, tc->loc,
-					     "tensor '%s': parameter '%s' = %g of model '%s' is not an integer", ow->name,
-					     ps->name, v, labels[i]);
+				if (to_pval(ps, v, &t->iraw[i * np + k]))
+					diag(t->d, MK_DIAG_ERROR, tc->loc,
+					     "tensor '%s': parameter '%s' = %g of model '%s' is not an integer", name,
+					     ps->name, v, t->labels[i]);
 			}
 		}
 	}
-	/* tensors that are not floats (position_ids, masks) are not merged:
-	 * their inputs must agree, and mk-merge copies them (mk-compat(7)) */
-	bool check_equal = false;
-	for (size_t i = 0; i < n; i++)
+	return TP_NEXT;
+}
+
+/* Tensors that are not floats (position_ids, masks) are not merged: their
+ * inputs must agree, and mk-merge copies them (mk-compat(7)); the job is
+ * planned as passthrough without parameters. */
+static int tplan_not_floats(struct tplan *t)
+{
+	const struct mk_tensor_desc *in = t->in;
+
+	t->check_equal = false;
+	for (size_t i = 0; i < t->n; i++)
 		if (!mk_dtype_is_float(in[i].dtype))
-			check_equal = true;
-	if (check_equal) {
-		for (size_t i = 1; i < n; i++)
-			if (in[i].dtype != in[0].dtype || in[i].ndim != in[0].ndim ||
-			    memcmp(in[i].shape, in[0].shape, sizeof(in[0].shape))) {
-				diag(d, MK_DIAG_ERROR, tc->loc,
-				     "tensor '%s' is %s in '%s' and %s in '%s': tensors that are not floats must agree",
-				     ow->name, mk_dtype_name(in[0].dtype), labels[0], mk_dtype_name(in[i].dtype), labels[i]);
-				goto out;
-			}
-		m = mk_method_find("passthrough");
-		np = m->nparams;
-		memset(graw, 0, (np + 1) * sizeof(*graw));
-		memset(iraw, 0, (np + 1) * (nsrc + 1) * sizeof(*iraw));
-	}
-	struct mk_job_desc jd = { .tensor = ow->name, .seed = p->seed, .is_embed = ow->is_embed, .ninputs = check_equal ? 1 : n,
-				  .base = check_equal ? -1 : base, .in = in, .labels = labels, .global = graw,
-				  .input = iraw };
-	if (mk_method_plan(m, &jd, &po, gres, ires, used, &e)) {
-		/* one message per kind of mistake, not one per tensor */
-		char key[MK_ERR_MSG_MAX];
-		const char *at = strstr(e.msg, ow->name);
-		snprintf(key, sizeof(key), "%.*s%s", at ? (int)(at - e.msg) : (int)strlen(e.msg), e.msg,
-			 at ? at + strlen(ow->name) : "");
-		if (p->last_err && !strcmp(p->last_err, key)) {
-			p->repeats++;
-		} else {
-			free(p->last_err);
-			p->last_err = strdup(key);
-			p->repeats = 0;
-			diag(d, MK_DIAG_ERROR, tc->loc, "%s", e.msg);
+			t->check_equal = true;
+	if (!t->check_equal)
+		return TP_NEXT;
+	for (size_t i = 1; i < t->n; i++)
+		if (in[i].dtype != in[0].dtype || in[i].ndim != in[0].ndim ||
+		    memcmp(in[i].shape, in[0].shape, sizeof(in[0].shape))) {
+			diag(t->d, MK_DIAG_ERROR, t->tc->loc,
+			     "tensor '%s' is %s in '%s' and %s in '%s': tensors that are not floats must agree",
+			     t->ow->name, mk_dtype_name(in[0].dtype), t->labels[0], mk_dtype_name(in[i].dtype),
+			     t->labels[i]);
+			return TP_DONE;
 		}
-		goto out;
+	t->m = mk_method_find("passthrough");
+	t->np = t->m->nparams;
+	memset(t->graw, 0, (t->np + 1) * sizeof(*t->graw));
+	memset(t->iraw, 0, (t->np + 1) * (t->nsrc + 1) * sizeof(*t->iraw));
+	return TP_NEXT;
+}
+
+/* The method's output rule: the output's dtype and shape, the compute
+ * dtype, the inputs it reads, its passes, the resolved parameters.  Its
+ * error is said once per kind of mistake, not once per tensor. */
+static int tplan_output_rule(struct tplan *t)
+{
+	struct mk_plan *p = t->p;
+	const char *name = t->ow->name;
+	struct mk_job_desc jd = { .tensor = name, .seed = p->seed, .is_embed = t->ow->is_embed,
+				  .ninputs = t->check_equal ? 1 : t->n, .base = t->check_equal ? -1 : t->base,
+				  .in = t->in, .labels = t->labels, .global = t->graw, .input = t->iraw };
+
+	if (!mk_method_plan(t->m, &jd, &t->po, t->gres, t->ires, t->used, &t->e))
+		return TP_NEXT;
+	char key[MK_ERR_MSG_MAX];
+	const char *at = strstr(t->e.msg, name);
+	snprintf(key, sizeof(key), "%.*s%s", at ? (int)(at - t->e.msg) : (int)strlen(t->e.msg), t->e.msg,
+		 at ? at + strlen(name) : "");
+	if (p->last_err && !strcmp(p->last_err, key)) {
+		p->repeats++;
+	} else {
+		free(p->last_err);
+		p->last_err = strdup(key);
+		p->repeats = 0;
+		diag(t->d, MK_DIAG_ERROR, t->tc->loc, "%s", t->e.msg);
 	}
-	/* a whole-tensor method must fit the merge budget */
-	if (m->whole_tensor && p->budget) {
-		uint64_t need = 0, b;
-		size_t es = mk_dtype_bits(po.compute) / 8;
-		for (size_t i = 0; i < n; i++) {
-			uint64_t ne = 1;
-			for (unsigned dd = 0; dd < in[i].ndim; dd++)
-				ne *= in[i].shape[dd];
-			need += ne * es;
-		}
-		if (!mk_dtype_nbytes(po.compute, 1, &b)) {
-			uint64_t ne = 1;
-			for (unsigned dd = 0; dd < po.out.ndim; dd++)
-				ne *= po.out.shape[dd];
-			need += ne * es;
-		}
-		if (need > p->budget) {
-			char a[32], c[32];
-			diag(d, MK_DIAG_ERROR, tc->loc,
-			     "tensor '%s': %s needs the whole tensor in memory, %s, more than the merge budget of %s (--max-memory)",
-			     ow->name, m->name, mk_size_human(need, a, sizeof(a)), mk_size_human(p->budget, c, sizeof(c)));
-			goto out;
-		}
+	return TP_DONE;
+}
+
+/* A whole-tensor method must fit the merge budget: every input and the
+ * output in the compute dtype. */
+static int tplan_whole_budget(struct tplan *t)
+{
+	struct mk_plan *p = t->p;
+	const struct mk_plan_out *po = &t->po;
+
+	if (!t->m->whole_tensor || !p->budget)
+		return TP_NEXT;
+	uint64_t need = 0, b;
+	size_t es = mk_dtype_bits(po->compute) / 8;
+	for (size_t i = 0; i < t->n; i++) {
+		uint64_t ne = 1;
+		for (unsigned dd = 0; dd < t->in[i].ndim; dd++)
+			ne *= t->in[i].shape[dd];
+		need += ne * es;
 	}
-	/* the job */
-	j = mk_plan_job_new(n);
-	if (!j) {
-		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-		goto out;
+	if (!mk_dtype_nbytes(po->compute, 1, &b)) {
+		uint64_t ne = 1;
+		for (unsigned dd = 0; dd < po->out.ndim; dd++)
+			ne *= po->out.shape[dd];
+		need += ne * es;
 	}
-	enum mk_dtype odt = po.out.dtype;
+	if (need > p->budget) {
+		char a[32], c[32];
+		diag(t->d, MK_DIAG_ERROR, t->tc->loc,
+		     "tensor '%s': %s needs the whole tensor in memory, %s, more than the merge budget of %s (--max-memory)",
+		     t->ow->name, t->m->name, mk_size_human(need, a, sizeof(a)), mk_size_human(p->budget, c, sizeof(c)));
+		return TP_DONE;
+	}
+	return TP_NEXT;
+}
+
+/* The manifest entry of the output, in its output dtype (force_dtype,
+ * else the config's out_dtype): a new one, or the one of a tensor planned
+ * twice (qwen2_vl's projector), whose earlier job this one replaces. */
+static int tplan_manifest_entry(struct tplan *t, struct mk_err *err)
+{
+	struct mk_plan *p = t->p;
+	const struct mk_weight *ow = t->ow;
+	enum mk_dtype odt = t->po.out.dtype;
+	int rc;
+
 	if (ow->force_dtype)
 		mk_config_dtype_parse(ow->force_dtype, &odt, NULL, NULL);
 	else if (p->cfg->out_dtype.name && mk_dtype_is_float(odt))
@@ -535,112 +603,176 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 			}
 		p->man->tensors[idx].dtype = odt;
 	} else {
-		rc = mk_manifest_add_tensor(p->man, ow->name, odt, po.out.ndim, po.out.shape, err);
+		rc = mk_manifest_add_tensor(p->man, ow->name, odt, t->po.out.ndim, t->po.out.shape, err);
 		if (rc)
-			goto out;
+			return rc;
 		idx = (long)p->man->ntensors - 1;
 	}
-	j->output = (size_t)idx;
-	j->method = strdup(m->name);
-	if (!j->method) {
-		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-		goto out;
-	}
-	for (size_t i = 0; i < n; i++) {
+	t->j->output = (size_t)idx;
+	return TP_NEXT;
+}
+
+/* The job's method and inputs: model, stored tensor (or its assembly from
+ * experts), stored and load dtypes, shape. */
+static int tplan_job_inputs(struct tplan *t, struct mk_err *err)
+{
+	struct mk_plan_job *j = t->j;
+
+	j->method = strdup(t->m->name);
+	if (!j->method)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t i = 0; i < t->n; i++) {
 		struct mk_plan_input *pi = &j->inputs[i];
-		pi->model = (size_t)srcs[order[i]].model;
-		pi->tensor = strdup(names[i]);
-		if (!pi->tensor) {
-			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-			goto out;
-		}
-		pi->dtype = stored[i].dtype;
-		pi->load_dtype = in[i].dtype;
-		pi->ndim = stored[i].ndim;
-		memcpy(pi->shape, stored[i].shape, sizeof(pi->shape));
+		const struct mk_fused *fu = t->fused[i];
+		pi->model = (size_t)t->srcs[t->order[i]].model;
+		pi->tensor = strdup(t->names[i]);
+		if (!pi->tensor)
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		pi->dtype = t->stored[i].dtype;
+		pi->load_dtype = t->in[i].dtype;
+		pi->ndim = t->stored[i].ndim;
+		memcpy(pi->shape, t->stored[i].shape, sizeof(pi->shape));
 		mk_shape_nelem(pi->ndim, pi->shape, &pi->nelem); /* checked by the reader */
-		if (fused[i]) {
+		if (fu) {
 			static const char *const kinds[] = { [MK_FUSED_RENAME] = "rename", [MK_FUSED_STACK] = "stack",
 							     [MK_FUSED_STACK_CONCAT] = "stack_concat" };
-			size_t ns = fused[i]->nexperts * fused[i]->nparts;
-			pi->assembly = strdup(kinds[fused[i]->kind]);
+			size_t ns = fu->nexperts * fu->nparts;
+			pi->assembly = strdup(kinds[fu->kind]);
 			pi->sources = calloc(ns, sizeof(*pi->sources));
-			if (!pi->assembly || !pi->sources) {
-				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-				goto out;
-			}
+			if (!pi->assembly || !pi->sources)
+				return mk_err_set(err, MK_ENOMEM, "out of memory");
 			for (size_t q = 0; q < ns; q++) {
-				pi->sources[q] = strdup(fused[i]->sources[q]);
-				if (!pi->sources[q]) {
-					rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-					goto out;
-				}
+				pi->sources[q] = strdup(fu->sources[q]);
+				if (!pi->sources[q])
+					return mk_err_set(err, MK_ENOMEM, "out of memory");
 				pi->nsources = q + 1;
 			}
 		}
 	}
-	j->base = check_equal ? -1 : base;
-	j->passes = po.npasses;
-	j->sends = po.npasses + 1;
-	if (po.npasses && p->budget) {
-		/* held in memory when every used input, as sent, fits the merge
-		 * budget: the inputs are then sent once and mk-merge replays the
-		 * later passes from memory */
-		uint64_t ws = 0, ne, b;
-		for (size_t i = 0; i < n; i++) {
-			if (!used[i])
-				continue;
-			ne = 1;
-			for (unsigned dd = 0; dd < stored[i].ndim; dd++)
-				ne *= stored[i].shape[dd];
-			mk_dtype_nbytes(stored[i].dtype, ne, &b);
-			ws += b;
-		}
-		if (ws <= p->budget) {
-			j->sends = 1;
-			if (ws > p->held_max)
-				p->held_max = ws;
-		} else if (p->o->spill) {
-			j->sends = 1;
-			j->spill = true;
-			p->spilled++;
-		}
+	return TP_NEXT;
+}
+
+/* How the inputs are sent: once per pass (streamed), or, for a method
+ * with statistics passes under a budget, once: held in memory when every
+ * used input, as sent, fits the merge budget (mk-merge replays the later
+ * passes from memory), else spilled with --spill (replayed from a file). */
+static void tplan_sends(struct tplan *t)
+{
+	struct mk_plan *p = t->p;
+	struct mk_plan_job *j = t->j;
+
+	j->base = t->check_equal ? -1 : t->base;
+	j->passes = t->po.npasses;
+	j->sends = t->po.npasses + 1;
+	if (!t->po.npasses || !p->budget)
+		return;
+	uint64_t ws = 0, ne, b;
+	for (size_t i = 0; i < t->n; i++) {
+		if (!t->used[i])
+			continue;
+		ne = 1;
+		for (unsigned dd = 0; dd < t->stored[i].ndim; dd++)
+			ne *= t->stored[i].shape[dd];
+		mk_dtype_nbytes(t->stored[i].dtype, ne, &b);
+		ws += b;
 	}
+	if (ws <= p->budget) {
+		j->sends = 1;
+		if (ws > p->held_max)
+			p->held_max = ws;
+	} else if (p->o->spill) {
+		j->sends = 1;
+		j->spill = true;
+		p->spilled++;
+	}
+}
+
+/* The job's resolved parameters (those of input 0 alone when the inputs
+ * must agree) and flags; then the plan takes it. */
+static int tplan_job_add(struct tplan *t, struct mk_err *err)
+{
+	struct mk_plan *p = t->p;
+	struct mk_plan_job *j = t->j;
+	const struct mk_method *m = t->m;
+	size_t np = t->np;
+	int rc = 0;
+
 	for (size_t k = 0; !rc && k < np; k++)
-		if (m->params[k].scope == MK_SCOPE_GLOBAL && gres[k].set)
-			rc = mk_job_params_add(&j->global, m->params[k].name, gres[k], err);
-	for (size_t i = 0; !rc && i < n; i++)
-		for (size_t k = 0; !rc && k < np && (!check_equal || i == 0); k++)
-			if (m->params[k].scope != MK_SCOPE_GLOBAL && ires[i * np + k].set)
-				rc = mk_job_params_add(&j->input_params[i], m->params[k].name, ires[i * np + k], err);
+		if (m->params[k].scope == MK_SCOPE_GLOBAL && t->gres[k].set)
+			rc = mk_job_params_add(&j->global, m->params[k].name, t->gres[k], err);
+	for (size_t i = 0; !rc && i < t->n; i++)
+		for (size_t k = 0; !rc && k < np && (!t->check_equal || i == 0); k++)
+			if (m->params[k].scope != MK_SCOPE_GLOBAL && t->ires[i * np + k].set)
+				rc = mk_job_params_add(&j->input_params[i], m->params[k].name, t->ires[i * np + k], err);
 	if (rc)
-		goto out;
-	j->is_embed = ow->is_embed;
-	j->check_equal = check_equal;
+		return rc;
+	j->is_embed = t->ow->is_embed;
+	j->check_equal = t->check_equal;
 	struct mk_plan_job **q = realloc(p->jobs, (p->njobs + 1) * sizeof(*q));
-	if (!q) {
+	if (!q)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	p->jobs = q;
+	p->jobs[p->njobs++] = j;
+	t->j = NULL;
+	return TP_NEXT;
+}
+
+/* Plan output weight ow from its candidate inputs srcs: a job added to the
+ * plan and an entry in its manifest, or diagnostics in d (a failure only
+ * when out of memory). */
+static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const struct src_in *srcs, size_t nsrc,
+		       const struct tctx *tc, struct mk_diags *d, struct mk_err *err)
+{
+	struct tplan t = { .p = p, .ow = ow, .srcs = srcs, .nsrc = nsrc, .tc = tc, .d = d, .m = p->method,
+			   .np = p->method->nparams, .base = -1 };
+	size_t np = t.np;
+	int rc;
+
+	t.in = calloc(nsrc + 1, sizeof(*t.in));
+	t.graw = calloc(np + 1, sizeof(*t.graw));
+	t.iraw = calloc((np + 1) * (nsrc + 1), sizeof(*t.iraw));
+	t.gres = calloc(np + 1, sizeof(*t.gres));
+	t.ires = calloc((np + 1) * (nsrc + 1), sizeof(*t.ires));
+	t.labels = calloc(nsrc + 1, sizeof(*t.labels));
+	t.order = calloc(nsrc + 1, sizeof(*t.order));
+	t.names = calloc(nsrc + 1, sizeof(*t.names));
+	t.used = calloc(nsrc + 1, sizeof(*t.used));
+	t.fused = calloc(nsrc + 1, sizeof(*t.fused));
+	t.stored = calloc(nsrc + 1, sizeof(*t.stored));
+	if (!t.in || !t.graw || !t.iraw || !t.gres || !t.ires || !t.labels || !t.order || !t.names || !t.used ||
+	    !t.fused || !t.stored) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	p->jobs = q;
-	p->jobs[p->njobs++] = j;
-	j = NULL;
+	if ((rc = tplan_sources(&t)) || (rc = tplan_inputs(&t)) || (rc = tplan_params(&t)) ||
+	    (rc = tplan_not_floats(&t)) || (rc = tplan_output_rule(&t)) || (rc = tplan_whole_budget(&t)))
+		goto out;
+	/* the job, then its output's manifest entry */
+	t.j = mk_plan_job_new(t.n);
+	if (!t.j) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	if ((rc = tplan_manifest_entry(&t, err)) || (rc = tplan_job_inputs(&t, err)))
+		goto out;
+	tplan_sends(&t);
+	rc = tplan_job_add(&t, err);
 out:
-	mk_plan_job_free(j);
-	free(in);
-	free(graw);
-	free(iraw);
-	free(gres);
-	free(ires);
-	free(labels);
-	free(order);
-	free(names);
-	free(used);
-	for (size_t i = 0; fused && i < nsrc; i++)
-		mk_fused_free(fused[i]);
-	free(fused);
-	free(stored);
-	return rc;
+	mk_plan_job_free(t.j);
+	free(t.in);
+	free(t.graw);
+	free(t.iraw);
+	free(t.gres);
+	free(t.ires);
+	free(t.labels);
+	free(t.order);
+	free(t.names);
+	free(t.used);
+	for (size_t i = 0; t.fused && i < nsrc; i++)
+		mk_fused_free(t.fused[i]);
+	free(t.fused);
+	free(t.stored);
+	return rc < 0 ? rc : 0;
 }
 
 /* Plan one module: pre weights from the first slice's sources, each

@@ -1,0 +1,40 @@
+/* budget.h - how a memory budget (--max-memory) is shared out.
+ *
+ * mk-yaml's budget is split among the stages it runs (mk_budget_split);
+ * mk-fetch turns its share into the size of its reads (mk_budget_fetch_fit).
+ * Sizes are in bytes.
+ */
+#ifndef MK_BUDGET_H
+#define MK_BUDGET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define MK_BUDGET_FETCH_MIN (4u << 20)        /* the least mk-fetch is given, and accepts */
+#define MK_BUDGET_PACK_MIN (8u << 20)         /* the least mk-pack is given */
+#define MK_BUDGET_FETCH_QDEPTH_MIN 2u         /* mk_budget_fetch_fit goes no lower ... */
+#define MK_BUDGET_FETCH_CHUNK_MIN (64u << 10) /* ... than these (unless asked for less) */
+
+/* A pipeline's budget among its stages. */
+struct mk_budget_split {
+	uint64_t merge;  /* mk-plan and mk-merge (the jobs they hold): half */
+	uint64_t fetch;  /* mk-fetch (its reads): a quarter, at least MK_BUDGET_FETCH_MIN */
+	uint64_t pack;   /* mk-pack (two frames of mk-fetch's chunks and its
+			    headers): a quarter, at least MK_BUDGET_PACK_MIN */
+};
+
+/* Split `total` among the stages (mk-yaml --max-memory). */
+void mk_budget_split(uint64_t total, struct mk_budget_split *out);
+
+/* Fit mk-fetch's reads in half of `budget`: the reads in flight (queue
+ * depth + 1 chunks) and the frame being written, (*qdepth + 2) * *chunk
+ * bytes.  *chunk and *qdepth come in as asked (0: MK_READER_DEFAULT_CHUNK
+ * and MK_READER_DEFAULT_QDEPTH) and go out fitted: the queue depth is
+ * lowered first, down to MK_BUDGET_FETCH_QDEPTH_MIN, then the chunk halved
+ * while it is over MK_BUDGET_FETCH_CHUNK_MIN.  Neither grows.  The result
+ * fits whenever budget / 2 holds four chunks of MK_BUDGET_FETCH_CHUNK_MIN
+ * (from 512 KiB, so for every budget mk-fetch accepts); under that, the
+ * queue depth and the chunk end at those minimums (or below, as asked). */
+void mk_budget_fetch_fit(uint64_t budget, size_t *chunk, unsigned *qdepth);
+
+#endif

@@ -1,0 +1,145 @@
+/* workers.c - mk-merge's worker threads: a range's inputs converted to the
+ * compute dtype and the method run over it, one slice of the range per
+ * thread. */
+#include <pthread.h>
+#include <stdlib.h>
+#include "merge_impl.h"
+
+struct slice {                   /* one worker's share of a range */
+	struct run *r;
+	uint64_t b, n;           /* job elements [b, b + n) */
+	uint64_t off;            /* offset of b in the range */
+	bool apply;              /* also run the method and convert out */
+	int rc;
+	struct mk_err err;
+};
+
+/* Convert n elements of input i's raw bytes from element `off` of the
+ * range (cast on load when asked) into dst, in the compute dtype. */
+static int convert_input(struct run *r, size_t i, uint64_t off, uint64_t n, void *dst, struct mk_err *err)
+{
+	size_t es = mk_dtype_bits(r->job.compute) / 8;
+	enum mk_dtype st = r->pj->inputs[i].dtype, load = r->pj->inputs[i].load_dtype;
+	const char *src = (const char *)r->ib[i].data + off * mk_dtype_bits(st) / 8;
+
+	/* a cast on load rounds to the load dtype first, as torch; the
+	 * conversion goes through float32 either way, so converting the
+	 * load-dtype value again is exact */
+	if (load != st && mk_dtype_is_float(load) && mk_dtype_bits(load) < 32) {
+		for (uint64_t e = 0; e < n; e += 1024) {
+			uint64_t k = n - e < 1024 ? n - e : 1024;
+			uint16_t tmp[1024 * 4];
+			if (mk_dtype_convert(load, tmp, st, src + e * mk_dtype_bits(st) / 8, k) ||
+			    mk_dtype_convert(r->job.compute, (char *)dst + e * es, load, tmp, k))
+				return mk_err_set(err, MK_EUNSUPPORTED, "cannot cast %s to %s", mk_dtype_name(st),
+						  mk_dtype_name(load));
+		}
+		return 0;
+	}
+	if (mk_dtype_convert(r->job.compute, dst, st, src, n))
+		return mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): input %zu is %s, which %s cannot merge", r->pj->id,
+				  r->name, i, mk_dtype_name(st), r->m->name);
+	return 0;
+}
+
+/* Run the method over job elements [b, b + n) (at `off` in the range's
+ * buffers) from inputs in ptrs, and convert the output into outc. */
+static int apply_out(struct run *r, uint64_t b, uint64_t off, uint64_t n, const void **ptrs, void *out,
+		     struct mk_err *err)
+{
+	struct mk_job_chunk c = { .elem_begin = b, .count = n, .in = ptrs };
+	int rc = mk_job_apply(&r->job, &c, out, err);
+
+	if (!rc && mk_dtype_convert(r->job.out.dtype, (char *)r->outc + off * mk_dtype_bits(r->job.out.dtype) / 8,
+				    r->job.compute, out, n))
+		rc = mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): cannot write %s output", r->pj->id, r->name,
+				mk_dtype_name(r->job.out.dtype));
+	return rc;
+}
+
+/* Elements per step when converting, merging and converting back in one
+ * go: the inputs, the output and the method's scratch stay in the
+ * core's cache instead of going to memory and back between the steps. */
+#define WORK_TILE 16384u
+
+/* Convert the used inputs' raw bytes into the compute dtype, then (apply)
+ * run the method and convert the output, tile by tile; or (a statistics
+ * pass, which reads them next) convert the whole slice into the range's
+ * buffers. */
+static void *work(void *arg)
+{
+	struct slice *sl = arg;
+	struct run *r = sl->r;
+	size_t es = mk_dtype_bits(r->job.compute) / 8, nin = r->d.ninputs;
+	const void **ptrs = calloc(nin + 1, sizeof(*ptrs));
+	char *tile = NULL;
+
+	if (!ptrs) {
+		sl->rc = mk_err_set(&sl->err, MK_ENOMEM, "out of memory");
+		return NULL;
+	}
+	if (sl->apply) {
+		if (!(tile = malloc((nin + 1) * (size_t)WORK_TILE * es))) {
+			sl->rc = mk_err_set(&sl->err, MK_ENOMEM, "out of memory");
+			goto out;
+		}
+		for (uint64_t t = 0; t < sl->n && !sl->rc; t += WORK_TILE) {
+			uint64_t k = sl->n - t < WORK_TILE ? sl->n - t : WORK_TILE;
+			for (size_t i = 0; i < nin && !sl->rc; i++) {
+				if (!r->job.used[i])
+					continue;
+				ptrs[i] = tile + i * (size_t)WORK_TILE * es;
+				sl->rc = convert_input(r, i, sl->off + t, k, (void *)ptrs[i], &sl->err);
+			}
+			if (!sl->rc)
+				sl->rc = apply_out(r, sl->b + t, sl->off + t, k, ptrs,
+						   tile + nin * (size_t)WORK_TILE * es, &sl->err);
+		}
+		goto out;
+	}
+	for (size_t i = 0; i < nin && !sl->rc; i++)
+		if (r->job.used[i])
+			sl->rc = convert_input(r, i, sl->off, sl->n, (char *)r->ib[i].conv + sl->off * es, &sl->err);
+out:
+	free(tile);
+	free(ptrs);
+	return NULL;
+}
+
+/* Run work() over the range's elements [b, b + n) on up to r->threads
+ * threads. */
+int mk__workers_run(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk_err *err)
+{
+	unsigned t = r->threads ? r->threads : 1;
+	struct slice sl[64];
+	pthread_t th[64];
+	bool started[64] = { false };
+	int rc = 0;
+
+	if (t > 64)
+		t = 64;
+	if (n < 65536)
+		t = 1; /* not worth a thread */
+	uint64_t step = (n + t - 1) / t;
+	step = (step + 63) & ~(uint64_t)63;
+	for (unsigned k = 0; k < t; k++) {
+		uint64_t o = (uint64_t)k * step;
+		sl[k] = (struct slice){ .r = r, .b = b + o, .off = o, .apply = apply };
+		sl[k].n = o >= n ? 0 : (n - o < step ? n - o : step);
+		if (!sl[k].n)
+			continue;
+		if (k + 1 < t && pthread_create(&th[k], NULL, work, &sl[k]) == 0)
+			started[k] = true;
+		else
+			work(&sl[k]); /* the last share, or no thread: here */
+	}
+	for (unsigned k = 0; k < t; k++) {
+		if (started[k])
+			pthread_join(th[k], NULL);
+		if (sl[k].n && sl[k].rc && !rc) {
+			rc = sl[k].rc;
+			*err = sl[k].err;
+		}
+	}
+	return rc;
+}

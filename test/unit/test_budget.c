@@ -1,0 +1,133 @@
+/* test_budget.c - the memory-budget policy: mk-yaml's split among the
+ * stages and mk-fetch's reads fitted to its share, against the numbers
+ * the stages were given and chose before the policy moved into libmk. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include "mk/budget.h"
+#include "mk/reader.h"
+
+static void assert_split(uint64_t total, uint64_t merge, uint64_t fetch, uint64_t pack)
+{
+	struct mk_budget_split s = { 1, 1, 1 };
+
+	mk_budget_split(total, &s);
+	assert_int_equal(s.merge, merge);
+	assert_int_equal(s.fetch, fetch);
+	assert_int_equal(s.pack, pack);
+}
+
+/* mk-yaml --max-memory SIZE --print-pipeline: mk-plan/mk-merge, mk-fetch,
+ * mk-pack --max-memory */
+static void test_split_values(void **state)
+{
+	assert_split(256000000, 128000000, 64000000, 64000000);               /* 256M */
+	assert_split(64000000, 32000000, 16000000, 16000000);                 /* 64M */
+	assert_split(1000000000, 500000000, 250000000, 250000000);            /* 1G */
+	assert_split(8000000000ull, 4000000000ull, 2000000000, 2000000000);   /* 8G */
+	assert_split(1073741824, 536870912, 268435456, 268435456);            /* 1GiB */
+	assert_split(123456789, 61728394, 30864197, 30864197);                /* odd: rounded down */
+	/* the quarters' minimums: mk-fetch 4 MiB, mk-pack 8 MiB */
+	assert_split(33000000, 16500000, 8250000, 8388608);
+	assert_split(17000000, 8500000, 4250000, 8388608);
+	assert_split(16000000, 8000000, 4194304, 8388608);
+	assert_split(4194304, 2097152, 4194304, 8388608);
+	assert_split(1, 0, 4194304, 8388608);
+	assert_split(0, 0, 4194304, 8388608);
+}
+
+/* Half to merging, the rest to the other two: the shares add up to the
+ * total once the quarters are over their minimums (from 32 MiB). */
+static void test_split_adds_up(void **state)
+{
+	for (uint64_t t = 32ull << 20; t < (1ull << 50); t = t * 3 / 2 + 7) {
+		struct mk_budget_split s;
+		mk_budget_split(t, &s);
+		assert_true(s.merge + s.fetch + s.pack <= t);
+		assert_true(s.merge + s.fetch + s.pack + 3 > t);
+		assert_true(s.fetch >= MK_BUDGET_FETCH_MIN && s.pack >= MK_BUDGET_PACK_MIN);
+	}
+}
+
+static void assert_fit(uint64_t budget, size_t chunk, unsigned qd, size_t want_chunk, unsigned want_qd)
+{
+	mk_budget_fetch_fit(budget, &chunk, &qd);
+	assert_int_equal(chunk, want_chunk);
+	assert_int_equal(qd, want_qd);
+}
+
+/* mk-fetch -v --max-memory BUDGET [--chunk-size C] [--queue-depth Q]:
+ * "queue depth Q, chunk C bytes" */
+static void test_fetch_values(void **state)
+{
+	/* the defaults: 8 reads of 4 MiB */
+	assert_int_equal(MK_READER_DEFAULT_CHUNK, 4194304);
+	assert_int_equal(MK_READER_DEFAULT_QDEPTH, 8);
+	assert_fit(8000000000ull, 0, 0, 4194304, 8);
+	assert_fit(1000000000, 0, 0, 4194304, 8);
+	assert_fit(256000000, 0, 0, 4194304, 8);
+	assert_fit(64000000, 0, 0, 4194304, 5); /* mk-yaml --max-memory 256M */
+	assert_fit(16000000, 0, 0, 1048576, 2); /* mk-yaml --max-memory 64M */
+	assert_fit(8000000, 0, 0, 524288, 2);
+	assert_fit(4194304, 0, 0, 524288, 2);   /* the least mk-fetch accepts */
+	/* as asked, lowered only as far as needed */
+	assert_fit(256000000, 0, 64, 4194304, 28);
+	assert_fit(1000000000, 0, 64, 4194304, 64);
+	assert_fit(1000000000, 64000000, 0, 64000000, 5);
+	assert_fit(256000000, 64000000, 0, 32000000, 2);
+	assert_fit(64000000, 64000000, 0, 8000000, 2);
+	assert_fit(16000000, 1000000, 0, 1000000, 6);
+	assert_fit(8000000, 1000000, 0, 1000000, 2);
+	assert_fit(8000000, 0, 1, 1048576, 1);
+	assert_fit(5000000, 64000000, 0, 500000, 2);
+	assert_fit(4194304, 1024, 3, 1024, 3);
+	/* under 512 KiB the minimums do not fit: they are kept */
+	assert_fit(100000, 0, 0, 65536, 2);
+	assert_fit(100000, 100000, 0, 50000, 2);
+	assert_fit(1000, 1024, 1, 1024, 1);
+}
+
+/* The promise: (qdepth + 2) chunks within half the budget, unless both
+ * are at their minimums; nothing grows; nothing is lowered more than
+ * needed. */
+static void test_fetch_invariant(void **state)
+{
+	static const size_t chunks[] = { 0, 1024, 65536, 100000, 1000000, 4194304, 64000000, 1u << 30 };
+	static const unsigned qds[] = { 0, 1, 2, 3, 8, 64, 1024 };
+
+	for (uint64_t b = 1000; b < (1ull << 44); b = b * 5 / 4 + 1)
+		for (size_t ci = 0; ci < sizeof(chunks) / sizeof(*chunks); ci++)
+			for (size_t qi = 0; qi < sizeof(qds) / sizeof(*qds); qi++) {
+				size_t c0 = chunks[ci] ? chunks[ci] : MK_READER_DEFAULT_CHUNK, c = chunks[ci];
+				unsigned q0 = qds[qi] ? qds[qi] : MK_READER_DEFAULT_QDEPTH, q = qds[qi];
+				mk_budget_fetch_fit(b, &c, &q);
+				bool fits = (uint64_t)(q + 2) * c <= b / 2;
+				if (b >= (512u << 10))
+					assert_true(fits);
+				if (!fits)
+					assert_true(q <= MK_BUDGET_FETCH_QDEPTH_MIN && c <= MK_BUDGET_FETCH_CHUNK_MIN);
+				assert_true(c <= c0 && q <= q0);
+				assert_true(q >= (q0 < MK_BUDGET_FETCH_QDEPTH_MIN ? q0 : MK_BUDGET_FETCH_QDEPTH_MIN));
+				if (c < c0) /* halved: the queue first went as low as it goes */
+					assert_true(q == (q0 < MK_BUDGET_FETCH_QDEPTH_MIN ? q0 : MK_BUDGET_FETCH_QDEPTH_MIN) &&
+						    (uint64_t)(q + 2) * c * 2 > b / 2);
+				else if (q < q0) /* one more read would not have fitted */
+					assert_true((uint64_t)(q + 3) * c > b / 2);
+			}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_split_values),
+		cmocka_unit_test(test_split_adds_up),
+		cmocka_unit_test(test_fetch_values),
+		cmocka_unit_test(test_fetch_invariant),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
