@@ -127,8 +127,8 @@ int main(int argc, char **argv)
 				printf("  %.*s\n", (int)f.payload_len, (const char *)f.payload);
 				for (size_t i = 0; i < man->ntensors; i++) {
 					printf("  tensor %zu %s %s ", i, man->tensors[i].name,
-					       mk_dtype_name(man->tensors[i].dtype));
-					print_shape(man->tensors[i].shape, man->tensors[i].ndim);
+					       mk_dtype_name(man->tensors[i].desc.dtype));
+					print_shape(man->tensors[i].desc.shape, man->tensors[i].desc.ndim);
 					printf(" %llu bytes\n", (unsigned long long)man->tensors[i].nbytes);
 				}
 			}

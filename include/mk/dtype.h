@@ -79,6 +79,10 @@ struct mk_tensor_desc {
 /* Elements of a shape (1 for ndim 0).  Returns 0 and sets *out, or -1
  * when the product overflows 64 bits or ndim > MK_MAX_DIMS. */
 int mk_shape_nelem(unsigned ndim, const uint64_t *shape, uint64_t *out);
+/* The product of dims, for a shape already checked (mk_shape_nelem, or a
+ * descriptor the stream's decoders or the safetensors reader produced). */
+uint64_t mk_shape_count(unsigned ndim, const uint64_t *shape);
+uint64_t mk_tensor_desc_count(const struct mk_tensor_desc *d);
 /* Elements per dim-0 row: the product of dims 1.. (1 for ndim <= 1).
  * The caller has checked the shape with mk_shape_nelem. */
 uint64_t mk_shape_row_len(unsigned ndim, const uint64_t *shape);

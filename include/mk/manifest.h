@@ -26,9 +26,7 @@
 
 struct mk_manifest_tensor {
 	char *name;
-	enum mk_dtype dtype;
-	unsigned ndim;
-	uint64_t shape[MK_MAX_DIMS];
+	struct mk_tensor_desc desc;
 	uint64_t nelem, nbytes;
 };
 

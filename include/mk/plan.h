@@ -31,12 +31,10 @@
 struct mk_plan_input {
 	size_t model;                /* index in the plan's model table */
 	char *tensor;                /* name in that model's checkpoint */
-	enum mk_dtype dtype;          /* as stored in the checkpoint */
+	struct mk_tensor_desc desc;   /* dtype and shape as stored */
 	enum mk_dtype load_dtype;     /* cast to on load (config dtype or an
-					 architecture's force_dtype); = dtype
+					 architecture's force_dtype); = desc.dtype
 					 when absent ("load_dtype" key) */
-	unsigned ndim;
-	uint64_t shape[MK_MAX_DIMS];
 	uint64_t nelem;
 	/* An input assembled from several source tensors of the checkpoint
 	 * (transformers-v5 fused experts from per-expert tensors, see

@@ -28,9 +28,7 @@
 
 struct mk_st_tensor {
 	char *name;                  /* owned by the containing mk_st_file */
-	enum mk_dtype dtype;
-	unsigned ndim;               /* 0 for a scalar */
-	uint64_t shape[MK_MAX_DIMS];
+	struct mk_tensor_desc desc;  /* dtype and shape (ndim 0: a scalar) */
 	uint64_t nelem;              /* product of shape (1 for a scalar) */
 	uint64_t begin, end;         /* byte range relative to data_start */
 };

@@ -18,9 +18,7 @@
 #include "mk/method.h"
 
 struct mk_tensor {
-	enum mk_dtype dtype;
-	unsigned ndim;
-	uint64_t shape[MK_MAX_DIMS];
+	struct mk_tensor_desc desc;
 	void *data;                  /* little-endian elements, row-major */
 };
 

@@ -92,13 +92,23 @@ int mk_shape_nelem(unsigned ndim, const uint64_t *shape, uint64_t *out)
 	return 0;
 }
 
-uint64_t mk_shape_row_len(unsigned ndim, const uint64_t *shape)
+uint64_t mk_shape_count(unsigned ndim, const uint64_t *shape)
 {
 	uint64_t n = 1;
 
-	for (unsigned d = 1; d < ndim; d++)
+	for (unsigned d = 0; d < ndim; d++)
 		n *= shape[d];
 	return n;
+}
+
+uint64_t mk_tensor_desc_count(const struct mk_tensor_desc *d)
+{
+	return mk_shape_count(d->ndim, d->shape);
+}
+
+uint64_t mk_shape_row_len(unsigned ndim, const uint64_t *shape)
+{
+	return ndim > 1 ? mk_shape_count(ndim - 1, shape + 1) : 1;
 }
 
 int mk_tensor_desc_nelem(const struct mk_tensor_desc *d, uint64_t *out)

@@ -58,7 +58,7 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 			return 0;
 		const struct mk_st_tensor *t = f->src[f->cur].mt->t;
 		if (!f->ck_live) {
-			int rc = mk_chunker_init(&f->ck, t->dtype, t->ndim, t->shape, f->chunk_bytes, err);
+			int rc = mk_chunker_init(&f->ck, t->desc.dtype, t->desc.ndim, t->desc.shape, f->chunk_bytes, err);
 			if (rc)
 				return mk_err_prefix(err, "tensor '%s': ", t->name);
 			f->ck_live = true;
@@ -179,7 +179,7 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 	man->chunk_bytes = f.chunk_bytes;
 	for (size_t i = 0; i < f.ntensors; i++) {
 		const struct mk_st_tensor *t = f.src[i].mt->t;
-		rc = mk_manifest_add_tensor(man, t->name, t->dtype, t->ndim, t->shape, err);
+		rc = mk_manifest_add_tensor(man, t->name, t->desc.dtype, t->desc.ndim, t->desc.shape, err);
 		if (rc)
 			goto out;
 		total += t->end - t->begin;

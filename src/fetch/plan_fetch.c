@@ -65,19 +65,19 @@ static int next_range(struct pf *p, struct mk_err *err)
 		if (!p->ck_live) {
 			/* chunk the longest input, at the widest dtype, so every
 			 * input's piece fits chunk_bytes */
-			enum mk_dtype wide = jb->inputs[0].dtype;
+			enum mk_dtype wide = jb->inputs[0].desc.dtype;
 			uint64_t rows = 0, shape[MK_MAX_DIMS];
 			size_t k = 0;
 			for (size_t i = 0; i < jb->ninputs; i++) {
-				if (mk_dtype_bits(jb->inputs[i].dtype) > mk_dtype_bits(wide))
-					wide = jb->inputs[i].dtype;
-				if (jb->inputs[i].ndim && jb->inputs[i].shape[0] > rows) {
-					rows = jb->inputs[i].shape[0];
+				if (mk_dtype_bits(jb->inputs[i].desc.dtype) > mk_dtype_bits(wide))
+					wide = jb->inputs[i].desc.dtype;
+				if (jb->inputs[i].desc.ndim && jb->inputs[i].desc.shape[0] > rows) {
+					rows = jb->inputs[i].desc.shape[0];
 					k = i;
 				}
 			}
-			memcpy(shape, jb->inputs[k].shape, sizeof(shape));
-			int rc = mk_chunker_init(&p->ck, wide, jb->inputs[k].ndim, shape, p->chunk_bytes, err);
+			memcpy(shape, jb->inputs[k].desc.shape, sizeof(shape));
+			int rc = mk_chunker_init(&p->ck, wide, jb->inputs[k].desc.ndim, shape, p->chunk_bytes, err);
 			if (rc)
 				return mk_err_prefix(err, "job %u: ", jb->id);
 			p->ck_live = true;
@@ -130,11 +130,11 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 			if (n > in->nelem - b)
 				n = in->nelem - b;
 			struct tag *t = &p->ring[p->seq++ % p->ring_len];
-			uint64_t boff = b * mk_dtype_bits(in->dtype) / 8, blen;
-			mk_dtype_nbytes(in->dtype, n, &blen);
+			uint64_t boff = b * mk_dtype_bits(in->desc.dtype) / 8, blen;
+			mk_dtype_nbytes(in->desc.dtype, n, &blen);
 			t->job = p->j;
 			t->c = (struct mk_chunk){ .id = jb->id, .input = (uint16_t)i, .pass = (uint16_t)p->send,
-						  .dtype = in->dtype, .elem_begin = b, .elem_count = n };
+						  .dtype = in->desc.dtype, .elem_begin = b, .elem_count = n };
 			uint64_t row_len = p->ck.row_len ? p->ck.row_len : 1;
 			t->c.row_begin = b / row_len;
 			t->c.row_count = (b + n + row_len - 1) / row_len - t->c.row_begin;
@@ -142,7 +142,7 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 			size_t k = sr->nseg - 1;
 			while (k > 0 && sr->seg[k].elem_begin > b)
 				k--;
-			boff = (b - sr->seg[k].elem_begin) * mk_dtype_bits(in->dtype) / 8;
+			boff = (b - sr->seg[k].elem_begin) * mk_dtype_bits(in->desc.dtype) / 8;
 			req->fd = sr->seg[k].fd;
 			req->off = sr->seg[k].data_off + boff;
 			req->len = (size_t)blen;
@@ -320,10 +320,8 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 			for (size_t k = 0; k < ns; k++) {
 				const char *name = in->nsources ? in->sources[k] : in->tensor;
 				const struct mk_model_tensor *mt = mk_model_find(models[in->model], name);
-				bool ok = mt && mt->t->dtype == in->dtype;
-				if (ok && !in->nsources)
-					ok = mt->t->ndim == in->ndim &&
-					     !memcmp(mt->t->shape, in->shape, in->ndim * sizeof(uint64_t));
+				bool ok = mt && (in->nsources ? mt->t->desc.dtype == in->desc.dtype :
+							 mk_tensor_desc_equal(&mt->t->desc, &in->desc));
 				if (!ok) {
 					rc = mk_err_set(err, MK_EMISMATCH,
 							"job %u: model '%s' %s tensor '%s' as the plan says (%s); run mk-plan again",
@@ -342,8 +340,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 						jb->id, in->tensor, (unsigned long long)at, (unsigned long long)in->nelem);
 				goto out;
 			}
-			for (unsigned d = 1; d < in->ndim; d++)
-				rl *= in->shape[d];
+			rl = mk_shape_row_len(in->desc.ndim, in->desc.shape);
 			if (i && rl != row_len) {
 				rc = mk_err_set(err, MK_EUNSUPPORTED,
 						"job %u: inputs '%s' have rows of different lengths", jb->id, in->tensor);

@@ -92,13 +92,6 @@ static int raw_params(const struct mk_method *m, const struct mk_param_values *p
 	return 0;
 }
 
-static uint64_t nelem_of(unsigned ndim, const uint64_t *shape)
-{
-	uint64_t n = 1;
-	for (unsigned d = 0; d < ndim; d++)
-		n *= shape[d];
-	return n;
-}
 
 int mk_merge_tensors(const char *method, const struct mk_tensor *in, size_t n, int base,
 		     const struct mk_param_values *pv, enum mk_dtype out_dtype, const char *name, uint64_t seed,
@@ -124,11 +117,8 @@ int mk_merge_tensors(const char *method, const struct mk_tensor *in, size_t n, i
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (size_t i = 0; i < n; i++) {
-		td[i].dtype = in[i].dtype;
-		td[i].ndim = in[i].ndim;
-		memcpy(td[i].shape, in[i].shape, sizeof(td[i].shape));
-	}
+	for (size_t i = 0; i < n; i++)
+		td[i] = in[i].desc;
 	rc = raw_params(m, pv, n, g, iv, err);
 	if (rc)
 		goto out;
@@ -139,10 +129,8 @@ int mk_merge_tensors(const char *method, const struct mk_tensor *in, size_t n, i
 		goto out;
 	live = true;
 	uint64_t ne = job.nelem, ob;
-	out->dtype = job.out.dtype;
-	out->ndim = job.out.ndim;
-	memcpy(out->shape, job.out.shape, sizeof(out->shape));
-	if (mk_dtype_nbytes(out->dtype, ne, &ob)) {
+	out->desc = job.out;
+	if (mk_dtype_nbytes(out->desc.dtype, ne, &ob)) {
 		rc = mk_err_set(err, MK_EINVAL, "output size");
 		goto out;
 	}
@@ -158,7 +146,7 @@ int mk_merge_tensors(const char *method, const struct mk_tensor *in, size_t n, i
 	/* the inputs' views in the compute dtype: a rectified input is read
 	 * through its top-left block of the output's shape */
 	size_t es = mk_dtype_bits(job.compute) / 8;
-	uint64_t rl = out->ndim > 1 ? nelem_of(out->ndim - 1, out->shape + 1) : 1;
+	uint64_t rl = mk_shape_row_len(out->desc.ndim, out->desc.shape);
 	for (size_t i = 0; i < n; i++) {
 		if (!job.used[i])
 			continue;
@@ -167,13 +155,13 @@ int mk_merge_tensors(const char *method, const struct mk_tensor *in, size_t n, i
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			goto out;
 		}
-		uint64_t irl = in[i].ndim > 1 ? nelem_of(in[i].ndim - 1, in[i].shape + 1) : 1;
-		uint64_t rows = ne / (rl ? rl : 1), bits = mk_dtype_bits(in[i].dtype);
+		uint64_t irl = mk_shape_row_len(in[i].desc.ndim, in[i].desc.shape);
+		uint64_t rows = ne / (rl ? rl : 1), bits = mk_dtype_bits(in[i].desc.dtype);
 		for (uint64_t r = 0; r < (rl ? rows : 0); r++)
-			if (mk_dtype_convert(job.compute, (char *)conv[i] + r * rl * es, in[i].dtype,
+			if (mk_dtype_convert(job.compute, (char *)conv[i] + r * rl * es, in[i].desc.dtype,
 					     (const char *)in[i].data + r * irl * bits / 8, rl)) {
 				rc = mk_err_set(err, MK_EUNSUPPORTED, "input %zu is %s, which %s cannot merge", i,
-						mk_dtype_name(in[i].dtype), m->name);
+						mk_dtype_name(in[i].desc.dtype), m->name);
 				goto out;
 			}
 	}
@@ -191,8 +179,8 @@ int mk_merge_tensors(const char *method, const struct mk_tensor *in, size_t n, i
 		goto out;
 	}
 	rc = mk_job_apply(&job, &c, res, err);
-	if (!rc && mk_dtype_convert(out->dtype, out->data, job.compute, res, ne))
-		rc = mk_err_set(err, MK_EUNSUPPORTED, "cannot write %s output", mk_dtype_name(out->dtype));
+	if (!rc && mk_dtype_convert(out->desc.dtype, out->data, job.compute, res, ne))
+		rc = mk_err_set(err, MK_EUNSUPPORTED, "cannot write %s output", mk_dtype_name(out->desc.dtype));
 out:
 	if (live)
 		mk_job_release(&job);
@@ -215,8 +203,7 @@ static bool same_batch(const struct mk_method *m, const struct mk_group *a, cons
 	if (a->n != b->n || a->base != b->base)
 		return false;
 	for (size_t i = 0; i < a->n; i++)
-		if (a->in[i].dtype != b->in[i].dtype || a->in[i].ndim != b->in[i].ndim ||
-		    memcmp(a->in[i].shape, b->in[i].shape, sizeof(a->in[i].shape)))
+		if (!mk_tensor_desc_equal(&a->in[i].desc, &b->in[i].desc))
 			return false;
 	for (size_t p = 0; p < m->nparams; p++) {
 		if (m->params[p].flags & MK_PF_COEF)
@@ -242,17 +229,14 @@ static int run_batch(const struct mk_method *m, struct mk_group *g, size_t B, st
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (size_t i = 0; i < n; i++) {
-		td[i].dtype = g[0].in[i].dtype;
-		td[i].ndim = g[0].in[i].ndim;
-		memcpy(td[i].shape, g[0].in[i].shape, sizeof(td[i].shape));
-	}
+	for (size_t i = 0; i < n; i++)
+		td[i] = g[0].in[i].desc;
 	struct mk_job_desc d = { .tensor = g[0].name ? g[0].name : "tensor", .ninputs = n, .base = g[0].base,
 				 .in = td, .global = gres, .input = ires };
 	rc = mk_method_plan(m, &d, &po, NULL, NULL, NULL, err);
 	if (rc)
 		goto out;
-	uint64_t ne = nelem_of(po.out.ndim, po.out.shape);
+	uint64_t ne = mk_tensor_desc_count(&po.out);
 	size_t es = mk_dtype_bits(po.compute) / 8;
 	for (size_t i = 0; i < n; i++) {
 		in[i] = malloc(B * ne * es + 1);
@@ -261,7 +245,7 @@ static int run_batch(const struct mk_method *m, struct mk_group *g, size_t B, st
 			goto out;
 		}
 		for (size_t b = 0; b < B; b++)
-			if (mk_dtype_convert(po.compute, (char *)in[i] + b * ne * es, g[b].in[i].dtype, g[b].in[i].data, ne)) {
+			if (mk_dtype_convert(po.compute, (char *)in[i] + b * ne * es, g[b].in[i].desc.dtype, g[b].in[i].data, ne)) {
 				rc = mk_err_set(err, MK_EUNSUPPORTED, "input %zu is not a float tensor", i);
 				goto out;
 			}
@@ -313,9 +297,8 @@ static int run_batch(const struct mk_method *m, struct mk_group *g, size_t B, st
 	uint64_t ob;
 	mk_dtype_nbytes(odt, ne, &ob);
 	for (size_t b = 0; b < B && !rc; b++) {
-		g[b].out.dtype = odt;
-		g[b].out.ndim = po.out.ndim;
-		memcpy(g[b].out.shape, po.out.shape, sizeof(g[b].out.shape));
+		g[b].out.desc = po.out;
+		g[b].out.desc.dtype = odt;
 		g[b].out.data = malloc(ob ? ob : 1);
 		if (!g[b].out.data)
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
@@ -368,9 +351,8 @@ int mk_merge_groups(const char *method, struct mk_group *g, size_t ng, enum mk_d
 				break;
 			memset(iraw, 0, sizeof(iraw[0]) * x->n * np);
 			for (size_t k = 0; k < x->n; k++) {
-				td[k] = (struct mk_tensor_desc){ x->in[k].dtype, x->in[k].ndim, { 0 } };
-				memcpy(td[k].shape, x->in[k].shape, sizeof(td[k].shape));
-				gb += nelem_of(x->in[k].ndim, x->in[k].shape) * mk_dtype_bits(x->in[k].dtype) / 8;
+				td[k] = x->in[k].desc;
+				gb += mk_tensor_desc_count(&x->in[k].desc) * mk_dtype_bits(x->in[k].desc.dtype) / 8;
 			}
 			if (B && max_bytes && bytes + gb > max_bytes)
 				break;
@@ -503,13 +485,11 @@ int mk_merge_safetensors(const char *method, const char *const *paths, size_t n,
 		bool is_float = true;
 		for (size_t i = 0; i < n; i++) {
 			const struct mk_st_tensor *t = mk_st_find(f[i], nm);
-			in[i].dtype = t->dtype;
-			in[i].ndim = t->ndim;
-			memcpy(in[i].shape, t->shape, sizeof(in[i].shape));
+			in[i].desc = t->desc;
 			rc = read_tensor(f[i], t, &in[i].data, err);
 			if (rc)
 				goto out;
-			is_float &= mk_dtype_is_float(t->dtype);
+			is_float &= mk_dtype_is_float(t->desc.dtype);
 		}
 		if (is_float) {
 			rc = mk_merge_tensors(method, in, n, base, pv, out_dtype, nm, seed, &outs[k], err);
@@ -522,12 +502,11 @@ int mk_merge_safetensors(const char *method, const char *const *paths, size_t n,
 			const struct mk_st_tensor *t0 = mk_st_find(f[0], nm);
 			for (size_t i = 1; i < n; i++) {
 				const struct mk_st_tensor *t = mk_st_find(f[i], nm);
-				if (t->dtype != t0->dtype || t->ndim != t0->ndim ||
-				    memcmp(t->shape, t0->shape, sizeof(t->shape)) ||
+				if (!mk_tensor_desc_equal(&t->desc, &t0->desc) ||
 				    memcmp(in[i].data, in[0].data, t0->end - t0->begin)) {
 					rc = mk_err_set(err, MK_EMISMATCH,
 							"tensor '%s' (%s) differs between %s and %s: tensors that are not floats must be equal",
-							nm, mk_dtype_name(t0->dtype), paths[0], paths[i]);
+							nm, mk_dtype_name(t0->desc.dtype), paths[0], paths[i]);
 					goto out;
 				}
 			}
@@ -538,8 +517,8 @@ int mk_merge_safetensors(const char *method, const char *const *paths, size_t n,
 			free(in[i].data);
 			in[i].data = NULL;
 		}
-		ot[k] = (struct mk_st_out_tensor){ .name = nm, .dtype = outs[k].dtype, .ndim = outs[k].ndim,
-						   .shape = outs[k].shape };
+		ot[k] = (struct mk_st_out_tensor){ .name = nm, .dtype = outs[k].desc.dtype, .ndim = outs[k].desc.ndim,
+						   .shape = outs[k].desc.shape };
 	}
 	rc = mk_st_header_build(ot, nout, 8, &hdr, &hlen, NULL, err);
 	if (rc)

@@ -136,7 +136,7 @@ static int read_tensor(const json_t *v, struct mk_st_tensor *t,
 		return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': dtype is not "
 				  "a string (InvalidHeaderDeserialization)", label,
 				  t->name);
-	if (mk_dtype_from_name(json_string_value(dt), &t->dtype) < 0)
+	if (mk_dtype_from_name(json_string_value(dt), &t->desc.dtype) < 0)
 		return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': unknown dtype "
 				  "'%s' (InvalidHeaderDeserialization)", label,
 				  t->name, json_string_value(dt));
@@ -150,13 +150,13 @@ static int read_tensor(const json_t *v, struct mk_st_tensor *t,
 					  "%zu dimensions; mk supports at most %d",
 					  label, t->name, json_array_size(shape),
 					  MK_MAX_DIMS);
-		if (get_u64(x, &t->shape[i]) < 0)
+		if (get_u64(x, &t->desc.shape[i]) < 0)
 			return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': shape[%zu] "
 					  "is not a non-negative integer "
 					  "(InvalidHeaderDeserialization)", label,
 					  t->name, i);
 	}
-	t->ndim = (unsigned)json_array_size(shape);
+	t->desc.ndim = (unsigned)json_array_size(shape);
 	if (!json_is_array(offs) || json_array_size(offs) != 2 ||
 	    get_u64(json_array_get(offs, 0), &t->begin) < 0 ||
 	    get_u64(json_array_get(offs, 1), &t->end) < 0)
@@ -217,38 +217,37 @@ static int validate(struct mk_st_file *f, const char *label,
 					  start);
 		}
 		start = t->end;
-		for (unsigned d = 0; d < t->ndim; d++)
-			if (__builtin_mul_overflow(nelem, t->shape[d], &nelem)) {
-				fmt_shape(sh, sizeof(sh), t->shape, t->ndim);
-				return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': "
-						  "element count of shape %s overflows "
-						  "64 bits (ValidationOverflow)", label,
-						  t->name, sh);
-			}
+		if (mk_tensor_desc_nelem(&t->desc, &nelem)) {
+			fmt_shape(sh, sizeof(sh), t->desc.shape, t->desc.ndim);
+			return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': "
+					  "element count of shape %s overflows "
+					  "64 bits (ValidationOverflow)", label,
+					  t->name, sh);
+		}
 		t->nelem = nelem;
-		if (__builtin_mul_overflow(nelem, (uint64_t)mk_dtype_bits(t->dtype),
+		if (__builtin_mul_overflow(nelem, (uint64_t)mk_dtype_bits(t->desc.dtype),
 					   &nbits)) {
-			fmt_shape(sh, sizeof(sh), t->shape, t->ndim);
+			fmt_shape(sh, sizeof(sh), t->desc.shape, t->desc.ndim);
 			return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': bit size "
 					  "of %s %s overflows 64 bits "
 					  "(ValidationOverflow)", label, t->name,
-					  mk_dtype_name(t->dtype), sh);
+					  mk_dtype_name(t->desc.dtype), sh);
 		}
 		if (nbits % 8) {
-			fmt_shape(sh, sizeof(sh), t->shape, t->ndim);
+			fmt_shape(sh, sizeof(sh), t->desc.shape, t->desc.ndim);
 			return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': %s %s is "
 					  "%" PRIu64 " bits, not a whole number of "
 					  "bytes (MisalignedSlice)", label, t->name,
-					  mk_dtype_name(t->dtype), sh, nbits);
+					  mk_dtype_name(t->desc.dtype), sh, nbits);
 		}
 		size = nbits / 8;
 		if (t->end - t->begin != size) {
-			fmt_shape(sh, sizeof(sh), t->shape, t->ndim);
+			fmt_shape(sh, sizeof(sh), t->desc.shape, t->desc.ndim);
 			return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': %s %s needs "
 					  "%" PRIu64 " bytes but data_offsets [%" PRIu64
 					  ",%" PRIu64 ") span %" PRIu64
 					  " (TensorInvalidInfo)", label, t->name,
-					  mk_dtype_name(t->dtype), sh, size, t->begin,
+					  mk_dtype_name(t->desc.dtype), sh, size, t->begin,
 					  t->end, t->end - t->begin);
 		}
 	}
@@ -682,13 +681,12 @@ int mk_st_header_build(struct mk_st_out_tensor *t, size_t n, size_t align,
 					"or shape", t[i].name);
 			goto out;
 		}
-		for (unsigned d = 0; d < t[i].ndim; d++)
-			if (__builtin_mul_overflow(nelem, t[i].shape[d], &nelem)) {
-				rc = mk_err_set(err, MK_EINVAL, "tensor '%s': element "
-						"count overflows 64 bits "
-						"(ValidationOverflow)", t[i].name);
-				goto out;
-			}
+		if (mk_shape_nelem(t[i].ndim, t[i].shape, &nelem)) {
+			rc = mk_err_set(err, MK_EINVAL, "tensor '%s': element "
+					"count overflows 64 bits "
+					"(ValidationOverflow)", t[i].name);
+			goto out;
+		}
 		if (mk_dtype_nbytes(t[i].dtype, nelem, &t[i].nbytes) < 0) {
 			rc = mk_err_set(err, MK_EINVAL, "tensor '%s': %" PRIu64
 					" elements of %s are not a whole number of "

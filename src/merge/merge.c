@@ -81,9 +81,8 @@ static int run_prepare(struct run *r, const struct mk_manifest *man, struct mk_e
 	if (!r->in || !r->ib)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	for (size_t i = 0; i < r->pj->ninputs; i++) {
+		r->in[i] = r->pj->inputs[i].desc;
 		r->in[i].dtype = r->pj->inputs[i].load_dtype; /* what the method sees */
-		r->in[i].ndim = r->pj->inputs[i].ndim;
-		memcpy(r->in[i].shape, r->pj->inputs[i].shape, sizeof(r->in[i].shape));
 	}
 	rc = load_params(r, err);
 	if (rc)
@@ -94,23 +93,19 @@ static int run_prepare(struct run *r, const struct mk_manifest *man, struct mk_e
 				     .ninputs = r->check_equal ? 1 : r->pj->ninputs,
 				     .base = r->check_equal ? -1 : (int)r->pj->base, .in = r->in,
 				     .global = r->gvals, .input = r->ivals };
-	rc = mk_job_init(&r->job, r->m, &r->d, t->dtype, err);
+	rc = mk_job_init(&r->job, r->m, &r->d, t->desc.dtype, err);
 	if (rc)
 		return mk_err_prefix(err, "job %u: ", r->pj->id);
 	r->live = true;
 	/* the plan's manifest and the method's output rule must agree */
-	if (r->job.out.ndim != t->ndim || memcmp(r->job.out.shape, t->shape, t->ndim * sizeof(uint64_t)))
+	if (r->job.out.ndim != t->desc.ndim || memcmp(r->job.out.shape, t->desc.shape, t->desc.ndim * sizeof(uint64_t)))
 		return mk_err_set(err, MK_EFORMAT, "job %u (%s): %s gives a shape other than the manifest's", r->pj->id,
 				  r->name, r->m->name);
 	r->out_nelem = t->nelem;
-	r->out_row_len = 1;
-	for (unsigned d = 1; d < t->ndim; d++)
-		r->out_row_len *= t->shape[d];
+	r->out_row_len = mk_shape_row_len(t->desc.ndim, t->desc.shape);
 	for (size_t i = 0; i < r->pj->ninputs; i++) {
-		uint64_t rl = 1;
-		for (unsigned d = 1; d < r->in[i].ndim; d++)
-			rl *= r->in[i].shape[d];
-		if (r->job.used[i] && r->in[i].ndim > 1 && t->ndim > 1 && rl != r->out_row_len)
+		uint64_t rl = mk_shape_row_len(r->in[i].ndim, r->in[i].shape);
+		if (r->job.used[i] && r->in[i].ndim > 1 && t->desc.ndim > 1 && rl != r->out_row_len)
 			return mk_err_set(err, MK_EUNSUPPORTED,
 					  "job %u (%s): input %zu has rows of %llu elements, the output %llu (not supported yet)",
 					  r->pj->id, r->name, i, (unsigned long long)rl,
@@ -159,7 +154,7 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 		/* what is held: every used input's bytes as sent */
 		uint64_t need = 0, nb;
 		for (size_t i = 0; i < r->pj->ninputs; i++)
-			if (r->job.used[i] && !mk_dtype_nbytes(r->pj->inputs[i].dtype, r->pj->inputs[i].nelem, &nb))
+			if (r->job.used[i] && !mk_dtype_nbytes(r->pj->inputs[i].desc.dtype, r->pj->inputs[i].nelem, &nb))
 				need += nb;
 		if (budget && need > budget)
 			return mk_err_set(err, MK_ENOMEM,
@@ -195,7 +190,7 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 		if (r->send + 1 < r->pj->sends)
 			goto clear;
 		struct inbuf *in = &r->ib[r->job.copy_input];
-		enum mk_dtype stored = r->pj->inputs[r->job.copy_input].dtype;
+		enum mk_dtype stored = r->pj->inputs[r->job.copy_input].desc.dtype;
 		uint64_t len;
 		mk_dtype_nbytes(r->job.out.dtype, n, &len);
 		if (stored == r->job.out.dtype) {

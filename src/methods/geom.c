@@ -23,10 +23,8 @@ static void blas_single_thread(void)
 void mk_geom_layout(enum mk_geom_mode mode, const struct mk_tensor_desc *t,
 		    enum mk_geom_mode *eff, uint64_t *nvec, uint64_t *veclen)
 {
-	uint64_t n = 1;
+	uint64_t n = mk_tensor_desc_count(t);
 
-	for (unsigned k = 0; k < t->ndim; k++)
-		n *= t->shape[k];
 	if (t->ndim <= 1)
 		mode = MK_GEOM_WHOLE;
 	*eff = mode;
@@ -54,9 +52,7 @@ int mk_geom_init(struct mk_geom *g, enum mk_geom_mode mode, const struct mk_tens
 
 	memset(g, 0, sizeof(*g));
 	mk_geom_layout(mode, out, &g->mode, &g->nvec, &g->veclen);
-	g->nelem = 1;
-	for (unsigned d = 0; d < out->ndim; d++)
-		g->nelem *= out->shape[d];
+	g->nelem = mk_tensor_desc_count(out);
 	g->compute = compute;
 	g->k = k;
 	g->npairs = k * (k + 1) / 2;

@@ -190,13 +190,6 @@ static bool same_shape(const struct mk_tensor_desc *a, const struct mk_tensor_de
 	return true;
 }
 
-static uint64_t nelem_of(const struct mk_tensor_desc *t)
-{
-	uint64_t n = 1;
-	for (unsigned k = 0; k < t->ndim; k++)
-		n *= t->shape[k];
-	return n;
-}
 
 /* Python's int(x * n) for 0 <= x, clamped to n. */
 static uint64_t int_frac(double x, uint64_t n)
@@ -240,7 +233,7 @@ static int output(const struct mk_method *m, const struct mk_job_desc *d,
 	const struct mk_tensor_desc *b = &d->in[d->base];
 	const char *tn = d->tensor ? d->tensor : "?";
 	char sa[128], sb[128], who[300];
-	uint64_t n = nelem_of(b);
+	uint64_t n = mk_tensor_desc_count(b);
 	int rc;
 
 	rc = mk_require_float_inputs(m, d, used, err);
@@ -298,7 +291,7 @@ static unsigned nlevels_of(const struct mk_job_desc *d)
 static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, const bool *used)
 {
 	const struct cfg *c = cfg_of(m);
-	uint64_t n = nelem_of(&d->in[d->base]);
+	uint64_t n = mk_tensor_desc_count(&d->in[d->base]);
 	bool rescale = d->global[P_RESCALE].b;
 	unsigned np = 0;
 
@@ -433,9 +426,7 @@ static int init(struct mk_job *job, struct mk_err *err)
 		s->S = 1;
 	} else {
 		s->L = job->out.shape[1];
-		s->S = 1;
-		for (unsigned k = 2; k < job->out.ndim; k++)
-			s->S *= job->out.shape[k];
+		s->S = mk_shape_count(job->out.ndim - 2, job->out.shape + 2);
 	}
 	s->slab = s->L * s->S;
 	for (size_t i = 0; i < n; i++) {

@@ -549,9 +549,7 @@ int mk_job_init(struct mk_job *job, const struct mk_method *m, const struct mk_j
 	job->out = po.out;
 	job->compute = po.compute;
 	job->npasses = po.npasses;
-	job->nelem = 1;
-	for (unsigned k = 0; k < po.out.ndim; k++)
-		job->nelem *= po.out.shape[k];
+	job->nelem = mk_tensor_desc_count(&po.out);
 	if (out_dtype != MK_DT_COUNT && out_dtype != po.out.dtype) {
 		if (out_dtype > MK_DT_COUNT || !mk_dtype_is_float(out_dtype) ||
 		    !mk_dtype_is_float(po.out.dtype)) {

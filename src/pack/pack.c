@@ -164,9 +164,9 @@ static int build_headers(struct pack *p, uint8_t ***hdrs, size_t **hlens, struct
 			if (p->slot[i].shard != s)
 				continue;
 			ot[n] = (struct mk_st_out_tensor){ .name = m->tensors[i].name,
-							   .dtype = m->tensors[i].dtype,
-							   .ndim = m->tensors[i].ndim,
-							   .shape = m->tensors[i].shape };
+							   .dtype = m->tensors[i].desc.dtype,
+							   .ndim = m->tensors[i].desc.ndim,
+							   .shape = m->tensors[i].desc.shape };
 			idx[n++] = i;
 		}
 		rc = mk_st_header_build(ot, n, 8, &(*hdrs)[s], &(*hlens)[s], NULL, err);
@@ -433,7 +433,7 @@ static int write_chunk(struct pack *p, const struct mk_frame *f, struct mk_err *
 				  (unsigned long long)c.elem_count, (unsigned long long)sl->got,
 				  (unsigned long long)t->nelem);
 	sh = &p->sh[sl->shard];
-	boff = c.elem_begin * mk_dtype_bits(t->dtype) / 8;
+	boff = c.elem_begin * mk_dtype_bits(t->desc.dtype) / 8;
 	rc = mk_pwrite_all(sh->fd, c.data, c.data_len, sl->off + boff, sh->name, err);
 	if (rc)
 		return rc;

@@ -290,33 +290,32 @@ static int fused_input(const struct pmodel *pm, const char *target, struct mk_fu
 	uint64_t rows = 0;
 	for (size_t p2 = 0; p2 < f->nparts; p2++) {
 		const struct mk_st_tensor *tp = mk_model_find(pm->m, f->sources[p2])->t;
-		rows += tp->ndim ? tp->shape[0] : 1;
+		rows += tp->desc.ndim ? tp->desc.shape[0] : 1;
 	}
 	for (size_t k = 0; k < f->nexperts * f->nparts; k++) {
 		const struct mk_st_tensor *t = mk_model_find(pm->m, f->sources[k])->t;
 		const struct mk_st_tensor *tp = mk_model_find(pm->m, f->sources[k % f->nparts])->t;
-		if (t->dtype != t0->dtype || t->ndim != t0->ndim ||
-		    (t->ndim > 1 && memcmp(t->shape + 1, t0->shape + 1, (t->ndim - 1) * sizeof(uint64_t))) ||
-		    memcmp(t->shape, tp->shape, t->ndim * sizeof(uint64_t))) {
+		if (t->desc.dtype != t0->desc.dtype || t->desc.ndim != t0->desc.ndim ||
+		    (t->desc.ndim > 1 && memcmp(t->desc.shape + 1, t0->desc.shape + 1, (t->desc.ndim - 1) * sizeof(uint64_t))) ||
+		    memcmp(t->desc.shape, tp->desc.shape, t->desc.ndim * sizeof(uint64_t))) {
 			mk_fused_free(f);
 			*out = NULL;
 			return mk_err_set(err, MK_EMISMATCH, "'%s' cannot be assembled: '%s' and '%s' differ in dtype or shape",
 					  target, f->sources[0], f->sources[k]);
 		}
 	}
-	td->dtype = t0->dtype;
+	td->dtype = t0->desc.dtype;
 	if (f->kind == MK_FUSED_RENAME) {
-		td->ndim = t0->ndim;
-		memcpy(td->shape, t0->shape, sizeof(td->shape));
-	} else if (t0->ndim + 1 > MK_MAX_DIMS) {
+		*td = t0->desc;
+	} else if (t0->desc.ndim + 1 > MK_MAX_DIMS) {
 		mk_fused_free(f);
 		*out = NULL;
 		return mk_err_set(err, MK_EUNSUPPORTED, "'%s': too many dimensions", target);
 	} else {
-		td->ndim = t0->ndim + 1;
+		td->ndim = t0->desc.ndim + 1;
 		td->shape[0] = f->nexperts;
-		for (unsigned dd = 0; dd < t0->ndim; dd++)
-			td->shape[dd + 1] = t0->shape[dd];
+		for (unsigned dd = 0; dd < t0->desc.ndim; dd++)
+			td->shape[dd + 1] = t0->desc.shape[dd];
 		if (f->kind == MK_FUSED_STACK_CONCAT)
 			td->shape[1] = rows;
 	}
@@ -427,9 +426,7 @@ static int tplan_inputs(struct tplan *t)
 			}
 			if (!fu) {
 				const struct mk_st_tensor *st = mk_model_find(pm->m, nm)->t;
-				ftd.dtype = st->dtype;
-				ftd.ndim = st->ndim;
-				memcpy(ftd.shape, st->shape, sizeof(ftd.shape));
+				ftd = st->desc;
 			}
 			size_t n = t->n;
 			if (is_base)
@@ -501,8 +498,7 @@ static int tplan_not_floats(struct tplan *t)
 	if (!t->check_equal)
 		return TP_NEXT;
 	for (size_t i = 1; i < t->n; i++)
-		if (in[i].dtype != in[0].dtype || in[i].ndim != in[0].ndim ||
-		    memcmp(in[i].shape, in[0].shape, sizeof(in[0].shape))) {
+		if (!mk_tensor_desc_equal(&in[i], &in[0])) {
 			diag(t->d, MK_DIAG_ERROR, t->tc->loc,
 			     "tensor '%s' is %s in '%s' and %s in '%s': tensors that are not floats must agree",
 			     t->ow->name, mk_dtype_name(in[0].dtype), t->labels[0], mk_dtype_name(in[i].dtype),
@@ -555,18 +551,10 @@ static int tplan_whole_budget(struct tplan *t)
 		return TP_NEXT;
 	uint64_t need = 0, b;
 	size_t es = mk_dtype_bits(po->compute) / 8;
-	for (size_t i = 0; i < t->n; i++) {
-		uint64_t ne = 1;
-		for (unsigned dd = 0; dd < t->in[i].ndim; dd++)
-			ne *= t->in[i].shape[dd];
-		need += ne * es;
-	}
-	if (!mk_dtype_nbytes(po->compute, 1, &b)) {
-		uint64_t ne = 1;
-		for (unsigned dd = 0; dd < po->out.ndim; dd++)
-			ne *= po->out.shape[dd];
-		need += ne * es;
-	}
+	for (size_t i = 0; i < t->n; i++)
+		need += mk_tensor_desc_count(&t->in[i]) * es;
+	if (!mk_dtype_nbytes(po->compute, 1, &b))
+		need += mk_tensor_desc_count(&po->out) * es;
 	if (need > p->budget) {
 		char a[32], c[32];
 		diag(t->d, MK_DIAG_ERROR, t->tc->loc,
@@ -601,7 +589,7 @@ static int tplan_manifest_entry(struct tplan *t, struct mk_err *err)
 				p->njobs--;
 				break;
 			}
-		p->man->tensors[idx].dtype = odt;
+		p->man->tensors[idx].desc.dtype = odt;
 	} else {
 		rc = mk_manifest_add_tensor(p->man, ow->name, odt, t->po.out.ndim, t->po.out.shape, err);
 		if (rc)
@@ -628,11 +616,9 @@ static int tplan_job_inputs(struct tplan *t, struct mk_err *err)
 		pi->tensor = strdup(t->names[i]);
 		if (!pi->tensor)
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
-		pi->dtype = t->stored[i].dtype;
+		pi->desc = t->stored[i];
 		pi->load_dtype = t->in[i].dtype;
-		pi->ndim = t->stored[i].ndim;
-		memcpy(pi->shape, t->stored[i].shape, sizeof(pi->shape));
-		mk_shape_nelem(pi->ndim, pi->shape, &pi->nelem); /* checked by the reader */
+		pi->nelem = mk_tensor_desc_count(&pi->desc); /* checked by the reader */
 		if (fu) {
 			static const char *const kinds[] = { [MK_FUSED_RENAME] = "rename", [MK_FUSED_STACK] = "stack",
 							     [MK_FUSED_STACK_CONCAT] = "stack_concat" };
@@ -666,14 +652,11 @@ static void tplan_sends(struct tplan *t)
 	j->sends = t->po.npasses + 1;
 	if (!t->po.npasses || !p->budget)
 		return;
-	uint64_t ws = 0, ne, b;
+	uint64_t ws = 0, b;
 	for (size_t i = 0; i < t->n; i++) {
 		if (!t->used[i])
 			continue;
-		ne = 1;
-		for (unsigned dd = 0; dd < t->stored[i].ndim; dd++)
-			ne *= t->stored[i].shape[dd];
-		mk_dtype_nbytes(t->stored[i].dtype, ne, &b);
+		mk_tensor_desc_nbytes(&t->stored[i], &b);
 		ws += b;
 	}
 	if (ws <= p->budget) {
@@ -1480,9 +1463,9 @@ int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
 		const struct mk_manifest_tensor *t = &p->man->tensors[j->output];
 		char g[512];
 		format_params(&j->global, g, sizeof(g));
-		fprintf(f, "\n%s %s [", t->name, mk_dtype_name(t->dtype));
-		for (unsigned dd = 0; dd < t->ndim; dd++)
-			fprintf(f, "%s%llu", dd ? ", " : "", (unsigned long long)t->shape[dd]);
+		fprintf(f, "\n%s %s [", t->name, mk_dtype_name(t->desc.dtype));
+		for (unsigned dd = 0; dd < t->desc.ndim; dd++)
+			fprintf(f, "%s%llu", dd ? ", " : "", (unsigned long long)t->desc.shape[dd]);
 		fprintf(f, "]\n  %s, %u statistics pass%s%s, parameters %s\n", j->method, j->passes,
 			j->passes == 1 ? "" : "es",
 			j->passes ? (j->spill ? " (replayed from mk-merge's spill file)" :
@@ -1495,9 +1478,9 @@ int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
 			if (j->inputs[i].nsources)
 				snprintf(asm_, sizeof(asm_), " (%s of %zu tensors)", j->inputs[i].assembly, j->inputs[i].nsources);
 			fprintf(f, "  input %zu: %s: %s%s %s%s%s %s\n", i, p->models[j->inputs[i].model].display,
-				j->inputs[i].tensor, asm_, mk_dtype_name(j->inputs[i].dtype),
-				j->inputs[i].load_dtype != j->inputs[i].dtype ? " as " : "",
-				j->inputs[i].load_dtype != j->inputs[i].dtype ? mk_dtype_name(j->inputs[i].load_dtype) : "",
+				j->inputs[i].tensor, asm_, mk_dtype_name(j->inputs[i].desc.dtype),
+				j->inputs[i].load_dtype != j->inputs[i].desc.dtype ? " as " : "",
+				j->inputs[i].load_dtype != j->inputs[i].desc.dtype ? mk_dtype_name(j->inputs[i].load_dtype) : "",
 				(long)i == j->base ? "[base]" : (strcmp(ip, "{}") ? ip : ""));
 		}
 	}

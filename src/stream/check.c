@@ -30,13 +30,13 @@ int mk_chunk_check_data(const struct mk_manifest *head, const struct mk_chunk *c
 		return mk_err_set(err, MK_EFORMAT, "DATA: tensor id %u not in the manifest (%zu tensors)", c->id,
 				  head->ntensors);
 	const struct mk_manifest_tensor *t = &head->tensors[c->id];
-	if (c->dtype != t->dtype)
+	if (c->dtype != t->desc.dtype)
 		return mk_err_set(err, MK_EFORMAT, "DATA: tensor '%s' is %s, chunk is %s", t->name,
-				  mk_dtype_name(t->dtype), mk_dtype_name(c->dtype));
+				  mk_dtype_name(t->desc.dtype), mk_dtype_name(c->dtype));
 	if (c->input || c->pass)
 		return mk_err_set(err, MK_EFORMAT, "DATA: tensor '%s': input and pass must be 0", t->name);
 	snprintf(what, sizeof(what), "DATA: tensor '%.64s'", t->name);
-	return check_range(c, t->nelem, mk_shape_row_len(t->ndim, t->shape), what, err);
+	return check_range(c, t->nelem, mk_shape_row_len(t->desc.ndim, t->desc.shape), what, err);
 }
 
 int mk_chunk_check_input(const struct mk_plan_job *j, const struct mk_chunk *c, struct mk_err *err)
@@ -49,9 +49,9 @@ int mk_chunk_check_input(const struct mk_plan_job *j, const struct mk_chunk *c, 
 		return mk_err_set(err, MK_EFORMAT, "INPT: input %u pass %u does not fit job %u (%zu inputs, %u sends)",
 				  c->input, c->pass, j->id, j->ninputs, j->sends);
 	const struct mk_plan_input *in = &j->inputs[c->input];
-	if (c->dtype != in->dtype)
+	if (c->dtype != in->desc.dtype)
 		return mk_err_set(err, MK_EFORMAT, "INPT: job %u input %u is %s, chunk is %s", j->id, c->input,
-				  mk_dtype_name(in->dtype), mk_dtype_name(c->dtype));
+				  mk_dtype_name(in->desc.dtype), mk_dtype_name(c->dtype));
 	snprintf(what, sizeof(what), "INPT: job %u input %u", j->id, c->input);
-	return check_range(c, in->nelem, mk_shape_row_len(in->ndim, in->shape), what, err);
+	return check_range(c, in->nelem, mk_shape_row_len(in->desc.ndim, in->desc.shape), what, err);
 }

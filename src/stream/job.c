@@ -107,13 +107,11 @@ static int decode_input(json_t *v, struct mk_plan_input *in, uint32_t id, size_t
 		return mk_err_set(err, MK_EFORMAT, "JOB %u: input %zu: model #%llu is not in the HEAD's table (%zu models)",
 				  id, i, (unsigned long long)u, head->nmodels);
 	in->model = (size_t)u;
-	in->dtype = d.dtype;
-	in->ndim = d.ndim;
-	memcpy(in->shape, d.shape, sizeof(in->shape));
-	in->load_dtype = in->dtype;
+	in->desc = d;
+	in->load_dtype = in->desc.dtype;
 	if (json_object_get(v, "load_dtype") && (!ld || mk_dtype_from_name(ld, &in->load_dtype)))
 		return mk_err_set(err, MK_EFORMAT, "JOB %u: input %zu: bad load_dtype", id, i);
-	if (mk_dtype_nbytes(in->dtype, in->nelem, &bytes))
+	if (mk_dtype_nbytes(in->desc.dtype, in->nelem, &bytes))
 		return mk_err_set(err, MK_EFORMAT, "JOB %u: input %zu: size is not whole bytes", id, i);
 	if (!(in->tensor = strdup(t)))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
@@ -280,8 +278,8 @@ int mk_plan_job_encode(const struct mk_plan_job *j, char **out, size_t *len, str
 	for (size_t i = 0; i < j->ninputs; i++) {
 		const struct mk_plan_input *in = &j->inputs[i];
 		json_t *e = json_pack("{s:I,s:s,s:s,s:o}", "model", (json_int_t)in->model, "tensor", in->tensor,
-				      "dtype", mk_dtype_name(in->dtype), "shape", sj_shape(in->ndim, in->shape));
-		if (e && in->load_dtype != in->dtype)
+				      "dtype", mk_dtype_name(in->desc.dtype), "shape", sj_shape(in->desc.ndim, in->desc.shape));
+		if (e && in->load_dtype != in->desc.dtype)
 			json_object_set_new(e, "load_dtype", json_string(mk_dtype_name(in->load_dtype)));
 		if (e && in->nsources) {
 			json_t *sv = json_array();

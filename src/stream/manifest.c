@@ -69,9 +69,9 @@ int mk_manifest_add_tensor(struct mk_manifest *m, const char *name, enum mk_dtyp
 	if (mk_shape_nelem(ndim, shape, &nelem))
 		return mk_err_set(err, MK_EFORMAT, "tensor '%s': shape overflows", name);
 	if (ndim)
-		memcpy(t->shape, shape, ndim * sizeof(*shape));
-	t->ndim = ndim;
-	t->dtype = dt;
+		memcpy(t->desc.shape, shape, ndim * sizeof(*shape));
+	t->desc.ndim = ndim;
+	t->desc.dtype = dt;
 	t->nelem = nelem;
 	if (mk_dtype_nbytes(dt, nelem, &t->nbytes))
 		return mk_err_set(err, MK_EFORMAT, "tensor '%s': %llu %s elements are not whole bytes", name,
@@ -218,7 +218,7 @@ int mk_manifest_encode(const struct mk_manifest *m, char **out, size_t *len,
 	for (size_t i = 0; i < m->ntensors; i++) {
 		const struct mk_manifest_tensor *t = &m->tensors[i];
 		json_array_append_new(ts, json_pack("{s:s,s:s,s:o}", "name", t->name, "dtype",
-						    mk_dtype_name(t->dtype), "shape", sj_shape(t->ndim, t->shape)));
+						    mk_dtype_name(t->desc.dtype), "shape", sj_shape(t->desc.ndim, t->desc.shape)));
 	}
 	for (size_t i = 0; i < m->nfiles; i++)
 		json_array_append_new(fs, json_pack("{s:s,s:I}", "name", m->files[i].name, "size",

@@ -94,11 +94,9 @@ int mk_chunker_init(struct mk_chunker *ck, enum mk_dtype dt, unsigned ndim,
 	memset(ck, 0, sizeof(*ck));
 	if (!bits)
 		return mk_err_set(err, MK_EINVAL, "unknown dtype");
-	for (unsigned i = 0; i < ndim; i++)
-		if (__builtin_mul_overflow(nelem, shape[i], &nelem))
-			return mk_err_set(err, MK_EFORMAT, "tensor shape overflows");
-	for (unsigned i = 1; i < ndim; i++)
-		row_len *= shape[i];
+	if (mk_shape_nelem(ndim, shape, &nelem))
+		return mk_err_set(err, MK_EFORMAT, "tensor shape overflows");
+	row_len = mk_shape_row_len(ndim, shape);
 	if (mk_dtype_nbytes(dt, nelem, &bytes))
 		return mk_err_set(err, MK_EFORMAT, "%llu elements of %s are not a whole number of bytes",
 				  (unsigned long long)nelem, mk_dtype_name(dt));

@@ -44,8 +44,8 @@ int main(void)
 {
 	float a[] = { 1, 2, -4, 0.1f }, b[] = { 5, -2, 8, 0.1f };
 	struct mk_tensor in[2] = {
-		{ .dtype = MK_DT_F32, .ndim = 1, .shape = { 4 }, .data = a },
-		{ .dtype = MK_DT_F32, .ndim = 1, .shape = { 4 }, .data = b },
+		{ .desc = { MK_DT_F32, 1, { 4 } }, .data = a },
+		{ .desc = { MK_DT_F32, 1, { 4 } }, .data = b },
 	};
 	struct mk_tensor out = { 0 };
 	struct mk_err err = { 0 };
@@ -58,7 +58,7 @@ int main(void)
 		return 1;
 	}
 	const unsigned short *r = out.data;
-	printf("%s", mk_dtype_name(out.dtype));
+	printf("%s", mk_dtype_name(out.desc.dtype));
 	for (int i = 0; i < 4; i++)
 		printf(" %04x=%g", r[i], mk_bf16_to_f32(r[i]));
 	printf("\n");

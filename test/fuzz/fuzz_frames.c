@@ -70,10 +70,10 @@ static struct mk_plan_job *make_job(int k)
 		struct mk_plan_input *in = &j->inputs[i];
 		in->model = i;
 		in->tensor = strdup(k ? "b" : "a");
-		in->dtype = in->load_dtype = k ? MK_DT_BF16 : MK_DT_F32;
-		in->ndim = k ? 1 : 2;
-		in->shape[0] = k ? 6 : 4;
-		in->shape[1] = 3;
+		in->desc.dtype = in->load_dtype = k ? MK_DT_BF16 : MK_DT_F32;
+		in->desc.ndim = k ? 1 : 2;
+		in->desc.shape[0] = k ? 6 : 4;
+		in->desc.shape[1] = 3;
 		in->nelem = k ? 6 : 12;
 		if (!k)
 			check(!mk_job_params_add(&j->input_params[i], "weight", mk_pval_float(i ? 0.5 : 1.0), &err),
@@ -100,10 +100,10 @@ static void edit_job(struct mk_plan_job *j, struct in *in)
 	case 0: j->output = v % 4; break;
 	case 1: j->base = (long)(v % 4) - 1; break;
 	case 2: pi->model = take(in) % 4; break;
-	case 3: pi->dtype = (enum mk_dtype)(take(in) % MK_DT_COUNT); break;
+	case 3: pi->desc.dtype = (enum mk_dtype)(take(in) % MK_DT_COUNT); break;
 	case 4: pi->load_dtype = (enum mk_dtype)(take(in) % MK_DT_COUNT); break;
-	case 5: pi->shape[take(in) % 2] = take(in) % 9; break;
-	case 6: pi->ndim = take(in) % 3; break;
+	case 5: pi->desc.shape[take(in) % 2] = take(in) % 9; break;
+	case 6: pi->desc.ndim = take(in) % 3; break;
 	case 7: free(j->method); j->method = strdup(methods[take(in) % 8]); break;
 	case 8: j->passes = take(in) % 3; j->sends = take(in) % 4; break;
 	case 9: {
@@ -120,8 +120,8 @@ static void edit_job(struct mk_plan_job *j, struct in *in)
 	case 13: j->id = take(in) % 4; break;
 	}
 	/* what the encoder writes must be nameable */
-	if (pi->dtype >= MK_DT_COUNT)
-		pi->dtype = MK_DT_F32;
+	if (pi->desc.dtype >= MK_DT_COUNT)
+		pi->desc.dtype = MK_DT_F32;
 	if (pi->load_dtype >= MK_DT_COUNT)
 		pi->load_dtype = MK_DT_F32;
 }

@@ -40,10 +40,10 @@ static void manifest_roundtrip(const struct mk_manifest *m)
 	check(d->chunk_bytes == m->chunk_bytes, "manifest chunk_bytes");
 	for (size_t i = 0; i < m->ntensors; i++) {
 		const struct mk_manifest_tensor *a = &m->tensors[i], *b = &d->tensors[i];
-		check(!strcmp(a->name, b->name) && a->dtype == b->dtype && a->ndim == b->ndim &&
+		check(!strcmp(a->name, b->name) && a->desc.dtype == b->desc.dtype && a->desc.ndim == b->desc.ndim &&
 		      a->nelem == b->nelem && a->nbytes == b->nbytes, "manifest tensor");
-		for (unsigned k = 0; k < a->ndim; k++)
-			check(a->shape[k] == b->shape[k], "manifest shape");
+		for (unsigned k = 0; k < a->desc.ndim; k++)
+			check(a->desc.shape[k] == b->desc.shape[k], "manifest shape");
 	}
 	for (size_t i = 0; i < m->nfiles; i++)
 		check(!strcmp(m->files[i].name, d->files[i].name) && m->files[i].size == d->files[i].size,

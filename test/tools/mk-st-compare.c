@@ -38,7 +38,7 @@ static double *load(const struct mk_model *m, const struct mk_model_tensor *t)
 		exit(2);
 	}
 	close(fd);
-	if (mk_dtype_convert(MK_DT_F64, d, t->t->dtype, b, t->t->nelem)) {
+	if (mk_dtype_convert(MK_DT_F64, d, t->t->desc.dtype, b, t->t->nelem)) {
 		free(b);
 		free(d);
 		return NULL;
@@ -118,7 +118,7 @@ int main(int argc, char **argv)
 		char name[1024];
 		if (only && !strstr(gt->t->name, only))
 			continue;
-		if (!mk_dtype_is_float(gt->t->dtype))
+		if (!mk_dtype_is_float(gt->t->desc.dtype))
 			continue;
 		snprintf(name, sizeof(name), "%s", gt->t->name);
 		if (from) {

@@ -59,8 +59,8 @@ int main(int argc, char **argv)
 			diffs++;
 			continue;
 		}
-		if (x->t->dtype != y->t->dtype || x->t->ndim != y->t->ndim ||
-		    memcmp(x->t->shape, y->t->shape, x->t->ndim * sizeof(uint64_t))) {
+		if (x->t->desc.dtype != y->t->desc.dtype || x->t->desc.ndim != y->t->desc.ndim ||
+		    memcmp(x->t->desc.shape, y->t->desc.shape, x->t->desc.ndim * sizeof(uint64_t))) {
 			printf("%s: dtype or shape differs\n", x->t->name);
 			diffs++;
 			continue;

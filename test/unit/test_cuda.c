@@ -762,7 +762,7 @@ static void test_linear_legacy(void **state)
 		for (int i = 0; i < N; i++) {
 			w[b * N + i] = 0.1f + 0.2f * (float)((b + i) % 4);
 			mk_param_values_set(pv[b], "weight", i, mk_pval_float(w[b * N + i]), &err);
-			t[b][i] = (struct mk_tensor){ .dtype = MK_DT_F32, .ndim = 1, .shape = { E },
+			t[b][i] = (struct mk_tensor){ .desc.dtype = MK_DT_F32, .desc.ndim = 1, .desc.shape = { E },
 						      .data = in[i] + (size_t)b * E };
 		}
 		g[b] = (struct mk_group){ .name = "t", .in = t[b], .n = N, .base = -1, .pv = pv[b] };

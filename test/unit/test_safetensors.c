@@ -345,9 +345,9 @@ static void test_accept_scalar(void **state)
 	struct mk_st_file *f = accept("{" T("s", "F64", "[]", 0, 8) "}", 8);
 
 	assert_int_equal(f->ntensors, 1);
-	assert_int_equal(f->tensors[0].ndim, 0);
+	assert_int_equal(f->tensors[0].desc.ndim, 0);
 	assert_int_equal(f->tensors[0].nelem, 1);
-	assert_int_equal(f->tensors[0].dtype, MK_DT_F64);
+	assert_int_equal(f->tensors[0].desc.dtype, MK_DT_F64);
 	assert_int_equal(f->tensors[0].end, 8);
 	mk_st_file_free(f);
 }
@@ -366,8 +366,8 @@ static void test_accept_zero_size(void **state)
 	assert_string_equal(f->tensors[2].name, "y");
 	assert_string_equal(f->tensors[3].name, "z");
 	assert_int_equal(f->tensors[3].nelem, 0);
-	assert_int_equal(f->tensors[3].ndim, 2);
-	assert_int_equal(f->tensors[3].shape[1], 3);
+	assert_int_equal(f->tensors[3].desc.ndim, 2);
+	assert_int_equal(f->tensors[3].desc.shape[1], 3);
 	mk_st_file_free(f);
 }
 
@@ -387,7 +387,7 @@ static void test_accept_unknown_field(void **state)
 				      "\"I16\",\"shape\":[3],\"data_offsets\":[0,6],"
 				      "\"extra\":null}}", 6);
 
-	assert_int_equal(f->tensors[0].dtype, MK_DT_I16);
+	assert_int_equal(f->tensors[0].desc.dtype, MK_DT_I16);
 	assert_int_equal(f->tensors[0].end, 6);
 	mk_st_file_free(f);
 }
@@ -398,7 +398,7 @@ static void test_accept_sub_byte(void **state)
 				      T("b", "F6_E3M2", "[4]", 3, 6) "}", 6);
 
 	assert_int_equal(f->tensors[0].nelem, 6);
-	assert_int_equal(f->tensors[1].dtype, MK_DT_F6_E3M2);
+	assert_int_equal(f->tensors[1].desc.dtype, MK_DT_F6_E3M2);
 	mk_st_file_free(f);
 }
 
@@ -429,11 +429,11 @@ static void test_parse_full(void **state)
 	assert_null(mk_st_find(f, "w"));
 	assert_null(mk_st_find(f, "w.3"));
 	assert_null(mk_st_find(f, ""));
-	assert_int_equal(f->tensors[0].ndim, 2);
-	assert_int_equal(f->tensors[0].shape[0], 2);
-	assert_int_equal(f->tensors[0].shape[1], 3);
+	assert_int_equal(f->tensors[0].desc.ndim, 2);
+	assert_int_equal(f->tensors[0].desc.shape[0], 2);
+	assert_int_equal(f->tensors[0].desc.shape[1], 3);
 	assert_int_equal(f->tensors[0].nelem, 6);
-	assert_int_equal(f->tensors[1].dtype, MK_DT_BF16);
+	assert_int_equal(f->tensors[1].desc.dtype, MK_DT_BF16);
 	assert_int_equal(f->tensors[1].begin, 24);
 	assert_int_equal(f->tensors[1].end, 32);
 	assert_int_equal(f->nmeta, 2);
@@ -618,7 +618,7 @@ static void build_and_compare(const struct bt *in, size_t n, const char *want,
 		assert_non_null(p);
 		assert_int_equal(p->begin, t[i].begin);
 		assert_int_equal(p->end - p->begin, t[i].nbytes);
-		assert_int_equal(p->dtype, t[i].dtype);
+		assert_int_equal(p->desc.dtype, t[i].dtype);
 	}
 	mk_st_file_free(f);
 	free(file);

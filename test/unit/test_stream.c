@@ -1406,14 +1406,14 @@ static void test_manifest_roundtrip(void **state)
 	assert_int_equal(d->ntensors, m->ntensors);
 	for (size_t i = 0; i < m->ntensors; i++) {
 		assert_string_equal(d->tensors[i].name, m->tensors[i].name);
-		assert_int_equal(d->tensors[i].dtype, m->tensors[i].dtype);
-		assert_int_equal(d->tensors[i].ndim, m->tensors[i].ndim);
-		for (unsigned k = 0; k < m->tensors[i].ndim; k++)
-			assert_int_equal(d->tensors[i].shape[k], m->tensors[i].shape[k]);
+		assert_int_equal(d->tensors[i].desc.dtype, m->tensors[i].desc.dtype);
+		assert_int_equal(d->tensors[i].desc.ndim, m->tensors[i].desc.ndim);
+		for (unsigned k = 0; k < m->tensors[i].desc.ndim; k++)
+			assert_int_equal(d->tensors[i].desc.shape[k], m->tensors[i].desc.shape[k]);
 		assert_int_equal(d->tensors[i].nelem, m->tensors[i].nelem);
 		assert_int_equal(d->tensors[i].nbytes, m->tensors[i].nbytes);
 	}
-	assert_int_equal(d->tensors[1].ndim, 0);
+	assert_int_equal(d->tensors[1].desc.ndim, 0);
 	assert_int_equal(d->tensors[1].nelem, 1);
 	assert_int_equal(d->tensors[3].nelem, 0);
 	assert_int_equal(d->nfiles, 2);
@@ -1553,7 +1553,7 @@ static void test_manifest_errors(void **state)
 		int rc = mk_manifest_decode(buf, strlen(buf), &m, &err);
 		if (nd == MK_MAX_DIMS) {
 			assert_int_equal(rc, 0);
-			assert_int_equal(m->tensors[0].ndim, MK_MAX_DIMS);
+			assert_int_equal(m->tensors[0].desc.ndim, MK_MAX_DIMS);
 			mk_manifest_free(m);
 		} else {
 			assert_int_equal(rc, -MK_EFORMAT);
@@ -1610,7 +1610,7 @@ static void test_job_roundtrip(void **state)
 		assert_false(j->check_equal);
 		assert_false(j->spill);
 		assert_int_equal(j->inputs[1].model, 1);
-		assert_int_equal(j->inputs[1].dtype, MK_DT_BF16);
+		assert_int_equal(j->inputs[1].desc.dtype, MK_DT_BF16);
 		assert_int_equal(j->inputs[1].load_dtype, MK_DT_F32);
 		assert_int_equal(j->inputs[1].nelem, 12);
 		assert_int_equal(j->global.n, 1);

@@ -14,7 +14,7 @@
 
 static struct mk_tensor f32(unsigned rows, unsigned cols, float *data)
 {
-	struct mk_tensor t = { .dtype = MK_DT_F32, .ndim = 2, .shape = { rows, cols }, .data = data };
+	struct mk_tensor t = { .desc.dtype = MK_DT_F32, .desc.ndim = 2, .desc.shape = { rows, cols }, .data = data };
 	return t;
 }
 
@@ -28,16 +28,16 @@ static void test_linear_values(void **state)
 	assert_int_equal(mk_param_values_set(pv, "weight", 0, mk_pval_float(1), &err), 0);
 	assert_int_equal(mk_param_values_set(pv, "weight", 1, mk_pval_float(3), &err), 0);
 	assert_int_equal(mk_merge_tensors("linear", in, 2, -1, pv, MK_DT_COUNT, "w", 0, &out, &err), 0);
-	assert_int_equal(out.dtype, MK_DT_F32);
-	assert_int_equal(out.shape[0], 2);
-	assert_int_equal(out.shape[1], 3);
+	assert_int_equal(out.desc.dtype, MK_DT_F32);
+	assert_int_equal(out.desc.shape[0], 2);
+	assert_int_equal(out.desc.shape[1], 3);
 	for (int i = 0; i < 6; i++) /* (a + 3b) / 4: exact in float32 here */
 		assert_true(((float *)out.data)[i] == (a[i] + 3 * b[i]) / 4);
 	mk_tensor_release(&out);
 	/* normalize false: a + 3b; output as BF16 */
 	assert_int_equal(mk_param_values_set(pv, "normalize", -1, mk_pval_bool(false), &err), 0);
 	assert_int_equal(mk_merge_tensors("linear", in, 2, -1, pv, MK_DT_BF16, "w", 0, &out, &err), 0);
-	assert_int_equal(out.dtype, MK_DT_BF16);
+	assert_int_equal(out.desc.dtype, MK_DT_BF16);
 	for (int i = 0; i < 6; i++)
 		assert_true(mk_bf16_to_f32(((uint16_t *)out.data)[i]) == a[i] + 3 * b[i]);
 	mk_tensor_release(&out);
@@ -192,7 +192,7 @@ static void test_safetensors_files(void **state)
 	assert_int_equal(f->ntensors, 2);
 	assert_non_null(mk_st_find(f, "w"));
 	assert_null(mk_st_find(f, "extra"));
-	assert_int_equal(mk_st_find(f, "pos")->dtype, MK_DT_I64);
+	assert_int_equal(mk_st_find(f, "pos")->desc.dtype, MK_DT_I64);
 	{
 		FILE *fp = fopen(o, "rb");
 		float w[4];
