@@ -48,6 +48,10 @@ struct mk_pack_stats {
 /* Check OUT before any input is read (exists without force, partial
  * left behind).  mk_pack_run calls it too. */
 int mk_pack_check_out(const struct mk_pack_opts *o, struct mk_err *err);
+/* A FILE frame's name mk-pack refuses: one that would overwrite a shard,
+ * the index or the journal (mk-cat --verify checks tensors streams with
+ * it too). */
+int mk_pack_file_name_check(const char *name, struct mk_err *err);
 
 int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 		struct mk_pack_stats *st, struct mk_err *err);

@@ -9,9 +9,10 @@
  *   inputs   mk-merge's engine itself runs on the stream with its output
  *            discarded (a spill directory in $TMPDIR or /tmp), so the
  *            stream verifies exactly when mk-merge accepts it;
- *   tensors  mk-pack's rules: only FILE and DATA frames, every DATA
- *            against the manifest (mk_chunk_check_data), each tensor's
- *            chunks in order and, at the end, every tensor whole.
+ *   tensors  mk-pack's rules: only FILE and DATA frames, no FILE over a
+ *            weight file (mk_pack_file_name_check) or sent twice, every
+ *            DATA against the manifest (mk_chunk_check_data), each
+ *            tensor's chunks in order and, at the end, every tensor whole.
  * What depends on more than the stream (model files for mk-fetch, disk
  * space and --max-memory for the stages) is not checked. */
 #ifndef MK_VERIFY_H

@@ -7,6 +7,7 @@
 #include <string.h>
 #include "mk/manifest.h"
 #include "mk/merge.h"
+#include "mk/pack.h"
 #include "mk/plan.h"
 #include "mk/stream.h"
 #include "mk/verify.h"
@@ -14,6 +15,8 @@
 struct vs {
 	const struct mk_manifest *head;
 	uint64_t *got;               /* tensors: elements written so far */
+	char **files;                /* tensors: FILE names so far */
+	size_t nfiles;
 	bool plan, tensors;
 };
 
@@ -30,9 +33,25 @@ static int frame(struct vs *v, const struct mk_frame *f, struct mk_err *err)
 	if (!strcmp(f->type, MK_FT_FILE)) {
 		struct mk_file_frame ff;
 		rc = mk_file_decode(f->payload, f->payload_len, &ff, err);
-		if (!rc)
+		if (rc || !v->tensors) {
+			free(rc ? NULL : ff.name);
+			return rc;
+		}
+		/* mk-pack writes it: not over a weight file, not twice */
+		rc = mk_pack_file_name_check(ff.name, err);
+		for (size_t k = 0; !rc && k < v->nfiles; k++)
+			if (!strcmp(v->files[k], ff.name))
+				rc = mk_err_set(err, MK_EFORMAT, "FILE '%s' sent twice", ff.name);
+		char **q = rc ? NULL : realloc(v->files, (v->nfiles + 1) * sizeof(*q));
+		if (!rc && !q)
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		if (rc) {
 			free(ff.name);
-		return rc;
+			return rc;
+		}
+		v->files = q;
+		v->files[v->nfiles++] = ff.name;
+		return 0;
 	}
 	if (!strcmp(f->type, MK_FT_JOB) && v->plan) {
 		struct mk_plan_job *j;
@@ -129,6 +148,9 @@ int mk_stream_verify(int fd, const char *label, struct mk_verify_summary *sum, s
 			goto out;
 		}
 out:
+	for (size_t k = 0; k < v.nfiles; k++)
+		free(v.files[k]);
+	free(v.files);
 	free(v.got);
 	mk_manifest_free(head);
 	mk_sr_free(r);

@@ -361,6 +361,14 @@ static int tensor_finished(struct pack *p, size_t i, struct mk_err *err)
 	return rc;
 }
 
+int mk_pack_file_name_check(const char *name, struct mk_err *err)
+{
+	if (!strcmp(name, INDEX_NAME) || !strcmp(name, JOURNAL_NAME) || !strncmp(name, "model.safetensors", 17) ||
+	    (!strncmp(name, "model-", 6) && strstr(name, ".safetensors")))
+		return mk_err_set(err, MK_EFORMAT, "'%s' would overwrite a weight file", name);
+	return 0;
+}
+
 static int write_file_frame(struct pack *p, const struct mk_frame *f, struct mk_err *err)
 {
 	struct mk_file_frame ff;
@@ -370,11 +378,8 @@ static int write_file_frame(struct pack *p, const struct mk_frame *f, struct mk_
 	rc = mk_file_decode(f->payload, f->payload_len, &ff, err);
 	if (rc)
 		return mk_err_prefix(err, "frame #%llu (FILE): ", (unsigned long long)f->index);
-	if (!strcmp(ff.name, INDEX_NAME) || !strcmp(ff.name, JOURNAL_NAME) ||
-	    !strncmp(ff.name, "model.safetensors", 17) ||
-	    (!strncmp(ff.name, "model-", 6) && strstr(ff.name, ".safetensors"))) {
-		rc = mk_err_set(err, MK_EFORMAT, "frame #%llu (FILE): '%s' would overwrite a weight file",
-				(unsigned long long)f->index, ff.name);
+	if ((rc = mk_pack_file_name_check(ff.name, err))) {
+		mk_err_prefix(err, "frame #%llu (FILE): ", (unsigned long long)f->index);
 		goto out;
 	}
 	path = join(p->partial, ff.name);

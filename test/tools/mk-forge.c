@@ -15,6 +15,8 @@
  *   bad-dtype          a DATA chunk whose dtype differs from the manifest
  *   big-file=N         a FILE frame "big.bin" of N bytes the HEAD does not
  *                      announce (so no free-space check can foresee it)
+ *   file-twice         the FILE frame config.json sent twice
+ *   data-pass          a DATA chunk whose pass field is not 0
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -78,6 +80,10 @@ int main(int argc, char **argv)
 	}
 	else
 		check(mk_sw_file(w, "config.json", 0644, "{}\n", 3, &err));
+	if (!strcmp(kind, "file-twice"))
+		check(mk_sw_file(w, "config.json", 0644, "{}\n", 3, &err));
+	if (!strcmp(kind, "data-pass"))
+		c[1].pass = 1;
 	if (!strcmp(kind, "unknown-critical"))
 		check(mk_sw_frame1(w, "ZZZZ", "?", 1, &err));
 	if (!strcmp(kind, "unknown-ancillary"))
