@@ -34,6 +34,22 @@ static int load_params(struct run *r, struct mk_err *err)
 	return 0;
 }
 
+/* Forget the job, keep what the runs share (pool, spill files, GPU). */
+static void run_reset(struct run *r)
+{
+	struct pool *pl = r->pool;
+	struct spill *sp = r->spill, *mem = r->mem;
+	struct mk_cuda_ctx *cx = r->cuda;
+	struct gpu_queue *gq = r->gq;
+
+	memset(r, 0, sizeof(*r));
+	r->pool = pl;
+	r->spill = sp;
+	r->mem = mem;
+	r->cuda = cx;
+	r->gq = gq;
+}
+
 static void run_release(struct run *r)
 {
 	if (r->live)
@@ -48,18 +64,9 @@ static void run_release(struct run *r)
 	free(r->gvals);
 	free(r->ivals);
 	mk__pool_put(r->pool, r->outc, r->outc_cap);
-	struct pool *pl = r->pool;
-	struct spill *sp = r->spill, *mem = r->mem;
-	struct mk_cuda_ctx *cx = r->cuda;
-	struct gpu_queue *gq = r->gq;
 	if (r->rp)
 		mk__spill_reset(r->rp);
-	memset(r, 0, sizeof(*r));
-	r->pool = pl;
-	r->spill = sp;
-	r->mem = mem;
-	r->cuda = cx;
-	r->gq = gq;
+	run_reset(r);
 }
 
 /* The job r->pj as its method sees it: method, parameters, the method's
@@ -123,16 +130,7 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 {
 	int rc;
 
-	struct pool *pl = r->pool;
-	struct spill *sp = r->spill, *mem = r->mem;
-	struct mk_cuda_ctx *cx = r->cuda;
-	struct gpu_queue *gq = r->gq;
-	memset(r, 0, sizeof(*r));
-	r->pool = pl;
-	r->spill = sp;
-	r->mem = mem;
-	r->cuda = cx;
-	r->gq = gq;
+	run_reset(r);
 	r->threads = threads;
 	rc = mk_plan_job_decode(f->payload, f->payload_len, man, &r->pj, err);
 	if (rc)
