@@ -6,6 +6,10 @@
  * stage before the last is stopped (SIGTERM) and the last one (mk-pack),
  * seeing its input end without an END frame, removes its partial output
  * itself; `partial` (if not NULL) is removed afterwards as a safety net.
+ * Every stage dies with the process that runs them (a parent-death
+ * signal, SIGKILL): killing mk-yaml by any signal stops the stages at
+ * once, and no stage completes an output after mk-yaml is gone (mk-pack's
+ * partial directory stays; OUT never appears).
  */
 #ifndef MK_PIPELINE_H
 #define MK_PIPELINE_H

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "mk/fsutil.h"
@@ -18,6 +19,7 @@ int mk_pipeline_run(const struct mk_stage *st, size_t n, const char *partial, st
 	bool *stopped = calloc(n ? n : 1, sizeof(*stopped));
 	int prev = -1, rc = 0;
 	size_t started = 0, live, first_fail = n;
+	pid_t parent = getpid();
 
 	if (!pid || !status || !stopped) {
 		free(pid);
@@ -41,6 +43,12 @@ int mk_pipeline_run(const struct mk_stage *st, size_t n, const char *partial, st
 			break;
 		}
 		if (pid[i] == 0) {
+			/* a stage dies with the runner, however the runner ends
+			 * (SIGKILL included), so no stage finishes a merge the
+			 * runner can no longer report; the check after prctl
+			 * covers a runner that died before it */
+			if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+				_exit(127);
 			int in = prev >= 0 ? prev : open("/dev/null", O_RDONLY);
 			if (in < 0 || dup2(in, 0) < 0 || (fds[1] >= 0 && dup2(fds[1], 1) < 0))
 				_exit(127);
