@@ -36,6 +36,14 @@ struct mk_model {
 	struct mk_model_tensor *tensors; /* by shard, then by file offset */
 };
 
+/* The model's file `name` (relative to dir), resolved through every
+ * symbolic link: 0 and *path (malloc'ed) when it exists and lies inside
+ * the model's directory (for a Hugging Face cache snapshot, inside its
+ * repository folder, where the snapshot's links point); MK_ENOENT when it
+ * does not exist; MK_EINVAL, naming where it leads, when it resolves
+ * outside.  mk reads no file of a model by another way. */
+int mk_model_path(const struct mk_model *m, const char *name, char **path, struct mk_err *err);
+
 /* Resolve `ref` to a directory (malloc'ed into *dir). */
 int mk_model_resolve(const char *ref, char **dir, struct mk_err *err);
 

@@ -24,6 +24,8 @@ struct name_ref {
 struct model {
 	struct mk_model pub;         /* first member */
 	struct name_ref *by_name;    /* sorted by name, then shard */
+	char *root;                  /* what the model's files must resolve
+					inside (mk_model_path) */
 };
 
 static char *join(const char *a, const char *b)
@@ -303,6 +305,72 @@ out:
 	return rc;
 }
 
+/* ---- the model's files ---- */
+
+/* The folder a model's files must resolve inside: its directory, or for a
+ * Hugging Face cache snapshot (.../models--ORG--NAME/snapshots/REV, whose
+ * files are links into ../../blobs) the repository folder. */
+static char *model_root(const char *dir)
+{
+	char *r = realpath(dir, NULL), *s, *base;
+
+	if (!r)
+		return NULL;
+	s = strrchr(r, '/');
+	if (s && s > r) {
+		*s = '\0';
+		char *snap = strrchr(r, '/');
+		if (snap && !strcmp(snap, "/snapshots")) {
+			*snap = '\0';
+			base = strrchr(r, '/');
+			if (base && !strncmp(base + 1, "models--", 8))
+				return r;         /* the repository folder */
+			*snap = '/';
+		}
+		*s = '/';
+	}
+	return r;
+}
+
+int mk_model_path(const struct mk_model *m, const char *name, char **out, struct mk_err *err)
+{
+	const struct model *mm = (const struct model *)m;
+	char *p = join(m->dir, name), *rp;
+	size_t n;
+
+	*out = NULL;
+	if (!p)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	rp = realpath(p, NULL);
+	if (!rp) {
+		int rc = mk_err_sys(err, errno, "%s", p);
+		free(p);
+		return rc;
+	}
+	n = strlen(mm->root);
+	if (strncmp(rp, mm->root, n) || (rp[n] != '/' && rp[n] != '\0')) {
+		int rc = mk_err_set(err, MK_EINVAL,
+				    "model '%s': '%s' leads outside the model's directory (to %s); mk reads only files inside %s",
+				    m->ref, name, rp, mm->root);
+		free(p);
+		free(rp);
+		return rc;
+	}
+	free(p);
+	*out = rp;
+	return 0;
+}
+
+/* the model's file `name` resolves inside its root (an error if not) */
+static int check_inside(const struct mk_model *m, const char *name, struct mk_err *err)
+{
+	char *rp;
+	int rc = mk_model_path(m, name, &rp, err);
+
+	free(rp);
+	return rc;
+}
+
 /* ---- opening ---- */
 
 void mk_model_free(struct mk_model *m)
@@ -319,6 +387,7 @@ void mk_model_free(struct mk_model *m)
 	free(m->ref);
 	free(m->dir);
 	free(((struct model *)m)->by_name);
+	free(((struct model *)m)->root);
 	free(m);
 }
 
@@ -435,11 +504,19 @@ int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
 	rc = mk_model_resolve(ref, &m->dir, err);
 	if (rc < 0)
 		goto out;
+	mm->root = model_root(m->dir);
+	if (!mm->root) {
+		rc = mk_err_sys(err, errno, "model '%s': %s", m->ref, m->dir);
+		goto out;
+	}
 
 	path = join(m->dir, INDEX_NAME);
 	if (!path)
 		goto nomem;
 	if (is_file(path)) {
+		rc = check_inside(m, INDEX_NAME, err);
+		if (rc < 0)
+			goto out;
 		rc = slurp(path, MAX_INDEX_SIZE, &buf, &len, err);
 		if (rc < 0)
 			goto out;
@@ -460,7 +537,9 @@ int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
 			path = join(m->dir, idx->shards[i]);
 			if (!path)
 				goto nomem;
-			rc = mk_st_open(path, &m->shards[i], err);
+			rc = check_inside(m, idx->shards[i], err);
+			if (rc == 0)
+				rc = mk_st_open(path, &m->shards[i], err);
 			if (rc < 0) {
 				mk_err_prefix(err, "model '%s': shard listed in %s: ",
 					      m->ref, INDEX_NAME);
@@ -506,7 +585,9 @@ int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
 		if (!m->shard_names[0])
 			goto nomem;
 		m->nshards = 1;
-		rc = mk_st_open(path, &m->shards[0], err);
+		rc = check_inside(m, SINGLE_NAME, err);
+		if (rc == 0)
+			rc = mk_st_open(path, &m->shards[0], err);
 		if (rc < 0) {
 			mk_err_prefix(err, "model '%s': ", m->ref);
 			goto out;

@@ -22,6 +22,19 @@
 
 #define MAX_FILE (1ull << 30)
 
+/* Read a model's file, which must resolve inside the model (mk_model_path). */
+static int model_file_read(const struct mk_model *m, const char *name, uint8_t **buf, size_t *len,
+			   struct mk_err *err)
+{
+	char *path;
+	int rc = mk_model_path(m, name, &path, err);
+
+	if (!rc)
+		rc = mk_file_read(path, MAX_FILE, buf, len, err);
+	free(path);
+	return rc;
+}
+
 struct pmodel {                       /* a referenced model */
 	const struct mk_model_ref *ref;   /* lent from the config */
 	char *refstr;                     /* "path[@rev]" as mk resolves it */
@@ -144,7 +157,7 @@ static int open_models(struct mk_plan *p, const struct mk_arch_registry *reg, st
 			continue;
 		}
 		snprintf(path, sizeof(path), "%s/config.json", pm->m->dir);
-		if (mk_file_read(path, MAX_FILE, (uint8_t **)&pm->hf_text, &pm->hf_len, &e) ||
+		if (model_file_read(pm->m, "config.json", (uint8_t **)&pm->hf_text, &pm->hf_len, &e) ||
 		    mk_hfconfig_parse(pm->hf_text, pm->hf_len, path, &pm->hf, &e)) {
 			diag(d, MK_DIAG_ERROR, &refs[i]->loc, "model '%s': %s", pm->display, e.msg);
 			continue;
@@ -981,13 +994,10 @@ static bool donor_has(const struct pmodel *donor, const char *name)
 
 static int copy_from_donor(struct mk_plan *p, const struct pmodel *donor, const char *name, struct mk_err *err)
 {
-	char path[4096];
 	uint8_t *buf;
 	size_t len;
-	int rc;
+	int rc = model_file_read(donor->m, name, &buf, &len, err);
 
-	snprintf(path, sizeof(path), "%s/%s", donor->m->dir, name);
-	rc = mk_file_read(path, MAX_FILE, &buf, &len, err);
 	if (rc)
 		return rc;
 	return add_file(p, name, buf, len, err);
@@ -1017,13 +1027,11 @@ static char *chat_template_text(struct mk_plan *p, struct mk_diags *d)
 	size_t *count = calloc(p->nmodels + 1, sizeof(*count)), nseen = 0, best = 0;
 	char *out = NULL;
 	for (size_t i = 0; seen && count && i < p->nmodels; i++) {
-		char path[4096];
 		uint8_t *buf;
 		size_t len;
 		json_t *o, *v;
-		snprintf(path, sizeof(path), "%s/tokenizer_config.json", p->models[i].m->dir);
-		if (mk_file_read(path, MAX_FILE, &buf, &len, NULL))
-			continue;
+		if (model_file_read(p->models[i].m, "tokenizer_config.json", &buf, &len, NULL))
+			continue; /* none, or not inside the model: not read */
 		o = json_loadb((const char *)buf, len, 0, NULL);
 		free(buf);
 		v = o ? json_object_get(o, "chat_template") : NULL;
@@ -1145,7 +1153,7 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 				uint8_t *buf;
 				size_t blen;
 				snprintf(path, sizeof(path), "%s/tokenizer_config.json", donor->m->dir);
-				rc = mk_file_read(path, MAX_FILE, &buf, &blen, err);
+				rc = model_file_read(donor->m, "tokenizer_config.json", &buf, &blen, err);
 				if (rc)
 					break;
 				json_error_t je;
