@@ -29,6 +29,8 @@ static void usage(void)
 	       "      --max-memory SIZE  refuse jobs the plan holds in memory that need more\n"
 	       "      --spill DIR        replay the jobs the plan spills (mk-plan --spill) from a\n"
 	       "                         file in DIR instead of having their inputs sent again\n"
+	       "      --strict           fail when an output tensor holds NaN or infinite values\n"
+	       "                         its inputs did not (by default: a warning naming it)\n"
 	       "      --cuda             apply float32 jobs of linear, slerp and the task arithmetic\n"
 	       "                         family on the GPU (without one: a note, then the CPU)\n"
 	       "  -j, --jobs N           worker threads (default: the number of CPUs, at most 8)\n"
@@ -92,9 +94,15 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 	cli_progress("mk-merge", done, total, done, total);
 }
 
+static void warn(void *ctx, const char *msg)
+{
+	(void)ctx;
+	cli_info(2, "warning: %s", msg);
+}
+
 int main(int argc, char **argv)
 {
-	enum { O_LIST = 256, O_CUDA, O_PROGRESS, O_NO_PROGRESS, O_MEM, O_SPILL };
+	enum { O_LIST = 256, O_CUDA, O_PROGRESS, O_NO_PROGRESS, O_MEM, O_SPILL, O_STRICT };
 	static const struct option longopts[] = {
 		{ "plugin", required_argument, NULL, 'P' },
 		{ "input", required_argument, NULL, 'i' },
@@ -104,6 +112,7 @@ int main(int argc, char **argv)
 		{ "cuda", no_argument, NULL, O_CUDA },
 		{ "max-memory", required_argument, NULL, O_MEM },
 		{ "spill", required_argument, NULL, O_SPILL },
+		{ "strict", no_argument, NULL, O_STRICT },
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "force", no_argument, NULL, 'f' },
 		{ "progress", no_argument, NULL, O_PROGRESS },
@@ -114,7 +123,7 @@ int main(int argc, char **argv)
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
-	struct mk_merge_opts o = { 0 };
+	struct mk_merge_opts o = { .warn = warn };
 	struct mk_merge_stats st;
 	struct mk_err err = { 0 };
 	const char *input = "-", *output = "-";
@@ -148,6 +157,7 @@ int main(int argc, char **argv)
 			o.budget = v;
 			break;
 		case O_SPILL: o.spill_dir = optarg; break;
+		case O_STRICT: o.strict = true; break;
 		case 'j':
 			if (mk_size_parse(optarg, &v) || v < 1 || v > 64)
 				cli_usage_error("--jobs: expected 1..64, not '%s'", optarg);

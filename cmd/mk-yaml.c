@@ -36,6 +36,7 @@ static void usage(void)
 	       "                            from a file in DIR (mk-plan --spill, mk-merge --spill DIR)\n"
 	       "  --plugin FILE.so          load merge methods from a shared object (mk-plan, mk-merge)\n"
 	       "  --force                   replace an existing OUT (mk-pack)\n"
+	       "  --strict                  fail on an output that became NaN or infinite (mk-merge)\n"
 	       "  --quiet                   no progress bar\n"
 	       "  -v, --verbose             say more\n"
 	       "  -h, --help, -V, --version\n"
@@ -88,7 +89,7 @@ static void push(struct argv *a, const char *s)
 int main(int argc, char **argv)
 {
 	enum { O_PRINT = 256, O_SHARD, O_COPY, O_NOCOPY, O_CARD, O_NOCARD, O_CRIMES, O_NOCRIMES, O_SEED, O_CUDA,
-	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_QUIET, O_IGN0, O_IGN1 };
+	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_QUIET, O_IGN0, O_IGN1, O_STRICT };
 	static const struct option lo[] = {
 		{ "print-pipeline", 0, 0, O_PRINT }, { "out-shard-size", 1, 0, O_SHARD },
 		{ "copy-tokenizer", 0, 0, O_COPY }, { "no-copy-tokenizer", 0, 0, O_NOCOPY },
@@ -96,6 +97,7 @@ int main(int argc, char **argv)
 		{ "allow-crimes", 0, 0, O_CRIMES }, { "no-allow-crimes", 0, 0, O_NOCRIMES },
 		{ "random-seed", 1, 0, O_SEED }, { "cuda", 0, 0, O_CUDA }, { "no-cuda", 0, 0, O_NOCUDA },
 		{ "num-threads", 1, 0, 'j' }, { "max-memory", 1, 0, O_MEM }, { "spill", 1, 0, O_SPILL }, { "force", 0, 0, O_FORCE },
+		{ "strict", 0, 0, O_STRICT },
 		{ "quiet", 0, 0, O_QUIET }, { "no-quiet", 0, 0, O_IGN0 }, { "verbose", 0, 0, 'v' },
 		{ "help", 0, 0, 'h' }, { "version", 0, 0, 'V' }, { "plugin", 1, 0, 'P' },
 		/* mergekit options without meaning here */
@@ -150,6 +152,7 @@ int main(int argc, char **argv)
 			push(&plan, optarg);
 			break;
 		case O_CUDA: push(&merge, "--cuda"); break;
+		case O_STRICT: push(&merge, "--strict"); break;
 		case O_NOCUDA: break;
 		case 'j':
 			if (mk_size_parse(optarg, &v) || v < 1)

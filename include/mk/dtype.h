@@ -93,6 +93,11 @@ int mk_tensor_desc_nbytes(const struct mk_tensor_desc *d, uint64_t *out);
 /* Same dtype, rank and dims. */
 bool mk_tensor_desc_equal(const struct mk_tensor_desc *a, const struct mk_tensor_desc *b);
 
+/* Elements of `n` (little-endian, dtype dt) that are NaN or infinite; 0
+ * for the integer and boolean types and the 4- and 6-bit floats, which
+ * have neither. */
+uint64_t mk_dtype_count_nonfinite(enum mk_dtype dt, const void *buf, uint64_t n);
+
 /* ---- scalar conversions (torch semantics: RNE, NaN kept NaN) ---- */
 float mk_bf16_to_f32(uint16_t h);
 uint16_t mk_f32_to_bf16(float f);

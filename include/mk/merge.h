@@ -16,6 +16,7 @@
 #ifndef MK_MERGE_H
 #define MK_MERGE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include "mk/err.h"
 
@@ -35,12 +36,21 @@ struct mk_merge_opts {
 					output does not depend on it */
 	void (*progress)(void *ctx, uint64_t jobs_done, uint64_t njobs);
 	void *progress_ctx;
+	/* An output tensor that holds NaN or infinite elements although its
+	 * used inputs were finite: warn(warn_ctx, message) once per tensor
+	 * at the end, or with strict, fail the merge (no END frame, so
+	 * mk-pack writes no OUT). */
+	bool strict;
+	void (*warn)(void *ctx, const char *msg);
+	void *warn_ctx;
 };
 
 struct mk_merge_stats {
 	uint64_t jobs, byte_copies, chunks_in, chunks_out, bytes_out;
 	uint64_t spill_bytes_max;    /* the most bytes spilled for one job */
 	uint64_t gpu_jobs;           /* jobs whose output the GPU computed */
+	uint64_t nonfinite_tensors;  /* outputs with NaN or infinite elements */
+	uint64_t nonfinite_new;      /* ... of those, from finite inputs */
 };
 
 int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label,

@@ -134,3 +134,49 @@ bool mk_tensor_desc_equal(const struct mk_tensor_desc *a, const struct mk_tensor
 			return false;
 	return true;
 }
+
+uint64_t mk_dtype_count_nonfinite(enum mk_dtype dt, const void *buf, uint64_t n)
+{
+	const uint8_t *p = buf;
+	uint64_t bad = 0;
+
+	switch (dt) {
+	case MK_DT_F32:
+		for (uint64_t i = 0; i < n; i++) {
+			uint32_t v;
+			memcpy(&v, p + 4 * i, 4);
+			bad += (v & 0x7f800000u) == 0x7f800000u;
+		}
+		break;
+	case MK_DT_BF16:
+	case MK_DT_F16: {
+		uint16_t mask = dt == MK_DT_BF16 ? 0x7f80 : 0x7c00;
+		for (uint64_t i = 0; i < n; i++) {
+			uint16_t v;
+			memcpy(&v, p + 2 * i, 2);
+			bad += (v & mask) == mask;
+		}
+		break;
+	}
+	case MK_DT_F64:
+		for (uint64_t i = 0; i < n; i++) {
+			uint64_t v;
+			memcpy(&v, p + 8 * i, 8);
+			bad += (v & 0x7ff0000000000000ull) == 0x7ff0000000000000ull;
+		}
+		break;
+	case MK_DT_F8_E5M2:
+	case MK_DT_F8_E4M3:
+	case MK_DT_F8_E8M0:
+	case MK_DT_F8_E4M3FNUZ:
+	case MK_DT_F8_E5M2FNUZ:
+		for (uint64_t i = 0; i < n; i++) {
+			float f = mk_f8_to_f32(dt, p[i]);
+			bad += f != f || f - f != 0.0f;
+		}
+		break;
+	default:
+		break;
+	}
+	return bad;
+}

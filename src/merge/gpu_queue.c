@@ -8,9 +8,12 @@
 #define GPU_QUEUE_JOBS 256u
 #define EMIT_PIECE (1u << 20)   /* at most this many elements per DATA frame */
 
-static int emit_at(struct mk_stream_writer *w, size_t index, uint64_t row_len, uint64_t begin, uint64_t count,
-		   enum mk_dtype dt, const void *data, size_t len, struct mk_merge_stats *st, struct mk_err *err)
+static int emit_at(struct mk_stream_writer *w, struct gpu_queue *gq, size_t index, uint64_t row_len, uint64_t begin,
+		   uint64_t count, enum mk_dtype dt, const void *data, size_t len, struct mk_merge_stats *st,
+		   struct mk_err *err)
 {
+	if (gq->nonfinite_out)
+		gq->nonfinite_out[index] += mk_dtype_count_nonfinite(dt, data, count);
 	struct mk_chunk c = { .id = (uint32_t)index, .dtype = dt, .elem_begin = begin, .elem_count = count,
 			      .data = data, .data_len = len };
 
@@ -40,7 +43,7 @@ int mk__gpuq_drain(struct mk_stream_writer *w, struct gpu_queue *gq, struct pool
 			else if (mk_dtype_convert(g->dt, gq->conv, MK_DT_F32, (const float *)g->buf + b, m))
 				rc = mk_err_set(err, MK_EUNSUPPORTED, "cannot write %s output", mk_dtype_name(g->dt));
 			else
-				rc = emit_at(w, g->index, g->row_len, g->begin + b, m, g->dt, gq->conv, (size_t)ob, st,
+				rc = emit_at(w, gq, g->index, g->row_len, g->begin + b, m, g->dt, gq->conv, (size_t)ob, st,
 					     err);
 		}
 		mk__pool_put(pl, g->buf, g->cap);
@@ -56,6 +59,8 @@ void mk__gpuq_free(struct gpu_queue *gq, struct pool *pl)
 		mk__pool_put(pl, gq->q[k].buf, gq->q[k].cap);
 	free(gq->q);
 	free(gq->conv);
+	free(gq->nonfinite_out);
+	free(gq->nonfinite_in);
 }
 
 int mk__gpuq_emit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, enum mk_dtype dt,
@@ -64,7 +69,7 @@ int mk__gpuq_emit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uin
 	int rc = mk__gpuq_drain(w, r->gq, r->pool, r->cuda, st, err);
 
 	r->next_out = begin + count;
-	return rc ? rc : emit_at(w, r->out_index, r->out_row_len, begin, count, dt, data, len, st, err);
+	return rc ? rc : emit_at(w, r->gq, r->out_index, r->out_row_len, begin, count, dt, data, len, st, err);
 }
 
 /* Submit job elements [b, b + n) to the GPU, its inputs the converted

@@ -1,5 +1,6 @@
 /* merge.c - mk-merge: an inputs stream in, a tensors stream out.  The job
  * runner and the stream loop; the pieces they use are in merge_impl.h. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "mk/cuda.h"
@@ -276,6 +277,8 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 	if ((rc = mk_chunk_check_input(r->pj, &c, err)))
 		return mk_err_prefix(err, "frame #%llu: ", (unsigned long long)f->index);
 	st->chunks_in++;
+	if (c.pass == 0 && r->job.used[c.input] && r->gq->nonfinite_in)
+		r->gq->nonfinite_in[r->out_index] += mk_dtype_count_nonfinite(c.dtype, c.data, c.elem_count);
 	const void *stored = NULL;
 	if (r->rp && r->job.used[c.input] && (rc = mk__spill_put(r->rp, &c, &stored, err)))
 		return rc;
@@ -414,6 +417,40 @@ static int check_head(const struct mk_manifest *man, const char *label, const st
 	return 0;
 }
 
+/* Output tensors with NaN or infinite elements: each one whose used
+ * inputs were all finite is a warning (an error with o->strict), the
+ * others are counted. */
+#define NONFINITE_NAMED 8   /* tensors named in warnings; the rest counted */
+
+static int report_nonfinite(const struct mk_merge_opts *o, const struct mk_manifest *man,
+			    const struct gpu_queue *gq, struct mk_merge_stats *st, struct mk_err *err)
+{
+	for (size_t i = 0; i < man->ntensors; i++) {
+		const struct mk_manifest_tensor *t = &man->tensors[i];
+		char msg[512];
+		if (!gq->nonfinite_out[i])
+			continue;
+		st->nonfinite_tensors++;
+		if (gq->nonfinite_in[i])
+			continue; /* carried over from its inputs */
+		st->nonfinite_new++;
+		snprintf(msg, sizeof(msg),
+			 "tensor '%s': %llu of %llu elements are NaN or infinite, from inputs that were all finite",
+			 t->name, (unsigned long long)gq->nonfinite_out[i], (unsigned long long)t->nelem);
+		if (o->strict)
+			return mk_err_set(err, MK_EINVAL, "%s (--strict)", msg);
+		if (o->warn && st->nonfinite_new <= NONFINITE_NAMED)
+			o->warn(o->warn_ctx, msg);
+	}
+	if (o->warn && st->nonfinite_new > NONFINITE_NAMED) {
+		char msg[128];
+		snprintf(msg, sizeof(msg), "(and %llu more tensors with NaN or infinite elements from finite inputs)",
+			 (unsigned long long)(st->nonfinite_new - NONFINITE_NAMED));
+		o->warn(o->warn_ctx, msg);
+	}
+	return 0;
+}
+
 int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, int out_fd,
 		 struct mk_merge_stats *st, struct mk_err *err)
 {
@@ -449,6 +486,12 @@ int mk_merge_run_from(const struct mk_merge_opts *o, struct mk_stream_reader *rd
 	int rc;
 
 	memset(st, 0, sizeof(*st));
+	gq.nonfinite_out = calloc(man->ntensors + 1, sizeof(*gq.nonfinite_out));
+	gq.nonfinite_in = calloc(man->ntensors + 1, sizeof(*gq.nonfinite_in));
+	if (!gq.nonfinite_out || !gq.nonfinite_in) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
 	rc = check_head(man, label, o, err);
 	if (rc)
 		goto out;
@@ -499,6 +542,8 @@ int mk_merge_run_from(const struct mk_merge_opts *o, struct mk_stream_reader *rd
 	if (rc < 0)
 		goto out;
 	rc = mk__gpuq_drain(w, &gq, &pool, o->cuda, st, err);
+	if (!rc)
+		rc = report_nonfinite(o, man, &gq, st, err);
 	if (!rc)
 		rc = mk_sw_end(w, err);
 out:

@@ -160,6 +160,9 @@ struct gpu_queue {
 	uint64_t bytes;          /* float32 bytes waiting */
 	void *conv;              /* a piece in the output dtype */
 	size_t conv_cap;
+	/* per output tensor (manifest index): non-finite elements written,
+	 * and in the used inputs as they arrived (first send) */
+	uint64_t *nonfinite_out, *nonfinite_in;
 };
 
 /* Wait for the GPU and write every queued output, in order. */

@@ -1,0 +1,55 @@
+# Non-finite values are reported: an output tensor that holds NaN or
+# infinite elements although its inputs were finite is a warning naming it
+# (an error with --strict, and then no OUT); one that inherits them from
+# an input is not; a sound merge says nothing.
+. "$MK_TOP/test/cli/lib.inc"
+a=$MK_TOP/testdata/models/tiny-a b=$MK_TOP/testdata/models/tiny-b
+# weights of 1e6 into float16 overflow (the inputs are within +-0.05)
+cat > over.yml <<YML
+merge_method: linear
+models:
+  - model: $a
+    parameters: {weight: 1000000}
+  - model: $b
+    parameters: {weight: 1000000}
+parameters: {normalize: false}
+dtype: float16
+YML
+mk-yaml over.yml out1 2> over.err
+grep -q "warning: tensor 'model.embed_tokens.weight': [0-9]* of 16384 elements are NaN or infinite, from inputs that were all finite" over.err ||
+	{ cat over.err; fail "no warning naming the overflowed tensor"; }
+grep -q "and 12 more tensors with NaN or infinite elements" over.err || { cat over.err; fail "the rest are not counted"; }
+[ -d out1 ] || fail "a warning stopped the merge"
+expect_fail 1 "from inputs that were all finite (--strict)" mk-yaml --strict over.yml out2
+no_out out2
+# a sound merge: not a word about it
+cat > sound.yml <<YML
+merge_method: linear
+models:
+  - model: $a
+    parameters: {weight: 1}
+  - model: $b
+    parameters: {weight: 1}
+YML
+mk-yaml sound.yml out3 2> sound.err
+! grep -q 'NaN' sound.err || { cat sound.err; fail "a sound merge warned"; }
+# a NaN inherited from an input is not this warning
+if command -v python3 >/dev/null 2>&1; then
+	cp -r "$a" nan-a
+	python3 - nan-a/model.safetensors <<'PY'
+import json, struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]
+h = json.loads(b[8:8 + n])
+t = h['model.norm.weight']
+assert t['dtype'] == 'BF16'
+off = 8 + n + t['data_offsets'][0]
+b[off:off + 2] = struct.pack('<H', 0x7fc0)   # one NaN
+open(p, 'wb').write(bytes(b))
+PY
+	sed "s|$a|$PWD/nan-a|" sound.yml > nan.yml
+	mk-yaml --strict nan.yml out4 2> nan.err || { cat nan.err; fail "an inherited NaN failed --strict"; }
+	! grep -q 'NaN' nan.err || { cat nan.err; fail "an inherited NaN was reported as new"; }
+fi
+echo "non-finite outputs reported, inherited ones not"
