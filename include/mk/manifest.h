@@ -13,7 +13,8 @@
  *    "tensors": [{"name": ..., "dtype": "BF16", "shape": [..]}, ...],
  *    "files": [{"name": "config.json", "size": 663}, ...]}
  * "tensors" is the output manifest, in write order.  Keys this version
- * does not know are kept (extra) and passed on after the known ones.
+ * does not know are kept (extra) and passed on, after the plan's keys and
+ * before "tensors" and "files".
  */
 #ifndef MK_MANIFEST_H
 #define MK_MANIFEST_H
@@ -96,7 +97,8 @@ int mk_manifest_add_plugin(struct mk_manifest *m, const char *name, unsigned abi
 int mk_manifest_set_kind(struct mk_manifest *m, const char *kind, const char *producer,
 			 struct mk_err *err);
 /* Serialise to compact JSON (malloc'ed, not NUL-counted in *len).  The
- * typed fields first, in the order above, then the extra keys. */
+ * typed fields in the order above, the extra keys before "tensors" and
+ * "files". */
 int mk_manifest_encode(const struct mk_manifest *m, char **out, size_t *len,
 		       struct mk_err *err);
 /* Parse a HEAD payload and check it whole: the kind is known, tensor

@@ -66,6 +66,10 @@ struct mk_chunk {
 };
 
 void mk_chunk_encode(const struct mk_chunk *c, uint8_t out[MK_CHUNK_HDR]);
+/* Set row_begin and row_count to the dim-0 rows that elements
+ * [elem_begin, elem_begin + elem_count) touch, in rows of row_len elements
+ * (0 counts as 1).  Every producer and checker of chunks uses it. */
+void mk_chunk_set_rows(struct mk_chunk *c, uint64_t row_len);
 /* Decode a DATA/INPT payload; checks data_len == bytes of elem_count. */
 int mk_chunk_decode(const uint8_t *payload, size_t len, struct mk_chunk *c,
 		    struct mk_err *err);

@@ -20,6 +20,14 @@ struct vs {
 	bool plan, tensors;
 };
 
+/* Is `a` inside folder `b` ("b/...")? */
+static bool path_under(const char *a, const char *b)
+{
+	size_t n = strlen(b);
+
+	return !strncmp(a, b, n) && a[n] == '/';
+}
+
 /* One frame after the HEAD of a plan (mk-fetch's rules) or a tensors
  * stream (mk-pack's). */
 static int frame(struct vs *v, const struct mk_frame *f, struct mk_err *err)
@@ -42,6 +50,9 @@ static int frame(struct vs *v, const struct mk_frame *f, struct mk_err *err)
 		for (size_t k = 0; !rc && k < v->nfiles; k++)
 			if (!strcmp(v->files[k], ff.name))
 				rc = mk_err_set(err, MK_EFORMAT, "FILE '%s' sent twice", ff.name);
+			else if (path_under(ff.name, v->files[k]) || path_under(v->files[k], ff.name))
+				rc = mk_err_set(err, MK_EFORMAT, "FILE '%s' and FILE '%s': one would be the other's folder",
+						v->files[k], ff.name);
 		char **q = rc ? NULL : realloc(v->files, (v->nfiles + 1) * sizeof(*q));
 		if (!rc && !q)
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");

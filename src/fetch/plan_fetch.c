@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include <jansson.h>
 #include "mk/fetch.h"
 #include "mk/plan.h"
 #include "mk/manifest.h"
@@ -93,9 +92,8 @@ static int next_range(struct pf *p, struct mk_err *err)
 						e = bound;
 				}
 			if (e != b + p->cur.elem_count) {
-				uint64_t rl = p->ck.row_len ? p->ck.row_len : 1;
 				p->cur.elem_count = e - b;
-				p->cur.row_count = (e + rl - 1) / rl - p->cur.row_begin;
+				mk_chunk_set_rows(&p->cur, p->ck.row_len);
 				p->ck.next = e;
 			}
 			p->input = 0;
@@ -130,14 +128,14 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 			if (n > in->nelem - b)
 				n = in->nelem - b;
 			struct tag *t = &p->ring[p->seq++ % p->ring_len];
-			uint64_t boff = b * mk_dtype_bits(in->desc.dtype) / 8, blen;
-			mk_dtype_nbytes(in->desc.dtype, n, &blen);
+			uint64_t boff, blen;
+			if (mk_dtype_nbytes(in->desc.dtype, n, &blen))
+				return mk_err_set(err, MK_EFORMAT, "job %u: input %zu: %llu %s elements are not whole bytes",
+						  jb->id, i, (unsigned long long)n, mk_dtype_name(in->desc.dtype));
 			t->job = p->j;
 			t->c = (struct mk_chunk){ .id = jb->id, .input = (uint16_t)i, .pass = (uint16_t)p->send,
 						  .dtype = in->desc.dtype, .elem_begin = b, .elem_count = n };
-			uint64_t row_len = p->ck.row_len ? p->ck.row_len : 1;
-			t->c.row_begin = b / row_len;
-			t->c.row_count = (b + n + row_len - 1) / row_len - t->c.row_begin;
+			mk_chunk_set_rows(&t->c, p->ck.row_len);
 			const struct src *sr = &p->src[p->j][i];
 			size_t k = sr->nseg - 1;
 			while (k > 0 && sr->seg[k].elem_begin > b)
@@ -300,7 +298,6 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	}
 	for (size_t j = 0; j < p.njobs; j++) {
 		struct mk_plan_job *jb = p.jobs[j];
-		uint64_t row_len = 0;
 		p.src[j] = calloc(jb->ninputs + 1, sizeof(**p.src));
 		if (!p.src[j]) {
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
@@ -308,7 +305,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		}
 		for (size_t i = 0; i < jb->ninputs; i++) {
 			const struct mk_plan_input *in = &jb->inputs[i];
-			uint64_t rl = 1, at = 0;
+			uint64_t at = 0;
 			size_t ns = in->nsources ? in->nsources : 1;
 			struct src *sr = &p.src[j][i];
 			sr->seg = calloc(ns, sizeof(*sr->seg));
@@ -340,13 +337,6 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 						jb->id, in->tensor, (unsigned long long)at, (unsigned long long)in->nelem);
 				goto out;
 			}
-			rl = mk_shape_row_len(in->desc.ndim, in->desc.shape);
-			if (i && rl != row_len) {
-				rc = mk_err_set(err, MK_EUNSUPPORTED,
-						"job %u: inputs '%s' have rows of different lengths", jb->id, in->tensor);
-				goto out;
-			}
-			row_len = rl;
 		}
 	}
 	/* write: HEAD (kind inputs), files and notes, then jobs with chunks */

@@ -17,8 +17,7 @@ static int emit_at(struct mk_stream_writer *w, struct gpu_queue *gq, size_t inde
 	struct mk_chunk c = { .id = (uint32_t)index, .dtype = dt, .elem_begin = begin, .elem_count = count,
 			      .data = data, .data_len = len };
 
-	c.row_begin = begin / row_len;
-	c.row_count = (begin + count + row_len - 1) / row_len - c.row_begin;
+	mk_chunk_set_rows(&c, row_len);
 	st->chunks_out++;
 	st->bytes_out += len;
 	return mk_sw_chunk(w, MK_FT_DATA, &c, err);

@@ -8,14 +8,19 @@
 static int check_range(const struct mk_chunk *c, uint64_t nelem, uint64_t row_len, const char *what,
 		       struct mk_err *err)
 {
-	uint64_t rl = row_len ? row_len : 1;
+	struct mk_chunk rows = *c;
+	unsigned g = mk_dtype_elem_granule(c->dtype);
 
 	if (c->elem_count == 0 || c->elem_begin >= nelem || c->elem_count > nelem - c->elem_begin)
 		return mk_err_set(err, MK_EFORMAT, "%s: elements [%llu, +%llu) are outside its %llu elements", what,
 				  (unsigned long long)c->elem_begin, (unsigned long long)c->elem_count,
 				  (unsigned long long)nelem);
 	uint64_t end = c->elem_begin + c->elem_count;
-	if (c->row_begin != c->elem_begin / rl || c->row_count != (end + rl - 1) / rl - c->row_begin)
+	if (c->elem_begin % g || (end % g && end != nelem))
+		return mk_err_set(err, MK_EFORMAT, "%s: elements [%llu, %llu) do not start and end on whole bytes of %s",
+				  what, (unsigned long long)c->elem_begin, (unsigned long long)end, mk_dtype_name(c->dtype));
+	mk_chunk_set_rows(&rows, row_len);
+	if (c->row_begin != rows.row_begin || c->row_count != rows.row_count)
 		return mk_err_set(err, MK_EFORMAT, "%s: rows [%llu, +%llu) are not the rows of elements [%llu, %llu)",
 				  what, (unsigned long long)c->row_begin, (unsigned long long)c->row_count,
 				  (unsigned long long)c->elem_begin, (unsigned long long)end);

@@ -137,6 +137,30 @@ static int decode_input(json_t *v, struct mk_plan_input *in, uint32_t id, size_t
 	return 0;
 }
 
+/* What a job's inputs must share, since they are read in one range at a
+ * time: rows of one length, and a sub-byte dtype (F4, F6) only with
+ * itself (a range of such inputs must stay on whole bytes in each). */
+static int check_inputs_agree(const struct mk_plan_job *j, struct mk_err *err)
+{
+	const struct mk_plan_input *a = &j->inputs[0];
+	uint64_t rl = mk_shape_row_len(a->desc.ndim, a->desc.shape);
+
+	for (size_t i = 0; i < j->ninputs; i++) {
+		const struct mk_plan_input *b = &j->inputs[i];
+		if (mk_shape_row_len(b->desc.ndim, b->desc.shape) != rl)
+			return mk_err_set(err, MK_EFORMAT, "JOB %u: inputs 0 and %zu have rows of different lengths (%llu and %llu elements)",
+					  j->id, i, (unsigned long long)rl,
+					  (unsigned long long)mk_shape_row_len(b->desc.ndim, b->desc.shape));
+		if ((mk_dtype_elem_granule(a->desc.dtype) > 1 || mk_dtype_elem_granule(b->desc.dtype) > 1) &&
+		    a->desc.dtype != b->desc.dtype)
+			return mk_err_set(err, MK_EFORMAT, "JOB %u: inputs 0 and %zu are %s and %s: a %s input goes only with inputs of its own dtype",
+					  j->id, i, mk_dtype_name(a->desc.dtype), mk_dtype_name(b->desc.dtype),
+					  mk_dtype_elem_granule(a->desc.dtype) > 1 ? mk_dtype_name(a->desc.dtype) :
+										       mk_dtype_name(b->desc.dtype));
+	}
+	return 0;
+}
+
 static const char *const job_keys[] = { "id", "output", "method", "inputs", "base", "passes", "sends", "spill",
 					"is_embed", "check_equal", "params", NULL };
 
@@ -224,6 +248,8 @@ int mk_plan_job_decode(const void *buf, size_t len, const struct mk_manifest *he
 	json_array_foreach(ins, i, v)
 		if ((rc = decode_input(v, &j->inputs[i], j->id, i, head, err)))
 			goto out;
+	if ((rc = check_inputs_agree(j, err)))
+		goto out;
 	ps = json_object_get(o, "params");
 	if (ps && !json_is_object(ps)) {
 		rc = mk_err_set(err, MK_EFORMAT, "JOB %u: \"params\" is not an object", j->id);

@@ -94,12 +94,6 @@ json_t *sj_shape(unsigned ndim, const uint64_t *shape)
 	return a;
 }
 
-void sj_set_desc(json_t *obj, const struct mk_tensor_desc *d)
-{
-	json_object_set_new(obj, "dtype", json_string(mk_dtype_name(d->dtype)));
-	json_object_set_new(obj, "shape", sj_shape(d->ndim, d->shape));
-}
-
 int sj_sha256(json_t *v, uint8_t out[32])
 {
 	const char *s = json_string_value(v);

@@ -31,8 +31,6 @@ int sj_opt_bool(json_t *obj, const char *key, bool *out);
  * overflows.  sj_desc_error words the three for a frame's message. */
 int sj_desc(json_t *dtype, json_t *shape, struct mk_tensor_desc *d, uint64_t *nelem);
 const char *sj_desc_error(int rc);
-/* {"dtype": .., "shape": [..]} members for d, added to obj. */
-void sj_set_desc(json_t *obj, const struct mk_tensor_desc *d);
 json_t *sj_shape(unsigned ndim, const uint64_t *shape);
 /* 64 lower-case hex digits <-> 32 bytes. */
 int sj_sha256(json_t *v, uint8_t out[32]);

@@ -346,6 +346,10 @@ int mk_manifest_decode(const void *buf, size_t len, struct mk_manifest **out,
 			rc = mk_err_set(err, MK_EFORMAT, "HEAD: tensor '%s': %s", nm, sj_desc_error(drc));
 			goto out;
 		}
+		if (!strcmp(nm, "__metadata__")) {
+			rc = mk_err_set(err, MK_EFORMAT, "HEAD: a tensor may not be named '__metadata__' (safetensors keeps that key)");
+			goto out;
+		}
 		rc = mk_manifest_add_tensor(m, nm, d.dtype, d.ndim, d.shape, err);
 		if (rc)
 			goto out;

@@ -123,6 +123,14 @@ int mk_chunker_init(struct mk_chunker *ck, enum mk_dtype dt, unsigned ndim,
 	return 0;
 }
 
+void mk_chunk_set_rows(struct mk_chunk *c, uint64_t row_len)
+{
+	uint64_t rl = row_len ? row_len : 1;
+
+	c->row_begin = c->elem_begin / rl;
+	c->row_count = (c->elem_begin + c->elem_count + rl - 1) / rl - c->row_begin;
+}
+
 int mk_chunker_next(struct mk_chunker *ck, struct mk_chunk *c)
 {
 	uint64_t n, end;
@@ -141,8 +149,7 @@ int mk_chunker_next(struct mk_chunker *ck, struct mk_chunk *c)
 	c->dtype = ck->dtype;
 	c->elem_begin = ck->next;
 	c->elem_count = n;
-	c->row_begin = ck->next / ck->row_len;
-	c->row_count = (end + ck->row_len - 1) / ck->row_len - c->row_begin;
+	mk_chunk_set_rows(c, ck->row_len);
 	ck->next = end;
 	return 1;
 }

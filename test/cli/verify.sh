@@ -12,7 +12,7 @@ agree() { # what verify_rc stage_rc
 }
 i=0
 for k in ok unknown-critical unknown-ancillary bad-file=../x bad-file=model.safetensors \
-	 bad-file=model-00001-of-00002.safetensors bad-file=config.json file-twice plan out-of-order \
+	 bad-file=model-00001-of-00002.safetensors bad-file=config.json file-twice file-folder plan out-of-order \
 	 missing-data no-end bad-dtype data-pass big-file=100; do
 	i=$((i + 1))
 	mk-forge "$k" > s$i.mks

@@ -16,6 +16,7 @@
  *   big-file=N         a FILE frame "big.bin" of N bytes the HEAD does not
  *                      announce (so no free-space check can foresee it)
  *   file-twice         the FILE frame config.json sent twice
+ *   file-folder        FILE frames config.json and config.json/x
  *   data-pass          a DATA chunk whose pass field is not 0
  */
 #include <stdio.h>
@@ -82,6 +83,8 @@ int main(int argc, char **argv)
 		check(mk_sw_file(w, "config.json", 0644, "{}\n", 3, &err));
 	if (!strcmp(kind, "file-twice"))
 		check(mk_sw_file(w, "config.json", 0644, "{}\n", 3, &err));
+	if (!strcmp(kind, "file-folder"))
+		check(mk_sw_file(w, "config.json/x", 0644, "{}\n", 3, &err));
 	if (!strcmp(kind, "data-pass"))
 		c[1].pass = 1;
 	if (!strcmp(kind, "unknown-critical"))

@@ -1536,6 +1536,8 @@ static void test_manifest_errors(void **state)
 			    NULL);
 	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[{\"name\":\"a\",\"dtype\":\"F4\",\"shape\":[3]}]}",
 			    "not whole bytes");
+	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[{\"name\":\"__metadata__\",\"dtype\":\"F32\",\"shape\":[1]}]}",
+			    "may not be named '__metadata__'");
 	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[],\"files\":{}}", "\"files\" is not an array");
 	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[],\"files\":[{\"name\":\"a\"}]}", "file #0");
 	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[],\"files\":[{\"name\":\"a\",\"size\":-5}]}", "file #0");
@@ -1688,6 +1690,14 @@ static void test_job_errors(void **state)
 	expect_bad_job(head, "{\"id\":0,\"output\":0,\"inputs\":[" IN1 "]}", "missing \"method\"");
 	expect_bad_job(head, "{\"id\":4294967296,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "]}", "bad \"id\"");
 	expect_bad_job(head, "[]", "not a JSON object");
+	/* inputs read in one range must agree */
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 ","
+		       "{\"model\":1,\"tensor\":\"a\",\"dtype\":\"F32\",\"shape\":[12]}]}",
+		       "inputs 0 and 1 have rows of different lengths (3 and 1 elements)");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":["
+		       "{\"model\":0,\"tensor\":\"a\",\"dtype\":\"F4\",\"shape\":[4,4]},"
+		       "{\"model\":1,\"tensor\":\"a\",\"dtype\":\"BF16\",\"shape\":[4,4]}]}",
+		       "a F4 input goes only with inputs of its own dtype");
 	mk_manifest_free(head);
 }
 
@@ -1714,6 +1724,19 @@ static void test_chunk_checks(void **state)
 	c.id = 2;
 	assert_int_equal(mk_chunk_check_data(head, &c, &err), -MK_EFORMAT);
 	assert_non_null(strstr(err.msg, "tensor id 2 not in the manifest"));
+	/* sub-byte elements start and end on whole bytes */
+	{
+		struct mk_manifest *h4 = mk_manifest_new("tensors", "test");
+		assert_int_equal(mk_manifest_add_tensor(h4, "q", MK_DT_F4, 1, (uint64_t[]){ 8 }, &err), 0);
+		struct mk_chunk q = { .id = 0, .dtype = MK_DT_F4, .row_begin = 1, .row_count = 2, .elem_begin = 1,
+				      .elem_count = 2 };
+		assert_int_equal(mk_chunk_check_data(h4, &q, &err), -MK_EFORMAT);
+		assert_non_null(strstr(err.msg, "do not start and end on whole bytes of F4"));
+		q = (struct mk_chunk){ .id = 0, .dtype = MK_DT_F4, .row_begin = 2, .row_count = 6, .elem_begin = 2,
+				       .elem_count = 6 };
+		assert_int_equal(mk_chunk_check_data(h4, &q, &err), 0);
+		mk_manifest_free(h4);
+	}
 	/* a 1-D tensor: a row is an element */
 	c = (struct mk_chunk){ .id = 1, .dtype = MK_DT_BF16, .row_begin = 2, .row_count = 3, .elem_begin = 2,
 			       .elem_count = 3 };
