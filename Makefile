@@ -75,6 +75,8 @@ FUZZ_SRC  := $(sort $(wildcard test/fuzz/fuzz_*.c))
 FUZZ_REPLAY := $(FUZZ_SRC:test/fuzz/%.c=$(BUILD)/fuzz/%-replay)
 FUZZ_BIN  := $(FUZZ_SRC:test/fuzz/%.c=build-fuzz/%)
 
+PRELOAD_SRC := $(sort $(wildcard test/preload/*.c))
+PRELOADS  := $(if $(SAN),,$(PRELOAD_SRC:test/preload/%.c=$(BUILD)/preload/%.so))
 PLUGIN_SRC := $(sort $(wildcard test/plugins/*.c))
 PLUGINS   := $(PLUGIN_SRC:test/plugins/%.c=$(BUILD)/plugins/%.so)
 
@@ -90,7 +92,7 @@ MANS      := $(sort $(wildcard man/man*/*.[157]))
 # intermediate on a first build and remake them on the next).
 .SECONDARY:
 
-all: $(LIBMK) $(LIBMK_SO) $(CMDS) $(TOOLS) $(PLUGINS) $(BUILD)/mk-uninstalled.pc
+all: $(LIBMK) $(LIBMK_SO) $(CMDS) $(TOOLS) $(PLUGINS) $(PRELOADS) $(BUILD)/mk-uninstalled.pc
 
 # Library objects: position-independent, and rebuilt when the flags that
 # compile them change ($(BUILD)/lib-flags holds the last ones).
@@ -129,6 +131,12 @@ $(BUILD)/bin/%: $(BUILD)/cmd/%.o $(CLI_OBJ) $(LIBMK)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -rdynamic -o $@ $< $(CLI_OBJ) -Wl,--whole-archive $(LIBMK) -Wl,--no-whole-archive $(LIBS)
+
+# Test interposers (LD_PRELOAD), not in the sanitized build (ASan owns malloc).
+$(BUILD)/preload/%.so: test/preload/%.c
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CC      $@")
+	$(Q)$(CC) -std=gnu11 -O1 -g -fPIC -shared -Wall -Wextra -o $@ $< -ldl
 
 # Example plugins, built outside the library (they link against nothing).
 $(BUILD)/plugins/%.so: test/plugins/%.c include/mk/method.h include/mk/plugin.h

@@ -42,11 +42,19 @@ static const struct mk_method *const builtins[] = {
 
 static int do_register(const struct mk_method *m, struct mk_err *err);
 
+static bool builtins_short;   /* out of memory while registering them */
+
 static void register_builtins(void)
 {
+	struct mk_err e;
+
 	for (size_t i = 0; i < sizeof(builtins) / sizeof(builtins[0]); i++)
-		if (do_register(builtins[i], NULL))
-			MK_BUG("built-in method '%s' does not register", builtins[i]->name);
+		if (do_register(builtins[i], &e)) {
+			if (e.code != MK_ENOMEM)
+				MK_BUG("built-in method '%s' does not register: %s", builtins[i]->name, e.msg);
+			builtins_short = true;
+			return;
+		}
 }
 
 static void ensure_builtins(void)
@@ -251,6 +259,8 @@ int mk_method_lookup(const char *name, const struct mk_method **out, struct mk_e
 	*out = m;
 	if (m)
 		return 0;
+	if (builtins_short)
+		return mk_err_set(err, MK_ENOMEM, "out of memory registering the built-in merge methods");
 	near = mk_method_closest(name);
 	if (near)
 		return mk_err_set(err, MK_ENOENT, "unknown merge method '%s' (did you mean '%s'?)",

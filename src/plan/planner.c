@@ -1249,7 +1249,7 @@ static int cmp_key(const void *a, const void *b)
 /* Send the jobs in the order the base model (else the first) stores its
  * tensors, so mk-fetch reads it front to back; the manifest keeps
  * mergekit's order, which alone decides the shards. */
-static void order_jobs(struct mk_plan *p)
+static int order_jobs(struct mk_plan *p, struct mk_err *err)
 {
 	struct job_key *k = calloc(p->njobs + 1, sizeof(*k));
 	struct mk_plan_job **v = calloc(p->njobs + 1, sizeof(*v));
@@ -1257,7 +1257,7 @@ static void order_jobs(struct mk_plan *p)
 	if (!k || !v) {
 		free(k);
 		free(v);
-		return; /* keep mergekit's order */
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	}
 	for (size_t i = 0; i < p->njobs; i++) {
 		const struct mk_plan_job *j = p->jobs[i];
@@ -1274,6 +1274,7 @@ static void order_jobs(struct mk_plan *p)
 		p->jobs[i]->id = (uint32_t)i;
 	free(k);
 	free(v);
+	return 0;
 }
 
 /* The HEAD's plan fields: the model table, plugins, seed, job counts. */
@@ -1380,8 +1381,9 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		if (rc)
 			goto out;
 	}
-	order_jobs(p);
-	rc = fill_head(p, err);
+	rc = order_jobs(p, err);
+	if (!rc)
+		rc = fill_head(p, err);
 out:
 	free(out_layers);
 	mk_arch_registry_free(reg);
