@@ -190,28 +190,6 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 			goto out;
 		total += t->end - t->begin;
 	}
-	/* --skip-done: the tensors an interrupted mk-pack finished */
-	if (o->skip_done) {
-		struct mk_pack_journal *j = NULL;
-		rc = mk_pack_journal_read(o->skip_done, &j, err);
-		if (!rc)
-			rc = mk_pack_journal_check(j, o->skip_done, man, UINT64_MAX, err);
-		if (!rc && j->key[0] && j->ndone) {
-			f.skip = calloc(f.ntensors, sizeof(*f.skip));
-			if (!f.skip)
-				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-			for (size_t d = 0; !rc && d < j->ndone; d++) {
-				const struct mk_st_tensor *t = f.src[j->done[d].index].mt->t;
-				if (!f.skip[j->done[d].index])
-					st->skipped++;
-				f.skip[j->done[d].index] = true;
-				total -= t->end - t->begin;
-			}
-		}
-		mk_pack_journal_free(j);
-		if (rc)
-			goto out;
-	}
 	/* the first model's non-weight files */
 	for (k = 0; mk_fetch_copy_files[k]; k++)
 		;
@@ -234,6 +212,29 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 		if (rc)
 			goto out;
 		nfiles++;
+	}
+	/* --skip-done: the tensors an interrupted mk-pack finished (the
+	 * manifest complete: its key covers the files) */
+	if (o->skip_done) {
+		struct mk_pack_journal *j = NULL;
+		rc = mk_pack_journal_read(o->skip_done, &j, err);
+		if (!rc)
+			rc = mk_pack_journal_check(j, o->skip_done, man, UINT64_MAX, err);
+		if (!rc && j->key[0] && j->ndone) {
+			f.skip = calloc(f.ntensors, sizeof(*f.skip));
+			if (!f.skip)
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			for (size_t d = 0; !rc && d < j->ndone; d++) {
+				const struct mk_st_tensor *t = f.src[j->done[d].index].mt->t;
+				if (!f.skip[j->done[d].index])
+					st->skipped++;
+				f.skip[j->done[d].index] = true;
+				total -= t->end - t->begin;
+			}
+		}
+		mk_pack_journal_free(j);
+		if (rc)
+			goto out;
 	}
 	rc = mk_manifest_encode(man, &head, &head_len, err);
 	if (rc)
