@@ -30,6 +30,9 @@ static void usage(void)
 	       "      --queue-depth N    reads in flight (default %u)\n"
 	       "      --io KIND          reader: auto, uring, mmap or pread (default: $MK_IO, else auto)\n"
 	       "      --max-memory SIZE  fit the reads in flight in half of SIZE (smaller chunks, queue)\n"
+	       "      --skip-done DIR    DIR is an interrupted mk-pack's OUT.mk-partial: leave out\n"
+	       "                         the tensors (plan: the jobs) its journal lists as done,\n"
+	       "                         for mk-pack --resume\n"
 	       "  -f, --force            write the binary stream even to a terminal\n"
 	       "      --progress         draw progress on stderr (--no-progress: never)\n"
 	       "  -v, --verbose          say more (backend, queue depth, seeks); -q, --quiet: less\n"
@@ -49,7 +52,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 
 int main(int argc, char **argv)
 {
-	enum { O_CHUNK = 256, O_QD, O_IO, O_PROGRESS, O_NO_PROGRESS, O_MEM };
+	enum { O_CHUNK = 256, O_QD, O_IO, O_PROGRESS, O_NO_PROGRESS, O_MEM, O_SKIP };
 	static const struct option longopts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "input", required_argument, NULL, 'i' },
@@ -59,6 +62,7 @@ int main(int argc, char **argv)
 		{ "queue-depth", required_argument, NULL, O_QD },
 		{ "max-memory", required_argument, NULL, O_MEM },
 		{ "io", required_argument, NULL, O_IO },
+		{ "skip-done", required_argument, NULL, O_SKIP },
 		{ "force", no_argument, NULL, 'f' },
 		{ "progress", no_argument, NULL, O_PROGRESS },
 		{ "no-progress", no_argument, NULL, O_NO_PROGRESS },
@@ -112,6 +116,11 @@ int main(int argc, char **argv)
 		case O_IO:
 			if (mk_io_kind_parse(optarg, &o.io))
 				cli_usage_error("--io: expected auto, uring, mmap or pread, not '%s'", optarg);
+			break;
+		case O_SKIP:
+			if (!optarg[0])
+				cli_usage_error("--skip-done: expected a directory (OUT.mk-partial)");
+			o.skip_done = optarg;
 			break;
 		case 'f': force = true; break;
 		case O_PROGRESS: want_progress = 1; break;
@@ -169,6 +178,9 @@ int main(int argc, char **argv)
 	}
 	if (st.note[0])
 		cli_info(3, "%s", st.note);
+	if (st.skipped)
+		cli_info(3, "left out %llu %s done in %s", (unsigned long long)st.skipped,
+			 o.nmodels ? "tensors" : "jobs", o.skip_done);
 	cli_info(3, "reader %s, queue depth %u, chunk %zu bytes", st.backend, st.qdepth, st.chunk_bytes);
 	cli_info(3, "%llu tensors, %llu chunks, %llu bytes read, %llu stream bytes, %llu backward seeks",
 		 (unsigned long long)st.tensors, (unsigned long long)st.chunks,

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,9 @@ static void usage(void)
 	       "                           (k, m, b as in mergekit: 1e3, 1e6, 1e9)\n"
 	       "      --force              replace an existing OUT (and a leftover OUT.mk-partial)\n"
 	       "      --keep-partial       on failure, keep OUT.mk-partial for inspection\n"
+	       "      --resume             continue an interrupted run from OUT.mk-partial: check\n"
+	       "                           the tensors its journal lists, write only the others\n"
+	       "                           (and keep OUT.mk-partial if this run fails too)\n"
 	       "      --max-memory SIZE    refuse a stream whose chunks cannot fit; commit at most\n"
 	       "                           a quarter of SIZE to disk at a time\n"
 	       "      --progress           draw progress even when stderr is not a terminal\n"
@@ -36,21 +40,29 @@ static void usage(void)
 	exit(EXIT_OK);
 }
 
+static bool draw_progress;
+static size_t die_after; /* MK_PACK_EXIT_AFTER_TENSORS, for tests */
+
 static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn)
 {
 	(void)ctx;
-	cli_progress("mk-pack", done, total, td, tn);
+	/* tests interrupt mk-pack at a known point, as a kill -9 would */
+	if (die_after && td >= die_after)
+		raise(SIGKILL);
+	if (draw_progress)
+		cli_progress("mk-pack", done, total, td, tn);
 }
 
 int main(int argc, char **argv)
 {
-	enum { O_SHARD = 256, O_FORCE, O_KEEP, O_PROGRESS, O_NO_PROGRESS, O_MEM };
+	enum { O_SHARD = 256, O_FORCE, O_KEEP, O_RESUME, O_PROGRESS, O_NO_PROGRESS, O_MEM };
 	static const struct option longopts[] = {
 		{ "input", required_argument, NULL, 'i' },
 		{ "out-shard-size", required_argument, NULL, O_SHARD },
 		{ "force", no_argument, NULL, O_FORCE },
 		{ "max-memory", required_argument, NULL, O_MEM },
 		{ "keep-partial", no_argument, NULL, O_KEEP },
+		{ "resume", no_argument, NULL, O_RESUME },
 		{ "progress", no_argument, NULL, O_PROGRESS },
 		{ "no-progress", no_argument, NULL, O_NO_PROGRESS },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -81,6 +93,7 @@ int main(int argc, char **argv)
 				cli_usage_error("--max-memory: expected a size, not '%s'", optarg);
 			break;
 		case O_KEEP: o.keep_partial = true; break;
+		case O_RESUME: o.resume = true; break;
 		case O_PROGRESS: want_progress = 1; break;
 		case O_NO_PROGRESS: want_progress = 0; break;
 		case 'v': cli_verbose++; break;
@@ -107,11 +120,18 @@ int main(int argc, char **argv)
 	} else {
 		cli_check_binary_in(0, false);
 	}
-	if (cli_progress_enabled(want_progress))
+	const char *hook = getenv("MK_PACK_EXIT_AFTER_TENSORS");
+	if (hook && *hook)
+		die_after = (size_t)strtoull(hook, NULL, 10);
+	draw_progress = cli_progress_enabled(want_progress);
+	if (draw_progress || die_after)
 		o.progress = on_progress;
 	if (mk_pack_run(&o, fd, strcmp(input, "-") ? input : "stdin", &st, &err))
 		cli_fail(&err);
 	cli_progress_end();
+	if (st.resumed)
+		cli_info(3, "resumed %s: %zu tensors (%s) were done and checked", o.out_dir, st.resumed,
+			 mk_size_human(st.resumed_bytes, a, sizeof(a)));
 	cli_info(3, "wrote %s: %zu tensors in %zu shard%s (%s), %zu files", o.out_dir, st.ntensors, st.nshards,
 		 st.nshards == 1 ? "" : "s", mk_size_human(st.tensor_bytes, a, sizeof(a)), st.nfiles);
 	if (fd)

@@ -37,6 +37,9 @@ static void usage(void)
 	       "  --plugin FILE.so          load merge methods from a shared object (mk-plan, mk-merge)\n"
 	       "  --force                   replace an existing OUT (mk-pack)\n"
 	       "  --strict                  fail on an output that became NaN or infinite (mk-merge)\n"
+	       "  --resume                  continue an interrupted merge into OUT: the tensors\n"
+	       "                            OUT.mk-partial has are checked and not made again\n"
+	       "                            (mk-fetch --skip-done, mk-pack --resume)\n"
 	       "  --quiet                   no progress bar\n"
 	       "  -v, --verbose             say more\n"
 	       "  -h, --help, -V, --version\n"
@@ -89,7 +92,7 @@ static void push(struct argv *a, const char *s)
 int main(int argc, char **argv)
 {
 	enum { O_PRINT = 256, O_SHARD, O_COPY, O_NOCOPY, O_CARD, O_NOCARD, O_CRIMES, O_NOCRIMES, O_SEED, O_CUDA,
-	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_QUIET, O_IGN0, O_IGN1, O_STRICT };
+	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_RESUME, O_QUIET, O_IGN0, O_IGN1, O_STRICT };
 	static const struct option lo[] = {
 		{ "print-pipeline", 0, 0, O_PRINT }, { "out-shard-size", 1, 0, O_SHARD },
 		{ "copy-tokenizer", 0, 0, O_COPY }, { "no-copy-tokenizer", 0, 0, O_NOCOPY },
@@ -98,6 +101,7 @@ int main(int argc, char **argv)
 		{ "random-seed", 1, 0, O_SEED }, { "cuda", 0, 0, O_CUDA }, { "no-cuda", 0, 0, O_NOCUDA },
 		{ "num-threads", 1, 0, 'j' }, { "max-memory", 1, 0, O_MEM }, { "spill", 1, 0, O_SPILL }, { "force", 0, 0, O_FORCE },
 		{ "strict", 0, 0, O_STRICT },
+		{ "resume", 0, 0, O_RESUME },
 		{ "quiet", 0, 0, O_QUIET }, { "no-quiet", 0, 0, O_IGN0 }, { "verbose", 0, 0, 'v' },
 		{ "help", 0, 0, 'h' }, { "version", 0, 0, 'V' }, { "plugin", 1, 0, 'P' },
 		/* mergekit options without meaning here */
@@ -115,7 +119,7 @@ int main(int argc, char **argv)
 		{ 0 },
 	};
 	struct mk_err err = { 0 };
-	bool print = false, quiet = false;
+	bool print = false, quiet = false, resume = false;
 	int c, li = 0;
 	uint64_t v;
 
@@ -186,6 +190,7 @@ int main(int argc, char **argv)
 			push(&merge, optarg);
 			break;
 		case O_FORCE: push(&pack, "--force"); break;
+		case O_RESUME: resume = true; break;
 		case O_QUIET: quiet = true; break;
 		case O_IGN0:
 		case O_IGN1:
@@ -206,6 +211,20 @@ int main(int argc, char **argv)
 	if (argc - optind != 2)
 		cli_usage_error(argc - optind < 2 ? "expected CONFIG and OUT" : "too many arguments");
 	const char *config = argv[optind], *out = argv[optind + 1];
+	/* mk-pack builds in OUT.mk-partial ("OUT/" -> "OUT.mk-partial") */
+	size_t ol = strlen(out);
+	while (ol > 1 && out[ol - 1] == '/')
+		ol--;
+	static char *partial;
+	partial = malloc(ol + 16);
+	if (!partial)
+		abort();
+	snprintf(partial, ol + 16, "%.*s.mk-partial", (int)ol, out);
+	if (resume) {
+		push(&fetch, "--skip-done");
+		push(&fetch, partial);
+		push(&pack, "--resume");
+	}
 	push(&plan, "--name");
 	push(&plan, mk_card_title(out));
 	push(&plan, config);
@@ -222,22 +241,14 @@ int main(int argc, char **argv)
 		return EXIT_OK;
 	}
 	/* refuse an existing OUT before any work, as mk-pack would */
-	struct mk_pack_opts po = { .out_dir = out };
+	struct mk_pack_opts po = { .out_dir = out, .resume = resume };
 	for (size_t i = 0; i < pack.n; i++)
 		if (!strcmp(pack.v[i], "--force"))
 			po.force = true;
 	if (mk_pack_check_out(&po, &err))
 		cli_fail(&err);
-	/* mk-pack builds in OUT.mk-partial ("OUT/" -> "OUT.mk-partial") */
-	size_t ol = strlen(out);
-	while (ol > 1 && out[ol - 1] == '/')
-		ol--;
-	static char *partial;
-	partial = malloc(ol + 16);
-	if (!partial)
-		abort();
-	snprintf(partial, ol + 16, "%.*s.mk-partial", (int)ol, out);
-	if (mk_pipeline_run(st, 4, partial, &err))
+	/* with --resume, a failed run leaves OUT.mk-partial for the next */
+	if (mk_pipeline_run(st, 4, resume ? NULL : partial, &err))
 		cli_fail(&err);
 	cli_info(3, "wrote %s", out);
 	return EXIT_OK;

@@ -21,6 +21,14 @@ struct mk_fetch_opts {
 	unsigned qdepth;             /* 0: MK_READER_DEFAULT_QDEPTH */
 	enum mk_io_kind io;          /* MK_IO_AUTO: $MK_IO, then default */
 	int compress_level;          /* 0: no zstd */
+	/* --skip-done: an interrupted mk-pack's OUT.mk-partial (or NULL).
+	 * The tensors its journal lists as done are not read or sent (copy
+	 * mode: those tensors' chunks; plan mode: the jobs making them, their
+	 * JOB frames dropped and the HEAD's "jobs" and "spilled_jobs" counted
+	 * anew); the HEAD keeps the whole manifest and every FILE frame is
+	 * sent.  A journal of another merge (mk_pack_journal_check) is an
+	 * error; a missing directory or journal skips nothing. */
+	const char *skip_done;
 	/* called after each chunk is written, may be NULL */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
@@ -33,6 +41,7 @@ struct mk_fetch_stats {
 	size_t chunk_bytes;
 	uint64_t tensors, chunks, bytes_read, stream_bytes;
 	uint64_t backward_seeks;     /* reads that went back in a file */
+	uint64_t skipped;            /* tensors (copy) or jobs (plan) left out */
 };
 
 /* Names of the non-weight files copy mode carries, NULL-terminated. */

@@ -10,10 +10,24 @@
  *
  * The output is built in OUT.mk-partial/: free space is checked against
  * the manifest, shards are preallocated, and a journal (.mk-journal)
- * records the HEAD frame's hash and each finished tensor after its bytes
+ * records the stream's key (mk_pack_stream_key) and the shard size, then
+ * each finished tensor with the CRC-32C of its bytes, after those bytes
  * were fdatasync'ed.  When the END frame has been checked and everything
  * synced, the journal is removed and the directory renamed to OUT.  On
- * any error OUT.mk-partial is removed and OUT is not created.
+ * any error OUT.mk-partial is removed and OUT is not created (unless
+ * keep_partial or resume).
+ *
+ * Resume: with `resume`, an OUT.mk-partial left by an interrupted run is
+ * continued.  Its journal must have the same key and shard size (else
+ * MK_EMISMATCH, nothing touched); every tensor it lists is checked
+ * against its CRC-32C in the shard file (a mismatch is MK_ECORRUPT,
+ * nothing touched: the partial directory must be discarded); the files
+ * other than shards and journal are removed (the stream's FILE frames
+ * write them again).  Chunks of those tensors that still arrive are
+ * skipped unread; the other tensors are written as usual.  A partial
+ * directory without a journal, or whose journal records no header (an
+ * interruption before anything was synced), is started over.  With
+ * resume, a failure keeps OUT.mk-partial and journals what was written.
  */
 #ifndef MK_PACK_H
 #define MK_PACK_H
@@ -35,6 +49,7 @@ struct mk_pack_opts {
 					(the HEAD's chunk size) cannot fit, and
 					commit at most a quarter of it at a
 					time (0: no limit) */
+	bool resume;                 /* continue OUT.mk-partial (see above) */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total,
 			 size_t tensors_done, size_t ntensors);
 	void *progress_ctx;
@@ -43,10 +58,50 @@ struct mk_pack_opts {
 struct mk_pack_stats {
 	size_t nshards, ntensors, nfiles;
 	uint64_t tensor_bytes, bytes_written;
+	size_t resumed;              /* tensors found done in the journal */
+	uint64_t resumed_bytes;
 };
 
+struct mk_manifest;
+
+/* A stream's key, as the journal records it: the SHA-256 (hex) of its
+ * HEAD with the fields that do not change the output cleared (kind,
+ * producer, chunk_bytes, jobs, held_bytes_max, spilled_jobs), so a plan,
+ * the inputs stream and the tensors stream made from it, whole or with
+ * done jobs left out (mk-fetch --skip-done), have the same key.  It covers
+ * the tensors (names, dtypes, shapes, order), files, model table (shard
+ * sizes and header hashes), seed, plugins and unknown keys; not the jobs'
+ * methods and parameters, which no HEAD carries. */
+int mk_pack_stream_key(const struct mk_manifest *m, char hex[65], struct mk_err *err);
+
+/* A partial directory's journal: what an interrupted run finished. */
+struct mk_pack_done {
+	size_t index;                /* in the manifest */
+	uint32_t crc32c;             /* of its bytes in the shard */
+	char *name;                  /* NULL when the line left it out */
+};
+struct mk_pack_journal {
+	char key[65];                /* "" when the header is incomplete */
+	uint64_t shard_size;
+	size_t ndone;
+	struct mk_pack_done *done;
+	size_t valid_len;            /* bytes up to the last complete line */
+};
+
+/* Read PARTIAL/.mk-journal.  A missing directory or journal, or a journal
+ * cut before its header was complete, gives an empty journal (key "",
+ * nothing done); a torn last line is ignored.  Another format is
+ * MK_EFORMAT. */
+int mk_pack_journal_read(const char *partial, struct mk_pack_journal **out, struct mk_err *err);
+/* Check a journal (with a key) belongs to the stream whose HEAD is m:
+ * the key, and each done entry's index and name.  shard_size is checked
+ * too unless it is UINT64_MAX (mk-fetch does not know it). */
+int mk_pack_journal_check(const struct mk_pack_journal *j, const char *partial,
+			  const struct mk_manifest *m, uint64_t shard_size, struct mk_err *err);
+void mk_pack_journal_free(struct mk_pack_journal *j);
+
 /* Check OUT before any input is read (exists without force, partial
- * left behind).  mk_pack_run calls it too. */
+ * left behind without resume or force).  mk_pack_run calls it too. */
 int mk_pack_check_out(const struct mk_pack_opts *o, struct mk_err *err);
 /* A FILE frame's name mk-pack refuses: one that would overwrite a shard,
  * the index or the journal (mk-cat --verify checks tensors streams with

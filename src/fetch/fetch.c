@@ -10,6 +10,7 @@
 #include "mk/fsutil.h"
 #include "mk/manifest.h"
 #include "mk/model.h"
+#include "mk/pack.h"
 #include "mk/stream.h"
 
 const char *const mk_fetch_copy_files[] = {
@@ -39,6 +40,7 @@ struct fetch {
 	size_t cur;                    /* tensor being split */
 	struct mk_chunker ck;
 	bool ck_live;
+	bool *skip;                    /* done in the partial output: not sent */
 	size_t chunk_bytes;
 	struct pending *ring;
 	size_t ring_len;
@@ -56,6 +58,10 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 	for (;;) {
 		if (f->cur >= f->ntensors)
 			return 0;
+		if (f->skip && f->skip[f->cur]) {
+			f->cur++;
+			continue;
+		}
 		const struct mk_st_tensor *t = f->src[f->cur].mt->t;
 		if (!f->ck_live) {
 			int rc = mk_chunker_init(&f->ck, t->desc.dtype, t->desc.ndim, t->desc.shape, f->chunk_bytes, err);
@@ -207,6 +213,29 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 			goto out;
 		nfiles++;
 	}
+	/* --skip-done: the tensors an interrupted mk-pack finished (the
+	 * manifest complete: its key covers the files) */
+	if (o->skip_done) {
+		struct mk_pack_journal *j = NULL;
+		rc = mk_pack_journal_read(o->skip_done, &j, err);
+		if (!rc)
+			rc = mk_pack_journal_check(j, o->skip_done, man, UINT64_MAX, err);
+		if (!rc && j->key[0] && j->ndone) {
+			f.skip = calloc(f.ntensors, sizeof(*f.skip));
+			if (!f.skip)
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			for (size_t d = 0; !rc && d < j->ndone; d++) {
+				const struct mk_st_tensor *t = f.src[j->done[d].index].mt->t;
+				if (!f.skip[j->done[d].index])
+					st->skipped++;
+				f.skip[j->done[d].index] = true;
+				total -= t->end - t->begin;
+			}
+		}
+		mk_pack_journal_free(j);
+		if (rc)
+			goto out;
+	}
 	rc = mk_manifest_encode(man, &head, &head_len, err);
 	if (rc)
 		goto out;
@@ -278,6 +307,7 @@ out:
 	free(fbuf);
 	free(flen);
 	free(f.ring);
+	free(f.skip);
 	free(f.src);
 	mk_manifest_free(man);
 	for (size_t i = 0; models && i < o->nmodels; i++) {

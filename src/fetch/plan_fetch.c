@@ -10,6 +10,7 @@
 #include "mk/plan.h"
 #include "mk/manifest.h"
 #include "mk/model.h"
+#include "mk/pack.h"
 #include "mk/stream.h"
 
 struct held {                    /* a frame kept to be passed on later */
@@ -284,6 +285,39 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		rc = mk_err_set(err, MK_EFORMAT, "%s: the HEAD announces %llu jobs, the plan has %zu", label,
 				(unsigned long long)head->njobs, p.njobs);
 		goto out;
+	}
+	/* --skip-done: leave out the jobs whose outputs an interrupted mk-pack
+	 * finished (and their JOB frames); the HEAD counts the jobs sent */
+	if (o->skip_done) {
+		struct mk_pack_journal *j = NULL;
+		bool *isdone = calloc(head->ntensors + 1, sizeof(*isdone));
+		rc = isdone ? mk_pack_journal_read(o->skip_done, &j, err) : mk_err_set(err, MK_ENOMEM, "out of memory");
+		if (!rc)
+			rc = mk_pack_journal_check(j, o->skip_done, head, UINT64_MAX, err);
+		if (!rc && j->key[0]) {
+			size_t kept = 0;
+			uint64_t spilled = 0;
+			for (size_t d = 0; d < j->ndone; d++)
+				isdone[j->done[d].index] = true;
+			for (size_t k = 0; k < p.njobs; k++) {
+				if (isdone[p.jobs[k]->output]) {
+					mk_plan_job_free(p.jobs[k]);
+					free(jobframes[k].wire);
+					st->skipped++;
+					continue;
+				}
+				spilled += p.jobs[k]->spill;
+				p.jobs[kept] = p.jobs[k];
+				jobframes[kept++] = jobframes[k];
+			}
+			p.njobs = njf = kept;
+			head->njobs = kept;
+			head->spilled_jobs = spilled;
+		}
+		mk_pack_journal_free(j);
+		free(isdone);
+		if (rc)
+			goto out;
 	}
 	/* open shards once; place every job input */
 	for (size_t m = 0; m < head->nmodels; m++) {

@@ -1,5 +1,7 @@
 /* pack.c - mk-pack: a "tensors" stream -> sharded safetensors + files. */
+#include <dirent.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -18,6 +20,7 @@
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define JOURNAL_NAME ".mk-journal"
+#define JOURNAL_MAGIC "mk-pack journal 2\n"
 
 struct shard {
 	char name[64];
@@ -30,7 +33,9 @@ struct slot {                    /* where a manifest tensor goes */
 	size_t shard;
 	uint64_t off;            /* file offset of its first byte */
 	uint64_t got;            /* elements received so far */
+	uint32_t crc;            /* CRC-32C of the bytes written so far */
 	bool done;
+	bool resumed;            /* done by an earlier run (its chunks skipped) */
 };
 
 /* The journal's group commits run on a thread of their own, so writing
@@ -96,12 +101,186 @@ int mk_pack_check_out(const struct mk_pack_opts *o, struct mk_err *err)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	if (!o->force && lstat(o->out_dir, &sb) == 0)
 		rc = mk_err_set(err, MK_EEXIST, "%s already exists; use --force to replace it", o->out_dir);
-	else if (!o->force && lstat(partial, &sb) == 0)
+	else if (!o->force && !o->resume && lstat(partial, &sb) == 0)
 		rc = mk_err_set(err, MK_EEXIST,
-				"%s exists: an earlier mk-pack into %s did not finish; remove it or use --force",
+				"%s exists: an earlier mk-pack into %s did not finish; continue it with --resume, or remove that directory (or use --force) to start over",
 				partial, o->out_dir);
 	free(partial);
 	return rc;
+}
+
+int mk_pack_stream_key(const struct mk_manifest *m, char hex[65], struct mk_err *err)
+{
+	struct mk_manifest c = *m; /* shallow: only the cleared fields differ */
+	char *json = NULL;
+	size_t len;
+	uint8_t h[32];
+	int rc;
+
+	c.kind = (char *)"tensors";
+	c.producer = (char *)"";
+	c.chunk_bytes = 0;
+	c.njobs = 0;
+	c.held_bytes_max = 0;
+	c.spilled_jobs = 0;
+	rc = mk_manifest_encode(&c, &json, &len, err);
+	if (rc)
+		return rc;
+	mk_sha256(json, len, h);
+	mk_hex(h, 32, hex);
+	free(json);
+	return 0;
+}
+
+void mk_pack_journal_free(struct mk_pack_journal *j)
+{
+	if (!j)
+		return;
+	for (size_t i = 0; i < j->ndone; i++)
+		free(j->done[i].name);
+	free(j->done);
+	free(j);
+}
+
+static int journal_parse(struct mk_pack_journal *j, const char *path, const char *text, size_t len,
+			 struct mk_err *err)
+{
+	const char *at = text, *end = text + len;
+	size_t lineno = 0, cap = 0;
+	char key[65] = "";
+	uint64_t shard = 0;
+
+	while (at < end) {
+		const char *nl = memchr(at, '\n', (size_t)(end - at));
+		if (!nl)
+			break; /* torn last line: never synced */
+		size_t n = (size_t)(nl - at);
+		char *line = strndup(at, n);
+		if (!line)
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		lineno++;
+		int ok = 1;
+		if (lineno == 1) {
+			ok = !strcmp(line, "mk-pack journal 2");
+		} else if (lineno == 2) {
+			ok = sscanf(line, "stream-sha256 %64[0-9a-f]", key) == 1 && strlen(key) == 64;
+		} else if (lineno == 3) {
+			unsigned long long v;
+			char tail;
+			ok = sscanf(line, "shard-size %llu%c", &v, &tail) == 1;
+			shard = v;
+		} else {
+			unsigned long long idx;
+			unsigned crc;
+			int off = 0;
+			ok = sscanf(line, "done %llu %8x%n", &idx, &crc, &off) == 2 && (line[off] == '\0' || line[off] == ' ');
+			if (ok) {
+				if (j->ndone == cap) {
+					size_t nc = cap ? 2 * cap : 64;
+					struct mk_pack_done *q = realloc(j->done, nc * sizeof(*q));
+					if (!q) {
+						free(line);
+						return mk_err_set(err, MK_ENOMEM, "out of memory");
+					}
+					j->done = q;
+					cap = nc;
+				}
+				struct mk_pack_done *d = &j->done[j->ndone];
+				d->index = (size_t)idx;
+				d->crc32c = crc;
+				d->name = line[off] == ' ' ? strdup(line + off + 1) : NULL;
+				if (line[off] == ' ' && !d->name) {
+					free(line);
+					return mk_err_set(err, MK_ENOMEM, "out of memory");
+				}
+				j->ndone++;
+			}
+		}
+		free(line);
+		if (!ok)
+			return mk_err_set(err, MK_EFORMAT,
+					  "%s: line %zu: not a journal this mk-pack writes (an older version, or a damaged file); remove the partial directory to start over",
+					  path, lineno);
+		at = nl + 1;
+		if (lineno == 3) {
+			memcpy(j->key, key, sizeof(key));
+			j->shard_size = shard;
+		}
+		j->valid_len = (size_t)(at - text);
+	}
+	if (lineno < 3) {
+		/* the header never reached the disk whole: nothing is recorded */
+		j->key[0] = '\0';
+		j->valid_len = 0;
+	}
+	return 0;
+}
+
+int mk_pack_journal_read(const char *partial, struct mk_pack_journal **out, struct mk_err *err)
+{
+	struct mk_pack_journal *j = calloc(1, sizeof(*j));
+	char *path = join(partial, JOURNAL_NAME);
+	uint8_t *text = NULL;
+	size_t len = 0;
+	struct stat sb;
+	int rc = 0;
+
+	*out = NULL;
+	if (!j || !path) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	if (lstat(path, &sb) < 0) {
+		if (errno != ENOENT && errno != ENOTDIR)
+			rc = mk_err_sys(err, errno, "%s", path);
+		goto out; /* no journal: nothing done */
+	}
+	if (!S_ISREG(sb.st_mode)) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: not a regular file; remove the partial directory to start over",
+				path);
+		goto out;
+	}
+	rc = mk_file_read(path, (size_t)1 << 30, &text, &len, err);
+	if (!rc)
+		rc = journal_parse(j, path, (const char *)text, len, err);
+out:
+	free(text);
+	free(path);
+	if (rc)
+		mk_pack_journal_free(j);
+	else
+		*out = j;
+	return rc;
+}
+
+int mk_pack_journal_check(const struct mk_pack_journal *j, const char *partial,
+			  const struct mk_manifest *m, uint64_t shard_size, struct mk_err *err)
+{
+	char key[65];
+	int rc;
+
+	if (!j->key[0])
+		return 0;
+	rc = mk_pack_stream_key(m, key, err);
+	if (rc)
+		return rc;
+	if (strcmp(key, j->key))
+		return mk_err_set(err, MK_EMISMATCH,
+				  "%s was started for another merge (its journal records another stream: other models, tensors, files or seed); remove that directory, or use --force without --resume, to start over",
+				  partial);
+	if (shard_size != UINT64_MAX && shard_size != j->shard_size)
+		return mk_err_set(err, MK_EMISMATCH,
+				  "%s was started with --out-shard-size %llu, this run has %llu; resume with the same shard size, or remove that directory to start over",
+				  partial, (unsigned long long)j->shard_size, (unsigned long long)shard_size);
+	for (size_t k = 0; k < j->ndone; k++) {
+		const struct mk_pack_done *d = &j->done[k];
+		if (d->index >= m->ntensors || (d->name && strcmp(d->name, m->tensors[d->index].name)))
+			return mk_err_set(err, MK_EMISMATCH,
+					  "%s: the journal lists tensor %zu as '%s', the stream has %s; remove that directory to start over",
+					  partial, d->index, d->name ? d->name : "(no name)",
+					  d->index < m->ntensors ? m->tensors[d->index].name : "fewer tensors");
+	}
+	return 0;
 }
 
 /* Greedy shard assignment in manifest order, as mergekit's writer. */
@@ -206,7 +385,7 @@ static int check_space(struct pack *p, const char *dir, struct mk_err *err)
 	return 0;
 }
 
-static int open_shards(struct pack *p, uint8_t **hdrs, size_t *hlens, struct mk_err *err)
+static int open_shards(struct pack *p, uint8_t **hdrs, size_t *hlens, bool resume, struct mk_err *err)
 {
 	for (size_t s = 0; s < p->nshards; s++) {
 		struct shard *sh = &p->sh[s];
@@ -215,7 +394,9 @@ static int open_shards(struct pack *p, uint8_t **hdrs, size_t *hlens, struct mk_
 
 		if (!path)
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
-		sh->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+		/* resumed: the shard (kept, or missing when the earlier run
+		 * stopped before creating it) gets its size and header again */
+		sh->fd = open(path, O_WRONLY | O_CREAT | (resume ? 0 : O_EXCL) | O_CLOEXEC, 0644);
 		if (sh->fd < 0) {
 			rc = mk_err_sys(err, errno, "%s", path);
 			free(path);
@@ -249,9 +430,10 @@ static int journal_commit(struct pack *p, const size_t *ids, size_t n, struct mk
 			return mk_err_sys(err, errno, "%s/%s: fdatasync", p->partial, p->sh[s].name);
 	for (size_t k = 0; k < n; k++) {
 		size_t i = ids[k];
-		int len = snprintf(line, sizeof(line), "done %zu %s\n", i, p->man->tensors[i].name);
+		int len = snprintf(line, sizeof(line), "done %zu %08" PRIx32 " %s\n", i, p->slot[i].crc,
+				   p->man->tensors[i].name);
 		if (len >= (int)sizeof(line))
-			len = snprintf(line, sizeof(line), "done %zu\n", i);
+			len = snprintf(line, sizeof(line), "done %zu %08" PRIx32 "\n", i, p->slot[i].crc);
 		int rc = mk_write_all(p->jfd, line, (size_t)len, JOURNAL_NAME, err);
 		if (rc)
 			return rc;
@@ -431,6 +613,8 @@ static int write_chunk(struct pack *p, const struct mk_frame *f, struct mk_err *
 		return mk_err_prefix(err, "frame #%llu: ", (unsigned long long)f->index);
 	t = &p->man->tensors[c.id];
 	sl = &p->slot[c.id];
+	if (sl->resumed)
+		return 0; /* written by the run this one resumes, checked against its CRC */
 	if (c.elem_begin != sl->got)
 		return mk_err_set(err, MK_EFORMAT,
 				  "frame #%llu (DATA): tensor '%s': chunk [%llu, +%llu) out of order or out of range (expected element %llu of %llu)",
@@ -442,6 +626,7 @@ static int write_chunk(struct pack *p, const struct mk_frame *f, struct mk_err *
 	rc = mk_pwrite_all(sh->fd, c.data, c.data_len, sl->off + boff, sh->name, err);
 	if (rc)
 		return rc;
+	sl->crc = mk_crc32c(sl->crc, c.data, c.data_len);
 	sl->got += c.elem_count;
 	p->done_bytes += c.data_len;
 	p->st->bytes_written += c.data_len;
@@ -577,6 +762,110 @@ out:
 	return rc;
 }
 
+/* Resume: check every tensor the journal lists against its CRC-32C in
+ * the shard file (read-only, before anything changes), then mark it done. */
+static int resume_verify(struct pack *p, const struct mk_pack_journal *j, struct mk_err *err)
+{
+	size_t bufsz = 4u << 20;
+	uint8_t *buf = malloc(bufsz);
+	int *fds = calloc(p->nshards ? p->nshards : 1, sizeof(*fds));
+	int rc = 0;
+
+	if (!buf || !fds) {
+		free(buf);
+		free(fds);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	for (size_t s = 0; s < p->nshards; s++)
+		fds[s] = -1;
+	for (size_t k = 0; !rc && k < j->ndone; k++) {
+		const struct mk_pack_done *d = &j->done[k];
+		const struct mk_manifest_tensor *t = &p->man->tensors[d->index];
+		struct slot *sl = &p->slot[d->index];
+		struct shard *sh = &p->sh[sl->shard];
+		uint32_t crc = 0;
+		uint64_t at = 0;
+
+		if (sl->resumed)
+			continue;
+		if (fds[sl->shard] < 0) {
+			char *path = join(p->partial, sh->name);
+			if (!path) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				break;
+			}
+			fds[sl->shard] = open(path, O_RDONLY | O_CLOEXEC);
+			if (fds[sl->shard] < 0)
+				rc = mk_err_sys(err, errno,
+						"%s (its journal says tensor '%s' is written there); remove %s to start over",
+						path, t->name, p->partial);
+			free(path);
+			if (rc)
+				break;
+		}
+		while (at < t->nbytes) {
+			size_t n = t->nbytes - at < bufsz ? (size_t)(t->nbytes - at) : bufsz;
+			ssize_t got = pread(fds[sl->shard], buf, n, (off_t)(sl->off + at));
+			if (got < 0 && errno == EINTR)
+				continue;
+			if (got < 0) {
+				rc = mk_err_sys(err, errno, "%s/%s: reading tensor '%s'", p->partial, sh->name,
+						t->name);
+				break;
+			}
+			if (got == 0)
+				break; /* short file: the CRC below fails */
+			crc = mk_crc32c(crc, buf, (size_t)got);
+			at += (uint64_t)got;
+		}
+		if (rc)
+			break;
+		if (at != t->nbytes || crc != d->crc32c) {
+			rc = mk_err_set(err, MK_ECORRUPT,
+					"%s/%s: tensor '%s' does not match the CRC-32C its journal recorded (the file was changed, or the disk lost what was synced); remove %s to start over",
+					p->partial, sh->name, t->name, p->partial);
+			break;
+		}
+		sl->crc = crc;
+		sl->got = t->nelem;
+		sl->done = sl->resumed = true;
+		p->ndone++;
+		p->done_bytes += t->nbytes;
+		p->st->resumed++;
+		p->st->resumed_bytes += t->nbytes;
+	}
+	for (size_t s = 0; s < p->nshards; s++)
+		if (fds[s] >= 0)
+			close(fds[s]);
+	free(fds);
+	free(buf);
+	return rc;
+}
+
+/* Resume: remove what the stream writes again (its FILE frames, the
+ * index); keep the shards and the journal. */
+static int resume_clean(struct pack *p, struct mk_err *err)
+{
+	DIR *d = opendir(p->partial);
+	struct dirent *e;
+	int rc = 0;
+
+	if (!d)
+		return mk_err_sys(err, errno, "%s", p->partial);
+	while (!rc && (e = readdir(d))) {
+		bool keep = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, JOURNAL_NAME);
+		for (size_t s = 0; !keep && s < p->nshards; s++)
+			keep = !strcmp(e->d_name, p->sh[s].name);
+		if (keep)
+			continue;
+		char *path = join(p->partial, e->d_name);
+		rc = path ? mk_rmtree(path, err) : mk_err_set(err, MK_ENOMEM, "out of memory");
+		free(path);
+	}
+	closedir(d);
+	return rc;
+}
+
 int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 		struct mk_pack_stats *st, struct mk_err *err)
 {
@@ -586,7 +875,9 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 	uint8_t **hdrs = NULL;
 	size_t *hlens = NULL;
 	char *parent = NULL;
-	bool made = false;
+	bool made = false, resuming = false;
+	struct mk_pack_journal *jn = NULL;
+	struct stat sb;
 	int rc;
 
 	memset(st, 0, sizeof(*st));
@@ -613,10 +904,7 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 		goto out;
 	}
 	{
-		uint8_t hh[32];
 		char hex[65], line[160];
-		mk_sha256(f.payload, f.payload_len, hh);
-		mk_hex(hh, 32, hex);
 		st->tensor_bytes = mk_manifest_total_bytes(p.man);
 		st->ntensors = p.man->ntensors;
 		rc = assign_shards(&p, err);
@@ -652,33 +940,7 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 				goto out;
 			}
 		}
-		rc = check_space(&p, parent, err);
-		if (rc)
-			goto out;
-		if (o->force) {
-			rc = mk_rmtree(p.partial, err);
-			if (rc)
-				goto out;
-		}
-		if (mkdir(p.partial, 0755) < 0) {
-			rc = mk_err_sys(err, errno, "%s: cannot create the output", p.partial);
-			goto out;
-		}
-		made = true;
-		char *jpath = join(p.partial, JOURNAL_NAME);
-		if (!jpath) {
-			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-			goto out;
-		}
-		p.jfd = open(jpath, O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_CLOEXEC, 0644);
-		if (p.jfd < 0)
-			rc = mk_err_sys(err, errno, "%s", jpath);
-		free(jpath);
-		if (rc)
-			goto out;
-		int n = snprintf(line, sizeof(line), "mk-pack journal 1\nhead-sha256 %s\nshard-size %llu\n", hex,
-				 (unsigned long long)o->shard_size);
-		rc = mk_write_all(p.jfd, line, (size_t)n, JOURNAL_NAME, err);
+		rc = mk_pack_stream_key(p.man, hex, err);
 		if (rc)
 			goto out;
 		p.finished = malloc((p.man->ntensors ? p.man->ntensors : 1) * sizeof(*p.finished));
@@ -686,14 +948,73 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			goto out;
 		}
-		rc = open_shards(&p, hdrs, hlens, err);
+		if (o->resume && lstat(p.partial, &sb) == 0) {
+			if (!S_ISDIR(sb.st_mode)) {
+				rc = mk_err_set(err, MK_EEXIST, "%s is not a directory; remove it", p.partial);
+				goto out;
+			}
+			rc = mk_pack_journal_read(p.partial, &jn, err);
+			if (rc)
+				goto out;
+			/* nothing recorded (no journal, or its header never
+			 * reached the disk): start over */
+			resuming = jn->key[0] != '\0';
+			if (resuming) {
+				rc = mk_pack_journal_check(jn, p.partial, p.man, o->shard_size, err);
+				if (!rc)
+					rc = resume_verify(&p, jn, err);
+				if (rc)
+					goto out;
+			}
+		}
+		if (!resuming) {
+			rc = check_space(&p, parent, err);
+			if (rc)
+				goto out;
+			if (o->force || o->resume) {
+				rc = mk_rmtree(p.partial, err);
+				if (rc)
+					goto out;
+			}
+			if (mkdir(p.partial, 0755) < 0) {
+				rc = mk_err_sys(err, errno, "%s: cannot create the output", p.partial);
+				goto out;
+			}
+		}
+		made = true;
+		if (resuming) {
+			rc = resume_clean(&p, err);
+			if (rc)
+				goto out;
+		}
+		char *jpath = join(p.partial, JOURNAL_NAME);
+		if (!jpath) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			goto out;
+		}
+		p.jfd = open(jpath, O_WRONLY | O_CREAT | (resuming ? 0 : O_EXCL) | O_APPEND | O_CLOEXEC, 0644);
+		if (p.jfd < 0)
+			rc = mk_err_sys(err, errno, "%s", jpath);
+		else if (resuming && ftruncate(p.jfd, (off_t)jn->valid_len) < 0)
+			rc = mk_err_sys(err, errno, "%s: dropping a torn last line", jpath);
+		free(jpath);
+		if (rc)
+			goto out;
+		if (!resuming) {
+			int n = snprintf(line, sizeof(line), JOURNAL_MAGIC "stream-sha256 %s\nshard-size %llu\n", hex,
+					 (unsigned long long)o->shard_size);
+			rc = mk_write_all(p.jfd, line, (size_t)n, JOURNAL_NAME, err);
+			if (rc)
+				goto out;
+		}
+		rc = open_shards(&p, hdrs, hlens, resuming, err);
 		if (rc)
 			goto out;
 		st->nshards = p.nshards;
 	}
 	/* tensors with no elements are complete already */
 	for (size_t i = 0; i < p.man->ntensors; i++)
-		if (p.man->tensors[i].nelem == 0) {
+		if (p.man->tensors[i].nelem == 0 && !p.slot[i].done) {
 			p.slot[i].done = true;
 			p.ndone++;
 			p.finished[p.nfinished++] = i;
@@ -718,8 +1039,14 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 	}
 	rc = finish(&p, err);
 out:
+	if (rc && made && o->resume && p.jfd >= 0 && p.finished) {
+		/* kept for the next --resume: journal what was written */
+		struct mk_err e2 = { 0 };
+		if (!syncer_wait(&p, &e2))
+			(void)journal_commit(&p, p.finished, p.nfinished, &e2);
+	}
 	syncer_stop(&p);
-	if (rc && made && !o->keep_partial) {
+	if (rc && made && !o->keep_partial && !o->resume) {
 		if (p.jfd >= 0) {
 			close(p.jfd);
 			p.jfd = -1;
@@ -742,6 +1069,7 @@ out:
 	free(p.sy.batch);
 	free(parent);
 	free(p.partial);
+	mk_pack_journal_free(jn);
 	mk_manifest_free(p.man);
 	mk_sr_free(r);
 	return rc;

@@ -1,0 +1,222 @@
+# Resume an interrupted merge: kill each stage of the pipe (mk-fetch,
+# mk-merge: kill -9 after varying delays; mk-pack: after N tensors, by the
+# MK_PACK_EXIT_AFTER_TENSORS test hook, and by kill -9), resume with
+# mk-fetch --skip-done | mk-merge | mk-pack --resume, and compare OUT byte
+# for byte with an uninterrupted run.  Then mk-yaml --resume, copy mode,
+# and the refusals: no --resume, another merge, another shard size, a
+# tensor whose bytes changed.  Under the sanitizers (slow) fewer points.
+. "$MK_TOP/test/cli/lib.inc"
+mk-gen-model --dtype F32 --hidden 256 --layers 4 --big-rows 8192 a
+mk-gen-model --dtype F32 --hidden 256 --layers 4 --big-rows 8192 --seed 9 b
+mk-gen-model --dtype F32 --hidden 256 --layers 4 --big-rows 8192 --seed 5 c
+cat > slerp.yml <<YML
+merge_method: slerp
+base_model: a
+models:
+  - model: a
+  - model: b
+parameters:
+  t: 0.3
+YML
+sed 's/model: b/model: c/' slerp.yml > other.yml
+points=20
+[ "$MK_SAN" = 1 ] && points=4
+shard=--out-shard-size=6M
+# small commits (a quarter of --max-memory), so kills land between them
+pack_opts="--no-progress --max-memory 12MiB $shard"
+
+pipe() { # pipe [ENV=..]: the resumable hand-built pipe into out
+	mk-plan --name out slerp.yml | mk-fetch --skip-done out.mk-partial | mk-merge |
+		mk-pack --resume $pack_opts out
+}
+# the reference; timed the second time (the models' pages cached)
+mk-plan --name out slerp.yml | mk-fetch | mk-merge | mk-pack $pack_opts ref
+t0=$(date +%s%N)
+mk-plan --name out slerp.yml | mk-fetch | mk-merge | mk-pack $pack_opts out
+t1=$(date +%s%N)
+diff -r ref out
+rm -rf out
+ms=$(( (t1 - t0) / 1000000 ))
+ntensors=$(grep -c '": "model-' ref/model.safetensors.index.json)
+echo "uninterrupted run: ${ms} ms, $ntensors tensors"
+[ "$ntensors" -gt 20 ] || fail "only $ntensors tensors in the reference"
+
+# resume until OUT is there (a resume may be interrupted too); compare
+finish() { # finish LABEL
+	pipe 2>resume.err || { cat resume.err >&2; fail "$1: the resumed run failed"; }
+	[ -d out ] && [ ! -e out.mk-partial ] || fail "$1: no out after resuming"
+	diff -r ref out > diff.txt || { cat diff.txt >&2; fail "$1: the resumed OUT differs"; }
+	rm -rf out
+}
+interrupted=0 resumed_tensors=0
+# count_done: tensors the partial directory's journal lists
+count_done() {
+	n=0
+	[ -f out.mk-partial/.mk-journal ] && n=$(grep -c '^done ' out.mk-partial/.mk-journal || true)
+	echo "$n"
+}
+
+# kill -9 one stage of the background pipe after a delay
+kill_stage() { # kill_stage STAGE DELAY_MS
+	( pipe ) 2>/dev/null &
+	sub=$!
+	sleep "$(awk -v m="$2" 'BEGIN { printf "%.3f", m / 1000 }')"
+	pid=$(pgrep -P $sub -x "$1" || true)
+	[ -n "$pid" ] && kill -9 $pid 2>/dev/null || true
+	wait $sub 2>/dev/null || true
+	# an mk-pack killed with the others' output cut keeps its partial
+	if [ -d out ]; then
+		diff -r ref out > diff.txt || { cat diff.txt >&2; fail "$1 not killed: OUT differs"; }
+		rm -rf out
+		return
+	fi
+	if [ ! -d out.mk-partial ]; then
+		# killed before mk-pack had the HEAD (and made it)
+		finish "kill -9 $1 after $2 ms (early)"
+		return
+	fi
+	interrupted=$((interrupted + 1))
+	resumed_tensors=$((resumed_tensors + $(count_done)))
+	finish "kill -9 $1 after $2 ms"
+}
+for stage in mk-fetch mk-merge mk-pack; do
+	before=$interrupted
+	k=1
+	while [ $k -le $points ]; do
+		kill_stage $stage $(( ms * k * 9 / (points * 10) + 5 ))
+		k=$((k + 1))
+	done
+	echo "$stage: $((interrupted - before)) of $points runs interrupted and resumed"
+	# (how many land depends on the load: the delays follow one timed run)
+	[ $((interrupted - before)) -ge 1 ] || fail "$stage: no kill landed before the run finished"
+done
+
+# mk-pack stopped (SIGKILL, by the hook) after N tensors, N over the range
+before=$interrupted
+k=1
+while [ $k -le $points ]; do
+	n=$(( k * ntensors / (points + 1) + 1 ))
+	MK_PACK_EXIT_AFTER_TENSORS=$n pipe 2>/dev/null && fail "MK_PACK_EXIT_AFTER_TENSORS=$n: the run succeeded"
+	[ -d out.mk-partial ] && [ ! -e out ] || fail "after $n tensors: no partial, or OUT"
+	d=$(count_done)
+	[ "$d" -le "$n" ] || fail "after $n tensors: the journal lists $d"
+	interrupted=$((interrupted + 1))
+	resumed_tensors=$((resumed_tensors + d))
+	# a second interruption of the resumed run, then the last
+	if [ $((k % 4)) = 0 ] && [ $k -lt $points ]; then
+		MK_PACK_EXIT_AFTER_TENSORS=$((n + 3)) pipe 2>/dev/null && fail "second stop at $((n + 3)): the run succeeded"
+		[ "$(count_done)" -ge "$d" ] || fail "the second run lost journal entries"
+	fi
+	finish "mk-pack stopped after $n tensors"
+	k=$((k + 1))
+done
+echo "mk-pack hook: $((interrupted - before)) runs stopped and resumed"
+echo "$interrupted interruptions, $resumed_tensors tensors found done and not made again"
+[ "$resumed_tensors" -gt 0 ] || fail "no resume found a finished tensor"
+
+# stop_late: a partial directory with tensors journaled (the sync thread
+# commits in the background: a stop may come before its first commit)
+stop_late() {
+	tries=0
+	while [ $tries -lt 5 ]; do
+		rm -rf out.mk-partial
+		MK_PACK_EXIT_AFTER_TENSORS=$((ntensors - 2)) pipe 2>/dev/null && fail "the stopped run succeeded"
+		[ "$(count_done)" -gt 0 ] && return
+		tries=$((tries + 1))
+	done
+	fail "five runs stopped after $((ntensors - 2)) tensors journaled none"
+}
+# a resumed run says what it kept, and mk-fetch what it left out
+stop_late
+d=$(count_done)
+mk-plan --name out slerp.yml | mk-fetch -v --skip-done out.mk-partial 2>fetch.err | mk-merge |
+	mk-pack -v --resume $pack_opts out 2>pack.err
+grep -qF "left out $d jobs done in out.mk-partial" fetch.err || { cat fetch.err >&2; fail "mk-fetch -v: no 'left out $d jobs'"; }
+grep -qF "resumed out: $d tensors" pack.err || { cat pack.err >&2; fail "mk-pack -v: no 'resumed out: $d tensors'"; }
+diff -r ref out
+rm -rf out
+
+# mk-pack --resume without --skip-done upstream: the done tensors' chunks
+# arrive and are skipped
+MK_PACK_EXIT_AFTER_TENSORS=$((ntensors / 3)) pipe 2>/dev/null || true
+[ -d out.mk-partial ] || fail "no partial to resume"
+mk-plan --name out slerp.yml | mk-fetch | mk-merge | mk-pack --resume $pack_opts out
+diff -r ref out
+rm -rf out
+
+# the refusals
+stop_late
+cp out.mk-partial/.mk-journal journal.saved
+expect_fail 1 "continue it with --resume, or remove that directory" sh -c \
+	"mk-plan --name out slerp.yml | mk-fetch | mk-merge | mk-pack $pack_opts out"
+expect_fail 1 "continue it with --resume, or remove that directory" mk-yaml --quiet $shard slerp.yml out
+# another merge: mk-fetch refuses before reading, and so does mk-pack
+expect_fail 1 "out.mk-partial was started for another merge" sh -c \
+	"mk-plan --name out other.yml | mk-fetch --skip-done out.mk-partial > /dev/null"
+expect_fail 1 "out.mk-partial was started for another merge" sh -c \
+	"mk-plan --name out other.yml | mk-fetch | mk-merge | mk-pack --resume $pack_opts out"
+expect_fail 1 "out.mk-partial was started with --out-shard-size 6000000, this run has 5000000000" sh -c \
+	"mk-plan --name out slerp.yml | mk-fetch --skip-done out.mk-partial | mk-merge | mk-pack --resume out"
+cmp journal.saved out.mk-partial/.mk-journal || fail "a refused resume changed the journal"
+# a finished tensor's bytes changed on disk: refused, nothing touched
+line=$(grep '^done ' out.mk-partial/.mk-journal | head -1)
+name=${line#done * * }
+file=$(awk -v n="$name" -F'"' '$2 == n { print $4 }' ref/model.safetensors.index.json)
+off=
+command -v python3 > /dev/null && off=$(python3 -c "
+import json, struct, sys
+f = open('out.mk-partial/$file', 'rb'); n = struct.unpack('<Q', f.read(8))[0]
+h = json.loads(f.read(n)); print(8 + n + h['$name']['data_offsets'][0])")
+if [ -n "$off" ]; then
+	printf 'X' | dd of="out.mk-partial/$file" bs=1 seek="$off" conv=notrunc status=none
+	expect_fail 1 "tensor '$name' does not match the CRC-32C its journal recorded" sh -c \
+		"mk-plan --name out slerp.yml | mk-fetch --skip-done out.mk-partial | mk-merge | mk-pack --resume $pack_opts out"
+	cmp journal.saved out.mk-partial/.mk-journal || fail "a refused resume changed the journal"
+	[ ! -e out ] || fail "out written despite a damaged partial"
+else
+	echo "python3 not found: the damaged-tensor check is skipped"
+fi
+rm -rf out.mk-partial
+# --resume with nothing to resume is a plain run
+pipe
+diff -r ref out
+rm -rf out
+
+# mk-yaml --resume: the same OUT as mk-yaml, after mk-yaml itself is
+# stopped (SIGTERM) or mk-pack stops after N tensors
+mk-yaml --quiet $shard slerp.yml out
+mv out yref
+MK_PACK_EXIT_AFTER_TENSORS=$((ntensors / 2)) mk-yaml --quiet --resume $shard slerp.yml out 2>/dev/null &&
+	fail "mk-yaml with mk-pack stopped succeeded"
+[ -d out.mk-partial ] || fail "mk-yaml --resume removed the partial directory of a failed run"
+mk-yaml --print-pipeline --resume $shard slerp.yml out | grep -qF -- "--skip-done out.mk-partial" ||
+	fail "mk-yaml --resume does not pass --skip-done"
+mk-yaml --quiet --resume $shard slerp.yml out
+diff -r yref out
+rm -rf out
+mk-yaml --quiet $shard slerp.yml out &
+y=$!
+sleep "$(awk -v m="$ms" 'BEGIN { printf "%.3f", m / 2000 }')"
+kill -TERM $y 2>/dev/null || true
+wait $y 2>/dev/null || true
+# (on a loaded machine the merge may have finished before the kill)
+[ -d out ] || mk-yaml --quiet --resume $shard slerp.yml out
+diff -r yref out
+rm -rf out
+
+# copy mode: mk-fetch --model --skip-done | mk-pack --resume
+mk-fetch --model a | mk-pack $pack_opts cref
+k=1 cdone=0
+while [ $k -le 3 ]; do
+	n=$((k * ntensors / 4))
+	MK_PACK_EXIT_AFTER_TENSORS=$n sh -c "mk-fetch --model a | mk-pack --resume $pack_opts cout" 2>/dev/null &&
+		fail "copy mode: mk-pack stopped after $n tensors succeeded"
+	cdone=$((cdone + $(grep -c '^done ' cout.mk-partial/.mk-journal || true)))
+	mk-fetch --model a --skip-done cout.mk-partial | mk-pack --resume $pack_opts cout
+	diff -r cref cout
+	rm -rf cout
+	k=$((k + 1))
+done
+# (mk-pack alone runs ahead of its sync thread: a kill may leave nothing journaled)
+echo "copy mode: $cdone tensors found done in 3 resumes"
+echo "ok"
