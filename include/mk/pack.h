@@ -107,6 +107,12 @@ int mk_pack_check_out(const struct mk_pack_opts *o, struct mk_err *err);
  * the index or the journal (mk-cat --verify checks tensors streams with
  * it too). */
 int mk_pack_file_name_check(const char *name, struct mk_err *err);
+/* A FILE frame of `size` content bytes mk-pack accepts: the HEAD's
+ * "files" list announces `name` with at least that size (so the free
+ * space checked at the HEAD covers it). */
+struct mk_manifest;
+int mk_pack_file_size_check(const struct mk_manifest *head, const char *name, uint64_t size,
+			    struct mk_err *err);
 
 int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 		struct mk_pack_stats *st, struct mk_err *err);

@@ -114,9 +114,43 @@ struct mk_frame {
 	const uint8_t *payload; /* decoded payload (raw_len bytes) */
 	size_t payload_len;
 	bool csum_ok;         /* false only with MK_SR_NO_VERIFY */
+	bool piecewise;       /* payload not read yet: mk_sr_read_payload */
 };
 
 #define MK_SR_NO_VERIFY 0x01  /* report bad checksums in csum_ok, go on */
+#define MK_SR_PIECEWISE_FILE 0x02 /* FILE frames come piecewise (below) */
+
+/* ---- bounds ----
+ * Before a payload byte is read or inflated, the sizes a frame header
+ * declares are checked: raw_len against a bound for its type, and, for
+ * a frame read whole, the memory it takes (len, plus raw_len when
+ * compressed) against the reader's memory bound.  Until a HEAD is known
+ * DATA, INPT and FILE frames may declare up to MK_FRAME_MAX; HEAD, JOB
+ * and END always have the fixed caps below.  mk_sr_head sets the bounds
+ * the HEAD implies (mk_sr_bound_by_head). */
+#define MK_FRAME_HEAD_MAX (64ull << 20)  /* a HEAD's JSON */
+#define MK_FRAME_JOB_MAX (16ull << 20)   /* one JOB's JSON */
+#define MK_FRAME_END_MAX (64ull << 10)   /* END's counts */
+/* A chunk is cut at chunk_bytes in its producer's dtype; mk-merge writes
+ * its elements at the output dtype, at most 16 times wider (F4 -> F64),
+ * and pieces of up to 2^20 elements; so a DATA/INPT payload is at most
+ * MK_CHUNK_HDR + MK_CHUNK_WIDEN * max(chunk_bytes, MK_CHUNK_FLOOR). */
+#define MK_CHUNK_WIDEN 16u
+#define MK_CHUNK_FLOOR (512u << 10)
+struct mk_sr_bounds {
+	uint64_t chunk;   /* DATA, INPT: largest raw_len (0: MK_FRAME_MAX) */
+	uint64_t file;    /* FILE: largest raw_len (0: MK_FRAME_MAX) */
+	uint64_t memory;  /* a frame read whole: largest len (+ raw_len when
+			     compressed) held at once (0: no bound); also sizes
+			     the zstd window a piecewise frame may use */
+};
+struct mk_stream_reader;
+void mk_sr_set_bounds(struct mk_stream_reader *r, const struct mk_sr_bounds *b);
+void mk_sr_get_bounds(const struct mk_stream_reader *r, struct mk_sr_bounds *b);
+/* From a decoded HEAD: chunk from its chunk_bytes (unchanged when 0),
+ * file = 8 + PATH_MAX + its largest announced file (no files: 8 +
+ * PATH_MAX); memory is kept. */
+void mk_sr_bound_by_head(struct mk_stream_reader *r, const struct mk_manifest *m);
 
 struct mk_stream_reader;
 /* Read and check the prelude from fd.  `label` names the stream in
@@ -129,6 +163,20 @@ int mk_sr_open(struct mk_stream_reader **out, int fd, const char *label,
  * that disagree are errors naming the frame number. */
 int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f,
 	       struct mk_err *err);
+/* With MK_SR_PIECEWISE_FILE, mk_sr_next returns a FILE frame with only
+ * its header checked (f->piecewise, payload and wire NULL: it cannot be
+ * passed through); its raw_len payload bytes then come from this call,
+ * up to `cap` at a time, decompressed into `buf` when the frame is zstd
+ * (in a window bounded by the memory bound).  *got > 0: bytes delivered;
+ * *got == 0: the payload is complete, its checksum matched and its size
+ * is raw_len: only now does the frame count as accepted.  Bytes
+ * delivered before that are unverified: a caller that stores them must
+ * discard them when this call fails.  A zstd payload that would inflate
+ * past raw_len fails at the first byte over.  Bad checksums are errors
+ * even with MK_SR_NO_VERIFY.  mk_sr_next called before the end drains
+ * (and verifies) the rest. */
+int mk_sr_read_payload(struct mk_stream_reader *r, void *buf, size_t cap,
+		       size_t *got, struct mk_err *err);
 void mk_sr_free(struct mk_stream_reader *r);
 /* Frames returned and bytes consumed so far (the prelude included). */
 void mk_sr_position(const struct mk_stream_reader *r, uint64_t *frames, uint64_t *bytes);

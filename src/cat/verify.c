@@ -47,6 +47,8 @@ static int frame(struct vs *v, const struct mk_frame *f, struct mk_err *err)
 		}
 		/* mk-pack writes it: not over a weight file, not twice */
 		rc = mk_pack_file_name_check(ff.name, err);
+		if (!rc)
+			rc = mk_pack_file_size_check(v->head, ff.name, ff.len, err);
 		for (size_t k = 0; !rc && k < v->nfiles; k++)
 			if (!strcmp(v->files[k], ff.name))
 				rc = mk_err_set(err, MK_EFORMAT, "FILE '%s' sent twice", ff.name);

@@ -4,6 +4,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -551,49 +552,115 @@ int mk_pack_file_name_check(const char *name, struct mk_err *err)
 	return 0;
 }
 
-static int write_file_frame(struct pack *p, const struct mk_frame *f, struct mk_err *err)
+int mk_pack_file_size_check(const struct mk_manifest *head, const char *name, uint64_t size,
+			    struct mk_err *err)
 {
-	struct mk_file_frame ff;
+	for (size_t i = 0; i < head->nfiles; i++)
+		if (!strcmp(head->files[i].name, name)) {
+			if (size > head->files[i].size)
+				return mk_err_set(err, MK_EFORMAT,
+						  "'%s' carries %llu bytes, the HEAD announces %llu",
+						  name, (unsigned long long)size,
+						  (unsigned long long)head->files[i].size);
+			return 0;
+		}
+	return mk_err_set(err, MK_EFORMAT, "'%s' is not in the HEAD's files list", name);
+}
+
+#define FILE_PIECE (256u << 10)  /* a FILE frame is written in pieces of this */
+
+/* Fill buf with n bytes of the FILE frame's payload; *have < n when the
+ * payload ended first (and was verified). */
+static int file_read_exact(struct mk_stream_reader *r, uint8_t *buf, size_t n, size_t *have,
+			   struct mk_err *err)
+{
+	*have = 0;
+	while (*have < n) {
+		size_t got;
+		int rc = mk_sr_read_payload(r, buf + *have, n - *have, &got, err);
+		if (rc)
+			return rc;
+		if (!got)
+			break;
+		*have += got;
+	}
+	return 0;
+}
+
+/* A FILE frame, read piecewise (MK_SR_PIECEWISE_FILE): its name first,
+ * checked against the HEAD, then its contents written to the partial
+ * directory as they arrive; a payload whose checksum or size fails at the
+ * end removes the file. */
+static int write_file_frame(struct pack *p, struct mk_stream_reader *r, const struct mk_frame *f,
+			    struct mk_err *err)
+{
+	unsigned long long idx = (unsigned long long)f->index;
+	uint8_t hdr[8], *buf = NULL;
+	char name[PATH_MAX + 1];
+	uint32_t mode, nlen;
+	uint64_t size, wrote = 0;
 	char *path = NULL;
+	size_t have;
 	int fd = -1, rc;
 
-	rc = mk_file_decode(f->payload, f->payload_len, &ff, err);
-	if (rc)
-		return mk_err_prefix(err, "frame #%llu (FILE): ", (unsigned long long)f->index);
-	if ((rc = mk_pack_file_name_check(ff.name, err))) {
-		mk_err_prefix(err, "frame #%llu (FILE): ", (unsigned long long)f->index);
-		goto out;
-	}
-	path = join(p->partial, ff.name);
-	if (!path) {
+	if ((rc = file_read_exact(r, hdr, 8, &have, err)))
+		return rc;
+	if (have < 8)
+		return mk_err_set(err, MK_EFORMAT, "frame #%llu (FILE): payload of %zu bytes is too short", idx, have);
+	mode = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 | (uint32_t)hdr[3] << 24;
+	nlen = (uint32_t)hdr[4] | (uint32_t)hdr[5] << 8 | (uint32_t)hdr[6] << 16 | (uint32_t)hdr[7] << 24;
+	if (nlen > f->raw_len - 8 || nlen > PATH_MAX)
+		return mk_err_set(err, MK_EFORMAT, "frame #%llu (FILE): name length %u exceeds the payload", idx, nlen);
+	if ((rc = file_read_exact(r, (uint8_t *)name, nlen, &have, err)))
+		return rc;
+	if (have < nlen)
+		return mk_err_set(err, MK_EFORMAT, "frame #%llu (FILE): payload ends inside the name", idx);
+	if ((rc = mk_file_name_check(name, nlen, err)))
+		return mk_err_prefix(err, "frame #%llu (FILE): ", idx);
+	name[nlen] = '\0';
+	size = f->raw_len - 8 - nlen;
+	if ((rc = mk_pack_file_name_check(name, err)) || (rc = mk_pack_file_size_check(p->man, name, size, err)))
+		return mk_err_prefix(err, "frame #%llu (FILE): ", idx);
+	path = join(p->partial, name);
+	buf = malloc(FILE_PIECE);
+	if (!path || !buf) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
 	rc = mk_mkdirs_for(path, err);
 	if (rc)
 		goto out;
-	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, (ff.mode & 0777) ? (ff.mode & 0777) : 0644);
+	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, (mode & 0777) ? (mode & 0777) : 0644);
 	if (fd < 0) {
 		rc = errno == EEXIST ?
-			mk_err_set(err, MK_EFORMAT, "frame #%llu (FILE): '%s' sent twice",
-				   (unsigned long long)f->index, ff.name) :
+			mk_err_set(err, MK_EFORMAT, "frame #%llu (FILE): '%s' sent twice", idx, name) :
 			mk_err_sys(err, errno, "%s", path);
 		goto out;
 	}
-	rc = mk_write_all(fd, ff.data, ff.len, path, err);
-	if (rc)
-		goto out;
-	if (fsync(fd) < 0) {
+	for (;;) {
+		rc = mk_sr_read_payload(r, buf, FILE_PIECE, &have, err);
+		if (rc || !have)
+			break;
+		rc = mk_write_all(fd, buf, have, path, err);
+		if (rc)
+			break;
+		wrote += have;
+	}
+	if (!rc && fsync(fd) < 0)
 		rc = mk_err_sys(err, errno, "%s: fsync", path);
+	if (rc) {
+		close(fd);
+		fd = -1;
+		(void)unlink(path); /* unverified bytes never stay in OUT */
 		goto out;
 	}
 	p->st->nfiles++;
-	p->st->bytes_written += ff.len;
+	p->st->bytes_written += wrote;
 out:
 	if (fd >= 0)
 		close(fd);
 	free(path);
-	free(ff.name);
+	free(buf);
 	return rc;
 }
 
@@ -887,9 +954,10 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 	p.partial = partial_name(o->out_dir);
 	if (!p.partial)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	rc = mk_sr_open(&r, in_fd, label, 0, err);
+	rc = mk_sr_open(&r, in_fd, label, MK_SR_PIECEWISE_FILE, err);
 	if (rc)
 		goto out;
+	mk_sr_set_bounds(r, &(struct mk_sr_bounds){ .memory = o->budget });
 	/* the first critical frame must be HEAD */
 	rc = mk_sr_head(r, label, "tensors", "mk-pack writes a 'tensors' stream (from mk-fetch --model or mk-merge)",
 			&p.man, &f, err);
@@ -1028,7 +1096,7 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 		if (!strcmp(f.type, MK_FT_DATA))
 			rc = write_chunk(&p, &f, err);
 		else if (!strcmp(f.type, MK_FT_FILE))
-			rc = write_file_frame(&p, &f, err);
+			rc = write_file_frame(&p, r, &f, err);
 		else if (!strcmp(f.type, MK_FT_END) || !f.critical)
 			rc = 0; /* END is checked by the reader; ancillary frames end here */
 		else

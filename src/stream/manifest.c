@@ -448,6 +448,8 @@ int mk_sr_head(struct mk_stream_reader *r, const char *label, const char *kind, 
 		rc = mk_err_set(err, MK_EFORMAT, "%s: this is a '%s' stream; %s", label, (*man)->kind, need);
 		mk_manifest_free(*man);
 		*man = NULL;
+	} else {
+		mk_sr_bound_by_head(r, *man); /* the frames that follow, by what HEAD says */
 	}
 	return rc;
 }

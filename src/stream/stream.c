@@ -10,7 +10,9 @@
 #include <unistd.h>
 #include <jansson.h>
 #include <zstd.h>
+#include <zstd_errors.h>
 #include "mk/hash.h"
+#include "mk/manifest.h"
 #include "mk/stream.h"
 
 static void put16(uint8_t *p, uint16_t v) { p[0] = v; p[1] = v >> 8; }
@@ -220,12 +222,26 @@ struct mk_stream_reader {
 	uint64_t index;          /* number of frames returned so far */
 	uint64_t offset;         /* bytes consumed */
 	bool ended;
+	bool broken;             /* a piecewise read failed */
 	uint8_t *wire;           /* header + payload */
 	size_t wire_cap;
 	uint8_t *raw;            /* decompressed payload */
 	size_t raw_cap;
 	ZSTD_DCtx *dctx;
 	struct counts n;
+	struct mk_sr_bounds b;
+	/* the piecewise frame being read (mk_sr_read_payload) */
+	struct {
+		bool on, zstd, zdone;
+		char type[5];
+		bool critical;
+		uint64_t idx, len, raw_len;
+		uint64_t left;       /* payload bytes as transmitted not read yet */
+		uint64_t out;        /* decoded bytes delivered */
+		uint32_t want, crc;
+		ZSTD_inBuffer in;    /* over r->wire */
+	} pw;
+	ZSTD_DStream *ds;
 };
 
 /* Read exactly len bytes; returns bytes read (< len only at EOF) or -errno. */
@@ -335,6 +351,217 @@ out:
 	return rc;
 }
 
+void mk_sr_set_bounds(struct mk_stream_reader *r, const struct mk_sr_bounds *b)
+{
+	r->b = *b;
+}
+
+void mk_sr_get_bounds(const struct mk_stream_reader *r, struct mk_sr_bounds *b)
+{
+	*b = r->b;
+}
+
+void mk_sr_bound_by_head(struct mk_stream_reader *r, const struct mk_manifest *m)
+{
+	uint64_t big = 0;
+
+	if (m->chunk_bytes) {
+		uint64_t c = m->chunk_bytes > MK_CHUNK_FLOOR ? m->chunk_bytes : MK_CHUNK_FLOOR;
+		r->b.chunk = c > (MK_FRAME_MAX - MK_CHUNK_HDR) / MK_CHUNK_WIDEN ? MK_FRAME_MAX :
+			MK_CHUNK_HDR + MK_CHUNK_WIDEN * c;
+	}
+	for (size_t i = 0; i < m->nfiles; i++)
+		if (m->files[i].size > big)
+			big = m->files[i].size;
+	r->b.file = big > MK_FRAME_MAX - 8 - PATH_MAX ? MK_FRAME_MAX : 8 + PATH_MAX + big;
+}
+
+/* The largest raw_len a frame of this type may declare, and why. */
+static uint64_t type_bound(const struct mk_stream_reader *r, const char *type, const char **why)
+{
+	*why = "the largest frame";
+	if (!memcmp(type, MK_FT_HEAD, 4))
+		return *why = "a HEAD", MK_FRAME_HEAD_MAX;
+	if (!memcmp(type, MK_FT_JOB, 4))
+		return *why = "a JOB", MK_FRAME_JOB_MAX;
+	if (!memcmp(type, MK_FT_END, 4))
+		return *why = "an END", MK_FRAME_END_MAX;
+	if (r->b.chunk && (!memcmp(type, MK_FT_DATA, 4) || !memcmp(type, MK_FT_INPT, 4)))
+		return *why = "a chunk of the HEAD's chunk_bytes", r->b.chunk;
+	if (r->b.file && !memcmp(type, MK_FT_FILE, 4))
+		return *why = "the largest file the HEAD announces", r->b.file;
+	return MK_FRAME_MAX;
+}
+
+/* A frame read to its end and checked: count it. */
+static void accept_frame(struct mk_stream_reader *r, const char *type, bool critical, uint64_t raw_len,
+			 uint64_t wire_len)
+{
+	r->offset += wire_len;
+	r->index++;
+	if (!memcmp(type, MK_FT_END, 4))
+		return;
+	r->n.frames++;
+	if (!critical)
+		r->n.ancillary++;
+	else if (!memcmp(type, MK_FT_FILE, 4))
+		r->n.files++;
+	else if (!memcmp(type, MK_FT_JOB, 4))
+		r->n.jobs++;
+	else if (!memcmp(type, MK_FT_DATA, 4) || !memcmp(type, MK_FT_INPT, 4)) {
+		r->n.chunks++;
+		r->n.data_bytes += raw_len >= MK_CHUNK_HDR ? raw_len - MK_CHUNK_HDR : 0;
+	}
+}
+
+/* Read up to n payload bytes of the piecewise frame into buf, checksummed. */
+static int pw_read(struct mk_stream_reader *r, uint8_t *buf, size_t n, struct mk_err *err)
+{
+	ssize_t got = read_full(r->fd, buf, n);
+
+	if (got < 0)
+		return mk_err_sys(err, (int)-got, "%s: frame #%llu: read", r->label, (unsigned long long)r->pw.idx);
+	if ((size_t)got < n)
+		return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): truncated payload (%llu of %llu bytes)",
+				  r->label, (unsigned long long)r->pw.idx, r->pw.type,
+				  (unsigned long long)(r->pw.len - r->pw.left + (uint64_t)got),
+				  (unsigned long long)r->pw.len);
+	r->pw.crc = mk_crc32c(r->pw.crc, buf, n);
+	r->pw.left -= n;
+	return 0;
+}
+
+static int pw_finish(struct mk_stream_reader *r, struct mk_err *err)
+{
+	unsigned long long idx = (unsigned long long)r->pw.idx;
+
+	if (r->pw.zstd && (!r->pw.zdone || r->pw.out != r->pw.raw_len))
+		return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): zstd payload decodes to %llu bytes%s, the header says %llu",
+				  r->label, idx, r->pw.type, (unsigned long long)r->pw.out,
+				  r->pw.zdone ? "" : " and stops inside its zstd frame",
+				  (unsigned long long)r->pw.raw_len);
+	if (r->pw.crc != r->pw.want)
+		return mk_err_set(err, MK_ECORRUPT,
+				  "%s: frame #%llu (%s) at offset %llu: checksum mismatch (crc32c %08x, expected %08x)",
+				  r->label, idx, r->pw.type, (unsigned long long)r->offset, r->pw.crc, r->pw.want);
+	r->pw.on = false;
+	accept_frame(r, r->pw.type, r->pw.critical, r->pw.raw_len, MK_FRAME_HDR + r->pw.len);
+	return 0;
+}
+
+static int pw_read_payload(struct mk_stream_reader *r, uint8_t *buf, size_t cap, size_t *got,
+			   struct mk_err *err)
+{
+	unsigned long long idx = (unsigned long long)r->pw.idx;
+	int rc;
+
+	*got = 0;
+	if (!r->pw.zstd) {
+		size_t n = r->pw.left < cap ? (size_t)r->pw.left : cap;
+		if (!n)
+			return pw_finish(r, err);
+		if ((rc = pw_read(r, buf, n, err)))
+			return rc;
+		r->pw.out += n;
+		*got = n;
+		return 0;
+	}
+	for (;;) {
+		uint8_t one;
+		uint64_t room = r->pw.raw_len - r->pw.out;
+		/* one byte past raw_len is room enough to catch a bomb */
+		ZSTD_outBuffer out = { room ? buf : &one, room ? (room < cap ? (size_t)room : cap) : 1, 0 };
+		size_t z;
+
+		if (r->pw.in.pos == r->pw.in.size && r->pw.left) {
+			size_t n = r->pw.left < r->wire_cap ? (size_t)r->pw.left : r->wire_cap;
+			if ((rc = pw_read(r, r->wire, n, err)))
+				return rc;
+			r->pw.in = (ZSTD_inBuffer){ r->wire, n, 0 };
+		}
+		if (r->pw.zdone) {
+			if (r->pw.in.pos < r->pw.in.size || r->pw.left)
+				return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): bytes after the zstd frame in the payload",
+						  r->label, idx, r->pw.type);
+			return pw_finish(r, err);
+		}
+		z = ZSTD_decompressStream(r->ds, &out, &r->pw.in);
+		if (ZSTD_isError(z))
+			return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): zstd payload does not decode: %s%s",
+					  r->label, idx, r->pw.type, ZSTD_getErrorName(z),
+					  ZSTD_getErrorCode(z) == ZSTD_error_frameParameter_windowTooLarge ?
+					  " (its window is larger than the memory bound allows)" : "");
+		if (out.pos > room)
+			return mk_err_set(err, MK_ECORRUPT,
+					  "%s: frame #%llu (%s): zstd payload inflates past the %llu bytes its header declares (a decompression bomb?)",
+					  r->label, idx, r->pw.type, (unsigned long long)r->pw.raw_len);
+		if (z == 0)
+			r->pw.zdone = true;
+		r->pw.out += out.pos;
+		if (out.pos) {
+			*got = out.pos;
+			return 0;
+		}
+		if (!r->pw.zdone && r->pw.in.pos == r->pw.in.size && !r->pw.left)
+			return pw_finish(r, err); /* stops inside the zstd frame */
+	}
+}
+
+int mk_sr_read_payload(struct mk_stream_reader *r, void *buf, size_t cap, size_t *got,
+		       struct mk_err *err)
+{
+	int rc;
+
+	if (!r->pw.on)
+		MK_BUG("mk_sr_read_payload without a piecewise frame");
+	if (!cap)
+		MK_BUG("mk_sr_read_payload into an empty buffer");
+	rc = pw_read_payload(r, buf, cap, got, err);
+	if (rc) {
+		r->pw.on = false;
+		r->broken = true;
+	}
+	return rc;
+}
+
+/* Start reading frame `idx` (header h, checked) piecewise. */
+static int pw_start(struct mk_stream_reader *r, const uint8_t *h, struct mk_frame *f, struct mk_err *err)
+{
+	uint8_t hz[MK_FRAME_HDR];
+
+	memset(&r->pw, 0, sizeof(r->pw));
+	memcpy(r->pw.type, f->type, 5);
+	r->pw.critical = f->critical;
+	r->pw.idx = f->index;
+	r->pw.len = r->pw.left = f->len;
+	r->pw.raw_len = f->raw_len;
+	r->pw.zstd = f->flags & MK_FRAME_F_ZSTD;
+	r->pw.want = get32(h + 24);
+	memcpy(hz, h, MK_FRAME_HDR);
+	put32(hz + 24, 0);
+	r->pw.crc = mk_crc32c(0, hz, MK_FRAME_HDR);
+	if (r->pw.zstd) {
+		unsigned wlog = 27;
+		if (!r->ds && !(r->ds = ZSTD_createDStream()))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		ZSTD_DCtx_reset(r->ds, ZSTD_reset_session_and_parameters);
+		/* the window is the memory a stream decoder holds: a quarter
+		 * of the memory bound at most (1 MiB at least) */
+		while (r->b.memory && wlog > 20 && (1ull << wlog) > r->b.memory / 4)
+			wlog--;
+		ZSTD_DCtx_setParameter(r->ds, ZSTD_d_windowLogMax, (int)wlog);
+		if (grow(&r->wire, &r->wire_cap, ZSTD_DStreamInSize()))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	r->pw.on = true;
+	f->piecewise = true;
+	f->wire = NULL;
+	f->payload = NULL;
+	f->payload_len = f->raw_len;
+	f->csum_ok = true;
+	return 1;
+}
+
 static int check_end(struct mk_stream_reader *r, uint64_t idx, const uint8_t *p, size_t len,
 		     struct mk_err *err)
 {
@@ -374,6 +601,18 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 	uint32_t want, have;
 
 	memset(f, 0, sizeof(*f));
+	if (r->broken)
+		return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu: the stream is unusable after an error in it",
+				  r->label, (unsigned long long)idx);
+	while (r->pw.on) {
+		/* the caller left a piecewise payload unread: drain, verified */
+		uint8_t sink[4096];
+		size_t n;
+		int rc = mk_sr_read_payload(r, sink, sizeof(sink), &n, err);
+		if (rc)
+			return rc;
+		idx = r->index;
+	}
 	if (r->ended) {
 		uint8_t extra;
 		got = read_full(r->fd, &extra, 1);
@@ -424,6 +663,34 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 		return mk_err_set(err, MK_EUNSUPPORTED,
 				  "%s: frame #%llu: unknown critical frame type '%s' (stream from a newer mk?)",
 				  r->label, (unsigned long long)idx, f->type);
+	{
+		/* bounded before any payload byte is read or inflated */
+		const char *why;
+		uint64_t bound = type_bound(r, f->type, &why);
+		uint64_t hold = len + ((f->flags & MK_FRAME_F_ZSTD) ? raw_len : 0);
+		bool whole = !((r->flags & MK_SR_PIECEWISE_FILE) && !memcmp(f->type, MK_FT_FILE, 4));
+		if (raw_len > bound)
+			return mk_err_set(err, MK_EFORMAT,
+					  "%s: frame #%llu (%s): declares a payload of %llu bytes, more than the %llu bytes of %s",
+					  r->label, (unsigned long long)idx, f->type, (unsigned long long)raw_len,
+					  (unsigned long long)bound, why);
+		if ((f->flags & MK_FRAME_F_ZSTD) && len > ZSTD_compressBound(raw_len))
+			return mk_err_set(err, MK_EFORMAT,
+					  "%s: frame #%llu (%s): %llu compressed bytes cannot decode to the %llu bytes declared",
+					  r->label, (unsigned long long)idx, f->type, (unsigned long long)len,
+					  (unsigned long long)raw_len);
+		if (whole && r->b.memory && hold > r->b.memory)
+			return mk_err_set(err, MK_ENOMEM,
+					  "%s: frame #%llu (%s): holding its %llu bytes needs more than the memory budget of %llu bytes",
+					  r->label, (unsigned long long)idx, f->type, (unsigned long long)hold,
+					  (unsigned long long)r->b.memory);
+		if (!whole) {
+			f->len = len;
+			f->raw_len = raw_len;
+			f->index = idx;
+			return pw_start(r, h, f, err);
+		}
+	}
 	{
 		uint64_t have_n = 0;
 		while (have_n < len) {
@@ -483,26 +750,13 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 		f->payload = h + MK_FRAME_HDR;
 	}
 	f->payload_len = raw_len;
-	r->offset += f->wire_len;
-	r->index++;
 	if (!memcmp(f->type, MK_FT_END, 4)) {
 		int rc = check_end(r, idx, f->payload, f->payload_len, err);
 		if (rc)
 			return rc;
 		r->ended = true;
-		return 1;
 	}
-	r->n.frames++;
-	if (!f->critical)
-		r->n.ancillary++;
-	else if (!memcmp(f->type, MK_FT_FILE, 4))
-		r->n.files++;
-	else if (!memcmp(f->type, MK_FT_JOB, 4))
-		r->n.jobs++;
-	else if (!memcmp(f->type, MK_FT_DATA, 4) || !memcmp(f->type, MK_FT_INPT, 4)) {
-		r->n.chunks++;
-		r->n.data_bytes += raw_len >= MK_CHUNK_HDR ? raw_len - MK_CHUNK_HDR : 0;
-	}
+	accept_frame(r, f->type, f->critical, raw_len, f->wire_len);
 	return 1;
 }
 
@@ -514,6 +768,7 @@ void mk_sr_free(struct mk_stream_reader *r)
 	free(r->wire);
 	free(r->raw);
 	ZSTD_freeDCtx(r->dctx);
+	ZSTD_freeDStream(r->ds);
 	free(r);
 }
 
@@ -697,6 +952,8 @@ int mk_sw_pass(struct mk_stream_writer *w, const struct mk_frame *f, struct mk_e
 {
 	struct iovec iov = { (void *)f->wire, f->wire_len };
 
+	if (!f->wire)
+		MK_BUG("a piecewise frame cannot be passed through");
 	if (w->ended)
 		MK_BUG("frame after END");
 	count_frame(&w->n, f->type, f->critical, f->raw_len);

@@ -23,6 +23,40 @@ c=$(cat cat.rss)
 echo "mk-cat --verify peak RSS ${c} KiB"
 [ "$c" -lt "$bound" ] || fail "mk-cat peak RSS $c KiB >= $bound KiB"
 
+# hostile streams: a 300 MiB FILE frame is written in pieces as it
+# arrives (raw and zstd), zstd bombs are refused before they inflate
+mk-forge file=314572800 | mk-rss k.rss mk-pack --max-memory 64M fileout
+k=$(cat k.rss)
+echo "a 300 MiB FILE frame: mk-pack peak RSS $k KiB"
+[ "$k" -lt "$bound" ] || fail "a 300 MiB FILE frame: mk-pack peak RSS $k KiB >= $bound KiB"
+[ "$(stat -c %s fileout/big.bin)" = 314572800 ] || fail "big.bin not written whole"
+cmp -n 314572800 fileout/big.bin /dev/zero || fail "big.bin has other bytes"
+rm -rf fileout
+mk-forge zstd-file=50000000 | mk-rss k.rss mk-pack --max-memory 64M zfileout
+k=$(cat k.rss)
+echo "a 50 MB zstd FILE frame: mk-pack peak RSS $k KiB"
+[ "$k" -lt $((24 * 1024)) ] || fail "a zstd FILE frame: mk-pack peak RSS $k KiB"
+[ "$(stat -c %s zfileout/big.bin)" = 50000000 ] || fail "the zstd big.bin not written whole"
+rm -rf zfileout
+# bombs: 1.5 GiB of zeros in about 50 KB
+small=$((16 * 1024))
+bomb() { # KIND MESSAGE
+	mk-forge "$1" > bomb.mks
+	[ "$(stat -c %s bomb.mks)" -lt 200000 ] || fail "$1: the forged bomb is not small"
+	expect_fail 1 "$2" mk-rss b.rss mk-pack --max-memory 64M -i bomb.mks bombout
+	no_out bombout
+	b=$(cat b.rss)
+	echo "$1: refused, mk-pack peak RSS $b KiB"
+	[ "$b" -lt "$small" ] || fail "$1: mk-pack peak RSS $b KiB >= $small KiB"
+}
+bomb zstd-bomb=1610612736 "frame #1 (FILE): declares a payload of 1610612751 bytes, more than the 4107 bytes of the largest file the HEAD announces"
+bomb zstd-liar=1610612736 "frame #1 (FILE): zstd payload inflates past the 1048591 bytes its header declares"
+bomb data-bomb=1610612736 "frame #1 (DATA): declares a payload of 1610612784 bytes, more than the 16777264 bytes of a chunk"
+# mk-cat --verify reads whole frames: the bombs are refused at the header
+mk-forge zstd-bomb=1610612736 > bomb.mks
+expect_fail 1 "more than the 4107 bytes" mk-rss b.rss mk-cat --verify bomb.mks
+[ "$(cat b.rss)" -lt "$small" ] || fail "mk-cat --verify inflated the bomb"
+
 # a merge within --max-memory 256M on tensors larger than that: every
 # stage of the pipe mk-yaml runs (budget split: merge 128M, fetch 64M)
 # stays under budget + 32 MiB

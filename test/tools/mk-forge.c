@@ -18,11 +18,27 @@
  *   file-twice         the FILE frame config.json sent twice
  *   file-folder        FILE frames config.json and config.json/x
  *   data-pass          a DATA chunk whose pass field is not 0
+ *   file=N             a FILE frame "big.bin" of N zero bytes, announced
+ *   zstd-file=N        the same, zstd-compressed (the stream at level 3)
+ *   zstd-bomb=N        a zstd FILE frame "big.bin" announced as 3 bytes
+ *                      that declares (and inflates to) N content bytes
+ *   zstd-liar=N        the same announced and declaring 1 MiB: only
+ *                      the inflating shows it is larger
+ *   data-bomb=N        a zstd DATA frame declaring N bytes (of zeros)
+ * The three bombs are compressed in pieces (N may be larger than memory)
+ * and written around the writer, so END does not count them: a reader
+ * must refuse them before it gets there.
+ *
+ * In every stream but big-file, bad-file and the bombs, the HEAD
+ * announces the FILE frame's name and size.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <zstd.h>
+#include "mk/hash.h"
 #include "mk/manifest.h"
 #include "mk/stream.h"
 
@@ -34,6 +50,73 @@ static void check(int rc)
 		fprintf(stderr, "mk-forge: %s\n", err.msg);
 		exit(1);
 	}
+}
+
+static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = v >> (8 * i); }
+static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = v >> (8 * i); }
+
+static void write_all(const void *buf, size_t n)
+{
+	for (size_t o = 0; o < n;) {
+		ssize_t w = write(1, (const char *)buf + o, n - o);
+		if (w <= 0) {
+			perror("mk-forge: write");
+			exit(1);
+		}
+		o += (size_t)w;
+	}
+}
+
+/* A zstd frame of `type` whose payload is `pre` then `zeros` zero bytes,
+ * compressed in pieces; its header declares raw_len `declare`. */
+static void bomb(const char *type, const void *pre, size_t npre, uint64_t zeros, uint64_t declare)
+{
+	ZSTD_CCtx *z = ZSTD_createCCtx();
+	static uint8_t in[1 << 20];
+	size_t cap = ZSTD_compressBound(sizeof(in)) + 4096, len = 0, outcap = cap;
+	uint8_t *out = malloc(outcap), h[32] = { 0 };
+	uint64_t left = zeros;
+	uint32_t crc;
+
+	ZSTD_CCtx_setParameter(z, ZSTD_c_compressionLevel, 3);
+	ZSTD_CCtx_setPledgedSrcSize(z, npre + zeros);
+	memcpy(in, pre, npre);
+	for (bool first = true;; first = false) {
+		size_t n = first ? npre : 0, fill = sizeof(in) - n;
+		if (!first)
+			memset(in, 0, npre);
+		n += left < fill ? (size_t)left : fill;
+		left -= n - (first ? npre : 0);
+		ZSTD_inBuffer ib = { in, n, 0 };
+		ZSTD_EndDirective end = left ? ZSTD_e_continue : ZSTD_e_end;
+		size_t rem;
+		do {
+			if (outcap - len < cap) {
+				outcap *= 2;
+				out = realloc(out, outcap);
+			}
+			ZSTD_outBuffer ob = { out + len, outcap - len, 0 };
+			rem = ZSTD_compressStream2(z, &ob, &ib, end);
+			if (ZSTD_isError(rem)) {
+				fprintf(stderr, "mk-forge: zstd: %s\n", ZSTD_getErrorName(rem));
+				exit(1);
+			}
+			len += ob.pos;
+		} while (ib.pos < ib.size || (end == ZSTD_e_end && rem));
+		if (!left)
+			break;
+	}
+	memcpy(h, type, 4);
+	h[4] = MK_FRAME_F_ZSTD;
+	h[5] = MK_CSUM_CRC32C;
+	put64(h + 8, len);
+	put64(h + 16, declare);
+	crc = mk_crc32c(mk_crc32c(0, h, 32), out, len);
+	put32(h + 24, crc);
+	write_all(h, 32);
+	write_all(out, len);
+	free(out);
+	ZSTD_freeCCtx(z);
 }
 
 static void raw_file(struct mk_stream_writer *w, const char *name, size_t nlen)
@@ -67,14 +150,36 @@ int main(int argc, char **argv)
 	}
 	m = mk_manifest_new(!strcmp(kind, "plan") ? "plan" : "tensors", "mk-forge");
 	m->planned = !strcmp(kind, "plan"); /* a plan has a (here empty) model table */
+	if (!m->planned)
+		m->chunk_bytes = 1 << 20;
+	const char *eq = strchr(kind, '=');
+	uint64_t n = eq ? strtoull(eq + 1, NULL, 10) : 0;
+	bool is_bomb = !strncmp(kind, "zstd-bomb=", 10) || !strncmp(kind, "zstd-liar=", 10);
 	check(mk_manifest_add_tensor(m, "t", MK_DT_F32, 2, shape, &err));
+	if (!strncmp(kind, "file=", 5) || !strncmp(kind, "zstd-file=", 10))
+		check(mk_manifest_add_file(m, "big.bin", n, &err));
+	else if (is_bomb)
+		check(mk_manifest_add_file(m, "big.bin", kind[5] == 'b' ? 3 : 1 << 20, &err));
+	else if (strncmp(kind, "big-file=", 9) && strncmp(kind, "bad-file=", 9))
+		check(mk_manifest_add_file(m, "config.json", 3, &err));
 	check(mk_manifest_encode(m, &head, &hlen, &err));
-	check(mk_sw_open(&w, 1, 0, &err));
+	check(mk_sw_open(&w, 1, !strncmp(kind, "zstd-file=", 10) ? 3 : 0, &err));
 	check(mk_sw_frame1(w, MK_FT_HEAD, head, hlen, &err));
-	if (!strncmp(kind, "bad-file=", 9)) {
+	if (is_bomb) {
+		uint8_t pre[15] = { 0xa4, 0x01, 0, 0, 7, 0, 0, 0, 'b', 'i', 'g', '.', 'b', 'i', 'n' };
+		bomb(MK_FT_FILE, pre, sizeof(pre), n, sizeof(pre) + (kind[5] == 'b' ? n : 1 << 20));
+	} else if (!strncmp(kind, "data-bomb=", 10)) {
+		uint8_t pre[MK_CHUNK_HDR];
+		struct mk_chunk b = { .dtype = MK_DT_F32, .row_count = 1, .elem_count = n / 4 };
+		mk_chunk_encode(&b, pre);
+		bomb(MK_FT_DATA, pre, sizeof(pre), n, sizeof(pre) + n);
+	} else if (!strncmp(kind, "file=", 5) || !strncmp(kind, "zstd-file=", 10)) {
+		char *big = calloc(n ? n : 1, 1);
+		check(mk_sw_file(w, "big.bin", 0644, big, n, &err));
+		free(big);
+	} else if (!strncmp(kind, "bad-file=", 9)) {
 		raw_file(w, kind + 9, strlen(kind + 9));
 	} else if (!strncmp(kind, "big-file=", 9)) {
-		size_t n = strtoul(kind + 9, NULL, 10);
 		char *big = calloc(n ? n : 1, 1);
 		check(mk_sw_file(w, "big.bin", 0644, big, n, &err));
 		free(big);

@@ -1186,6 +1186,334 @@ static void test_err_huge_claim(void **state)
 #endif
 }
 
+/* ------------------------------------------------ piecewise FILE frames */
+
+#define PW_N 300000u
+
+/* A stream: HEAD announcing big.bin (PW_N bytes), FILE big.bin (a
+ * compressible pattern), END; written at `level`.  *payload: the FILE
+ * frame's payload (malloc'ed). */
+static int pw_stream(int level, uint8_t **payload, size_t *plen)
+{
+	struct mk_manifest *m = mk_manifest_new("tensors", "test");
+	struct mk_stream_writer *w;
+	struct mk_err err;
+	uint8_t *data = malloc(PW_N);
+	char *head;
+	size_t hlen;
+	int fd = new_memfd();
+
+	for (size_t i = 0; i < PW_N; i++)
+		data[i] = (uint8_t)(i / 1000 + (i % 7 == 0));
+	m->chunk_bytes = 1 << 20;
+	assert_int_equal(mk_manifest_add_file(m, "big.bin", PW_N, &err), 0);
+	assert_int_equal(mk_manifest_encode(m, &head, &hlen, &err), 0);
+	assert_int_equal(mk_sw_open(&w, fd, level, &err), 0);
+	assert_int_equal(mk_sw_frame1(w, MK_FT_HEAD, head, hlen, &err), 0);
+	assert_int_equal(mk_sw_file(w, "big.bin", 0644, data, PW_N, &err), 0);
+	assert_int_equal(mk_sw_end(w, &err), 0);
+	mk_sw_free(w);
+	*plen = 8 + 7 + PW_N;
+	*payload = malloc(*plen);
+	memcpy(*payload, "\xa4\x01\0\0\x07\0\0\0big.bin", 15);
+	memcpy(*payload + 15, data, PW_N);
+	free(data);
+	free(head);
+	mk_manifest_free(m);
+	assert_int_equal(lseek(fd, 0, SEEK_SET), 0);
+	return fd;
+}
+
+/* Open fd piecewise, read the HEAD and the FILE frame's header. */
+static struct mk_stream_reader *pw_open(int fd, struct mk_frame *f)
+{
+	struct mk_stream_reader *r;
+	struct mk_manifest *m;
+	struct mk_err err;
+
+	assert_int_equal(mk_sr_open(&r, fd, "t", MK_SR_PIECEWISE_FILE, &err), 0);
+	assert_int_equal(mk_sr_head(r, "t", "tensors", "", &m, f, &err), 0);
+	mk_manifest_free(m);
+	assert_int_equal(mk_sr_next(r, f, &err), 1);
+	assert_string_equal(f->type, MK_FT_FILE);
+	assert_true(f->piecewise);
+	assert_null(f->payload);
+	assert_null(f->wire);
+	return r;
+}
+
+static void test_piecewise_roundtrip(void **state)
+{
+	(void)state;
+	for (int level = 0; level <= 3; level += 3) {
+		uint8_t *want, *have;
+		size_t wlen, n = 0, got;
+		struct mk_frame f;
+		struct mk_err err;
+		int fd = pw_stream(level, &want, &wlen), rc;
+		struct mk_stream_reader *r = pw_open(fd, &f);
+		uint64_t frames, bytes;
+
+		assert_int_equal(!!(f.flags & MK_FRAME_F_ZSTD), level > 0);
+		if (level)
+			assert_true(f.len < f.raw_len / 4);
+		assert_int_equal(f.raw_len, wlen);
+		have = malloc(wlen + 1);
+		/* odd piece sizes, none larger than 4099 bytes */
+		for (size_t cap = 1;; cap = cap * 3 % 4099 + 1) {
+			rc = mk_sr_read_payload(r, have + n, cap < wlen + 1 - n ? cap : wlen + 1 - n, &got, &err);
+			assert_int_equal(rc, 0);
+			assert_true(got <= cap);
+			if (!got)
+				break;
+			n += got;
+			assert_true(n <= wlen);
+		}
+		assert_int_equal(n, wlen);
+		assert_memory_equal(have, want, wlen);
+		mk_sr_position(r, &frames, &bytes);
+		assert_int_equal(frames, 2); /* HEAD and the FILE, accepted */
+		assert_int_equal(mk_sr_next(r, &f, &err), 1);
+		assert_string_equal(f.type, MK_FT_END); /* END counts the FILE */
+		assert_int_equal(mk_sr_next(r, &f, &err), 0);
+		mk_sr_free(r);
+		close(fd);
+		free(want);
+		free(have);
+	}
+}
+
+/* A piecewise frame the caller does not read is drained and checked. */
+static void test_piecewise_drain(void **state)
+{
+	(void)state;
+	for (int level = 0; level <= 3; level += 3) {
+		uint8_t *want;
+		size_t wlen, len;
+		struct mk_frame f;
+		struct mk_err err;
+		int fd = pw_stream(level, &want, &wlen);
+		struct mk_stream_reader *r = pw_open(fd, &f);
+
+		assert_int_equal(mk_sr_next(r, &f, &err), 1);
+		assert_string_equal(f.type, MK_FT_END);
+		assert_int_equal(mk_sr_next(r, &f, &err), 0);
+		mk_sr_free(r);
+		/* the same with a byte of the payload changed: refused at the drain */
+		uint8_t *b = slurp(fd, &len);
+		close(fd);
+		b[len - 200] ^= 1; /* inside the FILE frame, before END's 32 + ~100 bytes */
+		fd = fd_of(b, len);
+		r = pw_open(fd, &f);
+		int rc = mk_sr_next(r, &f, &err);
+		assert_true(rc < 0);
+		assert_int_equal(err.code, MK_ECORRUPT);
+		assert_true(strstr(err.msg, "checksum mismatch") || (level && strstr(err.msg, "zstd")));
+		mk_sr_free(r);
+		close(fd);
+		free(b);
+		free(want);
+	}
+}
+
+/* Every byte is delivered before the checksum fails, at the end. */
+static void test_piecewise_checksum(void **state)
+{
+	uint8_t *want, *b, buf[65536];
+	size_t wlen, len, n = 0, got;
+	struct mk_frame f;
+	struct mk_err err;
+	int fd = pw_stream(0, &want, &wlen), rc;
+	struct mk_stream_reader *r;
+
+	(void)state;
+	b = slurp(fd, &len);
+	close(fd);
+	b[len - 300] ^= 0x40; /* a content byte of big.bin */
+	fd = fd_of(b, len);
+	r = pw_open(fd, &f);
+	while (!(rc = mk_sr_read_payload(r, buf, sizeof(buf), &got, &err)) && got)
+		n += got;
+	assert_true(rc < 0);
+	assert_int_equal(err.code, MK_ECORRUPT);
+	assert_non_null(strstr(err.msg, "frame #1 (FILE)"));
+	assert_non_null(strstr(err.msg, "checksum mismatch"));
+	assert_int_equal(n, wlen); /* all delivered, none accepted */
+	assert_true(mk_sr_next(r, &f, &err) < 0); /* the reader stays stopped */
+	mk_sr_free(r);
+	close(fd);
+	free(b);
+	free(want);
+}
+
+static void test_piecewise_truncated(void **state)
+{
+	(void)state;
+	for (int level = 0; level <= 3; level += 3) {
+		uint8_t *want, *b, buf[4096];
+		size_t wlen, len, got, n = 0;
+		struct mk_frame f;
+		struct mk_err err;
+		int fd = pw_stream(level, &want, &wlen), rc;
+		struct mk_stream_reader *r;
+
+		b = slurp(fd, &len);
+		close(fd);
+		r = pw_open(fd = fd_of(b, len), &f);
+		mk_sr_free(r);
+		close(fd);
+		/* cut in the middle of the FILE payload (END is ~130 bytes) */
+		size_t cut = len - 132 - (size_t)f.len / 2;
+		fd = fd_of(b, cut);
+		r = pw_open(fd, &f);
+		while (!(rc = mk_sr_read_payload(r, buf, sizeof(buf), &got, &err)) && got)
+			n += got;
+		assert_true(rc < 0);
+		assert_int_equal(err.code, MK_ECORRUPT);
+		assert_non_null(strstr(err.msg, "truncated payload"));
+		assert_true(n < wlen);
+		mk_sr_free(r);
+		close(fd);
+		free(b);
+		free(want);
+	}
+}
+
+/* A zstd frame that inflates past its raw_len: piecewise, it fails at the
+ * first byte over; whole, before a byte is inflated. */
+static void test_piecewise_zstd_bomb(void **state)
+{
+	static uint8_t zeros[100000];
+	uint8_t z[4096], buf[1 << 16];
+	size_t zn;
+
+	(void)state;
+	memcpy(zeros, "\xa4\x01\0\0\x07\0\0\0big.bin", 15);
+	zn = ZSTD_compress(z, sizeof(z), zeros, sizeof(zeros), 3);
+	assert_false(ZSTD_isError(zn));
+	for (int piecewise = 0; piecewise < 2; piecewise++) {
+		struct mk_manifest *m = mk_manifest_new("tensors", "test");
+		struct mk_stream_reader *r;
+		struct mk_frame f;
+		struct mk_err err;
+		char *head;
+		size_t hlen, o, got, n = 0;
+		uint8_t *s = malloc(1 << 20);
+		int rc, fd;
+
+		assert_int_equal(mk_manifest_add_file(m, "big.bin", 1000, &err), 0);
+		assert_int_equal(mk_manifest_encode(m, &head, &hlen, &err), 0);
+		write_prelude(s, &o);
+		raw_frame(s, &o, MK_FT_HEAD, 0, 1, head, hlen, hlen);
+		raw_frame(s, &o, MK_FT_FILE, MK_FRAME_F_ZSTD, 1, z, zn, 1015);
+		fd = fd_of(s, o);
+		assert_int_equal(mk_sr_open(&r, fd, "t", piecewise ? MK_SR_PIECEWISE_FILE : 0, &err), 0);
+		mk_manifest_free(m);
+		assert_int_equal(mk_sr_head(r, "t", NULL, NULL, &m, &f, &err), 0);
+		rc = mk_sr_next(r, &f, &err);
+		if (piecewise) {
+			assert_int_equal(rc, 1);
+			while (!(rc = mk_sr_read_payload(r, buf, sizeof(buf), &got, &err)) && got)
+				n += got;
+			assert_int_equal(n, 1015); /* never a byte past raw_len */
+			assert_non_null(strstr(err.msg, "inflates past the 1015 bytes its header declares"));
+		} else {
+			assert_non_null(strstr(err.msg, "does not decode to 1015 bytes"));
+		}
+		assert_true(rc < 0);
+		mk_sr_free(r);
+		mk_manifest_free(m);
+		close(fd);
+		free(head);
+		free(s);
+	}
+}
+
+/* Declared sizes are bounded by type, by the HEAD and by the memory bound
+ * before any payload byte is read. */
+static void test_frame_bounds(void **state)
+{
+	struct mk_manifest *m = mk_manifest_new("tensors", "test");
+	uint8_t *s = malloc(1 << 16), small[300] = { 0 };
+	struct mk_err err;
+	char *head;
+	size_t hlen, o, base;
+
+	(void)state;
+	m->chunk_bytes = 65536;
+	assert_int_equal(mk_manifest_add_file(m, "a.json", 100, &err), 0);
+	assert_int_equal(mk_manifest_encode(m, &head, &hlen, &err), 0);
+	write_prelude(s, &o);
+	raw_frame(s, &o, MK_FT_HEAD, 0, 1, head, hlen, hlen);
+	base = o;
+	struct {
+		const char *type;
+		uint64_t raw_len, memory;
+		const char *msg;
+	} c[] = {
+		{ MK_FT_JOB, MK_FRAME_JOB_MAX + 1, 0, "more than the 16777216 bytes of a JOB" },
+		{ MK_FT_END, MK_FRAME_END_MAX + 1, 0, "more than the 65536 bytes of an END" },
+		{ MK_FT_DATA, MK_CHUNK_HDR + 16ull * 512 * 1024 + 1, 0, "bytes of a chunk of the HEAD's chunk_bytes" },
+		{ MK_FT_INPT, MK_CHUNK_HDR + 16ull * 512 * 1024 + 1, 0, "bytes of a chunk of the HEAD's chunk_bytes" },
+		{ MK_FT_FILE, 8 + 4096 + 101, 0, "more than the 4204 bytes of the largest file the HEAD announces" },
+		{ "note", 200, 100, "needs more than the memory budget of 100 bytes" },
+	};
+	for (size_t k = 0; k < sizeof(c) / sizeof(c[0]); k++) {
+		struct mk_stream_reader *r;
+		struct mk_manifest *hm;
+		struct mk_frame f;
+		int fd, rc;
+
+		o = base;
+		raw_frame(s, &o, c[k].type, MK_FRAME_F_ZSTD, 1, small, 0, c[k].raw_len);
+		put64(s + base + 8, c[k].raw_len > 200 ? 300 : c[k].raw_len); /* len: a claim only */
+		fd = fd_of(s, o);
+		assert_int_equal(mk_sr_open(&r, fd, "t", 0, &err), 0);
+		assert_int_equal(mk_sr_head(r, "t", NULL, NULL, &hm, &f, &err), 0);
+		if (c[k].memory) {
+			struct mk_sr_bounds b;
+			mk_sr_get_bounds(r, &b);
+			b.memory = c[k].memory;
+			mk_sr_set_bounds(r, &b);
+		}
+		mk_manifest_free(hm);
+		rc = mk_sr_next(r, &f, &err);
+		assert_true(rc < 0);
+		if (!strstr(err.msg, c[k].msg))
+			fail_msg("%s: %s", c[k].type, err.msg);
+		assert_non_null(strstr(err.msg, "frame #1"));
+		mk_sr_free(r);
+		close(fd);
+	}
+	/* right at the bounds the size is accepted (it fails later, as truncated) */
+	{
+		struct mk_stream_reader *r;
+		struct mk_manifest *hm;
+		struct mk_frame f;
+		struct mk_sr_bounds b;
+		int fd;
+
+		o = base;
+		raw_frame(s, &o, MK_FT_FILE, 0, 1, small, 0, 0);
+		put64(s + base + 8, 8 + 4096 + 100);
+		put64(s + base + 16, 8 + 4096 + 100);
+		fd = fd_of(s, o);
+		assert_int_equal(mk_sr_open(&r, fd, "t", 0, &err), 0);
+		assert_int_equal(mk_sr_head(r, "t", NULL, NULL, &hm, &f, &err), 0);
+		mk_sr_get_bounds(r, &b);
+		assert_int_equal(b.file, 8 + 4096 + 100);
+		assert_int_equal(b.chunk, MK_CHUNK_HDR + 16ull * 512 * 1024);
+		mk_manifest_free(hm);
+		assert_true(mk_sr_next(r, &f, &err) < 0);
+		assert_non_null(strstr(err.msg, "truncated payload"));
+		mk_sr_free(r);
+		close(fd);
+	}
+	mk_manifest_free(m);
+	free(head);
+	free(s);
+}
+
 /* ----------------------------------------------------------- FILE frames */
 
 static void test_file_name_check(void **state)
@@ -1767,6 +2095,12 @@ static void test_chunk_checks(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_piecewise_roundtrip),
+		cmocka_unit_test(test_piecewise_drain),
+		cmocka_unit_test(test_piecewise_checksum),
+		cmocka_unit_test(test_piecewise_truncated),
+		cmocka_unit_test(test_piecewise_zstd_bomb),
+		cmocka_unit_test(test_frame_bounds),
 		cmocka_unit_test(test_chunker_whole_rows),
 		cmocka_unit_test(test_chunker_long_rows),
 		cmocka_unit_test(test_chunker_1d_scalar_empty),
