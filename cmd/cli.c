@@ -34,11 +34,22 @@ void cli_init(const char *prog)
 	mallopt(M_TRIM_THRESHOLD, 128 << 20);
 }
 
+void cli_message(const char *kind, const char *msg)
+{
+	/* a message names tensors, paths and files, which may hold control
+	 * characters: never send those to the terminal raw */
+	char buf[4 * MK_ERR_MSG_MAX + 16];
+
+	cli_progress_end();
+	fprintf(stderr, "%s: %s%s%s\n", cli_prog, kind ? kind : "", kind ? ": " : "",
+		mk_text_escape(msg, (size_t)-1, buf, sizeof(buf)));
+}
+
 void cli_fail(const struct mk_err *err)
 {
-	cli_progress_end();
 	if (cli_verbose >= 1)
-		fprintf(stderr, "%s: error: %s\n", cli_prog, err && err->msg[0] ? err->msg : "failed");
+		cli_message("error", err && err->msg[0] ? err->msg : "failed");
+	cli_progress_end();
 	exit(EXIT_FAIL);
 }
 
@@ -62,16 +73,15 @@ void cli_usage_hint(void)
 
 void cli_info(int level, const char *fmt, ...)
 {
+	char msg[4 * MK_ERR_MSG_MAX];
 	va_list ap;
 
 	if (cli_verbose < level)
 		return;
-	cli_progress_end();
-	fprintf(stderr, "%s: ", cli_prog);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	cli_message(NULL, msg);
 }
 
 void cli_version(void)

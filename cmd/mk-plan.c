@@ -135,7 +135,7 @@ int main(int argc, char **argv)
 		if (cli_verbose < (d.v[i].level == MK_DIAG_ERROR ? 1 : 2))
 			continue;
 		mk_diag_format(&d, &d.v[i], line, sizeof(line));
-		fprintf(stderr, "%s: %s: %s\n", cli_prog, d.v[i].level == MK_DIAG_ERROR ? "error" : "warning", line);
+		cli_message(d.v[i].level == MK_DIAG_ERROR ? "error" : "warning", line);
 	}
 	if (rc) {
 		if (!d.nerrors)

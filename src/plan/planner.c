@@ -68,6 +68,9 @@ struct mk_plan {
 	size_t repeats;                   /* further tensors with that error */
 	uint64_t held_max;                /* the largest held job's working set */
 	uint64_t spilled;                 /* jobs mk-merge replays from a spill file */
+	size_t base_copies;               /* merged tensors the method gives as the base's */
+	char *base_copy_first;            /* the first of them */
+	char base_copy_unset[128];        /* its parameters with no value and no default */
 	const struct mk_plan_opts *o;
 	uint64_t seed, budget;
 };
@@ -97,6 +100,66 @@ static void diag(struct mk_diags *d, enum mk_diag_level lv, const struct mk_conf
 		d->nerrors++;
 	else
 		d->nwarnings++;
+}
+
+/* ------------------------------------------------------------ parameter names */
+
+/* A setting the method has no parameter for is ignored (as mergekit
+ * does, silently): a warning at its key, with the method's closest
+ * parameter name (the distance limits of unknown config keys) or its
+ * list of parameters. */
+static void check_param_names(const struct mk_method *m, const struct mk_params *ps, struct mk_diags *d)
+{
+	for (size_t i = 0; ps && i < ps->n; i++) {
+		const char *name = ps->v[i].name, *best = NULL;
+		size_t bd = SIZE_MAX, len = strlen(name);
+		char list[512] = "";
+
+		if (mk_method_param_index(m, name) >= 0)
+			continue;
+		for (size_t k = 0; k < m->nparams; k++) {
+			size_t dist = mk_edit_distance(name, m->params[k].name), n = strlen(list);
+			if (dist < bd) {
+				bd = dist;
+				best = m->params[k].name;
+			}
+			snprintf(list + n, sizeof(list) - n, "%s%s", n ? ", " : "", m->params[k].name);
+		}
+		if (best && bd <= (len >= 10 ? 3u : len >= 5 ? 2u : 1u))
+			diag(d, MK_DIAG_WARNING, &ps->v[i].loc,
+			     "%s has no parameter '%s'; it is ignored (did you mean '%s'?)", m->name, name, best);
+		else if (m->nparams)
+			diag(d, MK_DIAG_WARNING, &ps->v[i].loc, "%s has no parameter '%s'; it is ignored (%s's are: %s)",
+			     m->name, name, m->name, list);
+		else
+			diag(d, MK_DIAG_WARNING, &ps->v[i].loc, "%s has no parameter '%s'; it is ignored (%s takes none)",
+			     m->name, name, m->name);
+	}
+}
+
+static void check_slices_params(const struct mk_method *m, const struct mk_output_slice *sl, size_t n,
+				struct mk_diags *d)
+{
+	for (size_t i = 0; i < n; i++) {
+		check_param_names(m, &sl[i].params, d);
+		for (size_t k = 0; k < sl[i].nsources; k++)
+			check_param_names(m, &sl[i].sources[k].params, d);
+	}
+}
+
+static void check_config_params(const struct mk_config *c, const struct mk_method *m, struct mk_diags *d)
+{
+	check_param_names(m, &c->params, d);
+	for (size_t i = 0; i < c->nmodels; i++)
+		check_param_names(m, &c->models[i].params, d);
+	check_slices_params(m, c->slices, c->nslices, d);
+	for (size_t k = 0; k < c->nmodules; k++) {
+		const struct mk_output_module *om = &c->modules[k];
+		check_param_names(m, &om->params, d);
+		for (size_t i = 0; i < om->nmodels; i++)
+			check_param_names(m, &om->models[i].params, d);
+		check_slices_params(m, om->slices, om->nslices, d);
+	}
 }
 
 /* ---------------------------------------------------------------- models */
@@ -525,6 +588,29 @@ static int tplan_not_floats(struct tplan *t)
 	return TP_NEXT;
 }
 
+/* A tensor of several inputs for which the method reads only the base
+ * (slerp without t): counted, said once after planning. */
+static void note_base_copy(struct tplan *t)
+{
+	struct mk_plan *p = t->p;
+
+	if (t->check_equal || t->n < 2 || t->base < 0 || t->m != p->method)
+		return;
+	for (size_t i = 0; i < t->n; i++)
+		if (t->used[i] != ((int)i == t->base))
+			return;
+	if (p->base_copies++)
+		return;
+	p->base_copy_first = strdup(t->ow->name);
+	for (size_t k = 0; k < t->np; k++) {
+		const struct mk_param_spec *ps = &t->m->params[k];
+		size_t n = strlen(p->base_copy_unset);
+		if (ps->scope == MK_SCOPE_GLOBAL && !t->graw[k].set && !ps->def.set)
+			snprintf(p->base_copy_unset + n, sizeof(p->base_copy_unset) - n, "%s'%s'", n ? ", " : "",
+				 ps->name);
+	}
+}
+
 /* The method's output rule: the output's dtype and shape, the compute
  * dtype, the inputs it reads, its passes, the resolved parameters.  Its
  * error is said once per kind of mistake, not once per tensor. */
@@ -536,8 +622,10 @@ static int tplan_output_rule(struct tplan *t)
 				  .ninputs = t->check_equal ? 1 : t->n, .base = t->check_equal ? -1 : t->base,
 				  .in = t->in, .labels = t->labels, .global = t->graw, .input = t->iraw };
 
-	if (!mk_method_plan(t->m, &jd, &t->po, t->gres, t->ires, t->used, &t->e))
+	if (!mk_method_plan(t->m, &jd, &t->po, t->gres, t->ires, t->used, &t->e)) {
+		note_base_copy(t);
 		return TP_NEXT;
+	}
 	char key[MK_ERR_MSG_MAX];
 	const char *at = strstr(t->e.msg, name);
 	snprintf(key, sizeof(key), "%.*s%s", at ? (int)(at - t->e.msg) : (int)strlen(t->e.msg), t->e.msg,
@@ -1215,6 +1303,7 @@ void mk_plan_free(struct mk_plan *p)
 	free(p->files);
 	free(p->card);
 	free(p->last_err);
+	free(p->base_copy_first);
 	mk_arch_free(p->arch);
 	mk_manifest_free(p->man);
 	mk_config_free(p->cfg);
@@ -1335,6 +1424,8 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		rc = 0;
 		if (p->cfg->merge_method && mk_method_lookup(p->cfg->merge_method, &p->method, &e))
 			diag(d, MK_DIAG_ERROR, &p->cfg->merge_method_loc, "%s", e.msg);
+		else if (p->method)
+			check_config_params(p->cfg, p->method, d);
 		if (!mk_arch_registry_open(&r2, err))
 			rc = open_models(p, r2, d, err);
 		mk_arch_registry_free(r2);
@@ -1352,6 +1443,8 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 	free(feat);
 	if (mk_method_lookup(p->cfg->merge_method, &p->method, &e))
 		diag(d, MK_DIAG_ERROR, &p->cfg->merge_method_loc, "%s", e.msg);
+	else
+		check_config_params(p->cfg, p->method, d);
 	rc = mk_arch_registry_open(&reg, err);
 	if (rc)
 		goto out;
@@ -1370,6 +1463,13 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 	rc = plan_modules(p, out_layers, &layers_changed, d, err);
 	if (p->repeats)
 		diag(d, MK_DIAG_ERROR, NULL, "(the same for %zu more tensor%s)", p->repeats, p->repeats == 1 ? "" : "s");
+	if (p->base_copies && !d->nerrors)
+		diag(d, MK_DIAG_WARNING, &p->cfg->merge_method_loc,
+		     "%zu tensor%s (the first '%s') %s the base model's, unchanged: %s reads only the base for "
+		     "them%s%s%s", p->base_copies, p->base_copies == 1 ? "" : "s",
+		     p->base_copy_first ? p->base_copy_first : "?", p->base_copies == 1 ? "is" : "are",
+		     p->method->name, p->base_copy_unset[0] ? " (no value for " : "", p->base_copy_unset,
+		     p->base_copy_unset[0] ? ")" : "");
 	if (rc || d->nerrors)
 		goto out;
 	rc = make_files(p, out_layers, layers_changed, d, err);
