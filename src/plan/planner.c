@@ -66,6 +66,7 @@ struct mk_plan {
 	char *card;                       /* README.md text, or NULL */
 	char *last_err;                   /* the last method error, tensor name cut out */
 	size_t repeats;                   /* further tensors with that error */
+	struct mk_config_loc last_err_loc; /* where that error was said (path owned) */
 	uint64_t held_max;                /* the largest held job's working set */
 	uint64_t spilled;                 /* jobs mk-merge replays from a spill file */
 	size_t base_copies;               /* merged tensors the method gives as the base's */
@@ -447,6 +448,31 @@ struct tplan {
 
 enum { TP_NEXT = 0, TP_DONE = 1 };
 
+/* Where a message about input i belongs: that model's entry in the config
+ * (models[1].model, slices[0].sources[1].model), else the slice's. */
+static const struct mk_config_loc *input_loc(const struct tplan *t, size_t i)
+{
+	const struct mk_config_loc *l = &t->srcs[t->order[i]].ref->loc;
+
+	return l->line ? l : t->tc->loc;
+}
+
+/* The input a method's message is about: the first non-base input whose
+ * model it names (quoted), else the base when named, else none (-1). */
+static long input_named(const struct tplan *t, const char *msg)
+{
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t i = 0; i < t->n; i++) {
+			char q[512];
+			if (((int)i == t->base) != (pass == 1) || !t->labels[i])
+				continue;
+			snprintf(q, sizeof(q), "'%s'", t->labels[i]);
+			if (strstr(msg, q))
+				return (long)i;
+		}
+	return -1;
+}
+
 /* The sources: an optional weight is skipped when no input has it under
  * its name or an alias (tied names do not count here, as in mergekit). */
 static int tplan_sources(struct tplan *t)
@@ -495,7 +521,8 @@ static int tplan_inputs(struct tplan *t)
 			if (!nm) {
 				if (srcs[s].w->optional)
 					continue;
-				diag(t->d, MK_DIAG_ERROR, tc->loc, "tensor '%s' required but not present in model '%s'",
+				diag(t->d, MK_DIAG_ERROR, srcs[s].ref->loc.line ? &srcs[s].ref->loc : tc->loc,
+				     "tensor '%s' required but not present in model '%s'",
 				     srcs[s].w->name, pm->display);
 				failed = true;
 				continue;
@@ -551,7 +578,7 @@ static int tplan_params(struct tplan *t)
 			const struct src_in *sr = &t->srcs[t->order[i]];
 			if (mk_param_lookup(&tc->scope, ps->name, sr->ref, sr->w->name, tc->t, &v) != MK_PL_NONE) {
 				if (to_pval(ps, v, &t->iraw[i * np + k]))
-					diag(t->d, MK_DIAG_ERROR, tc->loc,
+					diag(t->d, MK_DIAG_ERROR, input_loc(t, i),
 					     "tensor '%s': parameter '%s' = %g of model '%s' is not an integer", name,
 					     ps->name, v, t->labels[i]);
 			}
@@ -575,7 +602,7 @@ static int tplan_not_floats(struct tplan *t)
 		return TP_NEXT;
 	for (size_t i = 1; i < t->n; i++)
 		if (!mk_tensor_desc_equal(&in[i], &in[0])) {
-			diag(t->d, MK_DIAG_ERROR, t->tc->loc,
+			diag(t->d, MK_DIAG_ERROR, input_loc(t, i),
 			     "tensor '%s' is %s in '%s' and %s in '%s': tensors that are not floats must agree",
 			     t->ow->name, mk_dtype_name(in[0].dtype), t->labels[0], mk_dtype_name(in[i].dtype),
 			     t->labels[i]);
@@ -633,10 +660,15 @@ static int tplan_output_rule(struct tplan *t)
 	if (p->last_err && !strcmp(p->last_err, key)) {
 		p->repeats++;
 	} else {
+		long in = input_named(t, t->e.msg);
+		const struct mk_config_loc *loc = in >= 0 ? input_loc(t, (size_t)in) : t->tc->loc;
 		free(p->last_err);
+		free(p->last_err_loc.path);
 		p->last_err = strdup(key);
+		p->last_err_loc = (struct mk_config_loc){ loc ? loc->line : 0, loc ? loc->col : 0,
+							  loc && loc->path ? strdup(loc->path) : NULL };
 		p->repeats = 0;
-		diag(t->d, MK_DIAG_ERROR, t->tc->loc, "%s", t->e.msg);
+		diag(t->d, MK_DIAG_ERROR, loc, "%s", t->e.msg);
 	}
 	return TP_DONE;
 }
@@ -1303,6 +1335,7 @@ void mk_plan_free(struct mk_plan *p)
 	free(p->files);
 	free(p->card);
 	free(p->last_err);
+	free(p->last_err_loc.path);
 	free(p->base_copy_first);
 	mk_arch_free(p->arch);
 	mk_manifest_free(p->man);
@@ -1441,6 +1474,15 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		diag(d, MK_DIAG_ERROR, &loc, "%s is not supported yet (%s)", feat[i].what, feat[i].later);
 	}
 	free(feat);
+	/* mk merges floats: int64 weights would reach mk-merge as tensors that
+	 * are not floats and fail there, after every byte was read */
+	for (int k = 0; k < 2; k++) {
+		const struct mk_config_dtype *cd = k ? &p->cfg->out_dtype : &p->cfg->dtype;
+		if (cd->name && cd->dtype == MK_DT_I64)
+			diag(d, MK_DIAG_ERROR, &cd->loc,
+			     "int64 is not supported: mk merges weights as floating point (use bfloat16, "
+			     "float16, float32 or float64)");
+	}
 	if (mk_method_lookup(p->cfg->merge_method, &p->method, &e))
 		diag(d, MK_DIAG_ERROR, &p->cfg->merge_method_loc, "%s", e.msg);
 	else
@@ -1462,7 +1504,8 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 	}
 	rc = plan_modules(p, out_layers, &layers_changed, d, err);
 	if (p->repeats)
-		diag(d, MK_DIAG_ERROR, NULL, "(the same for %zu more tensor%s)", p->repeats, p->repeats == 1 ? "" : "s");
+		diag(d, MK_DIAG_ERROR, &p->last_err_loc, "(the same for %zu more tensor%s)", p->repeats,
+		     p->repeats == 1 ? "" : "s");
 	if (p->base_copies && !d->nerrors)
 		diag(d, MK_DIAG_WARNING, &p->cfg->merge_method_loc,
 		     "%zu tensor%s (the first '%s') %s the base model's, unchanged: %s reads only the base for "

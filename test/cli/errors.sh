@@ -195,3 +195,33 @@ mk-cat s.mks | grep -qF "name=café.txt" || fail "mk-cat did not print a UTF-8 n
 printf 'merge_method: linear\nmodels:\n  - model: "m\\e[31mX"\n    parameters: {weight: 1}\n' > p.yml
 expect_fail 1 'm\x1b[31mX' mk-plan p.yml -o p.mks
 ! grep -q "$esc" err.txt || fail "mk-plan printed an escape raw"
+
+# --- messages a user can act on ----------------------------------------------
+# mk-yaml: a failing stage's message, not the downstream stages' "empty
+# input" or "without an END frame" lines (run alone, a stage still says it)
+printf 'merge_method: linear\nmodels:\n  - model: m\n    parameters: {weight: 1}\n  - model: nope\n    parameters: {weight: 1}\n' > p.yml
+expect_fail 1 "mk-yaml: error: mk-plan exited with status 1" mk-yaml p.yml yout
+grep -q "mk-plan: error: p.yml:5:12: models\[1\].model: model 'nope'" err.txt || { cat err.txt >&2; fail "mk-yaml: no mk-plan message"; }
+[ "$(wc -l < err.txt)" -eq 2 ] || { cat err.txt >&2; fail "mk-yaml: downstream stages added lines"; }
+no_out yout
+expect_fail 1 "stdin: empty input" mk-fetch < /dev/null
+# int64 is refused by mk-plan, before any weight is read
+for k in dtype out_dtype; do
+	printf 'merge_method: linear\n%s: int64\nmodels:\n  - model: m\n    parameters: {weight: 1}\n  - model: m2\n    parameters: {weight: 1}\n' $k > p.yml
+	expect_fail 1 "p.yml:2:" mk-plan p.yml -o p.mks
+	grep -qF "$k: int64 is not supported: mk merges weights as floating point" err.txt || { cat err.txt >&2; fail "$k int64"; }
+done
+# a shape mismatch is reported at the model that has the other shape
+mk-gen-model --layers 1 --seed 5 --hidden 32 narrow >/dev/null
+printf 'merge_method: linear\nmodels:\n  - model: m\n    parameters: {weight: 1}\n  - model: narrow\n    parameters: {weight: 1}\n' > p.yml
+expect_fail 1 "p.yml:5:12: models[1].model: method 'linear', tensor" mk-plan p.yml -o p.mks
+! grep -q "models\[0\]" err.txt || { cat err.txt >&2; fail "the mismatch is reported at models[0]"; }
+! grep -q "p.yml:0:0" err.txt || { cat err.txt >&2; fail "a message at 0:0"; }
+# the config may come from a pipe; -o /dev/stdout is a terminal like '-'
+printf 'merge_method: linear\nmodels:\n  - model: m\n    parameters: {weight: 1}\n  - model: m2\n    parameters: {weight: 1}\n' > p.yml
+mk-plan p.yml -o p.mks
+cat p.yml | mk-plan /dev/stdin -o p2.mks && cmp -s p.mks p2.mks || fail "mk-plan refused a config from a pipe"
+if command -v script >/dev/null 2>&1; then
+	set +e; script -qec "mk-plan p.yml -o /dev/stdout" /dev/null > tty.txt 2>&1; rc=$?; set -e
+	[ $rc -eq 2 ] && grep -q "refusing to write a binary stream to a terminal" tty.txt || fail "mk-plan -o /dev/stdout wrote to a terminal ($rc)"
+fi
