@@ -225,3 +225,13 @@ if command -v script >/dev/null 2>&1; then
 	set +e; script -qec "mk-plan p.yml -o /dev/stdout" /dev/null > tty.txt 2>&1; rc=$?; set -e
 	[ $rc -eq 2 ] && grep -q "refusing to write a binary stream to a terminal" tty.txt || fail "mk-plan -o /dev/stdout wrote to a terminal ($rc)"
 fi
+# model.safetensors that exists as something else is named as such, not "no model.safetensors"
+for k in loop fifo dir; do
+	rm -rf x$k && cp -r m2 x$k && rm -f x$k/model*.safetensors*
+	case $k in loop) ln -s model.safetensors x$k/model.safetensors ;; fifo) mkfifo x$k/model.safetensors ;;
+		dir) mkdir x$k/model.safetensors ;; esac
+	printf 'merge_method: linear\nmodels:\n  - model: x%s\n    parameters: {weight: 1}\n' $k > p.yml
+	case $k in loop) want="is a symbolic link that does not resolve" ;; fifo) want="is a FIFO, not a regular file" ;;
+		dir) want="is a directory, not a regular file" ;; esac
+	expect_fail 1 "model.safetensors in x$k $want" mk-plan p.yml -o p.mks
+done
