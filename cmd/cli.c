@@ -34,11 +34,36 @@ void cli_init(const char *prog)
 	mallopt(M_TRIM_THRESHOLD, 128 << 20);
 }
 
+void cli_message(const char *kind, const char *msg)
+{
+	/* a message names tensors, paths and files, which may hold control
+	 * characters: never send those to the terminal raw */
+	char buf[4 * MK_ERR_MSG_MAX + 16];
+
+	cli_progress_end();
+	fprintf(stderr, "%s: %s%s%s\n", cli_prog, kind ? kind : "", kind ? ": " : "",
+		mk_text_escape(msg, (size_t)-1, buf, sizeof(buf)));
+}
+
+/* In a pipeline run by mk-yaml (MK_PIPELINE_INPUT set, see mk/pipeline.h)
+ * an empty or cut input means the producer failed, and mk-yaml names that
+ * stage after its own message: this stage's would only bury it. */
+static bool empty_input_from_stage(const struct mk_err *err)
+{
+	const char *v = getenv("MK_PIPELINE_INPUT");
+
+	/* the reader's two words for it: "empty input ... (did the producer
+	 * fail?)" and "ended ... (truncated, or the producer failed)" */
+	return v && !strcmp(v, "1") && err && err->code == MK_ECORRUPT &&
+	       (strstr(err->msg, "(did the producer fail?)") ||
+		strstr(err->msg, "(truncated, or the producer failed)"));
+}
+
 void cli_fail(const struct mk_err *err)
 {
+	if (cli_verbose >= 1 && !empty_input_from_stage(err))
+		cli_message("error", err && err->msg[0] ? err->msg : "failed");
 	cli_progress_end();
-	if (cli_verbose >= 1)
-		fprintf(stderr, "%s: error: %s\n", cli_prog, err && err->msg[0] ? err->msg : "failed");
 	exit(EXIT_FAIL);
 }
 
@@ -62,16 +87,15 @@ void cli_usage_hint(void)
 
 void cli_info(int level, const char *fmt, ...)
 {
+	char msg[4 * MK_ERR_MSG_MAX];
 	va_list ap;
 
 	if (cli_verbose < level)
 		return;
-	cli_progress_end();
-	fprintf(stderr, "%s: ", cli_prog);
 	va_start(ap, fmt);
-	vfprintf(stderr, fmt, ap);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
 	va_end(ap);
-	fputc('\n', stderr);
+	cli_message(NULL, msg);
 }
 
 void cli_version(void)

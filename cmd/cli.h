@@ -12,6 +12,9 @@ extern const char *cli_prog;
 extern int cli_verbose;   /* 0 quiet, 1 errors, 2 warnings (default), 3 info, 4 debug */
 
 void cli_init(const char *prog);
+/* "prog: KIND: msg" on stderr (KIND NULL: "prog: msg"), the message's
+ * control characters and bytes that are not UTF-8 escaped (mk_text_escape). */
+void cli_message(const char *kind, const char *msg);
 /* "prog: error: msg" and exit 1. */
 void cli_fail(const struct mk_err *err) __attribute__((noreturn));
 /* "prog: msg\nTry 'prog --help' for more information." and exit 2. */

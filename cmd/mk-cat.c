@@ -35,6 +35,27 @@ static void usage(void)
 	exit(EXIT_OK);
 }
 
+/* Names and payloads are printed escaped (mk_text_escape): a stream can
+ * hold control characters that would drive the terminal. */
+static const char *esc_name(const char *s, char *buf)
+{
+	return mk_text_escape(s, (size_t)-1, buf, 4096);
+}
+#define ESC(s) esc_name((s), (char[4096]){ 0 })
+
+static char *payload_buf;
+
+static const char *esc_payload(const void *p, size_t len)
+{
+	size_t size = len * 4 + 8;
+	char *b = realloc(payload_buf, size);
+
+	if (!b)
+		return "(out of memory)";
+	payload_buf = b;
+	return mk_text_escape(p, len, b, size);
+}
+
 static void print_shape(const uint64_t *shape, unsigned ndim)
 {
 	putchar('[');
@@ -121,12 +142,12 @@ int main(int argc, char **argv)
 				mk_err_prefix(&err, "frame #%llu: ", (unsigned long long)f.index);
 				cli_fail(&err);
 			}
-			printf(" kind=%s producer=\"%s\" chunk=%llu tensors=%zu files=%zu\n", man->kind,
-			       man->producer, (unsigned long long)man->chunk_bytes, man->ntensors, man->nfiles);
+			printf(" kind=%s producer=\"%s\" chunk=%llu tensors=%zu files=%zu\n", ESC(man->kind),
+			       ESC(man->producer), (unsigned long long)man->chunk_bytes, man->ntensors, man->nfiles);
 			if (verbose) {
-				printf("  %.*s\n", (int)f.payload_len, (const char *)f.payload);
+				printf("  %s\n", esc_payload(f.payload, f.payload_len));
 				for (size_t i = 0; i < man->ntensors; i++) {
-					printf("  tensor %zu %s %s ", i, man->tensors[i].name,
+					printf("  tensor %zu %s %s ", i, ESC(man->tensors[i].name),
 					       mk_dtype_name(man->tensors[i].desc.dtype));
 					print_shape(man->tensors[i].desc.shape, man->tensors[i].desc.ndim);
 					printf(" %llu bytes\n", (unsigned long long)man->tensors[i].nbytes);
@@ -138,7 +159,7 @@ int main(int argc, char **argv)
 				mk_err_prefix(&err, "frame #%llu: ", (unsigned long long)f.index);
 				cli_fail(&err);
 			}
-			printf(" name=%s mode=%04o size=%zu\n", ff.name, ff.mode, ff.len);
+			printf(" name=%s mode=%04o size=%zu\n", ESC(ff.name), ff.mode, ff.len);
 			free(ff.name);
 		} else if (!strcmp(f.type, MK_FT_DATA) || !strcmp(f.type, MK_FT_INPT)) {
 			struct mk_chunk ch;
@@ -152,14 +173,14 @@ int main(int argc, char **argv)
 			printf(" id=%u", ch.id);
 			if (!strcmp(f.type, MK_FT_INPT))
 				printf(" input=%u pass=%u", ch.input, ch.pass);
-			printf(" tensor=%s dtype=%s rows=[%llu,%llu) elems=[%llu,%llu) data-crc32c=%08x\n", name,
+			printf(" tensor=%s dtype=%s rows=[%llu,%llu) elems=[%llu,%llu) data-crc32c=%08x\n", ESC(name),
 			       mk_dtype_name(ch.dtype), (unsigned long long)ch.row_begin,
 			       (unsigned long long)(ch.row_begin + ch.row_count), (unsigned long long)ch.elem_begin,
 			       (unsigned long long)(ch.elem_begin + ch.elem_count), mk_crc32c(0, ch.data, ch.data_len));
 		} else if (!strcmp(f.type, MK_FT_JOB)) {
-			printf(" %.*s\n", (int)f.payload_len, (const char *)f.payload); /* small JSON */
+			printf(" %s\n", esc_payload(f.payload, f.payload_len)); /* small JSON */
 		} else {
-			printf(" %.*s\n", (int)(f.payload_len > 200 ? 200 : f.payload_len), (const char *)f.payload);
+			printf(" %s\n", esc_payload(f.payload, f.payload_len > 200 ? 200 : f.payload_len));
 		}
 	}
 	if (rc < 0)
@@ -170,6 +191,7 @@ int main(int argc, char **argv)
 	}
 	mk_manifest_free(man);
 	mk_sr_free(r);
+	free(payload_buf);
 	cli_close_stdout();
 	return EXIT_OK;
 }

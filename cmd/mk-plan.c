@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "cli.h"
 #include "mk/plugin.h"
@@ -122,8 +123,21 @@ int main(int argc, char **argv)
 		o.label = "stdin";
 		if (mk_fd_read_all(0, 64u << 20, "stdin", &text, &len, &err))
 			cli_fail(&err);
-	} else if (mk_file_read(o.label, 64u << 20, &text, &len, &err)) {
-		cli_fail(&err);
+	} else {
+		/* a file, or a pipe (mk-plan <(...)): read to its end */
+		struct stat st;
+		int cfd = open(o.label, O_RDONLY | O_CLOEXEC);
+		if (cfd < 0) {
+			mk_err_sys(&err, errno, "%s", o.label);
+			cli_fail(&err);
+		}
+		if (fstat(cfd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+			if (mk_fd_read_all(cfd, 64u << 20, o.label, &text, &len, &err))
+				cli_fail(&err);
+		} else if (mk_file_read(o.label, 64u << 20, &text, &len, &err)) {
+			cli_fail(&err);
+		}
+		close(cfd);
 	}
 	o.text = (const char *)text;
 	o.len = len;
@@ -135,7 +149,7 @@ int main(int argc, char **argv)
 		if (cli_verbose < (d.v[i].level == MK_DIAG_ERROR ? 1 : 2))
 			continue;
 		mk_diag_format(&d, &d.v[i], line, sizeof(line));
-		fprintf(stderr, "%s: %s: %s\n", cli_prog, d.v[i].level == MK_DIAG_ERROR ? "error" : "warning", line);
+		cli_message(d.v[i].level == MK_DIAG_ERROR ? "error" : "warning", line);
 	}
 	if (rc) {
 		if (!d.nerrors)
@@ -158,6 +172,8 @@ int main(int argc, char **argv)
 				mk_err_sys(&err, errno, "%s", output);
 				cli_fail(&err);
 			}
+			/* -o /dev/stdout, -o /dev/tty: the same refusal as for '-' */
+			cli_check_binary_out(fd, force);
 		}
 		if (mk_plan_write(plan, fd, 0, &err)) {
 			if (fd != 1)

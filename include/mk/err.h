@@ -9,6 +9,7 @@
 #ifndef MK_ERR_H
 #define MK_ERR_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 enum mk_errcode {
@@ -51,6 +52,22 @@ int mk_err_prefix(struct mk_err *err, const char *fmt, ...)
 
 /* A short name for a code ("format error", ...). */
 const char *mk_err_name(int code);
+
+/* ------------------------------------------------------------ printable names */
+
+/* Whether len bytes of s are printable UTF-8: well-formed (no overlong
+ * forms, surrogates or code points past U+10FFFF) and without control
+ * characters (U+0000-U+001F, U+007F-U+009F). */
+bool mk_text_printable(const char *s, size_t len);
+
+/* A name (tensor, path, file) as it is safe to print: s when it is
+ * printable (mk_text_printable), else a copy in buf where every control
+ * character and every byte that is not UTF-8 is written as \n, \r, \t
+ * or \xHH, cut at a character to fit `size` ("..." marks a cut).
+ * len (size_t)-1: s is NUL-terminated, and returned as is when printable;
+ * otherwise len bytes of s (NULs included) are always copied into buf.
+ * Returns s or buf, NUL-terminated ("(null)" for s NULL). */
+const char *mk_text_escape(const char *s, size_t len, char *buf, size_t size);
 
 /* Abort on a broken internal invariant (never on bad input). */
 #define MK_BUG(...) mk_bug(__FILE__, __LINE__, __VA_ARGS__)

@@ -10,6 +10,10 @@
  * signal, SIGKILL): killing mk-yaml by any signal stops the stages at
  * once, and no stage completes an output after mk-yaml is gone (mk-pack's
  * partial directory stays; OUT never appears).
+ * Each stage fed by another runs with MK_PIPELINE_INPUT=1 in its
+ * environment: its input is empty or cut short only when its producer
+ * failed, which the runner reports, so the stage says nothing about that
+ * input (the programs' cli_fail); the first stage runs without it.
  */
 #ifndef MK_PIPELINE_H
 #define MK_PIPELINE_H

@@ -92,6 +92,103 @@ const char *mk_err_name(int code)
 	return "unknown error";
 }
 
+/* ------------------------------------------------------------ printable names */
+
+/* Length of the UTF-8 character at s[0..left), 0 when it is not one or
+ * is a control character (C0, DEL, C1). */
+static size_t printable_char(const unsigned char *s, size_t left)
+{
+	unsigned c = s[0], cp;
+	size_t n;
+
+	if (c < 0x20 || c == 0x7f)
+		return 0;
+	if (c < 0x80)
+		return 1;
+	if (c >= 0xc2 && c <= 0xdf) {
+		n = 2;
+		cp = c & 0x1f;
+	} else if (c >= 0xe0 && c <= 0xef) {
+		n = 3;
+		cp = c & 0x0f;
+	} else if (c >= 0xf0 && c <= 0xf4) {
+		n = 4;
+		cp = c & 0x07;
+	} else {
+		return 0;
+	}
+	if (n > left)
+		return 0;
+	for (size_t i = 1; i < n; i++) {
+		if ((s[i] & 0xc0) != 0x80)
+			return 0;
+		cp = cp << 6 | (s[i] & 0x3f);
+	}
+	if ((n == 3 && cp < 0x800) || (n == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+	    (cp >= 0xd800 && cp <= 0xdfff) || (cp >= 0x80 && cp <= 0x9f))
+		return 0;
+	return n;
+}
+
+bool mk_text_printable(const char *s, size_t len)
+{
+	const unsigned char *u = (const unsigned char *)s;
+
+	for (size_t i = 0; i < len;) {
+		size_t n = printable_char(u + i, len - i);
+		if (!n)
+			return false;
+		i += n;
+	}
+	return true;
+}
+
+const char *mk_text_escape(const char *s, size_t len, char *buf, size_t size)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	size_t o = 0;
+
+	if (!s)
+		return "(null)";
+	if (len == (size_t)-1) {
+		len = strlen(s);
+		if (mk_text_printable(s, len))
+			return s;
+	}
+	if (!buf || size == 0)
+		return "";
+	for (size_t i = 0; i < len;) {
+		size_t n = printable_char(u + i, len - i);
+		char esc[8];
+		const char *piece = esc;
+		size_t pl;
+		if (n) {
+			piece = s + i;
+			pl = n;
+		} else {
+			n = 1;
+			pl = (size_t)snprintf(esc, sizeof(esc), u[i] == '\n' ? "\\n" : u[i] == '\r' ? "\\r" :
+					      u[i] == '\t' ? "\\t" : "\\x%02x", u[i]);
+		}
+		if (o + pl + 4 > size && i + n < len) {
+			/* no room for this piece and a cut mark after it */
+			if (o + 3 < size)
+				memcpy(buf + o, "...", 3), o += 3;
+			break;
+		}
+		if (o + pl + 1 > size) {
+			if (o + 3 < size)
+				memcpy(buf + o, "...", 3), o += 3;
+			break;
+		}
+		memcpy(buf + o, piece, pl);
+		o += pl;
+		i += n;
+	}
+	buf[o < size ? o : size - 1] = '\0';
+	return buf;
+}
+
 void mk_bug(const char *file, int line, const char *fmt, ...)
 {
 	va_list ap;

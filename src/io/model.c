@@ -484,6 +484,24 @@ out:
 	return rc;
 }
 
+/* Neither an index nor model.safetensors as a regular file: say which it
+ * is when the name exists as something else. */
+static int single_missing(const struct mk_model *m, const char *path, struct mk_err *err)
+{
+	struct stat st, lst;
+
+	if (lstat(path, &lst) < 0)
+		return mk_err_set(err, MK_ENOENT, "model '%s': no %s or %s in %s", m->ref, SINGLE_NAME,
+				  INDEX_NAME, m->dir);
+	if (stat(path, &st) < 0)
+		return mk_err_sys(err, errno, "model '%s': %s in %s is a symbolic link that does not "
+				  "resolve", m->ref, SINGLE_NAME, m->dir);
+	return mk_err_set(err, MK_EFORMAT, "model '%s': %s in %s is %s, not a regular file", m->ref, SINGLE_NAME,
+			  m->dir, S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" :
+			  S_ISSOCK(st.st_mode) ? "a socket" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ?
+			  "a device" : "not a file");
+}
+
 int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
 {
 	struct model *mm = NULL;
@@ -572,9 +590,7 @@ int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
 						"safetensors)",
 						m->ref, m->dir);
 			else
-				rc = mk_err_set(err, MK_ENOENT, "model '%s': no %s or %s "
-						"in %s", m->ref, SINGLE_NAME,
-						INDEX_NAME, m->dir);
+				rc = single_missing(m, path, err);
 			goto out;
 		}
 		m->shards = calloc(1, sizeof(*m->shards));

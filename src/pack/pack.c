@@ -959,7 +959,7 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 		goto out;
 	mk_sr_set_bounds(r, &(struct mk_sr_bounds){ .memory = o->budget });
 	/* the first critical frame must be HEAD */
-	rc = mk_sr_head(r, label, "tensors", "mk-pack writes a 'tensors' stream (from mk-fetch --model or mk-merge)",
+	rc = mk_sr_head(r, label, "tensors", "mk-pack reads a 'tensors' stream (from mk-fetch --model or mk-merge)",
 			&p.man, &f, err);
 	if (rc)
 		goto out;

@@ -49,6 +49,13 @@ int mk_pipeline_run(const struct mk_stage *st, size_t n, const char *partial, st
 			 * covers a runner that died before it */
 			if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
 				_exit(127);
+			/* a stage fed by another: when that one fails, the
+			 * runner names it; this one stays quiet about an
+			 * empty input (cli_fail) */
+			if (prev >= 0)
+				setenv("MK_PIPELINE_INPUT", "1", 1);
+			else
+				unsetenv("MK_PIPELINE_INPUT");
 			int in = prev >= 0 ? prev : open("/dev/null", O_RDONLY);
 			if (in < 0 || dup2(in, 0) < 0 || (fds[1] >= 0 && dup2(fds[1], 1) < 0))
 				_exit(127);

@@ -66,8 +66,12 @@ struct mk_plan {
 	char *card;                       /* README.md text, or NULL */
 	char *last_err;                   /* the last method error, tensor name cut out */
 	size_t repeats;                   /* further tensors with that error */
+	struct mk_config_loc last_err_loc; /* where that error was said (path owned) */
 	uint64_t held_max;                /* the largest held job's working set */
 	uint64_t spilled;                 /* jobs mk-merge replays from a spill file */
+	size_t base_copies;               /* merged tensors the method gives as the base's */
+	char *base_copy_first;            /* the first of them */
+	char base_copy_unset[128];        /* its parameters with no value and no default */
 	const struct mk_plan_opts *o;
 	uint64_t seed, budget;
 };
@@ -97,6 +101,66 @@ static void diag(struct mk_diags *d, enum mk_diag_level lv, const struct mk_conf
 		d->nerrors++;
 	else
 		d->nwarnings++;
+}
+
+/* ------------------------------------------------------------ parameter names */
+
+/* A setting the method has no parameter for is ignored (as mergekit
+ * does, silently): a warning at its key, with the method's closest
+ * parameter name (the distance limits of unknown config keys) or its
+ * list of parameters. */
+static void check_param_names(const struct mk_method *m, const struct mk_params *ps, struct mk_diags *d)
+{
+	for (size_t i = 0; ps && i < ps->n; i++) {
+		const char *name = ps->v[i].name, *best = NULL;
+		size_t bd = SIZE_MAX, len = strlen(name);
+		char list[512] = "";
+
+		if (mk_method_param_index(m, name) >= 0)
+			continue;
+		for (size_t k = 0; k < m->nparams; k++) {
+			size_t dist = mk_edit_distance(name, m->params[k].name), n = strlen(list);
+			if (dist < bd) {
+				bd = dist;
+				best = m->params[k].name;
+			}
+			snprintf(list + n, sizeof(list) - n, "%s%s", n ? ", " : "", m->params[k].name);
+		}
+		if (best && bd <= (len >= 10 ? 3u : len >= 5 ? 2u : 1u))
+			diag(d, MK_DIAG_WARNING, &ps->v[i].loc,
+			     "%s has no parameter '%s'; it is ignored (did you mean '%s'?)", m->name, name, best);
+		else if (m->nparams)
+			diag(d, MK_DIAG_WARNING, &ps->v[i].loc, "%s has no parameter '%s'; it is ignored (%s's are: %s)",
+			     m->name, name, m->name, list);
+		else
+			diag(d, MK_DIAG_WARNING, &ps->v[i].loc, "%s has no parameter '%s'; it is ignored (%s takes none)",
+			     m->name, name, m->name);
+	}
+}
+
+static void check_slices_params(const struct mk_method *m, const struct mk_output_slice *sl, size_t n,
+				struct mk_diags *d)
+{
+	for (size_t i = 0; i < n; i++) {
+		check_param_names(m, &sl[i].params, d);
+		for (size_t k = 0; k < sl[i].nsources; k++)
+			check_param_names(m, &sl[i].sources[k].params, d);
+	}
+}
+
+static void check_config_params(const struct mk_config *c, const struct mk_method *m, struct mk_diags *d)
+{
+	check_param_names(m, &c->params, d);
+	for (size_t i = 0; i < c->nmodels; i++)
+		check_param_names(m, &c->models[i].params, d);
+	check_slices_params(m, c->slices, c->nslices, d);
+	for (size_t k = 0; k < c->nmodules; k++) {
+		const struct mk_output_module *om = &c->modules[k];
+		check_param_names(m, &om->params, d);
+		for (size_t i = 0; i < om->nmodels; i++)
+			check_param_names(m, &om->models[i].params, d);
+		check_slices_params(m, om->slices, om->nslices, d);
+	}
 }
 
 /* ---------------------------------------------------------------- models */
@@ -384,6 +448,31 @@ struct tplan {
 
 enum { TP_NEXT = 0, TP_DONE = 1 };
 
+/* Where a message about input i belongs: that model's entry in the config
+ * (models[1].model, slices[0].sources[1].model), else the slice's. */
+static const struct mk_config_loc *input_loc(const struct tplan *t, size_t i)
+{
+	const struct mk_config_loc *l = &t->srcs[t->order[i]].ref->loc;
+
+	return l->line ? l : t->tc->loc;
+}
+
+/* The input a method's message is about: the first non-base input whose
+ * model it names (quoted), else the base when named, else none (-1). */
+static long input_named(const struct tplan *t, const char *msg)
+{
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t i = 0; i < t->n; i++) {
+			char q[512];
+			if (((int)i == t->base) != (pass == 1) || !t->labels[i])
+				continue;
+			snprintf(q, sizeof(q), "'%s'", t->labels[i]);
+			if (strstr(msg, q))
+				return (long)i;
+		}
+	return -1;
+}
+
 /* The sources: an optional weight is skipped when no input has it under
  * its name or an alias (tied names do not count here, as in mergekit). */
 static int tplan_sources(struct tplan *t)
@@ -432,7 +521,8 @@ static int tplan_inputs(struct tplan *t)
 			if (!nm) {
 				if (srcs[s].w->optional)
 					continue;
-				diag(t->d, MK_DIAG_ERROR, tc->loc, "tensor '%s' required but not present in model '%s'",
+				diag(t->d, MK_DIAG_ERROR, srcs[s].ref->loc.line ? &srcs[s].ref->loc : tc->loc,
+				     "tensor '%s' required but not present in model '%s'",
 				     srcs[s].w->name, pm->display);
 				failed = true;
 				continue;
@@ -488,7 +578,7 @@ static int tplan_params(struct tplan *t)
 			const struct src_in *sr = &t->srcs[t->order[i]];
 			if (mk_param_lookup(&tc->scope, ps->name, sr->ref, sr->w->name, tc->t, &v) != MK_PL_NONE) {
 				if (to_pval(ps, v, &t->iraw[i * np + k]))
-					diag(t->d, MK_DIAG_ERROR, tc->loc,
+					diag(t->d, MK_DIAG_ERROR, input_loc(t, i),
 					     "tensor '%s': parameter '%s' = %g of model '%s' is not an integer", name,
 					     ps->name, v, t->labels[i]);
 			}
@@ -512,7 +602,7 @@ static int tplan_not_floats(struct tplan *t)
 		return TP_NEXT;
 	for (size_t i = 1; i < t->n; i++)
 		if (!mk_tensor_desc_equal(&in[i], &in[0])) {
-			diag(t->d, MK_DIAG_ERROR, t->tc->loc,
+			diag(t->d, MK_DIAG_ERROR, input_loc(t, i),
 			     "tensor '%s' is %s in '%s' and %s in '%s': tensors that are not floats must agree",
 			     t->ow->name, mk_dtype_name(in[0].dtype), t->labels[0], mk_dtype_name(in[i].dtype),
 			     t->labels[i]);
@@ -523,6 +613,29 @@ static int tplan_not_floats(struct tplan *t)
 	memset(t->graw, 0, (t->np + 1) * sizeof(*t->graw));
 	memset(t->iraw, 0, (t->np + 1) * (t->nsrc + 1) * sizeof(*t->iraw));
 	return TP_NEXT;
+}
+
+/* A tensor of several inputs for which the method reads only the base
+ * (slerp without t): counted, said once after planning. */
+static void note_base_copy(struct tplan *t)
+{
+	struct mk_plan *p = t->p;
+
+	if (t->check_equal || t->n < 2 || t->base < 0 || t->m != p->method)
+		return;
+	for (size_t i = 0; i < t->n; i++)
+		if (t->used[i] != ((int)i == t->base))
+			return;
+	if (p->base_copies++)
+		return;
+	p->base_copy_first = strdup(t->ow->name);
+	for (size_t k = 0; k < t->np; k++) {
+		const struct mk_param_spec *ps = &t->m->params[k];
+		size_t n = strlen(p->base_copy_unset);
+		if (ps->scope == MK_SCOPE_GLOBAL && !t->graw[k].set && !ps->def.set)
+			snprintf(p->base_copy_unset + n, sizeof(p->base_copy_unset) - n, "%s'%s'", n ? ", " : "",
+				 ps->name);
+	}
 }
 
 /* The method's output rule: the output's dtype and shape, the compute
@@ -536,8 +649,10 @@ static int tplan_output_rule(struct tplan *t)
 				  .ninputs = t->check_equal ? 1 : t->n, .base = t->check_equal ? -1 : t->base,
 				  .in = t->in, .labels = t->labels, .global = t->graw, .input = t->iraw };
 
-	if (!mk_method_plan(t->m, &jd, &t->po, t->gres, t->ires, t->used, &t->e))
+	if (!mk_method_plan(t->m, &jd, &t->po, t->gres, t->ires, t->used, &t->e)) {
+		note_base_copy(t);
 		return TP_NEXT;
+	}
 	char key[MK_ERR_MSG_MAX];
 	const char *at = strstr(t->e.msg, name);
 	snprintf(key, sizeof(key), "%.*s%s", at ? (int)(at - t->e.msg) : (int)strlen(t->e.msg), t->e.msg,
@@ -545,10 +660,15 @@ static int tplan_output_rule(struct tplan *t)
 	if (p->last_err && !strcmp(p->last_err, key)) {
 		p->repeats++;
 	} else {
+		long in = input_named(t, t->e.msg);
+		const struct mk_config_loc *loc = in >= 0 ? input_loc(t, (size_t)in) : t->tc->loc;
 		free(p->last_err);
+		free(p->last_err_loc.path);
 		p->last_err = strdup(key);
+		p->last_err_loc = (struct mk_config_loc){ loc ? loc->line : 0, loc ? loc->col : 0,
+							  loc && loc->path ? strdup(loc->path) : NULL };
 		p->repeats = 0;
-		diag(t->d, MK_DIAG_ERROR, t->tc->loc, "%s", t->e.msg);
+		diag(t->d, MK_DIAG_ERROR, loc, "%s", t->e.msg);
 	}
 	return TP_DONE;
 }
@@ -1215,6 +1335,8 @@ void mk_plan_free(struct mk_plan *p)
 	free(p->files);
 	free(p->card);
 	free(p->last_err);
+	free(p->last_err_loc.path);
+	free(p->base_copy_first);
 	mk_arch_free(p->arch);
 	mk_manifest_free(p->man);
 	mk_config_free(p->cfg);
@@ -1336,6 +1458,8 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		rc = 0;
 		if (p->cfg->merge_method && mk_method_lookup(p->cfg->merge_method, &p->method, &e))
 			diag(d, MK_DIAG_ERROR, &p->cfg->merge_method_loc, "%s", e.msg);
+		else if (p->method)
+			check_config_params(p->cfg, p->method, d);
 		if (!mk_arch_registry_open(&r2, err))
 			rc = open_models(p, r2, d, err);
 		mk_arch_registry_free(r2);
@@ -1351,8 +1475,19 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		diag(d, MK_DIAG_ERROR, &loc, "%s is not supported yet (%s)", feat[i].what, feat[i].later);
 	}
 	free(feat);
+	/* mk merges floats: int64 weights would reach mk-merge as tensors that
+	 * are not floats and fail there, after every byte was read */
+	for (int k = 0; k < 2; k++) {
+		const struct mk_config_dtype *cd = k ? &p->cfg->out_dtype : &p->cfg->dtype;
+		if (cd->name && cd->dtype == MK_DT_I64)
+			diag(d, MK_DIAG_ERROR, &cd->loc,
+			     "int64 is not supported: mk merges weights as floating point (use bfloat16, "
+			     "float16, float32 or float64)");
+	}
 	if (mk_method_lookup(p->cfg->merge_method, &p->method, &e))
 		diag(d, MK_DIAG_ERROR, &p->cfg->merge_method_loc, "%s", e.msg);
+	else
+		check_config_params(p->cfg, p->method, d);
 	rc = mk_arch_registry_open(&reg, err);
 	if (rc)
 		goto out;
@@ -1370,7 +1505,15 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 	}
 	rc = plan_modules(p, out_layers, &layers_changed, d, err);
 	if (p->repeats)
-		diag(d, MK_DIAG_ERROR, NULL, "(the same for %zu more tensor%s)", p->repeats, p->repeats == 1 ? "" : "s");
+		diag(d, MK_DIAG_ERROR, &p->last_err_loc, "(the same for %zu more tensor%s)", p->repeats,
+		     p->repeats == 1 ? "" : "s");
+	if (p->base_copies && !d->nerrors)
+		diag(d, MK_DIAG_WARNING, &p->cfg->merge_method_loc,
+		     "%zu tensor%s (the first '%s') %s the base model's, unchanged: %s reads only the base for "
+		     "them%s%s%s", p->base_copies, p->base_copies == 1 ? "" : "s",
+		     p->base_copy_first ? p->base_copy_first : "?", p->base_copies == 1 ? "is" : "are",
+		     p->method->name, p->base_copy_unset[0] ? " (no value for " : "", p->base_copy_unset,
+		     p->base_copy_unset[0] ? ")" : "");
 	if (rc || d->nerrors)
 		goto out;
 	rc = make_files(p, out_layers, layers_changed, d, err);

@@ -161,11 +161,17 @@ int mk_chunker_next(struct mk_chunker *ck, struct mk_chunk *c)
 int mk_file_name_check(const char *name, size_t len, struct mk_err *err)
 {
 	size_t i = 0, start;
+	char ex[256];
 
 	if (len == 0)
 		return mk_err_set(err, MK_EFORMAT, "file name is empty");
 	if (memchr(name, '\0', len))
 		return mk_err_set(err, MK_EFORMAT, "file name contains a NUL byte");
+	/* names are printed (mk-cat, messages) and created: printable UTF-8 only */
+	if (!mk_text_printable(name, len))
+		return mk_err_set(err, MK_EFORMAT, "file name '%s' is not printable UTF-8 (a control "
+				  "character or a byte that is not UTF-8)",
+				  mk_text_escape(name, len, ex, sizeof(ex)));
 	if (name[0] == '/')
 		return mk_err_set(err, MK_EFORMAT, "file name '%.*s' is absolute", (int)len, name);
 	if (memchr(name, '\\', len))

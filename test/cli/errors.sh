@@ -135,3 +135,103 @@ bad_ref '"+"' "3:12: models[0].model: can't parse model reference '+': the model
 bad_ref '"a+"' "3:12: models[0].model: can't parse model reference 'a+' (LoRA part): the model path is empty"
 bad_ref '{model: {path: ""}}' "3:27: models[0].model.model: the model path is empty"
 bad_ref '{path: ""}' "3:12: models[0].model: missing 'model' in the model reference"
+
+# --- misspelled parameters ---------------------------------------------------
+# a setting the method has no parameter for is ignored with a warning at its
+# key and the closest name (it used to be ignored silently: defaults merged)
+mk-gen-model --layers 1 --seed 4 m2 >/dev/null
+cat > p.yml <<'YML'
+merge_method: ties
+base_model: m
+models:
+  - model: m
+  - model: m2
+    parameters: {weight: 1, densty: 0.2}
+parameters: {normalise: false}
+YML
+mk-plan p.yml -o p.mks 2>err.txt || { cat err.txt >&2; fail "mk-plan refused a config with a misspelled parameter"; }
+grep -qF "p.yml:6:29: models[1].parameters.densty: ties has no parameter 'densty'; it is ignored (did you mean 'density'?)" err.txt ||
+	{ cat err.txt >&2; fail "no warning for densty"; }
+grep -qF "p.yml:7:14: parameters.normalise: ties has no parameter 'normalise'; it is ignored (did you mean 'normalize'?)" err.txt ||
+	{ cat err.txt >&2; fail "no warning for normalise"; }
+printf 'merge_method: linear\nmodels:\n  - model: m\n    parameters: {weight: 1, zap: 2}\n  - model: m2\n    parameters: {weight: 1}\n' > p.yml
+mk-plan p.yml -o p.mks 2>err.txt
+grep -qF "linear has no parameter 'zap'; it is ignored (linear's are: weight, normalize)" err.txt ||
+	{ cat err.txt >&2; fail "no warning for zap"; }
+# -q silences warnings; a config without mistakes draws none
+mk-plan -q p.yml -o p.mks 2>err.txt && [ ! -s err.txt ] || fail "mk-plan -q printed a warning"
+printf 'merge_method: linear\nmodels:\n  - model: m\n    parameters: {weight: 1}\n  - model: m2\n    parameters: {weight: 1}\n' > p.yml
+mk-plan p.yml -o p.mks 2>err.txt && [ ! -s err.txt ] || { cat err.txt >&2; fail "warnings for a clean config"; }
+# slerp without t: the tensors are the base's, said once with their number
+printf 'merge_method: slerp\nbase_model: m\nmodels:\n  - model: m\n  - model: m2\n' > p.yml
+mk-plan p.yml -o p.mks 2>err.txt
+grep -qE "p.yml:1:15: merge_method: [0-9]+ tensors \(the first '[^']+'\) are the base model's, unchanged: slerp reads only the base for them \(no value for 't'\)" err.txt ||
+	{ cat err.txt >&2; fail "slerp without t: no warning"; }
+[ "$(grep -c warning err.txt)" -eq 1 ] || { cat err.txt >&2; fail "slerp without t: not one warning"; }
+printf 'merge_method: slerp\nbase_model: m\nmodels:\n  - model: m\n  - model: m2\nparameters: {t: 0.5}\n' > p.yml
+mk-plan p.yml -o p.mks 2>err.txt && [ ! -s err.txt ] || { cat err.txt >&2; fail "slerp with t: a warning"; }
+
+# --- names are safe to print -------------------------------------------------
+# FILE names that are not printable UTF-8 are refused by every reader, and
+# the refusal prints the name escaped, never the raw control characters
+esc=$(printf '\033')
+for name in "$(printf 'a\033]0;x\007b')" "$(printf 'cr\rlf\nz')" "$(printf 'caf\351')" "$(printf 'c1\302\233x')"; do
+	mk-forge "bad-file=$name" > s.mks
+	expect_fail 1 "is not printable UTF-8" mk-pack -i s.mks out
+	no_out out
+	! grep -q "$esc\|$(printf '\007')" err.txt || fail "mk-pack printed a control character raw"
+	[ "$(wc -l < err.txt)" -eq 1 ] || { cat err.txt >&2; fail "mk-pack's message spans lines"; }
+	expect_fail 1 "is not printable UTF-8" mk-cat s.mks
+	expect_fail 1 "is not printable UTF-8" mk-cat --verify s.mks
+done
+mk-forge "bad-file=$(printf 'a\033]0;x\007b')" > s.mks
+mk-pack -i s.mks out 2>err.txt || true
+grep -qF 'a\x1b]0;x\x07b' err.txt || { cat err.txt >&2; fail "the name is not escaped as \\xHH"; }
+# printable UTF-8 is a name like any other
+mk-forge "bad-file=café.txt" > s.mks
+mk-pack -i s.mks utf && [ -f utf/café.txt ] || fail "a UTF-8 file name was refused"
+mk-cat s.mks | grep -qF "name=café.txt" || fail "mk-cat did not print a UTF-8 name as is"
+# a path in a message is escaped too
+printf 'merge_method: linear\nmodels:\n  - model: "m\\e[31mX"\n    parameters: {weight: 1}\n' > p.yml
+expect_fail 1 'm\x1b[31mX' mk-plan p.yml -o p.mks
+! grep -q "$esc" err.txt || fail "mk-plan printed an escape raw"
+
+# --- messages a user can act on ----------------------------------------------
+# mk-yaml: a failing stage's message, not the downstream stages' "empty
+# input" or "without an END frame" lines (run alone, a stage still says it)
+printf 'merge_method: linear\nmodels:\n  - model: m\n    parameters: {weight: 1}\n  - model: nope\n    parameters: {weight: 1}\n' > p.yml
+expect_fail 1 "mk-yaml: error: mk-plan exited with status 1" mk-yaml p.yml yout
+grep -q "mk-plan: error: p.yml:5:12: models\[1\].model: model 'nope'" err.txt || { cat err.txt >&2; fail "mk-yaml: no mk-plan message"; }
+[ "$(wc -l < err.txt)" -eq 2 ] || { cat err.txt >&2; fail "mk-yaml: downstream stages added lines"; }
+no_out yout
+expect_fail 1 "stdin: empty input" mk-fetch < /dev/null
+# int64 is refused by mk-plan, before any weight is read
+for k in dtype out_dtype; do
+	printf 'merge_method: linear\n%s: int64\nmodels:\n  - model: m\n    parameters: {weight: 1}\n  - model: m2\n    parameters: {weight: 1}\n' $k > p.yml
+	expect_fail 1 "p.yml:2:" mk-plan p.yml -o p.mks
+	grep -qF "$k: int64 is not supported: mk merges weights as floating point" err.txt || { cat err.txt >&2; fail "$k int64"; }
+done
+# a shape mismatch is reported at the model that has the other shape
+mk-gen-model --layers 1 --seed 5 --hidden 32 narrow >/dev/null
+printf 'merge_method: linear\nmodels:\n  - model: m\n    parameters: {weight: 1}\n  - model: narrow\n    parameters: {weight: 1}\n' > p.yml
+expect_fail 1 "p.yml:5:12: models[1].model: method 'linear', tensor" mk-plan p.yml -o p.mks
+! grep -q "models\[0\]" err.txt || { cat err.txt >&2; fail "the mismatch is reported at models[0]"; }
+! grep -q "p.yml:0:0" err.txt || { cat err.txt >&2; fail "a message at 0:0"; }
+# the config may come from a pipe; -o /dev/stdout is a terminal like '-'
+printf 'merge_method: linear\nmodels:\n  - model: m\n    parameters: {weight: 1}\n  - model: m2\n    parameters: {weight: 1}\n' > p.yml
+mk-plan p.yml -o p.mks
+cat p.yml | mk-plan /dev/stdin -o p2.mks && cmp -s p.mks p2.mks || fail "mk-plan refused a config from a pipe"
+if command -v script >/dev/null 2>&1; then
+	set +e; script -qec "mk-plan p.yml -o /dev/stdout" /dev/null > tty.txt 2>&1; rc=$?; set -e
+	[ $rc -eq 2 ] && grep -q "refusing to write a binary stream to a terminal" tty.txt || fail "mk-plan -o /dev/stdout wrote to a terminal ($rc)"
+fi
+# model.safetensors that exists as something else is named as such, not "no model.safetensors"
+for k in loop fifo dir; do
+	rm -rf x$k && cp -r m2 x$k && rm -f x$k/model*.safetensors*
+	case $k in loop) ln -s model.safetensors x$k/model.safetensors ;; fifo) mkfifo x$k/model.safetensors ;;
+		dir) mkdir x$k/model.safetensors ;; esac
+	printf 'merge_method: linear\nmodels:\n  - model: x%s\n    parameters: {weight: 1}\n' $k > p.yml
+	case $k in loop) want="is a symbolic link that does not resolve" ;; fifo) want="is a FIFO, not a regular file" ;;
+		dir) want="is a directory, not a regular file" ;; esac
+	expect_fail 1 "model.safetensors in x$k $want" mk-plan p.yml -o p.mks
+done

@@ -1306,6 +1306,41 @@ static void test_diags_null_and_format(void **state)
 	mk_config_free(NULL);
 }
 
+/* Names in messages (config paths, model names) are printed through
+ * mk_text_escape: control characters and bytes that are not UTF-8 escaped,
+ * printable UTF-8 as is, cut at a character boundary with "...". */
+static void test_text_escape(void **state)
+{
+	char buf[64];
+	const char *ok = "caf\xc3\xa9/x.txt";
+
+	(void)state;
+	assert_true(mk_text_printable(ok, strlen(ok)));
+	assert_ptr_equal(mk_text_escape(ok, (size_t)-1, buf, sizeof(buf)), ok);
+	assert_string_equal(mk_text_escape("a\033[31mb\a", (size_t)-1, buf, sizeof(buf)), "a\\x1b[31mb\\x07");
+	assert_string_equal(mk_text_escape("l\nc\rt\t", (size_t)-1, buf, sizeof(buf)), "l\\nc\\rt\\t");
+	assert_string_equal(mk_text_escape("caf\xe9", (size_t)-1, buf, sizeof(buf)), "caf\\xe9");
+	/* C1 controls, overlong forms, surrogates, past U+10FFFF, DEL */
+	assert_false(mk_text_printable("\xc2\x9b", 2));
+	assert_false(mk_text_printable("\xc0\xaf", 2));
+	assert_false(mk_text_printable("\xe0\x80\xaf", 3));
+	assert_false(mk_text_printable("\xed\xa0\x80", 3));
+	assert_false(mk_text_printable("\xf4\x90\x80\x80", 4));
+	assert_false(mk_text_printable("\x7f", 1));
+	assert_false(mk_text_printable("\xe2\x82", 2));
+	assert_true(mk_text_printable("\xe2\x82\xac \xf0\x9f\x98\x80", 8));
+	assert_string_equal(mk_text_escape("\xc2\x9bz", (size_t)-1, buf, sizeof(buf)), "\\xc2\\x9bz");
+	/* with a length: NULs escaped, no NUL needed after it */
+	assert_string_equal(mk_text_escape("a\0b!", 3, buf, sizeof(buf)), "a\\x00b");
+	/* cut to fit, never inside an escape or a character */
+	char small[8];
+	assert_string_equal(mk_text_escape("\033\033\033\033", (size_t)-1, small, sizeof(small)), "\\x1b...");
+	assert_string_equal(mk_text_escape("\033", (size_t)-1, small, 5), "\\x1b");
+	assert_string_equal(mk_text_escape("\033", (size_t)-1, small, 4), "...");
+	assert_string_equal(mk_text_escape("ab\033", (size_t)-1, small, sizeof(small)), "ab\\x1b");
+	assert_string_equal(mk_text_escape(NULL, 0, small, sizeof(small)), "(null)");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1344,6 +1379,7 @@ int main(void)
 		cmocka_unit_test(test_unsupported),
 		cmocka_unit_test(test_dtype_names),
 		cmocka_unit_test(test_diags_null_and_format),
+		cmocka_unit_test(test_text_escape),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
