@@ -188,7 +188,7 @@ mk-forge "bad-file=$(printf 'a\033]0;x\007b')" > s.mks
 mk-pack -i s.mks out 2>err.txt || true
 grep -qF 'a\x1b]0;x\x07b' err.txt || { cat err.txt >&2; fail "the name is not escaped as \\xHH"; }
 # printable UTF-8 is a name like any other
-mk-forge "bad-file=café.txt" > s.mks
+mk-forge "named-file=café.txt" > s.mks
 mk-pack -i s.mks utf && [ -f utf/café.txt ] || fail "a UTF-8 file name was refused"
 mk-cat s.mks | grep -qF "name=café.txt" || fail "mk-cat did not print a UTF-8 name as is"
 # a path in a message is escaped too

@@ -8,6 +8,7 @@
  *   unknown-critical   an unknown critical frame "ZZZZ" in the middle
  *   unknown-ancillary  an unknown ancillary frame "zzzz" in the middle
  *   bad-file=NAME      a FILE frame named NAME (no validation by the writer)
+ *   named-file=NAME    the same, announced in the HEAD's files list
  *   plan               HEAD of kind "plan"
  *   out-of-order       the two DATA chunks swapped
  *   missing-data       one DATA chunk left out (END counts still right)
@@ -160,6 +161,8 @@ int main(int argc, char **argv)
 		check(mk_manifest_add_file(m, "big.bin", n, &err));
 	else if (is_bomb)
 		check(mk_manifest_add_file(m, "big.bin", kind[5] == 'b' ? 3 : 1 << 20, &err));
+	else if (!strncmp(kind, "named-file=", 11))
+		check(mk_manifest_add_file(m, kind + 11, 1, &err));
 	else if (strncmp(kind, "big-file=", 9) && strncmp(kind, "bad-file=", 9))
 		check(mk_manifest_add_file(m, "config.json", 3, &err));
 	check(mk_manifest_encode(m, &head, &hlen, &err));
@@ -179,6 +182,8 @@ int main(int argc, char **argv)
 		free(big);
 	} else if (!strncmp(kind, "bad-file=", 9)) {
 		raw_file(w, kind + 9, strlen(kind + 9));
+	} else if (!strncmp(kind, "named-file=", 11)) {
+		raw_file(w, kind + 11, strlen(kind + 11));
 	} else if (!strncmp(kind, "big-file=", 9)) {
 		char *big = calloc(n ? n : 1, 1);
 		check(mk_sw_file(w, "big.bin", 0644, big, n, &err));
