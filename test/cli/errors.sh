@@ -235,3 +235,6 @@ for k in loop fifo dir; do
 		dir) want="is a directory, not a regular file" ;; esac
 	expect_fail 1 "model.safetensors in x$k $want" mk-plan p.yml -o p.mks
 done
+# a --max-memory below the stages' least is raised, and mk-yaml says so
+mk-yaml --max-memory 1K --print-pipeline "$MK_TOP/testdata/configs/linear.yml" lowmem > /dev/null 2> lowmem.err
+grep -q "note: --max-memory 1K is less than the stages need at the least" lowmem.err || { cat lowmem.err; fail "no note on a raised --max-memory"; }
