@@ -31,7 +31,8 @@ void mk_budget_split(uint64_t total, struct mk_budget_split *out);
  * bytes.  *chunk and *qdepth come in as asked (0: MK_READER_DEFAULT_CHUNK
  * and MK_READER_DEFAULT_QDEPTH) and go out fitted: the queue depth is
  * lowered first, down to MK_BUDGET_FETCH_QDEPTH_MIN, then the chunk halved
- * while it is over MK_BUDGET_FETCH_CHUNK_MIN.  Neither grows.  The result
+ * while it is over MK_BUDGET_FETCH_CHUNK_MIN (the last halving stops at
+ * it: a chunk asked for at or above it never goes below it).  Neither grows.  The result
  * fits whenever budget / 2 holds four chunks of MK_BUDGET_FETCH_CHUNK_MIN
  * (from 512 KiB, so for every budget mk-fetch accepts); under that, the
  * queue depth and the chunk end at those minimums (or below, as asked). */

@@ -17,7 +17,7 @@ void mk_budget_fetch_fit(uint64_t budget, size_t *chunk, unsigned *qdepth)
 	while ((uint64_t)(qd + 2) * c > budget / 2 && qd > MK_BUDGET_FETCH_QDEPTH_MIN)
 		qd--;
 	while ((uint64_t)(qd + 2) * c > budget / 2 && c > MK_BUDGET_FETCH_CHUNK_MIN)
-		c /= 2;
+		c = c / 2 > MK_BUDGET_FETCH_CHUNK_MIN ? c / 2 : MK_BUDGET_FETCH_CHUNK_MIN;
 	*chunk = c;
 	*qdepth = qd;
 }

@@ -87,7 +87,7 @@ static void test_fetch_values(void **state)
 	assert_fit(4194304, 1024, 3, 1024, 3);
 	/* under 512 KiB the minimums do not fit: they are kept */
 	assert_fit(100000, 0, 0, 65536, 2);
-	assert_fit(100000, 100000, 0, 50000, 2);
+	assert_fit(100000, 100000, 0, 65536, 2);    /* halved to the floor, not below it */
 	assert_fit(1000, 1024, 1, 1024, 1);
 }
 
@@ -111,6 +111,8 @@ static void test_fetch_invariant(void **state)
 				if (!fits)
 					assert_true(q <= MK_BUDGET_FETCH_QDEPTH_MIN && c <= MK_BUDGET_FETCH_CHUNK_MIN);
 				assert_true(c <= c0 && q <= q0);
+				/* never below the floor unless asked for less */
+				assert_true(c >= (c0 < MK_BUDGET_FETCH_CHUNK_MIN ? c0 : MK_BUDGET_FETCH_CHUNK_MIN));
 				assert_true(q >= (q0 < MK_BUDGET_FETCH_QDEPTH_MIN ? q0 : MK_BUDGET_FETCH_QDEPTH_MIN));
 				if (c < c0) /* halved: the queue first went as low as it goes */
 					assert_true(q == (q0 < MK_BUDGET_FETCH_QDEPTH_MIN ? q0 : MK_BUDGET_FETCH_QDEPTH_MIN) &&
