@@ -6,15 +6,7 @@
 # two models large enough that the merge runs for a while
 mk-gen-model --dtype F32 --hidden 1024 --layers 1 --big-rows 65536 a
 mk-gen-model --dtype F32 --hidden 1024 --layers 1 --big-rows 65536 --seed 9 b
-cat > slerp.yml <<YML
-merge_method: slerp
-base_model: a
-models:
-  - model: a
-  - model: b
-parameters:
-  t: 0.3
-YML
+slerp_config slerp.yml a b
 for sig in TERM HUP KILL; do
 	out=$PWD/out-$sig
 	mk-yaml --quiet slerp.yml "$out" &

@@ -9,16 +9,8 @@
 mk-gen-model --dtype F32 --hidden 256 --layers 4 --big-rows 8192 a
 mk-gen-model --dtype F32 --hidden 256 --layers 4 --big-rows 8192 --seed 9 b
 mk-gen-model --dtype F32 --hidden 256 --layers 4 --big-rows 8192 --seed 5 c
-cat > slerp.yml <<YML
-merge_method: slerp
-base_model: a
-models:
-  - model: a
-  - model: b
-parameters:
-  t: 0.3
-YML
-sed 's/model: b/model: c/' slerp.yml > other.yml
+slerp_config slerp.yml a b
+slerp_config other.yml a c
 points=20
 [ "$MK_SAN" = 1 ] && points=4
 shard=--out-shard-size=6M
