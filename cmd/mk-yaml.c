@@ -171,9 +171,10 @@ int main(int argc, char **argv)
 				struct mk_budget_split bs;
 				char b[32];
 				mk_budget_split(v, &bs);
-				if (bs.merge + bs.fetch + bs.pack > v)
-					cli_info(2, "note: --max-memory %s is less than the stages need at the least; they get %llu bytes in all (mk-fetch %llu, mk-pack %llu, merging %llu)",
-						 optarg, (unsigned long long)(bs.merge + bs.fetch + bs.pack),
+				if (bs.stages + bs.merge + bs.fetch + bs.pack > v)
+					cli_info(2, "note: --max-memory %s is less than the stages need at the least; they get %llu bytes in all (%llu for the four processes, mk-fetch %llu, mk-pack %llu, merging %llu)",
+						 optarg, (unsigned long long)(bs.stages + bs.merge + bs.fetch + bs.pack),
+						 (unsigned long long)bs.stages,
 						 (unsigned long long)bs.fetch, (unsigned long long)bs.pack,
 						 (unsigned long long)bs.merge);
 				snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.merge);

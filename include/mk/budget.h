@@ -10,20 +10,34 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#define MK_BUDGET_STAGE_BASE (8u << 20)       /* what a stage needs before any data: its
+						 code, libraries, stacks, plan (6.5-7.6 MiB
+						 of RSS measured at rest) */
 #define MK_BUDGET_FETCH_MIN (4u << 20)        /* the least mk-fetch is given, and accepts */
 #define MK_BUDGET_PACK_MIN (8u << 20)         /* the least mk-pack is given */
 #define MK_BUDGET_FETCH_QDEPTH_MIN 2u         /* mk_budget_fetch_fit goes no lower ... */
 #define MK_BUDGET_FETCH_CHUNK_MIN (64u << 10) /* ... than these (unless asked for less) */
 
-/* A pipeline's budget among its stages. */
+/* A pipeline's budget among its stages.  A stage's own --max-memory
+ * bounds the data it holds; the pipeline's bounds the four processes
+ * together, so MK_BUDGET_STAGE_BASE for each of them is set aside first
+ * and the rest shared out. */
 struct mk_budget_split {
-	uint64_t merge;  /* mk-plan and mk-merge (the jobs they hold): half */
-	uint64_t fetch;  /* mk-fetch (its reads): a quarter, at least MK_BUDGET_FETCH_MIN */
+	uint64_t stages; /* set aside: 4 * MK_BUDGET_STAGE_BASE (mk-plan's
+			    share ends here: it holds metadata only) */
+	uint64_t merge;  /* mk-merge (the jobs it holds; mk-plan plans for
+			    it): half of the rest */
+	uint64_t fetch;  /* mk-fetch (its reads): a quarter of the rest, at
+			    least MK_BUDGET_FETCH_MIN */
 	uint64_t pack;   /* mk-pack (two frames of mk-fetch's chunks and its
-			    headers): a quarter, at least MK_BUDGET_PACK_MIN */
+			    headers): a quarter of the rest, at least
+			    MK_BUDGET_PACK_MIN */
 };
 
-/* Split `total` among the stages (mk-yaml --max-memory). */
+/* Split `total` among the stages (mk-yaml --max-memory).  stages + merge +
+ * fetch + pack is at most `total` once the quarters are over their
+ * minimums (from 80 MiB); under that the minimums win and the sum is
+ * more. */
 void mk_budget_split(uint64_t total, struct mk_budget_split *out);
 
 /* Fit mk-fetch's reads in half of `budget`: the reads in flight (queue

@@ -4,9 +4,13 @@
 
 void mk_budget_split(uint64_t total, struct mk_budget_split *out)
 {
-	out->merge = total / 2;
-	out->fetch = total / 4 > MK_BUDGET_FETCH_MIN ? total / 4 : MK_BUDGET_FETCH_MIN;
-	out->pack = total / 4 > MK_BUDGET_PACK_MIN ? total / 4 : MK_BUDGET_PACK_MIN;
+	uint64_t rest;
+
+	out->stages = 4ull * MK_BUDGET_STAGE_BASE;
+	rest = total > out->stages ? total - out->stages : 0;
+	out->merge = rest / 2;
+	out->fetch = rest / 4 > MK_BUDGET_FETCH_MIN ? rest / 4 : MK_BUDGET_FETCH_MIN;
+	out->pack = rest / 4 > MK_BUDGET_PACK_MIN ? rest / 4 : MK_BUDGET_PACK_MIN;
 }
 
 void mk_budget_fetch_fit(uint64_t budget, size_t *chunk, unsigned *qdepth)

@@ -13,7 +13,7 @@
 
 static void assert_split(uint64_t total, uint64_t merge, uint64_t fetch, uint64_t pack)
 {
-	struct mk_budget_split s = { 1, 1, 1 };
+	struct mk_budget_split s = { 1, 1, 1, 1 };
 
 	mk_budget_split(total, &s);
 	assert_int_equal(s.merge, merge);
@@ -23,32 +23,36 @@ static void assert_split(uint64_t total, uint64_t merge, uint64_t fetch, uint64_
 
 /* mk-yaml --max-memory SIZE --print-pipeline: mk-plan/mk-merge, mk-fetch,
  * mk-pack --max-memory */
+/* mk-yaml --max-memory SIZE --print-pipeline: mk-plan/mk-merge, mk-fetch,
+ * mk-pack --max-memory, after 32 MiB (8 MiB a process) set aside */
 static void test_split_values(void **state)
 {
-	assert_split(256000000, 128000000, 64000000, 64000000);               /* 256M */
-	assert_split(64000000, 32000000, 16000000, 16000000);                 /* 64M */
-	assert_split(1000000000, 500000000, 250000000, 250000000);            /* 1G */
-	assert_split(8000000000ull, 4000000000ull, 2000000000, 2000000000);   /* 8G */
-	assert_split(1073741824, 536870912, 268435456, 268435456);            /* 1GiB */
-	assert_split(123456789, 61728394, 30864197, 30864197);                /* odd: rounded down */
+	assert_split(256000000, 111222784, 55611392, 55611392);               /* 256M */
+	assert_split(1000000000, 483222784, 241611392, 241611392);            /* 1G */
+	assert_split(8000000000ull, 3983222784ull, 1991611392, 1991611392);   /* 8G */
+	assert_split(1073741824, 520093696, 260046848, 260046848);            /* 1GiB */
+	assert_split(123456789, 44951178, 22475589, 22475589);                /* odd: rounded down */
+	assert_split(67108864, 16777216, 8388608, 8388608);                   /* 64MiB: all at the floor */
 	/* the quarters' minimums: mk-fetch 4 MiB, mk-pack 8 MiB */
-	assert_split(33000000, 16500000, 8250000, 8388608);
-	assert_split(17000000, 8500000, 4250000, 8388608);
-	assert_split(16000000, 8000000, 4194304, 8388608);
-	assert_split(4194304, 2097152, 4194304, 8388608);
+	assert_split(64000000, 15222784, 7611392, 8388608);
+	assert_split(50000000, 8222784, 4194304, 8388608);
+	assert_split(40000000, 3222784, 4194304, 8388608);
+	assert_split(33554432, 0, 4194304, 8388608);
 	assert_split(1, 0, 4194304, 8388608);
 	assert_split(0, 0, 4194304, 8388608);
 }
 
-/* Half to merging, the rest to the other two: the shares add up to the
- * total once the quarters are over their minimums (from 32 MiB). */
+/* 8 MiB a process, half of the rest to merging and a quarter to each of
+ * the others: the shares add up to the total once the quarters are over
+ * their minimums (from 64 MiB). */
 static void test_split_adds_up(void **state)
 {
-	for (uint64_t t = 32ull << 20; t < (1ull << 50); t = t * 3 / 2 + 7) {
+	for (uint64_t t = 64ull << 20; t < (1ull << 50); t = t * 3 / 2 + 7) {
 		struct mk_budget_split s;
 		mk_budget_split(t, &s);
-		assert_true(s.merge + s.fetch + s.pack <= t);
-		assert_true(s.merge + s.fetch + s.pack + 3 > t);
+		assert_int_equal(s.stages, 4 * MK_BUDGET_STAGE_BASE);
+		assert_true(s.stages + s.merge + s.fetch + s.pack <= t);
+		assert_true(s.stages + s.merge + s.fetch + s.pack + 3 > t);
 		assert_true(s.fetch >= MK_BUDGET_FETCH_MIN && s.pack >= MK_BUDGET_PACK_MIN);
 	}
 }
