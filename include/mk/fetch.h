@@ -29,10 +29,16 @@ struct mk_fetch_opts {
 	 * sent.  A journal of another merge (mk_pack_journal_check) is an
 	 * error; a missing directory or journal skips nothing. */
 	const char *skip_done;
+	/* plan mode: the bytes of the plan's FILE frames held in memory until
+	 * the HEAD goes out (0: MK_FETCH_HOLD_DEFAULT); the rest wait in an
+	 * unlinked scratch file in $TMPDIR (or /tmp) */
+	uint64_t hold_bytes;
 	/* called after each chunk is written, may be NULL */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
 };
+
+#define MK_FETCH_HOLD_DEFAULT (16ull << 20)
 
 struct mk_fetch_stats {
 	char backend[64];            /* reader backend used */

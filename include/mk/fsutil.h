@@ -20,6 +20,17 @@ int mk_pwrite_all(int fd, const void *buf, size_t len, uint64_t off,
 		  const char *label, struct mk_err *err);
 int mk_write_all(int fd, const void *buf, size_t len, const char *label,
 		 struct mk_err *err);
+/* pread exactly len bytes at off, retrying short reads and EINTR; a
+ * file that ends first is an MK_EIO error ("LABEL: ... is short"). */
+int mk_pread_exact(int fd, void *buf, size_t len, uint64_t off, const char *label,
+		   struct mk_err *err);
+/* An unlinked scratch file in dir, read-write (O_TMPFILE, else mkostemp
+ * and unlink): *fd, gone with the last close.  `what` names it in the
+ * message when dir will not take one ("--spill /x: cannot create a
+ * spill file there"). */
+int mk_tmpfile_open(const char *dir, const char *what, int *fd, struct mk_err *err);
+/* $TMPDIR, or /tmp when unset or empty. */
+const char *mk_tmpdir(void);
 /* mkdir -p of the directories leading to `path` (below an existing dir). */
 int mk_mkdirs_for(const char *path, struct mk_err *err);
 /* Remove a file or a directory tree (no symlink is followed).  A missing

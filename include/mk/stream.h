@@ -177,6 +177,15 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f,
  * (and verifies) the rest. */
 int mk_sr_read_payload(struct mk_stream_reader *r, void *buf, size_t cap,
 		       size_t *got, struct mk_err *err);
+/* With MK_SR_PIECEWISE_FILE, the piecewise frame mk_sr_next returned,
+ * as transmitted, for passing on (mk_sw_pass_pieces): its header first
+ * (cap must hold MK_FRAME_HDR bytes), then its payload bytes up to `cap`
+ * at a time, compressed or not, never inflated.  *got == 0: the frame is
+ * complete and its checksum matched (only now is it accepted; a caller
+ * must not act on the bytes before).  Not mixed with mk_sr_read_payload
+ * on one frame. */
+int mk_sr_read_wire(struct mk_stream_reader *r, void *buf, size_t cap,
+		    size_t *got, struct mk_err *err);
 void mk_sr_free(struct mk_stream_reader *r);
 /* Frames returned and bytes consumed so far (the prelude included). */
 void mk_sr_position(const struct mk_stream_reader *r, uint64_t *frames, uint64_t *bytes);
@@ -207,6 +216,20 @@ int mk_sw_file(struct mk_stream_writer *w, const char *name, uint32_t mode,
 int mk_sw_pass(struct mk_stream_writer *w, const struct mk_frame *f,
 	       struct mk_err *err);
 /* Write the END frame with this writer's counts; flushes. */
+/* Pass on frame f (type, criticality, len and raw_len as its header
+ * says) whose bytes as transmitted come from next() in pieces: from
+ * mk_sr_read_wire, or from where a caller kept them.  The bytes are
+ * copied, not checked (the reader downstream checks them): more or fewer
+ * than MK_FRAME_HDR + f->len is an error, and so is an error from next,
+ * after which the stream written so far ends inside the frame. */
+int mk_sw_pass_pieces(struct mk_stream_writer *w, const struct mk_frame *f,
+		      int (*next)(void *ctx, void *buf, size_t cap, size_t *got, struct mk_err *err),
+		      void *ctx, struct mk_err *err);
+/* Pass on frame f, just returned by mk_sr_next(r): whole (mk_sw_pass) or,
+ * piecewise, through mk_sr_read_wire in pieces; its checksum is verified
+ * by r as the last piece passes. */
+int mk_sw_pass_from(struct mk_stream_writer *w, struct mk_stream_reader *r, const struct mk_frame *f,
+		    struct mk_err *err);
 int mk_sw_end(struct mk_stream_writer *w, struct mk_err *err);
 void mk_sw_free(struct mk_stream_writer *w);
 uint64_t mk_sw_bytes(const struct mk_stream_writer *w);

@@ -5,10 +5,12 @@
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+#include "mk/fsutil.h"
 #include "mk/manifest.h"
 #include "mk/merge.h"
 #include "mk/pack.h"
 #include "mk/plan.h"
+#include "mk/fsutil.h"
 #include "mk/stream.h"
 #include "mk/verify.h"
 
@@ -114,8 +116,7 @@ int mk_stream_verify(int fd, const char *label, struct mk_verify_summary *sum, s
 	if (!strcmp(head->kind, "inputs")) {
 		/* mk-merge's engine itself, its output discarded: an inputs
 		 * stream verifies exactly when mk-merge accepts it */
-		const char *tmp = getenv("TMPDIR");
-		struct mk_merge_opts mo = { .spill_dir = tmp && *tmp ? tmp : "/tmp" };
+		struct mk_merge_opts mo = { .spill_dir = mk_tmpdir() };
 		struct mk_merge_stats ms;
 		int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
 		if (null < 0) {

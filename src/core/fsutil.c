@@ -126,6 +126,48 @@ int mk_pwrite_all(int fd, const void *buf, size_t len, uint64_t off,
 	return 0;
 }
 
+int mk_pread_exact(int fd, void *buf, size_t len, uint64_t off, const char *label,
+		   struct mk_err *err)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t k = pread(fd, (char *)buf + got, len - got, (off_t)(off + got));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return mk_err_sys(err, errno, "%s: read of %zu bytes at offset %llu", label, len - got,
+					  (unsigned long long)(off + got));
+		if (k == 0)
+			return mk_err_set(err, MK_EIO, "%s: the file is short (%llu bytes wanted at offset %llu)",
+					  label, (unsigned long long)len, (unsigned long long)off);
+		got += (size_t)k;
+	}
+	return 0;
+}
+
+int mk_tmpfile_open(const char *dir, const char *what, int *fd, struct mk_err *err)
+{
+	*fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	if (*fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/mk-scratch.XXXXXX", dir);
+		*fd = mkostemp(path, O_CLOEXEC);
+		if (*fd >= 0)
+			unlink(path);
+	}
+	if (*fd < 0)
+		return mk_err_sys(err, errno, "%s: cannot create a scratch file there (for %s)", dir, what);
+	return 0;
+}
+
+const char *mk_tmpdir(void)
+{
+	const char *t = getenv("TMPDIR");
+
+	return t && *t ? t : "/tmp";
+}
+
 int mk_write_all(int fd, const void *buf, size_t len, const char *label,
 		 struct mk_err *err)
 {

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "mk/fetch.h"
+#include "mk/fsutil.h"
 #include "mk/plan.h"
 #include "mk/manifest.h"
 #include "mk/model.h"
@@ -14,9 +15,22 @@
 #include "mk/stream.h"
 
 struct held {                    /* a frame kept to be passed on later */
-	uint8_t *wire;
+	uint8_t *wire;           /* in memory: header + payload; or NULL ... */
 	size_t len;
+	uint64_t off;            /* ... in the spool file at off, len bytes */
+	uint8_t hdr[MK_FRAME_HDR]; /* (spooled: its header, to pass it on) */
 };
+
+/* Where a plan's FILE frames wait for the HEAD to go out: in memory up
+ * to a bound, then in an unlinked scratch file. */
+struct spool {
+	int fd;                  /* -1 until needed */
+	uint64_t end;            /* bytes in the file */
+	uint64_t in_memory;      /* bytes of frames held in memory */
+	uint64_t bound;          /* what may be held in memory */
+	uint8_t *buf;            /* a piece (SPOOL_PIECE) */
+};
+#define SPOOL_PIECE (256u << 10)
 
 struct seg {                     /* a run of an input's elements on disk */
 	int fd;
@@ -172,15 +186,87 @@ static int hold(struct held **v, size_t *n, const struct mk_frame *f, struct mk_
 	return 0;
 }
 
-static int pass_held(struct mk_stream_writer *w, const struct held *h, struct mk_err *err)
+/* A piecewise FILE frame into memory (under the spool's bound) or the
+ * spool file, as transmitted; kept only once its checksum matched. */
+static int hold_piecewise(struct held **v, size_t *n, struct spool *sp, struct mk_stream_reader *r,
+			  const struct mk_frame *f, struct mk_err *err)
 {
+	uint64_t wire = MK_FRAME_HDR + f->len, at = 0;
+	struct held *q = realloc(*v, (*n + 1) * sizeof(**v));
+	struct held h = { 0 };
+	size_t got;
+	int rc;
+
+	if (!q)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	*v = q;
+	if (sp->in_memory + wire <= sp->bound) {
+		if (!(h.wire = malloc(wire)))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		while (!(rc = mk_sr_read_wire(r, h.wire + at, (size_t)(wire - at), &got, err)) && got)
+			at += got;
+		if (rc) {
+			free(h.wire);
+			return rc;
+		}
+		sp->in_memory += wire;
+	} else {
+		if (sp->fd < 0 && (rc = mk_tmpfile_open(mk_tmpdir(), "a plan's files", &sp->fd, err)))
+			return rc;
+		if (!sp->buf && !(sp->buf = malloc(SPOOL_PIECE)))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		h.off = sp->end;
+		while (!(rc = mk_sr_read_wire(r, sp->buf, SPOOL_PIECE, &got, err)) && got) {
+			if (at == 0)
+				memcpy(h.hdr, sp->buf, MK_FRAME_HDR);
+			if ((rc = mk_pwrite_all(sp->fd, sp->buf, got, h.off + at, "the scratch file for a plan's files", err)))
+				return rc;
+			at += got;
+		}
+		if (rc)
+			return rc;
+		sp->end += at;
+	}
+	h.len = (size_t)wire;
+	q[(*n)++] = h;
+	return 0;
+}
+
+struct spooled {                 /* a spooled frame being passed on */
+	const struct spool *sp;
+	const struct held *h;
+	uint64_t at;
+};
+
+static int spooled_next(void *ctx, void *buf, size_t cap, size_t *got, struct mk_err *err)
+{
+	struct spooled *s = ctx;
+	uint64_t left = s->h->len - s->at;
+	size_t n = left < cap ? (size_t)left : cap;
+
+	*got = 0;
+	if (n && mk_pread_exact(s->sp->fd, buf, n, s->h->off + s->at, "the scratch file for a plan's files", err))
+		return -1;
+	s->at += n;
+	*got = n;
+	return 0;
+}
+
+static int pass_held(struct mk_stream_writer *w, const struct spool *sp, const struct held *h, struct mk_err *err)
+{
+	const uint8_t *hdr = h->wire ? h->wire : h->hdr;
 	struct mk_frame f = { 0 };
 
-	memcpy(f.type, h->wire, 4);
-	f.critical = h->wire[0] >= 'A' && h->wire[0] <= 'Z';
+	memcpy(f.type, hdr, 4);
+	f.critical = hdr[0] >= 'A' && hdr[0] <= 'Z';
+	memcpy(&f.len, hdr + 8, 8); /* little-endian hosts only, as the rest of mk */
+	memcpy(&f.raw_len, hdr + 16, 8);
+	if (!h->wire) {
+		struct spooled s = { sp, h, 0 };
+		return mk_sw_pass_pieces(w, &f, spooled_next, &s, err);
+	}
 	f.wire = h->wire;
 	f.wire_len = h->len;
-	memcpy(&f.raw_len, h->wire + 16, 8); /* little-endian hosts only, as the rest of mk */
 	return mk_sw_pass(w, &f, err);
 }
 
@@ -222,6 +308,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	struct mk_manifest *head = NULL;
 	struct mk_model **models = NULL;
 	struct held *frames = NULL, *jobframes = NULL;
+	struct spool sp = { .fd = -1, .bound = o->hold_bytes ? o->hold_bytes : MK_FETCH_HOLD_DEFAULT };
 	size_t nframes = 0, njf = 0, written = 0;
 	int **fds = NULL;
 	struct pf p = { 0 };
@@ -235,7 +322,9 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	memset(st, 0, sizeof(*st));
 	p.chunk_bytes = o->chunk_bytes ? o->chunk_bytes : MK_READER_DEFAULT_CHUNK;
 	ropts.chunk_bytes = p.chunk_bytes;
-	rc = mk_sr_open(&r, in_fd, label, 0, err);
+	/* FILE frames are read in pieces and held in memory up to a bound,
+	 * the rest in a scratch file, until the HEAD has gone out */
+	rc = mk_sr_open(&r, in_fd, label, MK_SR_PIECEWISE_FILE, err);
 	if (rc)
 		goto out;
 	rc = mk_sr_head(r, label, "plan", "mk-fetch reads a 'plan' (from mk-plan)", &head, &f, err);
@@ -270,6 +359,8 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 			p.jobs = q;
 			p.jobs[p.njobs++] = jb;
 			rc = hold(&jobframes, &njf, &f, err);
+		} else if (f.piecewise) {
+			rc = hold_piecewise(&frames, &nframes, &sp, r, &f, err);
 		} else if (!strcmp(f.type, MK_FT_FILE) || !f.critical) {
 			rc = hold(&frames, &nframes, &f, err);
 		} else {
@@ -383,7 +474,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	if (!rc)
 		rc = mk_sw_frame1(w, MK_FT_HEAD, hjson, hlen, err);
 	for (size_t i = 0; !rc && i < nframes; i++)
-		rc = pass_held(w, &frames[i], err);
+		rc = pass_held(w, &sp, &frames[i], err);
 	if (rc)
 		goto out;
 	p.nlast = 4096;
@@ -419,7 +510,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		/* a job's JOB frame goes before its first chunk (and those of
 		 * jobs without data before the next one's) */
 		while (written <= t->job) {
-			rc = pass_held(w, &jobframes[written++], err);
+			rc = pass_held(w, &sp, &jobframes[written++], err);
 			if (rc)
 				goto out;
 		}
@@ -434,7 +525,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 			o->progress(o->progress_ctx, done, total);
 	}
 	while (written < njf) {
-		rc = pass_held(w, &jobframes[written++], err);
+		rc = pass_held(w, &sp, &jobframes[written++], err);
 		if (rc)
 			goto out;
 	}
@@ -455,6 +546,9 @@ out:
 	for (size_t i = 0; i < nframes; i++)
 		free(frames[i].wire);
 	free(frames);
+	if (sp.fd >= 0)
+		close(sp.fd);
+	free(sp.buf);
 	for (size_t i = 0; i < njf; i++)
 		free(jobframes[i].wire);
 	free(jobframes);

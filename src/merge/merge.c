@@ -463,7 +463,8 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 	int rc;
 
 	memset(st, 0, sizeof(*st));
-	rc = mk_sr_open(&rd, in_fd, label, 0, err);
+	/* FILE frames are passed on in pieces as they arrive */
+	rc = mk_sr_open(&rd, in_fd, label, MK_SR_PIECEWISE_FILE, err);
 	if (!rc)
 		rc = mk_sr_head(rd, label, "inputs", "mk-merge reads an 'inputs' stream (mk-plan | mk-fetch)", &man, &f,
 				err);
@@ -534,7 +535,7 @@ int mk_merge_run_from(const struct mk_merge_opts *o, struct mk_stream_reader *rd
 		} else if (!strcmp(f.type, MK_FT_FILE) || !f.critical) {
 			rc = mk__gpuq_drain(w, &gq, &pool, o->cuda, st, err);
 			if (!rc)
-				rc = mk_sw_pass(w, &f, err);
+				rc = mk_sw_pass_from(w, rd, &f, err);
 		} else {
 			rc = mk_err_set(err, MK_EFORMAT, "%s: frame #%llu: unexpected %s frame in an 'inputs' stream",
 					label, (unsigned long long)f.index, f.type);

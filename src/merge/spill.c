@@ -14,16 +14,8 @@
 int mk__spill_open(struct spill *sp, const char *dir, struct mk_err *err)
 {
 	sp->dir = dir;
-	sp->fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	if (sp->fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-		char path[4096];
-		snprintf(path, sizeof(path), "%s/mk-merge-spill.XXXXXX", dir);
-		sp->fd = mkostemp(path, O_CLOEXEC);
-		if (sp->fd >= 0)
-			unlink(path);
-	}
-	if (sp->fd < 0)
-		return mk_err_sys(err, errno, "--spill %s: cannot create a spill file there", dir);
+	if (mk_tmpfile_open(dir, "a spill file", &sp->fd, err))
+		return mk_err_prefix(err, "--spill: ");
 	return 0;
 }
 
@@ -77,7 +69,7 @@ int mk__spill_put(struct spill *sp, const struct mk_chunk *c, const void **store
 int mk__spill_get(struct spill *sp, size_t i, struct mk_chunk *c, struct mk_err *err)
 {
 	struct spill_rec *e = &sp->rec[i];
-	size_t len = e->c.data_len, got = 0;
+	size_t len = e->c.data_len;
 
 	if (sp->fd < 0) {
 		*c = e->c;
@@ -91,15 +83,8 @@ int mk__spill_get(struct spill *sp, size_t i, struct mk_chunk *c, struct mk_err 
 		sp->buf = q;
 		sp->buf_cap = len;
 	}
-	while (got < len) {
-		ssize_t k = pread(sp->fd, (char *)sp->buf + got, len - got, (off_t)(e->off + got));
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return k < 0 ? mk_err_sys(err, errno, "--spill %s: reading the spill file", sp->dir)
-				     : mk_err_set(err, MK_EIO, "--spill %s: the spill file is short", sp->dir);
-		got += (size_t)k;
-	}
+	if (mk_pread_exact(sp->fd, sp->buf, len, e->off, "the spill file", err))
+		return mk_err_prefix(err, "--spill %s: ", sp->dir);
 	if (mk_crc32c(0, sp->buf, len) != e->crc)
 		return mk_err_set(err, MK_ECORRUPT, "--spill %s: a chunk read back differs from the one written "
 				  "(CRC-32C); the disk or file system under it is faulty", sp->dir);

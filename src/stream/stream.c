@@ -239,6 +239,9 @@ struct mk_stream_reader {
 	/* the piecewise frame being read (mk_sr_read_payload) */
 	struct {
 		bool on, zstd, zdone;
+		bool wire;           /* read as transmitted (mk_sr_read_wire) */
+		bool hdr_sent;       /* ... and its header delivered */
+		uint8_t hdr[MK_FRAME_HDR];
 		char type[5];
 		bool critical;
 		uint64_t idx, len, raw_len;
@@ -441,7 +444,7 @@ static int pw_finish(struct mk_stream_reader *r, struct mk_err *err)
 {
 	unsigned long long idx = (unsigned long long)r->pw.idx;
 
-	if (r->pw.zstd && (!r->pw.zdone || r->pw.out != r->pw.raw_len))
+	if (r->pw.zstd && !r->pw.wire && (!r->pw.zdone || r->pw.out != r->pw.raw_len))
 		return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): zstd payload decodes to %llu bytes%s, the header says %llu",
 				  r->label, idx, r->pw.type, (unsigned long long)r->pw.out,
 				  r->pw.zdone ? "" : " and stops inside its zstd frame",
@@ -522,7 +525,44 @@ int mk_sr_read_payload(struct mk_stream_reader *r, void *buf, size_t cap, size_t
 		MK_BUG("mk_sr_read_payload without a piecewise frame");
 	if (!cap)
 		MK_BUG("mk_sr_read_payload into an empty buffer");
+	if (r->pw.wire)
+		MK_BUG("mk_sr_read_payload after mk_sr_read_wire");
 	rc = pw_read_payload(r, buf, cap, got, err);
+	if (rc) {
+		r->pw.on = false;
+		r->broken = true;
+	}
+	return rc;
+}
+
+int mk_sr_read_wire(struct mk_stream_reader *r, void *buf, size_t cap, size_t *got,
+		    struct mk_err *err)
+{
+	int rc = 0;
+
+	if (!r->pw.on)
+		MK_BUG("mk_sr_read_wire without a piecewise frame");
+	if (!r->pw.hdr_sent && cap < MK_FRAME_HDR)
+		MK_BUG("mk_sr_read_wire: the header needs MK_FRAME_HDR bytes");
+	if (r->pw.hdr_sent && r->pw.left && !cap)
+		MK_BUG("mk_sr_read_wire into an empty buffer");
+	if (!r->pw.wire && r->pw.left != r->pw.len)
+		MK_BUG("mk_sr_read_wire after mk_sr_read_payload");
+	r->pw.wire = true;
+	*got = 0;
+	if (!r->pw.hdr_sent) {
+		memcpy(buf, r->pw.hdr, MK_FRAME_HDR);
+		r->pw.hdr_sent = true;
+		*got = MK_FRAME_HDR;
+		return 0;
+	}
+	if (r->pw.left) {
+		size_t n = r->pw.left < cap ? (size_t)r->pw.left : cap;
+		if (!(rc = pw_read(r, buf, n, err)))
+			*got = n;
+	} else {
+		rc = pw_finish(r, err);
+	}
 	if (rc) {
 		r->pw.on = false;
 		r->broken = true;
@@ -543,6 +583,7 @@ static int pw_start(struct mk_stream_reader *r, const uint8_t *h, struct mk_fram
 	r->pw.raw_len = f->raw_len;
 	r->pw.zstd = f->flags & MK_FRAME_F_ZSTD;
 	r->pw.want = get32(h + 24);
+	memcpy(r->pw.hdr, h, MK_FRAME_HDR);
 	memcpy(hz, h, MK_FRAME_HDR);
 	put32(hz + 24, 0);
 	r->pw.crc = mk_crc32c(0, hz, MK_FRAME_HDR);
@@ -614,7 +655,8 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 		/* the caller left a piecewise payload unread: drain, verified */
 		uint8_t sink[4096];
 		size_t n;
-		int rc = mk_sr_read_payload(r, sink, sizeof(sink), &n, err);
+		int rc = r->pw.wire ? mk_sr_read_wire(r, sink, sizeof(sink), &n, err) :
+				      mk_sr_read_payload(r, sink, sizeof(sink), &n, err);
 		if (rc)
 			return rc;
 		idx = r->index;
@@ -622,6 +664,8 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 	if (r->ended) {
 		uint8_t extra;
 		got = read_full(r->fd, &extra, 1);
+		if (got < 0)
+			return mk_err_sys(err, (int)-got, "%s: reading past the END frame", r->label);
 		if (got > 0)
 			return mk_err_set(err, MK_EFORMAT, "%s: bytes after the END frame (offset %llu)",
 					  r->label, (unsigned long long)r->offset);
@@ -966,6 +1010,59 @@ int mk_sw_pass(struct mk_stream_writer *w, const struct mk_frame *f, struct mk_e
 	if (!memcmp(f->type, MK_FT_END, 4))
 		w->ended = true;
 	return write_iov(w, &iov, 1, err);
+}
+
+int mk_sw_pass_pieces(struct mk_stream_writer *w, const struct mk_frame *f,
+		      int (*next)(void *ctx, void *buf, size_t cap, size_t *got, struct mk_err *err),
+		      void *ctx, struct mk_err *err)
+{
+	enum { PIECE = 256 << 10 };
+	uint8_t *buf;
+	uint64_t sent = 0, want = MK_FRAME_HDR + f->len;
+	int rc = 0;
+
+	if (w->ended)
+		MK_BUG("frame after END");
+	if (!memcmp(f->type, MK_FT_END, 4))
+		MK_BUG("END passed in pieces");
+	if (!(buf = malloc(PIECE)))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (;;) {
+		size_t got;
+		struct iovec iov;
+		if ((rc = next(ctx, buf, PIECE, &got, err)) || !got)
+			break;
+		if (got > want - sent) {
+			rc = mk_err_set(err, MK_ECORRUPT, "frame #%llu (%s): more than its %llu bytes came to pass on",
+					(unsigned long long)f->index, f->type, (unsigned long long)want);
+			break;
+		}
+		iov = (struct iovec){ buf, got };
+		if ((rc = write_iov(w, &iov, 1, err)))
+			break;
+		sent += got;
+	}
+	if (!rc && sent != want)
+		rc = mk_err_set(err, MK_ECORRUPT, "frame #%llu (%s): %llu of its %llu bytes came to pass on",
+				(unsigned long long)f->index, f->type, (unsigned long long)sent,
+				(unsigned long long)want);
+	free(buf);
+	if (!rc)
+		count_frame(&w->n, f->type, f->critical, f->raw_len);
+	return rc;
+}
+
+static int wire_next(void *ctx, void *buf, size_t cap, size_t *got, struct mk_err *err)
+{
+	return mk_sr_read_wire(ctx, buf, cap, got, err);
+}
+
+int mk_sw_pass_from(struct mk_stream_writer *w, struct mk_stream_reader *r, const struct mk_frame *f,
+		    struct mk_err *err)
+{
+	if (!f->piecewise)
+		return mk_sw_pass(w, f, err);
+	return mk_sw_pass_pieces(w, f, wire_next, r, err);
 }
 
 int mk_sw_end(struct mk_stream_writer *w, struct mk_err *err)

@@ -57,50 +57,78 @@ mk-forge zstd-bomb=1610612736 > bomb.mks
 expect_fail 1 "more than the 4107 bytes" mk-rss b.rss mk-cat --verify bomb.mks
 [ "$(cat b.rss)" -lt "$small" ] || fail "mk-cat --verify inflated the bomb"
 
-# a merge within --max-memory 256M on tensors larger than that: every
-# stage of the pipe mk-yaml runs (budget split: merge 128M, fetch 64M)
-# stays under budget + 32 MiB
-# (a 65536-token vocabulary: embed_tokens and lm_head of 256 MiB each)
-limit=$(( (256000000 / 1024) + 32 * 1024 ))
-# within_budget WHAT: each stage's peak RSS (p, f, m, k.rss) <= limit
-within_budget() {
-	for s in p f m k; do
-		r=$(cat $s.rss)
-		echo "$1: stage $s peak RSS $r KiB (limit $limit KiB)"
-		[ "$r" -le "$limit" ] || fail "$1: stage $s peak RSS $r KiB over $limit KiB"
-	done
-}
+# a 300 MiB FILE frame in a plan: mk-fetch holds it in a scratch file
+# until its HEAD goes out, and it and mk-merge pass it on in pieces
+mk-forge plan-file=314572800 > pf.mks
+mk-rss f.rss mk-fetch --max-memory 16M -i pf.mks | mk-rss m.rss mk-merge > pm.mks
+f=$(cat f.rss) m=$(cat m.rss)
+echo "a 300 MiB FILE frame in a plan: mk-fetch peak RSS $f KiB, mk-merge $m KiB"
+[ "$f" -lt "$bound" ] || fail "a plan's 300 MiB FILE frame: mk-fetch peak RSS $f KiB >= $bound KiB"
+[ "$m" -lt "$bound" ] || fail "a 300 MiB FILE frame: mk-merge peak RSS $m KiB >= $bound KiB"
+mk-cat pm.mks | grep -q "FILE critical len=314572815 .*name=big.bin mode=0644 size=314572800" ||
+	fail "the FILE frame did not come through mk-fetch and mk-merge"
+# held in memory or in the scratch file: the same bytes out
+mk-fetch --max-memory 4G --chunk-size 1MiB -i pf.mks | mk-merge | cmp - pm.mks || fail "spooled and held differ"
+rm -f pf.mks pm.mks
+# a FILE frame with a bad checksum, spooled (5 MB over the 4 MB held at
+# 16M) and held (1 MB): refused once it has all come, nothing passed on
+# as whole
+for n in 5000000 1000000; do
+	mk-forge plan-file=$n > pf.mks
+	printf 'X' | dd of=pf.mks bs=1 seek=$((n / 2)) conv=notrunc 2>/dev/null
+	expect_fail 1 "(FILE) at offset" mk-fetch --max-memory 16M -i pf.mks -o pfout.mks
+	grep -q "checksum mismatch" err.txt || fail "a bad FILE frame ($n bytes): $(cat err.txt)"
+	mk-fetch -i pf.mks 2>/dev/null | mk-cat --verify > /dev/null 2>&1 && fail "a bad FILE frame went through whole"
+	# cut inside the frame
+	head -c $((n / 2)) pf.mks > cut.mks
+	expect_fail 1 "truncated payload" mk-fetch --max-memory 16M -i cut.mks -o pfout.mks
+done
+rm -f pf.mks cut.mks pfout.mks
+
+# A merge within --max-memory M on tensors larger than M: the four
+# stages mk-yaml runs, with the budgets it gives them, together peak
+# under M (the sum of their peak RSS, which counts the shared libraries
+# four times and adds peaks that need not coincide: an upper bound on
+# what they held at any one time).  A 65536-token vocabulary:
+# embed_tokens and lm_head of 256 MiB each.
 mk-gen-model --dtype F32 --hidden 1024 --layers 1 --vocab 65536 --seed 1 v1
 mk-gen-model --dtype F32 --hidden 1024 --layers 1 --vocab 65536 --seed 2 v2
-for m in linear slerp; do
-	case $m in
-	linear) printf 'merge_method: linear\nmodels:\n  - model: v1\n    parameters: {weight: 1}\n  - model: v2\n    parameters: {weight: 1}\n' > mem.yml ;;
-	slerp) printf 'merge_method: slerp\nbase_model: v1\nmodels:\n  - model: v1\n  - model: v2\nparameters: {t: 0.3}\n' > mem.yml ;;
-	esac
-	mk-yaml --print-pipeline --max-memory 256M mem.yml x > pipe.txt
-	grep -q -- "mk-merge --max-memory 128000000" pipe.txt || fail "mk-yaml does not split the budget"
-	grep -q -- "mk-pack --max-memory 64000000" pipe.txt || fail "mk-yaml gives mk-pack no budget"
-	rm -rf memout
-	mk-rss p.rss mk-plan --max-memory 128000000 mem.yml | mk-rss f.rss mk-fetch --max-memory 64000000 |
-		mk-rss m.rss mk-merge --max-memory 128000000 | mk-rss k.rss mk-pack --max-memory 64000000 memout
-	[ -f memout/model.safetensors ] || [ -f memout/model.safetensors.index.json ] || fail "$m: no output"
-	grep -q lm_head memout/model.safetensors* 2>/dev/null || fail "$m: lm_head not merged"
-	within_budget $m
-done
-# ties over the budget, spilled: read once, its three statistics passes
-# replayed from mk-merge's file; every stage within the budget; the same
-# bytes as the streamed plan
+printf 'merge_method: linear\nmodels:\n  - model: v1\n    parameters: {weight: 1}\n  - model: v2\n    parameters: {weight: 1}\n' > linear.yml
+printf 'merge_method: slerp\nbase_model: v1\nmodels:\n  - model: v1\n  - model: v2\nparameters: {t: 0.3}\n' > slerp.yml
 printf 'merge_method: ties\nbase_model: v1\nmodels:\n  - model: v2\n    parameters: {weight: 0.7, density: 0.4}\n' > ties.yml
-mkdir -p spill
-rm -rf memout
-mk-rss p.rss mk-plan --spill --max-memory 128000000 ties.yml | mk-rss f.rss mk-fetch --max-memory 64000000 |
-	mk-rss m.rss mk-merge --spill spill --max-memory 128000000 | mk-rss k.rss mk-pack --max-memory 64000000 memout
-within_budget "ties, spilled"
+# together M CONFIG [SPILL]: run mk-yaml's pipeline for CONFIG under
+# --max-memory M stage by stage, each under mk-rss; check the sum
+together() {
+	mk-yaml --print-pipeline --max-memory "$1" "$2" memout > pipe.txt 2>/dev/null
+	set -- "$1" "$2" "${3:-}" $(grep -o -- '--max-memory [0-9]*' pipe.txt | awk '{print $2}')
+	[ $# = 7 ] || fail "$2: mk-yaml gave $(($# - 3)) stages a budget: $(cat pipe.txt)"
+	[ "$4" = "$6" ] || fail "$2: mk-plan plans for $4 bytes, mk-merge is given $6"
+	rm -rf memout spill
+	if [ -n "$3" ]; then
+		mkdir spill
+		mk-rss p.rss mk-plan --spill --max-memory $4 "$2" | mk-rss f.rss mk-fetch --max-memory $5 |
+			mk-rss m.rss mk-merge --spill spill --max-memory $6 | mk-rss k.rss mk-pack --max-memory $7 memout
+	else
+		mk-rss p.rss mk-plan --max-memory $4 "$2" | mk-rss f.rss mk-fetch --max-memory $5 |
+			mk-rss m.rss mk-merge --max-memory $6 | mk-rss k.rss mk-pack --max-memory $7 memout
+	fi
+	grep -q lm_head memout/model.safetensors* 2>/dev/null || fail "$2: lm_head not merged"
+	sum=$(( $(cat p.rss) + $(cat f.rss) + $(cat m.rss) + $(cat k.rss) ))
+	echo "$2${3:+, spilled} --max-memory $1: mk-plan $(cat p.rss) + mk-fetch $(cat f.rss) + mk-merge $(cat m.rss) + mk-pack $(cat k.rss) = $sum KiB (limit $(($1 / 1024)) KiB)"
+	[ $((sum * 1024)) -le "$1" ] || fail "$2 --max-memory $1: the stages peak at $sum KiB together"
+}
+for m in linear slerp ties; do
+	together 67108864 $m.yml
+	together 256000000 $m.yml
+done
+together 67108864 ties.yml spill
+together 256000000 ties.yml spill
+# spilled or streamed: the same bytes
 mk-plan --max-memory 128000000 ties.yml | mk-fetch | mk-merge | mk-pack memstreamed
 for f in memout/*.safetensors; do cmp "$f" "memstreamed/$(basename "$f")" || fail "ties: spilled and streamed differ"; done
 
 # mk-merge refuses a held job larger than its own budget
-mk-plan mem.yml > held.mks
+mk-plan slerp.yml > held.mks
 mk-fetch < held.mks > heldin.mks
 expect_fail 1 "more than --max-memory" mk-merge --max-memory 100M -i heldin.mks -o x.mks
 grep -q "the plan holds jobs of up to" err.txt || fail "mk-merge did not refuse at the HEAD"

@@ -10,6 +10,8 @@
  *   bad-file=NAME      a FILE frame named NAME (no validation by the writer)
  *   named-file=NAME    the same, announced in the HEAD's files list
  *   plan               HEAD of kind "plan"
+ *   plan-file=N        a plan of no jobs: HEAD, a FILE frame "big.bin" of N
+ *                      zero bytes (announced), END
  *   out-of-order       the two DATA chunks swapped
  *   missing-data       one DATA chunk left out (END counts still right)
  *   no-end             no END frame
@@ -149,15 +151,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "mk-forge: redirect the output\n");
 		return 2;
 	}
-	m = mk_manifest_new(!strcmp(kind, "plan") ? "plan" : "tensors", "mk-forge");
-	m->planned = !strcmp(kind, "plan"); /* a plan has a (here empty) model table */
+	bool plan = !strcmp(kind, "plan") || !strncmp(kind, "plan-file=", 10);
+	m = mk_manifest_new(plan ? "plan" : "tensors", "mk-forge");
+	m->planned = plan; /* a plan has a (here empty) model table */
 	if (!m->planned)
 		m->chunk_bytes = 1 << 20;
 	const char *eq = strchr(kind, '=');
 	uint64_t n = eq ? strtoull(eq + 1, NULL, 10) : 0;
 	bool is_bomb = !strncmp(kind, "zstd-bomb=", 10) || !strncmp(kind, "zstd-liar=", 10);
 	check(mk_manifest_add_tensor(m, "t", MK_DT_F32, 2, shape, &err));
-	if (!strncmp(kind, "file=", 5) || !strncmp(kind, "zstd-file=", 10))
+	if (!strncmp(kind, "file=", 5) || !strncmp(kind, "zstd-file=", 10) || !strncmp(kind, "plan-file=", 10))
 		check(mk_manifest_add_file(m, "big.bin", n, &err));
 	else if (is_bomb)
 		check(mk_manifest_add_file(m, "big.bin", kind[5] == 'b' ? 3 : 1 << 20, &err));
@@ -176,10 +179,18 @@ int main(int argc, char **argv)
 		struct mk_chunk b = { .dtype = MK_DT_F32, .row_count = 1, .elem_count = n / 4 };
 		mk_chunk_encode(&b, pre);
 		bomb(MK_FT_DATA, pre, sizeof(pre), n, sizeof(pre) + n);
-	} else if (!strncmp(kind, "file=", 5) || !strncmp(kind, "zstd-file=", 10)) {
+	} else if (!strncmp(kind, "file=", 5) || !strncmp(kind, "zstd-file=", 10) ||
+		   !strncmp(kind, "plan-file=", 10)) {
 		char *big = calloc(n ? n : 1, 1);
 		check(mk_sw_file(w, "big.bin", 0644, big, n, &err));
 		free(big);
+		if (plan) {
+			check(mk_sw_end(w, &err));
+			mk_sw_free(w);
+			mk_manifest_free(m);
+			free(head);
+			return 0;
+		}
 	} else if (!strncmp(kind, "bad-file=", 9)) {
 		raw_file(w, kind + 9, strlen(kind + 9));
 	} else if (!strncmp(kind, "named-file=", 11)) {
