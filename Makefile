@@ -132,7 +132,8 @@ $(BUILD)/bin/%: $(BUILD)/cmd/%.o $(CLI_OBJ) $(LIBMK)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -rdynamic -o $@ $< $(CLI_OBJ) -Wl,--whole-archive $(LIBMK) -Wl,--no-whole-archive $(LIBS)
 
-# Test interposers (LD_PRELOAD), not in the sanitized build (ASan owns malloc).
+# Test interposers (LD_PRELOAD), built in the plain build only; the tests
+# of the sanitized build load these in front of ASan (test/cli/failalloc.sh).
 $(BUILD)/preload/%.so: test/preload/%.c
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $@")
@@ -161,7 +162,7 @@ $(BUILD)/fuzz/%-replay: $(BUILD)/test/fuzz/%.o $(BUILD)/test/fuzz/replay.o $(LIB
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-build-fuzz/%: test/fuzz/%.c $(LIB_SRC)
+build-fuzz/%: test/fuzz/%.c $(wildcard test/fuzz/*.h) $(LIB_SRC)
 	@mkdir -p $(@D)
 	clang $(filter-out -DMK_HAVE_CUDA,$(CPPFLAGS)) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRC) $(LIBS)
 

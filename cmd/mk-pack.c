@@ -129,6 +129,8 @@ int main(int argc, char **argv)
 	if (mk_pack_run(&o, fd, strcmp(input, "-") ? input : "stdin", &st, &err))
 		cli_fail(&err);
 	cli_progress_end();
+	if (st.warning[0])
+		cli_info(2, "warning: %s", st.warning);
 	if (st.resumed)
 		cli_info(3, "resumed %s: %zu tensors (%s) were done and checked", o.out_dir, st.resumed,
 			 mk_size_human(st.resumed_bytes, a, sizeof(a)));

@@ -60,6 +60,11 @@ struct mk_pack_stats {
 	uint64_t tensor_bytes, bytes_written;
 	size_t resumed;              /* tensors found done in the journal */
 	uint64_t resumed_bytes;
+	/* set when OUT is in place, complete, but a step after its rename
+	 * failed (removing the old OUT of --force, the fsync of OUT's parent
+	 * that makes the rename durable): a warning for the user, not an
+	 * error, since OUT must not appear after a reported failure */
+	char warning[3072];
 };
 
 struct mk_manifest;

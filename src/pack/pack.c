@@ -803,8 +803,13 @@ static int finish(struct pack *p, struct mk_err *err)
 		rc = mk_err_sys(err, errno, "rename %s -> %s", p->partial, p->o->out_dir);
 		goto out;
 	}
-	if (old)
-		rc = mk_rmtree(old, err);
+	if (old) {
+		struct mk_err e = { 0 };
+		if (mk_rmtree(old, &e))
+			snprintf(p->st->warning, sizeof(p->st->warning),
+				 "%s is complete, but the old output moved aside to %s could not be removed: %s",
+				 p->o->out_dir, old, e.msg);
+	}
 	{
 		/* make the rename durable */
 		char *parent = strdup(p->o->out_dir), *slash;
@@ -819,7 +824,11 @@ static int finish(struct pack *p, struct mk_err *err)
 				parent[1] = '\0';
 			else
 				*slash = '\0';
-			(void)mk_fsync_dir(parent, NULL);
+			struct mk_err e = { 0 };
+			if (mk_fsync_dir(parent, &e) && !p->st->warning[0])
+				snprintf(p->st->warning, sizeof(p->st->warning),
+					 "%s is complete, but the rename that put it in place may not survive a crash: %s",
+					 p->o->out_dir, e.msg);
 			free(parent);
 		}
 	}

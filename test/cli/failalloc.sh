@@ -3,11 +3,31 @@
 # Each run must end cleanly: exit 1 with an error message (mk-pack leaving
 # neither OUT nor OUT.mk-partial), or exit 0 with the same output as a
 # run where nothing failed.  Never a crash, an abort or a usage error.
-# Not in the sanitized build (ASan owns malloc there).
+# In the sanitized build the same shim sits in front of ASan's allocator
+# (which then serves the allocations it lets through), so every run is
+# also checked for leaks (LeakSanitizer, at exit) and memory errors; there
+# a sweep takes every Nth allocation, about 400 points a stage.
 . "$MK_TOP/test/cli/lib.inc"
-[ "$MK_SAN" = 1 ] && exit 77
-P=$MK_BUILD/preload/failalloc.so
-[ -f "$P" ] || fail "no $P"
+if [ "$MK_SAN" = 1 ]; then
+	P=$MK_TOP/build/preload/failalloc.so   # the plain build's (make check builds it first)
+	[ -f "$P" ] || exit 77
+	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:detect_leaks=1"
+	points=400
+else
+	P=$MK_BUILD/preload/failalloc.so
+	[ -f "$P" ] || fail "no $P"
+	points=0
+fi
+# step C: the distance between the allocations tried out of C
+step() { if [ "$points" = 0 ] || [ "$1" -le "$points" ]; then echo 1; else echo $(( ($1 + points - 1) / points )); fi; }
+# clean ERRFILE NAME N: no sanitizer report in ERRFILE
+clean() {
+	if grep -q "Sanitizer" "$1"; then
+		sed -n '1,30p' "$1"
+		fail "$2: allocation $3 failed: a sanitizer report (leak or memory error)"
+	fi
+}
+W=$(pwd)             # mk-plan and mk-fetch run in MK_TOP (the config's paths)
 (cd "$MK_TOP" && mk-plan testdata/configs/ties.yml) > plan.mks
 (cd "$MK_TOP" && mk-fetch) < plan.mks > in.mks
 mk-merge < in.mks > t.mks
@@ -20,37 +40,43 @@ sweep() {
 	shift 3
 	c=$(count "$@" < "$input")
 	[ -n "$c" ] && [ "$c" -gt 10 ] || fail "$name: no allocation counted ($c)"
+	st=$(step "$c") tried=0
 	n=1
 	while [ $n -le "$c" ]; do
 		rc=0
-		MK_FAIL_ALLOC=$n LD_PRELOAD=$P "$@" < "$input" > got 2> err || rc=$?
+		MK_FAIL_ALLOC=$n LD_PRELOAD=$P "$@" < "$input" > "$W/got" 2> "$W/err" || rc=$?
+		clean "$W/err" "$name" $n
+		tried=$((tried + 1))
 		case $rc in
-		0) cmp -s got "$want" || fail "$name: allocation $n failed, exit 0, but the output differs" ;;
-		1) grep -q "error: " err || { cat err; fail "$name: allocation $n: exit 1 without a message"; }
+		0) cmp -s "$W/got" "$want" || fail "$name: allocation $n failed, exit 0, but the output differs" ;;
+		1) grep -q "error: " "$W/err" || { cat "$W/err"; fail "$name: allocation $n: exit 1 without a message"; }
 		   fails=$((fails + 1)) ;;
-		*) cat err; fail "$name: allocation $n failed: exit $rc" ;;
+		*) cat "$W/err"; fail "$name: allocation $n failed: exit $rc" ;;
 		esac
 		total=$((total + 1))
-		if [ $n -lt 400 ]; then n=$((n + 1)); else n=$((n + 4)); fi
+		if [ "$st" -gt 1 ]; then n=$((n + st)); elif [ $n -lt 400 ]; then n=$((n + 1)); else n=$((n + 4)); fi
 	done
-	echo "$name: $c allocations, swept"
+	echo "$name: $c allocations, $tried of them failed in turn"
 }
 (cd "$MK_TOP" && sweep mk-plan /dev/null "$OLDPWD/plan.mks" mk-plan testdata/configs/ties.yml)
 (cd "$MK_TOP" && sweep mk-fetch "$OLDPWD/plan.mks" "$OLDPWD/in.mks" mk-fetch)
 sweep mk-merge in.mks t.mks mk-merge -j2
 # mk-pack writes a directory
 c=$(rm -rf p; count mk-pack p < t.mks)
+st=$(step "$c") tried=0
 n=1
 while [ $n -le "$c" ]; do
 	rm -rf p p.mk-partial
 	rc=0
 	MK_FAIL_ALLOC=$n LD_PRELOAD=$P mk-pack p < t.mks 2> err || rc=$?
+	clean err mk-pack $n
+	tried=$((tried + 1))
 	case $rc in
 	0) diff -r p ref > /dev/null || fail "mk-pack: allocation $n failed, exit 0, but OUT differs" ;;
 	1) grep -q "error: " err || { cat err; fail "mk-pack: allocation $n: exit 1 without a message"; }
 	   no_out p ;;
 	*) cat err; fail "mk-pack: allocation $n failed: exit $rc" ;;
 	esac
-	n=$((n + 1))
+	n=$((n + st))
 done
-echo "mk-pack: $c allocations, swept"
+echo "mk-pack: $c allocations, $tried of them failed in turn"

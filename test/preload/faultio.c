@@ -1,0 +1,268 @@
+/* faultio.so - make the Nth read, write or sync of mk's own code fail or
+ * come up short, for the I/O fault tests (test/cli/faultio.sh).
+ *
+ *   MK_FAULT_IO=OP:N:KIND LD_PRELOAD=.../faultio.so mk-pack ...
+ *
+ * OP is one of read, pread, write, pwrite, writev, fsync, fdatasync,
+ * ftruncate, fallocate (posix_fallocate), rename; N counts that OP's calls
+ * from 1; KIND is
+ *   eio      the call fails with EIO (nothing done)
+ *   enospc   the call fails with ENOSPC (nothing done)
+ *   eintr    the call fails with EINTR (nothing done; a caller retries)
+ *   short    the call moves half of what was asked (at least 1 byte;
+ *            reads and writes only)
+ *   shortall every call from the Nth on is short
+ * Only calls made from the program itself (libmk and the main, which the
+ * programs link statically) after main has started are counted, and none
+ * on fd 2 (the messages).  With MK_FAULT_IO_COUNT set, the counts are
+ * written to stderr at exit ("faultio: read=R pread=P ..."), so a test
+ * knows which N to try.  io_uring and mmap reads do not go through these
+ * calls: the tests read with MK_IO=pread. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <link.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+enum op { READ, PREAD, WRITE, PWRITE, WRITEV, FSYNC, FDATASYNC, FTRUNCATE, FALLOCATE, RENAME, NOPS };
+static const char *const op_names[NOPS] = { "read", "pread", "write", "pwrite", "writev", "fsync",
+					    "fdatasync", "ftruncate", "fallocate", "rename" };
+enum kind { NONE, EIO_, ENOSPC_, EINTR_, SHORT, SHORTALL };
+
+static unsigned long seen[NOPS];
+static int fault_op = -1;
+static unsigned long fault_at;
+static enum kind fault_kind;
+static uintptr_t exe_lo, exe_hi;
+static int ready;
+
+static int phdr_cb(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void)size;
+	(void)data;
+	if (info->dlpi_name && info->dlpi_name[0])
+		return 0;
+	for (int i = 0; i < info->dlpi_phnum; i++) {
+		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
+			exe_lo = info->dlpi_addr + ph->p_vaddr;
+			exe_hi = exe_lo + ph->p_memsz;
+		}
+	}
+	return 1;
+}
+
+static void report(void)
+{
+	char buf[512];
+	int n = snprintf(buf, sizeof(buf), "faultio:");
+
+	if (!getenv("MK_FAULT_IO_COUNT"))
+		return;
+	for (int i = 0; i < NOPS; i++)
+		n += snprintf(buf + n, sizeof(buf) - (size_t)n, " %s=%lu", op_names[i], seen[i]);
+	n += snprintf(buf + n, sizeof(buf) - (size_t)n, "\n");
+	(void)!write(2, buf, (size_t)n);
+}
+
+__attribute__((constructor)) static void init(void)
+{
+	const char *spec = getenv("MK_FAULT_IO");
+	char op[32], kind[32];
+
+	dl_iterate_phdr(phdr_cb, NULL);
+	atexit(report);
+	if (!spec || sscanf(spec, "%31[a-z]:%lu:%31[a-z]", op, &fault_at, kind) != 3)
+		return;
+	for (int i = 0; i < NOPS; i++)
+		if (!strcmp(op, op_names[i]))
+			fault_op = i;
+	fault_kind = !strcmp(kind, "eio") ? EIO_ : !strcmp(kind, "enospc") ? ENOSPC_ :
+		     !strcmp(kind, "eintr") ? EINTR_ : !strcmp(kind, "short") ? SHORT :
+		     !strcmp(kind, "shortall") ? SHORTALL : NONE;
+	if (fault_op < 0 || fault_kind == NONE) {
+		fprintf(stderr, "faultio: bad MK_FAULT_IO '%s'\n", spec);
+		_exit(99);
+	}
+}
+
+static int (*real_main)(int, char **, char **);
+
+static int main_wrapper(int argc, char **argv, char **envp)
+{
+	ready = 1;
+	return real_main(argc, argv, envp);
+}
+
+int __libc_start_main(int (*main)(int, char **, char **), int argc, char **argv, void (*init)(void),
+		      void (*fini)(void), void (*rtld_fini)(void), void *stack_end)
+{
+	int (*real)(int (*)(int, char **, char **), int, char **, void (*)(void), void (*)(void),
+		    void (*)(void), void *) = dlsym(RTLD_NEXT, "__libc_start_main");
+	real_main = main;
+	return real(main_wrapper, argc, argv, init, fini, rtld_fini, stack_end);
+}
+
+/* The fault for this call of op (NONE: do it as asked). */
+static enum kind fault(enum op op, int fd, void *caller)
+{
+	uintptr_t a = (uintptr_t)caller;
+	unsigned long n;
+
+	if (!ready || fd == 2 || a < exe_lo || a >= exe_hi)
+		return NONE;
+	n = ++seen[op];
+	if ((int)op != fault_op)
+		return NONE;
+	if (n == fault_at || (fault_kind == SHORTALL && n >= fault_at))
+		return fault_kind;
+	return NONE;
+}
+
+/* Fail with the kind's errno: -1, or (posix_fallocate) the error. */
+static int fail_errno(enum kind k)
+{
+	return k == EIO_ ? EIO : k == ENOSPC_ ? ENOSPC : EINTR;
+}
+
+static size_t shorter(size_t n)
+{
+	return n > 1 ? n / 2 : n;
+}
+
+#define REAL(name) static __typeof__(name) *real_##name; \
+	if (!real_##name) real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name)
+
+ssize_t read(int fd, void *buf, size_t n)
+{
+	REAL(read);
+	enum kind k = fault(READ, fd, __builtin_return_address(0));
+	if (k == SHORT || k == SHORTALL)
+		n = shorter(n);
+	else if (k != NONE)
+		return errno = fail_errno(k), -1;
+	return real_read(fd, buf, n);
+}
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off)
+{
+	REAL(pread);
+	enum kind k = fault(PREAD, fd, __builtin_return_address(0));
+	if (k == SHORT || k == SHORTALL)
+		n = shorter(n);
+	else if (k != NONE)
+		return errno = fail_errno(k), -1;
+	return real_pread(fd, buf, n, off);
+}
+
+ssize_t pread64(int fd, void *buf, size_t n, off_t off)
+{
+	REAL(pread64);
+	enum kind k = fault(PREAD, fd, __builtin_return_address(0));
+	if (k == SHORT || k == SHORTALL)
+		n = shorter(n);
+	else if (k != NONE)
+		return errno = fail_errno(k), -1;
+	return real_pread64(fd, buf, n, off);
+}
+
+ssize_t write(int fd, const void *buf, size_t n)
+{
+	REAL(write);
+	enum kind k = fault(WRITE, fd, __builtin_return_address(0));
+	if (k == SHORT || k == SHORTALL)
+		n = shorter(n);
+	else if (k != NONE)
+		return errno = fail_errno(k), -1;
+	return real_write(fd, buf, n);
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
+{
+	REAL(pwrite);
+	enum kind k = fault(PWRITE, fd, __builtin_return_address(0));
+	if (k == SHORT || k == SHORTALL)
+		n = shorter(n);
+	else if (k != NONE)
+		return errno = fail_errno(k), -1;
+	return real_pwrite(fd, buf, n, off);
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
+{
+	REAL(pwrite64);
+	enum kind k = fault(PWRITE, fd, __builtin_return_address(0));
+	if (k == SHORT || k == SHORTALL)
+		n = shorter(n);
+	else if (k != NONE)
+		return errno = fail_errno(k), -1;
+	return real_pwrite64(fd, buf, n, off);
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int cnt)
+{
+	REAL(writev);
+	enum kind k = fault(WRITEV, fd, __builtin_return_address(0));
+	if (k == SHORT || k == SHORTALL) {
+		/* half of the first non-empty piece */
+		for (int i = 0; i < cnt; i++)
+			if (iov[i].iov_len) {
+				struct iovec one = { iov[i].iov_base, shorter(iov[i].iov_len) };
+				return real_writev(fd, &one, 1);
+			}
+	} else if (k != NONE) {
+		return errno = fail_errno(k), -1;
+	}
+	return real_writev(fd, iov, cnt);
+}
+
+int fsync(int fd)
+{
+	REAL(fsync);
+	enum kind k = fault(FSYNC, fd, __builtin_return_address(0));
+	if (k != NONE && k != SHORT && k != SHORTALL)
+		return errno = fail_errno(k), -1;
+	return real_fsync(fd);
+}
+
+int fdatasync(int fd)
+{
+	REAL(fdatasync);
+	enum kind k = fault(FDATASYNC, fd, __builtin_return_address(0));
+	if (k != NONE && k != SHORT && k != SHORTALL)
+		return errno = fail_errno(k), -1;
+	return real_fdatasync(fd);
+}
+
+int ftruncate(int fd, off_t len)
+{
+	REAL(ftruncate);
+	enum kind k = fault(FTRUNCATE, fd, __builtin_return_address(0));
+	if (k != NONE && k != SHORT && k != SHORTALL)
+		return errno = fail_errno(k), -1;
+	return real_ftruncate(fd, len);
+}
+
+int posix_fallocate(int fd, off_t off, off_t len)
+{
+	REAL(posix_fallocate);
+	enum kind k = fault(FALLOCATE, fd, __builtin_return_address(0));
+	if (k != NONE && k != SHORT && k != SHORTALL)
+		return fail_errno(k);
+	return real_posix_fallocate(fd, off, len);
+}
+
+int rename(const char *from, const char *to)
+{
+	REAL(rename);
+	enum kind k = fault(RENAME, -1, __builtin_return_address(0));
+	if (k != NONE && k != SHORT && k != SHORTALL)
+		return errno = fail_errno(k), -1;
+	return real_rename(from, to);
+}
