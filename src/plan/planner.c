@@ -108,16 +108,25 @@ static void diag(struct mk_diags *d, enum mk_diag_level lv, const struct mk_conf
 /* A setting the method has no parameter for is ignored (as mergekit
  * does, silently): a warning at its key, with the method's closest
  * parameter name (the distance limits of unknown config keys) or its
- * list of parameters. */
-static void check_param_names(const struct mk_method *m, const struct mk_params *ps, struct mk_diags *d)
+ * list of parameters.  So is a global parameter set for one model
+ * (per_model: a model's or a slice source's parameters), which only the
+ * top-level, module or slice parameters can set. */
+static void check_param_names(const struct mk_method *m, const struct mk_params *ps, bool per_model,
+			      struct mk_diags *d)
 {
 	for (size_t i = 0; ps && i < ps->n; i++) {
 		const char *name = ps->v[i].name, *best = NULL;
 		size_t bd = SIZE_MAX, len = strlen(name);
 		char list[512] = "";
+		int at = mk_method_param_index(m, name);
 
-		if (mk_method_param_index(m, name) >= 0)
+		if (at >= 0) {
+			if (per_model && m->params[at].scope == MK_SCOPE_GLOBAL)
+				diag(d, MK_DIAG_WARNING, &ps->v[i].loc,
+				     "'%s' is one value for all models in %s; set for one model it is ignored (set it in the top-level parameters)",
+				     name, m->name);
 			continue;
+		}
 		for (size_t k = 0; k < m->nparams; k++) {
 			size_t dist = mk_edit_distance(name, m->params[k].name), n = strlen(list);
 			if (dist < bd) {
@@ -142,23 +151,23 @@ static void check_slices_params(const struct mk_method *m, const struct mk_outpu
 				struct mk_diags *d)
 {
 	for (size_t i = 0; i < n; i++) {
-		check_param_names(m, &sl[i].params, d);
+		check_param_names(m, &sl[i].params, false, d);
 		for (size_t k = 0; k < sl[i].nsources; k++)
-			check_param_names(m, &sl[i].sources[k].params, d);
+			check_param_names(m, &sl[i].sources[k].params, true, d);
 	}
 }
 
 static void check_config_params(const struct mk_config *c, const struct mk_method *m, struct mk_diags *d)
 {
-	check_param_names(m, &c->params, d);
+	check_param_names(m, &c->params, false, d);
 	for (size_t i = 0; i < c->nmodels; i++)
-		check_param_names(m, &c->models[i].params, d);
+		check_param_names(m, &c->models[i].params, true, d);
 	check_slices_params(m, c->slices, c->nslices, d);
 	for (size_t k = 0; k < c->nmodules; k++) {
 		const struct mk_output_module *om = &c->modules[k];
-		check_param_names(m, &om->params, d);
+		check_param_names(m, &om->params, false, d);
 		for (size_t i = 0; i < om->nmodels; i++)
-			check_param_names(m, &om->models[i].params, d);
+			check_param_names(m, &om->models[i].params, true, d);
 		check_slices_params(m, om->slices, om->nslices, d);
 	}
 }
