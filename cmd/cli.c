@@ -1,6 +1,7 @@
 /* cli.c - shared helpers of the mk-* programs (messages, exit codes,
  * terminal checks, the progress bar).  Only cmd/ prints or exits. */
 #include <malloc.h>
+#include <sys/stat.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,4 +166,17 @@ void cli_progress_end(void)
 		fputc('\n', stderr);
 		progress_drawn = false;
 	}
+}
+
+void cli_discard_output(int fd, const char *path)
+{
+	struct stat fs, ls;
+
+	if (fstat(fd, &fs) == 0 && S_ISREG(fs.st_mode)) {
+		if (lstat(path, &ls) == 0 && ls.st_dev == fs.st_dev && ls.st_ino == fs.st_ino)
+			(void)unlink(path);
+		else
+			(void)!ftruncate(fd, 0);
+	}
+	close(fd);
 }

@@ -26,6 +26,11 @@ void cli_version(void) __attribute__((noreturn));
 /* Refuse to write a binary stream to a terminal unless forced. */
 void cli_check_binary_out(int fd, bool force);
 void cli_check_binary_in(int fd, bool force);
+/* After a failure, make the stream written to fd (opened from -o path)
+ * unusable and close fd: a regular file named by path is removed, one
+ * reached through a symlink is emptied (the link stays); a device, pipe
+ * or socket (-o /dev/null, a FIFO) is left alone. */
+void cli_discard_output(int fd, const char *path);
 /* Flush and close stdout, failing loudly on a write error. */
 void cli_close_stdout(void);
 

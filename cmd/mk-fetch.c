@@ -167,10 +167,8 @@ int main(int argc, char **argv)
 	int rc = o.nmodels ? mk_fetch_copy(&o, fd, &st, &err) :
 			     mk_fetch_plan(&o, in_fd, in_fd ? input : "stdin", fd, &st, &err);
 	if (rc) {
-		if (fd != 1) {
-			close(fd);
-			unlink(output); /* never leave a stream that looks complete */
-		}
+		if (fd != 1)
+			cli_discard_output(fd, output); /* never leave a stream that looks complete */
 		cli_fail(&err);
 	}
 	cli_progress_end();

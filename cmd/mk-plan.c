@@ -177,7 +177,7 @@ int main(int argc, char **argv)
 		}
 		if (mk_plan_write(plan, fd, 0, &err)) {
 			if (fd != 1)
-				unlink(output);
+				cli_discard_output(fd, output);
 			cli_fail(&err);
 		}
 		if (fd != 1 && close(fd) < 0) {

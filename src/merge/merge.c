@@ -26,9 +26,24 @@ static int load_params(struct run *r, struct mk_err *err)
 		struct mk_pval *vals = i == 0 ? r->gvals : &r->ivals[(i - 1) * np];
 		for (size_t k = 0; k < ps->n; k++) {
 			int p = mk_method_param_index(r->m, ps->p[k].name);
-			if (p < 0)
-				return mk_err_set(err, MK_EFORMAT, "job %u (%s): parameter '%s' is not one of %s's",
-						  r->pj->id, r->name, ps->p[k].name, r->m->name);
+			if (p < 0) {
+				char list[512] = "";
+				for (size_t q = 0; q < r->m->nparams; q++) {
+					size_t l = strlen(list);
+					snprintf(list + l, sizeof(list) - l, "%s%s", l ? ", " : "", r->m->params[q].name);
+				}
+				return mk_err_set(err, MK_EFORMAT,
+						  "job %u (%s): the plan sets parameter '%s', which %s does not have (%s%s); was the plan made by another mk?",
+						  r->pj->id, r->name, ps->p[k].name, r->m->name,
+						  r->m->nparams ? "it has " : "it takes none", list);
+			}
+			/* a global parameter is set once, a per-input one per input */
+			if ((r->m->params[p].scope == MK_SCOPE_GLOBAL) != (i == 0))
+				return mk_err_set(err, MK_EFORMAT,
+						  "job %u (%s): the plan sets parameter '%s' %s, but %s's '%s' is %s",
+						  r->pj->id, r->name, ps->p[k].name, i == 0 ? "once for all inputs" : "per input",
+						  r->m->name, ps->p[k].name,
+						  i == 0 ? "set per input" : "one value for all inputs");
 			vals[p] = ps->p[k].value;
 		}
 	}

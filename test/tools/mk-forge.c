@@ -10,6 +10,9 @@
  *   bad-file=NAME      a FILE frame named NAME (no validation by the writer)
  *   named-file=NAME    the same, announced in the HEAD's files list
  *   plan               HEAD of kind "plan"
+ *   job-edit=FROM/TO   not made up: the stream on stdin with the first
+ *                      occurrence of FROM in each JOB frame's JSON
+ *                      replaced by TO (checksums made anew)
  *   plan-file=N        a plan of no jobs: HEAD, a FILE frame "big.bin" of N
  *                      zero bytes (announced), END
  *   out-of-order       the two DATA chunks swapped
@@ -131,6 +134,47 @@ static void raw_file(struct mk_stream_writer *w, const char *name, size_t nlen)
 	check(mk_sw_frame(w, MK_FT_FILE, p, l, 3, &err));
 }
 
+/* job-edit: copy stdin to stdout, editing JOB frames */
+static int job_edit(const char *spec)
+{
+	const char *slash = strchr(spec, '/');
+	struct mk_stream_reader *r;
+	struct mk_stream_writer *w;
+	struct mk_frame f;
+	size_t nfrom;
+	int rc;
+
+	if (!slash) {
+		fprintf(stderr, "mk-forge: job-edit=FROM/TO\n");
+		return 2;
+	}
+	nfrom = (size_t)(slash - spec);
+	check(mk_sr_open(&r, 0, "stdin", 0, &err));
+	check(mk_sw_open(&w, 1, 0, &err));
+	while ((rc = mk_sr_next(r, &f, &err)) > 0) {
+		if (!strcmp(f.type, MK_FT_END))
+			break;
+		if (strcmp(f.type, MK_FT_JOB)) {
+			check(mk_sw_pass(w, &f, &err));
+			continue;
+		}
+		const char *at = memmem(f.payload, f.payload_len, spec, nfrom);
+		if (!at) {
+			check(mk_sw_frame1(w, MK_FT_JOB, f.payload, f.payload_len, &err));
+			continue;
+		}
+		size_t pre = (size_t)(at - (const char *)f.payload), nto = strlen(slash + 1);
+		const void *pc[3] = { f.payload, slash + 1, at + nfrom };
+		size_t pl[3] = { pre, nto, f.payload_len - pre - nfrom };
+		check(mk_sw_frame(w, MK_FT_JOB, pc, pl, 3, &err));
+	}
+	check(rc < 0 ? rc : 0);
+	check(mk_sw_end(w, &err));
+	mk_sw_free(w);
+	mk_sr_free(r);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *kind = argc > 1 ? argv[1] : "ok";
@@ -151,6 +195,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "mk-forge: redirect the output\n");
 		return 2;
 	}
+	if (!strncmp(kind, "job-edit=", 9))
+		return job_edit(kind + 9);
 	bool plan = !strcmp(kind, "plan") || !strncmp(kind, "plan-file=", 10);
 	m = mk_manifest_new(plan ? "plan" : "tensors", "mk-forge");
 	m->planned = plan; /* a plan has a (here empty) model table */
