@@ -30,8 +30,20 @@
 typedef int (*mk_plugin_init_fn)(uint32_t abi, const struct mk_method *const **methods, size_t *n);
 #define MK_PLUGIN_INIT "mk_plugin_init"
 
-/* Load one plugin and register its methods. */
+/* Load one plugin and register its methods.  Before dlopen runs any of
+ * its code (constructors run at dlopen), the file is checked: a regular
+ * file, owned by the user or root and writable by no one else (a plugin
+ * others can replace is code they can run as you), and an ELF shared
+ * object for this machine that defines and exports MK_PLUGIN_INIT
+ * (mk_plugin_elf_check).  What cannot be checked beforehand: a file that
+ * passes runs its constructors at dlopen, before mk_plugin_init is asked
+ * for the ABI; only load plugins you trust. */
 int mk_plugin_load(const char *path, struct mk_err *err);
+/* The ELF part of that check, on the file's bytes (label names it in
+ * messages): a 64-bit little-endian ET_DYN object for this machine whose
+ * dynamic symbol table defines the global function `symbol`. */
+int mk_plugin_elf_check(const uint8_t *buf, size_t n, const char *label, const char *symbol,
+			struct mk_err *err);
 /* Load every plugin of MK_PLUGIN_PATH (unset or empty: none). */
 int mk_plugin_load_env(struct mk_err *err);
 /* Was this method registered from a plugin?  Its file, else NULL. */

@@ -1,10 +1,14 @@
 /* plugin.c - load merge methods from shared objects. */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "mk/fsutil.h"
 #include "mk/hash.h"
 #include "mk/plugin.h"
 
@@ -21,6 +25,43 @@ const char *mk_plugin_of(const struct mk_method *m)
 		if (loaded[i].m == m)
 			return loaded[i].path;
 	return NULL;
+}
+
+#define PLUGIN_MAX_BYTES (256u << 20)
+
+/* Everything that can be checked before dlopen runs the plugin's code. */
+static int check_before_dlopen(const char *path, struct mk_err *err)
+{
+	struct stat st;
+	uint8_t *buf = NULL;
+	size_t len;
+	int fd, rc;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return mk_err_sys(err, errno, "plugin %s", path);
+	if (fstat(fd, &st) < 0) {
+		rc = mk_err_sys(err, errno, "plugin %s", path);
+		close(fd);
+		return rc;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return mk_err_set(err, MK_EINVAL, "plugin %s: not a regular file", path);
+	}
+	if ((st.st_uid != getuid() && st.st_uid != 0) || (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		close(fd);
+		return mk_err_set(err, MK_EINVAL,
+				  "plugin %s: %s; others could put their code in it (chmod go-w, or chown it to yourself)",
+				  path, (st.st_mode & (S_IWGRP | S_IWOTH)) ? "writable by group or others" :
+									   "owned by another user");
+	}
+	rc = mk_fd_read_all(fd, PLUGIN_MAX_BYTES, path, &buf, &len, err);
+	close(fd);
+	if (!rc)
+		rc = mk_plugin_elf_check(buf, len, path, MK_PLUGIN_INIT, err);
+	free(buf);
+	return rc;
 }
 
 int mk_plugin_load(const char *path, struct mk_err *err)
@@ -41,6 +82,10 @@ int mk_plugin_load(const char *path, struct mk_err *err)
 	}
 	if (!p)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	if ((rc = check_before_dlopen(p, err))) {
+		free(p);
+		return rc;
+	}
 	h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
 	if (!h) {
 		rc = mk_err_set(err, MK_EINVAL, "plugin %s: %s", path, dlerror());

@@ -31,3 +31,19 @@ expect_fail 1 "unknown merge method 'weighted_average'" mk-plan wa.yml
 # a file that is not a plugin
 echo 'int x;' > notplugin.c && "$cc" -fPIC -shared -o notplugin.so notplugin.c
 expect_fail 1 "not an mk plugin" mk-plan --plugin ./notplugin.so wa.yml
+# checked before dlopen runs any of its code: a shared object without
+# mk_plugin_init whose constructor leaves a mark is refused unrun
+printf '#include <fcntl.h>\n#include <unistd.h>\n__attribute__((constructor)) static void ran(void) { close(open("constructor-ran", O_CREAT | O_WRONLY, 0644)); }\nint x;\n' > ctor.c
+"$cc" -fPIC -shared -o ctor.so ctor.c
+expect_fail 1 "plugin ./ctor.so: exports no mk_plugin_init function (not an mk plugin?); not loaded" mk-plan --plugin ./ctor.so wa.yml
+[ ! -e constructor-ran ] || fail "a rejected plugin's constructor ran"
+expect_fail 1 "not loaded" env MK_PLUGIN_PATH="$PWD/ctor.so" mk-plan wa.yml
+[ ! -e constructor-ran ] || fail "a rejected plugin's constructor ran (MK_PLUGIN_PATH)"
+# not ELF, a directory's stray file, writable by others
+echo 'not elf' > text.so
+expect_fail 1 "plugin ./text.so: not an ELF shared object" mk-plan --plugin ./text.so wa.yml
+cp wa.so open.so && chmod o+w open.so
+expect_fail 1 "plugin ./open.so: writable by group or others" mk-plan --plugin ./open.so wa.yml
+# an executable, not a shared object
+printf 'int main(void) { return 0; }\n' > prog.c && "$cc" -no-pie -o prog.so prog.c
+expect_fail 1 "plugin ./prog.so: an ELF object, but not a shared object" mk-plan --plugin ./prog.so wa.yml
