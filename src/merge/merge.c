@@ -200,6 +200,15 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 					  "job %u (%s): input %zu sent no data for elements [%llu, %llu)", r->pj->id,
 					  r->name, i, (unsigned long long)b, (unsigned long long)(b + n));
 	}
+	/* check_equal: the method saw input 0; every other input was
+	 * compared with it as it came, and must have come */
+	for (size_t i = 1; r->check_equal && i < r->pj->ninputs; i++) {
+		struct inbuf *in = &r->ib[i];
+		if (!in->have || in->begin != b || in->count < n)
+			return mk_err_set(err, MK_ECORRUPT,
+					  "job %u (%s): input %zu sent no data for elements [%llu, %llu) to compare with input 0",
+					  r->pj->id, r->name, i, (unsigned long long)b, (unsigned long long)(b + n));
+	}
 	if ((r->job.byte_copy ? r->send + 1 >= r->pj->sends : r->send >= r->job.npasses) && b != r->next_out)
 		return mk_err_set(err, MK_ECORRUPT, "job %u (%s): output elements from %llu, after %llu written", r->pj->id,
 				  r->name, (unsigned long long)b, (unsigned long long)r->next_out);

@@ -37,3 +37,14 @@ s=0; mk-merge < cut.mks > /dev/null 2>&1 || s=$?
 [ $v != 0 ] || fail "a cut inputs stream verifies"
 agree "a cut inputs stream" $v $s
 echo "$n verdicts agree"
+# a job whose inputs must agree (not floats: compared, not merged) with
+# its input 1 never sent: mk-merge and --verify both refuse it
+mk-gen-model --dtype I32 --layers 1 int1 > /dev/null
+mk-gen-model --dtype I32 --layers 1 int2 > /dev/null
+printf 'merge_method: linear\nmodels:\n  - model: int1\n    parameters: {weight: 1}\n  - model: int2\n    parameters: {weight: 1}\n' > int.yml
+mk-plan int.yml | mk-fetch > int.mks
+mk-cat int.mks | grep -q '"id":0,.*"check_equal":true' || fail "job 0 of the int merge is not a check_equal job"
+mk-merge -i int.mks -o /dev/null || fail "the int merge failed"
+mk-forge drop-input=0/1 < int.mks > intcut.mks
+expect_fail 1 "input 1 sent no data for elements [0, 16384) to compare with input 0" mk-merge -i intcut.mks -o x.mks
+expect_fail 1 "input 1 sent no data for elements [0, 16384) to compare with input 0" mk-cat --verify intcut.mks

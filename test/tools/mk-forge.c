@@ -13,6 +13,8 @@
  *   job-edit=FROM/TO   not made up: the stream on stdin with the first
  *                      occurrence of FROM in each JOB frame's JSON
  *                      replaced by TO (checksums made anew)
+ *   drop-input=J/I     not made up either: the inputs stream on stdin
+ *                      without the INPT frames of job J's input I
  *   plan-file=N        a plan of no jobs: HEAD, a FILE frame "big.bin" of N
  *                      zero bytes (announced), END
  *   out-of-order       the two DATA chunks swapped
@@ -175,6 +177,39 @@ static int job_edit(const char *spec)
 	return 0;
 }
 
+/* drop-input: copy stdin to stdout without job J's input I */
+static int drop_input(const char *spec)
+{
+	unsigned job, input;
+	struct mk_stream_reader *r;
+	struct mk_stream_writer *w;
+	struct mk_frame f;
+	int rc;
+
+	if (sscanf(spec, "%u/%u", &job, &input) != 2) {
+		fprintf(stderr, "mk-forge: drop-input=JOB/INPUT\n");
+		return 2;
+	}
+	check(mk_sr_open(&r, 0, "stdin", 0, &err));
+	check(mk_sw_open(&w, 1, 0, &err));
+	while ((rc = mk_sr_next(r, &f, &err)) > 0) {
+		struct mk_chunk c;
+		if (!strcmp(f.type, MK_FT_END))
+			break;
+		if (!strcmp(f.type, MK_FT_INPT)) {
+			check(mk_chunk_decode(f.payload, f.payload_len, &c, &err));
+			if (c.id == job && c.input == input)
+				continue;
+		}
+		check(mk_sw_pass(w, &f, &err));
+	}
+	check(rc < 0 ? rc : 0);
+	check(mk_sw_end(w, &err));
+	mk_sw_free(w);
+	mk_sr_free(r);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *kind = argc > 1 ? argv[1] : "ok";
@@ -197,6 +232,8 @@ int main(int argc, char **argv)
 	}
 	if (!strncmp(kind, "job-edit=", 9))
 		return job_edit(kind + 9);
+	if (!strncmp(kind, "drop-input=", 11))
+		return drop_input(kind + 11);
 	bool plan = !strcmp(kind, "plan") || !strncmp(kind, "plan-file=", 10);
 	m = mk_manifest_new(plan ? "plan" : "tensors", "mk-forge");
 	m->planned = plan; /* a plan has a (here empty) model table */
