@@ -4,6 +4,7 @@
 #   make check          deps, then every test, plain and under ASan+UBSan
 #   make demo           deps, build, run the bundled demo
 #   make fuzz           libFuzzer harnesses (clang), FUZZ_SECONDS each
+#                       (scripts/fuzz-coverage.sh: the lines their corpora reach)
 #   make bench          scripts/bench-io.sh
 #   make install        PREFIX=/usr/local DESTDIR=   (writes mk.pc for PREFIX)
 #   make deps           install the missing Debian packages (scripts/deps.sh)
@@ -227,6 +228,6 @@ install: all
 	  for m in man/man$$s/*.$$s; do [ -f "$$m" ] && install -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$$s/; done; done; true
 
 clean:
-	rm -rf build build-san build-fuzz
+	rm -rf build build-san build-fuzz build-cov
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
