@@ -98,6 +98,9 @@ struct mk_pack_journal {
  * nothing done); a torn last line is ignored.  Another format is
  * MK_EFORMAT. */
 int mk_pack_journal_read(const char *partial, struct mk_pack_journal **out, struct mk_err *err);
+/* The same on a journal's text (label names it in messages). */
+int mk_pack_journal_parse(const char *text, size_t len, const char *label, struct mk_pack_journal **out,
+			  struct mk_err *err);
 /* Check a journal (with a key) belongs to the stream whose HEAD is m:
  * the key, and each done entry's index and name.  shard_size is checked
  * too unless it is UINT64_MAX (mk-fetch does not know it). */

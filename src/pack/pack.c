@@ -217,6 +217,23 @@ static int journal_parse(struct mk_pack_journal *j, const char *path, const char
 	return 0;
 }
 
+int mk_pack_journal_parse(const char *text, size_t len, const char *label, struct mk_pack_journal **out,
+			  struct mk_err *err)
+{
+	struct mk_pack_journal *j = calloc(1, sizeof(*j));
+	int rc;
+
+	*out = NULL;
+	if (!j)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	rc = journal_parse(j, label, text, len, err);
+	if (rc)
+		mk_pack_journal_free(j);
+	else
+		*out = j;
+	return rc;
+}
+
 int mk_pack_journal_read(const char *partial, struct mk_pack_journal **out, struct mk_err *err)
 {
 	struct mk_pack_journal *j = calloc(1, sizeof(*j));
@@ -242,8 +259,11 @@ int mk_pack_journal_read(const char *partial, struct mk_pack_journal **out, stru
 		goto out;
 	}
 	rc = mk_file_read(path, (size_t)1 << 30, &text, &len, err);
-	if (!rc)
-		rc = journal_parse(j, path, (const char *)text, len, err);
+	if (!rc) {
+		mk_pack_journal_free(j);
+		j = NULL;
+		rc = mk_pack_journal_parse((const char *)text, len, path, &j, err);
+	}
 out:
 	free(text);
 	free(path);
