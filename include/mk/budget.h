@@ -13,6 +13,8 @@
 #define MK_BUDGET_STAGE_BASE (8u << 20)       /* what a stage needs before any data: its
 						 code, libraries, stacks, plan (6.5-7.6 MiB
 						 of RSS measured at rest) */
+#define MK_BUDGET_MERGE_MIN (4u << 20)        /* the least merging is given (0 would
+						 mean no bound to mk-merge) */
 #define MK_BUDGET_FETCH_MIN (4u << 20)        /* the least mk-fetch is given, and accepts */
 #define MK_BUDGET_PACK_MIN (8u << 20)         /* the least mk-pack is given */
 #define MK_BUDGET_FETCH_QDEPTH_MIN 2u         /* mk_budget_fetch_fit goes no lower ... */
@@ -26,7 +28,7 @@ struct mk_budget_split {
 	uint64_t stages; /* set aside: 4 * MK_BUDGET_STAGE_BASE (mk-plan's
 			    share ends here: it holds metadata only) */
 	uint64_t merge;  /* mk-merge (the jobs it holds; mk-plan plans for
-			    it): half of the rest */
+			    it): half of the rest, at least MK_BUDGET_MERGE_MIN */
 	uint64_t fetch;  /* mk-fetch (its reads): a quarter of the rest, at
 			    least MK_BUDGET_FETCH_MIN */
 	uint64_t pack;   /* mk-pack (two frames of mk-fetch's chunks and its

@@ -278,3 +278,7 @@ done
 # a --max-memory below the stages' least is raised, and mk-yaml says so
 mk-yaml --max-memory 1K --print-pipeline "$MK_TOP/testdata/configs/linear.yml" lowmem > /dev/null 2> lowmem.err
 grep -q "note: --max-memory 1K is less than the stages need at the least" lowmem.err || { cat lowmem.err; fail "no note on a raised --max-memory"; }
+grep -q "they get 50331648 bytes in all (33554432 for the four processes, mk-fetch 4194304, mk-pack 8388608, merging 4194304)" lowmem.err ||
+	{ cat lowmem.err; fail "the raised --max-memory is not what the stages get"; }
+mk-yaml --max-memory 1K --print-pipeline "$MK_TOP/testdata/configs/linear.yml" lowmem 2>/dev/null | grep -q "mk-merge --max-memory 4194304" ||
+	fail "merging got no bound under a tiny --max-memory"

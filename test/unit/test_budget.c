@@ -33,13 +33,13 @@ static void test_split_values(void **state)
 	assert_split(1073741824, 520093696, 260046848, 260046848);            /* 1GiB */
 	assert_split(123456789, 44951178, 22475589, 22475589);                /* odd: rounded down */
 	assert_split(67108864, 16777216, 8388608, 8388608);                   /* 64MiB: all at the floor */
-	/* the quarters' minimums: mk-fetch 4 MiB, mk-pack 8 MiB */
+	/* the minimums: merging and mk-fetch 4 MiB, mk-pack 8 MiB */
 	assert_split(64000000, 15222784, 7611392, 8388608);
 	assert_split(50000000, 8222784, 4194304, 8388608);
-	assert_split(40000000, 3222784, 4194304, 8388608);
-	assert_split(33554432, 0, 4194304, 8388608);
-	assert_split(1, 0, 4194304, 8388608);
-	assert_split(0, 0, 4194304, 8388608);
+	assert_split(40000000, 4194304, 4194304, 8388608);
+	assert_split(33554432, 4194304, 4194304, 8388608);
+	assert_split(1, 4194304, 4194304, 8388608);
+	assert_split(0, 4194304, 4194304, 8388608);
 }
 
 /* 8 MiB a process, half of the rest to merging and a quarter to each of
@@ -54,6 +54,7 @@ static void test_split_adds_up(void **state)
 		assert_true(s.stages + s.merge + s.fetch + s.pack <= t);
 		assert_true(s.stages + s.merge + s.fetch + s.pack + 3 > t);
 		assert_true(s.fetch >= MK_BUDGET_FETCH_MIN && s.pack >= MK_BUDGET_PACK_MIN);
+		assert_true(s.merge >= MK_BUDGET_MERGE_MIN);
 	}
 }
 
