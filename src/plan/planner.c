@@ -15,6 +15,7 @@
 #include "mk/manifest.h"
 #include "mk/method.h"
 #include "mk/model.h"
+#include "mk/jsondoc.h"
 #include "mk/plan.h"
 #include "mk/planner.h"
 #include "mk/plugin.h"
@@ -1132,9 +1133,51 @@ static int copy_from_donor(struct mk_plan *p, const struct pmodel *donor, const 
 	return add_file(p, name, buf, len, err);
 }
 
+/* A model's own chat template, as transformers loads it: its
+ * chat_template.jinja, else the "chat_template" string of its
+ * tokenizer_config.json (malloc'ed; NULL when it has none).  A file that
+ * cannot be read or parsed is said, at the config's chat_template key. */
+static char *model_chat_template(const struct pmodel *pm, struct mk_diags *d, const struct mk_config_loc *loc)
+{
+	struct mk_err e = { 0 };
+	struct mk_jsondoc *doc = NULL;
+	uint8_t *buf;
+	size_t len;
+	char *t = NULL;
+
+	if (donor_has(pm, "chat_template.jinja")) {
+		if (model_file_read(pm->m, "chat_template.jinja", &buf, &len, &e)) {
+			diag(d, MK_DIAG_WARNING, loc, "chat_template auto: %s; its template is not counted", e.msg);
+			return NULL;
+		}
+		return (char *)buf;
+	}
+	if (!donor_has(pm, "tokenizer_config.json"))
+		return NULL;
+	if (model_file_read(pm->m, "tokenizer_config.json", &buf, &len, &e)) {
+		diag(d, MK_DIAG_WARNING, loc, "chat_template auto: %s; its template is not counted", e.msg);
+		return NULL;
+	}
+	if (mk_jsondoc_parse((const char *)buf, len, "tokenizer_config.json", &doc, &e) == 0) {
+		enum mk_json_type ty;
+		if (mk_jsondoc_find(doc, "chat_template", &ty) == 0 && ty == MK_JSON_STRING)
+			t = mk_jsondoc_string(doc, "chat_template", NULL);
+		else if (mk_jsondoc_find(doc, "chat_template", &ty) == 0 && ty != MK_JSON_NULL)
+			diag(d, MK_DIAG_WARNING, loc,
+			     "chat_template auto: model '%s': its tokenizer_config.json's chat_template is not a string (named templates?); not counted",
+			     pm->display);
+		mk_jsondoc_free(doc);
+	} else {
+		diag(d, MK_DIAG_WARNING, loc, "chat_template auto: model '%s': %s; its template is not counted", pm->display,
+		     e.msg);
+	}
+	free(buf);
+	return t;
+}
+
 /* The chat template asked for: a built-in name, "auto" (the most common
- * among the inputs' tokenizer_config.json, first seen on a tie), or a
- * literal template.  Returns malloc'ed text or NULL (auto, none found). */
+ * among the inputs' templates, chat_template.jinja or tokenizer_config.json,
+ * first seen on a tie), or a literal template.  Returns malloc'ed text or NULL (auto, none found). */
 static char *chat_template_text(struct mk_plan *p, struct mk_diags *d)
 {
 	const char *ct = p->cfg->chat_template;
@@ -1156,24 +1199,18 @@ static char *chat_template_text(struct mk_plan *p, struct mk_diags *d)
 	size_t *count = calloc(p->nmodels + 1, sizeof(*count)), nseen = 0, best = 0;
 	char *out = NULL;
 	for (size_t i = 0; seen && count && i < p->nmodels; i++) {
-		uint8_t *buf;
-		size_t len;
-		json_t *o, *v;
-		if (model_file_read(p->models[i].m, "tokenizer_config.json", &buf, &len, NULL))
-			continue; /* none, or not inside the model: not read */
-		o = json_loadb((const char *)buf, len, 0, NULL);
-		free(buf);
-		v = o ? json_object_get(o, "chat_template") : NULL;
-		if (json_is_string(v)) {
-			size_t k;
-			for (k = 0; k < nseen; k++)
-				if (!strcmp(seen[k], json_string_value(v)))
-					break;
-			if (k == nseen)
-				seen[nseen++] = strdup(json_string_value(v));
-			count[k]++;
-		}
-		json_decref(o);
+		char *tmpl = model_chat_template(&p->models[i], d, &p->cfg->chat_template_loc);
+		size_t k;
+		if (!tmpl)
+			continue;
+		for (k = 0; k < nseen; k++)
+			if (!strcmp(seen[k], tmpl))
+				break;
+		if (k == nseen)
+			seen[nseen++] = tmpl;
+		else
+			free(tmpl);
+		count[k]++;
 	}
 	for (size_t k = 0; k < nseen; k++)
 		if (count[k] > count[best])
@@ -1285,19 +1322,27 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 				rc = model_file_read(donor->m, "tokenizer_config.json", &buf, &blen, err);
 				if (rc)
 					break;
-				json_error_t je;
-				json_t *o = json_loadb((const char *)buf, blen, 0, &je);
+				/* one key changed, every other byte kept */
+				struct mk_jsondoc *doc = NULL;
+				char *q = NULL, *s = NULL;
+				size_t slen = 0;
+				rc = mk_jsondoc_parse((const char *)buf, blen, path, &doc, err);
 				free(buf);
-				if (!json_is_object(o)) {
-					json_decref(o);
-					rc = mk_err_set(err, MK_EFORMAT, "%s: not a JSON object", path);
+				if (!rc && mk_jsondoc_root_type(doc) != MK_JSON_OBJECT)
+					rc = mk_err_set(err, MK_EFORMAT, "%s: not a JSON object (a tokenizer_config.json holds one)",
+							path);
+				if (!rc && !(q = mk_json_quote(tmpl, strlen(tmpl))))
+					rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				if (!rc)
+					rc = mk_jsondoc_set(doc, "chat_template", q, err);
+				if (!rc)
+					rc = mk_jsondoc_write(doc, &s, &slen, err);
+				free(q);
+				mk_jsondoc_free(doc);
+				if (!rc)
+					rc = add_file(p, "tokenizer_config.json", (uint8_t *)s, slen, err);
+				if (rc)
 					break;
-				}
-				json_object_set_new(o, "chat_template", json_string(tmpl));
-				char *s = json_dumps(o, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
-				json_decref(o);
-				rc = s ? add_file(p, "tokenizer_config.json", (uint8_t *)s, strlen(s), err) :
-					 mk_err_set(err, MK_ENOMEM, "out of memory");
 			} else {
 				rc = copy_from_donor(p, donor, tokenizer_files[k], err);
 			}

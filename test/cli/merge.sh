@@ -101,6 +101,34 @@ assert t == want, (sys.argv[2], t)
 assert json.load(open(sys.argv[1]))["bos_token"] == "<s>"
 PY
 done
+# the donor's tokenizer_config.json as transformers writes it (an integer
+# beyond 64 bits, its own indent): only chat_template is added, every
+# other byte kept
+cp -r models/tiny-a models/tiny-big
+printf '{\n    "bos_token": "<s>",\n    "model_max_length": 1000000000000000019884624838656,\n    "clean_up_tokenization_spaces": false\n}\n' > models/tiny-big/tokenizer_config.json
+printf 'merge_method: linear\nmodels:\n  - model: models/tiny-big\n    parameters: {weight: 1}\n  - model: models/tiny-a\n    parameters: {weight: 1}\nchat_template: chatml\n' > ct-big.yml
+mk-yaml ct-big.yml ct-big
+python3 - models/tiny-big/tokenizer_config.json ct-big/tokenizer_config.json "$MK_TOP/src/plan/templates/chatml.jinja" <<'PY'
+import json, sys
+donor, out, tmpl = (open(p, encoding="utf-8").read() for p in sys.argv[1:])
+want = donor[:-3] + ',\n    "chat_template": ' + json.dumps(tmpl, ensure_ascii=False) + "\n}\n"
+assert out == want, (out, want)
+assert json.loads(out)["model_max_length"] == 1000000000000000019884624838656
+PY
+# a broken donor file: its parser's error with line and column, no OUT
+printf '{\n  "bos_token": "<s>",\n}\n' > models/tiny-big/tokenizer_config.json
+expect_fail 1 "models/tiny-big/tokenizer_config.json:3:1: a comma before the closing bracket" mk-yaml ct-big.yml ct-broken
+no_out ct-broken
+# auto: transformers 5 keeps the template in chat_template.jinja; a file
+# that does not parse is said, not skipped in silence
+cp -r models/tiny-a models/tiny-jinja && printf '{{ jinja }}' > models/tiny-jinja/chat_template.jinja
+printf 'merge_method: linear\nmodels:\n  - model: models/tiny-jinja\n    parameters: {weight: 1}\n  - model: models/tiny-big\n    parameters: {weight: 1}\nchat_template: auto\n' > ct-jinja.yml
+mk-yaml ct-jinja.yml ct-jinja 2> jinja.err
+grep -q "chat_template auto: model 'models/tiny-big': tokenizer_config.json:3:1: a comma before the closing bracket; its template is not counted" jinja.err ||
+	{ cat jinja.err; fail "auto skipped a broken tokenizer_config.json silently"; }
+[ "$(cat ct-jinja/chat_template.jinja)" = "{{ jinja }}" ] || fail "auto did not find chat_template.jinja"
+python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["chat_template"] == "{{ jinja }}"' ct-jinja/tokenizer_config.json ||
+	fail "auto: tokenizer_config.json lacks the template from chat_template.jinja"
 # .bin-only models are refused at plan time with a word on it
 mkdir binonly && echo x > binonly/pytorch_model.bin && cp models/tiny-a/config.json binonly/
 printf 'merge_method: linear\nmodels:\n  - model: binonly\n    parameters: {weight: 1}\n' > bin.yml

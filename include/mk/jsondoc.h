@@ -1,0 +1,67 @@
+/* jsondoc.h - JSON files read and edited losslessly: the donor files mk
+ * copies from a model (tokenizer_config.json and the like) with one key
+ * changed and every other byte kept (integers of any size, key order,
+ * spacing, escapes).
+ *
+ * The parser takes what Python's json module (and so transformers) reads:
+ * RFC 8259, plus NaN, Infinity and -Infinity; strings must be UTF-8 with
+ * no raw control characters; numbers of any length are kept as their
+ * text.  A duplicate key is allowed, the last one counts (as in Python).
+ * Errors name the file, line and column.  Nesting is limited to
+ * MK_JSONDOC_MAX_DEPTH.
+ *
+ * Ownership: mk_jsondoc_parse gives the caller one struct mk_jsondoc
+ * (mk_jsondoc_free); it copies the text.  Strings it returns are the
+ * caller's to free.
+ */
+#ifndef MK_JSONDOC_H
+#define MK_JSONDOC_H
+
+#include <stddef.h>
+#include "mk/err.h"
+
+#define MK_JSONDOC_MAX_DEPTH 512
+
+enum mk_json_type { MK_JSON_NULL, MK_JSON_FALSE, MK_JSON_TRUE, MK_JSON_NUMBER, MK_JSON_STRING,
+		    MK_JSON_ARRAY, MK_JSON_OBJECT };
+
+struct mk_jsondoc;
+
+/* Parse text (len bytes; label names it in messages). */
+int mk_jsondoc_parse(const char *text, size_t len, const char *label, struct mk_jsondoc **out,
+		     struct mk_err *err);
+void mk_jsondoc_free(struct mk_jsondoc *d);
+
+/* The type of the root value. */
+enum mk_json_type mk_jsondoc_root_type(const struct mk_jsondoc *d);
+
+/* The value at a dotted path of object keys from the root ("a.b": key b
+ * of the object under key a; "" is the root): 0 and its type, or -1 when
+ * a key is missing or a parent is not an object. */
+int mk_jsondoc_find(const struct mk_jsondoc *d, const char *path, enum mk_json_type *type);
+/* That value's text as it stands in the file (a number's digits, a
+ * string with its quotes and escapes), malloc'ed; NULL when missing or
+ * out of memory. */
+char *mk_jsondoc_text(const struct mk_jsondoc *d, const char *path);
+/* A string value decoded to UTF-8, malloc'ed (*len bytes; it may hold
+ * NUL bytes from \u0000); NULL when missing, not a string, or out of
+ * memory. */
+char *mk_jsondoc_string(const struct mk_jsondoc *d, const char *path, size_t *len);
+
+/* Set the value at path (its parent must be an object that exists) to
+ * value_json, a JSON value's text (mk_json_quote makes one of a string):
+ * in place of the old value, or as a new last member laid out as the
+ * object's other members are.  Edits are applied by mk_jsondoc_write; a
+ * second edit of the same path replaces the first.  A value_json that is
+ * not one JSON value is MK_EINVAL. */
+int mk_jsondoc_set(struct mk_jsondoc *d, const char *path, const char *value_json, struct mk_err *err);
+/* The text with the edits applied (malloc'ed, *len bytes): with no edit,
+ * the parsed bytes exactly. */
+int mk_jsondoc_write(const struct mk_jsondoc *d, char **out, size_t *len, struct mk_err *err);
+
+/* A JSON string literal for n bytes of UTF-8, escaped as Python's
+ * json.dumps(ensure_ascii=False) escapes it (quote, backslash, control
+ * characters); malloc'ed, NULL when out of memory. */
+char *mk_json_quote(const char *s, size_t n);
+
+#endif
