@@ -59,6 +59,19 @@ int mk_jsondoc_set(struct mk_jsondoc *d, const char *path, const char *value_jso
  * the parsed bytes exactly. */
 int mk_jsondoc_write(const struct mk_jsondoc *d, char **out, size_t *len, struct mk_err *err);
 
+/* The text with the edits applied, laid out as transformers writes a
+ * config (Python's json.dumps(obj, indent=2, sort_keys=True) + "\n" after
+ * json.loads): keys sorted (a repeated key once, its last value),
+ * 2-space indent, strings with non-ASCII escaped as \uXXXX, integers as
+ * their digits whatever their size, other numbers as Python's repr of
+ * the float they read as (1e-05, 0.02, 10000.0, Infinity). */
+int mk_jsondoc_write_python(const struct mk_jsondoc *d, char **out, size_t *len, struct mk_err *err);
+
+/* The parsed text (no edits) with every integer outside int64 written as
+ * a real (digits + ".0"), for a reader built on a library that refuses
+ * such integers (jansson): the document reads the same otherwise. */
+int mk_jsondoc_int64_text(const struct mk_jsondoc *d, char **out, size_t *len, struct mk_err *err);
+
 /* A JSON string literal for n bytes of UTF-8, escaped as Python's
  * json.dumps(ensure_ascii=False) escapes it (quote, backslash, control
  * characters); malloc'ed, NULL when out of memory. */

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <jansson.h>
 #include "mk/arch.h"
+#include "mk/jsondoc.h"
 #include "arch_impl.h"
 
 /* ------------------------------------------------------------ substitution */
@@ -440,7 +441,22 @@ int mk_hfconfig_parse(const char *text, size_t len, const char *label, struct mk
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	c->root = json_loadb(text, len, 0, &jerr);
+	{
+		/* checked by the lossless reader (Python's rules, line and
+		 * column in errors); integers past 64 bits (transformers writes
+		 * some) read as reals */
+		struct mk_jsondoc *doc = NULL;
+		char *t64 = NULL;
+		size_t l64 = 0;
+		rc = mk_jsondoc_parse(text, len, label, &doc, err);
+		if (!rc)
+			rc = mk_jsondoc_int64_text(doc, &t64, &l64, err);
+		mk_jsondoc_free(doc);
+		if (rc)
+			goto out;
+		c->root = json_loadb(t64, l64, 0, &jerr);
+		free(t64);
+	}
 	if (!c->root) {
 		rc = mk_err_set(err, MK_EFORMAT, "%s: invalid JSON at line %d: %s", label, jerr.line, jerr.text);
 		goto out;

@@ -4,6 +4,8 @@
  * object member its key's span and decoded text.  Nothing is rebuilt on
  * write: the original bytes are copied with each edit's span replaced
  * (or its new member inserted). */
+#include <math.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -721,5 +723,337 @@ int mk_jsondoc_write(const struct mk_jsondoc *d, char **out, size_t *len, struct
 	free(e);
 	*out = o;
 	*len = w;
+	return 0;
+}
+
+/* ------------------------------------------------ Python's json.dumps */
+
+struct sbuf {
+	char *p;
+	size_t n, cap;
+	bool oom;
+};
+
+static void sb_add(struct sbuf *b, const char *s, size_t n)
+{
+	if (b->oom)
+		return;
+	if (b->n + n + 1 > b->cap) {
+		size_t cap = (b->n + n + 1) * 2;
+		char *q = realloc(b->p, cap);
+		if (!q) {
+			b->oom = true;
+			return;
+		}
+		b->p = q;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->n, s, n);
+	b->n += n;
+	b->p[b->n] = '\0';
+}
+
+static void sb_str(struct sbuf *b, const char *s)
+{
+	sb_add(b, s, strlen(s));
+}
+
+static void sb_fmt(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_fmt(struct sbuf *b, const char *fmt, ...)
+{
+	char tmp[64];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		sb_add(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
+}
+
+/* A double as Python's repr writes it: the shortest digits that read back
+ * exactly; fixed notation when the decimal point position is in (-4, 16],
+ * with ".0" for integral values; else d[.ddd]e[+-]XX. */
+static void fmt_real(struct sbuf *b, double d)
+{
+	char tmp[40], digits[24];
+	int p, exp10, nd = 0, decpt;
+
+	if (isnan(d)) {
+		sb_str(b, "NaN");
+		return;
+	}
+	if (isinf(d)) {
+		sb_str(b, d < 0 ? "-Infinity" : "Infinity");
+		return;
+	}
+	for (p = 1; p <= 17; p++) {
+		snprintf(tmp, sizeof(tmp), "%.*e", p - 1, d);
+		if (strtod(tmp, NULL) == d)
+			break;
+	}
+	/* tmp: [-]D[.DDD]e[+-]XX */
+	const char *s = tmp;
+	if (*s == '-') {
+		sb_str(b, "-");
+		s++;
+	}
+	for (; *s && *s != 'e'; s++)
+		if (*s != '.')
+			digits[nd++] = *s;
+	exp10 = atoi(s + 1);
+	while (nd > 1 && digits[nd - 1] == '0')
+		nd--;
+	digits[nd] = '\0';
+	decpt = exp10 + 1;
+	if (decpt > -4 && decpt <= 16) {
+		if (decpt <= 0) {
+			sb_str(b, "0.");
+			for (int i = 0; i < -decpt; i++)
+				sb_str(b, "0");
+			sb_str(b, digits);
+		} else if (decpt >= nd) {
+			sb_str(b, digits);
+			for (int i = nd; i < decpt; i++)
+				sb_str(b, "0");
+			sb_str(b, ".0");
+		} else {
+			sb_add(b, digits, (size_t)decpt);
+			sb_str(b, ".");
+			sb_str(b, digits + decpt);
+		}
+	} else {
+		sb_add(b, digits, 1);
+		if (nd > 1) {
+			sb_str(b, ".");
+			sb_str(b, digits + 1);
+		}
+		sb_fmt(b, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+	}
+}
+
+/* A JSON string as Python's json.dumps(ensure_ascii=True) writes it. */
+static void fmt_string(struct sbuf *b, const char *s, size_t len)
+{
+	const unsigned char *u = (const unsigned char *)s;
+
+	sb_str(b, "\"");
+	for (size_t i = 0; i < len;) {
+		unsigned c = u[i];
+		uint32_t cp;
+		size_t n;
+
+		if (c == '"' || c == '\\') {
+			sb_add(b, c == '"' ? "\\\"" : "\\\\", 2);
+			i++;
+			continue;
+		}
+		if (c >= 0x20 && c < 0x7f) {
+			sb_add(b, (const char *)u + i, 1);
+			i++;
+			continue;
+		}
+		switch (c) {
+		case '\n': sb_str(b, "\\n"); i++; continue;
+		case '\r': sb_str(b, "\\r"); i++; continue;
+		case '\t': sb_str(b, "\\t"); i++; continue;
+		case '\b': sb_str(b, "\\b"); i++; continue;
+		case '\f': sb_str(b, "\\f"); i++; continue;
+		}
+		/* UTF-8 (the parser has validated it) */
+		if (c < 0x80) {
+			cp = c;
+			n = 1;
+		} else if (c < 0xe0) {
+			cp = c & 0x1f;
+			n = 2;
+		} else if (c < 0xf0) {
+			cp = c & 0x0f;
+			n = 3;
+		} else {
+			cp = c & 0x07;
+			n = 4;
+		}
+		for (size_t k = 1; k < n && i + k < len; k++)
+			cp = cp << 6 | (u[i + k] & 0x3f);
+		i += n;
+		if (cp >= 0x10000) {
+			cp -= 0x10000;
+			sb_fmt(b, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+		} else {
+			sb_fmt(b, "\\u%04x", cp);
+		}
+	}
+	sb_str(b, "\"");
+}
+
+
+static void py_indent(struct sbuf *b, int level)
+{
+	sb_str(b, "\n");
+	for (int i = 0; i < level; i++)
+		sb_str(b, "  ");
+}
+
+struct kid {
+	const char *key;
+	size_t node;
+};
+
+static int cmp_kid(const void *a, const void *b)
+{
+	const struct kid *x = a, *y = b;
+	int c = strcmp(x->key, y->key);
+
+	/* equal keys: the later one last, so it is the one kept */
+	return c ? c : (x->node < y->node ? -1 : x->node > y->node);
+}
+
+static void py_dump(struct sbuf *b, const struct mk_jsondoc *d, size_t v, int level)
+{
+	const struct jnode *n = &d->n[v];
+	const char *t = d->text + n->begin;
+	size_t len = n->end - n->begin;
+
+	switch (n->type) {
+	case MK_JSON_OBJECT:
+	case MK_JSON_ARRAY: {
+		struct kid *k = calloc(n->nkids + 1, sizeof(*k));
+		size_t nk = 0;
+		bool obj = n->type == MK_JSON_OBJECT;
+		if (!k) {
+			b->oom = true;
+			return;
+		}
+		for (size_t i = v + 1; i < d->nn && d->n[i].begin < n->end; i++)
+			if (d->n[i].parent == v)
+				k[nk++] = (struct kid){ d->n[i].key, i };
+		if (obj) {
+			size_t w = 0;
+			qsort(k, nk, sizeof(*k), cmp_kid);
+			for (size_t i = 0; i < nk; i++)
+				if (i + 1 == nk || strcmp(k[i].key, k[i + 1].key))
+					k[w++] = k[i]; /* a repeated key: the last one */
+			nk = w;
+		}
+		if (!nk) {
+			sb_str(b, obj ? "{}" : "[]");
+			free(k);
+			return;
+		}
+		sb_str(b, obj ? "{" : "[");
+		for (size_t i = 0; i < nk; i++) {
+			py_indent(b, level + 1);
+			if (obj) {
+				fmt_string(b, k[i].key, strlen(k[i].key));
+				sb_str(b, ": ");
+			}
+			py_dump(b, d, k[i].node, level + 1);
+			if (i + 1 < nk)
+				sb_str(b, ",");
+		}
+		py_indent(b, level);
+		sb_str(b, obj ? "}" : "]");
+		free(k);
+		return;
+	}
+	case MK_JSON_STRING: {
+		size_t sl;
+		char *s = decode_string(d->text, n->begin, n->end, &sl);
+		if (!s) {
+			b->oom = true;
+			return;
+		}
+		fmt_string(b, s, sl);
+		free(s);
+		return;
+	}
+	case MK_JSON_NUMBER:
+		if (memchr(t, '.', len) || memchr(t, 'e', len) || memchr(t, 'E', len) ||
+		    (len >= 3 && (!memcmp(t, "NaN", 3) || memchr(t, 'I', len)))) {
+			/* a float: what Python's float() reads, as its repr */
+			char *z = strndup(t, len);
+			if (!z) {
+				b->oom = true;
+				return;
+			}
+			fmt_real(b, !strcmp(z, "NaN") ? NAN : !strcmp(z, "Infinity") ? INFINITY :
+				    !strcmp(z, "-Infinity") ? -INFINITY : strtod(z, NULL));
+			free(z);
+		} else if (len == 2 && !memcmp(t, "-0", 2)) {
+			sb_str(b, "0");  /* Python's int("-0") */
+		} else {
+			sb_add(b, t, len); /* an integer of any size, as it is */
+		}
+		return;
+	default:
+		sb_add(b, t, len); /* true, false, null */
+	}
+}
+
+int mk_jsondoc_write_python(const struct mk_jsondoc *d, char **out, size_t *len, struct mk_err *err)
+{
+	struct mk_jsondoc *e = NULL;
+	struct sbuf b = { 0 };
+	char *text;
+	size_t tlen;
+	int rc;
+
+	*out = NULL;
+	*len = 0;
+	if ((rc = mk_jsondoc_write(d, &text, &tlen, err)))
+		return rc;
+	rc = mk_jsondoc_parse(text, tlen, d->label, &e, err);
+	free(text);
+	if (rc)
+		return rc;
+	py_dump(&b, e, 0, 0);
+	sb_str(&b, "\n");
+	mk_jsondoc_free(e);
+	if (b.oom) {
+		free(b.p);
+		return mk_err_set(err, MK_ENOMEM, "out of memory writing %s", d->label);
+	}
+	*out = b.p;
+	*len = b.n;
+	return 0;
+}
+
+/* Does the integer lexeme t (len bytes, -?digits) fit in int64? */
+static bool fits_int64(const char *t, size_t len)
+{
+	bool neg = t[0] == '-';
+	const char *dg = t + neg, *lim = neg ? "9223372036854775808" : "9223372036854775807";
+	size_t n = len - neg;
+
+	return n < 19 || (n == 19 && memcmp(dg, lim, 19) <= 0);
+}
+
+int mk_jsondoc_int64_text(const struct mk_jsondoc *d, char **out, size_t *len, struct mk_err *err)
+{
+	struct sbuf b = { 0 };
+	size_t from = 0;
+
+	if (d->ne)
+		MK_BUG("mk_jsondoc_int64_text on an edited document");
+	for (size_t i = 0; i < d->nn; i++) {
+		const struct jnode *n = &d->n[i];
+		const char *t = d->text + n->begin;
+		size_t l = n->end - n->begin;
+		if (n->type != MK_JSON_NUMBER || memchr(t, '.', l) || memchr(t, 'e', l) || memchr(t, 'E', l) ||
+		    memchr(t, 'N', l) || memchr(t, 'I', l) || fits_int64(t, l))
+			continue;
+		sb_add(&b, d->text + from, n->end - from);
+		sb_str(&b, ".0");
+		from = n->end;
+	}
+	sb_add(&b, d->text + from, d->len - from);
+	if (b.oom || !b.p) {
+		free(b.p);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	*out = b.p;
+	*len = b.n;
 	return 0;
 }

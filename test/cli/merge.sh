@@ -115,6 +115,20 @@ want = donor[:-3] + ',\n    "chat_template": ' + json.dumps(tmpl, ensure_ascii=F
 assert out == want, (out, want)
 assert json.loads(out)["model_max_length"] == 1000000000000000019884624838656
 PY
+# config.json too is read losslessly: an integer beyond 64 bits comes
+# through (transformers' layout: sorted keys, 2-space indent)
+python3 - models/tiny-big/config.json <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["big_limit"] = 1000000000000000019884624838656
+json.dump(c, open(sys.argv[1], "w"), indent=4)
+PY
+rm -rf ct-big && mk-yaml ct-big.yml ct-big
+python3 - ct-big/config.json <<'PY'
+import json, sys
+text = open(sys.argv[1]).read(); c = json.loads(text)
+assert c["big_limit"] == 1000000000000000019884624838656, c["big_limit"]
+assert text == json.dumps(c, indent=2, sort_keys=True) + "\n", "config.json is not laid out as transformers writes it"
+PY
 # a broken donor file: its parser's error with line and column, no OUT
 printf '{\n  "bos_token": "<s>",\n}\n' > models/tiny-big/tokenizer_config.json
 expect_fail 1 "models/tiny-big/tokenizer_config.json:3:1: a comma before the closing bracket" mk-yaml ct-big.yml ct-broken

@@ -196,6 +196,35 @@ static void test_edits_keep_every_other_byte(void **state)
 	mk_jsondoc_free(d);
 }
 
+/* as Python writes json.loads(text) with json.dumps(indent=2,
+ * sort_keys=True): the strings below are what python3 printed */
+static void python_is(const char *text, const char *want)
+{
+	struct mk_jsondoc *d = parse_ok(text);
+	struct mk_err err;
+	char *out;
+	size_t len;
+
+	assert_int_equal(mk_jsondoc_write_python(d, &out, &len, &err), 0);
+	assert_string_equal(out, want);
+	assert_int_equal(len, strlen(want));
+	free(out);
+	mk_jsondoc_free(d);
+}
+
+static void test_python_layout(void **state)
+{
+	(void)state;
+	python_is("{\"b\": 1, \"a\": [1.0, 1e-5, 0.02, 1E3, -0, -0.0, 1e400, 12345678901234567890123]}",
+		  "{\n  \"a\": [\n    1.0,\n    1e-05,\n    0.02,\n    1000.0,\n    0,\n    -0.0,\n    Infinity,\n"
+		  "    12345678901234567890123\n  ],\n  \"b\": 1\n}\n");
+	python_is("{\"k\": \"caf\xc3\xa9 \\u00e9 \\ud83d\\ude00 \\/\", \"k\": {}, \"e\": [], \"n\": [NaN, true, null]}",
+		  "{\n  \"e\": [],\n  \"k\": {},\n  \"n\": [\n    NaN,\n    true,\n    null\n  ]\n}\n");
+	python_is("{\"s\": \"caf\xc3\xa9 \\ud83d\\ude00 \\/\\t\"}",
+		  "{\n  \"s\": \"caf\\u00e9 \\ud83d\\ude00 /\\t\"\n}\n");
+	python_is("[]", "[]\n");
+}
+
 static void test_quote(void **state)
 {
 	char *q = mk_json_quote("a\"b\\c\n\x01\xc3\xa9/", 10);
@@ -212,6 +241,7 @@ int main(void)
 		cmocka_unit_test(test_refuses_with_position),
 		cmocka_unit_test(test_lookup),
 		cmocka_unit_test(test_edits_keep_every_other_byte),
+		cmocka_unit_test(test_python_layout),
 		cmocka_unit_test(test_quote),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
