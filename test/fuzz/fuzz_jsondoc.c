@@ -45,6 +45,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 	if (mk_jsondoc_write(doc, &out, &len, &err) || len != n || memcmp(out, d, n))
 		abort();
 	free(out);
+	/* the jansson bridge and transformers' layout read back */
+	{
+		struct mk_jsondoc *back = NULL;
+		if (mk_jsondoc_int64_text(doc, &out, &len, &err))
+			abort();
+		if (mk_jsondoc_parse(out, len, "int64", &back, &err))
+			abort();
+		mk_jsondoc_free(back);
+		free(out);
+		if (mk_jsondoc_write_python(doc, &out, &len, &err))
+			abort();
+		if (mk_jsondoc_parse(out, len, "python", &back, &err))
+			abort();
+		mk_jsondoc_free(back);
+		free(out);
+	}
 	/* strings and texts of the top level's first keys come out whole */
 	free(mk_jsondoc_text(doc, ""));
 	free(mk_jsondoc_string(doc, "chat_template", NULL));
