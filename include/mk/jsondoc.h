@@ -17,6 +17,7 @@
 #ifndef MK_JSONDOC_H
 #define MK_JSONDOC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include "mk/err.h"
 
@@ -47,6 +48,20 @@ char *mk_jsondoc_text(const struct mk_jsondoc *d, const char *path);
  * NUL bytes from \u0000); NULL when missing, not a string, or out of
  * memory. */
 char *mk_jsondoc_string(const struct mk_jsondoc *d, const char *path, size_t *len);
+
+/* Nodes, for walking large documents (a tokenizer.json's vocabulary):
+ * a node is an index, SIZE_MAX for none; every call takes SIZE_MAX and
+ * gives SIZE_MAX (or nothing) back. */
+size_t mk_jsondoc_at(const struct mk_jsondoc *d, const char *path);   /* 0: the root */
+size_t mk_jsondoc_get(const struct mk_jsondoc *d, size_t node, const char *key); /* the last such key */
+enum mk_json_type mk_jsondoc_type(const struct mk_jsondoc *d, size_t node);
+size_t mk_jsondoc_count(const struct mk_jsondoc *d, size_t node);    /* members or elements */
+size_t mk_jsondoc_first(const struct mk_jsondoc *d, size_t node);    /* first member or element */
+size_t mk_jsondoc_next(const struct mk_jsondoc *d, size_t node);     /* its next sibling */
+const char *mk_jsondoc_key(const struct mk_jsondoc *d, size_t node); /* a member's key, decoded */
+char *mk_jsondoc_node_string(const struct mk_jsondoc *d, size_t node, size_t *len); /* malloc'ed */
+int mk_jsondoc_node_int(const struct mk_jsondoc *d, size_t node, long long *v); /* an int64 integer */
+int mk_jsondoc_node_bool(const struct mk_jsondoc *d, size_t node, bool *v);
 
 /* Set the value at path (its parent must be an object that exists) to
  * value_json, a JSON value's text (mk_json_quote makes one of a string):

@@ -20,7 +20,8 @@ struct jnode {
 	size_t key_begin;         /* member of an object: where its key's quote is */
 	char *key;                /* ... and the key, decoded (NULL otherwise) */
 	size_t nkids;
-	size_t last_kid;          /* SIZE_MAX when none */
+	size_t first_kid, last_kid; /* SIZE_MAX when none */
+	size_t next;              /* the next sibling, SIZE_MAX when none */
 };
 
 struct edit {
@@ -286,10 +287,15 @@ static size_t add_node(struct parser *p, enum mk_json_type t, size_t parent)
 		d->cap = cap;
 	}
 	d->n[d->nn] = (struct jnode){ .type = t, .begin = p->at, .parent = parent, .key_begin = SIZE_MAX,
-				      .last_kid = SIZE_MAX };
+				      .first_kid = SIZE_MAX, .last_kid = SIZE_MAX, .next = SIZE_MAX };
 	if (parent != SIZE_MAX) {
-		d->n[parent].nkids++;
-		d->n[parent].last_kid = d->nn;
+		struct jnode *pn = &d->n[parent];
+		if (pn->last_kid != SIZE_MAX)
+			d->n[pn->last_kid].next = d->nn;
+		else
+			pn->first_kid = d->nn;
+		pn->nkids++;
+		pn->last_kid = d->nn;
 	}
 	return d->nn++;
 }
@@ -464,8 +470,8 @@ static size_t member(const struct mk_jsondoc *d, size_t o, const char *key, size
 
 	if (d->n[o].type != MK_JSON_OBJECT)
 		return SIZE_MAX;
-	for (size_t i = o + 1; i < d->nn && d->n[i].begin < d->n[o].end; i++)
-		if (d->n[i].parent == o && strlen(d->n[i].key) == len && !memcmp(d->n[i].key, key, len))
+	for (size_t i = d->n[o].first_kid; i != SIZE_MAX; i = d->n[i].next)
+		if (strlen(d->n[i].key) == len && !memcmp(d->n[i].key, key, len))
 			found = i;
 	return found;
 }
@@ -926,9 +932,8 @@ static void py_dump(struct sbuf *b, const struct mk_jsondoc *d, size_t v, int le
 			b->oom = true;
 			return;
 		}
-		for (size_t i = v + 1; i < d->nn && d->n[i].begin < n->end; i++)
-			if (d->n[i].parent == v)
-				k[nk++] = (struct kid){ d->n[i].key, i };
+		for (size_t i = n->first_kid; i != SIZE_MAX; i = d->n[i].next)
+			k[nk++] = (struct kid){ d->n[i].key, i };
 		if (obj) {
 			size_t w = 0;
 			qsort(k, nk, sizeof(*k), cmp_kid);
@@ -1055,5 +1060,76 @@ int mk_jsondoc_int64_text(const struct mk_jsondoc *d, char **out, size_t *len, s
 	}
 	*out = b.p;
 	*len = b.n;
+	return 0;
+}
+
+/* ------------------------------------------------------------ nodes */
+
+size_t mk_jsondoc_at(const struct mk_jsondoc *d, const char *path)
+{
+	return lookup(d, path, NULL, NULL, NULL);
+}
+
+size_t mk_jsondoc_get(const struct mk_jsondoc *d, size_t node, const char *key)
+{
+	if (node >= d->nn)
+		return SIZE_MAX;
+	return member(d, node, key, strlen(key));
+}
+
+enum mk_json_type mk_jsondoc_type(const struct mk_jsondoc *d, size_t node)
+{
+	return node < d->nn ? d->n[node].type : MK_JSON_NULL;
+}
+
+size_t mk_jsondoc_first(const struct mk_jsondoc *d, size_t node)
+{
+	return node < d->nn ? d->n[node].first_kid : SIZE_MAX;
+}
+
+size_t mk_jsondoc_next(const struct mk_jsondoc *d, size_t node)
+{
+	return node < d->nn ? d->n[node].next : SIZE_MAX;
+}
+
+size_t mk_jsondoc_count(const struct mk_jsondoc *d, size_t node)
+{
+	return node < d->nn ? d->n[node].nkids : 0;
+}
+
+const char *mk_jsondoc_key(const struct mk_jsondoc *d, size_t node)
+{
+	return node < d->nn ? d->n[node].key : NULL;
+}
+
+char *mk_jsondoc_node_string(const struct mk_jsondoc *d, size_t node, size_t *len)
+{
+	if (node >= d->nn || d->n[node].type != MK_JSON_STRING)
+		return NULL;
+	return decode_string(d->text, d->n[node].begin, d->n[node].end, len);
+}
+
+int mk_jsondoc_node_int(const struct mk_jsondoc *d, size_t node, long long *v)
+{
+	const char *t;
+	size_t l;
+	char *end;
+
+	if (node >= d->nn || d->n[node].type != MK_JSON_NUMBER)
+		return -1;
+	t = d->text + d->n[node].begin;
+	l = d->n[node].end - d->n[node].begin;
+	if (memchr(t, '.', l) || memchr(t, 'e', l) || memchr(t, 'E', l) || memchr(t, 'N', l) ||
+	    memchr(t, 'I', l) || !fits_int64(t, l))
+		return -1;
+	*v = strtoll(t, &end, 10);
+	return end == t + l ? 0 : -1;
+}
+
+int mk_jsondoc_node_bool(const struct mk_jsondoc *d, size_t node, bool *v)
+{
+	if (node >= d->nn || (d->n[node].type != MK_JSON_TRUE && d->n[node].type != MK_JSON_FALSE))
+		return -1;
+	*v = d->n[node].type == MK_JSON_TRUE;
 	return 0;
 }

@@ -1,0 +1,240 @@
+/* vocab.c - a tokenizer.json's vocabulary (see vocab.h), read with the
+ * lossless JSON reader (Python's rules: what transformers loads, loads). */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mk/jsondoc.h"
+#include "mk/vocab.h"
+
+void mk_vocab_free(struct mk_vocab *v)
+{
+	if (!v)
+		return;
+	for (size_t i = 0; i < v->n; i++)
+		free(v->token[i]);
+	free(v->token);
+	for (size_t i = 0; i < v->nadded; i++)
+		free(v->added[i].content);
+	free(v->added);
+	free(v->model_type);
+	free(v);
+}
+
+/* token[id] = s (taking it), growing the table */
+static int put(struct mk_vocab *v, size_t *cap, long long id, char *s, const char *label, struct mk_err *err)
+{
+	if ((size_t)id >= *cap) {
+		size_t nc = *cap ? *cap : 1024;
+		while (nc <= (size_t)id)
+			nc *= 2;
+		char **q = realloc(v->token, nc * sizeof(*q));
+		if (!q) {
+			free(s);
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		}
+		memset(q + *cap, 0, (nc - *cap) * sizeof(*q));
+		v->token = q;
+		*cap = nc;
+	}
+	if ((size_t)id >= v->n)
+		v->n = (size_t)id + 1;
+	if (v->token[id] && strcmp(v->token[id], s)) {
+		int rc = mk_err_set(err, MK_EFORMAT, "%s: id %lld is both '%s' and '%s'", label, id, v->token[id], s);
+		free(s);
+		return rc;
+	}
+	free(v->token[id]);
+	v->token[id] = s;
+	return 0;
+}
+
+/* ids are dense in every real vocabulary; a sparse one is refused before
+ * it can size a table */
+static int check_id(long long id, size_t entries, const char *label, const char *what, struct mk_err *err)
+{
+	if (id < 0 || id >= (1ll << 31))
+		return mk_err_set(err, MK_EFORMAT, "%s: %s has id %lld, outside 0 .. 2^31", label, what, id);
+	if ((uint64_t)id > 4 * (uint64_t)entries + 65536)
+		return mk_err_set(err, MK_EFORMAT, "%s: %s has id %lld, far past the %zu entries (ids so sparse are not a vocabulary)",
+				  label, what, id, entries);
+	return 0;
+}
+
+static int flag(const struct mk_jsondoc *d, size_t tok, const char *key, bool *out, const char *label, size_t i,
+		struct mk_err *err)
+{
+	size_t f = mk_jsondoc_get(d, tok, key);
+
+	*out = false;
+	if (f == SIZE_MAX || mk_jsondoc_type(d, f) == MK_JSON_NULL)
+		return 0;
+	if (mk_jsondoc_node_bool(d, f, out))
+		return mk_err_set(err, MK_EFORMAT, "%s: added_tokens[%zu].%s is not true or false", label, i, key);
+	return 0;
+}
+
+int mk_vocab_parse(const char *text, size_t len, const char *label, struct mk_vocab **out, struct mk_err *err)
+{
+	struct mk_jsondoc *d = NULL;
+	struct mk_vocab *v = calloc(1, sizeof(*v));
+	size_t cap = 0, model, voc, at, entries;
+	int rc;
+
+	*out = NULL;
+	if (!v)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	if ((rc = mk_jsondoc_parse(text, len, label, &d, err)))
+		goto out;
+	model = mk_jsondoc_get(d, 0, "model");
+	if (mk_jsondoc_type(d, 0) != MK_JSON_OBJECT || mk_jsondoc_type(d, model) != MK_JSON_OBJECT) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: no \"model\" object (not a fast tokenizer's tokenizer.json?)", label);
+		goto out;
+	}
+	v->model_type = mk_jsondoc_node_string(d, mk_jsondoc_get(d, model, "type"), NULL);
+	if (!v->model_type || (strcmp(v->model_type, "BPE") && strcmp(v->model_type, "Unigram") &&
+			       strcmp(v->model_type, "WordPiece") && strcmp(v->model_type, "WordLevel"))) {
+		rc = mk_err_set(err, MK_EFORMAT, "%s: model.type is %s%s%s, not BPE, Unigram, WordPiece or WordLevel", label,
+				v->model_type ? "'" : "", v->model_type ? v->model_type : "missing",
+				v->model_type ? "'" : "");
+		goto out;
+	}
+	voc = mk_jsondoc_get(d, model, "vocab");
+	entries = mk_jsondoc_count(d, voc);
+	if (!strcmp(v->model_type, "Unigram")) {
+		/* [[piece, score], ...]: the index is the id */
+		size_t i = 0;
+		if (mk_jsondoc_type(d, voc) != MK_JSON_ARRAY) {
+			rc = mk_err_set(err, MK_EFORMAT, "%s: model.vocab of a Unigram model is not a list", label);
+			goto out;
+		}
+		for (at = mk_jsondoc_first(d, voc); at != SIZE_MAX; at = mk_jsondoc_next(d, at), i++) {
+			size_t piece = mk_jsondoc_first(d, at), score = mk_jsondoc_next(d, piece);
+			char *s = mk_jsondoc_node_string(d, piece, NULL);
+			if (mk_jsondoc_type(d, at) != MK_JSON_ARRAY || mk_jsondoc_count(d, at) != 2 || !s ||
+			    mk_jsondoc_type(d, score) != MK_JSON_NUMBER) {
+				free(s);
+				rc = mk_err_set(err, MK_EFORMAT, "%s: model.vocab[%zu] is not a [piece, score] pair", label, i);
+				goto out;
+			}
+			if ((rc = put(v, &cap, (long long)i, s, label, err)))
+				goto out;
+		}
+	} else {
+		if (mk_jsondoc_type(d, voc) != MK_JSON_OBJECT) {
+			rc = mk_err_set(err, MK_EFORMAT, "%s: model.vocab of a %s model is not an object of token: id", label,
+					v->model_type);
+			goto out;
+		}
+		for (at = mk_jsondoc_first(d, voc); at != SIZE_MAX; at = mk_jsondoc_next(d, at)) {
+			long long id;
+			const char *key = mk_jsondoc_key(d, at);
+			char *s;
+			if (mk_jsondoc_node_int(d, at, &id)) {
+				rc = mk_err_set(err, MK_EFORMAT, "%s: model.vocab['%s'] is not an integer id", label, key);
+				goto out;
+			}
+			if ((rc = check_id(id, entries, label, "a token", err)))
+				goto out;
+			if (!(s = strdup(key))) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				goto out;
+			}
+			if ((rc = put(v, &cap, id, s, label, err)))
+				goto out;
+		}
+	}
+	/* added tokens: their content is the token of their id */
+	{
+		size_t list = mk_jsondoc_get(d, 0, "added_tokens"), i = 0;
+		enum mk_json_type lt = mk_jsondoc_type(d, list);
+		if (list != SIZE_MAX && lt != MK_JSON_ARRAY && lt != MK_JSON_NULL) {
+			rc = mk_err_set(err, MK_EFORMAT, "%s: added_tokens is not a list", label);
+			goto out;
+		}
+		if (list != SIZE_MAX && lt == MK_JSON_ARRAY) {
+			v->added = calloc(mk_jsondoc_count(d, list) + 1, sizeof(*v->added));
+			if (!v->added) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				goto out;
+			}
+		}
+		for (at = mk_jsondoc_first(d, lt == MK_JSON_ARRAY ? list : SIZE_MAX); at != SIZE_MAX;
+		     at = mk_jsondoc_next(d, at), i++) {
+			struct mk_added_token *t = &v->added[v->nadded];
+			char *s;
+			t->content = mk_jsondoc_node_string(d, mk_jsondoc_get(d, at, "content"), NULL);
+			if (mk_jsondoc_type(d, at) != MK_JSON_OBJECT || !t->content ||
+			    mk_jsondoc_node_int(d, mk_jsondoc_get(d, at, "id"), &t->id)) {
+				free(t->content);
+				rc = mk_err_set(err, MK_EFORMAT, "%s: added_tokens[%zu] has no string content and integer id", label,
+						i);
+				goto out;
+			}
+			v->nadded++;
+			if ((rc = check_id(t->id, entries + mk_jsondoc_count(d, list), label, "an added token", err)) ||
+			    (rc = flag(d, at, "special", &t->special, label, i, err)) ||
+			    (rc = flag(d, at, "normalized", &t->normalized, label, i, err)) ||
+			    (rc = flag(d, at, "lstrip", &t->lstrip, label, i, err)) ||
+			    (rc = flag(d, at, "rstrip", &t->rstrip, label, i, err)) ||
+			    (rc = flag(d, at, "single_word", &t->single_word, label, i, err)))
+				goto out;
+			if (!(s = strdup(t->content))) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				goto out;
+			}
+			/* an added token may sit on a vocabulary id of its own
+			 * content (the usual specials) or on a new one */
+			if ((size_t)t->id < v->n && v->token[t->id] && strcmp(v->token[t->id], s)) {
+				rc = mk_err_set(err, MK_EFORMAT, "%s: added token '%s' has id %lld, which is '%s' in model.vocab",
+						label, s, t->id, v->token[t->id]);
+				free(s);
+				goto out;
+			}
+			if ((rc = put(v, &cap, t->id, s, label, err)))
+				goto out;
+		}
+	}
+out:
+	mk_jsondoc_free(d);
+	if (rc)
+		mk_vocab_free(v);
+	else
+		*out = v;
+	return rc;
+}
+
+bool mk_vocab_equal(const struct mk_vocab *a, const struct mk_vocab *b, char *why, size_t cap)
+{
+	size_t n = a->n > b->n ? a->n : b->n;
+
+	if (why && cap)
+		why[0] = '\0';
+	for (size_t i = 0; i < n; i++) {
+		const char *x = i < a->n ? a->token[i] : NULL, *y = i < b->n ? b->token[i] : NULL;
+		if (!x && !y)
+			continue;
+		if (!x || !y || strcmp(x, y)) {
+			if (why)
+				snprintf(why, cap, "id %zu is %s%s%s in one and %s%s%s in the other", i, x ? "'" : "",
+					 x ? x : "unused", x ? "'" : "", y ? "'" : "", y ? y : "unused", y ? "'" : "");
+			return false;
+		}
+	}
+	if (a->nadded != b->nadded) {
+		if (why)
+			snprintf(why, cap, "%zu added tokens in one, %zu in the other", a->nadded, b->nadded);
+		return false;
+	}
+	for (size_t i = 0; i < a->nadded; i++) {
+		const struct mk_added_token *x = &a->added[i], *y = &b->added[i];
+		if (strcmp(x->content, y->content) || x->id != y->id || x->special != y->special ||
+		    x->normalized != y->normalized || x->lstrip != y->lstrip || x->rstrip != y->rstrip ||
+		    x->single_word != y->single_word) {
+			if (why)
+				snprintf(why, cap, "added token '%s' (id %lld) differs", x->content, x->id);
+			return false;
+		}
+	}
+	return true;
+}
