@@ -95,8 +95,9 @@ struct feats {
 };
 
 static const char LATER_TOKENIZER[] =
-	"tokenizer merging (vocabulary union and embedding permutation) comes in a "
-	"later version; remove the key to keep the base model's tokenizer";
+	"tokens and padding need embedding rows assembled per token, which come in a "
+	"later version; a tokenizer source alone works over models whose "
+	"vocabularies are the same";
 static const char LATER_LORA[] =
 	"LoRA merging comes in a later version; merge the adapter into the model "
 	"first (e.g. with PEFT's merge_and_unload) and reference the result";
@@ -165,9 +166,14 @@ int mk_config_unsupported(const struct mk_config *cfg,
 
 	*out = NULL;
 	*n = 0;
-	if ((cfg->tokenizer_source.kind != MK_TOKSRC_NONE &&
-	     add_feat(&f, "tokenizer_source", LATER_TOKENIZER, &cfg->tokenizer_source.loc)) ||
-	    (cfg->tokenizer && add_feat(&f, "tokenizer", LATER_TOKENIZER, &cfg->tokenizer->loc)) ||
+	/* a tokenizer source alone is checked by the planner (the models'
+	 * vocabularies must be the same); tokens and padding need embedding
+	 * rows assembled per token */
+	for (size_t i = 0; cfg->tokenizer && i < cfg->tokenizer->ntokens; i++)
+		if (add_feat(&f, "tokenizer.tokens", LATER_TOKENIZER, &cfg->tokenizer->tokens[i].loc))
+			goto nomem;
+	if ((cfg->tokenizer && cfg->tokenizer->has_pad_to_multiple_of &&
+	     add_feat(&f, "tokenizer.pad_to_multiple_of", LATER_TOKENIZER, &cfg->tokenizer->loc)) ||
 	    lora(&f, cfg->base_model) ||
 	    lora_models(&f, cfg->models, cfg->nmodels) ||
 	    lora_slices(&f, cfg->slices, cfg->nslices))

@@ -19,6 +19,7 @@
 #include "mk/plan.h"
 #include "mk/planner.h"
 #include "mk/plugin.h"
+#include "mk/vocab.h"
 #include "mk/stream.h"
 
 #define MAX_FILE (1ull << 30)
@@ -75,6 +76,7 @@ struct mk_plan {
 	char base_copy_unset[128];        /* its parameters with no value and no default */
 	const struct mk_plan_opts *o;
 	uint64_t seed, budget;
+	size_t tok_donor;                 /* the model whose tokenizer files are copied */
 };
 
 /* ------------------------------------------------------------ diagnostics */
@@ -1297,7 +1299,9 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 		if (rc)
 			return rc;
 	}
-	/* tokenizer files from the donor */
+	/* tokenizer files from the donor: the tokenizer source's model
+	 * (check_tokenizer), else the base or the first model */
+	donor = &p->models[p->tok_donor];
 	if (p->o->copy_tokenizer) {
 		bool ok = donor_has(donor, "tokenizer_config.json") &&
 			  (donor_has(donor, "tokenizer.json") || donor_has(donor, "tokenizer.model"));
@@ -1360,6 +1364,106 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 		if (!dup && donor_has(donor, p->arch->tagalong_files[k]))
 			rc = copy_from_donor(p, donor, p->arch->tagalong_files[k], err);
 	}
+	return rc;
+}
+
+/* ------------------------------------------------------------ tokenizer */
+
+/* tokenizer_source / tokenizer.source over vocabularies that are all the
+ * same: mergekit's embedding step is then the identity (every model's
+ * permutation maps each id to itself, no token is absent), provided every
+ * model's configured vocab size is the tokenizer's length and every
+ * embedding has that many rows (else mergekit resizes them to it).  That
+ * case is merged as a plain merge with the source's tokenizer files; a
+ * merge of vocabularies that differ is refused, saying how they do. */
+static int check_tokenizer(struct mk_plan *p, struct mk_diags *d, struct mk_err *err)
+{
+	const struct mk_tok_source *src = p->cfg->tokenizer ? &p->cfg->tokenizer->source : &p->cfg->tokenizer_source;
+	const struct mk_config_loc *loc = p->cfg->tokenizer ? &p->cfg->tokenizer->loc : &p->cfg->tokenizer_source.loc;
+	const char *vk = p->arch ? mk_arch_vocab_key(p->arch) : "vocab_size";
+	struct mk_vocab **v = NULL;
+	size_t donor = 0;
+	int rc = 0;
+	char why[512];
+
+	if (src->kind == MK_TOKSRC_NONE && !p->cfg->tokenizer)
+		return 0;
+	if (src->kind == MK_TOKSRC_MODEL) {
+		long i = model_index(p, &src->model);
+		if (i < 0) {
+			diag(d, MK_DIAG_ERROR, &src->loc,
+			     "the tokenizer source is not one of the merged models: a tokenizer from another model is not supported yet");
+			return 0;
+		}
+		donor = (size_t)i;
+	}
+	v = calloc(p->nmodels, sizeof(*v));
+	if (!v)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t i = 0; i < p->nmodels; i++) {
+		struct mk_err e = { 0 };
+		uint8_t *buf = NULL;
+		size_t len;
+		char label[4096];
+		if (!donor_has(&p->models[i], "tokenizer.json")) {
+			diag(d, MK_DIAG_ERROR, loc,
+			     "model '%s' has no tokenizer.json: reading a tokenizer from tokenizer.model (SentencePiece) or vocab.json alone is not supported yet",
+			     p->models[i].display);
+			goto out;
+		}
+		snprintf(label, sizeof(label), "%s/tokenizer.json", p->models[i].m->dir);
+		if (model_file_read(p->models[i].m, "tokenizer.json", &buf, &len, &e) ||
+		    mk_vocab_parse((const char *)buf, len, label, &v[i], &e)) {
+			free(buf);
+			if (e.code == MK_ENOMEM) {
+				rc = mk_err_set(err, MK_ENOMEM, "%s", e.msg);
+				goto out;
+			}
+			diag(d, MK_DIAG_ERROR, loc, "model '%s': %s", p->models[i].display, e.msg);
+			goto out;
+		}
+		free(buf);
+	}
+	for (size_t i = 0; i < p->nmodels; i++) {
+		int64_t vs = -1;
+		if (i != donor && !mk_vocab_equal(v[donor], v[i], why, sizeof(why))) {
+			diag(d, MK_DIAG_ERROR, loc,
+			     "the vocabularies of '%s' and '%s' differ (%s): merging different vocabularies is not supported yet",
+			     p->models[donor].display, p->models[i].display, why);
+			goto out;
+		}
+		for (size_t k = 0; k < v[i]->n; k++)
+			if (!v[i]->token[k]) {
+				diag(d, MK_DIAG_ERROR, loc,
+				     "model '%s': its tokenizer has no token with id %zu: a vocabulary with gaps is not supported yet",
+				     p->models[i].display, k);
+				goto out;
+			}
+		if (mk_hfconfig_int(p->models[i].hf, vk, &vs, NULL) || vs != (int64_t)v[i]->n) {
+			diag(d, MK_DIAG_ERROR, loc,
+			     "model '%s': config.json's %s is %lld but its tokenizer has %zu tokens (mergekit resizes the embeddings to the tokenizer): not supported yet",
+			     p->models[i].display, vk, (long long)vs, v[i]->n);
+			goto out;
+		}
+	}
+	for (size_t j = 0; j < p->njobs; j++) {
+		const struct mk_plan_job *jb = p->jobs[j];
+		if (!jb->is_embed)
+			continue;
+		for (size_t k = 0; k < jb->ninputs; k++)
+			if (jb->inputs[k].desc.ndim < 1 || jb->inputs[k].desc.shape[0] != v[donor]->n) {
+				diag(d, MK_DIAG_ERROR, loc,
+				     "model '%s': %s has %llu rows, its tokenizer %zu tokens (mergekit resizes the embeddings to the tokenizer): not supported yet",
+				     p->models[jb->inputs[k].model].display, jb->inputs[k].tensor,
+				     jb->inputs[k].desc.ndim ? (unsigned long long)jb->inputs[k].desc.shape[0] : 0ull, v[donor]->n);
+				goto out;
+			}
+	}
+	p->tok_donor = donor;
+out:
+	for (size_t i = 0; i < p->nmodels; i++)
+		mk_vocab_free(v[i]);
+	free(v);
 	return rc;
 }
 
@@ -1568,6 +1672,9 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		     p->base_copy_first ? p->base_copy_first : "?", p->base_copies == 1 ? "is" : "are",
 		     p->method->name, p->base_copy_unset[0] ? " (no value for " : "", p->base_copy_unset,
 		     p->base_copy_unset[0] ? ")" : "");
+	if (rc || d->nerrors)
+		goto out;
+	rc = check_tokenizer(p, d, err);
 	if (rc || d->nerrors)
 		goto out;
 	rc = make_files(p, out_layers, layers_changed, d, err);

@@ -1236,14 +1236,22 @@ static void test_unsupported(void **state)
 	size_t n;
 
 	assert_int_equal(mk_config_unsupported(cfg, &f, &n, NULL), 0);
-	assert_int_equal(n, 3);
+	assert_int_equal(n, 2);           /* a tokenizer source alone: the planner checks it */
 	assert_string_equal(f[0].path, "models[1].model");
 	assert_int_equal(f[0].line, 4);
 	assert_non_null(strstr(f[0].what, "LoRA"));
 	assert_non_null(strstr(f[0].later, "later version"));
-	assert_string_equal(f[1].what, "tokenizer_source");
-	assert_int_equal(f[1].line, 5);
-	assert_string_equal(f[2].path, "base_model");
+	assert_string_equal(f[1].path, "base_model");
+	free(f);
+	mk_config_free(cfg);
+	/* tokens and padding need rows per token: refused at their keys */
+	cfg = parse_ok("merge_method: linear\nmodels:\n  - model: a\ntokenizer:\n  source: base\n"
+		       "  tokens:\n    \"<x>\": {source: a}\n  pad_to_multiple_of: 8\n");
+	assert_int_equal(mk_config_unsupported(cfg, &f, &n, NULL), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(f[0].what, "tokenizer.pad_to_multiple_of");
+	assert_string_equal(f[1].what, "tokenizer.tokens");
+	assert_int_equal(f[1].line, 7);
 	free(f);
 	mk_config_free(cfg);
 
