@@ -32,6 +32,18 @@ bad = [k for k in mk if k != "torch_dtype" and mk[k] != ref.get(k)]
 sys.exit(f"keys differing from mergekit's: {bad}" if bad else 0)
 PY
 	fi
+	# a tokenizer case: the same vocabulary and added tokens as mergekit's
+	if grep -q '^tokenizer' "$cfg" && command -v python3 >/dev/null 2>&1; then
+		python3 - "$out/$case/tokenizer.json" "$g/tokenizer.json" <<'PY' || fail "$case: the tokenizer differs from mergekit's"
+import json, sys
+mk, ref = (json.load(open(p)) for p in sys.argv[1:])
+if mk["model"]["vocab"] != ref["model"]["vocab"]:
+    sys.exit("model.vocab differs")
+key = lambda t: (t["id"], t["content"], t["special"], t["normalized"], t["lstrip"], t["rstrip"], t["single_word"])
+if sorted(map(key, mk["added_tokens"])) != sorted(map(key, ref["added_tokens"])):
+    sys.exit("added_tokens differ")
+PY
+	fi
 	n=$((n + 1))
 done
 echo "$n cases agree with mergekit"

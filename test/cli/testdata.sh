@@ -19,6 +19,9 @@ for dt in F32 BF16; do
 	done
 done
 mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 40 --seed 170 c/llama-f32-v40
+for s in a b; do
+	mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 32 --bpe-tokenizer --seed $(( $(printf '%d' "'$s") + 200 )) c/llama-f32-tok-$s
+done
 for d in "$MK_TOP"/testdata/models/conf/*; do
 	for f in "$d"/*; do cmp "$f" "c/$(basename "$d")/$(basename "$f")"; done
 done

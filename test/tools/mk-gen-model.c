@@ -4,12 +4,19 @@
  *
  *   mk-gen-model [--seed N] [--layers L] [--hidden H] [--inter I]
  *                [--vocab V] [--dtype DT] [--shards K] [--all-dtypes]
- *                [--big-rows R] [--pad-leading] [--arch llama|mistral] OUTDIR
+ *                [--big-rows R] [--pad-leading] [--arch llama|mistral]
+ *                [--bpe-tokenizer[=EXTRA]] OUTDIR
  *
  * --all-dtypes adds one small tensor of every safetensors dtype, a scalar
  * and an empty tensor; --big-rows adds "big.weight" [R, H] in F32 (make it
  * larger than a chunk); --pad-leading writes headers with leading
- * whitespace (readers must accept it).  Shards are filled round-robin. */
+ * whitespace (readers must accept it).  Shards are filled round-robin.
+ * --bpe-tokenizer writes a tokenizer transformers loads, with one token
+ * per id: a BPE tokenizer.json of V - 2 one-character tokens (no merges)
+ * and the added specials <s> and </s> at V - 2 and V - 1 (EXTRA, when
+ * given, in place of </s>), its tokenizer_config.json with transformers'
+ * model_max_length (an integer beyond 64 bits); without it the files are
+ * a small WordLevel stand-in. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -94,12 +101,12 @@ int main(int argc, char **argv)
 		{ "seed", 1, 0, 's' }, { "layers", 1, 0, 'l' }, { "hidden", 1, 0, 'H' },
 		{ "inter", 1, 0, 'I' }, { "vocab", 1, 0, 'v' }, { "dtype", 1, 0, 'd' },
 		{ "shards", 1, 0, 'k' }, { "all-dtypes", 0, 0, 'a' }, { "big-rows", 1, 0, 'b' },
-		{ "pad-leading", 0, 0, 'p' }, { "arch", 1, 0, 'A' }, { 0 },
+		{ "pad-leading", 0, 0, 'p' }, { "arch", 1, 0, 'A' }, { "bpe-tokenizer", 2, 0, 'T' }, { 0 },
 	};
 	uint64_t seed = 1, layers = 2, hidden = 64, inter = 0, vocab = 256, shards = 1, big = 0;
 	enum mk_dtype dt = MK_DT_BF16;
 	bool all = false, pad = false;
-	const char *arch = "llama";
+	const char *arch = "llama", *bpe = NULL;
 	struct mk_err err = { 0 };
 	char name[128], path[4096], buf[4096];
 	int c;
@@ -116,6 +123,7 @@ int main(int argc, char **argv)
 		case 'b': dst = &big; break;
 		case 'a': all = true; break;
 		case 'p': pad = true; break;
+		case 'T': bpe = optarg ? optarg : "</s>"; break;
 		case 'A':
 			if (strcmp(optarg, "llama") && strcmp(optarg, "mistral")) {
 				fprintf(stderr, "mk-gen-model: --arch llama or mistral\n");
@@ -262,13 +270,43 @@ int main(int argc, char **argv)
 		 strcmp(arch, "mistral") ? "LlamaForCausalLM" : "MistralForCausalLM", arch,
 		 (unsigned long long)hidden, (unsigned long long)inter, (unsigned long long)layers,
 		 (unsigned long long)vocab, dt == MK_DT_F32 ? "float32" : dt == MK_DT_F16 ? "float16" : "bfloat16");
+	if (bpe) {
+		/* one character a token: printable ASCII from '!', skipping '"' and '\\' */
+		static char tj[16384];
+		size_t n = 0, made = 0;
+		if (vocab < 3 || vocab > 90) {
+			fprintf(stderr, "mk-gen-model: --bpe-tokenizer wants --vocab 3..90\n");
+			return 2;
+		}
+		n += (size_t)snprintf(tj + n, sizeof(tj) - n,
+				      "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, \"added_tokens\": ["
+				      "{\"id\": %llu, \"content\": \"<s>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}, "
+				      "{\"id\": %llu, \"content\": \"%s\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}], "
+				      "\"normalizer\": null, \"pre_tokenizer\": null, \"post_processor\": null, \"decoder\": null, "
+				      "\"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, \"continuing_subword_prefix\": null, "
+				      "\"end_of_word_suffix\": null, \"fuse_unk\": false, \"byte_fallback\": false, \"ignore_merges\": false, \"vocab\": {",
+				      (unsigned long long)(vocab - 2), (unsigned long long)(vocab - 1), bpe);
+		for (int ch = '!'; made < vocab - 2; ch++) {
+			if (ch == '"' || ch == '\\')
+				continue;
+			n += (size_t)snprintf(tj + n, sizeof(tj) - n, "%s\"%c\": %zu", made ? ", " : "", ch, made);
+			made++;
+		}
+		n += (size_t)snprintf(tj + n, sizeof(tj) - n, "}, \"merges\": []}}\n");
+		if (write_text(dir, "tokenizer.json", tj) ||
+		    write_text(dir, "tokenizer_config.json",
+			       "{\n  \"bos_token\": \"<s>\",\n  \"eos_token\": \"</s>\",\n"
+			       "  \"model_max_length\": 1000000000000000019884624838656,\n"
+			       "  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n"))
+			return 1;
+	}
 	if (write_text(dir, "config.json", buf) ||
 	    write_text(dir, "generation_config.json", "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2\n}\n") ||
-	    write_text(dir, "tokenizer_config.json",
-		       "{\n  \"bos_token\": \"<s>\",\n  \"eos_token\": \"</s>\",\n  \"model_max_length\": 256\n}\n") ||
+	    (!bpe && write_text(dir, "tokenizer_config.json",
+				"{\n  \"bos_token\": \"<s>\",\n  \"eos_token\": \"</s>\",\n  \"model_max_length\": 256\n}\n")) ||
 	    write_text(dir, "special_tokens_map.json", "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}\n") ||
-	    write_text(dir, "tokenizer.json",
-		       "{\"version\": \"1.0\", \"model\": {\"type\": \"WordLevel\", \"vocab\": {\"<s>\": 1, \"</s>\": 2, \"caf\\u00e9\": 3}, \"unk_token\": \"<s>\"}}\n") ||
+	    (!bpe && write_text(dir, "tokenizer.json",
+				"{\"version\": \"1.0\", \"model\": {\"type\": \"WordLevel\", \"vocab\": {\"<s>\": 1, \"</s>\": 2, \"caf\\u00e9\": 3}, \"unk_token\": \"<s>\"}}\n")) ||
 	    write_text(dir, "README.md", "a synthetic test model (not carried by copy mode)\n"))
 		return 1;
 	free(ts);
