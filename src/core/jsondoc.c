@@ -703,9 +703,10 @@ int mk_jsondoc_write(const struct mk_jsondoc *d, char **out, size_t *len, struct
 
 	if (d->ne && !(e = malloc(d->ne * sizeof(*e))))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	if (d->ne)
+	if (d->ne) {
 		memcpy(e, d->e, d->ne * sizeof(*e));
-	qsort(e, d->ne, sizeof(*e), cmp_edit);
+		qsort(e, d->ne, sizeof(*e), cmp_edit);
+	}
 	for (size_t k = 0; k < d->ne; k++)
 		total += strlen(e[k].text);
 	o = malloc(total + 1);
