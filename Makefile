@@ -135,7 +135,7 @@ $(BUILD)/bin/%: $(BUILD)/cmd/%.o $(CLI_OBJ) $(LIBMK)
 
 # Test interposers (LD_PRELOAD), built in the plain build only; the tests
 # of the sanitized build load these in front of ASan (test/cli/failalloc.sh).
-$(BUILD)/preload/%.so: test/preload/%.c
+$(BUILD)/preload/%.so: test/preload/%.c test/preload/preload.h
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  CC      $@")
 	$(Q)$(CC) -std=gnu11 -O1 -g -fPIC -shared -Wall -Wextra -o $@ $< -ldl

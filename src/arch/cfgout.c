@@ -10,48 +10,8 @@
 #include <string.h>
 #include "mk/arch.h"
 #include "mk/jsondoc.h"
+#include "mk/sbuf.h"
 #include "arch_impl.h"
-
-struct sbuf {
-	char *p;
-	size_t n, cap;
-	bool oom;
-};
-
-static void sb_add(struct sbuf *b, const char *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 256;
-		while (cap < b->n + n + 1)
-			cap *= 2;
-		char *t = realloc(b->p, cap);
-		if (!t) {
-			b->oom = true;
-			return;
-		}
-		b->p = t;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-	b->p[b->n] = '\0';
-}
-
-static void sb_fmt(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_fmt(struct sbuf *b, const char *fmt, ...)
-{
-	char tmp[512];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		sb_add(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
-}
 
 /* Set an integer at a dotted path; the intermediate objects must exist
  * (as mergekit's set_config_value): false when one does not. */
@@ -72,7 +32,7 @@ int mk_hfconfig_edit(const char *donor, size_t len, const char *label, const str
 		   const char *dtype, const int64_t *num_layers, int64_t vocab_size, char **out,
 		   size_t *out_len, char **warnings, struct mk_err *err)
 {
-	struct sbuf w = { 0 };
+	struct mk_sbuf w = { 0 };
 	struct mk_jsondoc *doc = NULL;
 	bool oom = false;
 	int rc = 0;
@@ -104,18 +64,18 @@ int mk_hfconfig_edit(const char *donor, size_t len, const char *label, const str
 			continue;
 		if (!mod->num_layers_key) {
 			if (num_layers[m] > 0)
-				sb_fmt(&w, "%smodule '%s' has no configuration key for its layer count, but the "
+				mk_sbuf_fmt(&w, "%smodule '%s' has no configuration key for its layer count, but the "
 				       "count is not zero (%" PRId64 ")", w.n ? "\n" : "", mod->name, num_layers[m]);
 			continue;
 		}
 		if (!dotted_set(doc, mod->num_layers_key, num_layers[m], &oom))
-			sb_fmt(&w, "%s%s: cannot set \"%s\" (a parent object is missing)", w.n ? "\n" : "", label,
+			mk_sbuf_fmt(&w, "%s%s: cannot set \"%s\" (a parent object is missing)", w.n ? "\n" : "", label,
 			       mod->num_layers_key);
 	}
 	if (vocab_size >= 0) {
 		const char *vk = a ? mk_arch_vocab_key(a) : "vocab_size";
 		if (!dotted_set(doc, vk, vocab_size, &oom))
-			sb_fmt(&w, "%s%s: cannot set \"%s\" (a parent object is missing)", w.n ? "\n" : "", label, vk);
+			mk_sbuf_fmt(&w, "%s%s: cannot set \"%s\" (a parent object is missing)", w.n ? "\n" : "", label, vk);
 	}
 	if (oom || w.oom) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory writing %s", label);

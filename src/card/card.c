@@ -6,38 +6,7 @@
 #include <sys/stat.h>
 #include "card_text.h"
 #include "mk/card.h"
-
-struct buf {
-	char *p;
-	size_t len, cap;
-	bool oom;
-};
-
-static void put(struct buf *b, const char *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->len + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 1024;
-		while (cap < b->len + n + 1)
-			cap *= 2;
-		char *q = realloc(b->p, cap);
-		if (!q) {
-			b->oom = true;
-			return;
-		}
-		b->p = q;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, s, n);
-	b->len += n;
-	b->p[b->len] = '\0';
-}
-
-static void puts_(struct buf *b, const char *s)
-{
-	put(b, s, strlen(s));
-}
+#include "mk/sbuf.h"
 
 bool mk_card_looks_like_hub(const char *path)
 {
@@ -68,7 +37,7 @@ const char *mk_card_title(const char *out_path)
 
 /* A string as PyYAML's dump writes it: plain when that reads back as the
  * same string, else single-quoted. */
-static void yaml_scalar(struct buf *b, const char *s)
+static void yaml_scalar(struct mk_sbuf *b, const char *s)
 {
 	static const char *const special[] = { "", "~", "null", "Null", "NULL", "true", "True", "TRUE",
 					       "false", "False", "FALSE", "yes", "Yes", "YES", "no", "No",
@@ -92,36 +61,36 @@ static void yaml_scalar(struct buf *b, const char *s)
 				quote = true;
 	}
 	if (!quote) {
-		puts_(b, s);
+		mk_sbuf_str(b, s);
 		return;
 	}
-	put(b, "'", 1);
+	mk_sbuf_add(b, "'", 1);
 	for (const char *c = s; *c; c++) {
-		put(b, c, 1);
+		mk_sbuf_add(b, c, 1);
 		if (*c == '\'')
-			put(b, "'", 1); /* '' is a quote inside single quotes */
+			mk_sbuf_add(b, "'", 1); /* '' is a quote inside single quotes */
 	}
-	put(b, "'", 1);
+	mk_sbuf_add(b, "'", 1);
 }
 
-static void ref_md(struct buf *b, const char *path)
+static void ref_md(struct mk_sbuf *b, const char *path)
 {
 	if (mk_card_looks_like_hub(path)) {
-		put(b, "[", 1);
-		puts_(b, path);
-		puts_(b, "](" CARD_HUB_URL);
-		puts_(b, path);
-		put(b, ")", 1);
+		mk_sbuf_add(b, "[", 1);
+		mk_sbuf_str(b, path);
+		mk_sbuf_str(b, "](" CARD_HUB_URL);
+		mk_sbuf_str(b, path);
+		mk_sbuf_add(b, ")", 1);
 	} else {
-		puts_(b, path);
+		mk_sbuf_str(b, path);
 	}
 }
 
-static void model_md(struct buf *b, const struct mk_card_input *in, size_t i)
+static void model_md(struct mk_sbuf *b, const struct mk_card_input *in, size_t i)
 {
 	ref_md(b, in->models[i]);
 	if (in->loras && in->loras[i]) {
-		puts_(b, " + ");
+		mk_sbuf_str(b, " + ");
 		ref_md(b, in->loras[i]);
 	}
 }
@@ -129,7 +98,7 @@ static void model_md(struct buf *b, const struct mk_card_input *in, size_t i)
 int mk_card_render(const struct mk_card_input *in, char **out, size_t *len,
 		   struct mk_err *err)
 {
-	struct buf b = { 0 };
+	struct mk_sbuf b = { 0 };
 	const char *pretty = in->pretty_name, *url = in->reference_url;
 	long base = in->base_index;
 	size_t nhub = 0, nbullets = 0;
@@ -145,61 +114,61 @@ int mk_card_render(const struct mk_card_input *in, char **out, size_t *len,
 	if (!strcmp(in->method, "slerp"))
 		base = -1;
 	/* front matter: yaml.dump of {base_model, library_name, tags}, sorted */
-	puts_(&b, "---\n");
+	mk_sbuf_str(&b, "---\n");
 	for (size_t i = 0; i < in->nmodels; i++) {
 		nhub += mk_card_looks_like_hub(in->models[i]);
 		nhub += in->loras && in->loras[i] && mk_card_looks_like_hub(in->loras[i]);
 	}
 	if (!nhub) {
-		puts_(&b, "base_model: []\n");
+		mk_sbuf_str(&b, "base_model: []\n");
 	} else {
-		puts_(&b, "base_model:\n");
+		mk_sbuf_str(&b, "base_model:\n");
 		for (size_t i = 0; i < in->nmodels; i++) {
 			const char *two[2] = { in->models[i], in->loras ? in->loras[i] : NULL };
 			for (int k = 0; k < 2; k++)
 				if (two[k] && mk_card_looks_like_hub(two[k])) {
-					puts_(&b, "- ");
+					mk_sbuf_str(&b, "- ");
 					yaml_scalar(&b, two[k]);
-					put(&b, "\n", 1);
+					mk_sbuf_add(&b, "\n", 1);
 				}
 		}
 	}
-	puts_(&b, CARD_FM_LIBRARY CARD_FM_TAGS);
-	puts_(&b, "\n---\n# ");
-	puts_(&b, in->name && in->name[0] ? in->name : CARD_UNTITLED);
-	puts_(&b, "\n\n" CARD_INTRO "\n" CARD_DETAILS CARD_METHOD_PRE);
+	mk_sbuf_str(&b, CARD_FM_LIBRARY CARD_FM_TAGS);
+	mk_sbuf_str(&b, "\n---\n# ");
+	mk_sbuf_str(&b, in->name && in->name[0] ? in->name : CARD_UNTITLED);
+	mk_sbuf_str(&b, "\n\n" CARD_INTRO "\n" CARD_DETAILS CARD_METHOD_PRE);
 	if (url && url[0]) {
-		put(&b, "[", 1);
-		puts_(&b, pretty ? pretty : in->method);
-		puts_(&b, "](");
-		puts_(&b, url);
-		put(&b, ")", 1);
+		mk_sbuf_add(&b, "[", 1);
+		mk_sbuf_str(&b, pretty ? pretty : in->method);
+		mk_sbuf_str(&b, "](");
+		mk_sbuf_str(&b, url);
+		mk_sbuf_add(&b, ")", 1);
 	} else {
-		puts_(&b, pretty ? pretty : in->method);
+		mk_sbuf_str(&b, pretty ? pretty : in->method);
 	}
-	puts_(&b, CARD_METHOD_POST);
+	mk_sbuf_str(&b, CARD_METHOD_POST);
 	if (base >= 0 && (size_t)base < in->nmodels) {
-		puts_(&b, CARD_BASE_PRE);
+		mk_sbuf_str(&b, CARD_BASE_PRE);
 		model_md(&b, in, (size_t)base);
-		puts_(&b, CARD_BASE_POST);
+		mk_sbuf_str(&b, CARD_BASE_POST);
 	}
-	puts_(&b, ".\n\n" CARD_MODELS);
+	mk_sbuf_str(&b, ".\n\n" CARD_MODELS);
 	for (size_t i = 0; i < in->nmodels; i++) {
 		if ((long)i == base)
 			continue;
 		if (nbullets++)
-			put(&b, "\n", 1);
-		puts_(&b, "* ");
+			mk_sbuf_add(&b, "\n", 1);
+		mk_sbuf_str(&b, "* ");
 		model_md(&b, in, i);
 	}
-	puts_(&b, "\n\n" CARD_CONFIG);
-	puts_(&b, in->config_text ? in->config_text : "");
-	puts_(&b, "\n```\n");
+	mk_sbuf_str(&b, "\n\n" CARD_CONFIG);
+	mk_sbuf_str(&b, in->config_text ? in->config_text : "");
+	mk_sbuf_str(&b, "\n```\n");
 	if (b.oom) {
 		free(b.p);
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	}
 	*out = b.p;
-	*len = b.len;
+	*len = b.n;
 	return 0;
 }

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mk/jsondoc.h"
+#include "mk/sbuf.h"
 
 struct jnode {
 	enum mk_json_type type;
@@ -735,64 +736,20 @@ int mk_jsondoc_write(const struct mk_jsondoc *d, char **out, size_t *len, struct
 
 /* ------------------------------------------------ Python's json.dumps */
 
-struct sbuf {
-	char *p;
-	size_t n, cap;
-	bool oom;
-};
-
-static void sb_add(struct sbuf *b, const char *s, size_t n)
-{
-	if (b->oom)
-		return;
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = (b->n + n + 1) * 2;
-		char *q = realloc(b->p, cap);
-		if (!q) {
-			b->oom = true;
-			return;
-		}
-		b->p = q;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-	b->p[b->n] = '\0';
-}
-
-static void sb_str(struct sbuf *b, const char *s)
-{
-	sb_add(b, s, strlen(s));
-}
-
-static void sb_fmt(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_fmt(struct sbuf *b, const char *fmt, ...)
-{
-	char tmp[64];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		sb_add(b, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
-}
-
 /* A double as Python's repr writes it: the shortest digits that read back
  * exactly; fixed notation when the decimal point position is in (-4, 16],
  * with ".0" for integral values; else d[.ddd]e[+-]XX. */
-static void fmt_real(struct sbuf *b, double d)
+static void fmt_real(struct mk_sbuf *b, double d)
 {
 	char tmp[40], digits[24];
 	int p, exp10, nd = 0, decpt;
 
 	if (isnan(d)) {
-		sb_str(b, "NaN");
+		mk_sbuf_str(b, "NaN");
 		return;
 	}
 	if (isinf(d)) {
-		sb_str(b, d < 0 ? "-Infinity" : "Infinity");
+		mk_sbuf_str(b, d < 0 ? "-Infinity" : "Infinity");
 		return;
 	}
 	for (p = 1; p <= 17; p++) {
@@ -803,7 +760,7 @@ static void fmt_real(struct sbuf *b, double d)
 	/* tmp: [-]D[.DDD]e[+-]XX */
 	const char *s = tmp;
 	if (*s == '-') {
-		sb_str(b, "-");
+		mk_sbuf_str(b, "-");
 		s++;
 	}
 	for (; *s && *s != 'e'; s++)
@@ -816,57 +773,57 @@ static void fmt_real(struct sbuf *b, double d)
 	decpt = exp10 + 1;
 	if (decpt > -4 && decpt <= 16) {
 		if (decpt <= 0) {
-			sb_str(b, "0.");
+			mk_sbuf_str(b, "0.");
 			for (int i = 0; i < -decpt; i++)
-				sb_str(b, "0");
-			sb_str(b, digits);
+				mk_sbuf_str(b, "0");
+			mk_sbuf_str(b, digits);
 		} else if (decpt >= nd) {
-			sb_str(b, digits);
+			mk_sbuf_str(b, digits);
 			for (int i = nd; i < decpt; i++)
-				sb_str(b, "0");
-			sb_str(b, ".0");
+				mk_sbuf_str(b, "0");
+			mk_sbuf_str(b, ".0");
 		} else {
-			sb_add(b, digits, (size_t)decpt);
-			sb_str(b, ".");
-			sb_str(b, digits + decpt);
+			mk_sbuf_add(b, digits, (size_t)decpt);
+			mk_sbuf_str(b, ".");
+			mk_sbuf_str(b, digits + decpt);
 		}
 	} else {
-		sb_add(b, digits, 1);
+		mk_sbuf_add(b, digits, 1);
 		if (nd > 1) {
-			sb_str(b, ".");
-			sb_str(b, digits + 1);
+			mk_sbuf_str(b, ".");
+			mk_sbuf_str(b, digits + 1);
 		}
-		sb_fmt(b, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+		mk_sbuf_fmt(b, "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
 	}
 }
 
 /* A JSON string as Python's json.dumps(ensure_ascii=True) writes it. */
-static void fmt_string(struct sbuf *b, const char *s, size_t len)
+static void fmt_string(struct mk_sbuf *b, const char *s, size_t len)
 {
 	const unsigned char *u = (const unsigned char *)s;
 
-	sb_str(b, "\"");
+	mk_sbuf_str(b, "\"");
 	for (size_t i = 0; i < len;) {
 		unsigned c = u[i];
 		uint32_t cp;
 		size_t n;
 
 		if (c == '"' || c == '\\') {
-			sb_add(b, c == '"' ? "\\\"" : "\\\\", 2);
+			mk_sbuf_add(b, c == '"' ? "\\\"" : "\\\\", 2);
 			i++;
 			continue;
 		}
 		if (c >= 0x20 && c < 0x7f) {
-			sb_add(b, (const char *)u + i, 1);
+			mk_sbuf_add(b, (const char *)u + i, 1);
 			i++;
 			continue;
 		}
 		switch (c) {
-		case '\n': sb_str(b, "\\n"); i++; continue;
-		case '\r': sb_str(b, "\\r"); i++; continue;
-		case '\t': sb_str(b, "\\t"); i++; continue;
-		case '\b': sb_str(b, "\\b"); i++; continue;
-		case '\f': sb_str(b, "\\f"); i++; continue;
+		case '\n': mk_sbuf_str(b, "\\n"); i++; continue;
+		case '\r': mk_sbuf_str(b, "\\r"); i++; continue;
+		case '\t': mk_sbuf_str(b, "\\t"); i++; continue;
+		case '\b': mk_sbuf_str(b, "\\b"); i++; continue;
+		case '\f': mk_sbuf_str(b, "\\f"); i++; continue;
 		}
 		/* UTF-8 (the parser has validated it) */
 		if (c < 0x80) {
@@ -887,20 +844,20 @@ static void fmt_string(struct sbuf *b, const char *s, size_t len)
 		i += n;
 		if (cp >= 0x10000) {
 			cp -= 0x10000;
-			sb_fmt(b, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
+			mk_sbuf_fmt(b, "\\u%04x\\u%04x", 0xd800 + (cp >> 10), 0xdc00 + (cp & 0x3ff));
 		} else {
-			sb_fmt(b, "\\u%04x", cp);
+			mk_sbuf_fmt(b, "\\u%04x", cp);
 		}
 	}
-	sb_str(b, "\"");
+	mk_sbuf_str(b, "\"");
 }
 
 
-static void py_indent(struct sbuf *b, int level)
+static void py_indent(struct mk_sbuf *b, int level)
 {
-	sb_str(b, "\n");
+	mk_sbuf_str(b, "\n");
 	for (int i = 0; i < level; i++)
-		sb_str(b, "  ");
+		mk_sbuf_str(b, "  ");
 }
 
 struct kid {
@@ -917,7 +874,7 @@ static int cmp_kid(const void *a, const void *b)
 	return c ? c : (x->node < y->node ? -1 : x->node > y->node);
 }
 
-static void py_dump(struct sbuf *b, const struct mk_jsondoc *d, size_t v, int level)
+static void py_dump(struct mk_sbuf *b, const struct mk_jsondoc *d, size_t v, int level)
 {
 	const struct jnode *n = &d->n[v];
 	const char *t = d->text + n->begin;
@@ -944,23 +901,23 @@ static void py_dump(struct sbuf *b, const struct mk_jsondoc *d, size_t v, int le
 			nk = w;
 		}
 		if (!nk) {
-			sb_str(b, obj ? "{}" : "[]");
+			mk_sbuf_str(b, obj ? "{}" : "[]");
 			free(k);
 			return;
 		}
-		sb_str(b, obj ? "{" : "[");
+		mk_sbuf_str(b, obj ? "{" : "[");
 		for (size_t i = 0; i < nk; i++) {
 			py_indent(b, level + 1);
 			if (obj) {
 				fmt_string(b, k[i].key, strlen(k[i].key));
-				sb_str(b, ": ");
+				mk_sbuf_str(b, ": ");
 			}
 			py_dump(b, d, k[i].node, level + 1);
 			if (i + 1 < nk)
-				sb_str(b, ",");
+				mk_sbuf_str(b, ",");
 		}
 		py_indent(b, level);
-		sb_str(b, obj ? "}" : "]");
+		mk_sbuf_str(b, obj ? "}" : "]");
 		free(k);
 		return;
 	}
@@ -988,20 +945,20 @@ static void py_dump(struct sbuf *b, const struct mk_jsondoc *d, size_t v, int le
 				    !strcmp(z, "-Infinity") ? -INFINITY : strtod(z, NULL));
 			free(z);
 		} else if (len == 2 && !memcmp(t, "-0", 2)) {
-			sb_str(b, "0");  /* Python's int("-0") */
+			mk_sbuf_str(b, "0");  /* Python's int("-0") */
 		} else {
-			sb_add(b, t, len); /* an integer of any size, as it is */
+			mk_sbuf_add(b, t, len); /* an integer of any size, as it is */
 		}
 		return;
 	default:
-		sb_add(b, t, len); /* true, false, null */
+		mk_sbuf_add(b, t, len); /* true, false, null */
 	}
 }
 
 int mk_jsondoc_write_python(const struct mk_jsondoc *d, char **out, size_t *len, struct mk_err *err)
 {
 	struct mk_jsondoc *e = NULL;
-	struct sbuf b = { 0 };
+	struct mk_sbuf b = { 0 };
 	char *text;
 	size_t tlen;
 	int rc;
@@ -1015,7 +972,7 @@ int mk_jsondoc_write_python(const struct mk_jsondoc *d, char **out, size_t *len,
 	if (rc)
 		return rc;
 	py_dump(&b, e, 0, 0);
-	sb_str(&b, "\n");
+	mk_sbuf_str(&b, "\n");
 	mk_jsondoc_free(e);
 	if (b.oom) {
 		free(b.p);
@@ -1038,7 +995,7 @@ static bool fits_int64(const char *t, size_t len)
 
 int mk_jsondoc_int64_text(const struct mk_jsondoc *d, char **out, size_t *len, struct mk_err *err)
 {
-	struct sbuf b = { 0 };
+	struct mk_sbuf b = { 0 };
 	size_t from = 0;
 
 	if (d->ne)
@@ -1050,11 +1007,11 @@ int mk_jsondoc_int64_text(const struct mk_jsondoc *d, char **out, size_t *len, s
 		if (n->type != MK_JSON_NUMBER || memchr(t, '.', l) || memchr(t, 'e', l) || memchr(t, 'E', l) ||
 		    memchr(t, 'N', l) || memchr(t, 'I', l) || fits_int64(t, l))
 			continue;
-		sb_add(&b, d->text + from, n->end - from);
-		sb_str(&b, ".0");
+		mk_sbuf_add(&b, d->text + from, n->end - from);
+		mk_sbuf_str(&b, ".0");
 		from = n->end;
 	}
-	sb_add(&b, d->text + from, d->len - from);
+	mk_sbuf_add(&b, d->text + from, d->len - from);
 	if (b.oom || !b.p) {
 		free(b.p);
 		return mk_err_set(err, MK_ENOMEM, "out of memory");

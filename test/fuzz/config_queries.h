@@ -93,4 +93,29 @@ static void config_queries(const struct mk_config *cfg)
 	}
 }
 
+/* Parse text as a config and check what must hold: a parse that succeeds
+ * has no errors, keeps the text, and answers every query; one that fails
+ * says why with an error diagnostic (or ran out of memory). */
+static void config_check(const char *text, size_t n, const char *label)
+{
+	struct mk_config *cfg = NULL;
+	struct mk_diags diags;
+	struct mk_err err;
+	char line[2048];
+	int rc = mk_config_parse(text, n, label, &cfg, &diags, &err);
+
+	for (size_t i = 0; i < diags.n; i++)
+		mk_diag_format(&diags, &diags.v[i], line, sizeof(line));
+	if (rc == 0) {
+		if (!cfg || diags.nerrors || cfg->len != n || memcmp(cfg->text, text, n) != 0)
+			abort();
+		config_queries(cfg);
+		mk_config_free(cfg);
+	} else if (cfg || err.code == 0 || err.msg[0] == '\0' ||
+		   (rc != -MK_ENOMEM && diags.nerrors == 0)) {
+		abort();
+	}
+	mk_diags_free(&diags);
+}
+
 #endif

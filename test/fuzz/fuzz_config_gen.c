@@ -300,29 +300,12 @@ static void config(struct gen *g)
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 {
 	struct gen g = { d, n, 0, NULL, 0, 0 };
-	struct mk_config *cfg = NULL;
-	struct mk_diags diags;
-	struct mk_err err;
-	char line[2048];
-	int rc;
 
 	put(&g, "");
 	config(&g);
 	if (getenv("MK_FUZZ_PRINT"))    /* to see what the choices make */
 		fprintf(stderr, "----\n%s", g.out);
-	rc = mk_config_parse(g.out, g.len, "gen.yml", &cfg, &diags, &err);
-	for (size_t i = 0; i < diags.n; i++)
-		mk_diag_format(&diags, &diags.v[i], line, sizeof(line));
-	if (rc == 0) {
-		if (!cfg || diags.nerrors)
-			abort();
-		config_queries(cfg);
-		mk_config_free(cfg);
-	} else if (cfg || err.code == 0 || err.msg[0] == '\0' ||
-		   (rc != -MK_ENOMEM && diags.nerrors == 0)) {
-		abort();
-	}
-	mk_diags_free(&diags);
+	config_check(g.out, g.len, "gen.yml");
 	free(g.out);
 	return 0;
 }

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "preload.h"
 
 static void *(*real_malloc)(size_t);
 static void *(*real_calloc)(size_t, size_t);
@@ -26,24 +27,7 @@ static void *(*real_realloc)(void *, size_t);
 static char *(*real_strdup)(const char *);
 static char *(*real_strndup)(const char *, size_t);
 static unsigned long fail_at, seen;
-static uintptr_t exe_lo, exe_hi;     /* the program's text */
-static int ready;                 /* main has started */
 
-static int phdr_cb(struct dl_phdr_info *info, size_t size, void *data)
-{
-	(void)size;
-	(void)data;
-	if (info->dlpi_name && info->dlpi_name[0])
-		return 0;              /* the main program has no name */
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
-			exe_lo = info->dlpi_addr + ph->p_vaddr;
-			exe_hi = exe_lo + ph->p_memsz;
-		}
-	}
-	return 1;
-}
 
 static void report(void)
 {
@@ -74,36 +58,16 @@ __attribute__((constructor)) static void init(void)
 	const char *n = getenv("MK_FAIL_ALLOC");
 
 	resolve();
-	dl_iterate_phdr(phdr_cb, NULL);
+	preload_init();
 	fail_at = n ? strtoul(n, NULL, 10) : 0;
 	atexit(report);
 }
 
-/* Count from main on: the program's static constructors (the CUDA
- * runtime's, say) are not mk's code. */
-static int (*real_main)(int, char **, char **);
-
-static int main_wrapper(int argc, char **argv, char **envp)
-{
-	ready = 1;
-	return real_main(argc, argv, envp);
-}
-
-int __libc_start_main(int (*main)(int, char **, char **), int argc, char **argv, void (*init)(void),
-		      void (*fini)(void), void (*rtld_fini)(void), void *stack_end)
-{
-	int (*real)(int (*)(int, char **, char **), int, char **, void (*)(void), void (*)(void),
-		    void (*)(void), void *) = dlsym(RTLD_NEXT, "__libc_start_main");
-	real_main = main;
-	return real(main_wrapper, argc, argv, init, fini, rtld_fini, stack_end);
-}
 
 /* an allocation asked for by mk's code: counted, and the Nth fails */
 static int fail_here(void *caller)
 {
-	uintptr_t a = (uintptr_t)caller;
-
-	if (!ready || a < exe_lo || a >= exe_hi)
+	if (!from_mk(caller))
 		return 0;
 	return ++seen == fail_at;
 }

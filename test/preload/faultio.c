@@ -29,6 +29,7 @@
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#include "preload.h"
 
 enum op { READ, PREAD, WRITE, PWRITE, WRITEV, FSYNC, FDATASYNC, FTRUNCATE, FALLOCATE, RENAME, NOPS };
 static const char *const op_names[NOPS] = { "read", "pread", "write", "pwrite", "writev", "fsync",
@@ -39,24 +40,7 @@ static unsigned long seen[NOPS];
 static int fault_op = -1;
 static unsigned long fault_at;
 static enum kind fault_kind;
-static uintptr_t exe_lo, exe_hi;
-static int ready;
 
-static int phdr_cb(struct dl_phdr_info *info, size_t size, void *data)
-{
-	(void)size;
-	(void)data;
-	if (info->dlpi_name && info->dlpi_name[0])
-		return 0;
-	for (int i = 0; i < info->dlpi_phnum; i++) {
-		const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-		if (ph->p_type == PT_LOAD && (ph->p_flags & PF_X)) {
-			exe_lo = info->dlpi_addr + ph->p_vaddr;
-			exe_hi = exe_lo + ph->p_memsz;
-		}
-	}
-	return 1;
-}
 
 static void report(void)
 {
@@ -76,7 +60,7 @@ __attribute__((constructor)) static void init(void)
 	const char *spec = getenv("MK_FAULT_IO");
 	char op[32], kind[32];
 
-	dl_iterate_phdr(phdr_cb, NULL);
+	preload_init();
 	atexit(report);
 	if (!spec || sscanf(spec, "%31[a-z]:%lu:%31[a-z]", op, &fault_at, kind) != 3)
 		return;
@@ -92,30 +76,13 @@ __attribute__((constructor)) static void init(void)
 	}
 }
 
-static int (*real_main)(int, char **, char **);
-
-static int main_wrapper(int argc, char **argv, char **envp)
-{
-	ready = 1;
-	return real_main(argc, argv, envp);
-}
-
-int __libc_start_main(int (*main)(int, char **, char **), int argc, char **argv, void (*init)(void),
-		      void (*fini)(void), void (*rtld_fini)(void), void *stack_end)
-{
-	int (*real)(int (*)(int, char **, char **), int, char **, void (*)(void), void (*)(void),
-		    void (*)(void), void *) = dlsym(RTLD_NEXT, "__libc_start_main");
-	real_main = main;
-	return real(main_wrapper, argc, argv, init, fini, rtld_fini, stack_end);
-}
 
 /* The fault for this call of op (NONE: do it as asked). */
 static enum kind fault(enum op op, int fd, void *caller)
 {
-	uintptr_t a = (uintptr_t)caller;
 	unsigned long n;
 
-	if (!ready || fd == 2 || a < exe_lo || a >= exe_hi)
+	if (fd == 2 || !from_mk(caller))
 		return NONE;
 	n = ++seen[op];
 	if ((int)op != fault_op)
