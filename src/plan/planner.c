@@ -1231,8 +1231,8 @@ static char *chat_template_text(struct mk_plan *p, struct mk_diags *d)
 
 static const char *const tokenizer_files[] = {
 	"tokenizer_config.json", "special_tokens_map.json", "tokenizer.json", "tokenizer.model",
-	"added_tokens.json", "merges.txt", "chat_template.jinja", "generation_config.json",
-	"chat_template.json", "video_preprocessor_config.json", NULL,
+	"added_tokens.json", "vocab.json", "merges.txt", "vocab.txt", "chat_template.jinja",
+	"generation_config.json", "chat_template.json", "video_preprocessor_config.json", NULL,
 };
 
 static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_changed, struct mk_diags *d,
@@ -1303,13 +1303,24 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 	 * (check_tokenizer), else the base or the first model */
 	donor = &p->models[p->tok_donor];
 	if (p->o->copy_tokenizer) {
-		bool ok = donor_has(donor, "tokenizer_config.json") &&
-			  (donor_has(donor, "tokenizer.json") || donor_has(donor, "tokenizer.model"));
+		/* a vocabulary in any of the layouts transformers loads (mergekit
+		 * writes a tokenizer whenever AutoTokenizer loads one); its files
+		 * are copied as they are */
+		bool ok = donor_has(donor, "tokenizer.json") || donor_has(donor, "tokenizer.model") ||
+			  (donor_has(donor, "vocab.json") && donor_has(donor, "merges.txt")) ||
+			  donor_has(donor, "vocab.txt");
 		char *tmpl = p->cfg->chat_template ? chat_template_text(p, d) : NULL;
 		if (!ok)
-			diag(d, MK_DIAG_WARNING, NULL,
-			     "model '%s' lacks tokenizer_config.json, or both tokenizer.json and tokenizer.model: no tokenizer files copied (as mergekit)",
+			diag(d, MK_DIAG_WARNING, &p->cfg->merge_method_loc,
+			     "model '%s' has no tokenizer (no tokenizer.json, tokenizer.model, vocab.json with merges.txt, or vocab.txt): the output has none",
 			     donor->display);
+		/* a template over a donor with neither file that holds one: in
+		 * chat_template.jinja, as transformers 5 keeps it */
+		if (ok && tmpl && !donor_has(donor, "tokenizer_config.json") && !donor_has(donor, "chat_template.jinja")) {
+			char *t = strdup(tmpl);
+			rc = t ? add_file(p, "chat_template.jinja", (uint8_t *)t, strlen(t), err) :
+				 mk_err_set(err, MK_ENOMEM, "out of memory");
+		}
 		for (size_t k = 0; ok && tokenizer_files[k] && !rc; k++) {
 			if (!donor_has(donor, tokenizer_files[k]))
 				continue;

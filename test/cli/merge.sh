@@ -186,6 +186,25 @@ grep -q "chat_template auto: model 'models/tiny-big': tokenizer_config.json:3:1:
 [ "$(cat ct-jinja/chat_template.jinja)" = "{{ jinja }}" ] || fail "auto did not find chat_template.jinja"
 python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["chat_template"] == "{{ jinja }}"' ct-jinja/tokenizer_config.json ||
 	fail "auto: tokenizer_config.json lacks the template from chat_template.jinja"
+# donors without tokenizer.json or tokenizer_config.json: a tokenizer in
+# any layout transformers loads is copied as it is (mergekit writes one
+# whenever AutoTokenizer loads it); none at all is said
+cp -r models/tiny-a models/gpt2ish && rm models/gpt2ish/tokenizer.json
+printf '{"a": 0, "b": 1, "ab": 2}' > models/gpt2ish/vocab.json && printf '#version: 0.2\na b\n' > models/gpt2ish/merges.txt
+cp -r models/tiny-a models/noconfig && rm models/noconfig/tokenizer_config.json
+cp -r models/tiny-a models/novocab && rm models/novocab/tokenizer.json
+for m in gpt2ish noconfig novocab; do
+	printf 'merge_method: linear\nmodels:\n  - model: models/%s\n    parameters: {weight: 1}\n  - model: models/tiny-a\n    parameters: {weight: 1}\n' $m > donor-$m.yml
+	rm -rf donor-$m && mk-yaml donor-$m.yml donor-$m 2> donor.err
+	case $m in
+	gpt2ish) for f in vocab.json merges.txt tokenizer_config.json; do cmp models/$m/$f donor-$m/$f || fail "$m: $f not copied"; done ;;
+	noconfig) cmp models/$m/tokenizer.json donor-$m/tokenizer.json || fail "$m: tokenizer.json not copied"
+		  [ ! -e donor-$m/tokenizer_config.json ] || fail "$m: a tokenizer_config.json from nowhere" ;;
+	novocab) grep -q "donor-novocab.yml:1:15: merge_method: model 'models/novocab' has no tokenizer (no tokenizer.json, tokenizer.model, vocab.json with merges.txt, or vocab.txt): the output has none" donor.err ||
+			 { cat donor.err; fail "no word on a donor without a tokenizer"; }
+		 [ ! -e donor-$m/tokenizer_config.json ] || fail "$m: tokenizer files copied without a vocabulary" ;;
+	esac
+done
 # .bin-only models are refused at plan time with a word on it
 mkdir binonly && echo x > binonly/pytorch_model.bin && cp models/tiny-a/config.json binonly/
 printf 'merge_method: linear\nmodels:\n  - model: binonly\n    parameters: {weight: 1}\n' > bin.yml
