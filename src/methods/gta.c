@@ -279,6 +279,17 @@ static int output(const struct mk_method *m, const struct mk_job_desc *d,
 		}
 	}
 	po->out = *b;
+	{
+		/* the dtype torch's promotion gives the task-vector sum
+		 * (mergekit: a bfloat16 base and a float32 model merge to
+		 * float32) */
+		enum mk_dtype dts[64];
+		size_t nd = 0;
+		for (size_t i = 0; i < d->ninputs && nd < 64; i++)
+			if (used[i] || (int)i == d->base)
+				dts[nd++] = d->in[i].dtype;
+		po->out.dtype = mk_promote_dtypes(nd, dts);
+	}
 	po->compute = b->dtype == MK_DT_F64 ? MK_DT_F64 : MK_DT_F32;
 	return 0;
 }

@@ -84,7 +84,12 @@ static int output(const struct mk_method *m, const struct mk_job_desc *d,
 	rc = mk_rectify_shapes(m, d, used, &po->out, &rectified, err);
 	if (rc)
 		goto out;
-	po->out.dtype = b->dtype;
+	{
+		/* torch's promotion, as mergekit's lerp gives it (a bfloat16
+		 * base and a float32 model: float32) */
+		enum mk_dtype dts[2] = { b->dtype, d->in[o].dtype };
+		po->out.dtype = mk_promote_dtypes(2, dts);
+	}
 	po->compute = b->dtype == MK_DT_F64 && d->in[o].dtype == MK_DT_F64 ? MK_DT_F64 : MK_DT_F32;
 out:
 	return rc;

@@ -1245,6 +1245,29 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 	size_t len;
 	int rc;
 
+	/* no dtype asked for: when the merged tensors all came out in one
+	 * float dtype other than the donor's (a bfloat16 base and a float32
+	 * model promote to float32), config.json says so, as mergekit's
+	 * does */
+	if (!dtname && p->man) {
+		enum mk_dtype out = MK_DT_COUNT, was = MK_DT_COUNT;
+		const char *dn = NULL, *canon = NULL;
+		bool one = true;
+		for (size_t i = 0; i < p->man->ntensors && one; i++) {
+			enum mk_dtype t = p->man->tensors[i].desc.dtype;
+			if (!mk_dtype_is_float(t))
+				continue;
+			one = out == MK_DT_COUNT || out == t;
+			out = t;
+		}
+		if ((!mk_hfconfig_str(donor->hf, "dtype", &dn, NULL) || !mk_hfconfig_str(donor->hf, "torch_dtype", &dn, NULL)) &&
+		    dn)
+			(void)mk_config_dtype_parse(dn, &was, NULL, NULL);
+		if (one && out != MK_DT_COUNT && was != MK_DT_COUNT && out != was)
+			canon = out == MK_DT_F32 ? "float32" : out == MK_DT_BF16 ? "bfloat16" :
+				out == MK_DT_F16 ? "float16" : out == MK_DT_F64 ? "float64" : NULL;
+		dtname = canon;
+	}
 	/* config.json */
 	rc = mk_hfconfig_edit(donor->hf_text, donor->hf_len, "config.json", p->arch, dtname,
 			    layers_changed ? out_layers : NULL, -1, &text, &len, &warn, err);

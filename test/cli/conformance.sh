@@ -28,7 +28,18 @@ for cfg in test/conformance/*.yml; do
 		python3 - "$out/$case/config.json" "$g/config.json" <<'PY' || fail "$case: config.json differs"
 import json, sys
 mk, ref = (json.load(open(p)) for p in sys.argv[1:])
-bad = [k for k in mk if k != "torch_dtype" and mk[k] != ref.get(k)]
+bad = [k for k in mk if k not in ("torch_dtype", "dtype") and mk[k] != ref.get(k)]
+# dtype: the tensors' (mergekit keeps the donor's even when the tensors
+# promoted to another, mk-compat(7)); checked against the golden tensors
+import os, struct
+st = os.path.join(os.path.dirname(sys.argv[2]), "model.safetensors")
+if "dtype" in mk and os.path.exists(st):
+    with open(st, "rb") as f:
+        h = json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+    names = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64"}
+    got = {names.get(v["dtype"]) for k, v in h.items() if k != "__metadata__" and v["dtype"] in names}
+    if len(got) == 1 and mk["dtype"] not in got:
+        bad.append("dtype (the tensors are %s)" % got.pop())
 sys.exit(f"keys differing from mergekit's: {bad}" if bad else 0)
 PY
 	fi
