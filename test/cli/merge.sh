@@ -117,8 +117,9 @@ if [ "$MK_SAN" != 1 ]; then
 	mk-yaml big.yml killed 2>kill-err.txt &
 	ypid=$!
 	i=0
-	until pgrep -f "mk-merge" >/dev/null 2>&1 || [ $i -gt 100 ]; do sleep 0.05; i=$((i + 1)); done
-	pkill -9 -f "mk-merge" || true
+	# this mk-yaml's own mk-merge only (a child of it): never another run's
+	until pgrep -P $ypid -x mk-merge >/dev/null 2>&1 || [ $i -gt 100 ]; do sleep 0.05; i=$((i + 1)); done
+	pkill -9 -P $ypid -x mk-merge || true
 	set +e; wait $ypid; rc=$?; set -e
 	[ $rc -ne 0 ] || fail "mk-yaml succeeded although mk-merge was killed"
 	grep -q "mk-merge was killed by signal 9" kill-err.txt || { cat kill-err.txt; fail "no message about the killed stage"; }
