@@ -21,6 +21,9 @@ files_for() {
 	stream) echo src/stream/stream.c ;;
 	frames) echo src/stream/stream.c src/stream/manifest.c src/stream/job.c src/stream/check.c src/cat/verify.c ;;
 	plugin_elf) echo src/plugin/elf.c ;;
+	journal) echo src/pack/pack.c:journal_parse ;;   # FILE:FUNCTION: that function only
+	jsondoc) echo src/core/jsondoc.c ;;
+	vocab) echo src/tokenizer/vocab.c src/core/jsondoc.c ;;
 	*) echo "" ;;
 	esac
 }
@@ -49,10 +52,17 @@ for h in $harnesses; do
 		n=$((n + $(ls "$c" | wc -l)))
 	done
 	total=0 run=0 line=""
-	for f in $(files_for "$h"); do
+	for spec in $(files_for "$h"); do
+		f=${spec%%:*} fn=
+		[ "$f" = "$spec" ] || fn=${spec#*:}
 		o=$(echo "$f" | tr / _ | sed 's/\.c$/.o/')
-		r=$(cd "$lib" && gcov -n -o "$o" "$top/$f" 2>/dev/null |
-			awk -v f="$f" 'index($0, "File ") == 1 && substr($0, length($0) - length(f)) == f "\x27" {getline; print; exit}')
+		if [ -n "$fn" ]; then
+			r=$(cd "$lib" && gcov -n -f -o "$o" "$top/$f" 2>/dev/null |
+				awk -v fn="$fn" '$0 == "Function \x27" fn "\x27" {getline; print; exit}')
+		else
+			r=$(cd "$lib" && gcov -n -o "$o" "$top/$f" 2>/dev/null |
+				awk -v f="$f" 'index($0, "File ") == 1 && substr($0, length($0) - length(f)) == f "\x27" {getline; print; exit}')
+		fi
 		# "Lines executed:72.31% of 130"
 		pct=$(echo "$r" | sed -n 's/Lines executed:\([0-9.]*\)% of \([0-9]*\)/\1 \2/p')
 		[ -n "$pct" ] || continue
@@ -60,7 +70,7 @@ for h in $harnesses; do
 		l=$(awk -v p="$1" -v t="$2" 'BEGIN { printf "%d", p * t / 100 + 0.5 }')
 		total=$((total + $2))
 		run=$((run + l))
-		line="$line $(basename "$f") $1%"
+		line="$line $(basename "$f")${fn:+:$fn} $1%"
 	done
 	if [ "$total" -gt 0 ]; then
 		echo "fuzz_$h: $n inputs; lines run $run of $total ($(awk -v r=$run -v t=$total 'BEGIN { printf "%.1f", 100 * r / t }')%):$line"
