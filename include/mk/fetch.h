@@ -38,7 +38,7 @@ struct mk_fetch_opts {
 	void *progress_ctx;
 };
 
-#define MK_FETCH_HOLD_DEFAULT (16ull << 20)
+#define MK_FETCH_HOLD_DEFAULT (64ull << 20)
 
 struct mk_fetch_stats {
 	char backend[64];            /* reader backend used */
