@@ -853,6 +853,24 @@ static void fmt_string(struct mk_sbuf *b, const char *s, size_t len)
 }
 
 
+/* Is the number lexeme t (len bytes) an integer (digits, maybe a minus):
+ * what Python reads as an int, not a float, NaN or Infinity? */
+static bool number_is_int(const char *t, size_t len)
+{
+	return !memchr(t, '.', len) && !memchr(t, 'e', len) && !memchr(t, 'E', len) &&
+	       !memchr(t, 'N', len) && !memchr(t, 'I', len);
+}
+
+/* Does the integer lexeme t fit in int64? */
+static bool fits_int64(const char *t, size_t len)
+{
+	bool neg = t[0] == '-';
+	const char *dg = t + neg, *lim = neg ? "9223372036854775808" : "9223372036854775807";
+	size_t n = len - neg;
+
+	return n < 19 || (n == 19 && memcmp(dg, lim, 19) <= 0);
+}
+
 static void py_indent(struct mk_sbuf *b, int level)
 {
 	mk_sbuf_str(b, "\n");
@@ -933,8 +951,7 @@ static void py_dump(struct mk_sbuf *b, const struct mk_jsondoc *d, size_t v, int
 		return;
 	}
 	case MK_JSON_NUMBER:
-		if (memchr(t, '.', len) || memchr(t, 'e', len) || memchr(t, 'E', len) ||
-		    (len >= 3 && (!memcmp(t, "NaN", 3) || memchr(t, 'I', len)))) {
+		if (!number_is_int(t, len)) {
 			/* a float: what Python's float() reads, as its repr */
 			char *z = strndup(t, len);
 			if (!z) {
@@ -983,16 +1000,6 @@ int mk_jsondoc_write_python(const struct mk_jsondoc *d, char **out, size_t *len,
 	return 0;
 }
 
-/* Does the integer lexeme t (len bytes, -?digits) fit in int64? */
-static bool fits_int64(const char *t, size_t len)
-{
-	bool neg = t[0] == '-';
-	const char *dg = t + neg, *lim = neg ? "9223372036854775808" : "9223372036854775807";
-	size_t n = len - neg;
-
-	return n < 19 || (n == 19 && memcmp(dg, lim, 19) <= 0);
-}
-
 int mk_jsondoc_int64_text(const struct mk_jsondoc *d, char **out, size_t *len, struct mk_err *err)
 {
 	struct mk_sbuf b = { 0 };
@@ -1004,8 +1011,7 @@ int mk_jsondoc_int64_text(const struct mk_jsondoc *d, char **out, size_t *len, s
 		const struct jnode *n = &d->n[i];
 		const char *t = d->text + n->begin;
 		size_t l = n->end - n->begin;
-		if (n->type != MK_JSON_NUMBER || memchr(t, '.', l) || memchr(t, 'e', l) || memchr(t, 'E', l) ||
-		    memchr(t, 'N', l) || memchr(t, 'I', l) || fits_int64(t, l))
+		if (n->type != MK_JSON_NUMBER || !number_is_int(t, l) || fits_int64(t, l))
 			continue;
 		mk_sbuf_add(&b, d->text + from, n->end - from);
 		mk_sbuf_str(&b, ".0");
@@ -1077,8 +1083,7 @@ int mk_jsondoc_node_int(const struct mk_jsondoc *d, size_t node, long long *v)
 		return -1;
 	t = d->text + d->n[node].begin;
 	l = d->n[node].end - d->n[node].begin;
-	if (memchr(t, '.', l) || memchr(t, 'e', l) || memchr(t, 'E', l) || memchr(t, 'N', l) ||
-	    memchr(t, 'I', l) || !fits_int64(t, l))
+	if (!number_is_int(t, l) || !fits_int64(t, l))
 		return -1;
 	*v = strtoll(t, &end, 10);
 	return end == t + l ? 0 : -1;

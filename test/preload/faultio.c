@@ -106,71 +106,26 @@ static size_t shorter(size_t n)
 #define REAL(name) static __typeof__(name) *real_##name; \
 	if (!real_##name) real_##name = (__typeof__(name) *)dlsym(RTLD_NEXT, #name)
 
-ssize_t read(int fd, void *buf, size_t n)
-{
-	REAL(read);
-	enum kind k = fault(READ, fd, __builtin_return_address(0));
-	if (k == SHORT || k == SHORTALL)
-		n = shorter(n);
-	else if (k != NONE)
-		return errno = fail_errno(k), -1;
-	return real_read(fd, buf, n);
-}
+/* A read or write of n bytes: failed as the fault says, or cut short. */
+#define RW(name, OP, bufdecl, ...)                                                      \
+	ssize_t name(int fd, bufdecl buf, size_t n __VA_OPT__(, ) __VA_ARGS__)           \
+	{                                                                                \
+		REAL(name);                                                              \
+		enum kind k = fault(OP, fd, __builtin_return_address(0));                \
+		if (k == SHORT || k == SHORTALL)                                         \
+			n = shorter(n);                                                  \
+		else if (k != NONE)                                                      \
+			return errno = fail_errno(k), -1;                                \
+		return real_##name(fd, buf, n __VA_OPT__(, ) OFF_ARG(__VA_ARGS__));      \
+	}
+#define OFF_ARG(...) __VA_OPT__(off)
 
-ssize_t pread(int fd, void *buf, size_t n, off_t off)
-{
-	REAL(pread);
-	enum kind k = fault(PREAD, fd, __builtin_return_address(0));
-	if (k == SHORT || k == SHORTALL)
-		n = shorter(n);
-	else if (k != NONE)
-		return errno = fail_errno(k), -1;
-	return real_pread(fd, buf, n, off);
-}
-
-ssize_t pread64(int fd, void *buf, size_t n, off_t off)
-{
-	REAL(pread64);
-	enum kind k = fault(PREAD, fd, __builtin_return_address(0));
-	if (k == SHORT || k == SHORTALL)
-		n = shorter(n);
-	else if (k != NONE)
-		return errno = fail_errno(k), -1;
-	return real_pread64(fd, buf, n, off);
-}
-
-ssize_t write(int fd, const void *buf, size_t n)
-{
-	REAL(write);
-	enum kind k = fault(WRITE, fd, __builtin_return_address(0));
-	if (k == SHORT || k == SHORTALL)
-		n = shorter(n);
-	else if (k != NONE)
-		return errno = fail_errno(k), -1;
-	return real_write(fd, buf, n);
-}
-
-ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
-{
-	REAL(pwrite);
-	enum kind k = fault(PWRITE, fd, __builtin_return_address(0));
-	if (k == SHORT || k == SHORTALL)
-		n = shorter(n);
-	else if (k != NONE)
-		return errno = fail_errno(k), -1;
-	return real_pwrite(fd, buf, n, off);
-}
-
-ssize_t pwrite64(int fd, const void *buf, size_t n, off_t off)
-{
-	REAL(pwrite64);
-	enum kind k = fault(PWRITE, fd, __builtin_return_address(0));
-	if (k == SHORT || k == SHORTALL)
-		n = shorter(n);
-	else if (k != NONE)
-		return errno = fail_errno(k), -1;
-	return real_pwrite64(fd, buf, n, off);
-}
+RW(read, READ, void *)
+RW(pread, PREAD, void *, off_t off)
+RW(pread64, PREAD, void *, off_t off)
+RW(write, WRITE, const void *)
+RW(pwrite, PWRITE, const void *, off_t off)
+RW(pwrite64, PWRITE, const void *, off_t off)
 
 ssize_t writev(int fd, const struct iovec *iov, int cnt)
 {
