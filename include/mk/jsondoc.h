@@ -62,6 +62,9 @@ const char *mk_jsondoc_key(const struct mk_jsondoc *d, size_t node); /* a member
 char *mk_jsondoc_node_string(const struct mk_jsondoc *d, size_t node, size_t *len); /* malloc'ed */
 int mk_jsondoc_node_int(const struct mk_jsondoc *d, size_t node, long long *v); /* an int64 integer */
 int mk_jsondoc_node_bool(const struct mk_jsondoc *d, size_t node, bool *v);
+/* A node's text as it stands in the file (not NUL-terminated; *len
+ * bytes), pointing into the document; NULL for SIZE_MAX. */
+const char *mk_jsondoc_node_text(const struct mk_jsondoc *d, size_t node, size_t *len);
 
 /* Set the value at path (its parent must be an object that exists) to
  * value_json, a JSON value's text (mk_json_quote makes one of a string):

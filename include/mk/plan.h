@@ -46,6 +46,53 @@ struct mk_plan_input {
 	size_t nsources;
 	char **sources;
 	char *assembly;               /* the kind, or NULL */
+	/* A vocabulary job's input (the job has `vocab`): which of its rows
+	 * land where in the output's vocabulary.  "rows": [out, src, n, ...]
+	 * flat: output rows out .. out+n-1 are the stored tensor's rows
+	 * src .. src+n-1; output rows in no run are rows the model lacks.
+	 * Runs ascend by out and do not overlap; src+n stays within the
+	 * stored rows. */
+	size_t nruns;
+	struct mk_vocab_run *runs;
+};
+
+struct mk_vocab_run {
+	uint64_t out, src, n;
+};
+
+/* How the rows of a vocabulary job's inputs are filled where an input
+ * lacks the token (or for every input, `force`): */
+enum mk_fill_kind {
+	MK_FILL_ZERO,                 /* zeros */
+	MK_FILL_COPY,                 /* input `from`'s row (an input of the job, or
+					 ninputs + k: aux input k) */
+	MK_FILL_AVERAGE,              /* the mean of the rows of the inputs that have
+					 the token, summed in input order in the
+					 vocabulary dtype */
+	MK_FILL_MEAN,                 /* padding: per input, the mean of its first
+					 `tokens` aligned rows */
+};
+struct mk_vocab_fill {
+	uint64_t out, n;              /* output rows */
+	enum mk_fill_kind kind;
+	uint32_t from;                /* MK_FILL_COPY */
+	bool force;                   /* inputs that have the token take it too */
+};
+
+/* A job whose inputs are aligned to a merged vocabulary (a tokenizer
+ * source is set): "vocab": {"rows": R, "tokens": V, "dtype": D,
+ * "fill": [[out, n, kind, from, force], ...], "aux": [inputs]}.  Every
+ * input becomes an R-row matrix in dtype D: its own rows by its runs,
+ * the fills elsewhere (output rows in no fill are rows every input has).
+ * aux inputs are rows read only to fill others (a token's embedding
+ * taken from another token of a model); the method does not see them. */
+struct mk_plan_vocab {
+	uint64_t rows, tokens;
+	enum mk_dtype dtype;
+	size_t nfill;
+	struct mk_vocab_fill *fill;   /* ascending, disjoint */
+	size_t naux;
+	struct mk_plan_input *aux;
 };
 
 /* A resolved parameter value, by the method's parameter name. */
@@ -71,6 +118,7 @@ struct mk_plan_job {
 	bool check_equal;            /* passthrough of inputs that must agree */
 	struct mk_job_params global; /* "params": {"global": ...} */
 	struct mk_job_params *input_params; /* ninputs entries ("inputs") */
+	struct mk_plan_vocab *vocab; /* NULL: inputs as stored */
 	void *extra;                 /* unknown keys (json_t *), owned */
 };
 
@@ -92,5 +140,21 @@ struct mk_plan_job *mk_plan_job_new(size_t ninputs);
 int mk_job_params_add(struct mk_job_params *ps, const char *name, struct mk_pval v,
 		      struct mk_err *err);
 void mk_plan_job_free(struct mk_plan_job *j);
+
+/* Vocabulary jobs.  An input's (i < ninputs, or ninputs + k for aux
+ * input k) stored row for output row `row`, or -1 when it lacks it. */
+int64_t mk_plan_vocab_src_row(const struct mk_plan_job *j, size_t input, uint64_t row);
+/* The fill of output row `row`, or NULL (every input has it). */
+const struct mk_vocab_fill *mk_plan_vocab_fill_at(const struct mk_plan_job *j, uint64_t row);
+/* The first output row after `row` where an input's run or a fill begins
+ * or ends (or `tokens`): a range of rows that crosses none has one fill
+ * and every input wholly present or wholly absent.  vocab->rows at the
+ * end. */
+uint64_t mk_plan_vocab_next_cut(const struct mk_plan_job *j, uint64_t row);
+/* The bytes mk-fetch sends of input `input` in one send: its elements,
+ * or a vocabulary job's rows in its runs. */
+uint64_t mk_plan_input_sent_bytes(const struct mk_plan_job *j, size_t input);
+/* The input `input` (ninputs + k: aux k) */
+const struct mk_plan_input *mk_plan_job_input(const struct mk_plan_job *j, size_t input);
 
 #endif

@@ -94,10 +94,6 @@ struct feats {
 	size_t n, cap;
 };
 
-static const char LATER_TOKENIZER[] =
-	"tokens and padding need embedding rows assembled per token, which come in a "
-	"later version; a tokenizer source alone works over models whose "
-	"vocabularies are the same";
 static const char LATER_LORA[] =
 	"LoRA merging comes in a later version; merge the adapter into the model "
 	"first (e.g. with PEFT's merge_and_unload) and reference the result";
@@ -166,15 +162,7 @@ int mk_config_unsupported(const struct mk_config *cfg,
 
 	*out = NULL;
 	*n = 0;
-	/* a tokenizer source alone is checked by the planner (the models'
-	 * vocabularies must be the same); tokens and padding need embedding
-	 * rows assembled per token */
-	for (size_t i = 0; cfg->tokenizer && i < cfg->tokenizer->ntokens; i++)
-		if (add_feat(&f, "tokenizer.tokens", LATER_TOKENIZER, &cfg->tokenizer->tokens[i].loc))
-			goto nomem;
-	if ((cfg->tokenizer && cfg->tokenizer->has_pad_to_multiple_of &&
-	     add_feat(&f, "tokenizer.pad_to_multiple_of", LATER_TOKENIZER, &cfg->tokenizer->loc)) ||
-	    lora(&f, cfg->base_model) ||
+	if (lora(&f, cfg->base_model) ||
 	    lora_models(&f, cfg->models, cfg->nmodels) ||
 	    lora_slices(&f, cfg->slices, cfg->nslices))
 		goto nomem;

@@ -524,6 +524,16 @@ char *mk_jsondoc_text(const struct mk_jsondoc *d, const char *path)
 	return strndup(d->text + d->n[i].begin, d->n[i].end - d->n[i].begin);
 }
 
+const char *mk_jsondoc_node_text(const struct mk_jsondoc *d, size_t node, size_t *len)
+{
+	if (node >= d->nn) {
+		*len = 0;
+		return NULL;
+	}
+	*len = d->n[node].end - d->n[node].begin;
+	return d->text + d->n[node].begin;
+}
+
 char *mk_jsondoc_string(const struct mk_jsondoc *d, const char *path, size_t *len)
 {
 	size_t i = lookup(d, path, NULL, NULL, NULL);

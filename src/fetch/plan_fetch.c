@@ -91,6 +91,13 @@ static int next_range(struct pf *p, struct mk_err *err)
 				}
 			}
 			memcpy(shape, jb->inputs[k].desc.shape, sizeof(shape));
+			if (jb->vocab) {
+				/* the output's rows: every input aligned to the vocabulary */
+				for (size_t i = 0; i < jb->vocab->naux; i++)
+					if (mk_dtype_bits(jb->vocab->aux[i].desc.dtype) > mk_dtype_bits(wide))
+						wide = jb->vocab->aux[i].desc.dtype;
+				shape[0] = jb->vocab->rows;
+			}
 			int rc = mk_chunker_init(&p->ck, wide, jb->inputs[k].desc.ndim, shape, p->chunk_bytes, err);
 			if (rc)
 				return mk_err_prefix(err, "job %u: ", jb->id);
@@ -100,6 +107,13 @@ static int next_range(struct pf *p, struct mk_err *err)
 			/* an assembled input's runs are separate tensors: no range
 			 * crosses from one to the next */
 			uint64_t b = p->cur.elem_begin, e = b + p->cur.elem_count;
+			/* a vocabulary job's range: one fill, each input wholly
+			 * there or not */
+			if (jb->vocab && p->ck.row_len) {
+				uint64_t cut = mk_plan_vocab_next_cut(jb, b / p->ck.row_len) * p->ck.row_len;
+				if (cut < e)
+					e = cut;
+			}
 			for (size_t i = 0; i < jb->ninputs; i++)
 				for (size_t k = 1; k < p->src[p->j][i].nseg; k++) {
 					uint64_t bound = p->src[p->j][i].seg[k].elem_begin;
@@ -134,14 +148,24 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 				return rc;
 		}
 		const struct mk_plan_job *jb = p->jobs[p->j];
-		while (p->input < jb->ninputs) {
+		size_t nin = jb->ninputs + (jb->vocab ? jb->vocab->naux : 0);
+		while (p->input < nin) {
 			size_t i = p->input++;
-			const struct mk_plan_input *in = &jb->inputs[i];
-			uint64_t b = p->cur.elem_begin, n = p->cur.elem_count;
-			if (b >= in->nelem)
-				continue; /* a shorter input (fewer rows) */
-			if (n > in->nelem - b)
-				n = in->nelem - b;
+			const struct mk_plan_input *in = mk_plan_job_input(jb, i);
+			uint64_t b = p->cur.elem_begin, n = p->cur.elem_count, at = b;
+			if (jb->vocab) {
+				/* the input's row for the range's first output row */
+				uint64_t rl = p->ck.row_len ? p->ck.row_len : 1;
+				int64_t sr = mk_plan_vocab_src_row(jb, i, b / rl);
+				if (sr < 0)
+					continue; /* a token it lacks: filled by mk-merge */
+				at = (uint64_t)sr * rl + b % rl;
+			} else {
+				if (b >= in->nelem)
+					continue; /* a shorter input (fewer rows) */
+				if (n > in->nelem - b)
+					n = in->nelem - b;
+			}
 			struct tag *t = &p->ring[p->seq++ % p->ring_len];
 			uint64_t boff, blen;
 			if (mk_dtype_nbytes(in->desc.dtype, n, &blen))
@@ -153,9 +177,9 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 			mk_chunk_set_rows(&t->c, p->ck.row_len);
 			const struct src *sr = &p->src[p->j][i];
 			size_t k = sr->nseg - 1;
-			while (k > 0 && sr->seg[k].elem_begin > b)
+			while (k > 0 && sr->seg[k].elem_begin > at)
 				k--;
-			boff = (b - sr->seg[k].elem_begin) * mk_dtype_bits(in->desc.dtype) / 8;
+			boff = (at - sr->seg[k].elem_begin) * mk_dtype_bits(in->desc.dtype) / 8;
 			req->fd = sr->seg[k].fd;
 			req->off = sr->seg[k].data_off + boff;
 			req->len = (size_t)blen;
@@ -423,13 +447,14 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	}
 	for (size_t j = 0; j < p.njobs; j++) {
 		struct mk_plan_job *jb = p.jobs[j];
-		p.src[j] = calloc(jb->ninputs + 1, sizeof(**p.src));
+		size_t nin = jb->ninputs + (jb->vocab ? jb->vocab->naux : 0);
+		p.src[j] = calloc(nin + 1, sizeof(**p.src));
 		if (!p.src[j]) {
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			goto out;
 		}
-		for (size_t i = 0; i < jb->ninputs; i++) {
-			const struct mk_plan_input *in = &jb->inputs[i];
+		for (size_t i = 0; i < nin; i++) {
+			const struct mk_plan_input *in = mk_plan_job_input(jb, i);
 			uint64_t at = 0;
 			size_t ns = in->nsources ? in->nsources : 1;
 			struct src *sr = &p.src[j][i];
@@ -553,7 +578,7 @@ out:
 		free(jobframes[i].wire);
 	free(jobframes);
 	for (size_t j = 0; j < p.njobs; j++) {
-		for (size_t i = 0; p.src && p.src[j] && i < p.jobs[j]->ninputs; i++)
+		for (size_t i = 0; p.src && p.src[j] && i < p.jobs[j]->ninputs + (p.jobs[j]->vocab ? p.jobs[j]->vocab->naux : 0); i++)
 			free(p.src[j][i].seg);
 		if (p.src)
 			free(p.src[j]);

@@ -50,6 +50,19 @@ static int load_params(struct run *r, struct mk_err *err)
 	return 0;
 }
 
+/* The job's inputs and, of a vocabulary job, its aux inputs */
+static size_t run_nin(const struct run *r)
+{
+	return r->pj->ninputs + (r->pj->vocab ? r->pj->vocab->naux : 0);
+}
+
+/* Does mk-merge keep input i's chunks?  The method's inputs; every input
+ * of a vocabulary job (fills read them). */
+static bool run_keeps(const struct run *r, size_t i)
+{
+	return r->pj->vocab || (i < r->pj->ninputs && r->job.used[i]);
+}
+
 /* Forget the job, keep what the runs share (pool, spill files, GPU). */
 static void run_reset(struct run *r)
 {
@@ -70,11 +83,13 @@ static void run_release(struct run *r)
 {
 	if (r->live)
 		mk_job_release(&r->job);
-	for (size_t i = 0; r->ib && r->pj && i < r->pj->ninputs; i++) {
+	for (size_t i = 0; r->ib && r->pj && i < run_nin(r); i++) {
 		mk__pool_put(r->pool, r->ib[i].conv, r->ib[i].conv_cap);
 		mk__pool_put(r->pool, r->ib[i].raw, r->ib[i].raw_cap);
+		mk__pool_put(r->pool, r->ib[i].fill, r->ib[i].fill_cap);
 	}
 	free(r->ib);
+	free(r->vsum);
 	mk_plan_job_free(r->pj);
 	free(r->in);
 	free(r->gvals);
@@ -100,12 +115,17 @@ static int run_prepare(struct run *r, const struct mk_manifest *man, struct mk_e
 	if (rc)
 		return mk_err_prefix(err, "job %u (%s): ", r->pj->id, r->name);
 	r->in = calloc(r->pj->ninputs + 1, sizeof(*r->in));
-	r->ib = calloc(r->pj->ninputs + 1, sizeof(*r->ib));
+	r->ib = calloc(run_nin(r) + 1, sizeof(*r->ib));
 	if (!r->in || !r->ib)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	for (size_t i = 0; i < r->pj->ninputs; i++) {
 		r->in[i] = r->pj->inputs[i].desc;
 		r->in[i].dtype = r->pj->inputs[i].load_dtype; /* what the method sees */
+		if (r->pj->vocab) {
+			/* aligned to the merged vocabulary */
+			r->in[i].shape[0] = r->pj->vocab->rows;
+			r->in[i].dtype = r->pj->vocab->dtype;
+		}
 	}
 	rc = load_params(r, err);
 	if (rc)
@@ -166,10 +186,10 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 	r->gpu = r->cuda && !r->job.byte_copy && !r->check_equal && mk_cuda_job_supported(&r->job);
 	if (r->held) {
 		/* what is held: every used input's bytes as sent */
-		uint64_t need = 0, nb;
-		for (size_t i = 0; i < r->pj->ninputs; i++)
-			if (r->job.used[i] && !mk_dtype_nbytes(r->pj->inputs[i].desc.dtype, r->pj->inputs[i].nelem, &nb))
-				need += nb;
+		uint64_t need = 0;
+		for (size_t i = 0; i < run_nin(r); i++)
+			if (run_keeps(r, i))
+				need += mk_plan_input_sent_bytes(r->pj, i);
 		if (budget && need > budget)
 			return mk_err_set(err, MK_ENOMEM,
 					  "job %u (%s): the plan holds it in memory, %llu bytes, more than --max-memory %llu; run mk-plan with --max-memory %llu or less",
@@ -193,6 +213,11 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 	n = r->count;
 	if (n > r->out_nelem - b)
 		n = r->out_nelem - b;
+	if (r->pj->vocab) {
+		r->vnext = b + n;
+		if ((rc = mk__vocab_range(r, b, n, err)))
+			return rc;
+	}
 	for (size_t i = 0; i < r->d.ninputs; i++) {
 		struct inbuf *in = &r->ib[i];
 		if (r->job.used[i] && (!in->have || in->begin != b || in->count < n))
@@ -215,18 +240,19 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 	if (r->job.byte_copy) {
 		if (r->send + 1 < r->pj->sends)
 			goto clear;
+		/* the input's bytes (a vocabulary job's aligned rows) */
 		struct inbuf *in = &r->ib[r->job.copy_input];
-		enum mk_dtype stored = r->pj->inputs[r->job.copy_input].desc.dtype;
+		enum mk_dtype stored = in->dtype;
 		uint64_t len;
 		mk_dtype_nbytes(r->job.out.dtype, n, &len);
 		if (stored == r->job.out.dtype) {
-			rc = mk__gpuq_emit(w, r, b, n, r->job.out.dtype, in->raw, (size_t)len, st, err);
+			rc = mk__gpuq_emit(w, r, b, n, r->job.out.dtype, in->data, (size_t)len, st, err);
 			goto clear;
 		}
 		/* cast on load to the output's dtype: one rounding, as torch */
 		if (grow(&r->outc, &r->outc_cap, len ? (size_t)len : 1))
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
-		if (mk_dtype_convert(r->job.out.dtype, r->outc, stored, in->raw, n))
+		if (mk_dtype_convert(r->job.out.dtype, r->outc, stored, in->data, n))
 			return mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): cannot cast %s to %s", r->pj->id,
 					  r->name, mk_dtype_name(stored), mk_dtype_name(r->job.out.dtype));
 		rc = mk__gpuq_emit(w, r, b, n, r->job.out.dtype, r->outc, (size_t)len, st, err);
@@ -271,7 +297,7 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 		}
 	}
 clear:
-	for (size_t i = 0; i < r->pj->ninputs; i++)
+	for (size_t i = 0; i < run_nin(r); i++)
 		r->ib[i].have = false;
 	return rc;
 }
@@ -290,6 +316,34 @@ static int finish_passes(struct run *r, unsigned upto, struct mk_err *err)
 static int run_input(struct mk_stream_writer *w, struct run *r, const struct mk_chunk *cp, bool stable,
 		     struct mk_merge_stats *st, struct mk_err *err);
 
+/* A vocabulary job's rows before element `upto` that no input sent (a
+ * token in no model, padding): ranges of them cut as mk-fetch cuts, run
+ * as ranges with every input filled. */
+#define GAP_ELEMS (1u << 18)
+static int vocab_gaps(struct mk_stream_writer *w, struct run *r, uint64_t upto, struct mk_merge_stats *st,
+		      struct mk_err *err)
+{
+	uint64_t rl = r->out_row_len ? r->out_row_len : 1;
+
+	while (r->vnext < upto) {
+		uint64_t b = r->vnext, e = mk_plan_vocab_next_cut(r->pj, b / rl) * rl;
+		if (e > upto)
+			e = upto;
+		if (e - b > GAP_ELEMS)
+			e = b + GAP_ELEMS;
+		if (e <= b)
+			return mk_err_set(err, MK_ECORRUPT, "job %u (%s): no progress filling rows at element %llu", r->pj->id,
+					  r->name, (unsigned long long)b);
+		r->range = true;
+		r->begin = b;
+		r->count = e - b;
+		int rc = range_done(w, r, st, err);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
 static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_frame *f,
 		     struct mk_merge_stats *st, struct mk_err *err)
 {
@@ -304,10 +358,10 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 	if ((rc = mk_chunk_check_input(r->pj, &c, err)))
 		return mk_err_prefix(err, "frame #%llu: ", (unsigned long long)f->index);
 	st->chunks_in++;
-	if (c.pass == 0 && r->job.used[c.input] && r->gq->nonfinite_in)
+	if (c.pass == 0 && run_keeps(r, c.input) && r->gq->nonfinite_in)
 		r->gq->nonfinite_in[r->out_index] += mk_dtype_count_nonfinite(c.dtype, c.data, c.elem_count);
 	const void *stored = NULL;
-	if (r->rp && r->job.used[c.input] && (rc = mk__spill_put(r->rp, &c, &stored, err)))
+	if (r->rp && run_keeps(r, c.input) && (rc = mk__spill_put(r->rp, &c, &stored, err)))
 		return rc;
 	if (stored)
 		c.data = stored;
@@ -330,11 +384,17 @@ static int run_input(struct mk_stream_writer *w, struct run *r, const struct mk_
 	if (c.pass != r->send) {
 		if (c.pass < r->send)
 			return mk_err_set(err, MK_EFORMAT, "job %u went back to send %u", r->pj->id, c.pass);
+		/* a vocabulary job's rows no input had, to the end of the pass */
+		if (r->pj->vocab && (rc = vocab_gaps(w, r, r->out_nelem, st, err)))
+			return rc;
 		rc = finish_passes(r, c.pass, err);
 		if (rc)
 			return rc;
 		r->send = c.pass;
+		r->vnext = 0;
 	}
+	if (r->pj->vocab && !r->range && c.elem_begin > r->vnext && (rc = vocab_gaps(w, r, c.elem_begin, st, err)))
+		return rc;
 	if (!r->range) {
 		r->range = true;
 		r->begin = c.elem_begin;
@@ -355,18 +415,21 @@ static int run_input(struct mk_stream_writer *w, struct run *r, const struct mk_
 					  r->name, mk_dtype_name(c.dtype), c.input);
 		return 0;
 	}
-	if (r->job.byte_copy) {
+	if (r->job.byte_copy && !r->pj->vocab) {
 		if ((int)c.input == r->job.copy_input) {
 			if (grow(&in->raw, &in->raw_cap, c.data_len ? c.data_len : 1))
 				return mk_err_set(err, MK_ENOMEM, "out of memory");
 			memcpy(in->raw, c.data, c.data_len);
 			in->raw_len = c.data_len;
+			in->data = in->raw;
+			in->dtype = c.dtype;
 		}
 		return 0;
 	}
-	if (!r->job.used[c.input])
+	if (!run_keeps(r, c.input))
 		return 0;
 	/* keep the bytes (or where they stay); range_done converts them */
+	in->dtype = c.dtype;
 	in->raw_len = c.data_len;
 	if (stable) {
 		in->data = c.data;
@@ -396,6 +459,8 @@ static int run_end(struct mk_stream_writer *w, struct run *r, struct mk_merge_st
 		}
 	if (!rc && r->range)
 		rc = range_done(w, r, st, err);
+	if (!rc && r->pj->vocab)
+		rc = vocab_gaps(w, r, r->out_nelem, st, err);
 	if (!rc)
 		rc = finish_passes(r, r->job.npasses, err);
 	if (!rc && r->next_out != r->out_nelem)

@@ -34,7 +34,11 @@ struct inbuf {                   /* one input's piece of the current range */
 	void *raw;               /* as received, copied */
 	size_t raw_cap, raw_len;
 	const void *data;        /* the bytes to convert: raw, or a replay
-				    record's (in memory, stable for the job) */
+				    record's (in memory, stable for the job),
+				    or fill ... */
+	enum mk_dtype dtype;     /* ... in this dtype */
+	void *fill;              /* a vocabulary job's filled rows */
+	size_t fill_cap;
 };
 
 struct run {                     /* the job being merged */
@@ -68,6 +72,9 @@ struct run {                     /* the job being merged */
 	struct mk_cuda_ctx *cuda;    /* --cuda: the GPU, or NULL */
 	struct gpu_queue *gq;    /* outputs submitted to it, not yet written */
 	bool gpu;                /* this job's output is computed there */
+	/* a vocabulary job (pj->vocab) */
+	double *vsum;            /* per input, the column sums of its aligned rows */
+	uint64_t vnext;          /* the element the next range of this pass starts at */
 };
 
 /* ------------------------------------------------------------ pool.c */
@@ -138,6 +145,13 @@ int mk__spill_get(struct spill *sp, size_t i, struct mk_chunk *c, struct mk_err 
 int mk__spill_reserve(struct spill *sp, uint64_t need, struct mk_err *err);
 /* Empty the record for the next job. */
 void mk__spill_reset(struct spill *sp);
+
+/* ----------------------------------------------------------- vocab.c */
+
+/* A vocabulary job's range [b, b + n) (one fill, every input wholly
+ * there or not): the inputs that lack it, or all under force, get the
+ * fill as their data, in the vocabulary dtype; the padding's sums grow. */
+int mk__vocab_range(struct run *r, uint64_t b, uint64_t n, struct mk_err *err);
 
 /* ------------------------------------------------------- gpu_queue.c */
 

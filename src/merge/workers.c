@@ -19,7 +19,7 @@ struct slice {                   /* one worker's share of a range */
 static int convert_input(struct run *r, size_t i, uint64_t off, uint64_t n, void *dst, struct mk_err *err)
 {
 	size_t es = mk_dtype_bits(r->job.compute) / 8;
-	enum mk_dtype st = r->pj->inputs[i].desc.dtype, load = r->pj->inputs[i].load_dtype;
+	enum mk_dtype st = r->ib[i].dtype, load = r->pj->inputs[i].load_dtype;
 	const char *src = (const char *)r->ib[i].data + off * mk_dtype_bits(st) / 8;
 
 	/* a cast on load rounds to the load dtype first, as torch; the

@@ -77,6 +77,12 @@ struct mk_plan {
 	const struct mk_plan_opts *o;
 	uint64_t seed, budget;
 	size_t tok_donor;                 /* the model whose tokenizer files are copied */
+	/* a tokenizer source: the merged vocabulary (build_tokenizer) */
+	struct mk_tokmerge *tok;          /* NULL: none */
+	struct mk_vocab **tok_vocabs;     /* the models' (nmodels), which tok borrows */
+	long *tok_cfg;                    /* per output id: its tokens: entry, or -1 */
+	uint64_t tok_rows;                /* the embeddings' rows (padded) */
+	bool tok_warned;                  /* tokens in no model: said once */
 };
 
 /* ------------------------------------------------------------ diagnostics */
@@ -685,6 +691,231 @@ static int tplan_output_rule(struct tplan *t)
 	return TP_DONE;
 }
 
+/* ------------------------------------------------ vocabulary-indexed weights */
+
+/* Under a tokenizer source, every input of a vocabulary-indexed weight is,
+ * as the method sees it, the merged vocabulary's rows in the inputs'
+ * promoted dtype: mergekit aligns the embeddings so before merging. */
+static int tplan_vocab_shapes(struct tplan *t)
+{
+	struct mk_plan *p = t->p;
+	enum mk_dtype dts[64], D;
+
+	if (!p->tok || !t->ow->is_embed || t->check_equal)
+		return TP_NEXT;
+	if (t->n > 64) {
+		diag(t->d, MK_DIAG_ERROR, t->tc->loc, "tensor '%s': more than 64 inputs to a vocabulary merge", t->ow->name);
+		return TP_DONE;
+	}
+	for (size_t i = 0; i < t->n; i++) {
+		dts[i] = t->in[i].dtype;
+		if (t->in[i].ndim < 1 || !t->in[i].shape[0] ||
+		    mk_shape_row_len(t->in[i].ndim, t->in[i].shape) != mk_shape_row_len(t->in[0].ndim, t->in[0].shape)) {
+			diag(t->d, MK_DIAG_ERROR, input_loc(t, i),
+			     "tensor '%s': model '%s' has rows of another length than model '%s' (a vocabulary merge aligns rows of one length)",
+			     t->ow->name, t->labels[i], t->labels[0]);
+			return TP_DONE;
+		}
+	}
+	D = mk_promote_dtypes(t->n, dts);
+	for (size_t i = 0; i < t->n; i++) {
+		t->in[i].shape[0] = p->tok_rows;
+		t->in[i].dtype = D;
+	}
+	return TP_NEXT;
+}
+
+static int run_push(struct mk_vocab_run **v, size_t *n, size_t *cap, uint64_t out, uint64_t src)
+{
+	if (*n && (*v)[*n - 1].out + (*v)[*n - 1].n == out && (*v)[*n - 1].src + (*v)[*n - 1].n == src) {
+		(*v)[*n - 1].n++;
+		return 0;
+	}
+	if (*n == *cap) {
+		size_t nc = *cap ? 2 * *cap : 8;
+		struct mk_vocab_run *q = realloc(*v, nc * sizeof(*q));
+		if (!q)
+			return -1;
+		*v = q;
+		*cap = nc;
+	}
+	(*v)[(*n)++] = (struct mk_vocab_run){ out, src, 1 };
+	return 0;
+}
+
+static int fill_push(struct mk_plan_vocab *vc, size_t *cap, struct mk_vocab_fill f)
+{
+	struct mk_vocab_fill *l = vc->nfill ? &vc->fill[vc->nfill - 1] : NULL;
+
+	if (l && l->out + l->n == f.out && l->kind == f.kind && l->from == f.from && l->force == f.force) {
+		l->n += f.n;
+		return 0;
+	}
+	if (vc->nfill == *cap) {
+		size_t nc = *cap ? 2 * *cap : 8;
+		struct mk_vocab_fill *q = realloc(vc->fill, nc * sizeof(*q));
+		if (!q)
+			return -1;
+		vc->fill = q;
+		*cap = nc;
+	}
+	vc->fill[vc->nfill++] = f;
+	return 0;
+}
+
+/* The input of model m in the job, or -1. */
+static long job_input_of(const struct mk_plan_job *j, long m)
+{
+	for (size_t i = 0; i < j->ninputs; i++)
+		if ((long)j->inputs[i].model == m)
+			return (long)i;
+	return -1;
+}
+
+/* The aux input reading rows of input ix's tensor (made on first use). */
+static long aux_of(struct mk_plan_vocab *vc, const struct mk_plan_input *src, size_t ninputs, size_t *aux_caps)
+{
+	for (size_t k = 0; k < vc->naux; k++)
+		if (vc->aux[k].model == src->model)
+			return (long)(ninputs + k);
+	struct mk_plan_input *q = realloc(vc->aux, (vc->naux + 1) * sizeof(*q));
+	if (!q)
+		return -1;
+	vc->aux = q;
+	memset(&q[vc->naux], 0, sizeof(*q));
+	q[vc->naux].model = src->model;
+	q[vc->naux].desc = src->desc;
+	q[vc->naux].load_dtype = src->desc.dtype;
+	q[vc->naux].nelem = src->nelem;
+	if (!(q[vc->naux].tensor = strdup(src->tensor)))
+		return -1;
+	aux_caps[vc->naux] = 0;
+	return (long)(ninputs + vc->naux++);
+}
+
+/* The job's rows: each input's runs, the fills where an input lacks a
+ * token (mergekit's rules: a tokens: entry; else the one model that has
+ * it; none: zeros; the base when it has it; else the average), padding
+ * rows as their means; rows of other tokens of a model (model_token) as
+ * aux inputs.  Every mistake a tokens: entry can hold is said here. */
+static int tplan_vocab_job(struct tplan *t, struct mk_err *err)
+{
+	struct mk_plan *p = t->p;
+	struct mk_plan_job *j = t->j;
+	const struct mk_tokenizer_config *tc = p->cfg->tokenizer;
+	const struct mk_tokmerge *tm = p->tok;
+	struct mk_plan_vocab *vc;
+	size_t *caps = NULL, fcap = 0, aux_caps[64], zeros = 0;
+	bool *has = NULL;
+	int rc = TP_NEXT;
+
+	if (!tm || !t->ow->is_embed || t->check_equal)
+		return TP_NEXT;
+	if (!(vc = j->vocab = calloc(1, sizeof(*vc))) || !(caps = calloc(j->ninputs + 1, sizeof(*caps))) ||
+	    !(has = calloc(j->ninputs + 1, sizeof(*has))))
+		goto nomem;
+	vc->rows = p->tok_rows;
+	vc->tokens = tm->n;
+	vc->dtype = t->in[0].dtype;
+	for (size_t id = 0; id < tm->n; id++) {
+		size_t npresent = 0, one = 0;
+		for (size_t i = 0; i < j->ninputs; i++) {
+			struct mk_plan_input *pi = &j->inputs[i];
+			int32_t src = tm->map[pi->model][id];
+			has[i] = src >= 0;
+			if (!has[i])
+				continue;
+			if ((uint64_t)src >= pi->desc.shape[0]) {
+				diag(t->d, MK_DIAG_ERROR, input_loc(t, i),
+				     "tensor '%s': model '%s' has token '%s' at id %d, past the tensor's %llu rows",
+				     t->ow->name, t->labels[i], tm->token[id], (int)src,
+				     (unsigned long long)pi->desc.shape[0]);
+				rc = TP_DONE;
+				goto out;
+			}
+			if (run_push(&pi->runs, &pi->nruns, &caps[i], id, (uint64_t)src))
+				goto nomem;
+			npresent++;
+			one = i;
+		}
+		long k = p->tok_cfg[id];
+		const struct mk_token_embed *te = k >= 0 ? &tc->tokens[k] : NULL;
+		bool force = te && te->force;
+		if (!force && npresent == j->ninputs)
+			continue;
+		struct mk_vocab_fill f = { .out = id, .n = 1, .force = force };
+		if (te && te->kind != MK_TOKEMB_DEFAULT) {
+			long mi = te->kind == MK_TOKEMB_ZERO ? -1 : model_index(p, &te->model);
+			long ix = mi >= 0 ? job_input_of(j, mi) : -1;
+			if (te->kind == MK_TOKEMB_ZERO) {
+				f.kind = MK_FILL_ZERO;
+			} else if (ix < 0) {
+				diag(t->d, MK_DIAG_ERROR, &te->loc,
+				     "tokens: '%s' takes its embedding from model '%s', which has no '%s' to take it from",
+				     te->token, mi >= 0 ? p->models[mi].display : "?", t->ow->name);
+				rc = TP_DONE;
+				goto out;
+			} else if (te->kind == MK_TOKEMB_MODEL) {
+				if (!has[ix]) {
+					diag(t->d, MK_DIAG_ERROR, &te->loc, "tokens: '%s' takes its embedding from model '%s', which does not have the token",
+					     te->token, p->models[mi].display);
+					rc = TP_DONE;
+					goto out;
+				}
+				f.kind = MK_FILL_COPY;
+				f.from = (uint32_t)ix;
+			} else {
+				long long sid = te->has_token_id ? te->token_id : mk_vocab_find(tm->orig[mi], te->src_token);
+				const struct mk_plan_input *sx = &j->inputs[ix];
+				if (sid < 0 || (uint64_t)sid >= sx->desc.shape[0]) {
+					diag(t->d, MK_DIAG_ERROR, &te->loc, "tokens: '%s': token id %lld is outside model '%s''s %s (%llu rows)",
+					     te->token, sid, p->models[mi].display, t->ow->name,
+					     (unsigned long long)sx->desc.shape[0]);
+					rc = TP_DONE;
+					goto out;
+				}
+				long a = vc->naux >= 64 ? -1 : aux_of(vc, sx, j->ninputs, aux_caps);
+				if (a < 0)
+					goto nomem;
+				struct mk_plan_input *ax = &vc->aux[a - (long)j->ninputs];
+				if (run_push(&ax->runs, &ax->nruns, &aux_caps[a - (long)j->ninputs], id, (uint64_t)sid))
+					goto nomem;
+				f.kind = MK_FILL_COPY;
+				f.from = (uint32_t)a;
+			}
+		} else if (npresent == 1) {
+			f.kind = MK_FILL_COPY;
+			f.from = (uint32_t)one;
+		} else if (npresent == 0) {
+			f.kind = MK_FILL_ZERO;
+			zeros++;
+		} else if (t->base >= 0 && has[t->base]) {
+			f.kind = MK_FILL_COPY;
+			f.from = (uint32_t)t->base;
+		} else {
+			f.kind = MK_FILL_AVERAGE;
+		}
+		if (fill_push(vc, &fcap, f))
+			goto nomem;
+	}
+	if (vc->rows > vc->tokens &&
+	    fill_push(vc, &fcap, (struct mk_vocab_fill){ .out = vc->tokens, .n = vc->rows - vc->tokens, .kind = MK_FILL_MEAN }))
+		goto nomem;
+	if (zeros && !p->tok_warned) {
+		p->tok_warned = true;
+		diag(t->d, MK_DIAG_WARNING, tc ? &tc->loc : &p->cfg->tokenizer_source.loc,
+		     "%zu token%s of the output vocabulary %s in no model's %s: %s embedding is zeros", zeros,
+		     zeros == 1 ? "" : "s", zeros == 1 ? "is" : "are", t->ow->name, zeros == 1 ? "its" : "their");
+	}
+	goto out;
+nomem:
+	rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+out:
+	free(caps);
+	free(has);
+	return rc;
+}
+
 /* A whole-tensor method must fit the merge budget: every input and the
  * output in the compute dtype. */
 static int tplan_whole_budget(struct tplan *t)
@@ -797,13 +1028,12 @@ static void tplan_sends(struct tplan *t)
 	j->sends = t->po.npasses + 1;
 	if (!t->po.npasses || !p->budget)
 		return;
-	uint64_t ws = 0, b;
-	for (size_t i = 0; i < t->n; i++) {
-		if (!t->used[i])
-			continue;
-		mk_tensor_desc_nbytes(&t->stored[i], &b);
-		ws += b;
-	}
+	uint64_t ws = 0;
+	/* what mk-merge holds: the used inputs as sent (every input of a
+	 * vocabulary job, and its aux rows: the fills read them) */
+	for (size_t i = 0; i < t->n + (j->vocab ? j->vocab->naux : 0); i++)
+		if (j->vocab || t->used[i])
+			ws += mk_plan_input_sent_bytes(j, i);
 	if (ws <= p->budget) {
 		j->sends = 1;
 		if (ws > p->held_max)
@@ -873,7 +1103,8 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 		goto out;
 	}
 	if ((rc = tplan_sources(&t)) || (rc = tplan_inputs(&t)) || (rc = tplan_params(&t)) ||
-	    (rc = tplan_not_floats(&t)) || (rc = tplan_output_rule(&t)) || (rc = tplan_whole_budget(&t)))
+	    (rc = tplan_not_floats(&t)) || (rc = tplan_vocab_shapes(&t)) || (rc = tplan_output_rule(&t)) ||
+	    (rc = tplan_whole_budget(&t)))
 		goto out;
 	/* the job, then its output's manifest entry */
 	t.j = mk_plan_job_new(t.n);
@@ -881,7 +1112,7 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	if ((rc = tplan_manifest_entry(&t, err)) || (rc = tplan_job_inputs(&t, err)))
+	if ((rc = tplan_manifest_entry(&t, err)) || (rc = tplan_job_inputs(&t, err)) || (rc = tplan_vocab_job(&t, err)))
 		goto out;
 	tplan_sends(&t);
 	rc = tplan_job_add(&t, err);
@@ -1270,7 +1501,7 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 	}
 	/* config.json */
 	rc = mk_hfconfig_edit(donor->hf_text, donor->hf_len, "config.json", p->arch, dtname,
-			    layers_changed ? out_layers : NULL, -1, &text, &len, &warn, err);
+			    layers_changed ? out_layers : NULL, p->tok ? (int64_t)p->tok_rows : -1, &text, &len, &warn, err);
 	if (rc)
 		return rc;
 	if (warn) {
@@ -1333,6 +1564,7 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 			  (donor_has(donor, "vocab.json") && donor_has(donor, "merges.txt")) ||
 			  donor_has(donor, "vocab.txt");
 		char *tmpl = p->cfg->chat_template ? chat_template_text(p, d) : NULL;
+		bool newvocab = p->tok && (p->tok->nnew || p->tok->strip_at >= 0);
 		if (!ok)
 			diag(d, MK_DIAG_WARNING, &p->cfg->merge_method_loc,
 			     "model '%s' has no tokenizer (no tokenizer.json, tokenizer.model, vocab.json with merges.txt, or vocab.txt): the output has none",
@@ -1351,8 +1583,26 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 				char *t = strdup(tmpl);
 				rc = t ? add_file(p, "chat_template.jinja", (uint8_t *)t, strlen(t), err) :
 					 mk_err_set(err, MK_ENOMEM, "out of memory");
-			} else if (tmpl && !strcmp(tokenizer_files[k], "tokenizer_config.json")) {
-				/* set "chat_template", keep the rest */
+			} else if (newvocab && !strcmp(tokenizer_files[k], "tokenizer.json")) {
+				/* the merged vocabulary: the donor's file, tokens added or cut */
+				char path[4096];
+				uint8_t *buf;
+				size_t blen, slen = 0;
+				char *out = NULL;
+				snprintf(path, sizeof(path), "%s/tokenizer.json", donor->m->dir);
+				rc = model_file_read(donor->m, "tokenizer.json", &buf, &blen, err);
+				if (rc)
+					break;
+				rc = mk_tokmerge_tokenizer_json(p->tok, (const char *)buf, blen, path, &out, &slen, err);
+				free(buf);
+				if (!rc)
+					rc = add_file(p, "tokenizer.json", (uint8_t *)out, slen, err);
+				if (rc)
+					break;
+			} else if (newvocab && !strcmp(tokenizer_files[k], "added_tokens.json")) {
+				continue; /* a slow tokenizer's list, stale for the new vocabulary */
+			} else if ((tmpl || newvocab) && !strcmp(tokenizer_files[k], "tokenizer_config.json")) {
+				/* set "chat_template" and the added tokens, keep the rest */
 				char path[4096];
 				uint8_t *buf;
 				size_t blen;
@@ -1360,7 +1610,7 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 				rc = model_file_read(donor->m, "tokenizer_config.json", &buf, &blen, err);
 				if (rc)
 					break;
-				/* one key changed, every other byte kept */
+				/* the keys changed, every other byte kept */
 				struct mk_jsondoc *doc = NULL;
 				char *q = NULL, *s = NULL;
 				size_t slen = 0;
@@ -1369,10 +1619,12 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 				if (!rc && mk_jsondoc_root_type(doc) != MK_JSON_OBJECT)
 					rc = mk_err_set(err, MK_EFORMAT, "%s: not a JSON object (a tokenizer_config.json holds one)",
 							path);
-				if (!rc && !(q = mk_json_quote(tmpl, strlen(tmpl))))
+				if (!rc && tmpl && !(q = mk_json_quote(tmpl, strlen(tmpl))))
 					rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-				if (!rc)
+				if (!rc && tmpl)
 					rc = mk_jsondoc_set(doc, "chat_template", q, err);
+				if (!rc && newvocab)
+					rc = mk_tokmerge_edit_config(p->tok, doc, err);
 				if (!rc)
 					rc = mk_jsondoc_write(doc, &s, &slen, err);
 				free(q);
@@ -1403,47 +1655,76 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 
 /* ------------------------------------------------------------ tokenizer */
 
-/* tokenizer_source / tokenizer.source over vocabularies that are all the
- * same: mergekit's embedding step is then the identity (every model's
- * permutation maps each id to itself, no token is absent), provided every
- * model's configured vocab size is the tokenizer's length and every
- * embedding has that many rows (else mergekit resizes them to it).  That
- * case is merged as a plain merge with the source's tokenizer files; a
- * merge of vocabularies that differ is refused, saying how they do. */
-static int check_tokenizer(struct mk_plan *p, struct mk_diags *d, struct mk_err *err)
+/* tokenizer_source / tokenizer.source: the output vocabulary and every
+ * model's map into it (mk_tokmerge_build), from the models' tokenizer.json
+ * files and config.json vocab sizes, before any tensor is planned; the
+ * embedding jobs are then planned over it (tplan_vocab_*). */
+static void tok_warn(void *ctx, const char *msg)
 {
-	const struct mk_tok_source *src = p->cfg->tokenizer ? &p->cfg->tokenizer->source : &p->cfg->tokenizer_source;
-	const struct mk_config_loc *loc = p->cfg->tokenizer ? &p->cfg->tokenizer->loc : &p->cfg->tokenizer_source.loc;
-	const char *vk = p->arch ? mk_arch_vocab_key(p->arch) : "vocab_size";
-	struct mk_vocab **v = NULL;
-	size_t donor = 0;
-	int rc = 0;
-	char why[512];
+	struct { struct mk_diags *d; const struct mk_config_loc *loc; } *w = ctx;
+	diag(w->d, MK_DIAG_WARNING, w->loc, "%s", msg);
+}
 
-	if (src->kind == MK_TOKSRC_NONE && !p->cfg->tokenizer)
-		return 0;
+static int build_tokenizer(struct mk_plan *p, struct mk_diags *d, struct mk_err *err)
+{
+	const struct mk_tokenizer_config *tc = p->cfg->tokenizer;
+	const struct mk_tok_source *src = tc ? &tc->source : &p->cfg->tokenizer_source;
+	const struct mk_config_loc *loc = tc ? &tc->loc : &p->cfg->tokenizer_source.loc;
+	const char *vk = p->arch ? mk_arch_vocab_key(p->arch) : "vocab_size";
+	struct mk_vocab **v = calloc(p->nmodels + 1, sizeof(*v));
+	long long *vs = calloc(p->nmodels + 1, sizeof(*vs));
+	const char **labels = calloc(p->nmodels + 1, sizeof(*labels));
+	const char **extra = calloc((tc ? tc->ntokens : 0) + 1, sizeof(*extra));
+	struct { struct mk_diags *d; const struct mk_config_loc *loc; } wctx = { d, loc };
+	struct mk_tokmerge_in in = { .nmodels = p->nmodels, .vocab = (const struct mk_vocab *const *)v,
+				     .vocab_size = vs, .label = labels, .warn = tok_warn, .warn_ctx = &wctx };
+	int rc = 0;
+
+	if (!v || !vs || !labels || !extra) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	if (src->kind == MK_TOKSRC_NONE && !tc)
+		goto out;
+	/* the base: base_model, else the first model */
+	if (p->cfg->base_model) {
+		long b = model_index(p, p->cfg->base_model);
+		in.base = b >= 0 ? (size_t)b : 0;
+	}
+	in.source = src->kind == MK_TOKSRC_BASE ? MK_TOKMERGE_BASE :
+		    src->kind == MK_TOKSRC_MODEL ? MK_TOKMERGE_MODEL : MK_TOKMERGE_UNION;
 	if (src->kind == MK_TOKSRC_MODEL) {
 		long i = model_index(p, &src->model);
 		if (i < 0) {
 			diag(d, MK_DIAG_ERROR, &src->loc,
 			     "the tokenizer source is not one of the merged models: a tokenizer from another model is not supported yet");
-			return 0;
+			goto out;
 		}
-		donor = (size_t)i;
+		in.source_model = (size_t)i;
 	}
-	v = calloc(p->nmodels, sizeof(*v));
-	if (!v)
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	for (size_t i = 0; i < p->nmodels; i++) {
 		struct mk_err e = { 0 };
 		uint8_t *buf = NULL;
 		size_t len;
 		char label[4096];
+		int64_t n = -1;
+		labels[i] = p->models[i].display;
+		vs[i] = !mk_hfconfig_int(p->models[i].hf, vk, &n, NULL) && n > 0 ? n : -1;
 		if (!donor_has(&p->models[i], "tokenizer.json")) {
-			diag(d, MK_DIAG_ERROR, loc,
-			     "model '%s' has no tokenizer.json: reading a tokenizer from tokenizer.model (SentencePiece) or vocab.json alone is not supported yet",
+			bool other = donor_has(&p->models[i], "tokenizer.model") || donor_has(&p->models[i], "vocab.json") ||
+				     donor_has(&p->models[i], "vocab.txt");
+			if (other || i == in.base || (in.source == MK_TOKMERGE_MODEL && i == in.source_model)) {
+				diag(d, MK_DIAG_ERROR, loc,
+				     "model '%s' has no tokenizer.json: %s",
+				     p->models[i].display,
+				     other ? "reading a tokenizer from tokenizer.model (SentencePiece), vocab.json or vocab.txt alone is not supported yet" :
+					     "it has no tokenizer to build the output's on");
+				goto out;
+			}
+			/* as mergekit: a model without a tokenizer is taken to have the base's */
+			diag(d, MK_DIAG_WARNING, loc, "model '%s' has no tokenizer: taken to have the base model's vocabulary",
 			     p->models[i].display);
-			goto out;
+			continue;
 		}
 		snprintf(label, sizeof(label), "%s/tokenizer.json", p->models[i].m->dir);
 		if (model_file_read(p->models[i].m, "tokenizer.json", &buf, &len, &e) ||
@@ -1458,46 +1739,76 @@ static int check_tokenizer(struct mk_plan *p, struct mk_diags *d, struct mk_err 
 		}
 		free(buf);
 	}
-	for (size_t i = 0; i < p->nmodels; i++) {
-		int64_t vs = -1;
-		if (i != donor && !mk_vocab_equal(v[donor], v[i], why, sizeof(why))) {
-			diag(d, MK_DIAG_ERROR, loc,
-			     "the vocabularies of '%s' and '%s' differ (%s): merging different vocabularies is not supported yet",
-			     p->models[donor].display, p->models[i].display, why);
-			goto out;
-		}
-		for (size_t k = 0; k < v[i]->n; k++)
-			if (!v[i]->token[k]) {
-				diag(d, MK_DIAG_ERROR, loc,
-				     "model '%s': its tokenizer has no token with id %zu: a vocabulary with gaps is not supported yet",
-				     p->models[i].display, k);
+	for (size_t k = 0; tc && k < tc->ntokens; k++)
+		extra[k] = tc->tokens[k].token;
+	in.nextra = tc ? tc->ntokens : 0;
+	in.extra = extra;
+	{
+		struct mk_err e = { 0 };
+		if (mk_tokmerge_build(&in, &p->tok, &e)) {
+			if (e.code == MK_ENOMEM) {
+				rc = mk_err_set(err, MK_ENOMEM, "%s", e.msg);
 				goto out;
 			}
-		if (mk_hfconfig_int(p->models[i].hf, vk, &vs, NULL) || vs != (int64_t)v[i]->n) {
-			diag(d, MK_DIAG_ERROR, loc,
-			     "model '%s': config.json's %s is %lld but its tokenizer has %zu tokens (mergekit resizes the embeddings to the tokenizer): not supported yet",
-			     p->models[i].display, vk, (long long)vs, v[i]->n);
+			diag(d, MK_DIAG_ERROR, loc, "%s", e.msg);
 			goto out;
 		}
 	}
-	for (size_t j = 0; j < p->njobs; j++) {
-		const struct mk_plan_job *jb = p->jobs[j];
-		if (!jb->is_embed)
+	for (size_t k = 0; k < p->tok->n; k++)
+		if (!p->tok->token[k]) {
+			diag(d, MK_DIAG_ERROR, loc,
+			     "model '%s': its tokenizer has no token with id %zu: a vocabulary with gaps is not supported yet",
+			     p->models[p->tok->from_model].display, k);
+			goto out;
+		}
+	p->tok_donor = p->tok->from_model;
+	p->tok_rows = p->tok->n;
+	if (tc && tc->has_pad_to_multiple_of && p->tok_rows % (uint64_t)tc->pad_to_multiple_of)
+		p->tok_rows += (uint64_t)tc->pad_to_multiple_of - p->tok_rows % (uint64_t)tc->pad_to_multiple_of;
+	/* tokens: each entry's output id; the models it names in the merge,
+	 * a named source token in that model's vocabulary */
+	if (!(p->tok_cfg = malloc((p->tok->n + 1) * sizeof(*p->tok_cfg)))) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t k = 0; k < p->tok->n; k++)
+		p->tok_cfg[k] = -1;
+	for (size_t k = 0; tc && k < tc->ntokens; k++) {
+		const struct mk_token_embed *te = &tc->tokens[k];
+		long long id = mk_tokmerge_find(p->tok, te->token);
+		if (id >= 0)
+			p->tok_cfg[id] = (long)k;
+		if (te->kind != MK_TOKEMB_MODEL && te->kind != MK_TOKEMB_MODEL_TOKEN)
 			continue;
-		for (size_t k = 0; k < jb->ninputs; k++)
-			if (jb->inputs[k].desc.ndim < 1 || jb->inputs[k].desc.shape[0] != v[donor]->n) {
-				diag(d, MK_DIAG_ERROR, loc,
-				     "model '%s': %s has %llu rows, its tokenizer %zu tokens (mergekit resizes the embeddings to the tokenizer): not supported yet",
-				     p->models[jb->inputs[k].model].display, jb->inputs[k].tensor,
-				     jb->inputs[k].desc.ndim ? (unsigned long long)jb->inputs[k].desc.shape[0] : 0ull, v[donor]->n);
-				goto out;
-			}
+		long m = model_index(p, &te->model);
+		if (m < 0) {
+			char *name = NULL;
+			struct mk_err fe;
+			(void)mk_model_ref_format(&te->model, &name, &fe);
+			diag(d, MK_DIAG_ERROR, &te->loc, "tokens: '%s' takes its embedding from model '%s', which is not in the merge",
+			     te->token, name ? name : "?");
+			free(name);
+			continue;
+		}
+		if (te->kind == MK_TOKEMB_MODEL_TOKEN && !te->has_token_id &&
+		    mk_vocab_find(p->tok->orig[m], te->src_token) < 0)
+			diag(d, MK_DIAG_ERROR, &te->loc, "tokens: '%s' takes the embedding of token '%s', which model '%s' does not have",
+			     te->token, te->src_token, p->models[m].display);
+		if (te->kind == MK_TOKEMB_MODEL_TOKEN && te->has_token_id && te->token_id < 0)
+			diag(d, MK_DIAG_ERROR, &te->loc, "tokens: '%s': token_id %lld is negative", te->token, te->token_id);
 	}
-	p->tok_donor = donor;
 out:
-	for (size_t i = 0; i < p->nmodels; i++)
-		mk_vocab_free(v[i]);
-	free(v);
+	if (p->tok) {
+		/* the merged vocabulary borrows them: kept with the plan */
+		p->tok_vocabs = v;
+	} else {
+		for (size_t i = 0; v && i < p->nmodels; i++)
+			mk_vocab_free(v[i]);
+		free(v);
+	}
+	free(vs);
+	free(labels);
+	free(extra);
 	return rc;
 }
 
@@ -1517,6 +1828,11 @@ void mk_plan_free(struct mk_plan *p)
 		mk_arch_free(pm->arch);
 	}
 	free(p->models);
+	mk_tokmerge_free(p->tok);
+	for (size_t i = 0; p->tok_vocabs && i < p->nmodels; i++)
+		mk_vocab_free(p->tok_vocabs[i]);
+	free(p->tok_vocabs);
+	free(p->tok_cfg);
 	for (size_t i = 0; i < p->njobs; i++)
 		mk_plan_job_free(p->jobs[i]);
 	free(p->jobs);
@@ -1695,6 +2011,9 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
+	rc = build_tokenizer(p, d, err);
+	if (rc || d->nerrors)
+		goto out;
 	rc = plan_modules(p, out_layers, &layers_changed, d, err);
 	if (p->repeats)
 		diag(d, MK_DIAG_ERROR, &p->last_err_loc, "(the same for %zu more tensor%s)", p->repeats,
@@ -1706,9 +2025,6 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		     p->base_copy_first ? p->base_copy_first : "?", p->base_copies == 1 ? "is" : "are",
 		     p->method->name, p->base_copy_unset[0] ? " (no value for " : "", p->base_copy_unset,
 		     p->base_copy_unset[0] ? ")" : "");
-	if (rc || d->nerrors)
-		goto out;
-	rc = check_tokenizer(p, d, err);
 	if (rc || d->nerrors)
 		goto out;
 	rc = make_files(p, out_layers, layers_changed, d, err);

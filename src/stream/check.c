@@ -50,13 +50,24 @@ int mk_chunk_check_input(const struct mk_plan_job *j, const struct mk_chunk *c, 
 
 	if (c->id != j->id)
 		return mk_err_set(err, MK_EFORMAT, "INPT for job %u inside job %u", c->id, j->id);
-	if (c->input >= j->ninputs || c->pass >= j->sends)
+	const struct mk_plan_input *in = mk_plan_job_input(j, c->input);
+	if (!in || c->pass >= j->sends)
 		return mk_err_set(err, MK_EFORMAT, "INPT: input %u pass %u does not fit job %u (%zu inputs, %u sends)",
-				  c->input, c->pass, j->id, j->ninputs, j->sends);
-	const struct mk_plan_input *in = &j->inputs[c->input];
+				  c->input, c->pass, j->id, j->ninputs + (j->vocab ? j->vocab->naux : 0), j->sends);
 	if (c->dtype != in->desc.dtype)
 		return mk_err_set(err, MK_EFORMAT, "INPT: job %u input %u is %s, chunk is %s", j->id, c->input,
 				  mk_dtype_name(in->desc.dtype), mk_dtype_name(c->dtype));
 	snprintf(what, sizeof(what), "INPT: job %u input %u", j->id, c->input);
-	return check_range(c, in->nelem, mk_shape_row_len(in->desc.ndim, in->desc.shape), what, err);
+	uint64_t rl = mk_shape_row_len(in->desc.ndim, in->desc.shape);
+	if (j->vocab) {
+		/* in the output's rows, within one run of the input's */
+		int rc = check_range(c, j->vocab->rows * rl, rl, what, err);
+		uint64_t row = rl ? c->elem_begin / rl : 0, last = rl ? (c->elem_begin + c->elem_count - 1) / rl : 0;
+		int64_t s0 = mk_plan_vocab_src_row(j, c->input, row), s1 = mk_plan_vocab_src_row(j, c->input, last);
+		if (!rc && (s0 < 0 || s1 < 0 || (uint64_t)(s1 - s0) != last - row))
+			rc = mk_err_set(err, MK_EFORMAT, "%s: rows %llu .. %llu are not rows of one run of the input's", what,
+					(unsigned long long)row, (unsigned long long)last);
+		return rc;
+	}
+	return check_range(c, in->nelem, rl, what, err);
 }

@@ -1,5 +1,6 @@
 /* job.c - JOB frames: encoded from and decoded into struct mk_plan_job,
  * checked whole and against the stream's HEAD. */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include "mk/plan.h"
@@ -14,18 +15,31 @@ static void params_free(struct mk_job_params *ps)
 	ps->n = 0;
 }
 
+static void input_clear(struct mk_plan_input *in)
+{
+	free(in->tensor);
+	for (size_t k = 0; k < in->nsources; k++)
+		free(in->sources[k]);
+	free(in->sources);
+	free(in->assembly);
+	free(in->runs);
+}
+
 void mk_plan_job_free(struct mk_plan_job *j)
 {
 	if (!j)
 		return;
 	for (size_t i = 0; i < j->ninputs; i++) {
-		free(j->inputs[i].tensor);
-		for (size_t k = 0; k < j->inputs[i].nsources; k++)
-			free(j->inputs[i].sources[k]);
-		free(j->inputs[i].sources);
-		free(j->inputs[i].assembly);
+		input_clear(&j->inputs[i]);
 		if (j->input_params)
 			params_free(&j->input_params[i]);
+	}
+	if (j->vocab) {
+		for (size_t k = 0; k < j->vocab->naux; k++)
+			input_clear(&j->vocab->aux[k]);
+		free(j->vocab->aux);
+		free(j->vocab->fill);
+		free(j->vocab);
 	}
 	free(j->inputs);
 	free(j->input_params);
@@ -137,6 +151,100 @@ static int decode_input(json_t *v, struct mk_plan_input *in, uint32_t id, size_t
 	return 0;
 }
 
+/* An input's "rows" (vocabulary jobs): runs ascending by output row,
+ * disjoint, within the job's rows and the input's stored rows. */
+static int decode_runs(json_t *v, struct mk_plan_input *in, uint64_t rows, uint32_t id, size_t i,
+		       struct mk_err *err)
+{
+	json_t *a = json_object_get(v, "rows");
+	uint64_t stored = in->desc.ndim ? in->desc.shape[0] : 0, next = 0;
+
+	if (!json_is_array(a) || json_array_size(a) % 3)
+		return mk_err_set(err, MK_EFORMAT, "JOB %u: input %zu: a vocabulary job's input needs \"rows\": [out, src, n, ...]",
+				  id, i);
+	in->nruns = json_array_size(a) / 3;
+	if (in->nruns && !(in->runs = calloc(in->nruns, sizeof(*in->runs))))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t k = 0; k < in->nruns; k++) {
+		struct mk_vocab_run *r = &in->runs[k];
+		if (sj_u64(json_array_get(a, 3 * k), &r->out) || sj_u64(json_array_get(a, 3 * k + 1), &r->src) ||
+		    sj_u64(json_array_get(a, 3 * k + 2), &r->n) || !r->n || r->out < next || r->out > rows ||
+		    r->n > rows - r->out || r->src > stored || r->n > stored - r->src)
+			return mk_err_set(err, MK_EFORMAT,
+					  "JOB %u: input %zu: rows run %zu does not fit (runs ascend, within %llu output and %llu stored rows)",
+					  id, i, k, (unsigned long long)rows, (unsigned long long)stored);
+		next = r->out + r->n;
+	}
+	return 0;
+}
+
+static const char *const fill_names[] = { [MK_FILL_ZERO] = "zero", [MK_FILL_COPY] = "copy",
+					  [MK_FILL_AVERAGE] = "average", [MK_FILL_MEAN] = "mean" };
+
+/* "vocab": {"rows", "tokens", "dtype", "fill", "aux"}; the inputs' runs. */
+static int decode_vocab(json_t *o, struct mk_plan_job *j, json_t *ins, const struct mk_manifest *head,
+			struct mk_err *err)
+{
+	json_t *v = json_object_get(o, "vocab"), *fl, *aux, *e;
+	struct mk_plan_vocab *vc;
+	const char *dt;
+	size_t i;
+	int rc;
+
+	if (!v)
+		return 0;
+	if (!(vc = j->vocab = calloc(1, sizeof(*vc))))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	dt = sj_str(v, "dtype");
+	fl = json_object_get(v, "fill");
+	aux = json_object_get(v, "aux");
+	if (!json_is_object(v) || sj_u64(json_object_get(v, "rows"), &vc->rows) ||
+	    sj_u64(json_object_get(v, "tokens"), &vc->tokens) || !vc->tokens || vc->tokens > vc->rows ||
+	    !dt || mk_dtype_from_name(dt, &vc->dtype) || !mk_dtype_is_float(vc->dtype) || !json_is_array(fl) ||
+	    (aux && !json_is_array(aux)) || (aux && json_array_size(aux) > 65535 - j->ninputs))
+		return mk_err_set(err, MK_EFORMAT,
+				  "JOB %u: bad \"vocab\" (rows >= tokens > 0, a float dtype, a fill list, aux inputs)", j->id);
+	vc->nfill = json_array_size(fl);
+	vc->naux = aux ? json_array_size(aux) : 0;
+	if ((vc->nfill && !(vc->fill = calloc(vc->nfill, sizeof(*vc->fill)))) ||
+	    (vc->naux && !(vc->aux = calloc(vc->naux, sizeof(*vc->aux)))))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	uint64_t next = 0;
+	json_array_foreach(fl, i, e) {
+		struct mk_vocab_fill *f = &vc->fill[i];
+		const char *kind = json_is_array(e) ? json_string_value(json_array_get(e, 2)) : NULL;
+		uint64_t from;
+		int k = -1;
+		for (size_t q = 0; kind && q < sizeof(fill_names) / sizeof(*fill_names); q++)
+			if (!strcmp(kind, fill_names[q]))
+				k = (int)q;
+		if (k < 0 || json_array_size(e) != 5 || sj_u64(json_array_get(e, 0), &f->out) ||
+		    sj_u64(json_array_get(e, 1), &f->n) || sj_u64(json_array_get(e, 3), &from) ||
+		    !json_is_boolean(json_array_get(e, 4)) || !f->n || f->out < next || f->out > vc->rows ||
+		    f->n > vc->rows - f->out || from >= j->ninputs + vc->naux)
+			return mk_err_set(err, MK_EFORMAT,
+					  "JOB %u: vocab fill %zu is not [out, n, zero|copy|average|mean, input, force] within the rows",
+					  j->id, i);
+		f->kind = (enum mk_fill_kind)k;
+		f->from = (uint32_t)from;
+		f->force = json_is_true(json_array_get(e, 4));
+		next = f->out + f->n;
+	}
+	uint64_t rl = mk_shape_row_len(j->inputs[0].desc.ndim, j->inputs[0].desc.shape);
+	json_array_foreach(aux, i, e) {
+		if ((rc = decode_input(e, &vc->aux[i], j->id, j->ninputs + i, head, err)) ||
+		    (rc = decode_runs(e, &vc->aux[i], vc->rows, j->id, j->ninputs + i, err)))
+			return rc;
+		if (mk_shape_row_len(vc->aux[i].desc.ndim, vc->aux[i].desc.shape) != rl)
+			return mk_err_set(err, MK_EFORMAT, "JOB %u: aux input %zu has rows of another length than input 0",
+					  j->id, i);
+	}
+	json_array_foreach(ins, i, e)
+		if ((rc = decode_runs(e, &j->inputs[i], vc->rows, j->id, i, err)))
+			return rc;
+	return 0;
+}
+
 /* What a job's inputs must share, since they are read in one range at a
  * time: rows of one length, and a sub-byte dtype (F4, F6) only with
  * itself (a range of such inputs must stay on whole bytes in each). */
@@ -162,7 +270,7 @@ static int check_inputs_agree(const struct mk_plan_job *j, struct mk_err *err)
 }
 
 static const char *const job_keys[] = { "id", "output", "method", "inputs", "base", "passes", "sends", "spill",
-					"is_embed", "check_equal", "params", NULL };
+					"is_embed", "check_equal", "params", "vocab", NULL };
 
 int mk_plan_job_decode(const void *buf, size_t len, const struct mk_manifest *head, struct mk_plan_job **out,
 		       struct mk_err *err)
@@ -248,7 +356,7 @@ int mk_plan_job_decode(const void *buf, size_t len, const struct mk_manifest *he
 	json_array_foreach(ins, i, v)
 		if ((rc = decode_input(v, &j->inputs[i], j->id, i, head, err)))
 			goto out;
-	if ((rc = check_inputs_agree(j, err)))
+	if ((rc = check_inputs_agree(j, err)) || (rc = decode_vocab(o, j, ins, head, err)))
 		goto out;
 	ps = json_object_get(o, "params");
 	if (ps && !json_is_object(ps)) {
@@ -285,6 +393,30 @@ static json_t *params_json(const struct mk_job_params *ps)
 	return o;
 }
 
+static json_t *input_json(const struct mk_plan_input *in, bool runs)
+{
+	json_t *e = json_pack("{s:I,s:s,s:s,s:o}", "model", (json_int_t)in->model, "tensor", in->tensor, "dtype",
+			      mk_dtype_name(in->desc.dtype), "shape", sj_shape(in->desc.ndim, in->desc.shape));
+	if (e && in->load_dtype != in->desc.dtype)
+		json_object_set_new(e, "load_dtype", json_string(mk_dtype_name(in->load_dtype)));
+	if (e && in->nsources) {
+		json_t *sv = json_array();
+		for (size_t q = 0; q < in->nsources; q++)
+			json_array_append_new(sv, json_string(in->sources[q]));
+		json_object_set_new(e, "assembly", json_pack("{s:s,s:o}", "kind", in->assembly, "sources", sv));
+	}
+	if (e && runs) {
+		json_t *rv = json_array();
+		for (size_t k = 0; k < in->nruns; k++) {
+			json_array_append_new(rv, json_integer((json_int_t)in->runs[k].out));
+			json_array_append_new(rv, json_integer((json_int_t)in->runs[k].src));
+			json_array_append_new(rv, json_integer((json_int_t)in->runs[k].n));
+		}
+		json_object_set_new(e, "rows", rv);
+	}
+	return e;
+}
+
 int mk_plan_job_encode(const struct mk_plan_job *j, char **out, size_t *len, struct mk_err *err)
 {
 	json_t *o = json_object(), *ins = json_array(), *ps = json_object(), *pin = json_array();
@@ -302,19 +434,26 @@ int mk_plan_job_encode(const struct mk_plan_job *j, char **out, size_t *len, str
 	json_object_set_new(o, "output", json_integer((json_int_t)j->output));
 	json_object_set_new(o, "method", json_string(j->method));
 	for (size_t i = 0; i < j->ninputs; i++) {
-		const struct mk_plan_input *in = &j->inputs[i];
-		json_t *e = json_pack("{s:I,s:s,s:s,s:o}", "model", (json_int_t)in->model, "tensor", in->tensor,
-				      "dtype", mk_dtype_name(in->desc.dtype), "shape", sj_shape(in->desc.ndim, in->desc.shape));
-		if (e && in->load_dtype != in->desc.dtype)
-			json_object_set_new(e, "load_dtype", json_string(mk_dtype_name(in->load_dtype)));
-		if (e && in->nsources) {
-			json_t *sv = json_array();
-			for (size_t q = 0; q < in->nsources; q++)
-				json_array_append_new(sv, json_string(in->sources[q]));
-			json_object_set_new(e, "assembly", json_pack("{s:s,s:o}", "kind", in->assembly, "sources", sv));
-		}
-		json_array_append_new(ins, e);
+		json_array_append_new(ins, input_json(&j->inputs[i], j->vocab != NULL));
 		json_array_append_new(pin, params_json(&j->input_params[i]));
+	}
+	if (j->vocab) {
+		const struct mk_plan_vocab *vc = j->vocab;
+		json_t *fl = json_array(), *aux = json_array();
+		for (size_t k = 0; k < vc->nfill; k++) {
+			const struct mk_vocab_fill *f = &vc->fill[k];
+			json_array_append_new(fl, json_pack("[I,I,s,I,b]", (json_int_t)f->out, (json_int_t)f->n,
+							    fill_names[f->kind], (json_int_t)f->from, f->force));
+		}
+		for (size_t k = 0; k < vc->naux; k++)
+			json_array_append_new(aux, input_json(&vc->aux[k], true));
+		json_t *vo = json_pack("{s:I,s:I,s:s,s:o}", "rows", (json_int_t)vc->rows, "tokens", (json_int_t)vc->tokens,
+				       "dtype", mk_dtype_name(vc->dtype), "fill", fl);
+		if (vo && vc->naux)
+			json_object_set_new(vo, "aux", aux);
+		else
+			json_decref(aux);
+		json_object_set_new(o, "vocab", vo);
 	}
 	json_object_set_new(o, "inputs", ins);
 	json_object_set_new(o, "base", j->base >= 0 ? json_integer(j->base) : json_null());
@@ -332,4 +471,112 @@ int mk_plan_job_encode(const struct mk_plan_job *j, char **out, size_t *len, str
 	rc = sj_dump(o, out, len, err);
 	json_decref(o);
 	return rc;
+}
+
+/* ------------------------------------------------------------ vocabulary jobs */
+
+const struct mk_plan_input *mk_plan_job_input(const struct mk_plan_job *j, size_t input)
+{
+	if (input < j->ninputs)
+		return &j->inputs[input];
+	if (j->vocab && input - j->ninputs < j->vocab->naux)
+		return &j->vocab->aux[input - j->ninputs];
+	return NULL;
+}
+
+/* How many of n spans (runs or fills: structs of `stride` bytes that
+ * begin with their first output row, ascending) begin at or before row. */
+static size_t spans_upto(const void *v, size_t stride, size_t n, uint64_t row)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (*(const uint64_t *)((const char *)v + mid * stride) <= row)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+#define runs_upto(v, n, row) spans_upto((v), sizeof(struct mk_vocab_run), (n), (row))
+#define fills_upto(v, n, row) spans_upto((v), sizeof(struct mk_vocab_fill), (n), (row))
+_Static_assert(offsetof(struct mk_vocab_run, out) == 0 && offsetof(struct mk_vocab_fill, out) == 0,
+	       "spans begin with their output row");
+
+int64_t mk_plan_vocab_src_row(const struct mk_plan_job *j, size_t input, uint64_t row)
+{
+	const struct mk_plan_input *in = mk_plan_job_input(j, input);
+	size_t k;
+
+	if (!in || !j->vocab)
+		return -1;
+	k = runs_upto(in->runs, in->nruns, row);
+	if (!k || row >= in->runs[k - 1].out + in->runs[k - 1].n)
+		return -1;
+	return (int64_t)(in->runs[k - 1].src + (row - in->runs[k - 1].out));
+}
+
+const struct mk_vocab_fill *mk_plan_vocab_fill_at(const struct mk_plan_job *j, uint64_t row)
+{
+	size_t k;
+
+	if (!j->vocab)
+		return NULL;
+	k = fills_upto(j->vocab->fill, j->vocab->nfill, row);
+	if (!k || row >= j->vocab->fill[k - 1].out + j->vocab->fill[k - 1].n)
+		return NULL;
+	return &j->vocab->fill[k - 1];
+}
+
+/* the nearer of best and the first edge after row of a list of spans
+ * (k: how many begin at or before row; the one before ends at end_prev) */
+static uint64_t next_edge(uint64_t best, uint64_t row, size_t k, size_t n, uint64_t prev_end, uint64_t next_out)
+{
+	if (k && row < prev_end && prev_end < best)
+		best = prev_end;
+	if (k < n && next_out < best)
+		best = next_out;
+	return best;
+}
+
+uint64_t mk_plan_vocab_next_cut(const struct mk_plan_job *j, uint64_t row)
+{
+	const struct mk_plan_vocab *vc = j->vocab;
+	uint64_t best;
+	size_t k;
+
+	if (!vc)
+		return UINT64_MAX;
+	best = vc->rows;
+	if (row < vc->tokens && vc->tokens < best)
+		best = vc->tokens;
+	k = fills_upto(vc->fill, vc->nfill, row);
+	best = next_edge(best, row, k, vc->nfill, k ? vc->fill[k - 1].out + vc->fill[k - 1].n : 0,
+			 k < vc->nfill ? vc->fill[k].out : 0);
+	for (size_t i = 0; i < j->ninputs + vc->naux; i++) {
+		const struct mk_plan_input *in = mk_plan_job_input(j, i);
+		k = runs_upto(in->runs, in->nruns, row);
+		best = next_edge(best, row, k, in->nruns, k ? in->runs[k - 1].out + in->runs[k - 1].n : 0,
+				 k < in->nruns ? in->runs[k].out : 0);
+	}
+	return best;
+}
+
+uint64_t mk_plan_input_sent_bytes(const struct mk_plan_job *j, size_t input)
+{
+	const struct mk_plan_input *in = mk_plan_job_input(j, input);
+	uint64_t elems = 0, b = 0;
+
+	if (!in)
+		return 0;
+	if (!j->vocab) {
+		elems = in->nelem;
+	} else {
+		uint64_t rl = mk_shape_row_len(in->desc.ndim, in->desc.shape);
+		for (size_t k = 0; k < in->nruns; k++)
+			elems += in->runs[k].n * rl;
+	}
+	(void)mk_dtype_nbytes(in->desc.dtype, elems, &b);
+	return b;
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include "mk/jsondoc.h"
 #include "mk/vocab.h"
+#include "vocab_impl.h"
 
 void mk_vocab_free(struct mk_vocab *v)
 {
@@ -18,7 +19,76 @@ void mk_vocab_free(struct mk_vocab *v)
 		free(v->added[i].content);
 	free(v->added);
 	free(v->model_type);
+	free(v->hslot);
 	free(v);
+}
+
+static uint64_t str_hash(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (; *s; s++)
+		h = (h ^ (unsigned char)*s) * 1099511628211ull;
+	return h;
+}
+
+static void index_put(struct mk_vocab *v, size_t id)
+{
+	size_t mask = v->hcap - 1, k = (size_t)str_hash(v->token[id]) & mask;
+
+	while (v->hslot[k]) {
+		if (!strcmp(v->token[v->hslot[k] - 1], v->token[id])) {
+			v->hslot[k] = (uint32_t)id + 1; /* the later one wins */
+			return;
+		}
+		k = (k + 1) & mask;
+	}
+	v->hslot[k] = (uint32_t)id + 1;
+}
+
+/* token -> id over token[] (an added token's id winning for its content) */
+int mk__vocab_index(struct mk_vocab *v)
+{
+	size_t cap = 16;
+
+	v->ntok = 0;
+	for (size_t i = 0; i < v->n; i++)
+		v->ntok += v->token[i] != NULL;
+	while (cap < 2 * v->ntok + 2)
+		cap *= 2;
+	free(v->hslot);
+	if (!(v->hslot = calloc(cap, sizeof(*v->hslot))))
+		return -1;
+	v->hcap = cap;
+	for (size_t i = 0; i < v->n; i++)
+		if (v->token[i])
+			index_put(v, i);
+	for (size_t i = 0; i < v->nadded; i++)
+		if ((size_t)v->added[i].id < v->n && v->token[v->added[i].id])
+			index_put(v, (size_t)v->added[i].id);
+	return 0;
+}
+
+int mk__vocab_index_add(struct mk_vocab *v, size_t id)
+{
+	if (2 * (v->ntok + 2) >= v->hcap)
+		return mk__vocab_index(v);
+	index_put(v, id);
+	v->ntok++;
+	return 0;
+}
+
+long long mk_vocab_find(const struct mk_vocab *v, const char *token)
+{
+	if (!v || !v->hcap)
+		return -1;
+	size_t mask = v->hcap - 1, k = (size_t)str_hash(token) & mask;
+	while (v->hslot[k]) {
+		if (!strcmp(v->token[v->hslot[k] - 1], token))
+			return (long long)v->hslot[k] - 1;
+		k = (k + 1) & mask;
+	}
+	return -1;
 }
 
 /* token[id] = s (taking it), growing the table */
@@ -195,6 +265,8 @@ int mk_vocab_parse(const char *text, size_t len, const char *label, struct mk_vo
 				goto out;
 		}
 	}
+	if (!rc && mk__vocab_index(v))
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 out:
 	mk_jsondoc_free(d);
 	if (rc)

@@ -127,6 +127,42 @@ together 256000000 ties.yml spill
 mk-plan --max-memory 128000000 ties.yml | mk-fetch | mk-merge | mk-pack memstreamed
 for f in memout/*.safetensors; do cmp "$f" "memstreamed/$(basename "$f")" || fail "ties: spilled and streamed differ"; done
 
+# The same with a tokenizer source over three vocabularies that differ:
+# 131072-token models (embeddings of 256 MiB), one whose tokens start
+# 1000 further along, one with ChatML tokens added; the union (132074
+# tokens, padded to 132096 rows) aligns every embedding row by row.
+rm -rf memout memstreamed
+for s in 1 2 3; do
+	case $s in
+	1) extra="--vocab 131072 --bpe-tokenizer" ;;
+	2) extra="--vocab 131072 --tok-skip 1000 --bpe-tokenizer" ;;
+	3) extra="--vocab 131074 --bpe-tokenizer=<s>,</s>,<|im_start|>,<|im_end|>" ;;
+	esac
+	mk-gen-model --dtype F32 --hidden 512 --inter 64 --layers 1 --seed $((10 + s)) $extra w$s > /dev/null
+done
+cat > vocab.yml <<YML
+merge_method: linear
+base_model: w1
+models:
+  - model: w1
+    parameters: {weight: 0.5}
+  - model: w2
+    parameters: {weight: 0.3}
+  - model: w3
+    parameters: {weight: 0.2}
+tokenizer:
+  source: union
+  pad_to_multiple_of: 64
+  tokens:
+    <|im_start|>: {source: w3, force: true}
+YML
+sed -e 's/merge_method: linear/merge_method: ties/' -e 's/{weight: \(0\.[0-9]\)}/{weight: \1, density: 0.5}/' vocab.yml > vocab-ties.yml
+together 256000000 vocab.yml
+python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["vocab_size"] == 132096' memout/config.json ||
+	fail "vocab: the padded vocabulary"
+together 256000000 vocab-ties.yml spill
+rm -rf w1 w2 w3 memout spill
+
 # mk-merge refuses a held job larger than its own budget
 mk-plan slerp.yml > held.mks
 mk-fetch < held.mks > heldin.mks

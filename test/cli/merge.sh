@@ -62,52 +62,7 @@ no_out bad-out
 # a layer range past a model's depth
 printf 'merge_method: passthrough\nslices:\n  - sources:\n      - model: models/tiny-a\n        layer_range: [0, 5]\n' > deep.yml
 expect_fail 1 "past the end of model" mk-plan deep.yml
-# a tokenizer source over models whose vocabularies are the same (the
-# everyday tokenizer_source: base of fine-tunes of one base): the merge is
-# the plain one, the tokenizer files are the source's; vocabularies that
-# differ, tokens: and padding are refused before any weight is read
-tokjson() { # tokjson DIR EXTRA: an 8-token BPE tokenizer.json, the last two added
-	printf '{"version": "1.0", "added_tokens": [{"id": 6, "content": "<s>", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}, {"id": 7, "content": "%s", "single_word": false, "lstrip": false, "rstrip": false, "normalized": false, "special": true}], "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "ab": 3, "bc": 4, "abc": 5}, "merges": ["a b", "b c", "ab c"]}}\n' "$2" > "$1/tokenizer.json"
-	printf '{\n  "bos_token": "<s>",\n  "model_max_length": %s\n}\n' "${3:-2048}" > "$1/tokenizer_config.json"
-}
-mk-gen-model --layers 2 --vocab 8 --seed 1 tok-a > /dev/null
-mk-gen-model --layers 2 --vocab 8 --seed 2 tok-b > /dev/null
-mk-gen-model --layers 2 --vocab 8 --seed 3 tok-c > /dev/null
-tokjson tok-a "</s>"
-tokjson tok-b "</s>" 4096
-tokjson tok-c "<|im_start|>"
-printf 'merge_method: linear\nmodels:\n  - model: tok-a\n    parameters: {weight: 1}\n  - model: tok-b\n    parameters: {weight: 1}\n' > tok-plain.yml
-mk-yaml tok-plain.yml tok-plain
-for src in "tokenizer_source: base" "tokenizer_source: union" "tokenizer_source: tok-b" "tokenizer: {source: union}" \
-	   "tokenizer:\n  source: tok-b"; do
-	rm -rf tok-out
-	printf 'merge_method: linear\nmodels:\n  - model: tok-a\n    parameters: {weight: 1}\n  - model: tok-b\n    parameters: {weight: 1}\n'"$src"'\n' > tok.yml
-	mk-yaml tok.yml tok-out || fail "$src: refused over equal vocabularies"
-	cmp tok-out/model.safetensors tok-plain/model.safetensors || fail "$src: the tensors differ from the plain merge"
-	case $src in *tok-b*) d=tok-b ;; *) d=tok-a ;; esac
-	for f in tokenizer.json tokenizer_config.json; do
-		cmp tok-out/$f $d/$f || fail "$src: $f is not $d's"
-	done
-done
-# vocabularies that differ: said at the key, with the first difference
-printf 'merge_method: linear\nmodels:\n  - model: tok-a\n    parameters: {weight: 1}\n  - model: tok-c\n    parameters: {weight: 1}\ntokenizer_source: union\n' > tok.yml
-expect_fail 1 "tok.yml:7:19: tokenizer_source: the vocabularies of 'tok-a' and 'tok-c' differ (id 7 is '</s>' in one and '<|im_start|>' in the other): merging different vocabularies is not supported yet" \
-	mk-yaml tok.yml tok-bad
-no_out tok-bad
-# a source that is not merged, tokens:, padding, a broken tokenizer.json
-printf 'merge_method: linear\nmodels:\n  - model: tok-a\n    parameters: {weight: 1}\ntokenizer_source: tok-c\n' > tok.yml
-expect_fail 1 "the tokenizer source is not one of the merged models" mk-plan tok.yml
-printf 'merge_method: linear\nmodels:\n  - model: tok-a\n    parameters: {weight: 1}\ntokenizer:\n  source: base\n  tokens:\n    "<x>": {source: tok-a}\n' > tok.yml
-expect_fail 1 "tok.yml:8:12: tokenizer.tokens.<x>: tokenizer.tokens is not supported yet" mk-plan tok.yml
-printf 'merge_method: linear\nmodels:\n  - model: tok-a\n    parameters: {weight: 1}\ntokenizer:\n  source: base\n  pad_to_multiple_of: 64\n' > tok.yml
-expect_fail 1 "tokenizer.pad_to_multiple_of is not supported yet" mk-plan tok.yml
-cp -r tok-b tok-broken && printf '{"model": {"type": "BPE", "vocab": {"a": 0,}}}' > tok-broken/tokenizer.json
-printf 'merge_method: linear\nmodels:\n  - model: tok-a\n    parameters: {weight: 1}\n  - model: tok-broken\n    parameters: {weight: 1}\ntokenizer_source: base\n' > tok.yml
-expect_fail 1 "model 'tok-broken': tok-broken/tokenizer.json:1:44: a comma before the closing bracket" mk-plan tok.yml
-# embeddings with rows the tokenizer lacks (mergekit would resize them)
-mk-gen-model --layers 2 --vocab 16 --seed 4 tok-wide > /dev/null && tokjson tok-wide "</s>"
-printf 'merge_method: linear\nmodels:\n  - model: tok-a\n    parameters: {weight: 1}\n  - model: tok-wide\n    parameters: {weight: 1}\ntokenizer_source: base\n' > tok.yml
-expect_fail 1 "model 'tok-wide': config.json's vocab_size is 16 but its tokenizer has 8 tokens" mk-plan tok.yml
+# tokenizer sources and vocabularies: test/cli/tokenizer.sh
 
 # mk-yaml: a stage killed mid-run stops everything and leaves no OUT
 if [ "$MK_SAN" != 1 ]; then

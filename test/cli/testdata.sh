@@ -22,6 +22,13 @@ mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 40 --seed 170 c/llama-f3
 for s in a b; do
 	mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 32 --bpe-tokenizer --seed $(( $(printf '%d' "'$s") + 200 )) c/llama-f32-tok-$s
 done
+# vocabularies that differ: ChatML tokens added, regular tokens that
+# overlap partly, a tokenizer longer than the vocab size, tied bfloat16
+mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 34 --seed 230 --bpe-tokenizer='<s>,</s>,<|im_start|>,<|im_end|>' c/llama-f32-tok-chat
+mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 32 --seed 231 --tok-skip 6 --bpe-tokenizer c/llama-f32-tok-skip
+mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 32 --seed 232 --tok-size 34 --bpe-tokenizer='<s>,</s>,<|x|>,<|y|>' c/llama-f32-tok-long
+mk-gen-model --dtype BF16 --layers 3 --hidden 16 --vocab 32 --seed 233 --tied --tok-skip 3 --bpe-tokenizer c/llama-bf16-tok-tied-a
+mk-gen-model --dtype BF16 --layers 3 --hidden 16 --vocab 33 --seed 234 --tied --bpe-tokenizer='<s>,</s>,<pad>' c/llama-bf16-tok-tied-b
 for d in "$MK_TOP"/testdata/models/conf/*; do
 	for f in "$d"/*; do cmp "$f" "c/$(basename "$d")/$(basename "$f")"; done
 done

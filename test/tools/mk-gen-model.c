@@ -5,18 +5,24 @@
  *   mk-gen-model [--seed N] [--layers L] [--hidden H] [--inter I]
  *                [--vocab V] [--dtype DT] [--shards K] [--all-dtypes]
  *                [--big-rows R] [--pad-leading] [--arch llama|mistral]
- *                [--bpe-tokenizer[=EXTRA]] OUTDIR
+ *                [--bpe-tokenizer[=EXTRA]] [--tok-skip K] [--tok-size N] [--tied] OUTDIR
  *
  * --all-dtypes adds one small tensor of every safetensors dtype, a scalar
  * and an empty tensor; --big-rows adds "big.weight" [R, H] in F32 (make it
  * larger than a chunk); --pad-leading writes headers with leading
  * whitespace (readers must accept it).  Shards are filled round-robin.
  * --bpe-tokenizer writes a tokenizer transformers loads, with one token
- * per id: a BPE tokenizer.json of V - 2 one-character tokens (no merges)
- * and the added specials <s> and </s> at V - 2 and V - 1 (EXTRA, when
- * given, in place of </s>), its tokenizer_config.json with transformers'
- * model_max_length (an integer beyond 64 bits); without it the files are
- * a small WordLevel stand-in. */
+ * per id: a BPE tokenizer.json of regular tokens (one character, then two
+ * characters with their merge when both halves are tokens, then three)
+ * and the added
+ * specials <s> and </s> at the last ids (EXTRA, when given, in place of
+ * </s>; a comma-separated list: those specials), its tokenizer_config.json
+ * with transformers' model_max_length (an integer beyond 64 bits);
+ * --tok-skip K starts the regular tokens K further along the sequence
+ * (vocabularies that overlap partly), --tok-size N gives the tokenizer N
+ * tokens instead of --vocab; --tied ties lm_head to the embeddings (no
+ * lm_head tensor).  Without --bpe-tokenizer the files are a small
+ * WordLevel stand-in. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -101,9 +107,11 @@ int main(int argc, char **argv)
 		{ "seed", 1, 0, 's' }, { "layers", 1, 0, 'l' }, { "hidden", 1, 0, 'H' },
 		{ "inter", 1, 0, 'I' }, { "vocab", 1, 0, 'v' }, { "dtype", 1, 0, 'd' },
 		{ "shards", 1, 0, 'k' }, { "all-dtypes", 0, 0, 'a' }, { "big-rows", 1, 0, 'b' },
-		{ "pad-leading", 0, 0, 'p' }, { "arch", 1, 0, 'A' }, { "bpe-tokenizer", 2, 0, 'T' }, { 0 },
+		{ "pad-leading", 0, 0, 'p' }, { "arch", 1, 0, 'A' }, { "bpe-tokenizer", 2, 0, 'T' },
+		{ "tok-skip", 1, 0, 'K' }, { "tok-size", 1, 0, 'S' }, { "tied", 0, 0, 't' }, { 0 },
 	};
-	uint64_t seed = 1, layers = 2, hidden = 64, inter = 0, vocab = 256, shards = 1, big = 0;
+	uint64_t seed = 1, layers = 2, hidden = 64, inter = 0, vocab = 256, shards = 1, big = 0, tokskip = 0, toksize = 0;
+	bool tied = false;
 	enum mk_dtype dt = MK_DT_BF16;
 	bool all = false, pad = false;
 	const char *arch = "llama", *bpe = NULL;
@@ -121,6 +129,9 @@ int main(int argc, char **argv)
 		case 'v': dst = &vocab; break;
 		case 'k': dst = &shards; break;
 		case 'b': dst = &big; break;
+		case 'K': dst = &tokskip; break;
+		case 'S': dst = &toksize; break;
+		case 't': tied = true; break;
 		case 'a': all = true; break;
 		case 'p': pad = true; break;
 		case 'T': bpe = optarg ? optarg : "</s>"; break;
@@ -176,7 +187,8 @@ int main(int argc, char **argv)
 		add(name, dt, 1, hidden, 0);
 	}
 	add("model.norm.weight", dt, 1, hidden, 0);
-	add("lm_head.weight", dt, 2, vocab, hidden);
+	if (!tied)
+		add("lm_head.weight", dt, 2, vocab, hidden);
 	if (all) {
 		for (unsigned d = 0; d < MK_DT_COUNT; d++) {
 			unsigned bits = mk_dtype_bits((enum mk_dtype)d);
@@ -266,38 +278,77 @@ int main(int argc, char **argv)
 		 "  \"hidden_size\": %llu,\n  \"intermediate_size\": %llu,\n  \"num_hidden_layers\": %llu,\n"
 		 "  \"num_attention_heads\": 4,\n  \"num_key_value_heads\": 4,\n  \"vocab_size\": %llu,\n"
 		 "  \"max_position_embeddings\": 256,\n  \"rms_norm_eps\": 1e-05,\n"
-		 "  \"tie_word_embeddings\": false,\n  \"torch_dtype\": \"%s\"\n}\n",
+		 "  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"\n}\n",
 		 strcmp(arch, "mistral") ? "LlamaForCausalLM" : "MistralForCausalLM", arch,
 		 (unsigned long long)hidden, (unsigned long long)inter, (unsigned long long)layers,
-		 (unsigned long long)vocab, dt == MK_DT_F32 ? "float32" : dt == MK_DT_F16 ? "float16" : "bfloat16");
+		 (unsigned long long)vocab, tied ? "true" : "false", dt == MK_DT_F32 ? "float32" : dt == MK_DT_F16 ? "float16" : "bfloat16");
 	if (bpe) {
-		/* one character a token: printable ASCII from '!', skipping '"' and '\\' */
-		static char tj[16384];
-		size_t n = 0, made = 0;
-		if (vocab < 3 || vocab > 90) {
-			fprintf(stderr, "mk-gen-model: --bpe-tokenizer wants --vocab 3..90\n");
+		/* regular tokens: one character (printable ASCII from '!', less
+		 * '"' and '\\'), then two; the added specials after them */
+		static const char alpha[] = "!#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[]^_`"
+					    "abcdefghijklmnopqrstuvwxyz{|}~";
+		const size_t na = sizeof(alpha) - 1;
+		char added[8][64], list[512];
+		size_t nadded = 0, tsz = toksize ? toksize : vocab, nreg;
+		snprintf(list, sizeof(list), "%s%s", strchr(bpe, ',') ? "" : "<s>,", bpe);
+		for (char *tk = strtok(list, ","); tk && nadded < 8; tk = strtok(NULL, ","))
+			snprintf(added[nadded++], sizeof(added[0]), "%s", tk);
+		if (tsz < nadded + 1 || tsz - nadded + tokskip > na + na * na + na * na * na) {
+			fprintf(stderr, "mk-gen-model: --bpe-tokenizer: too few or too many tokens\n");
 			return 2;
 		}
-		n += (size_t)snprintf(tj + n, sizeof(tj) - n,
-				      "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, \"added_tokens\": ["
-				      "{\"id\": %llu, \"content\": \"<s>\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}, "
-				      "{\"id\": %llu, \"content\": \"%s\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}], "
-				      "\"normalizer\": null, \"pre_tokenizer\": null, \"post_processor\": null, \"decoder\": null, "
+		nreg = tsz - nadded;
+		size_t cap = 256 + tsz * 96, n = 0;
+		char *tj = malloc(cap);
+		if (!tj)
+			return 1;
+		n += (size_t)snprintf(tj + n, cap - n, "{\"version\": \"1.0\", \"truncation\": null, \"padding\": null, \"added_tokens\": [");
+		for (size_t k = 0; k < nadded; k++)
+			n += (size_t)snprintf(tj + n, cap - n,
+					      "%s{\"id\": %zu, \"content\": \"%s\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}",
+					      k ? ", " : "", nreg + k, added[k]);
+		n += (size_t)snprintf(tj + n, cap - n,
+				      "], \"normalizer\": null, \"pre_tokenizer\": null, \"post_processor\": null, \"decoder\": null, "
 				      "\"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, \"continuing_subword_prefix\": null, "
-				      "\"end_of_word_suffix\": null, \"fuse_unk\": false, \"byte_fallback\": false, \"ignore_merges\": false, \"vocab\": {",
-				      (unsigned long long)(vocab - 2), (unsigned long long)(vocab - 1), bpe);
-		for (int ch = '!'; made < vocab - 2; ch++) {
-			if (ch == '"' || ch == '\\')
-				continue;
-			n += (size_t)snprintf(tj + n, sizeof(tj) - n, "%s\"%c\": %zu", made ? ", " : "", ch, made);
-			made++;
+				      "\"end_of_word_suffix\": null, \"fuse_unk\": false, \"byte_fallback\": false, \"ignore_merges\": false, \"vocab\": {");
+		for (size_t k = 0; k < nreg; k++) {
+			size_t t = k + tokskip;
+			char tok[4] = { 0 };
+			if (t < na) {
+				tok[0] = alpha[t];
+			} else if (t < na + na * na) {
+				tok[0] = alpha[(t - na) / na];
+				tok[1] = alpha[(t - na) % na];
+			} else {
+				size_t u = t - na - na * na;
+				tok[0] = alpha[u / (na * na)];
+				tok[1] = alpha[u / na % na];
+				tok[2] = alpha[u % na];
+			}
+			n += (size_t)snprintf(tj + n, cap - n, "%s\"%s\": %zu", k ? ", " : "", tok, k);
 		}
-		n += (size_t)snprintf(tj + n, sizeof(tj) - n, "}, \"merges\": []}}\n");
-		if (write_text(dir, "tokenizer.json", tj) ||
-		    write_text(dir, "tokenizer_config.json",
-			       "{\n  \"bos_token\": \"<s>\",\n  \"eos_token\": \"</s>\",\n"
-			       "  \"model_max_length\": 1000000000000000019884624838656,\n"
-			       "  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n"))
+		n += (size_t)snprintf(tj + n, cap - n, "}, \"merges\": [");
+		/* a merge for every two-character token whose halves are tokens */
+		for (size_t k = 0, m = 0; k < nreg; k++) {
+			size_t t = k + tokskip, a, b;
+			if (t < na || t >= na + na * na)
+				continue;
+			a = (t - na) / na;
+			b = (t - na) % na;
+			if (a < tokskip || b < tokskip || a - tokskip >= nreg || b - tokskip >= nreg)
+				continue;
+			n += (size_t)snprintf(tj + n, cap - n, "%s\"%c %c\"", m++ ? ", " : "", alpha[a], alpha[b]);
+		}
+		n += (size_t)snprintf(tj + n, cap - n, "]}}\n");
+		char tc[512];
+		snprintf(tc, sizeof(tc),
+			 "{\n  \"bos_token\": \"%s\",\n  \"eos_token\": \"%s\",\n"
+			 "  \"model_max_length\": 1000000000000000019884624838656,\n"
+			 "  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n",
+			 added[0], nadded > 1 ? added[1] : added[0]);
+		int bad = write_text(dir, "tokenizer.json", tj) || write_text(dir, "tokenizer_config.json", tc);
+		free(tj);
+		if (bad)
 			return 1;
 	}
 	if (write_text(dir, "config.json", buf) ||

@@ -2,7 +2,7 @@
  * from other checkpoints, tensor by tensor, in float64.
  *
  *   mk-st-compare [--tol T] [--only SUBSTR] [--rename FROM=TO]
- *                 [--lin W1,W2,...[/D]] [--bf16-ulps N --inputs D1,D2,..]
+ *                 [--lin W1,W2,...[/D]] [--bf16-ulps N --inputs D1,D2,..] [--by-token]
  *                 GOT REF1 [REF2 ...]
  *
  * For every float tensor of GOT whose name contains SUBSTR (all when not
@@ -13,7 +13,12 @@
  * --bf16-ulps N the bound is per element instead: N bf16 ulps of the
  * largest |input| at that element over the checkpoints D1, D2, ...
  * (mergekit computes bf16 merges in bf16, mk in float32), and a histogram
- * of |diff| in those ulps is printed.  One line per tensor; exit 0 pass,
+ * of |diff| in those ulps is printed.  --by-token: GOT's and REF1's
+ * vocabularies (tokenizer.json) may give tokens other ids (mergekit's
+ * union order is a hash set's): the rows of the embeddings (embed_tokens,
+ * lm_head, wte with GOT's config.json vocab_size rows) are compared token
+ * by token, padding rows
+ * past them by position.  One line per tensor; exit 0 pass,
  * 1 fail, 2 usage or I/O error. */
 #include <fcntl.h>
 #include <stdbool.h>
@@ -24,6 +29,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "mk/model.h"
+#include "mk/jsondoc.h"
+#include "mk/vocab.h"
 
 static double *load(const struct mk_model *m, const struct mk_model_tensor *t)
 {
@@ -47,11 +54,90 @@ static double *load(const struct mk_model *m, const struct mk_model_tensor *t)
 	return d;
 }
 
+/* DIR/tokenizer.json's vocabulary */
+static char *read_all(const char *dir, const char *name, size_t *len)
+{
+	char path[4096];
+	FILE *f;
+	long n;
+	char *buf = NULL;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (!(f = fopen(path, "rb")) || fseek(f, 0, SEEK_END) || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) ||
+	    !(buf = malloc((size_t)n + 1)) || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+		fprintf(stderr, "mk-st-compare: cannot read %s\n", path);
+		if (f)
+			fclose(f);
+		free(buf);
+		return NULL;
+	}
+	fclose(f);
+	*len = (size_t)n;
+	return buf;
+}
+
+/* DIR/config.json's vocab_size (the embeddings' rows), 0 when none */
+static uint64_t config_rows(const char *dir)
+{
+	size_t n;
+	char *buf = read_all(dir, "config.json", &n), *v = NULL;
+	struct mk_jsondoc *d = NULL;
+	struct mk_err err;
+	uint64_t rows = 0;
+
+	if (buf && !mk_jsondoc_parse(buf, n, "config.json", &d, &err) && (v = mk_jsondoc_text(d, "vocab_size")))
+		rows = strtoull(v, NULL, 10);
+	free(v);
+	mk_jsondoc_free(d);
+	free(buf);
+	return rows;
+}
+
+static int read_vocab(const char *dir, struct mk_vocab **out)
+{
+	struct mk_err err;
+	size_t n;
+	char *buf = read_all(dir, "tokenizer.json", &n);
+
+	if (!buf)
+		return -1;
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+	int rc = mk_vocab_parse(buf, n, path, out, &err);
+	if (rc)
+		fprintf(stderr, "mk-st-compare: %s\n", err.msg);
+	free(buf);
+	return rc;
+}
+
+/* --by-token: g's rows (rows x cols, GOT's ids) put in the reference's
+ * token order, rows past the reference's tokens (padding) as they are */
+static int permute_rows(double *g, uint64_t rows, uint64_t cols, const struct mk_vocab *gv, const struct mk_vocab *rv)
+{
+	double *t = malloc((rows * cols + 1) * sizeof(*t));
+
+	if (!t)
+		return -1;
+	memcpy(t, g, rows * cols * sizeof(*t));
+	for (size_t r = 0; r < rv->n; r++) {
+		long long at = rv->token[r] ? mk_vocab_find(gv, rv->token[r]) : (long long)r;
+		if (at < 0 || (uint64_t)at >= rows) {
+			free(t);
+			return -1;
+		}
+		memcpy(g + r * cols, t + (uint64_t)at * cols, cols * sizeof(*g));
+	}
+	free(t);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = { { "tol", 1, 0, 't' }, { "only", 1, 0, 'o' }, { "rename", 1, 0, 'r' },
 					    { "lin", 1, 0, 'l' }, { "bf16-ulps", 1, 0, 'u' },
-					    { "inputs", 1, 0, 'i' }, { 0 } };
+					    { "inputs", 1, 0, 'i' }, { "by-token", 0, 0, 'k' }, { 0 } };
+	struct mk_vocab *gv = NULL, *rv0 = NULL;
+	bool by_token = false;
 	double ulps = 0;
 	struct mk_model *inp[16];
 	size_t ninp = 0;
@@ -88,6 +174,7 @@ int main(int argc, char **argv)
 			break;
 		}
 		case 'u': ulps = atof(optarg); break;
+		case 'k': by_token = true; break;
 		case 'i': {
 			char *s2 = strdup(optarg), *tok;
 			for (tok = strtok(s2, ","); tok && ninp < 16; tok = strtok(NULL, ","))
@@ -113,6 +200,10 @@ int main(int argc, char **argv)
 	for (int i = 0; i < nref; i++)
 		if (mk_model_open(argv[optind + 1 + i], &ref[i], &err))
 			goto ioerr;
+	uint64_t vrows = 0;
+	if (by_token && (read_vocab(argv[optind], &gv) || read_vocab(argv[optind + 1], &rv0) ||
+			 !(vrows = config_rows(argv[optind]))))
+		return 2;
 	for (size_t k = 0; k < got->ntensors; k++) {
 		const struct mk_model_tensor *gt = &got->tensors[k];
 		char name[1024];
@@ -130,6 +221,13 @@ int main(int argc, char **argv)
 			}
 		}
 		double *g = load(got, gt), *r = calloc(gt->t->nelem + 1, sizeof(double));
+		if (by_token && gt->t->desc.ndim == 2 && gt->t->desc.shape[0] == vrows &&
+		    (strstr(gt->t->name, "embed_tokens") || strstr(gt->t->name, "lm_head") || strstr(gt->t->name, "wte")) &&
+		    permute_rows(g, gt->t->desc.shape[0], gt->t->desc.shape[1], gv, rv0)) {
+			printf("%s: the reference's tokens are not all in GOT's vocabulary\n", name);
+			fails++;
+			goto next;
+		}
 		for (int i = 0; i < (nw ? nref : 1); i++) {
 			const struct mk_model_tensor *rt = mk_model_find(ref[i], name);
 			if (!rt || rt->t->nelem != gt->t->nelem) {
@@ -192,6 +290,8 @@ next:
 		printf("bf16 ulp histogram (elements): 0: %llu, (0,1]: %llu, (1,2]: %llu, >2: %llu; largest %.2f ulps\n",
 		       (unsigned long long)hist[0], (unsigned long long)hist[1], (unsigned long long)hist[2],
 		       (unsigned long long)hist[3], qmax);
+	mk_vocab_free(gv);
+	mk_vocab_free(rv0);
 	mk_model_free(got);
 	for (int i = 0; i < nref; i++)
 		mk_model_free(ref[i]);

@@ -1236,7 +1236,7 @@ static void test_unsupported(void **state)
 	size_t n;
 
 	assert_int_equal(mk_config_unsupported(cfg, &f, &n, NULL), 0);
-	assert_int_equal(n, 2);           /* a tokenizer source alone: the planner checks it */
+	assert_int_equal(n, 2);           /* the tokenizer: the planner's (LoRA references are refused) */
 	assert_string_equal(f[0].path, "models[1].model");
 	assert_int_equal(f[0].line, 4);
 	assert_non_null(strstr(f[0].what, "LoRA"));
@@ -1244,14 +1244,11 @@ static void test_unsupported(void **state)
 	assert_string_equal(f[1].path, "base_model");
 	free(f);
 	mk_config_free(cfg);
-	/* tokens and padding need rows per token: refused at their keys */
+	/* tokens and padding are merged now: nothing refused */
 	cfg = parse_ok("merge_method: linear\nmodels:\n  - model: a\ntokenizer:\n  source: base\n"
 		       "  tokens:\n    \"<x>\": {source: a}\n  pad_to_multiple_of: 8\n");
 	assert_int_equal(mk_config_unsupported(cfg, &f, &n, NULL), 0);
-	assert_int_equal(n, 2);
-	assert_string_equal(f[0].what, "tokenizer.pad_to_multiple_of");
-	assert_string_equal(f[1].what, "tokenizer.tokens");
-	assert_int_equal(f[1].line, 7);
+	assert_int_equal(n, 0);
 	free(f);
 	mk_config_free(cfg);
 

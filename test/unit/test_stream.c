@@ -1964,6 +1964,88 @@ static void test_job_roundtrip(void **state)
 	mk_manifest_free(head);
 }
 
+static void expect_bad_job(const struct mk_manifest *head, const char *json, const char *sub);
+/* a vocabulary job: 6 output rows (5 tokens + 1 padding); input 0 has
+ * rows 0-1 and 3, input 1 rows 0-3; row 4 is filled from aux 0 (model 0's
+ * stored row 2), row 2 averaged... by the fill list */
+#define VOCAB_JOB "{\"id\":4,\"output\":0,\"method\":\"linear\",\"inputs\":[" \
+	"{\"model\":0,\"tensor\":\"a\",\"dtype\":\"F32\",\"shape\":[4,3],\"rows\":[0,0,2,3,3,1]}," \
+	"{\"model\":1,\"tensor\":\"a\",\"dtype\":\"F32\",\"shape\":[4,3],\"rows\":[0,0,4]}]," \
+	"\"base\":null,\"is_embed\":true,\"vocab\":{\"rows\":6,\"tokens\":5,\"dtype\":\"F32\"," \
+	"\"fill\":[[2,1,\"copy\",1,false],[4,1,\"copy\",2,true],[5,1,\"mean\",0,false]]," \
+	"\"aux\":[{\"model\":0,\"tensor\":\"a\",\"dtype\":\"F32\",\"shape\":[4,3],\"rows\":[4,2,1]}]}}"
+
+static void test_job_vocab(void **state)
+{
+	struct mk_manifest *head = job_head();
+	struct mk_plan_job *j, *k;
+	struct mk_err err;
+	char *s;
+	size_t len;
+
+	(void)state;
+	assert_int_equal(mk_plan_job_decode(VOCAB_JOB, strlen(VOCAB_JOB), head, &j, &err), 0);
+	for (int round = 0; round < 2; round++) {
+		assert_non_null(j->vocab);
+		assert_int_equal(j->vocab->rows, 6);
+		assert_int_equal(j->vocab->tokens, 5);
+		assert_int_equal(j->vocab->nfill, 3);
+		assert_int_equal(j->vocab->naux, 1);
+		assert_int_equal(j->inputs[0].nruns, 2);
+		assert_int_equal(mk_plan_vocab_src_row(j, 0, 1), 1);
+		assert_int_equal(mk_plan_vocab_src_row(j, 0, 2), -1);
+		assert_int_equal(mk_plan_vocab_src_row(j, 0, 3), 3);
+		assert_int_equal(mk_plan_vocab_src_row(j, 1, 3), 3);
+		assert_int_equal(mk_plan_vocab_src_row(j, 1, 4), -1);
+		assert_int_equal(mk_plan_vocab_src_row(j, 2, 4), 2);
+		assert_int_equal(mk_plan_vocab_src_row(j, 2, 3), -1);
+		assert_null(mk_plan_vocab_fill_at(j, 0));
+		assert_int_equal(mk_plan_vocab_fill_at(j, 2)->kind, MK_FILL_COPY);
+		assert_true(mk_plan_vocab_fill_at(j, 4)->force);
+		assert_int_equal(mk_plan_vocab_fill_at(j, 5)->kind, MK_FILL_MEAN);
+		/* cuts: where a run or a fill begins or ends, and the tokens' end */
+		assert_int_equal(mk_plan_vocab_next_cut(j, 0), 2);
+		assert_int_equal(mk_plan_vocab_next_cut(j, 2), 3);
+		assert_int_equal(mk_plan_vocab_next_cut(j, 3), 4);
+		assert_int_equal(mk_plan_vocab_next_cut(j, 4), 5);
+		assert_int_equal(mk_plan_vocab_next_cut(j, 5), 6);
+		assert_int_equal(mk_plan_input_sent_bytes(j, 0), 3 * 3 * 4);
+		assert_int_equal(mk_plan_input_sent_bytes(j, 2), 3 * 4);
+		/* a chunk of input 0 over rows 0-1 fits; one over 1-2 does not */
+		struct mk_chunk c = { .id = 4, .input = 0, .dtype = MK_DT_F32, .elem_begin = 0, .elem_count = 6 };
+		mk_chunk_set_rows(&c, 3);
+		assert_int_equal(mk_chunk_check_input(j, &c, &err), 0);
+		c.elem_begin = 3;
+		mk_chunk_set_rows(&c, 3);
+		assert_int_equal(mk_chunk_check_input(j, &c, &err), -MK_EFORMAT);
+		c = (struct mk_chunk){ .id = 4, .input = 2, .dtype = MK_DT_F32, .elem_begin = 12, .elem_count = 3 };
+		mk_chunk_set_rows(&c, 3);
+		assert_int_equal(mk_chunk_check_input(j, &c, &err), 0);
+		assert_int_equal(mk_plan_job_encode(j, &s, &len, &err), 0);
+		assert_int_equal(mk_plan_job_decode(s, len, head, &k, &err), 0);
+		free(s);
+		mk_plan_job_free(j);
+		j = k;
+	}
+	mk_plan_job_free(j);
+	/* runs out of order or past the stored rows, a fill from no input */
+	struct { const char *from, *to, *msg; } bad[] = {
+		{ "\"rows\":[0,0,2,3,3,1]", "\"rows\":[3,3,1,0,0,2]", "does not fit" },
+		{ "\"rows\":[0,0,4]", "\"rows\":[0,1,4]", "does not fit" },
+		{ "[4,1,\"copy\",2,true]", "[4,1,\"copy\",3,true]", "vocab fill 1" },
+		{ "\"tokens\":5", "\"tokens\":7", "bad \"vocab\"" },
+		{ "[5,1,\"mean\",0,false]", "[5,1,\"median\",0,false]", "vocab fill 2" },
+	};
+	for (size_t b = 0; b < sizeof(bad) / sizeof(*bad); b++) {
+		char buf[2048];
+		const char *at = strstr(VOCAB_JOB, bad[b].from);
+		assert_non_null(at);
+		snprintf(buf, sizeof(buf), "%.*s%s%s", (int)(at - VOCAB_JOB), VOCAB_JOB, bad[b].to, at + strlen(bad[b].from));
+		expect_bad_job(head, buf, bad[b].msg);
+	}
+	mk_manifest_free(head);
+}
+
 static void expect_bad_job(const struct mk_manifest *head, const char *json, const char *sub)
 {
 	struct mk_plan_job *j = (struct mk_plan_job *)1;
@@ -2129,6 +2211,7 @@ int main(void)
 		cmocka_unit_test(test_manifest_roundtrip),
 		cmocka_unit_test(test_manifest_errors),
 		cmocka_unit_test(test_job_roundtrip),
+		cmocka_unit_test(test_job_vocab),
 		cmocka_unit_test(test_job_errors),
 		cmocka_unit_test(test_chunk_checks),
 	};
