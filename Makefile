@@ -24,7 +24,7 @@ FUZZ_SECONDS ?= 30
 PKGS      := yaml-0.1 libzstd liburing jansson
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -lzstd -luring -ljansson)
-LIBS      := $(PKG_LIBS) -lopenblas -lpthread -ldl -lm
+LIBS      := $(PKG_LIBS) -lsentencepiece -lstdc++ -lopenblas -lpthread -ldl -lm
 
 WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT       := $(if $(SAN),-O1 -g -fno-omit-frame-pointer -fsanitize=$(SAN) -fno-sanitize-recover=all,-O3 -g)
@@ -37,6 +37,11 @@ Q := $(if $(V),,@)
 
 LIB_SRC   := $(sort $(wildcard src/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+# The one C++ file: src/tokenizer/spm.cc, a C call over libsentencepiece
+# (a tokenizer.model's pieces).
+CXX       ?= c++
+LIB_CXX   := $(sort $(wildcard src/*/*.cc))
+LIB_OBJ   += $(LIB_CXX:%.cc=$(BUILD)/%.o)
 
 # CUDA: built when nvcc is found (CUDA=0 turns it off); not in sanitized
 # builds.  Without it src/cuda/cuda_stub.c answers "built without CUDA".
@@ -110,6 +115,11 @@ $(BUILD)/%.o: %.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
+$(BUILD)/%.o: %.cc
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  CXX     $<")
+	$(Q)$(CXX) $(CPPFLAGS) -std=c++17 -Wall -Wextra -Wno-unused-parameter $(OPT) $(if $(SAN),-fno-sanitize=vptr) $(LIB_CFLAGS) -MMD -MP -c -o $@ $<
+
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  NVCC    $<")
@@ -163,14 +173,18 @@ $(BUILD)/fuzz/%-replay: $(BUILD)/test/fuzz/%.o $(BUILD)/test/fuzz/replay.o $(LIB
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
-build-fuzz/%: test/fuzz/%.c $(wildcard test/fuzz/*.h) $(LIB_SRC)
+build-fuzz/cxx.o: $(LIB_CXX)
 	@mkdir -p $(@D)
-	clang $(filter-out -DMK_HAVE_CUDA,$(CPPFLAGS)) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRC) $(LIBS)
+	clang++ $(filter-out -DMK_HAVE_CUDA,$(CPPFLAGS)) -std=c++17 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize=vptr -c -o $@ $(LIB_CXX)
+
+build-fuzz/%: test/fuzz/%.c $(wildcard test/fuzz/*.h) $(LIB_SRC) build-fuzz/cxx.o
+	@mkdir -p $(@D)
+	clang $(filter-out -DMK_HAVE_CUDA,$(CPPFLAGS)) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRC) build-fuzz/cxx.o $(LIBS)
 
 # mk.pc for prefix $(1), libdir $(2), includedir $(3).  Libs.private and
 # Requires.private are what a program linking libmk.a needs
 # (pkg-config --static); libmk.so carries them itself.
-MK_PC_PRIVATE := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++ )-lopenblas -lpthread -ldl -lm
+MK_PC_PRIVATE := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt )-lsentencepiece -lstdc++ -lopenblas -lpthread -ldl -lm
 mk_pc = printf '%s\n' 'prefix=$(1)' 'libdir=$(2)' 'includedir=$(3)' '' \
 	  'Name: mk' 'Description: model merging for large language models (libmk)' 'Version: $(VERSION)' \
 	  'Requires.private: $(PKGS)' 'Libs: -L$${libdir} -lmk' 'Libs.private: $(MK_PC_PRIVATE)' \

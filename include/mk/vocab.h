@@ -42,6 +42,23 @@ struct mk_vocab {
 int mk_vocab_parse(const char *text, size_t len, const char *label, struct mk_vocab **out, struct mk_err *err);
 void mk_vocab_free(struct mk_vocab *v);
 
+/* A SentencePiece model (tokenizer.model, bytes as read): its pieces by
+ * id (model_type "SentencePiece"), the control and unknown pieces as
+ * special added tokens, as transformers converts them.  Refused, naming
+ * the file: bytes libsentencepiece does not load. */
+int mk_vocab_parse_spm(const void *buf, size_t len, const char *label, struct mk_vocab **out, struct mk_err *err);
+/* A slow tokenizer's vocabulary: vocab.json ({token: id}, GPT-2 style
+ * BPE; lines false) or vocab.txt (a token a line, its id the line's
+ * number, WordPiece; lines true).  Added tokens come from
+ * tokenizer_config.json (mk_vocab_add_decoder).  Refused, naming the
+ * file: JSON that is not an object of integer ids, an id twice. */
+int mk_vocab_parse_plain(const char *text, size_t len, const char *label, bool lines, struct mk_vocab **out,
+			 struct mk_err *err);
+/* The added tokens of a tokenizer_config.json (its added_tokens_decoder,
+ * {"ID": {content, special, ...}}) added to v: ids past its pieces
+ * extend it, one on a piece must be that piece.  No such key: nothing. */
+int mk_vocab_add_decoder(struct mk_vocab *v, const char *text, size_t len, const char *label, struct mk_err *err);
+
 /* Do a and b give every token the same id, and have the same added
  * tokens (content, id and flags)?  When not, *why (may be NULL) says the
  * first difference ("'<|im_start|>' is 32000 in one and absent from the

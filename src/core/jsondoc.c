@@ -625,6 +625,8 @@ int mk_jsondoc_set(struct mk_jsondoc *d, const char *path, const char *value_jso
 	int rc;
 
 	if ((rc = mk_jsondoc_parse(value_json, strlen(value_json), "the new value", &v, err))) {
+		if (err->code == MK_ENOMEM)
+			return rc;
 		char why[sizeof(err->msg)];
 		snprintf(why, sizeof(why), "%s", err->msg);
 		return mk_err_set(err, MK_EINVAL, "setting %s in %s: %s", path, d->label, why);

@@ -1160,8 +1160,10 @@ static int plan_module(struct mk_plan *p, size_t mod, const struct mk_output_sli
 			continue; /* post weights are planned after the layers */
 		for (size_t w = 0; w < l->n && !rc; w++) {
 			struct src_in *srcs = calloc(s->nsources + 1, sizeof(*srcs));
-			if (!srcs)
-				return mk_err_set(err, MK_ENOMEM, "out of memory");
+			if (!srcs) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				break;
+			}
 			for (size_t k = 0; k < s->nsources; k++)
 				srcs[k] = (struct src_in){ model_index(p, &s->sources[k].model), &s->sources[k].model,
 							   &l->w[w], &s->sources[k].params };
@@ -1179,8 +1181,10 @@ static int plan_module(struct mk_plan *p, size_t mod, const struct mk_output_sli
 		for (int64_t k = 0; k < span && !rc; k++, out_layer++) {
 			struct mk_weight_list ol = { 0 };
 			struct mk_weight_list *il = calloc(s->nsources + 1, sizeof(*il));
-			if (!il)
-				return mk_err_set(err, MK_ENOMEM, "out of memory");
+			if (!il) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				break;
+			}
 			rc = mk_arch_weights(p->arch, mod, MK_WS_LAYER, total, out_layer, &ol, err);
 			for (size_t src = 0; src < s->nsources && !rc; src++) {
 				long mi = model_index(p, &s->sources[src].model);
@@ -1565,6 +1569,10 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 			  donor_has(donor, "vocab.txt");
 		char *tmpl = p->cfg->chat_template ? chat_template_text(p, d) : NULL;
 		bool newvocab = p->tok && (p->tok->nnew || p->tok->strip_at >= 0);
+		if (newvocab && !donor_has(donor, "tokenizer.json") && !donor_has(donor, "tokenizer_config.json"))
+			return mk_err_set(err, MK_EUNSUPPORTED,
+					  "model '%s' has neither tokenizer.json nor tokenizer_config.json to write the merged vocabulary's new tokens into",
+					  donor->display);
 		if (!ok)
 			diag(d, MK_DIAG_WARNING, &p->cfg->merge_method_loc,
 			     "model '%s' has no tokenizer (no tokenizer.json, tokenizer.model, vocab.json with merges.txt, or vocab.txt): the output has none",
@@ -1710,15 +1718,43 @@ static int build_tokenizer(struct mk_plan *p, struct mk_diags *d, struct mk_err 
 		int64_t n = -1;
 		labels[i] = p->models[i].display;
 		vs[i] = !mk_hfconfig_int(p->models[i].hf, vk, &n, NULL) && n > 0 ? n : -1;
+		/* a slow tokenizer's files alone (SentencePiece tokenizer.model,
+		 * GPT-2 vocab.json, WordPiece vocab.txt): its vocabulary, and the
+		 * added tokens its tokenizer_config.json lists */
+		const char *slow = donor_has(&p->models[i], "tokenizer.json") ? NULL :
+				   donor_has(&p->models[i], "tokenizer.model") ? "tokenizer.model" :
+				   donor_has(&p->models[i], "vocab.json") ? "vocab.json" :
+				   donor_has(&p->models[i], "vocab.txt") ? "vocab.txt" : NULL;
+		if (slow) {
+			snprintf(label, sizeof(label), "%s/%s", p->models[i].m->dir, slow);
+			rc = model_file_read(p->models[i].m, slow, &buf, &len, &e);
+			if (!rc)
+				rc = !strcmp(slow, "tokenizer.model") ? mk_vocab_parse_spm(buf, len, label, &v[i], &e) :
+				     mk_vocab_parse_plain((const char *)buf, len, label, !strcmp(slow, "vocab.txt"), &v[i], &e);
+			free(buf);
+			buf = NULL;
+			if (!rc && donor_has(&p->models[i], "tokenizer_config.json")) {
+				snprintf(label, sizeof(label), "%s/tokenizer_config.json", p->models[i].m->dir);
+				rc = model_file_read(p->models[i].m, "tokenizer_config.json", &buf, &len, &e);
+				if (!rc)
+					rc = mk_vocab_add_decoder(v[i], (const char *)buf, len, label, &e);
+				free(buf);
+			}
+			if (rc) {
+				if (e.code == MK_ENOMEM) {
+					rc = mk_err_set(err, MK_ENOMEM, "%s", e.msg);
+					goto out;
+				}
+				rc = 0;
+				diag(d, MK_DIAG_ERROR, loc, "model '%s': %s", p->models[i].display, e.msg);
+				goto out;
+			}
+			continue;
+		}
 		if (!donor_has(&p->models[i], "tokenizer.json")) {
-			bool other = donor_has(&p->models[i], "tokenizer.model") || donor_has(&p->models[i], "vocab.json") ||
-				     donor_has(&p->models[i], "vocab.txt");
-			if (other || i == in.base || (in.source == MK_TOKMERGE_MODEL && i == in.source_model)) {
-				diag(d, MK_DIAG_ERROR, loc,
-				     "model '%s' has no tokenizer.json: %s",
-				     p->models[i].display,
-				     other ? "reading a tokenizer from tokenizer.model (SentencePiece), vocab.json or vocab.txt alone is not supported yet" :
-					     "it has no tokenizer to build the output's on");
+			if (i == in.base || (in.source == MK_TOKMERGE_MODEL && i == in.source_model)) {
+				diag(d, MK_DIAG_ERROR, loc, "model '%s' has no tokenizer to build the output's on",
+				     p->models[i].display);
 				goto out;
 			}
 			/* as mergekit: a model without a tokenizer is taken to have the base's */

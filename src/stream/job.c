@@ -35,7 +35,7 @@ void mk_plan_job_free(struct mk_plan_job *j)
 			params_free(&j->input_params[i]);
 	}
 	if (j->vocab) {
-		for (size_t k = 0; k < j->vocab->naux; k++)
+		for (size_t k = 0; j->vocab->aux && k < j->vocab->naux; k++)
 			input_clear(&j->vocab->aux[k]);
 		free(j->vocab->aux);
 		free(j->vocab->fill);
@@ -207,8 +207,10 @@ static int decode_vocab(json_t *o, struct mk_plan_job *j, json_t *ins, const str
 	vc->nfill = json_array_size(fl);
 	vc->naux = aux ? json_array_size(aux) : 0;
 	if ((vc->nfill && !(vc->fill = calloc(vc->nfill, sizeof(*vc->fill)))) ||
-	    (vc->naux && !(vc->aux = calloc(vc->naux, sizeof(*vc->aux)))))
+	    (vc->naux && !(vc->aux = calloc(vc->naux, sizeof(*vc->aux))))) {
+		vc->nfill = vc->naux = 0;
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
 	uint64_t next = 0;
 	json_array_foreach(fl, i, e) {
 		struct mk_vocab_fill *f = &vc->fill[i];

@@ -310,3 +310,196 @@ bool mk_vocab_equal(const struct mk_vocab *a, const struct mk_vocab *b, char *wh
 	}
 	return true;
 }
+
+/* ---------------------------------------------------- SentencePiece */
+
+int mk_vocab_parse_spm(const void *buf, size_t len, const char *label, struct mk_vocab **out, struct mk_err *err)
+{
+	struct mk__spm_piece *pc = NULL;
+	struct mk_vocab *v = calloc(1, sizeof(*v));
+	size_t n = 0;
+	char msg[256] = "";
+	int rc;
+
+	*out = NULL;
+	if (!v)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	rc = mk__spm_pieces(buf, len, &pc, &n, msg, sizeof(msg));
+	if (rc) {
+		free(v);
+		return rc == -2 ? mk_err_set(err, MK_ENOMEM, "out of memory") :
+				  mk_err_set(err, MK_EFORMAT, "%s: not a SentencePiece model (%s)", label, msg);
+	}
+	v->model_type = strdup("SentencePiece");
+	v->token = calloc(n + 1, sizeof(*v->token));
+	v->added = calloc(n + 1, sizeof(*v->added));
+	v->n = n;
+	rc = v->model_type && v->token && v->added ? 0 : mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++) {
+		v->token[i] = pc[i].piece; /* taken */
+		/* control and unknown pieces load as special added tokens (as
+		 * transformers converts them) */
+		if (!rc && (pc[i].control || pc[i].unknown)) {
+			struct mk_added_token *a = &v->added[v->nadded];
+			if (!(a->content = strdup(pc[i].piece))) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				continue;
+			}
+			a->id = (long long)i;
+			a->special = true;
+			v->nadded++;
+		}
+	}
+	free(pc);
+	if (!rc && mk__vocab_index(v))
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+	if (rc) {
+		mk_vocab_free(v);
+		return rc;
+	}
+	*out = v;
+	return 0;
+}
+
+int mk_vocab_add_decoder(struct mk_vocab *v, const char *text, size_t len, const char *label, struct mk_err *err)
+{
+	struct mk_jsondoc *d = NULL;
+	size_t cap = v->n, dec;
+	int rc;
+
+	if ((rc = mk_jsondoc_parse(text, len, label, &d, err)))
+		return rc;
+	dec = mk_jsondoc_get(d, 0, "added_tokens_decoder");
+	if (mk_jsondoc_type(d, dec) != MK_JSON_OBJECT) {
+		mk_jsondoc_free(d);
+		return 0;
+	}
+	size_t i = 0;
+	for (size_t at = mk_jsondoc_first(d, dec); at != SIZE_MAX && !rc; at = mk_jsondoc_next(d, at), i++) {
+		const char *key = mk_jsondoc_key(d, at);
+		char *end;
+		long long id = strtoll(key, &end, 10);
+		struct mk_added_token t = { 0 };
+		if (!*key || *end || mk_jsondoc_type(d, at) != MK_JSON_OBJECT ||
+		    !(t.content = mk_jsondoc_node_string(d, mk_jsondoc_get(d, at, "content"), NULL))) {
+			rc = mk_err_set(err, MK_EFORMAT, "%s: added_tokens_decoder['%s'] is not an id with a {content} object", label,
+					key);
+			break;
+		}
+		t.id = id;
+		if ((rc = check_id(id, v->n + mk_jsondoc_count(d, dec), label, "an added token", err)) ||
+		    (rc = flag(d, at, "special", &t.special, label, i, err)) ||
+		    (rc = flag(d, at, "normalized", &t.normalized, label, i, err)) ||
+		    (rc = flag(d, at, "lstrip", &t.lstrip, label, i, err)) ||
+		    (rc = flag(d, at, "rstrip", &t.rstrip, label, i, err)) ||
+		    (rc = flag(d, at, "single_word", &t.single_word, label, i, err))) {
+			free(t.content);
+			break;
+		}
+		/* one on a token of the vocabulary (a control piece, a special
+		 * of vocab.json) is an added token there, with these flags */
+		if ((size_t)id < v->n && v->token[id]) {
+			bool had = false;
+			if (strcmp(v->token[id], t.content)) {
+				rc = mk_err_set(err, MK_EFORMAT, "%s: added token '%s' has id %lld, which is '%s' in the model",
+						label, t.content, id, v->token[id]);
+				free(t.content);
+				break;
+			}
+			for (size_t k = 0; k < v->nadded && !had; k++)
+				if (v->added[k].id == id) {
+					free(v->added[k].content);
+					v->added[k] = t;
+					had = true;
+				}
+			if (had)
+				continue;
+		}
+		struct mk_added_token *q = realloc(v->added, (v->nadded + 1) * sizeof(*q));
+		char *s = strdup(t.content);
+		if (!q || !s) {
+			free(s);
+			free(t.content);
+			if (q)
+				v->added = q;
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			break;
+		}
+		v->added = q;
+		v->added[v->nadded++] = t;
+		rc = put(v, &cap, id, s, label, err); /* the same text where it is a token already */
+	}
+	mk_jsondoc_free(d);
+	if (!rc && mk__vocab_index(v))
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+	return rc;
+}
+
+/* ------------------------------------------- vocab.json and vocab.txt */
+
+int mk_vocab_parse_plain(const char *text, size_t len, const char *label, bool lines, struct mk_vocab **out,
+			 struct mk_err *err)
+{
+	struct mk_vocab *v = calloc(1, sizeof(*v));
+	size_t cap = 0;
+	int rc = 0;
+
+	*out = NULL;
+	if (!v || !(v->model_type = strdup(lines ? "WordPiece" : "BPE"))) {
+		mk_vocab_free(v);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	if (lines) {
+		/* vocab.txt: a token a line, its id the line's number */
+		size_t id = 0, at = 0;
+		while (at < len && !rc) {
+			const char *nl = memchr(text + at, '\n', len - at);
+			size_t e = nl ? (size_t)(nl - text) : len, l = e - at;
+			if (l && text[at + l - 1] == '\r')
+				l--;
+			char *s = memchr(text + at, '\0', l) ? NULL : strndup(text + at, l);
+			if (!s)
+				rc = memchr(text + at, '\0', l) ?
+					     mk_err_set(err, MK_EFORMAT, "%s: line %zu holds a NUL byte", label, id + 1) :
+					     mk_err_set(err, MK_ENOMEM, "out of memory");
+			else
+				rc = put(v, &cap, (long long)id, s, label, err);
+			id++;
+			at = e + 1;
+		}
+	} else {
+		/* vocab.json: {token: id} */
+		struct mk_jsondoc *d = NULL;
+		if ((rc = mk_jsondoc_parse(text, len, label, &d, err)))
+			goto out;
+		if (mk_jsondoc_type(d, 0) != MK_JSON_OBJECT)
+			rc = mk_err_set(err, MK_EFORMAT, "%s: not an object of token: id", label);
+		size_t entries = mk_jsondoc_count(d, 0);
+		for (size_t at = mk_jsondoc_first(d, 0); at != SIZE_MAX && !rc; at = mk_jsondoc_next(d, at)) {
+			long long id;
+			const char *key = mk_jsondoc_key(d, at);
+			char *s;
+			if (mk_jsondoc_node_int(d, at, &id)) {
+				rc = mk_err_set(err, MK_EFORMAT, "%s: '%s' is not an integer id", label, key);
+				break;
+			}
+			if ((rc = check_id(id, entries, label, "a token", err)))
+				break;
+			if (!(s = strdup(key))) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				break;
+			}
+			rc = put(v, &cap, id, s, label, err);
+		}
+		mk_jsondoc_free(d);
+	}
+	if (!rc && mk__vocab_index(v))
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+out:
+	if (rc) {
+		mk_vocab_free(v);
+		return rc;
+	}
+	*out = v;
+	return 0;
+}

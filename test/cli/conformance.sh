@@ -45,7 +45,19 @@ sys.exit(f"keys differing from mergekit's: {bad}" if bad else 0)
 PY
 	fi
 	# a tokenizer case: the same vocabulary and added tokens as mergekit's
-	if grep -q '^tokenizer' "$cfg" && command -v python3 >/dev/null 2>&1; then
+	if grep -q '^tokenizer' "$cfg" && command -v python3 >/dev/null 2>&1 && [ ! -e "$out/$case/tokenizer.json" ]; then
+		# a SentencePiece tokenizer.model alone (copied): mk-st-compare
+		# --by-token found every token of mergekit's in it; the added
+		# tokens mk lists in tokenizer_config.json are mergekit's
+		python3 - "$out/$case/tokenizer_config.json" "$g/tokenizer.json" <<'PY' || fail "$case: the added tokens differ from mergekit's"
+import json, sys
+cfg, ref = (json.load(open(p)) for p in sys.argv[1:])
+ref_added = {t["id"]: (t["content"], t["special"], t["normalized"], t["lstrip"], t["rstrip"], t["single_word"]) for t in ref["added_tokens"]}
+for i, t in cfg.get("added_tokens_decoder", {}).items():
+    if ref_added.get(int(i)) != (t["content"], t["special"], t["normalized"], t["lstrip"], t["rstrip"], t["single_word"]):
+        sys.exit("added token %s differs: %s, mergekit %s" % (i, t, ref_added.get(int(i))))
+PY
+	elif grep -q '^tokenizer' "$cfg" && command -v python3 >/dev/null 2>&1; then
 		python3 - "$out/$case/tokenizer.json" "$g/tokenizer.json" <<'PY' || fail "$case: the tokenizer differs from mergekit's"
 import json, sys
 mk, ref = (json.load(open(p)) for p in sys.argv[1:])

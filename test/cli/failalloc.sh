@@ -61,6 +61,15 @@ sweep() {
 (cd "$MK_TOP" && sweep mk-plan /dev/null "$OLDPWD/plan.mks" mk-plan testdata/configs/ties.yml)
 (cd "$MK_TOP" && sweep mk-fetch "$OLDPWD/plan.mks" "$OLDPWD/in.mks" mk-fetch)
 sweep mk-merge in.mks t.mks mk-merge -j2
+# the same over a merged vocabulary (a union, tokens: of every kind, aux
+# rows, fills)
+V=test/conformance/tokenizer-vocab-tokens-f32.yml
+(cd "$MK_TOP" && mk-plan $V) > vplan.mks 2>/dev/null
+(cd "$MK_TOP" && mk-fetch) < vplan.mks > vin.mks
+mk-merge < vin.mks > vt.mks
+(cd "$MK_TOP" && sweep mk-plan-vocab /dev/null "$OLDPWD/vplan.mks" mk-plan $V)
+(cd "$MK_TOP" && sweep mk-fetch-vocab "$OLDPWD/vplan.mks" "$OLDPWD/vin.mks" mk-fetch)
+sweep mk-merge-vocab vin.mks vt.mks mk-merge -j2
 # mk-pack writes a directory
 c=$(rm -rf p; count mk-pack p < t.mks)
 st=$(step "$c") tried=0

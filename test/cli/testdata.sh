@@ -29,6 +29,15 @@ mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 32 --seed 231 --tok-skip
 mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 32 --seed 232 --tok-size 34 --bpe-tokenizer='<s>,</s>,<|x|>,<|y|>' c/llama-f32-tok-long
 mk-gen-model --dtype BF16 --layers 3 --hidden 16 --vocab 32 --seed 233 --tied --tok-skip 3 --bpe-tokenizer c/llama-bf16-tok-tied-a
 mk-gen-model --dtype BF16 --layers 3 --hidden 16 --vocab 33 --seed 234 --tied --bpe-tokenizer='<s>,</s>,<pad>' c/llama-bf16-tok-tied-b
+# SentencePiece-style Unigram tokenizers that overlap partly
+mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 32 --seed 235 --unigram --bpe-tokenizer c/llama-f32-tok-uni-a
+mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 34 --seed 236 --unigram --tok-skip 4 --bpe-tokenizer='<s>,</s>,<|im_start|>,<|im_end|>' c/llama-f32-tok-uni-b
+# a SentencePiece tokenizer.model alone (testdata/tokenizers/README)
+mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 48 --seed 237 --spm "$MK_TOP/testdata/tokenizers/spm-bpe-48.model" c/llama-f32-tok-spm-a
+mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 50 --seed 238 --spm "$MK_TOP/testdata/tokenizers/spm-bpe-48.model" --spm-added '<|im_start|>,<|im_end|>' c/llama-f32-tok-spm-b
+# a slow GPT-2 tokenizer alone (vocab.json, merges.txt)
+mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 32 --seed 239 --slow --bpe-tokenizer='<s>,<|endoftext|>' c/llama-f32-tok-gpt2-a
+mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 34 --seed 240 --slow --tok-skip 2 --bpe-tokenizer='<s>,<|endoftext|>,<|im_start|>,<|im_end|>' c/llama-f32-tok-gpt2-b
 for d in "$MK_TOP"/testdata/models/conf/*; do
 	for f in "$d"/*; do cmp "$f" "c/$(basename "$d")/$(basename "$f")"; done
 done

@@ -242,10 +242,28 @@ cp -r tok-b tok-broken && printf '{"model": {"type": "BPE", "vocab": {"a": 0,}}}
 printf 'merge_method: linear\nmodels:\n  - model: tok-a\n    parameters: {weight: 1}\n  - model: tok-broken\n    parameters: {weight: 1}\ntokenizer_source: base\n' > tok.yml
 expect_fail 1 "model 'tok-broken': tok-broken/tokenizer.json:1:44: a comma before the closing bracket" mk-yaml tok.yml bad-out
 no_out bad-out
-# a model with only a SentencePiece tokenizer.model: not read yet, said so
+# a model with only a SentencePiece tokenizer.model: read with
+# libsentencepiece; one that is not a model is refused naming the file
 cp -r tok-b tok-sp && rm tok-sp/tokenizer.json && printf 'not a real model\n' > tok-sp/tokenizer.model
 printf 'merge_method: linear\nmodels:\n  - model: tok-a\n    parameters: {weight: 1}\n  - model: tok-sp\n    parameters: {weight: 1}\ntokenizer_source: union\n' > tok.yml
-expect_fail 1 "model 'tok-sp' has no tokenizer.json: reading a tokenizer from tokenizer.model (SentencePiece)" mk-plan tok.yml
+expect_fail 1 "model 'tok-sp': tok-sp/tokenizer.model: not a SentencePiece model" mk-yaml tok.yml bad-out
+no_out bad-out
+# a SentencePiece base (tokenizer.model copied, the new tokens written to
+# tokenizer_config.json's added_tokens_decoder) with a chat model's tokens
+mk-gen-model --dtype F32 --layers 2 --hidden 16 --vocab 48 --seed 7 --spm "$MK_TOP/testdata/tokenizers/spm-bpe-48.model" sp-a > /dev/null
+mk-gen-model --dtype F32 --layers 2 --hidden 16 --vocab 50 --seed 8 --spm "$MK_TOP/testdata/tokenizers/spm-bpe-48.model" --spm-added '<|im_start|>,<|im_end|>' sp-b > /dev/null
+printf 'merge_method: linear\nbase_model: sp-a\nmodels:\n  - model: sp-a\n    parameters: {weight: 1}\n  - model: sp-b\n    parameters: {weight: 1}\ntokenizer:\n  source: union\n  tokens:\n    "<tool>": {source: {kind: zero}}\n' > sp.yml
+mk-yaml sp.yml sp-out
+cmp sp-out/tokenizer.model sp-a/tokenizer.model || fail "spm: tokenizer.model not the base's"
+[ ! -e sp-out/tokenizer.json ] || fail "spm: a tokenizer.json appeared"
+python3 - sp-out <<'PY' || fail "spm: the merged vocabulary's tokens"
+import json, sys
+c = json.load(open(sys.argv[1] + "/tokenizer_config.json"))
+d = {int(k): v["content"] for k, v in c["added_tokens_decoder"].items()}
+assert d == {48: "<|im_start|>", 49: "<|im_end|>", 50: "<tool>"}, d
+assert c["added_tokens_decoder"]["50"]["special"] is False
+assert json.load(open(sys.argv[1] + "/config.json"))["vocab_size"] == 51
+PY
 # a model without any tokenizer: taken to have the base's (as mergekit), warned
 cp -r tok-b tok-none && rm tok-none/tokenizer.json
 printf 'merge_method: linear\nmodels:\n  - model: tok-a\n    parameters: {weight: 1}\n  - model: tok-none\n    parameters: {weight: 1}\ntokenizer_source: union\n' > tok.yml

@@ -46,7 +46,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 		for (size_t m = 0; m < 2; m++)
 			for (size_t id = 0; id < t->n; id++) {
 				int32_t old = t->map[m][id];
-				if (old >= 0 && (old >= sizes[m] || !t->token[id] || !v->token[old] ||
+				long long size = sizes[m] > 0 ? sizes[m] : (long long)v->ntok; /* <= 0: unknown */
+				if (old >= 0 && (old >= size || !t->token[id] || !v->token[old] ||
 						 strcmp(v->token[old], t->token[id])))
 					abort();
 			}

@@ -5,7 +5,8 @@
  *   mk-gen-model [--seed N] [--layers L] [--hidden H] [--inter I]
  *                [--vocab V] [--dtype DT] [--shards K] [--all-dtypes]
  *                [--big-rows R] [--pad-leading] [--arch llama|mistral]
- *                [--bpe-tokenizer[=EXTRA]] [--tok-skip K] [--tok-size N] [--tied] OUTDIR
+ *                [--bpe-tokenizer[=EXTRA]] [--tok-skip K] [--tok-size N] [--unigram] [--tied]
+ *                [--spm FILE [--spm-added A,B]] [--slow] OUTDIR
  *
  * --all-dtypes adds one small tensor of every safetensors dtype, a scalar
  * and an empty tensor; --big-rows adds "big.weight" [R, H] in F32 (make it
@@ -20,8 +21,15 @@
  * with transformers' model_max_length (an integer beyond 64 bits);
  * --tok-skip K starts the regular tokens K further along the sequence
  * (vocabularies that overlap partly), --tok-size N gives the tokenizer N
- * tokens instead of --vocab; --tied ties lm_head to the embeddings (no
- * lm_head tensor).  Without --bpe-tokenizer the files are a small
+ * tokens instead of --vocab; --unigram writes a SentencePiece-style
+ * Unigram model instead (<unk> first, every other piece with the word-start
+ * mark, Metaspace pre-tokenizer; no merges); --tied ties lm_head to the embeddings (no
+ * lm_head tensor).  --spm FILE: the tokenizer is FILE, a SentencePiece
+ * tokenizer.model, alone (a LlamaTokenizer's tokenizer_config.json, no
+ * tokenizer.json), --spm-added A,B the specials added after its pieces.
+ * --slow (with --bpe-tokenizer): the same vocabulary as a slow GPT-2
+ * tokenizer's vocab.json and merges.txt, no tokenizer.json.
+ * Without --bpe-tokenizer or --spm the files are a small
  * WordLevel stand-in. */
 #include <errno.h>
 #include <getopt.h>
@@ -32,6 +40,9 @@
 #include "mk/dtype.h"
 #include "mk/fsutil.h"
 #include "mk/safetensors.h"
+#include "mk/jsondoc.h"
+#include "mk/sbuf.h"
+#include "mk/vocab.h"
 
 struct gt {
 	char name[128];
@@ -108,13 +119,14 @@ int main(int argc, char **argv)
 		{ "inter", 1, 0, 'I' }, { "vocab", 1, 0, 'v' }, { "dtype", 1, 0, 'd' },
 		{ "shards", 1, 0, 'k' }, { "all-dtypes", 0, 0, 'a' }, { "big-rows", 1, 0, 'b' },
 		{ "pad-leading", 0, 0, 'p' }, { "arch", 1, 0, 'A' }, { "bpe-tokenizer", 2, 0, 'T' },
-		{ "tok-skip", 1, 0, 'K' }, { "tok-size", 1, 0, 'S' }, { "tied", 0, 0, 't' }, { 0 },
+		{ "tok-skip", 1, 0, 'K' }, { "tok-size", 1, 0, 'S' }, { "tied", 0, 0, 't' }, { "unigram", 0, 0, 'U' },
+		{ "spm", 1, 0, 'P' }, { "spm-added", 1, 0, 'Q' }, { "slow", 0, 0, 'W' }, { 0 },
 	};
 	uint64_t seed = 1, layers = 2, hidden = 64, inter = 0, vocab = 256, shards = 1, big = 0, tokskip = 0, toksize = 0;
-	bool tied = false;
+	bool tied = false, unigram = false, slow = false;
 	enum mk_dtype dt = MK_DT_BF16;
 	bool all = false, pad = false;
-	const char *arch = "llama", *bpe = NULL;
+	const char *arch = "llama", *bpe = NULL, *spm = NULL, *spm_added = NULL;
 	struct mk_err err = { 0 };
 	char name[128], path[4096], buf[4096];
 	int c;
@@ -132,6 +144,10 @@ int main(int argc, char **argv)
 		case 'K': dst = &tokskip; break;
 		case 'S': dst = &toksize; break;
 		case 't': tied = true; break;
+		case 'U': unigram = true; break;
+		case 'W': slow = true; break;
+		case 'P': spm = optarg; break;
+		case 'Q': spm_added = optarg; break;
 		case 'a': all = true; break;
 		case 'p': pad = true; break;
 		case 'T': bpe = optarg ? optarg : "</s>"; break;
@@ -307,10 +323,17 @@ int main(int argc, char **argv)
 			n += (size_t)snprintf(tj + n, cap - n,
 					      "%s{\"id\": %zu, \"content\": \"%s\", \"single_word\": false, \"lstrip\": false, \"rstrip\": false, \"normalized\": false, \"special\": true}",
 					      k ? ", " : "", nreg + k, added[k]);
-		n += (size_t)snprintf(tj + n, cap - n,
-				      "], \"normalizer\": null, \"pre_tokenizer\": null, \"post_processor\": null, \"decoder\": null, "
-				      "\"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, \"continuing_subword_prefix\": null, "
-				      "\"end_of_word_suffix\": null, \"fuse_unk\": false, \"byte_fallback\": false, \"ignore_merges\": false, \"vocab\": {");
+		if (unigram)
+			n += (size_t)snprintf(tj + n, cap - n,
+					      "], \"normalizer\": null, \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"\u2581\", "
+					      "\"prepend_scheme\": \"always\", \"split\": true}, \"post_processor\": null, "
+					      "\"decoder\": {\"type\": \"Metaspace\", \"replacement\": \"\u2581\", \"prepend_scheme\": \"always\", \"split\": true}, "
+					      "\"model\": {\"type\": \"Unigram\", \"unk_id\": 0, \"byte_fallback\": false, \"vocab\": [");
+		else
+			n += (size_t)snprintf(tj + n, cap - n,
+					      "], \"normalizer\": null, \"pre_tokenizer\": null, \"post_processor\": null, \"decoder\": null, "
+					      "\"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, \"continuing_subword_prefix\": null, "
+					      "\"end_of_word_suffix\": null, \"fuse_unk\": false, \"byte_fallback\": false, \"ignore_merges\": false, \"vocab\": {");
 		for (size_t k = 0; k < nreg; k++) {
 			size_t t = k + tokskip;
 			char tok[4] = { 0 };
@@ -325,7 +348,17 @@ int main(int argc, char **argv)
 				tok[1] = alpha[u / na % na];
 				tok[2] = alpha[u % na];
 			}
-			n += (size_t)snprintf(tj + n, cap - n, "%s\"%s\": %zu", k ? ", " : "", tok, k);
+			if (unigram && k == 0)
+				n += (size_t)snprintf(tj + n, cap - n, "[\"<unk>\", 0.0]");
+			else if (unigram) /* SentencePiece's word-start pieces: \u2581 + the token */
+				n += (size_t)snprintf(tj + n, cap - n, ", [\"%s%s\", %.1f]", k % 2 ? "\\u2581" : "", tok,
+						      -1.0 - 0.1 * (double)(k % 50));
+			else
+				n += (size_t)snprintf(tj + n, cap - n, "%s\"%s\": %zu", k ? ", " : "", tok, k);
+		}
+		if (unigram) {
+			n += (size_t)snprintf(tj + n, cap - n, "]}}\n");
+			goto written;
 		}
 		n += (size_t)snprintf(tj + n, cap - n, "}, \"merges\": [");
 		/* a merge for every two-character token whose halves are tokens */
@@ -340,23 +373,104 @@ int main(int argc, char **argv)
 			n += (size_t)snprintf(tj + n, cap - n, "%s\"%c %c\"", m++ ? ", " : "", alpha[a], alpha[b]);
 		}
 		n += (size_t)snprintf(tj + n, cap - n, "]}}\n");
+written:;
 		char tc[512];
 		snprintf(tc, sizeof(tc),
 			 "{\n  \"bos_token\": \"%s\",\n  \"eos_token\": \"%s\",\n"
 			 "  \"model_max_length\": 1000000000000000019884624838656,\n"
 			 "  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n",
 			 added[0], nadded > 1 ? added[1] : added[0]);
-		int bad = write_text(dir, "tokenizer.json", tj) || write_text(dir, "tokenizer_config.json", tc);
+		int bad;
+		if (slow) {
+			/* a slow GPT-2 tokenizer's files: vocab.json and merges.txt
+			 * from the same vocabulary, the specials in
+			 * tokenizer_config.json's added_tokens_decoder */
+			struct mk_vocab *v = NULL;
+			struct mk_jsondoc *jd = NULL;
+			struct mk_sbuf vj = { 0 }, mt = { 0 }, cf = { 0 };
+			if (mk_vocab_parse(tj, strlen(tj), "tokenizer.json", &v, &err) ||
+			    mk_jsondoc_parse(tj, strlen(tj), "tokenizer.json", &jd, &err)) {
+				fprintf(stderr, "mk-gen-model: %s\n", err.msg);
+				return 1;
+			}
+			mk_sbuf_str(&vj, "{");
+			for (size_t k = 0; k < v->n; k++)
+				mk_sbuf_fmt(&vj, "%s\"%s\": %zu", k ? ", " : "", v->token[k], k);
+			mk_sbuf_str(&vj, "}\n");
+			mk_sbuf_str(&mt, "#version: 0.2\n");
+			size_t mg = mk_jsondoc_at(jd, "model.merges");
+			for (size_t at = mk_jsondoc_first(jd, mg); at != SIZE_MAX; at = mk_jsondoc_next(jd, at)) {
+				char *m = mk_jsondoc_node_string(jd, at, NULL);
+				mk_sbuf_fmt(&mt, "%s\n", m ? m : "");
+				free(m);
+			}
+			mk_sbuf_str(&cf, "{\n  \"added_tokens_decoder\": {");
+			for (size_t k = 0; k < v->nadded; k++)
+				mk_sbuf_fmt(&cf,
+					    "%s\n    \"%lld\": {\n      \"content\": \"%s\",\n      \"lstrip\": false,\n      \"normalized\": false,\n"
+					    "      \"rstrip\": false,\n      \"single_word\": false,\n      \"special\": true\n    }",
+					    k ? "," : "", v->added[k].id, v->added[k].content);
+			mk_sbuf_fmt(&cf, "\n  },\n  \"bos_token\": \"%s\",\n  \"eos_token\": \"%s\",\n"
+				    "  \"model_max_length\": 1000000000000000019884624838656,\n  \"tokenizer_class\": \"GPT2Tokenizer\"\n}\n",
+				    added[0], nadded > 1 ? added[1] : added[0]);
+			bad = vj.oom || mt.oom || cf.oom || write_text(dir, "vocab.json", vj.p) ||
+			      write_text(dir, "merges.txt", mt.p) || write_text(dir, "tokenizer_config.json", cf.p);
+			free(vj.p);
+			free(mt.p);
+			free(cf.p);
+			mk_jsondoc_free(jd);
+			mk_vocab_free(v);
+		} else {
+			bad = write_text(dir, "tokenizer.json", tj) || write_text(dir, "tokenizer_config.json", tc);
+		}
 		free(tj);
 		if (bad)
 			return 1;
 	}
+	if (spm) {
+		/* a SentencePiece tokenizer alone: tokenizer.model as given, the
+		 * added specials in tokenizer_config.json after its pieces */
+		FILE *f = fopen(spm, "rb");
+		static char model[1 << 20];
+		size_t ml = f ? fread(model, 1, sizeof(model), f) : 0;
+		struct mk_vocab *v = NULL;
+		char mpath[4096], tc[4096];
+		size_t n = 0;
+		if (f)
+			fclose(f);
+		if (!ml || mk_vocab_parse_spm(model, ml, spm, &v, &err)) {
+			fprintf(stderr, "mk-gen-model: --spm %s: %s\n", spm, ml ? err.msg : "cannot read it");
+			return 1;
+		}
+		snprintf(mpath, sizeof(mpath), "%s/tokenizer.model", dir);
+		if (!(f = fopen(mpath, "wb")) || fwrite(model, 1, ml, f) != ml || fclose(f)) {
+			perror(mpath);
+			return 1;
+		}
+		n += (size_t)snprintf(tc + n, sizeof(tc) - n,
+				      "{\n  \"add_bos_token\": true,\n  \"add_eos_token\": false,\n  \"added_tokens_decoder\": {");
+		char list[512];
+		snprintf(list, sizeof(list), "%s", spm_added ? spm_added : "");
+		size_t k = 0;
+		for (char *tk = strtok(list, ","); tk; tk = strtok(NULL, ","), k++)
+			n += (size_t)snprintf(tc + n, sizeof(tc) - n,
+					      "%s\n    \"%zu\": {\n      \"content\": \"%s\",\n      \"lstrip\": false,\n      \"normalized\": false,\n"
+					      "      \"rstrip\": false,\n      \"single_word\": false,\n      \"special\": true\n    }",
+					      k ? "," : "", v->n + k, tk);
+		snprintf(tc + n, sizeof(tc) - n,
+			 "%s},\n  \"bos_token\": \"<s>\",\n  \"eos_token\": \"</s>\",\n  \"legacy\": false,\n"
+			 "  \"model_max_length\": 1000000000000000019884624838656,\n  \"tokenizer_class\": \"LlamaTokenizer\",\n"
+			 "  \"unk_token\": \"<unk>\"\n}\n", k ? "\n  " : "");
+		mk_vocab_free(v);
+		if (write_text(dir, "tokenizer_config.json", tc))
+			return 1;
+	}
 	if (write_text(dir, "config.json", buf) ||
 	    write_text(dir, "generation_config.json", "{\n  \"bos_token_id\": 1,\n  \"eos_token_id\": 2\n}\n") ||
-	    (!bpe && write_text(dir, "tokenizer_config.json",
+	    (!bpe && !spm && write_text(dir, "tokenizer_config.json",
 				"{\n  \"bos_token\": \"<s>\",\n  \"eos_token\": \"</s>\",\n  \"model_max_length\": 256\n}\n")) ||
 	    write_text(dir, "special_tokens_map.json", "{\"bos_token\": \"<s>\", \"eos_token\": \"</s>\"}\n") ||
-	    (!bpe && write_text(dir, "tokenizer.json",
+	    (!bpe && !spm && write_text(dir, "tokenizer.json",
 				"{\"version\": \"1.0\", \"model\": {\"type\": \"WordLevel\", \"vocab\": {\"<s>\": 1, \"</s>\": 2, \"caf\\u00e9\": 3}, \"unk_token\": \"<s>\"}}\n")) ||
 	    write_text(dir, "README.md", "a synthetic test model (not carried by copy mode)\n"))
 		return 1;

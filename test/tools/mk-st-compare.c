@@ -97,13 +97,33 @@ static int read_vocab(const char *dir, struct mk_vocab **out)
 {
 	struct mk_err err;
 	size_t n;
-	char *buf = read_all(dir, "tokenizer.json", &n);
-
-	if (!buf)
-		return -1;
 	char path[4096];
+	char *buf;
+	int rc;
+
 	snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
-	int rc = mk_vocab_parse(buf, n, path, out, &err);
+	if (access(path, F_OK) == 0) {
+		if (!(buf = read_all(dir, "tokenizer.json", &n)))
+			return -1;
+		rc = mk_vocab_parse(buf, n, path, out, &err);
+	} else {
+		/* a slow tokenizer's files and the added tokens of its config */
+		static const char *const slow[] = { "tokenizer.model", "vocab.json", "vocab.txt" };
+		size_t k = 0;
+		for (; k < 3; k++) {
+			snprintf(path, sizeof(path), "%s/%s", dir, slow[k]);
+			if (access(path, F_OK) == 0)
+				break;
+		}
+		if (k == 3 || !(buf = read_all(dir, slow[k], &n)))
+			return -1;
+		rc = k == 0 ? mk_vocab_parse_spm(buf, n, path, out, &err) :
+			      mk_vocab_parse_plain(buf, n, path, k == 2, out, &err);
+		free(buf);
+		buf = read_all(dir, "tokenizer_config.json", &n);
+		if (!rc && buf)
+			rc = mk_vocab_add_decoder(*out, buf, n, "tokenizer_config.json", &err);
+	}
 	if (rc)
 		fprintf(stderr, "mk-st-compare: %s\n", err.msg);
 	free(buf);

@@ -326,6 +326,45 @@ static void test_files(void **state)
 		mk_vocab_free(v[i]);
 }
 
+/* a SentencePiece tokenizer.model (testdata/tokenizers/README): its
+ * pieces by id, <unk> <s> </s> as special added tokens; the added tokens
+ * of a tokenizer_config.json after them; bytes that are not a model */
+static void test_spm(void **state)
+{
+	(void)state;
+	FILE *f = fopen("testdata/tokenizers/spm-bpe-48.model", "rb");
+	char buf[4096];
+	size_t n = f ? fread(buf, 1, sizeof(buf), f) : 0;
+	struct mk_vocab *v = NULL;
+	struct mk_err err;
+
+	if (f)
+		fclose(f);
+	assert_true(n > 100);
+	assert_int_equal(mk_vocab_parse_spm(buf, n, "t.model", &v, &err), 0);
+	assert_int_equal(v->n, 48);
+	assert_string_equal(v->token[0], "<unk>");
+	assert_string_equal(v->token[2], "</s>");
+	assert_int_equal(v->nadded, 3);
+	assert_true(v->added[1].special);
+	assert_int_equal(mk_vocab_find(v, "\xe2\x96\x81merge"), 8);
+	static const char cfg[] = "{\"added_tokens_decoder\": {\"1\": {\"content\": \"<s>\", \"special\": true}, "
+				  "\"48\": {\"content\": \"<|im_start|>\", \"special\": true}, \"49\": {\"content\": \"x y\"}}}";
+	assert_int_equal(mk_vocab_add_decoder(v, cfg, strlen(cfg), "c.json", &err), 0);
+	assert_int_equal(v->n, 50);
+	assert_int_equal(v->nadded, 5);
+	assert_int_equal(mk_vocab_find(v, "<|im_start|>"), 48);
+	assert_false(v->added[4].special);
+	/* an added token on a piece must be that piece */
+	static const char clash[] = "{\"added_tokens_decoder\": {\"3\": {\"content\": \"<x>\"}}}";
+	assert_int_equal(mk_vocab_add_decoder(v, clash, strlen(clash), "c.json", &err), -MK_EFORMAT);
+	assert_non_null(strstr(err.msg, "c.json: added token '<x>' has id 3"));
+	mk_vocab_free(v);
+	v = (struct mk_vocab *)1;
+	assert_int_equal(mk_vocab_parse_spm("not a model", 11, "x/tokenizer.model", &v, &err), -MK_EFORMAT);
+	assert_non_null(strstr(err.msg, "x/tokenizer.model: not a SentencePiece model"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -336,6 +375,7 @@ int main(void)
 		cmocka_unit_test(test_union),
 		cmocka_unit_test(test_strip),
 		cmocka_unit_test(test_files),
+		cmocka_unit_test(test_spm),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
