@@ -83,6 +83,7 @@ struct mk_plan {
 	long *tok_cfg;                    /* per output id: its tokens: entry, or -1 */
 	uint64_t tok_rows;                /* the embeddings' rows (padded) */
 	bool tok_warned;                  /* tokens in no model: said once */
+	unsigned char *tok_said;          /* per tokens: entry, its mistake said (once, not per tensor) */
 };
 
 /* ------------------------------------------------------------ diagnostics */
@@ -763,6 +764,15 @@ static int fill_push(struct mk_plan_vocab *vc, size_t *cap, struct mk_vocab_fill
 	return 0;
 }
 
+/* Has tokens: entry k's mistake not been said yet?  (Once, not per tensor.) */
+static bool say_once(struct mk_plan *p, long k)
+{
+	if (p->tok_said[k])
+		return false;
+	p->tok_said[k] = 1;
+	return true;
+}
+
 /* The input of model m in the job, or -1. */
 static long job_input_of(const struct mk_plan_job *j, long m)
 {
@@ -850,15 +860,18 @@ static int tplan_vocab_job(struct tplan *t, struct mk_err *err)
 			if (te->kind == MK_TOKEMB_ZERO) {
 				f.kind = MK_FILL_ZERO;
 			} else if (ix < 0) {
-				diag(t->d, MK_DIAG_ERROR, &te->loc,
-				     "tokens: '%s' takes its embedding from model '%s', which has no '%s' to take it from",
-				     te->token, mi >= 0 ? p->models[mi].display : "?", t->ow->name);
+				if (say_once(p, k))
+					diag(t->d, MK_DIAG_ERROR, &te->loc,
+					     "tokens: '%s' takes its embedding from model '%s', which has no '%s' to take it from",
+					     te->token, mi >= 0 ? p->models[mi].display : "?", t->ow->name);
 				rc = TP_DONE;
 				goto out;
 			} else if (te->kind == MK_TOKEMB_MODEL) {
 				if (!has[ix]) {
-					diag(t->d, MK_DIAG_ERROR, &te->loc, "tokens: '%s' takes its embedding from model '%s', which does not have the token",
-					     te->token, p->models[mi].display);
+					if (say_once(p, k))
+						diag(t->d, MK_DIAG_ERROR, &te->loc,
+						     "tokens: '%s' takes its embedding from model '%s', which does not have the token",
+						     te->token, p->models[mi].display);
 					rc = TP_DONE;
 					goto out;
 				}
@@ -868,9 +881,11 @@ static int tplan_vocab_job(struct tplan *t, struct mk_err *err)
 				long long sid = te->has_token_id ? te->token_id : mk_vocab_find(tm->orig[mi], te->src_token);
 				const struct mk_plan_input *sx = &j->inputs[ix];
 				if (sid < 0 || (uint64_t)sid >= sx->desc.shape[0]) {
-					diag(t->d, MK_DIAG_ERROR, &te->loc, "tokens: '%s': token id %lld is outside model '%s''s %s (%llu rows)",
-					     te->token, sid, p->models[mi].display, t->ow->name,
-					     (unsigned long long)sx->desc.shape[0]);
+					if (say_once(p, k))
+						diag(t->d, MK_DIAG_ERROR, &te->loc,
+						     "tokens: '%s': token id %lld is outside model '%s''s %s (%llu rows)",
+						     te->token, sid, p->models[mi].display, t->ow->name,
+						     (unsigned long long)sx->desc.shape[0]);
 					rc = TP_DONE;
 					goto out;
 				}
@@ -1803,7 +1818,8 @@ static int build_tokenizer(struct mk_plan *p, struct mk_diags *d, struct mk_err 
 		p->tok_rows += (uint64_t)tc->pad_to_multiple_of - p->tok_rows % (uint64_t)tc->pad_to_multiple_of;
 	/* tokens: each entry's output id; the models it names in the merge,
 	 * a named source token in that model's vocabulary */
-	if (!(p->tok_cfg = malloc((p->tok->n + 1) * sizeof(*p->tok_cfg)))) {
+	if (!(p->tok_cfg = malloc((p->tok->n + 1) * sizeof(*p->tok_cfg))) ||
+	    !(p->tok_said = calloc((tc ? tc->ntokens : 0) + 1, 1))) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -1869,6 +1885,7 @@ void mk_plan_free(struct mk_plan *p)
 		mk_vocab_free(p->tok_vocabs[i]);
 	free(p->tok_vocabs);
 	free(p->tok_cfg);
+	free(p->tok_said);
 	for (size_t i = 0; i < p->njobs; i++)
 		mk_plan_job_free(p->jobs[i]);
 	free(p->jobs);

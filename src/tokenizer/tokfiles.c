@@ -104,6 +104,31 @@ static bool keep_decoder(const struct mk_tokmerge *t, const struct mk_jsondoc *d
 	return t->strip_at < 0 || strtoll(key, NULL, 10) < t->strip_at;
 }
 
+/* The new tokens as tokenizer.json's added_tokens elements, or (decoder)
+ * as tokenizer_config.json's added_tokens_decoder members, laid out as
+ * transformers writes them, each after a comma but the first. */
+static void new_tokens_json(struct mk_sbuf *b, const struct mk_tokmerge *t, bool decoder)
+{
+	for (size_t k = 0; k < t->nnew; k++) {
+		const struct mk_added_token *a = &t->new_tokens[k];
+		char *q = mk_json_quote(a->content, strlen(a->content));
+		b->oom |= !q;
+		if (decoder)
+			mk_sbuf_fmt(b,
+				    "%s\n    \"%lld\": {\n      \"content\": %s,\n      \"lstrip\": %s,\n      \"normalized\": %s,\n"
+				    "      \"rstrip\": %s,\n      \"single_word\": %s,\n      \"special\": %s\n    }",
+				    k ? "," : "", a->id, q ? q : "\"\"", tf(a->lstrip), tf(a->normalized), tf(a->rstrip),
+				    tf(a->single_word), tf(a->special));
+		else
+			mk_sbuf_fmt(b,
+				    "%s\n    {\n      \"id\": %lld,\n      \"content\": %s,\n      \"single_word\": %s,\n"
+				    "      \"lstrip\": %s,\n      \"rstrip\": %s,\n      \"normalized\": %s,\n      \"special\": %s\n    }",
+				    k ? "," : "", a->id, q ? q : "\"\"", tf(a->single_word), tf(a->lstrip), tf(a->rstrip),
+				    tf(a->normalized), tf(a->special));
+		free(q);
+	}
+}
+
 static int finish(struct mk_jsondoc *doc, const char *path, struct mk_sbuf *b, struct mk_err *err)
 {
 	int rc;
@@ -128,17 +153,7 @@ int mk_tokmerge_tokenizer_json(const struct mk_tokmerge *t, const char *text, si
 	*out = NULL;
 	if ((rc = mk_jsondoc_parse(text, len, label, &d, err)))
 		return rc;
-	for (size_t k = 0; k < t->nnew; k++) {
-		const struct mk_added_token *a = &t->new_tokens[k];
-		char *q = mk_json_quote(a->content, strlen(a->content));
-		extra.oom |= !q;
-		mk_sbuf_fmt(&extra,
-			    "%s\n    {\n      \"id\": %lld,\n      \"content\": %s,\n      \"single_word\": %s,\n"
-			    "      \"lstrip\": %s,\n      \"rstrip\": %s,\n      \"normalized\": %s,\n      \"special\": %s\n    }",
-			    k ? "," : "", a->id, q ? q : "\"\"", tf(a->single_word), tf(a->lstrip), tf(a->rstrip),
-			    tf(a->normalized), tf(a->special));
-		free(q);
-	}
+	new_tokens_json(&extra, t, false);
 	if (extra.oom) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
@@ -179,17 +194,7 @@ int mk_tokmerge_edit_config(const struct mk_tokmerge *t, struct mk_jsondoc *doc,
 
 	if (!t->nnew && t->strip_at < 0)
 		return 0;
-	for (size_t k = 0; k < t->nnew; k++) {
-		const struct mk_added_token *a = &t->new_tokens[k];
-		char *q = mk_json_quote(a->content, strlen(a->content));
-		extra.oom |= !q;
-		mk_sbuf_fmt(&extra,
-			    "%s\n    \"%lld\": {\n      \"content\": %s,\n      \"lstrip\": %s,\n      \"normalized\": %s,\n"
-			    "      \"rstrip\": %s,\n      \"single_word\": %s,\n      \"special\": %s\n    }",
-			    k ? "," : "", a->id, q ? q : "\"\"", tf(a->lstrip), tf(a->normalized), tf(a->rstrip),
-			    tf(a->single_word), tf(a->special));
-		free(q);
-	}
+	new_tokens_json(&extra, t, true);
 	if (extra.oom) {
 		free(extra.p);
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
