@@ -35,6 +35,7 @@ static void usage(void)
 	       "  --spill DIR               jobs over the merge budget are read once and replayed\n"
 	       "                            from a file in DIR (mk-plan --spill, mk-merge --spill DIR)\n"
 	       "  --plugin FILE.so          load merge methods from a shared object (mk-plan, mk-merge)\n"
+	       "  --transformers-cache DIR  the Hugging Face cache to find models in (HF_HUB_CACHE)\n"
 	       "  --force                   replace an existing OUT (mk-pack)\n"
 	       "  --strict                  fail on an output that became NaN or infinite (mk-merge)\n"
 	       "  --resume                  continue an interrupted merge into OUT: the tensors\n"
@@ -92,7 +93,7 @@ static void push(struct argv *a, const char *s)
 int main(int argc, char **argv)
 {
 	enum { O_PRINT = 256, O_SHARD, O_COPY, O_NOCOPY, O_CARD, O_NOCARD, O_CRIMES, O_NOCRIMES, O_SEED, O_CUDA,
-	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_RESUME, O_QUIET, O_IGN0, O_IGN1, O_STRICT };
+	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_RESUME, O_QUIET, O_IGN0, O_IGN1, O_STRICT, O_CACHE };
 	static const struct option lo[] = {
 		{ "print-pipeline", 0, 0, O_PRINT }, { "out-shard-size", 1, 0, O_SHARD },
 		{ "copy-tokenizer", 0, 0, O_COPY }, { "no-copy-tokenizer", 0, 0, O_NOCOPY },
@@ -114,7 +115,7 @@ int main(int argc, char **argv)
 		{ "async-write", 0, 0, O_IGN0 }, { "no-async-write", 0, 0, O_IGN0 },
 		{ "safe-serialization", 0, 0, O_IGN0 }, { "no-safe-serialization", 0, 0, O_IGN0 },
 		{ "write-threads", 1, 0, O_IGN1 }, { "device", 1, 0, O_IGN1 },
-		{ "transformers-cache", 1, 0, O_IGN1 }, { "lora-merge-cache", 1, 0, O_IGN1 },
+		{ "transformers-cache", 1, 0, O_CACHE }, { "lora-merge-cache", 1, 0, O_IGN1 },
 		{ "lora-merge-dtype", 1, 0, O_IGN1 },
 		{ 0 },
 	};
@@ -198,6 +199,14 @@ int main(int argc, char **argv)
 		case O_FORCE: push(&pack, "--force"); break;
 		case O_RESUME: resume = true; break;
 		case O_QUIET: quiet = true; break;
+		case O_CACHE:
+			/* the Hugging Face cache the stages resolve references in
+			 * (mergekit's cache_dir): theirs through HF_HUB_CACHE */
+			if (setenv("HF_HUB_CACHE", optarg, 1)) {
+				mk_err_set(&err, MK_ENOMEM, "cannot set HF_HUB_CACHE: %s", strerror(errno));
+				cli_fail(&err);
+			}
+			break;
 		case O_IGN0:
 		case O_IGN1:
 			cli_info(2, "note: --%s means nothing to mk; ignored", lo[li].name);

@@ -276,12 +276,14 @@ int mk_arch_infer(const struct mk_arch_names *models, size_t nmodels,
  * at its num_layers_key, descending into nested objects; a module
  * without a key is skipped (a warning for the caller: *warnings, if not
  * NULL, gets a malloc'ed newline-separated text or NULL).  `vocab_size`
- * >= 0 sets the vocab key.  Output: keys sorted, 2-space indent, reals in
+ * >= 0 sets the vocab key.  `architecture` (not NULL: the donor reference's
+ * override_architecture) sets "architectures" to [architecture], as
+ * mergekit's config of such a reference says.  Output: keys sorted, 2-space indent, reals in
  * shortest round-trip form as Python writes them (1e-05, 0.02, 10000.0),
  * non-ASCII escaped as \uXXXX, trailing newline (transformers' layout).
  * *out is malloc'ed, NUL-terminated, *out_len bytes. */
 int mk_hfconfig_edit(const char *donor, size_t len, const char *label,
-		   const struct mk_arch *a, const char *dtype,
+		   const struct mk_arch *a, const char *dtype, const char *architecture,
 		   const int64_t *num_layers, int64_t vocab_size,
 		   char **out, size_t *out_len, char **warnings,
 		   struct mk_err *err);

@@ -29,7 +29,7 @@ static bool dotted_set(struct mk_jsondoc *doc, const char *key, int64_t value, b
 }
 
 int mk_hfconfig_edit(const char *donor, size_t len, const char *label, const struct mk_arch *a,
-		   const char *dtype, const int64_t *num_layers, int64_t vocab_size, char **out,
+		   const char *dtype, const char *architecture, const int64_t *num_layers, int64_t vocab_size, char **out,
 		   size_t *out_len, char **warnings, struct mk_err *err)
 {
 	struct mk_sbuf w = { 0 };
@@ -57,6 +57,14 @@ int mk_hfconfig_edit(const char *donor, size_t len, const char *label, const str
 		if (q && mk_jsondoc_find(doc, "torch_dtype", NULL) == 0)
 			oom |= mk_jsondoc_set(doc, "torch_dtype", q, err) != 0;
 		free(q);
+	}
+	if (architecture) {
+		char *q = mk_json_quote(architecture, strlen(architecture)), *list = NULL;
+		if (q && (list = malloc(strlen(q) + 3)))
+			snprintf(list, strlen(q) + 3, "[%s]", q);
+		oom |= !list || mk_jsondoc_set(doc, "architectures", list, err) != 0;
+		free(q);
+		free(list);
 	}
 	for (size_t m = 0; a && num_layers && m < a->nmodules; m++) {
 		const struct mk_arch_module *mod = &a->modules[m];

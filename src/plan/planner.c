@@ -1519,7 +1519,7 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 		dtname = canon;
 	}
 	/* config.json */
-	rc = mk_hfconfig_edit(donor->hf_text, donor->hf_len, "config.json", p->arch, dtname,
+	rc = mk_hfconfig_edit(donor->hf_text, donor->hf_len, "config.json", p->arch, dtname, donor->ref->override_arch,
 			    layers_changed ? out_layers : NULL, p->tok ? (int64_t)p->tok_rows : -1, &text, &len, &warn, err);
 	if (rc)
 		return rc;

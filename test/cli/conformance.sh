@@ -52,10 +52,14 @@ PY
 		python3 - "$out/$case/tokenizer_config.json" "$g/tokenizer.json" <<'PY' || fail "$case: the added tokens differ from mergekit's"
 import json, sys
 cfg, ref = (json.load(open(p)) for p in sys.argv[1:])
-ref_added = {t["id"]: (t["content"], t["special"], t["normalized"], t["lstrip"], t["rstrip"], t["single_word"]) for t in ref["added_tokens"]}
-for i, t in cfg.get("added_tokens_decoder", {}).items():
-    if ref_added.get(int(i)) != (t["content"], t["special"], t["normalized"], t["lstrip"], t["rstrip"], t["single_word"]):
-        sys.exit("added token %s differs: %s, mergekit %s" % (i, t, ref_added.get(int(i))))
+flags = lambda t: (t["special"], t["normalized"], t["lstrip"], t["rstrip"], t["single_word"])
+ref_by = {t["content"]: (t["id"], flags(t)) for t in ref["added_tokens"]}
+mk_by = {t["content"]: (int(i), flags(t)) for i, t in cfg.get("added_tokens_decoder", {}).items()}
+bad = [c for c in mk_by if c not in ref_by or mk_by[c][1] != ref_by[c][1]]
+# ids: equal, but for a union's new plain tokens (hash order in mergekit's)
+moved = [c for c in mk_by if c not in bad and mk_by[c][0] != ref_by[c][0]]
+if bad or any(mk_by[c][1][0] for c in moved) or sorted(mk_by[c][0] for c in moved) != sorted(ref_by[c][0] for c in moved):
+    sys.exit("added tokens differ: %s %s" % (bad, moved))
 PY
 	elif grep -q '^tokenizer' "$cfg" && command -v python3 >/dev/null 2>&1; then
 		python3 - "$out/$case/tokenizer.json" "$g/tokenizer.json" <<'PY' || fail "$case: the tokenizer differs from mergekit's"

@@ -225,3 +225,22 @@ for cfg in dare_ties della; do
 	mk-yaml --spill spill --max-memory 2 r-$cfg.yml spilled-$cfg
 	for f in held-$cfg/*.safetensors; do cmp "$f" "spilled-$cfg/$(basename "$f")" || fail "$cfg: held and spilled differ"; done
 done
+
+# override_architecture on the donor: config.json's architectures say it
+# (as mergekit's config of such a reference does); the model_type stays
+mk-gen-model --seed 3 ov-a > /dev/null && mk-gen-model --seed 4 ov-b > /dev/null
+printf 'merge_method: linear\nbase_model: {model: ov-a, override_architecture: MistralForCausalLM}\nmodels:\n  - model: {model: ov-a, override_architecture: MistralForCausalLM}\n    parameters: {weight: 1}\n  - model: {model: ov-b, override_architecture: MistralForCausalLM}\n    parameters: {weight: 1}\n' > ov.yml
+mk-yaml ov.yml ov-out
+python3 - ov-out/config.json <<'PY' || fail "override_architecture: config.json's architectures"
+import json, sys
+c = json.load(open(sys.argv[1]))
+assert c["architectures"] == ["MistralForCausalLM"] and c["model_type"] == "llama", c
+PY
+
+# --transformers-cache DIR: references resolved in that Hugging Face cache
+mkdir -p hfc/models--org--tiny/snapshots/0123456789abcdef0123456789abcdef01234567 hfc/models--org--tiny/refs
+cp models/tiny-a/* hfc/models--org--tiny/snapshots/0123456789abcdef0123456789abcdef01234567/
+printf '0123456789abcdef0123456789abcdef01234567' > hfc/models--org--tiny/refs/main
+printf 'merge_method: passthrough\nmodels:\n  - model: org/tiny\n' > hub.yml
+HF_HUB_CACHE=/nonexistent HF_HUB_OFFLINE=1 mk-yaml --transformers-cache "$PWD/hfc" hub.yml hub-out
+mk-st-diff models/tiny-a hub-out

@@ -744,7 +744,7 @@ static void test_config_edit(void **state)
 	size_t len;
 	int64_t n = 16;
 
-	assert_int_equal(mk_hfconfig_edit(donor, strlen(donor), "donor/config.json", a, "bfloat16", &n, 40, &out,
+	assert_int_equal(mk_hfconfig_edit(donor, strlen(donor), "donor/config.json", a, "bfloat16", NULL, &n, 40, &out,
 					&len, &warn, &err), 0);
 	assert_string_equal(out, expect);
 	assert_int_equal(len, strlen(expect));
@@ -752,19 +752,19 @@ static void test_config_edit(void **state)
 	free(out);
 
 	/* no edits: only the layout changes; no torch_dtype is added */
-	assert_int_equal(mk_hfconfig_edit("{\"b\":1, \"a\":1.0}", 16, NULL, NULL, NULL, NULL, -1, &out, &len, NULL,
+	assert_int_equal(mk_hfconfig_edit("{\"b\":1, \"a\":1.0}", 16, NULL, NULL, NULL, NULL, NULL, -1, &out, &len, NULL,
 					&err), 0);
 	assert_string_equal(out, "{\n  \"a\": 1.0,\n  \"b\": 1\n}\n");
 	free(out);
-	assert_int_equal(mk_hfconfig_edit("{}", 2, NULL, NULL, "float32", NULL, -1, &out, &len, NULL, &err), 0);
-	assert_string_equal(out, "{\n  \"dtype\": \"float32\"\n}\n");
+	assert_int_equal(mk_hfconfig_edit("{}", 2, NULL, NULL, "float32", "MistralForCausalLM", NULL, -1, &out, &len, NULL, &err), 0);
+	assert_string_equal(out, "{\n  \"architectures\": [\n    \"MistralForCausalLM\"\n  ],\n  \"dtype\": \"float32\"\n}\n");
 	free(out);
 
 	/* nested keys; a module without a key; a missing parent object */
 	a = mk_arch_registry_file(reg, "gemma3vl");
 	int64_t m[3] = { 4, 2, -1 };
 	static const char vl[] = "{\"text_config\": {\"num_hidden_layers\": 8, \"vocab_size\": 10}}";
-	assert_int_equal(mk_hfconfig_edit(vl, strlen(vl), "vl.json", a, NULL, m, 12, &out, &len, &warn, &err), 0);
+	assert_int_equal(mk_hfconfig_edit(vl, strlen(vl), "vl.json", a, NULL, NULL, m, 12, &out, &len, &warn, &err), 0);
 	assert_string_equal(out, "{\n  \"text_config\": {\n    \"num_hidden_layers\": 4,\n"
 				 "    \"vocab_size\": 12\n  }\n}\n");
 	assert_non_null(warn);
@@ -772,14 +772,14 @@ static void test_config_edit(void **state)
 	free(out);
 	free(warn);
 	int64_t m2[3] = { 4, 0, 3 };
-	assert_int_equal(mk_hfconfig_edit(vl, strlen(vl), "vl.json", a, NULL, m2, -1, &out, &len, &warn, &err), 0);
+	assert_int_equal(mk_hfconfig_edit(vl, strlen(vl), "vl.json", a, NULL, NULL, m2, -1, &out, &len, &warn, &err), 0);
 	assert_non_null(warn);
 	assert_non_null(strstr(warn, "vl.json: cannot set \"vision_config.num_hidden_layers\""));
 	assert_null(strstr(warn, "multi_modal_projector"));
 	free(out);
 	free(warn);
 
-	assert_int_equal(mk_hfconfig_edit("[1]", 3, "c.json", NULL, NULL, NULL, -1, &out, &len, NULL, &err),
+	assert_int_equal(mk_hfconfig_edit("[1]", 3, "c.json", NULL, NULL, NULL, NULL, -1, &out, &len, NULL, &err),
 			 -MK_EFORMAT);
 	assert_null(out);
 	assert_non_null(strstr(err.msg, "c.json"));
