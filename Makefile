@@ -24,7 +24,7 @@ FUZZ_SECONDS ?= 30
 PKGS      := yaml-0.1 libzstd liburing jansson
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -lzstd -luring -ljansson)
-LIBS      := $(PKG_LIBS) -lsentencepiece -lstdc++ -lopenblas -lpthread -ldl -lm
+LIBS      := $(PKG_LIBS) -lopenblas -lpthread -ldl -lm
 
 WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT       := $(if $(SAN),-O1 -g -fno-omit-frame-pointer -fsanitize=$(SAN) -fno-sanitize-recover=all,-O3 -g)
@@ -37,11 +37,14 @@ Q := $(if $(V),,@)
 
 LIB_SRC   := $(sort $(wildcard src/*/*.c))
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
-# The one C++ file: src/tokenizer/spm.cc, a C call over libsentencepiece
-# (a tokenizer.model's pieces).
+# The one C++ file, src/tokenizer/spm.cc: a C call over libsentencepiece
+# (a tokenizer.model's pieces), built as the helper libmk-spm.so that libmk
+# loads when it reads a tokenizer.model (src/tokenizer/spm_load.c), so that
+# libmk itself links with no C++ and fully static (Debian ships no static
+# libsentencepiece).
 CXX       ?= c++
 LIB_CXX   := $(sort $(wildcard src/*/*.cc))
-LIB_OBJ   += $(LIB_CXX:%.cc=$(BUILD)/%.o)
+SPM_SO    := $(BUILD)/libmk-spm.so
 
 # CUDA: built when nvcc is found (CUDA=0 turns it off); not in sanitized
 # builds.  Without it src/cuda/cuda_stub.c answers "built without CUDA".
@@ -98,7 +101,7 @@ MANS      := $(sort $(wildcard man/man*/*.[157]))
 # intermediate on a first build and remake them on the next).
 .SECONDARY:
 
-all: $(LIBMK) $(LIBMK_SO) $(CMDS) $(TOOLS) $(PLUGINS) $(PRELOADS) $(BUILD)/mk-uninstalled.pc
+all: $(LIBMK) $(LIBMK_SO) $(SPM_SO) $(CMDS) $(TOOLS) $(PLUGINS) $(PRELOADS) $(BUILD)/mk-uninstalled.pc
 
 # Library objects: position-independent, and rebuilt when the flags that
 # compile them change ($(BUILD)/lib-flags holds the last ones).
@@ -115,10 +118,10 @@ $(BUILD)/%.o: %.c
 	@$(if $(Q),echo "  CC      $<")
 	$(Q)$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(BUILD)/%.o: %.cc
+$(SPM_SO): $(LIB_CXX) src/tokenizer/vocab_impl.h
 	@mkdir -p $(@D)
-	@$(if $(Q),echo "  CXX     $<")
-	$(Q)$(CXX) $(CPPFLAGS) -std=c++17 -Wall -Wextra -Wno-unused-parameter $(OPT) $(if $(SAN),-fno-sanitize=vptr) $(LIB_CFLAGS) -MMD -MP -c -o $@ $<
+	@$(if $(Q),echo "  CXX     $@")
+	$(Q)$(CXX) $(CPPFLAGS) -std=c++17 -Wall -Wextra -Wno-unused-parameter -O2 -g -fPIC -shared -o $@ $(LIB_CXX) -lsentencepiece
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
@@ -173,18 +176,19 @@ $(BUILD)/fuzz/%-replay: $(BUILD)/test/fuzz/%.o $(BUILD)/test/fuzz/replay.o $(LIB
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 
+# (the SentencePiece helper linked in, instrumented, not loaded: MK_SPM_DIRECT)
 build-fuzz/cxx.o: $(LIB_CXX)
 	@mkdir -p $(@D)
 	clang++ $(filter-out -DMK_HAVE_CUDA,$(CPPFLAGS)) -std=c++17 -g -O1 -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize=vptr -c -o $@ $(LIB_CXX)
 
 build-fuzz/%: test/fuzz/%.c $(wildcard test/fuzz/*.h) $(LIB_SRC) build-fuzz/cxx.o
 	@mkdir -p $(@D)
-	clang $(filter-out -DMK_HAVE_CUDA,$(CPPFLAGS)) -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRC) build-fuzz/cxx.o $(LIBS)
+	clang $(filter-out -DMK_HAVE_CUDA,$(CPPFLAGS)) -DMK_SPM_DIRECT -std=gnu11 -g -O1 -fsanitize=fuzzer,address,undefined -o $@ $< $(LIB_SRC) build-fuzz/cxx.o $(LIBS) -lsentencepiece -lstdc++
 
 # mk.pc for prefix $(1), libdir $(2), includedir $(3).  Libs.private and
 # Requires.private are what a program linking libmk.a needs
 # (pkg-config --static); libmk.so carries them itself.
-MK_PC_PRIVATE := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt )-lsentencepiece -lstdc++ -lopenblas -lpthread -ldl -lm
+MK_PC_PRIVATE := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++ )-lopenblas -lpthread -ldl -lm
 mk_pc = printf '%s\n' 'prefix=$(1)' 'libdir=$(2)' 'includedir=$(3)' '' \
 	  'Name: mk' 'Description: model merging for large language models (libmk)' 'Version: $(VERSION)' \
 	  'Requires.private: $(PKGS)' 'Libs: -L$${libdir} -lmk' 'Libs.private: $(MK_PC_PRIVATE)' \
@@ -234,6 +238,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/mk
 	install -m 755 $(CMDS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(LIBMK) $(DESTDIR)$(PREFIX)/lib/
+	install -d $(DESTDIR)$(PREFIX)/lib/mk && install -m 755 $(SPM_SO) $(DESTDIR)$(PREFIX)/lib/mk/
 	$(if $(LIBMK_SO),install -m 755 $(LIBMK_SO) $(DESTDIR)$(PREFIX)/lib/ && \
 	  ln -sf $(MK_SOFILE) $(DESTDIR)$(PREFIX)/lib/$(MK_SONAME) && ln -sf $(MK_SONAME) $(DESTDIR)$(PREFIX)/lib/libmk.so)
 	install -m 644 include/mk/*.h $(DESTDIR)$(PREFIX)/include/mk/

@@ -1,7 +1,8 @@
 // spm.cc - a SentencePiece model's pieces (tokenizer.model), read with
-// libsentencepiece; the one C++ file of libmk, behind a C interface
-// (vocab_impl.h).  Nothing here throws: every call is noexcept and the
-// library's errors come back as its status message.
+// libsentencepiece: the helper libmk-spm.so, which libmk loads when it
+// needs it (spm_load.c; vocab_impl.h has the call).  The one C++ file of
+// mk.  Nothing escapes as an exception: the library's errors come back as
+// its status message.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -13,8 +14,8 @@ extern "C" {
 #include "vocab_impl.h"
 }
 
-extern "C" int mk__spm_pieces(const void *data, size_t len, struct mk__spm_piece **out, size_t *n, char *msg,
-			      size_t cap)
+extern "C" int mk_spm_pieces_v1(const void *data, size_t len, struct mk__spm_piece **out, size_t *n, char *msg,
+				size_t cap)
 {
 	*out = nullptr;
 	*n = 0;

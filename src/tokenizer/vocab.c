@@ -328,6 +328,7 @@ int mk_vocab_parse_spm(const void *buf, size_t len, const char *label, struct mk
 	if (rc) {
 		free(v);
 		return rc == -2 ? mk_err_set(err, MK_ENOMEM, "out of memory") :
+		       rc == -3 ? mk_err_set(err, MK_EUNSUPPORTED, "%s: %s", label, msg) :
 				  mk_err_set(err, MK_EFORMAT, "%s: not a SentencePiece model (%s)", label, msg);
 	}
 	v->model_type = strdup("SentencePiece");
