@@ -1748,6 +1748,13 @@ static int build_tokenizer(struct mk_plan *p, struct mk_diags *d, struct mk_err 
 				     mk_vocab_parse_plain((const char *)buf, len, label, !strcmp(slow, "vocab.txt"), &v[i], &e);
 			free(buf);
 			buf = NULL;
+			/* a legacy added_tokens.json: transformers 5 (and so mergekit)
+			 * no longer loads it; nor does mk, saying so */
+			if (!rc && donor_has(&p->models[i], "added_tokens.json"))
+				diag(d, MK_DIAG_WARNING, loc,
+				     "model '%s': its added_tokens.json is not read (transformers 5 and mergekit do not load it); "
+				     "the tokens of tokenizer_config.json's added_tokens_decoder are",
+				     p->models[i].display);
 			if (!rc && donor_has(&p->models[i], "tokenizer_config.json")) {
 				snprintf(label, sizeof(label), "%s/tokenizer_config.json", p->models[i].m->dir);
 				rc = model_file_read(p->models[i].m, "tokenizer_config.json", &buf, &len, &e);

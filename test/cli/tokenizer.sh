@@ -272,3 +272,13 @@ grep -q "model 'tok-none' has no tokenizer: taken to have the base model's vocab
 printf 'merge_method: linear\nmodels:\n  - model: tok-a\n    parameters: {weight: 1}\n  - model: tok-none\n    parameters: {weight: 1}\n' > tok.yml
 mk-yaml tok.yml none-plain
 cmp none-out/model.safetensors none-plain/model.safetensors || fail "a model taken to have the base's vocabulary: not the plain merge"
+
+# a legacy added_tokens.json: not read, as transformers 5 does not load it
+# (nor mergekit), with a warning
+cp -r sp-a sp-legacy
+printf '{"<|im_start|>": 48, "<|im_end|>": 49}' > sp-legacy/added_tokens.json
+printf 'merge_method: linear\nbase_model: sp-a\nmodels:\n  - model: sp-a\n    parameters: {weight: 1}\n  - model: sp-legacy\n    parameters: {weight: 1}\ntokenizer_source: union\n' > spl.yml
+mk-yaml spl.yml spl-out 2> spl-err.txt
+grep -q "model 'sp-legacy': its added_tokens.json is not read" spl-err.txt || fail "no warning for added_tokens.json"
+python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["vocab_size"] == 48' spl-out/config.json ||
+	fail "added_tokens.json: its tokens were merged"
