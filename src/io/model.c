@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "mk/model.h"
+#include "mk/torchbin.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"
@@ -442,7 +443,7 @@ static int build_tensors(struct model *mm, struct mk_err *err)
 }
 
 /* Index and shard headers must agree both ways. */
-static int check_index(struct mk_model *m, const struct mk_st_index *idx,
+static int check_index(struct mk_model *m, const struct mk_st_index *idx, const char *index_name,
 		       struct mk_err *err)
 {
 	const struct mk_st_index_entry **sorted = NULL;
@@ -454,7 +455,7 @@ static int check_index(struct mk_model *m, const struct mk_st_index *idx,
 		if (!mk_st_find(m->shards[e->shard], e->tensor)) {
 			rc = mk_err_set(err, MK_EFORMAT, "model '%s': %s maps tensor "
 					"'%s' to %s, which does not contain it",
-					m->ref, INDEX_NAME, e->tensor,
+					m->ref, index_name, e->tensor,
 					idx->shards[e->shard]);
 			goto out;
 		}
@@ -475,7 +476,7 @@ static int check_index(struct mk_model *m, const struct mk_st_index *idx,
 			rc = mk_err_set(err, MK_EFORMAT, "model '%s': %s holds tensor "
 					"'%s', which %s does not list", m->ref,
 					m->shard_names[m->tensors[i].shard],
-					m->tensors[i].t->name, INDEX_NAME);
+					m->tensors[i].t->name, index_name);
 			goto out;
 		}
 	}
@@ -528,11 +529,45 @@ int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
 		goto out;
 	}
 
-	path = join(m->dir, INDEX_NAME);
-	if (!path)
-		goto nomem;
-	if (is_file(path)) {
-		rc = check_inside(m, INDEX_NAME, err);
+	/* the weights: safetensors (an index, else one file), else PyTorch's
+	 * torch.save files (the same two layouts), as mergekit looks for them */
+	static const struct {
+		const char *index, *single;
+		int (*open)(const char *, struct mk_st_file **, struct mk_err *);
+	} layouts[] = {
+		{ INDEX_NAME, SINGLE_NAME, mk_st_open },
+		{ "pytorch_model.bin.index.json", "pytorch_model.bin", mk_torchbin_open },
+	};
+	size_t lay = 0;
+	bool indexed = false;
+	for (size_t k = 0; k < sizeof(layouts) / sizeof(*layouts); k++) {
+		free(path);
+		if (!(path = join(m->dir, layouts[k].index)))
+			goto nomem;
+		if (is_file(path)) {
+			lay = k;
+			indexed = true;
+			break;
+		}
+		free(path);
+		if (!(path = join(m->dir, layouts[k].single)))
+			goto nomem;
+		if (is_file(path)) {
+			lay = k;
+			break;
+		}
+		lay = SIZE_MAX;
+	}
+	if (lay == SIZE_MAX) {
+		free(path);
+		if (!(path = join(m->dir, SINGLE_NAME)))
+			goto nomem;
+		rc = single_missing(m, path, err);
+		goto out;
+	}
+	const char *iname = layouts[lay].index, *sname = layouts[lay].single;
+	if (indexed) {
+		rc = check_inside(m, iname, err);
 		if (rc < 0)
 			goto out;
 		rc = slurp(path, MAX_INDEX_SIZE, &buf, &len, err);
@@ -557,53 +592,31 @@ int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
 				goto nomem;
 			rc = check_inside(m, idx->shards[i], err);
 			if (rc == 0)
-				rc = mk_st_open(path, &m->shards[i], err);
+				rc = layouts[lay].open(path, &m->shards[i], err);
 			if (rc < 0) {
 				mk_err_prefix(err, "model '%s': shard listed in %s: ",
-					      m->ref, INDEX_NAME);
+					      m->ref, iname);
 				goto out;
 			}
 		}
 		rc = build_tensors(mm, err);
 		if (rc < 0)
 			goto out;
-		rc = check_index(m, idx, err);
+		rc = check_index(m, idx, iname, err);
 		if (rc < 0)
 			goto out;
 	} else {
-		free(path);
-		path = join(m->dir, SINGLE_NAME);
-		if (!path)
-			goto nomem;
-		if (!is_file(path)) {
-			char *bin = join(m->dir, "pytorch_model.bin");
-			char *binidx = join(m->dir, "pytorch_model.bin.index.json");
-			int have_bin = (bin && is_file(bin)) || (binidx && is_file(binidx));
-
-			free(bin);
-			free(binidx);
-			if (have_bin)
-				rc = mk_err_set(err, MK_EUNSUPPORTED, "model '%s': %s holds "
-						"only PyTorch .bin weights; .bin "
-						"checkpoints are not supported yet (a later "
-						"version reads them; until then convert it to "
-						"safetensors)",
-						m->ref, m->dir);
-			else
-				rc = single_missing(m, path, err);
-			goto out;
-		}
 		m->shards = calloc(1, sizeof(*m->shards));
 		m->shard_names = calloc(1, sizeof(*m->shard_names));
 		if (!m->shards || !m->shard_names)
 			goto nomem;
-		m->shard_names[0] = strdup(SINGLE_NAME);
+		m->shard_names[0] = strdup(sname);
 		if (!m->shard_names[0])
 			goto nomem;
 		m->nshards = 1;
-		rc = check_inside(m, SINGLE_NAME, err);
+		rc = check_inside(m, sname, err);
 		if (rc == 0)
-			rc = mk_st_open(path, &m->shards[0], err);
+			rc = layouts[lay].open(path, &m->shards[0], err);
 		if (rc < 0) {
 			mk_err_prefix(err, "model '%s': ", m->ref);
 			goto out;

@@ -21,6 +21,7 @@
 #include <jansson.h>
 #include "mk/hash.h"
 #include "mk/safetensors.h"
+#include "st_impl.h"
 
 /* The public struct plus what mk_st_find needs.  Every mk_st_file comes
  * from mk_st_parse, so the cast in both directions is safe. */
@@ -267,6 +268,45 @@ void mk_st_file_free(struct mk_st_file *f)
 	free(sf->by_name);
 	free(sf->strings);
 	free(sf);
+}
+
+int mk__st_file_make(const char *label, uint64_t file_size, const struct mk_st_tensor *tensors, size_t n,
+		     const uint8_t hash[32], struct mk_st_file **out, struct mk_err *err)
+{
+	struct st_file *sf = calloc(1, sizeof(*sf));
+	struct mk_st_file *f = sf ? &sf->pub : NULL;
+	size_t arena = 0, off = 0;
+
+	*out = NULL;
+	for (size_t i = 0; i < n; i++)
+		arena += strlen(tensors[i].name) + 1;
+	if (!sf || !(f->path = strdup(label)) || !(f->tensors = calloc(n ? n : 1, sizeof(*f->tensors))) ||
+	    !(f->meta = calloc(1, sizeof(*f->meta))) || !(sf->by_name = calloc(n ? n : 1, sizeof(*sf->by_name))) ||
+	    !(sf->strings = malloc(arena ? arena : 1))) {
+		mk_st_file_free(f);
+		return mk_err_set(err, MK_ENOMEM, "%s: out of memory", label);
+	}
+	f->file_size = file_size;
+	f->ntensors = n;
+	for (size_t i = 0; i < n; i++) {
+		size_t kl = strlen(tensors[i].name) + 1;
+		f->tensors[i] = tensors[i];
+		f->tensors[i].name = memcpy(sf->strings + off, tensors[i].name, kl);
+		off += kl;
+	}
+	qsort(f->tensors, f->ntensors, sizeof(*f->tensors), cmp_offsets);
+	for (size_t i = 0; i < n; i++)
+		sf->by_name[i] = i;
+	qsort_r(sf->by_name, f->ntensors, sizeof(*sf->by_name), cmp_by_name, f->tensors);
+	for (size_t i = 1; i < n; i++)
+		if (!strcmp(f->tensors[sf->by_name[i]].name, f->tensors[sf->by_name[i - 1]].name)) {
+			int rc = mk_err_set(err, MK_EFORMAT, "%s: tensor '%s' twice", label, f->tensors[sf->by_name[i]].name);
+			mk_st_file_free(f);
+			return rc;
+		}
+	memcpy(f->header_hash, hash, 32);
+	*out = f;
+	return 0;
 }
 
 int mk_st_parse(const void *buf, size_t len, uint64_t file_size,

@@ -76,9 +76,9 @@ expect_fail 1 "model-00001-of-00002.safetensors" mk-fetch --model nj -o s.mks
 # neither local nor cached
 HF_HUB_CACHE=$PWD/nocache expect_fail 1 "does not download" mk-fetch --model nobody/nothing -o s.mks
 expect_fail 1 "not a local directory" mk-fetch --model ./nowhere -o s.mks
-# .bin-only checkpoints are not supported (yet)
+# a pytorch_model.bin that is not a torch.save zip: said so, naming it
 mkdir bin && echo x > bin/pytorch_model.bin
-expect_fail 1 ".bin" mk-fetch --model bin -o s.mks
+expect_fail 1 "bin/pytorch_model.bin: not a zip file (no end of central directory): not a torch.save checkpoint" mk-fetch --model bin -o s.mks
 # two models sharing tensor names
 cp -r m m2
 expect_fail 1 "is in both" mk-fetch --model m --model m2 -o s.mks

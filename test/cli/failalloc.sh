@@ -70,6 +70,15 @@ mk-merge < vin.mks > vt.mks
 (cd "$MK_TOP" && sweep mk-plan-vocab /dev/null "$OLDPWD/vplan.mks" mk-plan $V)
 (cd "$MK_TOP" && sweep mk-fetch-vocab "$OLDPWD/vplan.mks" "$OLDPWD/vin.mks" mk-fetch)
 sweep mk-merge-vocab vin.mks vt.mks mk-merge -j2
+# a PyTorch checkpoint read in copy mode (the zip, the pickle machine)
+if command -v python3 >/dev/null 2>&1; then
+	python3 "$MK_TOP/test/tools/mk-gen-torchbin.py" "$MK_TOP/testdata/models/tiny-a" tbin --shards 2 --offset
+	printf 'merge_method: passthrough\nmodels:\n  - model: %s/tbin\n' "$W" > tbin.yml
+	mk-plan tbin.yml > tbin.plan
+	mk-fetch < tbin.plan > tbin.mks
+	sweep mk-plan-torchbin /dev/null tbin.plan mk-plan tbin.yml
+	sweep mk-fetch-torchbin tbin.plan tbin.mks mk-fetch
+fi
 # mk-pack writes a directory
 c=$(rm -rf p; count mk-pack p < t.mks)
 st=$(step "$c") tried=0

@@ -161,10 +161,10 @@ for m in gpt2ish noconfig novocab; do
 		 [ ! -e donor-$m/tokenizer_config.json ] || fail "$m: tokenizer files copied without a vocabulary" ;;
 	esac
 done
-# .bin-only models are refused at plan time with a word on it
+# a broken pytorch_model.bin is refused at plan time, naming it
 mkdir binonly && echo x > binonly/pytorch_model.bin && cp models/tiny-a/config.json binonly/
 printf 'merge_method: linear\nmodels:\n  - model: binonly\n    parameters: {weight: 1}\n' > bin.yml
-expect_fail 1 ".bin" mk-plan bin.yml
+expect_fail 1 "binonly/pytorch_model.bin: not a zip file" mk-plan bin.yml
 
 # embeddings of different vocabulary sizes: cut to the common block
 # (as mergekit 0.1.4; mergekit 0.1.5 refuses them, see mk-compat(7))

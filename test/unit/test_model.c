@@ -386,11 +386,10 @@ static void test_open_bin_only(void **state)
 {
 	mkdirs(P("bin1"));
 	write_text(P("bin1/pytorch_model.bin"), "x");
-	open_fail(P("bin1"), MK_EUNSUPPORTED, ".bin checkpoints are not "
-		  "supported yet", NULL);
+	open_fail(P("bin1"), MK_EFORMAT, "pytorch_model.bin: not a zip file", NULL);
 	mkdirs(P("bin2"));
 	write_text(P("bin2/pytorch_model.bin.index.json"), "{}");
-	open_fail(P("bin2"), MK_EUNSUPPORTED, ".bin", NULL);
+	open_fail(P("bin2"), MK_EFORMAT, "pytorch_model.bin.index.json", NULL);
 	mkdirs(P("empty"));
 	open_fail(P("empty"), MK_ENOENT, "no model.safetensors or "
 		  "model.safetensors.index.json in", P("empty"));
