@@ -819,6 +819,12 @@ static int parse(const struct src *s, struct mk_st_file **out, struct mk_err *er
 			ts[i].nelem *= t->shape[d];
 		}
 		es8 = mk_dtype_bits(t->dt);
+		/* within the member, counted in elements (no product overflows) */
+		if (t->offset > sm->size * 8 / es8 || ts[i].nelem > sm->size * 8 / es8 - t->offset) {
+			rc = mk_err_set(err, MK_EFORMAT, "%s: tensor '%s' runs past its storage member (%llu bytes)", s->label, k->s,
+					(unsigned long long)sm->size);
+			goto out;
+		}
 		bytes = ts[i].nelem * es8 / 8;
 		ts[i].begin = off + t->offset * es8 / 8;
 		ts[i].end = ts[i].begin + bytes;
