@@ -68,6 +68,14 @@ void cli_fail(const struct mk_err *err)
 	exit(EXIT_FAIL);
 }
 
+void cli_fail_oom(void)
+{
+	struct mk_err err;
+
+	mk_err_set(&err, MK_ENOMEM, "out of memory");
+	cli_fail(&err);
+}
+
 void cli_usage_error(const char *fmt, ...)
 {
 	va_list ap;

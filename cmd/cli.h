@@ -17,6 +17,8 @@ void cli_init(const char *prog);
 void cli_message(const char *kind, const char *msg);
 /* "prog: error: msg" and exit 1. */
 void cli_fail(const struct mk_err *err) __attribute__((noreturn));
+/* cli_fail with "out of memory" (a main's own allocation failed). */
+void cli_fail_oom(void) __attribute__((noreturn));
 /* "prog: msg\nTry 'prog --help' for more information." and exit 2. */
 void cli_usage_error(const char *fmt, ...) __attribute__((noreturn, format(printf, 1, 2)));
 /* After getopt reported a bad option itself: the hint line, exit 2. */

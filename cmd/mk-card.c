@@ -81,7 +81,7 @@ int main(int argc, char **argv)
 	const char **paths = calloc(n + 1, sizeof(*paths)), **loras = calloc(n + 1, sizeof(*loras));
 	long base = -1;
 	if (!paths || !loras)
-		abort();
+		cli_fail_oom();
 	for (size_t i = 0; i < n; i++) {
 		paths[i] = refs[i]->model.path;
 		loras[i] = refs[i]->lora.path;

@@ -83,12 +83,14 @@ int main(int argc, char **argv)
 	cli_init("mk-fetch");
 	while ((c = getopt_long(argc, argv, "m:i:o:z::fvqhV", longopts, NULL)) != -1) {
 		switch (c) {
-		case 'm':
-			models = realloc(models, (o.nmodels + 1) * sizeof(*models));
-			if (!models)
-				abort();
+		case 'm': {
+			const char **q = realloc(models, (o.nmodels + 1) * sizeof(*models));
+			if (!q)
+				cli_fail_oom();
+			models = q;
 			models[o.nmodels++] = optarg;
 			break;
+		}
 		case 'o': output = optarg; break;
 		case 'i': input = optarg; break;
 		case 'z':

@@ -83,10 +83,14 @@ static struct argv plan, fetch, merge, pack;
 
 static void push(struct argv *a, const char *s)
 {
-	a->v = realloc(a->v, (a->n + 2) * sizeof(*a->v));
-	if (!a->v)
-		abort();
-	a->v[a->n++] = s ? strdup(s) : NULL;
+	char **q = realloc(a->v, (a->n + 2) * sizeof(*a->v));
+	if (!q)
+		cli_fail_oom();
+	a->v = q;
+	a->v[a->n] = s ? strdup(s) : NULL;
+	if (s && !a->v[a->n])
+		cli_fail_oom();
+	a->n++;
 	a->v[a->n] = NULL;
 }
 
@@ -202,10 +206,8 @@ int main(int argc, char **argv)
 		case O_CACHE:
 			/* the Hugging Face cache the stages resolve references in
 			 * (mergekit's cache_dir): theirs through HF_HUB_CACHE */
-			if (setenv("HF_HUB_CACHE", optarg, 1)) {
-				mk_err_set(&err, MK_ENOMEM, "cannot set HF_HUB_CACHE: %s", strerror(errno));
-				cli_fail(&err);
-			}
+			if (setenv("HF_HUB_CACHE", optarg, 1))
+				cli_fail_oom(); /* setenv fails only for want of memory here */
 			break;
 		case O_IGN0:
 		case O_IGN1:
@@ -233,7 +235,7 @@ int main(int argc, char **argv)
 	static char *partial;
 	partial = malloc(ol + 16);
 	if (!partial)
-		abort();
+		cli_fail_oom();
 	snprintf(partial, ol + 16, "%.*s.mk-partial", (int)ol, out);
 	if (resume) {
 		push(&fetch, "--skip-done");
