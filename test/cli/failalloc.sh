@@ -78,6 +78,8 @@ if command -v python3 >/dev/null 2>&1; then
 	mk-fetch < tbin.plan > tbin.mks
 	sweep mk-plan-torchbin /dev/null tbin.plan mk-plan tbin.yml
 	sweep mk-fetch-torchbin tbin.plan tbin.mks mk-fetch
+	mk-fetch --model tbin > tcopy.mks
+	sweep mk-fetch-copy /dev/null tcopy.mks mk-fetch --model tbin
 fi
 # mk-pack writes a directory
 c=$(rm -rf p; count mk-pack p < t.mks)
