@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "mk/err.h"
+#include "mk/model.h"
 #include "mk/reader.h"
 
 struct mk_fetch_opts {
@@ -20,6 +21,11 @@ struct mk_fetch_opts {
 	size_t chunk_bytes;          /* 0: MK_READER_DEFAULT_CHUNK */
 	unsigned qdepth;             /* 0: MK_READER_DEFAULT_QDEPTH */
 	enum mk_io_kind io;          /* MK_IO_AUTO: $MK_IO, then default */
+	/* Hub models the cache lacks: read their shards by range requests
+	 * (the http reader) instead of downloading them first; also set by
+	 * io == MK_IO_HTTP or MK_IO=http.  no_cache: what is read that way is
+	 * not written into the cache. */
+	bool remote, no_cache;
 	int compress_level;          /* 0: no zstd */
 	/* --skip-done: an interrupted mk-pack's OUT.mk-partial (or NULL).
 	 * The tensors its journal lists as done are not read or sent (copy
@@ -52,6 +58,10 @@ struct mk_fetch_stats {
 
 /* Names of the non-weight files copy mode carries, NULL-terminated. */
 extern const char *const mk_fetch_copy_files[];
+
+/* The options' way of opening a model (mk_model_open_with). */
+void mk_fetch_model_opts(const struct mk_fetch_opts *o, const char *commit,
+			 struct mk_model_open_opts *mo);
 
 int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 		  struct mk_fetch_stats *st, struct mk_err *err);

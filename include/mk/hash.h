@@ -3,7 +3,10 @@
  *   crc32c   CRC-32C (Castagnoli, reflected poly 0x82F63B78, init and final
  *            xor 0xFFFFFFFF), the stream's per-frame checksum; uses the
  *            SSE4.2 crc32 instruction when the CPU has it.
- *   sha256   FIPS 180-4 SHA-256, for shard header hashes in the plan.
+ *   sha256   FIPS 180-4 SHA-256, for shard header hashes in the plan and
+ *            the Hub's LFS file ids.
+ *   sha1     FIPS 180-4 SHA-1, only for the git blob ids the Hugging Face
+ *            Hub gives its small files (not for anything secret).
  */
 #ifndef MK_HASH_H
 #define MK_HASH_H
@@ -31,6 +34,16 @@ void mk_sha256_update(struct mk_sha256 *s, const void *data, size_t len);
 void mk_sha256_final(struct mk_sha256 *s, uint8_t out[32]);
 /* One-shot digest. */
 void mk_sha256(const void *data, size_t len, uint8_t out[32]);
+struct mk_sha1 {
+	uint32_t h[5];
+	uint64_t nbytes;
+	uint8_t buf[64];
+	size_t nbuf;
+};
+void mk_sha1_init(struct mk_sha1 *s);
+void mk_sha1_update(struct mk_sha1 *s, const void *data, size_t len);
+void mk_sha1_final(struct mk_sha1 *s, uint8_t out[20]);
+
 /* Lower-case hex of `n` bytes into out (2n+1 bytes, NUL-terminated). */
 void mk_hex(const uint8_t *in, size_t n, char *out);
 

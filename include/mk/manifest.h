@@ -45,6 +45,7 @@ struct mk_plan_shard {
 };
 struct mk_plan_model {
 	char *ref;                   /* as written in the configuration */
+	char *commit;                /* a Hub model's commit, or NULL */
 	size_t nshards;
 	struct mk_plan_shard *shards;
 };
@@ -88,7 +89,8 @@ int mk_manifest_add_file(struct mk_manifest *m, const char *name,
 			 uint64_t size, struct mk_err *err);
 /* Append a model to the table (ref copied, no shards yet) / a shard to
  * the last model / a plugin entry; each sets planned. */
-int mk_manifest_add_model(struct mk_manifest *m, const char *ref, struct mk_err *err);
+int mk_manifest_add_model(struct mk_manifest *m, const char *ref, const char *commit,
+			  struct mk_err *err);
 int mk_manifest_add_shard(struct mk_manifest *m, const char *name, uint64_t size,
 			  const uint8_t header_sha256[32], struct mk_err *err);
 int mk_manifest_add_plugin(struct mk_manifest *m, const char *name, unsigned abi,

@@ -15,8 +15,12 @@
  *   pread  one pread per extent into a slot, with POSIX_FADV_WILLNEED on
  *          the extents ahead; chosen automatically when io_uring cannot be
  *          set up (seccomp, io_uring_disabled sysctl, ENOMEM, ENOSYS).
+ *   http   extents of remote files (req.remote, a Hub model's shards) by
+ *          HTTP range requests, qdepth in flight over kept connections,
+ *          retried where they broke off; local extents by pread.  The one
+ *          backend that takes remote extents; no other does.
  *
- * MK_IO=uring|mmap|pread in the environment (or opts.kind) forces one;
+ * MK_IO=uring|mmap|pread|http in the environment (or opts.kind) forces one;
  * MK_IO=auto or unset picks the default (see mk_reader_open).
  */
 #ifndef MK_READER_H
@@ -26,13 +30,17 @@
 #include <stdint.h>
 #include "mk/err.h"
 
-enum mk_io_kind { MK_IO_AUTO, MK_IO_URING, MK_IO_MMAP, MK_IO_PREAD };
+enum mk_io_kind { MK_IO_AUTO, MK_IO_URING, MK_IO_MMAP, MK_IO_PREAD, MK_IO_HTTP };
+
+struct mk_hub_blob;
 
 #define MK_READER_DEFAULT_CHUNK (4u << 20) /* bytes per slot */
 #define MK_READER_DEFAULT_QDEPTH 8u
 
 struct mk_read_req {
-	int fd;                /* open for reading; owned by the caller */
+	int fd;                /* open for reading; owned by the caller
+				  (ignored for a remote extent) */
+	struct mk_hub_blob *remote; /* a remote file's extent, or NULL */
 	uint64_t off;          /* file offset */
 	size_t len;            /* 1 .. chunk_bytes */
 	void *tag;             /* caller's, returned with the data */
@@ -74,7 +82,7 @@ size_t mk_reader_chunk_bytes(const struct mk_reader *r);
  * permitted); using pread"). */
 const char *mk_reader_note(const struct mk_reader *r);
 
-/* Parse "uring" | "mmap" | "pread" | "auto"; -1 if none. */
+/* Parse "uring" | "mmap" | "pread" | "http" | "auto"; -1 if none. */
 int mk_io_kind_parse(const char *s, enum mk_io_kind *out);
 
 #endif

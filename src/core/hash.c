@@ -369,3 +369,94 @@ void mk_hex(const uint8_t *in, size_t n, char *out)
 	}
 	out[2 * n] = '\0';
 }
+
+/* ---- SHA-1 (FIPS 180-4 section 6.1) ---- */
+
+static uint32_t rol32(uint32_t x, unsigned n)
+{
+	return (x << n) | (x >> (32 - n));
+}
+
+static void sha1_block(uint32_t h[5], const uint8_t *p)
+{
+	uint32_t w[80], a = h[0], b = h[1], c = h[2], d = h[3], e = h[4];
+
+	for (int i = 0; i < 16; i++)
+		w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 |
+		       (uint32_t)p[4 * i + 2] << 8 | p[4 * i + 3];
+	for (int i = 16; i < 80; i++)
+		w[i] = rol32(w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16], 1);
+	for (int i = 0; i < 80; i++) {
+		uint32_t f, k;
+		if (i < 20) {
+			f = (b & c) | (~b & d);
+			k = 0x5a827999;
+		} else if (i < 40) {
+			f = b ^ c ^ d;
+			k = 0x6ed9eba1;
+		} else if (i < 60) {
+			f = (b & c) | (b & d) | (c & d);
+			k = 0x8f1bbcdc;
+		} else {
+			f = b ^ c ^ d;
+			k = 0xca62c1d6;
+		}
+		uint32_t t = rol32(a, 5) + f + e + k + w[i];
+		e = d; d = c; c = rol32(b, 30); b = a; a = t;
+	}
+	h[0] += a; h[1] += b; h[2] += c; h[3] += d; h[4] += e;
+}
+
+void mk_sha1_init(struct mk_sha1 *s)
+{
+	static const uint32_t iv[5] = { 0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476, 0xc3d2e1f0 };
+
+	memcpy(s->h, iv, sizeof(iv));
+	s->nbytes = 0;
+	s->nbuf = 0;
+}
+
+void mk_sha1_update(struct mk_sha1 *s, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+
+	s->nbytes += len;
+	if (s->nbuf) {
+		size_t k = 64 - s->nbuf < len ? 64 - s->nbuf : len;
+		memcpy(s->buf + s->nbuf, p, k);
+		s->nbuf += k;
+		p += k;
+		len -= k;
+		if (s->nbuf < 64)
+			return;
+		sha1_block(s->h, s->buf);
+		s->nbuf = 0;
+	}
+	for (; len >= 64; p += 64, len -= 64)
+		sha1_block(s->h, p);
+	memcpy(s->buf, p, len);
+	s->nbuf = len;
+}
+
+void mk_sha1_final(struct mk_sha1 *s, uint8_t out[20])
+{
+	uint64_t bits = s->nbytes * 8;
+
+	s->buf[s->nbuf++] = 0x80;
+	if (s->nbuf > 56) {
+		memset(s->buf + s->nbuf, 0, 64 - s->nbuf);
+		sha1_block(s->h, s->buf);
+		s->nbuf = 0;
+	}
+	memset(s->buf + s->nbuf, 0, 56 - s->nbuf);
+	for (int i = 0; i < 8; i++)
+		s->buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+	sha1_block(s->h, s->buf);
+	for (int i = 0; i < 5; i++) {
+		out[4 * i] = (uint8_t)(s->h[i] >> 24);
+		out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
+		out[4 * i + 2] = (uint8_t)(s->h[i] >> 8);
+		out[4 * i + 3] = (uint8_t)s->h[i];
+	}
+	memset(s, 0, sizeof(*s));
+}

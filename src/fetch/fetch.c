@@ -27,7 +27,28 @@ struct src_tensor {            /* one manifest entry's source */
 	const struct mk_model *m;
 	const struct mk_model_tensor *mt;
 	int fd;
+	struct mk_hub_blob *remote;  /* or NULL */
 };
+
+void mk_fetch_model_opts(const struct mk_fetch_opts *o, const char *commit,
+			 struct mk_model_open_opts *mo)
+{
+	const char *e = getenv("MK_IO");
+	bool remote = o->remote || o->io == MK_IO_HTTP || (o->io == MK_IO_AUTO && e && !strcmp(e, "http"));
+
+	*mo = (struct mk_model_open_opts){ .weights = remote ? MK_MODEL_STREAM : MK_MODEL_DOWNLOAD,
+					   .commit = commit, .cache = !o->no_cache };
+}
+
+/* Remote shards need the http reader. */
+static enum mk_io_kind reader_kind(const struct mk_fetch_opts *o, struct mk_model *const *models, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		for (size_t s = 0; models[i] && models[i]->remote && s < models[i]->nshards; s++)
+			if (models[i]->remote[s])
+				return MK_IO_HTTP;
+	return o->io;
+}
 
 struct pending {               /* a chunk whose read is in flight */
 	uint32_t id;
@@ -84,6 +105,7 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 	p->c = c;
 	p->c.id = (uint32_t)f->cur;
 	req->fd = s->fd;
+	req->remote = s->remote;
 	req->off = sh->data_start + s->mt->t->begin + boff;
 	req->len = (size_t)blen;
 	req->tag = p;
@@ -130,7 +152,9 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 		goto out;
 	}
 	for (size_t i = 0; i < o->nmodels; i++) {
-		rc = mk_model_open(o->models[i], &models[i], err);
+		struct mk_model_open_opts mo;
+		mk_fetch_model_opts(o, NULL, &mo);
+		rc = mk_model_open_with(o->models[i], &mo, &models[i], err);
 		if (rc)
 			goto out;
 		f.ntensors += models[i]->ntensors;
@@ -151,6 +175,7 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 			f.src[k].m = m;
 			f.src[k].mt = &m->tensors[t];
 			f.src[k].fd = fds[i][m->tensors[t].shard];
+			f.src[k].remote = m->remote ? m->remote[m->tensors[t].shard] : NULL;
 			k++;
 		}
 	}
@@ -261,6 +286,7 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
+	ropts.kind = reader_kind(o, models, o->nmodels);
 	rc = mk_reader_open(&rd, &ropts, next_extent, &f, err);
 	if (rc)
 		goto out;

@@ -34,6 +34,7 @@ struct spool {
 
 struct seg {                     /* a run of an input's elements on disk */
 	int fd;
+	struct mk_hub_blob *remote;  /* or NULL */
 	uint64_t data_off;       /* file offset of the run's first element */
 	uint64_t elem_begin;     /* the input's element index it starts at */
 };
@@ -181,6 +182,7 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 				k--;
 			boff = (at - sr->seg[k].elem_begin) * mk_dtype_bits(in->desc.dtype) / 8;
 			req->fd = sr->seg[k].fd;
+			req->remote = sr->seg[k].remote;
 			req->off = sr->seg[k].data_off + boff;
 			req->len = (size_t)blen;
 			req->tag = t;
@@ -294,12 +296,15 @@ static int pass_held(struct mk_stream_writer *w, const struct spool *sp, const s
 	return mk_sw_pass(w, &f, err);
 }
 
-static int check_models(const struct mk_manifest *head, struct mk_model **models, struct mk_err *err)
+static int check_models(const struct mk_fetch_opts *o, const struct mk_manifest *head, struct mk_model **models,
+			struct mk_err *err)
 {
 	const struct mk_plan_model *pm = head->models;
 
 	for (size_t i = 0; i < head->nmodels; i++) {
-		int rc = mk_model_open(pm[i].ref, &models[i], err);
+		struct mk_model_open_opts mo;
+		mk_fetch_model_opts(o, pm[i].commit, &mo);
+		int rc = mk_model_open_with(pm[i].ref, &mo, &models[i], err);
 		if (rc)
 			return rc;
 		for (size_t s = 0; s < pm[i].nshards; s++) {
@@ -360,7 +365,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	rc = check_models(head, models, err);
+	rc = check_models(o, head, models, err);
 	if (rc)
 		goto out;
 	/* the rest of the plan: files, jobs, notes */
@@ -477,6 +482,8 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 					goto out;
 				}
 				sr->seg[k] = (struct seg){ fds[in->model][mt->shard],
+							   models[in->model]->remote ?
+							   models[in->model]->remote[mt->shard] : NULL,
 							   models[in->model]->shards[mt->shard]->data_start + mt->t->begin,
 							   at };
 				at += mt->t->nelem;
@@ -514,6 +521,10 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
+	for (size_t m = 0; m < head->nmodels; m++)
+		for (size_t s = 0; models[m]->remote && s < models[m]->nshards; s++)
+			if (models[m]->remote[s])
+				ropts.kind = MK_IO_HTTP;     /* remote shards: the http reader */
 	rc = mk_reader_open(&rd, &ropts, next_extent, &p, err);
 	if (rc)
 		goto out;

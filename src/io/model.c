@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "mk/hub.h"
 #include "mk/model.h"
 #include "mk/torchbin.h"
 
@@ -27,6 +28,7 @@ struct model {
 	struct name_ref *by_name;    /* sorted by name, then shard */
 	char *root;                  /* what the model's files must resolve
 					inside (mk_model_path) */
+	struct mk_hub_repo *repo;    /* a Hub model opened over the network */
 };
 
 static char *join(const char *a, const char *b)
@@ -105,74 +107,6 @@ out:
 
 /* ---- resolution ---- */
 
-/* Hugging Face repo ids: [org/]name, each part of [A-Za-z0-9._-], not
- * "." or "..". */
-static int repo_part_ok(const char *s, size_t n)
-{
-	if (n == 0 || (n == 1 && s[0] == '.') || (n == 2 && !strncmp(s, "..", 2)))
-		return 0;
-	for (size_t i = 0; i < n; i++)
-		if (!strchr("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
-			    "0123456789._-", s[i]))
-			return 0;
-	return 1;
-}
-
-static int repo_id_ok(const char *id)
-{
-	const char *slash = strchr(id, '/');
-
-	if (!slash)
-		return repo_part_ok(id, strlen(id));
-	return repo_part_ok(id, (size_t)(slash - id)) &&
-	       repo_part_ok(slash + 1, strlen(slash + 1));
-}
-
-/* A revision is a branch/tag name (may hold '/') or a commit hash; it
- * must stay inside refs/ and snapshots/. */
-static int rev_ok(const char *rev)
-{
-	const char *p = rev;
-
-	if (!rev[0] || rev[0] == '/' || strchr(rev, '\\'))
-		return 0;
-	while (*p) {
-		size_t n = strcspn(p, "/");
-		if (n == 0 || (n == 1 && p[0] == '.') ||
-		    (n == 2 && p[0] == '.' && p[1] == '.'))
-			return 0;
-		p += n;
-		if (*p)
-			p++;
-	}
-	return rev[strlen(rev) - 1] != '/';
-}
-
-/* The hub cache root: $HF_HUB_CACHE, else $HF_HOME/hub, else
- * $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub (the
- * order huggingface_hub uses).  NULL on allocation failure or no $HOME. */
-static char *hub_cache(void)
-{
-	const char *e;
-	char *s = NULL;
-
-	if ((e = getenv("HF_HUB_CACHE")) && e[0])
-		return strdup(e);
-	if ((e = getenv("HF_HOME")) && e[0])
-		return join(e, "hub");
-	if ((e = getenv("XDG_CACHE_HOME")) && e[0]) {
-		if (asprintf(&s, "%s/huggingface/hub", e) < 0)
-			return NULL;
-		return s;
-	}
-	if ((e = getenv("HOME")) && e[0]) {
-		if (asprintf(&s, "%s/.cache/huggingface/hub", e) < 0)
-			return NULL;
-		return s;
-	}
-	return NULL;
-}
-
 /* Read refs/<rev>: a commit hash, trailing whitespace ignored.  Returns a
  * malloc'ed hash, or NULL when the file is missing or not a hash. */
 static char *read_ref(const char *path)
@@ -184,126 +118,149 @@ static char *read_ref(const char *path)
 		return NULL;
 	while (len && strchr(" \t\r\n", buf[len - 1]))
 		buf[--len] = '\0';
-	if (strlen(buf) != len || !repo_part_ok(buf, len)) {
+	if (strlen(buf) != len || !len || strchr(buf, '/') || !mk_hub_repo_id_ok(buf)) {
 		free(buf);
 		return NULL;
 	}
 	return buf;
 }
 
-int mk_model_resolve(const char *ref, char **dir, struct mk_err *err)
-{
-	char *id = NULL, *cache = NULL, *repo = NULL, *path = NULL, *hash = NULL;
-	const char *rev = NULL, *slash;
-	char *at;
-	int rc;
+/* A reference split: a local directory (*dir), or a Hub repository id and
+ * revision with the snapshot the cache has for it (*dir, or NULL when the
+ * cache has none).  `pin` (a commit) replaces the revision. */
+struct where {
+	char *dir;
+	char *id, *rev;              /* Hub references only */
+	char *repo;                  /* CACHE/models--ORG--NAME */
+	char *commit;                /* the snapshot's name, when found */
+	bool dangling;               /* refs/REV names a snapshot not there */
+};
 
-	*dir = NULL;
+static void where_clear(struct where *w)
+{
+	free(w->dir);
+	free(w->id);
+	free(w->rev);
+	free(w->repo);
+	free(w->commit);
+	memset(w, 0, sizeof(*w));
+}
+
+static int locate(const char *ref, const char *pin, struct where *w, struct mk_err *err)
+{
+	char *cache = NULL, *path = NULL, *hash = NULL, *at;
+	const char *slash;
+	int rc = 0;
+
+	memset(w, 0, sizeof(*w));
 	if (!ref || !ref[0])
 		return mk_err_set(err, MK_EINVAL, "empty model reference");
-	if (is_dir(ref)) {
-		*dir = strdup(ref);
-		return *dir ? 0 : mk_err_set(err, MK_ENOMEM, "out of memory");
-	}
-	id = strdup(ref);
-	if (!id)
+	if (is_dir(ref))
+		return (w->dir = strdup(ref)) ? 0 : mk_err_set(err, MK_ENOMEM, "out of memory");
+	if (!(w->id = strdup(ref)))
 		goto nomem;
-	at = strchr(id, '@');
-	if (at) {
+	if ((at = strchr(w->id, '@'))) {
 		*at = '\0';
-		rev = at + 1;
-		if (strchr(rev, '@')) {
-			rc = mk_err_set(err, MK_EINVAL, "model '%s': more than one "
-					"'@' (expected path[@revision])", ref);
-			goto out;
+		if (strchr(at + 1, '@')) {
+			rc = mk_err_set(err, MK_EINVAL, "model '%s': more than one '@' (expected "
+					"path[@revision])", ref);
+			goto fail;
 		}
 		/* mergekit: an existing local path ignores the revision. */
-		if (is_dir(id)) {
-			*dir = id;
-			id = NULL;
-			rc = 0;
-			goto out;
+		if (is_dir(w->id)) {
+			w->dir = w->id;
+			w->id = NULL;
+			return 0;
 		}
-		if (!rev_ok(rev)) {
-			rc = mk_err_set(err, MK_EINVAL, "model '%s': '%s' is not a "
-					"valid revision", ref, rev);
-			goto out;
+		if (!mk_hub_rev_ok(at + 1)) {
+			rc = mk_err_set(err, MK_EINVAL, "model '%s': '%s' is not a valid revision", ref, at + 1);
+			goto fail;
 		}
+		if (!(w->rev = strdup(at + 1)))
+			goto nomem;
 	}
-	if (!repo_id_ok(id)) {
-		rc = mk_err_set(err, MK_ENOENT, "model '%s': not a local directory "
-				"and not a Hugging Face repo id (org/name[@revision])",
-				ref);
-		goto out;
+	if (!mk_hub_repo_id_ok(w->id)) {
+		rc = mk_err_set(err, MK_ENOENT, "model '%s': not a local directory and not a Hugging Face "
+				"repo id (org/name[@revision])", ref);
+		goto fail;
 	}
-	cache = hub_cache();
-	if (!cache) {
-		rc = mk_err_set(err, MK_ENOENT, "model '%s': not a local directory, "
-				"and no Hugging Face cache to look in (set "
-				"HF_HUB_CACHE, HF_HOME or HOME)", ref);
-		goto out;
+	if (!(cache = mk_hub_cache_dir(err))) {
+		rc = mk_err_prefix(err, "model '%s': not a local directory: ", ref);
+		goto fail;
 	}
-	slash = strchr(id, '/');     /* org/name -> models--org--name */
-	if ((slash ? asprintf(&repo, "%s/models--%.*s--%s", cache,
-			      (int)(slash - id), id, slash + 1) :
-		     asprintf(&repo, "%s/models--%s", cache, id)) < 0) {
-		repo = NULL;
+	slash = strchr(w->id, '/');     /* org/name -> models--org--name */
+	if ((slash ? asprintf(&w->repo, "%s/models--%.*s--%s", cache, (int)(slash - w->id), w->id, slash + 1)
+		   : asprintf(&w->repo, "%s/models--%s", cache, w->id)) < 0) {
+		w->repo = NULL;
 		goto nomem;
 	}
-	if (is_dir(repo)) {
-		if (asprintf(&path, "%s/refs/%s", repo, rev ? rev : "main") < 0) {
+	if (pin) {
+		if (!mk_hub_rev_ok(pin) || strchr(pin, '/')) {
+			rc = mk_err_set(err, MK_EINVAL, "model '%s': the plan pins it to '%s', not a commit", ref, pin);
+			goto fail;
+		}
+		if (!(w->commit = strdup(pin)))
+			goto nomem;
+	} else if (is_dir(w->repo)) {
+		if (asprintf(&path, "%s/refs/%s", w->repo, w->rev ? w->rev : "main") < 0) {
 			path = NULL;
 			goto nomem;
 		}
 		hash = read_ref(path);
+		if (!hash && w->rev && !strchr(w->rev, '/'))
+			hash = strdup(w->rev);         /* a commit of the snapshots */
+		w->commit = hash;
+		hash = NULL;
+	}
+	if (w->commit) {
 		free(path);
-		path = NULL;
-		if (hash) {
-			if (asprintf(&path, "%s/snapshots/%s", repo, hash) < 0) {
-				path = NULL;
-				goto nomem;
-			}
-			if (!is_dir(path)) {
-				rc = mk_err_set(err, MK_ENOENT, "model '%s': refs/%s in "
-						"the Hugging Face cache points at "
-						"snapshot %s, which is missing (%s)",
-						ref, rev ? rev : "main", hash, path);
-				goto out;
-			}
-			*dir = path;
+		if (asprintf(&path, "%s/snapshots/%s", w->repo, w->commit) < 0) {
 			path = NULL;
-			rc = 0;
-			goto out;
+			goto nomem;
 		}
-		if (rev) {
-			if (asprintf(&path, "%s/snapshots/%s", repo, rev) < 0) {
-				path = NULL;
-				goto nomem;
-			}
-			if (is_dir(path)) {
-				*dir = path;
-				path = NULL;
-				rc = 0;
-				goto out;
-			}
+		if (is_dir(path)) {
+			w->dir = path;
+			path = NULL;
+		} else if (!pin && !(w->rev && !strcmp(w->rev, w->commit))) {
+			w->dangling = true;     /* refs/REV names a snapshot not there */
 		}
 	}
-	rc = mk_err_set(err, MK_ENOENT, "model '%s': not a local directory and "
-			"not in the Hugging Face cache (%s%s%s); mk does not "
-			"download models (yet): fetch it first, e.g. with "
-			"`huggingface-cli download %s%s%s`", ref, repo,
-			rev ? ", revision " : "", rev ? rev : "", id,
-			rev ? " --revision " : "", rev ? rev : "");
 	goto out;
 nomem:
 	rc = mk_err_set(err, MK_ENOMEM, "model '%s': out of memory", ref);
+fail:
+	where_clear(w);
 out:
-	free(id);
 	free(cache);
-	free(repo);
 	free(path);
 	free(hash);
 	return rc;
+}
+
+int mk_model_resolve(const char *ref, char **dir, struct mk_err *err)
+{
+	struct where w;
+	int rc = locate(ref, NULL, &w, err);
+
+	*dir = NULL;
+	if (rc < 0)
+		return rc;
+	if (!w.dir) {
+		if (w.dangling)
+			rc = mk_err_set(err, MK_ENOENT, "model '%s': refs/%s in the Hugging Face cache points at "
+					"snapshot %s, which is missing (%s/snapshots/%s)", ref,
+					w.rev ? w.rev : "main", w.commit, w.repo, w.commit);
+		else
+			rc = mk_err_set(err, MK_ENOENT, "model '%s': not a local directory and not in the "
+					"Hugging Face cache (%s%s%s)", ref, w.repo, w.rev ? ", revision " : "",
+					w.rev ? w.rev : "");
+		where_clear(&w);
+		return rc;
+	}
+	*dir = w.dir;
+	w.dir = NULL;
+	where_clear(&w);
+	return 0;
 }
 
 /* ---- the model's files ---- */
@@ -380,8 +337,13 @@ void mk_model_free(struct mk_model *m)
 		return;
 	for (size_t i = 0; i < m->nshards; i++) {
 		mk_st_file_free(m->shards[i]);
+		if (m->remote)
+			mk_hub_blob_free(m->remote[i]);
 		free(m->shard_names[i]);
 	}
+	free(m->remote);
+	free(m->commit);
+	mk_hub_repo_free(((struct model *)m)->repo);
 	free(m->shards);
 	free(m->shard_names);
 	free(m->tensors);
@@ -503,16 +465,289 @@ static int single_missing(const struct mk_model *m, const char *path, struct mk_
 			  "a device" : "not a file");
 }
 
-int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
+/* The weights' layouts: safetensors (an index, else one file), else
+ * PyTorch's torch.save files (the same two), as mergekit looks for them. */
+static const struct layout {
+	const char *index, *single;
+	int (*open)(const char *, struct mk_st_file **, struct mk_err *);
+	bool ranged;                 /* headers readable by range requests */
+} layouts[] = {
+	{ INDEX_NAME, SINGLE_NAME, mk_st_open, true },
+	{ "pytorch_model.bin.index.json", "pytorch_model.bin", mk_torchbin_open, false },
+};
+
+/* The file is in the model's directory, or (a Hub model) in its listing. */
+static bool has_file(const struct model *mm, const char *name, bool *local)
 {
+	char *p = join(mm->pub.dir, name);
+
+	*local = p && is_file(p);
+	free(p);
+	return *local || (mm->repo && mk_hub_repo_file(mm->repo, name));
+}
+
+/* Files a merge reads besides the weights: the repository's top-level
+ * JSON, text, template and SentencePiece files (config, index, tokenizer,
+ * generation and adapter settings). */
+static bool is_meta_file(const char *name)
+{
+	static const char *const ext[] = { ".json", ".txt", ".jinja", ".model", ".tiktoken" };
+	size_t n = strlen(name);
+
+	if (strchr(name, '/'))
+		return false;
+	for (size_t i = 0; i < sizeof(ext) / sizeof(*ext); i++) {
+		size_t k = strlen(ext[i]);
+		if (n > k && !strcmp(name + n - k, ext[i]))
+			return true;
+	}
+	return false;
+}
+
+/* Download the listed files the snapshot lacks. */
+static int fetch_missing(struct model *mm, const char *const *names, size_t n, struct mk_err *err)
+{
+	const char **need = calloc(n + 1, sizeof(*need));
+	size_t k = 0;
+	bool local;
+	int rc;
+
+	if (!need)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		if (has_file(mm, names[i], &local) && !local)
+			need[k++] = names[i];
+	rc = k ? mk_hub_download(mm->repo, need, k, NULL, err) : 0;
+	free(need);
+	return rc;
+}
+
+static int fetch_meta(struct model *mm, struct mk_err *err)
+{
+	const char **names = calloc(mm->repo->nfiles + 1, sizeof(*names));
+	size_t n = 0;
+	int rc;
+
+	if (!names)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t i = 0; i < mm->repo->nfiles; i++)
+		if (is_meta_file(mm->repo->files[i].name))
+			names[n++] = mm->repo->files[i].name;
+	rc = fetch_missing(mm, names, n, err);
+	free(names);
+	return rc;
+}
+
+#define MAX_REMOTE_HEADER (100u << 20)   /* the safetensors format's limit */
+
+/* A remote safetensors shard's header: its 8-byte length, then the
+ * header, by two range requests. */
+static int remote_header(struct model *mm, const char *name, const char *path, struct mk_st_file **out,
+			 uint8_t **bytes, struct mk_err *err)
+{
+	const struct mk_hub_file *f = mk_hub_repo_file(mm->repo, name);
+	uint8_t len8[8], *buf;
+	uint64_t n = 0;
+	int rc;
+
+	if (f->size < 8)
+		return mk_err_set(err, MK_EFORMAT, "%s: %llu bytes, too short for a safetensors file", path,
+				  (unsigned long long)f->size);
+	rc = mk_hub_read_range(mm->repo, name, 0, 8, len8, err);
+	if (rc < 0)
+		return rc;
+	for (int i = 7; i >= 0; i--)
+		n = n << 8 | len8[i];
+	if (n > MAX_REMOTE_HEADER || n > f->size - 8)
+		return mk_st_parse(len8, 8, f->size, path, out, err);   /* its own message */
+	if (!(buf = malloc(8 + n)))
+		return mk_err_set(err, MK_ENOMEM, "%s: out of memory", path);
+	memcpy(buf, len8, 8);
+	rc = mk_hub_read_range(mm->repo, name, 8, (size_t)n, buf + 8, err);
+	if (rc == 0)
+		rc = mk_st_parse(buf, 8 + n, f->size, path, out, err);
+	if (rc == 0 && bytes)
+		*bytes = buf;
+	else
+		free(buf);
+	return rc;
+}
+
+/* Open one weight file: local, else downloaded before, else (remote) by
+ * its header. */
+static int open_shard(struct model *mm, const struct layout *lay, const struct mk_model_open_opts *o,
+		      size_t i, const char *name, struct mk_err *err)
+{
+	struct mk_model *m = &mm->pub;
+	char *path = join(m->dir, name);
+	bool local;
+	int rc;
+
+	if (!path)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	if (!has_file(mm, name, &local) || local) {
+		rc = check_inside(m, name, err);
+		if (rc == 0)
+			rc = lay->open(path, &m->shards[i], err);
+	} else {
+		uint8_t *head = NULL;
+		rc = remote_header(mm, name, path, &m->shards[i], &head, err);
+		if (rc == 0 && o->weights == MK_MODEL_STREAM) {
+			rc = mk_hub_blob_open(mm->repo, name, o->cache, &m->remote[i], err);
+			/* the cache's copy begins with the header */
+			if (rc == 0)
+				rc = mk_hub_blob_cache(m->remote[i], 0, head, (size_t)m->shards[i]->data_start, err);
+		}
+		free(head);
+	}
+	free(path);
+	return rc;
+}
+
+/* The layout and its weight files.  Returns 1, with err saying what is
+ * missing, when `can_ask` (a Hub model's snapshot with no repository
+ * open yet) and files are missing: then ask the Hub. */
+static int open_weights(struct model *mm, const struct mk_model_open_opts *o, bool can_ask,
+			struct mk_err *err)
+{
+	struct mk_model *m = &mm->pub;
+	struct mk_st_index *idx = NULL;
+	const struct layout *lay = NULL;
+	char *path = NULL, *buf = NULL;
+	const char **names = NULL;
+	bool indexed = false, local = false;
+	size_t len, n;
+	int rc = 0;
+
+	for (size_t k = 0; k < sizeof(layouts) / sizeof(*layouts) && !lay; k++) {
+		if (has_file(mm, layouts[k].index, &local)) {
+			lay = &layouts[k];
+			indexed = true;
+		} else if (has_file(mm, layouts[k].single, &local)) {
+			lay = &layouts[k];
+		}
+	}
+	if (!lay) {
+		if (!(path = join(m->dir, SINGLE_NAME)))
+			goto nomem;
+		rc = single_missing(m, path, err);
+		if (can_ask && !mm->repo)
+			rc = 1;
+		goto out;
+	}
+	if (indexed) {
+		if (!local) {
+			if (!mm->repo) {
+				rc = 1;
+				mk_err_set(err, MK_ENOENT, "no %s", lay->index);
+				goto out;
+			}
+			const char *one = lay->index;
+			if ((rc = fetch_missing(mm, &one, 1, err)) < 0)
+				goto out;
+		}
+		rc = check_inside(m, lay->index, err);
+		if (rc < 0)
+			goto out;
+		if (!(path = join(m->dir, lay->index)))
+			goto nomem;
+		rc = slurp(path, MAX_INDEX_SIZE, &buf, &len, err);
+		if (rc == 0)
+			rc = mk_st_index_parse(buf, len, path, &idx, err);
+		if (rc < 0)
+			goto out;
+		n = idx->nshards;
+	} else {
+		n = 1;
+	}
+	m->shards = calloc(n ? n : 1, sizeof(*m->shards));
+	m->shard_names = calloc(n ? n : 1, sizeof(*m->shard_names));
+	m->remote = calloc(n ? n : 1, sizeof(*m->remote));
+	names = calloc(n ? n : 1, sizeof(*names));
+	if (!m->shards || !m->shard_names || !m->remote || !names)
+		goto nomem;
+	for (size_t i = 0; i < n; i++) {
+		if (!(m->shard_names[i] = strdup(indexed ? idx->shards[i] : lay->single)))
+			goto nomem;
+		m->nshards++;
+		names[i] = m->shard_names[i];
+	}
+	/* missing weights: a Hub model asks the Hub; with a repository open,
+	 * they are downloaded unless only their headers are wanted */
+	for (size_t i = 0; i < n; i++)
+		if (!has_file(mm, names[i], &local) || !local) {
+			if (!mm->repo) {
+				if (!can_ask)
+					break;        /* open_shard says it is missing */
+				rc = 1;
+				mk_err_set(err, MK_ENOENT, "no %s", names[i]);
+				goto out;
+			}
+			if (o->weights == MK_MODEL_DOWNLOAD || !lay->ranged) {
+				rc = fetch_missing(mm, names, n, err);
+				if (rc < 0)
+					goto out;
+			}
+			break;
+		}
+	for (size_t i = 0; i < n; i++) {
+		rc = open_shard(mm, lay, o, i, names[i], err);
+		if (rc < 0) {
+			if (indexed)
+				mk_err_prefix(err, "model '%s': shard listed in %s: ", m->ref, lay->index);
+			else
+				mk_err_prefix(err, "model '%s': ", m->ref);
+			goto out;
+		}
+	}
+	rc = build_tensors(mm, err);
+	if (rc == 0 && indexed)
+		rc = check_index(m, idx, lay->index, err);
+	goto out;
+nomem:
+	rc = mk_err_set(err, MK_ENOMEM, "model '%s': out of memory", m->ref);
+out:
+	if (rc == 1) {
+		/* start again once the Hub said what the files are */
+		for (size_t i = 0; i < m->nshards; i++) {
+			mk_st_file_free(m->shards[i]);
+			mk_hub_blob_free(m->remote[i]);
+			free(m->shard_names[i]);
+		}
+		free(m->shards);
+		free(m->shard_names);
+		free(m->remote);
+		m->shards = NULL;
+		m->shard_names = NULL;
+		m->remote = NULL;
+		m->nshards = 0;
+	}
+	mk_st_index_free(idx);
+	free(names);
+	free(buf);
+	free(path);
+	return rc;
+}
+
+static int set_root(struct model *mm, struct mk_err *err)
+{
+	free(mm->root);
+	mm->root = model_root(mm->pub.dir);
+	return mm->root ? 0 : mk_err_sys(err, errno, "model '%s': %s", mm->pub.ref, mm->pub.dir);
+}
+
+int mk_model_open_with(const char *ref, const struct mk_model_open_opts *o, struct mk_model **out,
+		       struct mk_err *err)
+{
+	static const struct mk_model_open_opts defaults = { .weights = MK_MODEL_DOWNLOAD, .cache = true };
 	struct model *mm = NULL;
 	struct mk_model *m;
-	struct mk_st_index *idx = NULL;
-	char *path = NULL, *buf = NULL;
-	size_t len;
+	struct where w = { 0 };
 	int rc;
 
 	*out = NULL;
+	if (!o)
+		o = &defaults;
 	mm = calloc(1, sizeof(*mm));
 	if (!mm)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
@@ -520,108 +755,53 @@ int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
 	m->ref = strdup(ref ? ref : "");
 	if (!m->ref)
 		goto nomem;
-	rc = mk_model_resolve(ref, &m->dir, err);
+	rc = locate(ref, o->commit, &w, err);
 	if (rc < 0)
 		goto out;
-	mm->root = model_root(m->dir);
-	if (!mm->root) {
-		rc = mk_err_sys(err, errno, "model '%s': %s", m->ref, m->dir);
-		goto out;
+	rc = 1;
+	if (w.dir) {
+		m->dir = w.dir;
+		w.dir = NULL;
+		if (w.commit && !(m->commit = strdup(w.commit)))
+			goto nomem;
+		if ((rc = set_root(mm, err)) < 0)
+			goto out;
+		rc = open_weights(mm, o, w.id != NULL, err);
+		if (rc < 0)
+			goto out;
 	}
-
-	/* the weights: safetensors (an index, else one file), else PyTorch's
-	 * torch.save files (the same two layouts), as mergekit looks for them */
-	static const struct {
-		const char *index, *single;
-		int (*open)(const char *, struct mk_st_file **, struct mk_err *);
-	} layouts[] = {
-		{ INDEX_NAME, SINGLE_NAME, mk_st_open },
-		{ "pytorch_model.bin.index.json", "pytorch_model.bin", mk_torchbin_open },
-	};
-	size_t lay = 0;
-	bool indexed = false;
-	for (size_t k = 0; k < sizeof(layouts) / sizeof(*layouts); k++) {
-		free(path);
-		if (!(path = join(m->dir, layouts[k].index)))
-			goto nomem;
-		if (is_file(path)) {
-			lay = k;
-			indexed = true;
-			break;
+	if (rc == 1) {
+		/* a Hub model the cache does not hold whole: ask the Hub */
+		if (mk_hub_offline()) {
+			char why[MK_ERR_MSG_MAX];
+			snprintf(why, sizeof(why), "%s", err->msg);
+			if (m->dir)
+				rc = mk_err_set(err, MK_ENOENT, "model '%s': the Hugging Face cache holds only part "
+						"of it (%s: %s), and HF_HUB_OFFLINE=1 forbids downloading the rest; "
+						"unset it, or run `mk-get %s` where the Hub is reachable", ref, m->dir,
+						why, ref);
+			else
+				rc = mk_err_set(err, MK_ENOENT, "model '%s': not a local directory and not in the "
+						"Hugging Face cache (%s), and HF_HUB_OFFLINE=1 forbids downloading it; "
+						"unset it, or run `mk-get %s` where the Hub is reachable", ref, w.repo, ref);
+			goto out;
 		}
-		free(path);
-		if (!(path = join(m->dir, layouts[k].single)))
-			goto nomem;
-		if (is_file(path)) {
-			lay = k;
-			break;
-		}
-		lay = SIZE_MAX;
-	}
-	if (lay == SIZE_MAX) {
-		free(path);
-		if (!(path = join(m->dir, SINGLE_NAME)))
-			goto nomem;
-		rc = single_missing(m, path, err);
-		goto out;
-	}
-	const char *iname = layouts[lay].index, *sname = layouts[lay].single;
-	if (indexed) {
-		rc = check_inside(m, iname, err);
-		if (rc < 0)
-			goto out;
-		rc = slurp(path, MAX_INDEX_SIZE, &buf, &len, err);
-		if (rc < 0)
-			goto out;
-		rc = mk_st_index_parse(buf, len, path, &idx, err);
-		if (rc < 0)
-			goto out;
-		m->shards = calloc(idx->nshards ? idx->nshards : 1, sizeof(*m->shards));
-		m->shard_names = calloc(idx->nshards ? idx->nshards : 1,
-					sizeof(*m->shard_names));
-		if (!m->shards || !m->shard_names)
-			goto nomem;
-		for (size_t i = 0; i < idx->nshards; i++) {
-			m->shard_names[i] = strdup(idx->shards[i]);
-			if (!m->shard_names[i])
-				goto nomem;
-			m->nshards++;
-			free(path);
-			path = join(m->dir, idx->shards[i]);
-			if (!path)
-				goto nomem;
-			rc = check_inside(m, idx->shards[i], err);
-			if (rc == 0)
-				rc = layouts[lay].open(path, &m->shards[i], err);
-			if (rc < 0) {
-				mk_err_prefix(err, "model '%s': shard listed in %s: ",
-					      m->ref, iname);
-				goto out;
-			}
-		}
-		rc = build_tensors(mm, err);
-		if (rc < 0)
-			goto out;
-		rc = check_index(m, idx, iname, err);
-		if (rc < 0)
-			goto out;
-	} else {
-		m->shards = calloc(1, sizeof(*m->shards));
-		m->shard_names = calloc(1, sizeof(*m->shard_names));
-		if (!m->shards || !m->shard_names)
-			goto nomem;
-		m->shard_names[0] = strdup(sname);
-		if (!m->shard_names[0])
-			goto nomem;
-		m->nshards = 1;
-		rc = check_inside(m, sname, err);
-		if (rc == 0)
-			rc = layouts[lay].open(path, &m->shards[0], err);
+		rc = mk_hub_repo_open(w.id, w.commit ? w.commit : w.rev, &mm->repo, err);
 		if (rc < 0) {
-			mk_err_prefix(err, "model '%s': ", m->ref);
+			if (!strstr(err->msg, ref))
+				mk_err_prefix(err, "model '%s': ", ref);
 			goto out;
 		}
-		rc = build_tensors(mm, err);
+		free(m->dir);
+		free(m->commit);
+		m->dir = strdup(mm->repo->snapshot);
+		m->commit = strdup(mm->repo->commit);
+		if (!m->dir || !m->commit)
+			goto nomem;
+		if ((rc = mk_hub_repo_pin(mm->repo, err)) < 0 || (rc = set_root(mm, err)) < 0 ||
+		    (rc = fetch_meta(mm, err)) < 0)
+			goto out;
+		rc = open_weights(mm, o, false, err);
 		if (rc < 0)
 			goto out;
 	}
@@ -630,15 +810,17 @@ int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
 	rc = 0;
 	goto out;
 nomem:
-	rc = mk_err_set(err, MK_ENOMEM, "model '%s': out of memory",
-			ref ? ref : "");
+	rc = mk_err_set(err, MK_ENOMEM, "model '%s': out of memory", ref ? ref : "");
 out:
-	mk_st_index_free(idx);
-	free(buf);
-	free(path);
+	where_clear(&w);
 	if (mm)
 		mk_model_free(&mm->pub);
 	return rc;
+}
+
+int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
+{
+	return mk_model_open_with(ref, NULL, out, err);
 }
 
 const struct mk_model_tensor *mk_model_find(const struct mk_model *m,
@@ -669,11 +851,19 @@ int mk_model_open_fds(const struct mk_model *m, int **fds, struct mk_err *err)
 	if (!v)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	for (size_t s = 0; s < m->nshards; s++) {
+		if (m->remote && m->remote[s]) {
+			v[s] = -1;           /* read by range requests (m->remote) */
+			continue;
+		}
 		v[s] = open(m->shards[s]->path, O_RDONLY | O_CLOEXEC);
 		if (v[s] < 0) {
-			int rc = mk_err_sys(err, errno, "%s", m->shards[s]->path);
+			int rc = errno == ENOENT && ((const struct model *)m)->repo ?
+				 mk_err_set(err, MK_ENOENT, "model '%s': %s was not downloaded (opened for its "
+					    "headers only)", m->ref, m->shard_names[s]) :
+				 mk_err_sys(err, errno, "%s", m->shards[s]->path);
 			while (s-- > 0)
-				close(v[s]);
+				if (v[s] >= 0)
+					close(v[s]);
 			free(v);
 			return rc;
 		}
@@ -687,6 +877,7 @@ void mk_model_close_fds(const struct mk_model *m, int *fds)
 	if (!fds)
 		return;
 	for (size_t s = 0; s < m->nshards; s++)
-		close(fds[s]);
+		if (fds[s] >= 0)
+			close(fds[s]);
 	free(fds);
 }

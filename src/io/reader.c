@@ -52,7 +52,7 @@ int mk_io_kind_parse(const char *s, enum mk_io_kind *out)
 {
 	static const struct { const char *name; enum mk_io_kind kind; } tab[] = {
 		{ "auto", MK_IO_AUTO }, { "uring", MK_IO_URING },
-		{ "mmap", MK_IO_MMAP }, { "pread", MK_IO_PREAD },
+		{ "mmap", MK_IO_MMAP }, { "pread", MK_IO_PREAD }, { "http", MK_IO_HTTP },
 	};
 	size_t i;
 
@@ -182,7 +182,11 @@ static int refill(struct mk_reader *r, struct mk_err *err)
 				mk_err_set(&r->pend_err, -n, "reader: next "
 					   "extent: %s", mk_err_name(n));
 			r->pend = -r->pend_err.code;
-		} else if (q->fd < 0) {
+		} else if (q->remote && r->ops != &mk__rd_http_ops) {
+			r->pend = mk_err_set(&r->pend_err, MK_EINVAL,
+					     "reader: an extent of a remote file needs the http "
+					     "reader (MK_IO=http), not %s", r->backend);
+		} else if (!q->remote && q->fd < 0) {
 			r->pend = mk_err_set(&r->pend_err, MK_EINVAL,
 					     "reader: extent with fd %d", q->fd);
 		} else if (q->len == 0 || q->len > r->chunk) {
@@ -197,7 +201,7 @@ static int refill(struct mk_reader *r, struct mk_err *err)
 					     "of range",
 					     (unsigned long long)q->off);
 		} else {
-			r->pend = file_lookup(r, q->fd, &e->file, &r->pend_err);
+			r->pend = q->remote ? 0 : file_lookup(r, q->fd, &e->file, &r->pend_err);
 			if (!r->pend)
 				r->pend = r->ops->issue(r, p, &r->pend_err);
 		}
@@ -278,7 +282,7 @@ static int pick_kind(const struct mk_reader_opts *opts, enum mk_io_kind *kind,
 		env = getenv("MK_IO");
 		if (env && *env && mk_io_kind_parse(env, kind) < 0) {
 			rc = mk_err_set(err, MK_EINVAL, "MK_IO='%s': expected "
-					"uring, mmap, pread or auto", env);
+					"uring, mmap, pread, http or auto", env);
 			goto out;
 		}
 	}
@@ -286,7 +290,7 @@ static int pick_kind(const struct mk_reader_opts *opts, enum mk_io_kind *kind,
 		*kind = MK_READER_DEFAULT_KIND;
 		*automatic = 1;
 	} else if (*kind != MK_IO_URING && *kind != MK_IO_MMAP &&
-		   *kind != MK_IO_PREAD) {
+		   *kind != MK_IO_PREAD && *kind != MK_IO_HTTP) {
 		rc = mk_err_set(err, MK_EINVAL, "reader: unknown I/O kind %d",
 				(int)*kind);
 	}
@@ -354,7 +358,8 @@ int mk_reader_open(struct mk_reader **out, const struct mk_reader_opts *opts,
 		}
 	}
 	r->ops = kind == MK_IO_URING ? &mk__rd_uring_ops :
-		 kind == MK_IO_MMAP ? &mk__rd_mmap_ops : &mk__rd_pread_ops;
+		 kind == MK_IO_MMAP ? &mk__rd_mmap_ops :
+		 kind == MK_IO_HTTP ? &mk__rd_http_ops : &mk__rd_pread_ops;
 	rc = r->ops->open(r, err);
 	if (rc < 0)
 		goto out;

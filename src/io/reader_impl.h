@@ -94,6 +94,7 @@ struct mk_reader {
 	int fixed;             /* uring: buffers registered */
 	size_t page;
 	struct rd_span { uint64_t a, b; } *spans; /* mmap: release scratch */
+	void *backend_state;   /* http: its transfers */
 
 	char backend[48];
 	char note[256];
@@ -102,6 +103,7 @@ struct mk_reader {
 extern const struct rd_ops mk__rd_uring_ops;
 extern const struct rd_ops mk__rd_mmap_ops;
 extern const struct rd_ops mk__rd_pread_ops;
+extern const struct rd_ops mk__rd_http_ops;
 
 /* "'path'" of an fd (via /proc/self/fd), or "fd N". */
 void mk__rd_fd_name(int fd, char *buf, size_t size);

@@ -235,7 +235,10 @@ static int open_models(struct mk_plan *p, const struct mk_arch_registry *reg, st
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			break;
 		}
-		if (mk_model_open(pm->refstr, &pm->m, &e)) {
+		/* a Hub model the cache lacks: its metadata and the headers of
+		 * its shards, not its weights */
+		static const struct mk_model_open_opts headers = { .weights = MK_MODEL_HEADERS };
+		if (mk_model_open_with(pm->refstr, &headers, &pm->m, &e)) {
 			diag(d, MK_DIAG_ERROR, &refs[i]->loc, "%s", e.msg);
 			continue;
 		}
@@ -1976,7 +1979,7 @@ static int fill_head(struct mk_plan *p, struct mk_err *err)
 	h->planned = true;
 	for (size_t i = 0; !rc && i < p->nmodels; i++) {
 		const struct mk_model *m = p->models[i].m;
-		rc = mk_manifest_add_model(h, p->models[i].refstr, err);
+		rc = mk_manifest_add_model(h, p->models[i].refstr, m->commit, err);
 		for (size_t s = 0; !rc && s < m->nshards; s++)
 			rc = mk_manifest_add_shard(h, m->shard_names[s], m->shards[s]->file_size,
 						   m->shards[s]->header_hash, err);

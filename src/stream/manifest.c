@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mk/hash.h"
+#include "mk/hub.h"
 #include "mk/manifest.h"
 #include "mk/stream.h"
 #include "json.h"
@@ -37,6 +38,7 @@ void mk_manifest_free(struct mk_manifest *m)
 			free(m->models[i].shards[k].name);
 		free(m->models[i].shards);
 		free(m->models[i].ref);
+		free(m->models[i].commit);
 	}
 	free(m->models);
 	for (size_t i = 0; i < m->nplugins; i++)
@@ -99,7 +101,8 @@ int mk_manifest_add_file(struct mk_manifest *m, const char *name, uint64_t size,
 	return 0;
 }
 
-int mk_manifest_add_model(struct mk_manifest *m, const char *ref, struct mk_err *err)
+int mk_manifest_add_model(struct mk_manifest *m, const char *ref, const char *commit,
+			  struct mk_err *err)
 {
 	void *p = realloc(m->models, (m->nmodels + 1) * sizeof(*m->models));
 
@@ -108,8 +111,12 @@ int mk_manifest_add_model(struct mk_manifest *m, const char *ref, struct mk_err 
 	m->models = p;
 	memset(&m->models[m->nmodels], 0, sizeof(*m->models));
 	m->models[m->nmodels].ref = strdup(ref);
-	if (!m->models[m->nmodels].ref)
+	if (commit)
+		m->models[m->nmodels].commit = strdup(commit);
+	if (!m->models[m->nmodels].ref || (commit && !m->models[m->nmodels].commit)) {
+		free(m->models[m->nmodels].ref);
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
 	m->nmodels++;
 	m->planned = true;
 	return 0;
@@ -200,7 +207,11 @@ int mk_manifest_encode(const struct mk_manifest *m, char **out, size_t *len,
 				json_array_append_new(sh, json_pack("{s:s,s:I,s:s}", "name", s->name, "size",
 								    (json_int_t)s->size, "header_sha256", hex));
 			}
-			json_array_append_new(ms, json_pack("{s:s,s:o}", "ref", m->models[i].ref, "shards", sh));
+			json_t *mo = json_pack("{s:s}", "ref", m->models[i].ref);
+			if (m->models[i].commit)
+				json_object_set_new(mo, "commit", json_string(m->models[i].commit));
+			json_object_set_new(mo, "shards", sh);
+			json_array_append_new(ms, mo);
 		}
 		for (size_t i = 0; i < m->nplugins; i++)
 			json_array_append_new(ps, json_pack("{s:s,s:i,s:s}", "name", m->plugins[i].name, "abi",
@@ -248,11 +259,13 @@ static int decode_models(json_t *o, struct mk_manifest *m, struct mk_err *err)
 		return mk_err_set(err, MK_EFORMAT, "HEAD: a '%s' stream needs a \"models\" table", m->kind);
 	m->planned = true;
 	json_array_foreach(ms, i, v) {
-		const char *ref = sj_str(v, "ref");
+		const char *ref = sj_str(v, "ref"), *commit = sj_str(v, "commit");
 		json_t *sh = json_object_get(v, "shards");
 		if (!ref || !json_is_array(sh))
 			return mk_err_set(err, MK_EFORMAT, "HEAD: model #%zu needs \"ref\" and \"shards\"", i);
-		if ((rc = mk_manifest_add_model(m, ref, err)))
+		if (json_object_get(v, "commit") && (!commit || !mk_hub_rev_ok(commit) || strchr(commit, '/')))
+			return mk_err_set(err, MK_EFORMAT, "HEAD: model '%s': \"commit\" is not a commit", ref);
+		if ((rc = mk_manifest_add_model(m, ref, commit, err)))
 			return rc;
 		json_array_foreach(sh, k, s) {
 			const char *nm = sj_str(s, "name");

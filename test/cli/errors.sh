@@ -74,7 +74,7 @@ expect_fail 1 "HeaderTooLarge" mk-fetch --model hl -o s.mks
 cp -r m nj && printf '\010\000\000\000\000\000\000\000[1,2,3] ' > nj/model-00001-of-00002.safetensors
 expect_fail 1 "model-00001-of-00002.safetensors" mk-fetch --model nj -o s.mks
 # neither local nor cached
-HF_HUB_CACHE=$PWD/nocache expect_fail 1 "does not download" mk-fetch --model nobody/nothing -o s.mks
+HF_HUB_CACHE=$PWD/nocache expect_fail 1 "HF_HUB_OFFLINE=1 forbids downloading it" mk-fetch --model nobody/nothing -o s.mks
 expect_fail 1 "not a local directory" mk-fetch --model ./nowhere -o s.mks
 # a pytorch_model.bin that is not a torch.save zip: said so, naming it
 mkdir bin && echo x > bin/pytorch_model.bin

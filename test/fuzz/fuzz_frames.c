@@ -161,7 +161,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	check(!mk_manifest_add_tensor(head, "a", MK_DT_F32, 2, (uint64_t[]){ 4, 3 }, &err), "tensor");
 	check(!mk_manifest_add_tensor(head, "b", MK_DT_BF16, 1, (uint64_t[]){ 6 }, &err), "tensor");
 	for (int m = 0; m < 2; m++) {
-		check(!mk_manifest_add_model(head, m ? "m1" : "m0", &err), "model");
+		check(!mk_manifest_add_model(head, m ? "m1" : "m0", NULL, &err), "model");
 		check(!mk_manifest_add_shard(head, "model.safetensors", 100, hh, &err), "shard");
 	}
 	head->chunk_bytes = 24;

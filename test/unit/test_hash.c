@@ -296,6 +296,40 @@ static void test_sha256_million_a(void **state)
 	free(all);
 }
 
+static void check_sha1(const void *data, size_t len, size_t step, const char *hex)
+{
+	struct mk_sha1 s;
+	uint8_t d[20];
+	char h[41];
+	const uint8_t *p = data;
+
+	mk_sha1_init(&s);
+	for (size_t at = 0; at < len; at += step)
+		mk_sha1_update(&s, p + at, len - at < step ? len - at : step);
+	mk_sha1_final(&s, d);
+	mk_hex(d, 20, h);
+	assert_string_equal(h, hex);
+}
+
+/* FIPS 180-4 example vectors, a million 'a' fed in odd pieces, and the
+ * git blob id of "hello world\n" (what `git hash-object` prints). */
+static void test_sha1_vectors(void **state)
+{
+	char *all = malloc(1000000);
+
+	(void)state;
+	assert_non_null(all);
+	check_sha1("abc", 3, 3, "a9993e364706816aba3e25717850c26c9cd0d89d");
+	check_sha1("", 0, 1, "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+	check_sha1("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", 56, 5,
+		   "84983e441c3bd26ebaae4aa1f95129e5e54670f1");
+	memset(all, 'a', 1000000);
+	check_sha1(all, 1000000, 997, "34aa973cd4c4daa4f61eeb2bdbad27316534016f");
+	check_sha1(all, 1000000, 1000000, "34aa973cd4c4daa4f61eeb2bdbad27316534016f");
+	free(all);
+	check_sha1("blob 12\0hello world\n", 20, 7, "3b18e512dba79e4c8300dd08aeb37f8e728b8dad");
+}
+
 /* Feeding in odd-sized pieces gives the one-shot digest. */
 static void test_sha256_incremental(void **state)
 {
@@ -353,6 +387,7 @@ int main(void)
 		cmocka_unit_test(test_sha256_vectors),
 		cmocka_unit_test(test_sha256_million_a),
 		cmocka_unit_test(test_sha256_incremental),
+		cmocka_unit_test(test_sha1_vectors),
 		cmocka_unit_test(test_hex),
 	};
 

@@ -158,6 +158,7 @@ static int teardown(void **state)
 
 static int use_hub_cache(void **state)
 {
+	setenv("HF_HUB_OFFLINE", "1", 1);  /* nothing here asks the real Hub */
 	setenv("HF_HUB_CACHE", P("hub"), 1);
 	unsetenv("HF_HOME");
 	unsetenv("XDG_CACHE_HOME");
@@ -222,12 +223,8 @@ static void test_resolve_missing(void **state)
 	char want[2048];
 
 	snprintf(want, sizeof(want), "model 'org/missing': not a local directory "
-		 "and not in the Hugging Face cache (%s); mk does not download "
-		 "models (yet): fetch it first, e.g. with `huggingface-cli "
-		 "download org/missing`", P("hub/models--org--missing"));
+		 "and not in the Hugging Face cache (%s)", P("hub/models--org--missing"));
 	resolve_fail("org/missing", MK_ENOENT, want);
-	resolve_fail("org/name@nope", MK_ENOENT,
-		     "`huggingface-cli download org/name --revision nope`");
 	resolve_fail("org/name@nope", MK_ENOENT, "revision nope");
 	resolve_fail("org/dangling", MK_ENOENT, "points at snapshot 999, which "
 		     "is missing");
@@ -393,9 +390,9 @@ static void test_open_bin_only(void **state)
 	mkdirs(P("empty"));
 	open_fail(P("empty"), MK_ENOENT, "no model.safetensors or "
 		  "model.safetensors.index.json in", P("empty"));
-	open_fail("org/missing", MK_ENOENT, "huggingface-cli download", NULL);
-	/* the cached snapshot without weights */
-	open_fail("org/name@fff000", MK_ENOENT, "no model.safetensors", NULL);
+	open_fail("org/missing", MK_ENOENT, "HF_HUB_OFFLINE=1 forbids downloading it", "mk-get org/missing");
+	/* the cached snapshot without weights (HF_HUB_OFFLINE=1: not asked for) */
+	open_fail("org/name@fff000", MK_ENOENT, "no model.safetensors", "holds only part of it");
 }
 
 int main(void)

@@ -1908,7 +1908,7 @@ static struct mk_manifest *job_head(void)
 	assert_int_equal(mk_manifest_add_tensor(m, "a", MK_DT_F32, 2, (uint64_t[]){ 4, 3 }, &err), 0);
 	assert_int_equal(mk_manifest_add_tensor(m, "b", MK_DT_BF16, 1, (uint64_t[]){ 5 }, &err), 0);
 	for (int i = 0; i < 2; i++) {
-		assert_int_equal(mk_manifest_add_model(m, i ? "m1" : "m0", &err), 0);
+		assert_int_equal(mk_manifest_add_model(m, i ? "m1" : "m0", NULL, &err), 0);
 		assert_int_equal(mk_manifest_add_shard(m, "model.safetensors", 100, h, &err), 0);
 	}
 	m->njobs = 1;

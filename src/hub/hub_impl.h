@@ -1,0 +1,39 @@
+/* hub_impl.h - what the Hub client shares with the streaming reader (not
+ * installed). */
+#ifndef MK_HUB_IMPL_H
+#define MK_HUB_IMPL_H
+
+#include <curl/curl.h>
+#include <stdint.h>
+#include "mk/hub.h"
+
+struct mk_hub_settings {
+	char *endpoint;        /* without a trailing '/' */
+	char *token;           /* or NULL */
+	unsigned parallel;
+	unsigned retries;
+	unsigned retry_ms;
+	unsigned stall_s;
+};
+
+/* The process's settings, read from the environment on first use. */
+const struct mk_hub_settings *mk__hub_settings(struct mk_err *err);
+
+/* Set the options every mk request has (user agent, token, redirects,
+ * stall timeouts, no signals) on a fresh or reset easy handle; `hdrs`
+ * (out) must be freed with curl_slist_free_all after the transfer. */
+int mk__hub_easy_setup(CURL *e, const char *url, uint64_t range_from, uint64_t range_to,
+		       struct curl_slist **hdrs, struct mk_err *err);
+
+/* What a finished transfer means: 0 success; 1 retry (after *wait_ms);
+ * or a negative MK_E* code with err set naming `what`. */
+int mk__hub_judge(CURL *e, CURLcode res, const char *what, unsigned attempt,
+		  unsigned *wait_ms, struct mk_err *err);
+
+/* Sleep for ms milliseconds (interrupted sleeps resumed). */
+void mk__hub_sleep_ms(unsigned ms);
+
+/* Count body bytes received (all requests). */
+void mk__hub_count(uint64_t n);
+
+#endif
