@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "cli.h"
+#include "mk/hub.h"
 #include "mk/fsutil.h"
 
 const char *cli_prog = "mk";
@@ -187,4 +188,24 @@ void cli_discard_output(int fd, const char *path)
 			(void)!ftruncate(fd, 0);
 	}
 	close(fd);
+}
+
+static void hub_progress(void *ctx, const char *what, uint64_t done, uint64_t total)
+{
+	char label[160];
+
+	(void)ctx;
+	snprintf(label, sizeof(label), "download %s", what);
+	cli_progress(label, done, total, 0, 0);
+	if (done == total)
+		cli_progress_end();
+}
+
+void cli_hub_progress(int want)
+{
+	struct mk_hub_opts o = { 0 };
+
+	if (cli_progress_enabled(want))
+		o.progress = hub_progress;
+	mk_hub_configure(&o);
 }

@@ -42,5 +42,8 @@ bool cli_progress_enabled(int want);
 void cli_progress(const char *what, uint64_t done, uint64_t total,
 		  uint64_t items_done, uint64_t items_total);
 void cli_progress_end(void);
+/* Hub downloads draw their progress (cli_progress) when it is enabled
+ * (want as cli_progress_enabled). */
+void cli_hub_progress(int want);
 
 #endif

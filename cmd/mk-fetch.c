@@ -28,7 +28,11 @@ static void usage(void)
 	       "  -z, --compress[=LEVEL] zstd-compress each frame (level 1..19, default 3)\n"
 	       "      --chunk-size SIZE  bytes per chunk (default 4MiB)\n"
 	       "      --queue-depth N    reads in flight (default %u)\n"
-	       "      --io KIND          reader: auto, uring, mmap or pread (default: $MK_IO, else auto)\n"
+	       "      --io KIND          reader: auto, uring, mmap, pread or http (default: $MK_IO,\n"
+	       "                         else auto)\n"
+	       "      --remote           read the shards of Hub models the cache lacks by HTTP range\n"
+	       "                         requests instead of downloading them first (as --io http)\n"
+	       "      --no-cache         with --remote: keep nothing of what is read in the cache\n"
 	       "      --max-memory SIZE  fit the reads in flight in half of SIZE (smaller chunks, queue)\n"
 	       "      --skip-done DIR    DIR is an interrupted mk-pack's OUT.mk-partial: leave out\n"
 	       "                         the tensors (plan: the jobs) its journal lists as done,\n"
@@ -52,7 +56,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 
 int main(int argc, char **argv)
 {
-	enum { O_CHUNK = 256, O_QD, O_IO, O_PROGRESS, O_NO_PROGRESS, O_MEM, O_SKIP };
+	enum { O_CHUNK = 256, O_QD, O_IO, O_PROGRESS, O_NO_PROGRESS, O_MEM, O_SKIP, O_REMOTE, O_NOCACHE };
 	static const struct option longopts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "input", required_argument, NULL, 'i' },
@@ -62,6 +66,8 @@ int main(int argc, char **argv)
 		{ "queue-depth", required_argument, NULL, O_QD },
 		{ "max-memory", required_argument, NULL, O_MEM },
 		{ "io", required_argument, NULL, O_IO },
+		{ "remote", no_argument, NULL, O_REMOTE },
+		{ "no-cache", no_argument, NULL, O_NOCACHE },
 		{ "skip-done", required_argument, NULL, O_SKIP },
 		{ "force", no_argument, NULL, 'f' },
 		{ "progress", no_argument, NULL, O_PROGRESS },
@@ -117,8 +123,10 @@ int main(int argc, char **argv)
 			break;
 		case O_IO:
 			if (mk_io_kind_parse(optarg, &o.io))
-				cli_usage_error("--io: expected auto, uring, mmap or pread, not '%s'", optarg);
+				cli_usage_error("--io: expected auto, uring, mmap, pread or http, not '%s'", optarg);
 			break;
+		case O_REMOTE: o.remote = true; break;
+		case O_NOCACHE: o.no_cache = true; break;
 		case O_SKIP:
 			if (!optarg[0])
 				cli_usage_error("--skip-done: expected a directory (OUT.mk-partial)");
@@ -164,6 +172,7 @@ int main(int argc, char **argv)
 		cli_check_binary_out(1, force);
 	}
 	o.models = models;
+	cli_hub_progress(-1);
 	if (cli_progress_enabled(want_progress ? 1 : 0))
 		o.progress = on_progress;
 	int rc = o.nmodels ? mk_fetch_copy(&o, fd, &st, &err) :

@@ -81,6 +81,7 @@ int main(int argc, char **argv)
 	int c, fd = 1, rc;
 
 	cli_init("mk-plan");
+	cli_hub_progress(-1);
 	if (mk_plugin_load_env(&err))
 		cli_fail(&err);
 	while ((c = getopt_long(argc, argv, "o:fvqhV", longopts, NULL)) != -1) {

@@ -36,6 +36,8 @@ static void usage(void)
 	       "                            from a file in DIR (mk-plan --spill, mk-merge --spill DIR)\n"
 	       "  --plugin FILE.so          load merge methods from a shared object (mk-plan, mk-merge)\n"
 	       "  --transformers-cache DIR  the Hugging Face cache to find models in (HF_HUB_CACHE)\n"
+	       "  --remote                  read Hub models' shards by range requests, not downloaded\n"
+	       "                            first (mk-fetch --remote); --no-cache: keep none of them\n"
 	       "  --force                   replace an existing OUT (mk-pack)\n"
 	       "  --strict                  fail on an output that became NaN or infinite (mk-merge)\n"
 	       "  --resume                  continue an interrupted merge into OUT: the tensors\n"
@@ -97,7 +99,7 @@ static void push(struct argv *a, const char *s)
 int main(int argc, char **argv)
 {
 	enum { O_PRINT = 256, O_SHARD, O_COPY, O_NOCOPY, O_CARD, O_NOCARD, O_CRIMES, O_NOCRIMES, O_SEED, O_CUDA,
-	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_RESUME, O_QUIET, O_IGN0, O_IGN1, O_STRICT, O_CACHE };
+	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_RESUME, O_QUIET, O_IGN0, O_IGN1, O_STRICT, O_CACHE, O_REMOTE, O_NOCACHE };
 	static const struct option lo[] = {
 		{ "print-pipeline", 0, 0, O_PRINT }, { "out-shard-size", 1, 0, O_SHARD },
 		{ "copy-tokenizer", 0, 0, O_COPY }, { "no-copy-tokenizer", 0, 0, O_NOCOPY },
@@ -106,6 +108,7 @@ int main(int argc, char **argv)
 		{ "random-seed", 1, 0, O_SEED }, { "cuda", 0, 0, O_CUDA }, { "no-cuda", 0, 0, O_NOCUDA },
 		{ "num-threads", 1, 0, 'j' }, { "max-memory", 1, 0, O_MEM }, { "spill", 1, 0, O_SPILL }, { "force", 0, 0, O_FORCE },
 		{ "strict", 0, 0, O_STRICT },
+		{ "remote", 0, 0, O_REMOTE }, { "no-cache", 0, 0, O_NOCACHE },
 		{ "resume", 0, 0, O_RESUME },
 		{ "quiet", 0, 0, O_QUIET }, { "no-quiet", 0, 0, O_IGN0 }, { "verbose", 0, 0, 'v' },
 		{ "help", 0, 0, 'h' }, { "version", 0, 0, 'V' }, { "plugin", 1, 0, 'P' },
@@ -201,6 +204,8 @@ int main(int argc, char **argv)
 			push(&merge, optarg);
 			break;
 		case O_FORCE: push(&pack, "--force"); break;
+		case O_REMOTE: push(&fetch, "--remote"); break;
+		case O_NOCACHE: push(&fetch, "--no-cache"); break;
 		case O_RESUME: resume = true; break;
 		case O_QUIET: quiet = true; break;
 		case O_CACHE:

@@ -60,6 +60,8 @@ struct mk_model_open_opts {
 	const char *commit;   /* a Hub model at this commit (a plan's pin) */
 	bool cache;           /* MK_MODEL_STREAM: what is read also goes to
 				 the cache */
+	bool refresh;         /* ask the Hub for the revision's commit even
+				 when the cache holds it (mk-get) */
 };
 
 /* The model's file `name` (relative to dir), resolved through every

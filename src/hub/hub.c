@@ -383,6 +383,7 @@ int mk__hub_judge(CURL *e, CURLcode res, const char *what, unsigned attempt,
 
 /* A growing buffer for a small response body. */
 struct membuf {
+	CURL *e;
 	char *p;
 	size_t n, cap, max;
 	bool over;
@@ -392,8 +393,12 @@ static size_t membuf_write(char *data, size_t sz, size_t nm, void *ctx)
 {
 	struct membuf *b = ctx;
 	size_t n = sz * nm;
+	long code = 0;
 
 	mk__hub_count(n);
+	curl_easy_getinfo(b->e, CURLINFO_RESPONSE_CODE, &code);
+	if (code != 200 && code != 206)
+		return n;                 /* an error page: the status is judged */
 	if (b->n + n > b->max) {
 		b->over = true;
 		return 0;
@@ -420,7 +425,7 @@ static int get_small(struct mk_hub *h, const char *url, uint64_t from, uint64_t 
 {
 	for (unsigned attempt = 0;; attempt++) {
 		struct curl_slist *hdrs = NULL;
-		struct membuf b = { .max = max };
+		struct membuf b = { .e = h->easy, .max = max };
 		unsigned wait = 0;
 		int rc;
 
@@ -433,8 +438,13 @@ static int get_small(struct mk_hub *h, const char *url, uint64_t from, uint64_t 
 		CURLcode res = curl_easy_perform(h->easy);
 		curl_slist_free_all(hdrs);
 		if (b.over) {
+			long code = 0;
+			char *eff = NULL;
+			curl_easy_getinfo(h->easy, CURLINFO_RESPONSE_CODE, &code);
+			curl_easy_getinfo(h->easy, CURLINFO_EFFECTIVE_URL, &eff);
 			free(b.p);
-			return mk_err_set(err, MK_EFORMAT, "%s: the answer is larger than %zu bytes", what, max);
+			return mk_err_set(err, MK_EFORMAT, "%s: the answer (HTTP %ld from %s) is larger than %zu bytes",
+					  what, code, eff ? eff : "?", max);
 		}
 		rc = mk__hub_judge(h->easy, res, what, attempt, &wait, err);
 		if (rc == 0) {

@@ -759,6 +759,14 @@ int mk_model_open_with(const char *ref, const struct mk_model_open_opts *o, stru
 	if (rc < 0)
 		goto out;
 	rc = 1;
+	if (w.dir && o->refresh && w.id && !o->commit && !mk_hub_offline()) {
+		free(w.dir);            /* a branch may have moved: ask */
+		w.dir = NULL;
+		free(w.commit);
+		w.commit = NULL;
+		if (w.rev && strchr(w.rev, '/') == NULL && strlen(w.rev) == 40)
+			w.commit = strdup(w.rev);
+	}
 	if (w.dir) {
 		m->dir = w.dir;
 		w.dir = NULL;
