@@ -49,6 +49,10 @@ int mk_model_resolve(const char *ref, char **dir, struct mk_err *err);
 
 /* Resolve and open a model; free with mk_model_free(). */
 int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err);
+/* The same for a PEFT adapter (the LoRA part of a BASE+ADAPTER reference):
+ * its adapter_model.safetensors, else adapter_model.bin (torch.save), one
+ * file; its adapter_config.json is read by the planner (mk_model_path). */
+int mk_model_open_adapter(const char *ref, struct mk_model **out, struct mk_err *err);
 void mk_model_free(struct mk_model *m);
 
 /* Open every shard for reading: *fds (malloc'ed, one per shard) owned by

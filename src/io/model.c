@@ -503,7 +503,21 @@ static int single_missing(const struct mk_model *m, const char *path, struct mk_
 			  "a device" : "not a file");
 }
 
+/* A PEFT adapter's weights: adapter_model.safetensors, else adapter_model.bin
+ * (one file, no index: PEFT writes no sharded adapters). */
+static int model_open(const char *ref, bool adapter, struct mk_model **out, struct mk_err *err);
+
 int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
+{
+	return model_open(ref, false, out, err);
+}
+
+int mk_model_open_adapter(const char *ref, struct mk_model **out, struct mk_err *err)
+{
+	return model_open(ref, true, out, err);
+}
+
+static int model_open(const char *ref, bool adapter, struct mk_model **out, struct mk_err *err)
 {
 	struct model *mm = NULL;
 	struct mk_model *m;
@@ -531,20 +545,25 @@ int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
 
 	/* the weights: safetensors (an index, else one file), else PyTorch's
 	 * torch.save files (the same two layouts), as mergekit looks for them */
-	static const struct {
+	static const struct layout {
 		const char *index, *single;
 		int (*open)(const char *, struct mk_st_file **, struct mk_err *);
-	} layouts[] = {
+	} model_layouts[] = {
 		{ INDEX_NAME, SINGLE_NAME, mk_st_open },
 		{ "pytorch_model.bin.index.json", "pytorch_model.bin", mk_torchbin_open },
+	}, adapter_layouts[] = {
+		{ NULL, "adapter_model.safetensors", mk_st_open },
+		{ NULL, "adapter_model.bin", mk_torchbin_open },
 	};
+	const struct layout *layouts = adapter ? adapter_layouts : model_layouts;
 	size_t lay = 0;
 	bool indexed = false;
-	for (size_t k = 0; k < sizeof(layouts) / sizeof(*layouts); k++) {
+	for (size_t k = 0; k < 2; k++) {
 		free(path);
-		if (!(path = join(m->dir, layouts[k].index)))
+		path = NULL;
+		if (layouts[k].index && !(path = join(m->dir, layouts[k].index)))
 			goto nomem;
-		if (is_file(path)) {
+		if (path && is_file(path)) {
 			lay = k;
 			indexed = true;
 			break;
@@ -557,6 +576,11 @@ int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
 			break;
 		}
 		lay = SIZE_MAX;
+	}
+	if (lay == SIZE_MAX && adapter) {
+		rc = mk_err_set(err, MK_ENOENT, "adapter '%s': no adapter_model.safetensors or adapter_model.bin in %s",
+				m->ref, m->dir);
+		goto out;
 	}
 	if (lay == SIZE_MAX) {
 		free(path);
