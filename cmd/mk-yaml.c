@@ -100,7 +100,7 @@ static void push(struct argv *a, const char *s)
 int main(int argc, char **argv)
 {
 	enum { O_PRINT = 256, O_SHARD, O_COPY, O_NOCOPY, O_CARD, O_NOCARD, O_CRIMES, O_NOCRIMES, O_SEED, O_CUDA,
-	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_RESUME, O_QUIET, O_IGN0, O_IGN1, O_STRICT, O_CACHE, O_LORA_DT };
+	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_RESUME, O_QUIET, O_IGN0, O_IGN1, O_STRICT, O_CACHE, O_LORA_DT, O_LORA_CACHE };
 	static const struct option lo[] = {
 		{ "print-pipeline", 0, 0, O_PRINT }, { "out-shard-size", 1, 0, O_SHARD },
 		{ "copy-tokenizer", 0, 0, O_COPY }, { "no-copy-tokenizer", 0, 0, O_NOCOPY },
@@ -122,7 +122,7 @@ int main(int argc, char **argv)
 		{ "async-write", 0, 0, O_IGN0 }, { "no-async-write", 0, 0, O_IGN0 },
 		{ "safe-serialization", 0, 0, O_IGN0 }, { "no-safe-serialization", 0, 0, O_IGN0 },
 		{ "write-threads", 1, 0, O_IGN1 }, { "device", 1, 0, O_IGN1 },
-		{ "transformers-cache", 1, 0, O_CACHE }, { "lora-merge-cache", 1, 0, O_IGN1 },
+		{ "transformers-cache", 1, 0, O_CACHE }, { "lora-merge-cache", 1, 0, O_LORA_CACHE },
 		{ "lora-merge-dtype", 1, 0, O_LORA_DT },
 		{ 0 },
 	};
@@ -211,6 +211,10 @@ int main(int argc, char **argv)
 			 * (mergekit's cache_dir): theirs through HF_HUB_CACHE */
 			if (setenv("HF_HUB_CACHE", optarg, 1))
 				cli_fail_oom(); /* setenv fails only for want of memory here */
+			break;
+		case O_LORA_CACHE:
+			cli_info(2, "note: --lora-merge-cache is not needed: mk applies LoRA adapters as it reads the weights, "
+				    "with no merged copy on disk; ignored");
 			break;
 		case O_LORA_DT:
 			push(&plan, "--lora-merge-dtype");

@@ -110,6 +110,9 @@ static int next_range(struct pf *p, struct mk_err *err)
 			for (size_t i = 0; i < jb->ninputs; i++) {
 				if (mk_dtype_bits(jb->inputs[i].desc.dtype) > mk_dtype_bits(wide))
 					wide = jb->inputs[i].desc.dtype;
+				/* what is read: an adapter's replacement may be wider */
+				if (mk_dtype_bits(p->src[p->j][i].rdt) > mk_dtype_bits(wide))
+					wide = p->src[p->j][i].rdt;
 				if (jb->inputs[i].desc.ndim && jb->inputs[i].desc.shape[0] > rows) {
 					rows = jb->inputs[i].desc.shape[0];
 					k = i;
@@ -118,9 +121,12 @@ static int next_range(struct pf *p, struct mk_err *err)
 			memcpy(shape, jb->inputs[k].desc.shape, sizeof(shape));
 			if (jb->vocab) {
 				/* the output's rows: every input aligned to the vocabulary */
-				for (size_t i = 0; i < jb->vocab->naux; i++)
+				for (size_t i = 0; i < jb->vocab->naux; i++) {
 					if (mk_dtype_bits(jb->vocab->aux[i].desc.dtype) > mk_dtype_bits(wide))
 						wide = jb->vocab->aux[i].desc.dtype;
+					if (mk_dtype_bits(p->src[p->j][jb->ninputs + i].rdt) > mk_dtype_bits(wide))
+						wide = p->src[p->j][jb->ninputs + i].rdt;
+				}
 				shape[0] = jb->vocab->rows;
 			}
 			int rc = mk_chunker_init(&p->ck, wide, jb->inputs[k].desc.ndim, shape, p->chunk_bytes, err);

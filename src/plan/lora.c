@@ -198,7 +198,7 @@ int mk_lora_open(const char *ref, const char *name, const struct mk_model *base,
 	json_t *c = NULL;
 	uint8_t *buf = NULL;
 	size_t len;
-	char *path = NULL, s1[96], s2[96];
+	char *path = NULL, s1[96], s2[96], s3[96];
 	int rc;
 
 	*out = NULL;
@@ -369,7 +369,7 @@ int mk_lora_open(const char *ref, const char *name, const struct mk_model *base,
 						shape_str(&p->b->desc, s2, sizeof(s2)), (unsigned long long)want0,
 						(unsigned long long)want1,
 						p->embedding ? " (an embedding's, transposed)" : fifo ? " (fan_in_fan_out)" : "", target,
-						mk_dtype_name(bt->t->desc.dtype), shape_str(&bt->t->desc, s1, sizeof(s1)));
+						mk_dtype_name(bt->t->desc.dtype), shape_str(&bt->t->desc, s3, sizeof(s3)));
 			else
 				rc = mk_err_set(err, MK_EMISMATCH,
 						"adapter '%s': tensor '%s' targets '%s', which the base model does not have", name,
