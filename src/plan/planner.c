@@ -2285,14 +2285,17 @@ int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
 		for (size_t i = 0; i < j->ninputs; i++) {
 			char ip[512];
 			format_params(&j->input_params[i], ip, sizeof(ip));
-			char asm_[64] = "";
+			char asm_[512] = "";
 			if (j->inputs[i].nsources)
 				snprintf(asm_, sizeof(asm_), " (%s of %zu tensors)", j->inputs[i].assembly, j->inputs[i].nsources);
 			const struct mk_plan_lora *lo = j->inputs[i].lora;
-			if (lo && lo->replace)
-				snprintf(asm_, sizeof(asm_), " (the adapter's %.40s)", lo->replace);
-			else if (lo)
-				snprintf(asm_, sizeof(asm_), lo->transpose ? " + %.6g·(B·A)ᵀ" : " + %.6g·B·A", lo->scale);
+			if (lo) {
+				char d[64] = "";
+				if (lo->a)
+					snprintf(d, sizeof(d), lo->transpose ? " + %.6g·(B·A)ᵀ" : " + %.6g·B·A", lo->scale);
+				snprintf(asm_, sizeof(asm_), "%s%s%.400s%s", lo->replace ? " (the adapter's " : "",
+					 lo->replace ? lo->replace : "", lo->replace ? ")" : "", d);
+			}
 			fprintf(f, "  input %zu: %s: %s%s %s%s%s %s\n", i, p->models[j->inputs[i].model].display,
 				j->inputs[i].tensor, asm_, mk_dtype_name(j->inputs[i].desc.dtype),
 				j->inputs[i].load_dtype != j->inputs[i].desc.dtype ? " as " : "",
