@@ -36,6 +36,8 @@ static void usage(void)
 	       "      --max-memory SIZE    the merge memory budget recorded in the plan\n"
 	       "      --spill              jobs over the budget are sent once; mk-merge --spill DIR\n"
 	       "                           replays their statistics passes from a local file\n"
+	       "      --lora-merge-dtype D a BASE+ADAPTER model's weights are loaded as D (bfloat16,\n"
+	       "                           float16, float32) where the configuration sets no dtype\n"
 	       "  -f, --force              write the binary plan even to a terminal\n"
 	       "  -v, --verbose            say more; -q, --quiet: say less (warnings too)\n"
 	       "  -h, --help               show this help and exit\n"
@@ -49,7 +51,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-	enum { O_EXPLAIN = 256, O_NAME, O_CRIMES, O_COPY_TOK, O_NO_COPY_TOK, O_CARD, O_NO_CARD, O_SEED, O_MEM, O_SPILL };
+	enum { O_EXPLAIN = 256, O_NAME, O_CRIMES, O_COPY_TOK, O_NO_COPY_TOK, O_CARD, O_NO_CARD, O_SEED, O_MEM, O_SPILL, O_LORA_DT };
 	static const struct option longopts[] = {
 		{ "plugin", required_argument, NULL, 'P' },
 		{ "output", required_argument, NULL, 'o' },
@@ -63,6 +65,7 @@ int main(int argc, char **argv)
 		{ "random-seed", required_argument, NULL, O_SEED },
 		{ "max-memory", required_argument, NULL, O_MEM },
 		{ "spill", no_argument, NULL, O_SPILL },
+		{ "lora-merge-dtype", required_argument, NULL, O_LORA_DT },
 		{ "force", no_argument, NULL, 'f' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "quiet", no_argument, NULL, 'q' },
@@ -100,6 +103,12 @@ int main(int argc, char **argv)
 			break;
 		case O_SPILL:
 			o.spill = true;
+			break;
+		case O_LORA_DT:
+			if (mk_config_dtype_parse(optarg, &o.lora_dtype, NULL, NULL) || !mk_dtype_is_float(o.lora_dtype))
+				cli_usage_error("--lora-merge-dtype: expected a float dtype (bfloat16, float16, float32), not '%s'",
+						optarg);
+			o.has_lora_dtype = true;
 			break;
 		case O_MEM:
 			if (mk_size_parse(optarg, &o.budget))

@@ -38,6 +38,9 @@ static void usage(void)
 	       "  --transformers-cache DIR  the Hugging Face cache to find models in (HF_HUB_CACHE)\n"
 	       "  --remote                  read Hub models' shards by range requests, not downloaded\n"
 	       "                            first (mk-fetch --remote); --no-cache: keep none of them\n"
+	       "  --lora-merge-dtype D      a BASE+ADAPTER model's weights are loaded as D (mk-plan)\n"
+	       "  --lora-merge-cache DIR    accepted, not needed: mk applies LoRA adapters while it\n"
+	       "                            reads (mk-fetch), with no merged copy on disk\n"
 	       "  --force                   replace an existing OUT (mk-pack)\n"
 	       "  --strict                  fail on an output that became NaN or infinite (mk-merge)\n"
 	       "  --resume                  continue an interrupted merge into OUT: the tensors\n"
@@ -99,7 +102,7 @@ static void push(struct argv *a, const char *s)
 int main(int argc, char **argv)
 {
 	enum { O_PRINT = 256, O_SHARD, O_COPY, O_NOCOPY, O_CARD, O_NOCARD, O_CRIMES, O_NOCRIMES, O_SEED, O_CUDA,
-	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_RESUME, O_QUIET, O_IGN0, O_IGN1, O_STRICT, O_CACHE, O_REMOTE, O_NOCACHE };
+	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_RESUME, O_QUIET, O_IGN0, O_IGN1, O_STRICT, O_CACHE, O_LORA_DT, O_LORA_CACHE, O_REMOTE, O_NOCACHE };
 	static const struct option lo[] = {
 		{ "print-pipeline", 0, 0, O_PRINT }, { "out-shard-size", 1, 0, O_SHARD },
 		{ "copy-tokenizer", 0, 0, O_COPY }, { "no-copy-tokenizer", 0, 0, O_NOCOPY },
@@ -122,8 +125,8 @@ int main(int argc, char **argv)
 		{ "async-write", 0, 0, O_IGN0 }, { "no-async-write", 0, 0, O_IGN0 },
 		{ "safe-serialization", 0, 0, O_IGN0 }, { "no-safe-serialization", 0, 0, O_IGN0 },
 		{ "write-threads", 1, 0, O_IGN1 }, { "device", 1, 0, O_IGN1 },
-		{ "transformers-cache", 1, 0, O_CACHE }, { "lora-merge-cache", 1, 0, O_IGN1 },
-		{ "lora-merge-dtype", 1, 0, O_IGN1 },
+		{ "transformers-cache", 1, 0, O_CACHE }, { "lora-merge-cache", 1, 0, O_LORA_CACHE },
+		{ "lora-merge-dtype", 1, 0, O_LORA_DT },
 		{ 0 },
 	};
 	struct mk_err err = { 0 };
@@ -213,6 +216,14 @@ int main(int argc, char **argv)
 			 * (mergekit's cache_dir): theirs through HF_HUB_CACHE */
 			if (setenv("HF_HUB_CACHE", optarg, 1))
 				cli_fail_oom(); /* setenv fails only for want of memory here */
+			break;
+		case O_LORA_CACHE:
+			cli_info(2, "note: --lora-merge-cache is not needed: mk applies LoRA adapters as it reads the weights, "
+				    "with no merged copy on disk; ignored");
+			break;
+		case O_LORA_DT:
+			push(&plan, "--lora-merge-dtype");
+			push(&plan, optarg);
 			break;
 		case O_IGN0:
 		case O_IGN1:

@@ -340,8 +340,8 @@ struct mk_config_feature {
 	unsigned line, col;
 };
 
-/* List the refused features in document order: tokenizer_source,
- * tokenizer, and every model reference with a LoRA.  *out is malloc'ed
+/* List the refused features in document order (none in this version:
+ * LoRA references, the last, are planned now).  *out is malloc'ed
  * (free() it; NULL when *n is 0). */
 int mk_config_unsupported(const struct mk_config *cfg,
 			  struct mk_config_feature **out, size_t *n,

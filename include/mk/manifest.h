@@ -5,7 +5,8 @@
  *   {"kind": "tensors" | "plan" | "inputs",
  *    "producer": "mk-fetch 0.1.0",
  *    "chunk_bytes": 4194304,                 streams with chunks only
- *    "models": [{"ref": ..., "shards": [{"name", "size",
+ *    "models": [{"ref": ..., "adapter": true (only a LoRA adapter),
+ *                "shards": [{"name", "size",
  *                "header_sha256"}]}],        plan and inputs (and the
  *    "seed": 0, "plugins": [{"name", "abi",   tensors stream mk-merge
  *    "spec_sha256"}], "jobs": 21,            writes from them)
@@ -46,6 +47,9 @@ struct mk_plan_shard {
 struct mk_plan_model {
 	char *ref;                   /* as written in the configuration */
 	char *commit;                /* a Hub model's commit, or NULL */
+	bool adapter;                /* a PEFT LoRA adapter (adapter_model.*) of a
+					BASE+ADAPTER reference, opened with
+					mk_model_open_adapter ("adapter": true) */
 	size_t nshards;
 	struct mk_plan_shard *shards;
 };

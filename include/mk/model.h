@@ -62,6 +62,8 @@ struct mk_model_open_opts {
 				 the cache */
 	bool refresh;         /* ask the Hub for the revision's commit even
 				 when the cache holds it (mk-get) */
+	bool adapter;         /* a PEFT adapter: adapter_model.safetensors,
+				 else adapter_model.bin */
 };
 
 /* The model's file `name` (relative to dir), resolved through every
@@ -81,6 +83,10 @@ int mk_model_resolve(const char *ref, char **dir, struct mk_err *err);
 int mk_model_open_with(const char *ref, const struct mk_model_open_opts *opts,
 		       struct mk_model **out, struct mk_err *err);
 int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err);
+/* The same for a PEFT adapter (the LoRA part of a BASE+ADAPTER reference):
+ * its adapter_model.safetensors, else adapter_model.bin (torch.save), one
+ * file; its adapter_config.json is read by the planner (mk_model_path). */
+int mk_model_open_adapter(const char *ref, struct mk_model **out, struct mk_err *err);
 void mk_model_free(struct mk_model *m);
 
 /* Open every shard for reading: *fds (malloc'ed, one per shard) owned by

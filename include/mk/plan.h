@@ -54,6 +54,28 @@ struct mk_plan_input {
 	 * stored rows. */
 	size_t nruns;
 	struct mk_vocab_run *runs;
+	/* A weight of a BASE+ADAPTER model that a LoRA adapter targets:
+	 * "lora": {"model": K, "a": NAME, "b": NAME, "scale": S,
+	 * "transpose": BOOL, "embedding": BOOL}.  mk-fetch sends, instead of
+	 * the stored W, W + S·B·A (transpose: W + S·(B·A)ᵀ, the layout of
+	 * fan_in_fan_out and of embeddings), computed in float32 a row chunk
+	 * at a time and rounded to W's dtype (embedding: the delta rounded to
+	 * it first, then added), so mk-merge sees ordinary rows.  A
+	 * ([r, in]) and B ([out, r]) are tensors of model K of the table, an
+	 * adapter.  Or "lora": {"model": K, "replace": NAME} (a
+	 * modules_to_save weight): model K's tensor NAME, of W's shape, sent
+	 * in W's place, rounded to W's dtype.  NULL: the stored tensor as it
+	 * is. */
+	struct mk_plan_lora *lora;
+};
+
+struct mk_plan_lora {
+	size_t model;                 /* the adapter, in the plan's model table */
+	char *a, *b;                  /* lora_A / lora_B tensor names in it */
+	char *replace;                /* or the tensor that replaces W (a, b NULL) */
+	double scale;                 /* lora_alpha / r (or / sqrt(r): rslora) */
+	bool transpose;               /* the delta is (B·A)ᵀ */
+	bool embedding;               /* an embedding's: the delta rounded to W's dtype first */
 };
 
 struct mk_vocab_run {

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "mk/config.h"
+#include "mk/dtype.h"
 #include "mk/err.h"
 
 struct mk_plan_opts {
@@ -33,6 +34,11 @@ struct mk_plan_opts {
 	uint64_t budget;             /* merge memory budget in bytes (0: none) */
 	bool spill;                  /* jobs over the budget: sent once, mk-merge
 					replays them from a local file (--spill) */
+	/* --lora-merge-dtype: a BASE+ADAPTER model's float tensors are loaded
+	 * as lora_dtype where the configuration sets no dtype (mergekit's
+	 * merged copy of the model is in it) */
+	bool has_lora_dtype;
+	enum mk_dtype lora_dtype;
 };
 
 struct mk_plan;

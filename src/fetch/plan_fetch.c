@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <cblas.h>
 #include "mk/fetch.h"
 #include "mk/fsutil.h"
 #include "mk/plan.h"
@@ -43,11 +44,35 @@ struct src {                     /* an input tensor's place on disk: one run,
 				    or one per source tensor of an assembly */
 	size_t nseg;
 	struct seg *seg;
+	enum mk_dtype rdt;       /* the dtype read: the input's, or that of the
+				    adapter tensor that replaces it */
 };
 
 struct tag {                     /* what an extent is */
 	size_t job;
+	size_t input;
+	uint64_t at;             /* the input's stored element it begins at */
 	struct mk_chunk c;
+};
+
+/* A LoRA input's A and B (mk/plan.h), in float32, read whole when its job's
+ * first chunk comes: r·(in + out) elements, small beside W. */
+struct lora_ab {
+	size_t job, input;
+	bool live;
+	float *a, *b;
+	uint64_t r, a1, b0;      /* A [r, a1], B [b0, r] */
+};
+
+/* W + s·B·A for a chunk, in float32, rounded to W's dtype (mk-stream(5)):
+ * the scratch of the current chunk. */
+struct lora_work {
+	struct lora_ab *ab;      /* per input of the current job */
+	size_t nab;
+	float *w, *d;            /* the chunk as float32; the delta over its rows */
+	size_t wcap, dcap;       /* in elements */
+	uint8_t *out;            /* the chunk sent */
+	size_t ocap;
 };
 
 struct pf {
@@ -86,6 +111,9 @@ static int next_range(struct pf *p, struct mk_err *err)
 			for (size_t i = 0; i < jb->ninputs; i++) {
 				if (mk_dtype_bits(jb->inputs[i].desc.dtype) > mk_dtype_bits(wide))
 					wide = jb->inputs[i].desc.dtype;
+				/* what is read: an adapter's replacement may be wider */
+				if (mk_dtype_bits(p->src[p->j][i].rdt) > mk_dtype_bits(wide))
+					wide = p->src[p->j][i].rdt;
 				if (jb->inputs[i].desc.ndim && jb->inputs[i].desc.shape[0] > rows) {
 					rows = jb->inputs[i].desc.shape[0];
 					k = i;
@@ -94,9 +122,12 @@ static int next_range(struct pf *p, struct mk_err *err)
 			memcpy(shape, jb->inputs[k].desc.shape, sizeof(shape));
 			if (jb->vocab) {
 				/* the output's rows: every input aligned to the vocabulary */
-				for (size_t i = 0; i < jb->vocab->naux; i++)
+				for (size_t i = 0; i < jb->vocab->naux; i++) {
 					if (mk_dtype_bits(jb->vocab->aux[i].desc.dtype) > mk_dtype_bits(wide))
 						wide = jb->vocab->aux[i].desc.dtype;
+					if (mk_dtype_bits(p->src[p->j][jb->ninputs + i].rdt) > mk_dtype_bits(wide))
+						wide = p->src[p->j][jb->ninputs + i].rdt;
+				}
 				shape[0] = jb->vocab->rows;
 			}
 			int rc = mk_chunker_init(&p->ck, wide, jb->inputs[k].desc.ndim, shape, p->chunk_bytes, err);
@@ -169,10 +200,13 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 			}
 			struct tag *t = &p->ring[p->seq++ % p->ring_len];
 			uint64_t boff, blen;
-			if (mk_dtype_nbytes(in->desc.dtype, n, &blen))
+			enum mk_dtype rdt = p->src[p->j][i].rdt;
+			if (mk_dtype_nbytes(rdt, n, &blen))
 				return mk_err_set(err, MK_EFORMAT, "job %u: input %zu: %llu %s elements are not whole bytes",
 						  jb->id, i, (unsigned long long)n, mk_dtype_name(in->desc.dtype));
 			t->job = p->j;
+			t->input = i;
+			t->at = at;
 			t->c = (struct mk_chunk){ .id = jb->id, .input = (uint16_t)i, .pass = (uint16_t)p->send,
 						  .dtype = in->desc.dtype, .elem_begin = b, .elem_count = n };
 			mk_chunk_set_rows(&t->c, p->ck.row_len);
@@ -180,7 +214,7 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 			size_t k = sr->nseg - 1;
 			while (k > 0 && sr->seg[k].elem_begin > at)
 				k--;
-			boff = (at - sr->seg[k].elem_begin) * mk_dtype_bits(in->desc.dtype) / 8;
+			boff = (at - sr->seg[k].elem_begin) * mk_dtype_bits(rdt) / 8;
 			req->fd = sr->seg[k].fd;
 			req->remote = sr->seg[k].remote;
 			req->off = sr->seg[k].data_off + boff;
@@ -304,6 +338,9 @@ static int check_models(const struct mk_fetch_opts *o, const struct mk_manifest 
 	for (size_t i = 0; i < head->nmodels; i++) {
 		struct mk_model_open_opts mo;
 		mk_fetch_model_opts(o, pm[i].commit, &mo);
+		mo.adapter = pm[i].adapter;
+		if (mo.adapter)
+			mo.weights = MK_MODEL_DOWNLOAD;   /* small, and read whole (A, B) */
 		int rc = mk_model_open_with(pm[i].ref, &mo, &models[i], err);
 		if (rc)
 			return rc;
@@ -328,6 +365,161 @@ static int check_models(const struct mk_fetch_opts *o, const struct mk_manifest 
 	return 0;
 }
 
+/* ------------------------------------------------------------ LoRA inputs */
+
+/* A LoRA input's adapter tensors against the plan: A and B 2-dimensional
+ * floats whose delta has W's shape, or a replacement of W's element count
+ * (whose place is then the input's: *rep). */
+static int lora_check(const struct mk_manifest *head, struct mk_model **models, const struct mk_plan_job *jb,
+		      size_t i, const struct mk_plan_input *in, const struct mk_model_tensor **rep, struct mk_err *err)
+{
+	const struct mk_plan_lora *l = in->lora;
+	const struct mk_model *am = models[l->model];
+	const char *ref = head->models[l->model].ref;
+
+	*rep = NULL;
+	if (l->replace) {
+		const struct mk_model_tensor *t = mk_model_find(am, l->replace);
+		if (!t || t->t->nelem != in->nelem || !mk_dtype_is_float(t->t->desc.dtype) ||
+		    !mk_dtype_is_float(in->desc.dtype))
+			return mk_err_set(err, MK_EMISMATCH,
+					  "job %u: input %zu: adapter '%s' %s '%s' of %llu float elements, as the plan says; run mk-plan again",
+					  jb->id, i, ref, t ? "does not have" : "has no", l->replace,
+					  (unsigned long long)in->nelem);
+		*rep = t;
+		if (!l->a)
+			return 0;
+	}
+	const struct mk_model_tensor *a = mk_model_find(am, l->a), *b = mk_model_find(am, l->b);
+	const uint64_t *ws = in->desc.shape;
+	bool ok = a && b && a->t->desc.ndim == 2 && b->t->desc.ndim == 2 && mk_dtype_is_float(a->t->desc.dtype) &&
+		  mk_dtype_is_float(b->t->desc.dtype) && mk_dtype_is_float(in->desc.dtype) && in->desc.ndim == 2 &&
+		  a->t->desc.shape[0] == b->t->desc.shape[1] &&
+		  (l->transpose ? ws[0] == a->t->desc.shape[1] && ws[1] == b->t->desc.shape[0] :
+				  ws[0] == b->t->desc.shape[0] && ws[1] == a->t->desc.shape[1]);
+	if (!ok)
+		return mk_err_set(err, MK_EMISMATCH,
+				  "job %u: input %zu ('%s'): adapter '%s''s '%s' and '%s' do not make a delta of its shape as the plan says; run mk-plan again",
+				  jb->id, i, in->tensor, ref, l->a, l->b);
+	return 0;
+}
+
+/* Read an adapter tensor whole into float32 (malloc'ed). */
+static int read_f32(const struct mk_model *m, int *fds, const char *name, float **out, struct mk_err *err)
+{
+	const struct mk_model_tensor *t = mk_model_find(m, name);
+	uint64_t bytes = t->t->end - t->t->begin;
+	void *raw = malloc(bytes ? bytes : 1);
+	float *f = malloc((t->t->nelem ? t->t->nelem : 1) * sizeof(float));
+	int rc = 0;
+
+	*out = NULL;
+	if (!raw || !f)
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+	else if ((rc = mk_pread_exact(fds[t->shard], raw, bytes, m->shards[t->shard]->data_start + t->t->begin,
+				      m->shards[t->shard]->path, err)))
+		;
+	else if (mk_dtype_convert(MK_DT_F32, f, t->t->desc.dtype, raw, t->t->nelem))
+		rc = mk_err_set(err, MK_EUNSUPPORTED, "adapter tensor '%s': cannot convert %s to float32", name,
+				mk_dtype_name(t->t->desc.dtype));
+	free(raw);
+	if (rc)
+		free(f);
+	else
+		*out = f;
+	return rc;
+}
+
+static int grow(void **buf, size_t *cap, size_t n, size_t es)
+{
+	if (n <= *cap)
+		return 0;
+	void *q = realloc(*buf, n * es);
+	if (!q)
+		return -1;
+	*buf = q;
+	*cap = n;
+	return 0;
+}
+
+/* The chunk of a LoRA input (t), read as `data`, made into what mk-fetch
+ * sends: a replacement converted to W's dtype; else W + s·B·A over the
+ * chunk's elements, in float32: the delta of every row the chunk touches
+ * by one sgemm (B's rows times A; transposed, A's columns times B's
+ * rows), scaled, then added to W and rounded to W's dtype. */
+static int lora_apply(struct lora_work *lw, const struct pf *p, struct mk_model **models, int **fds,
+		      const struct tag *t, const void *data, const void **sent, struct mk_err *err)
+{
+	const struct mk_plan_job *jb = p->jobs[t->job];
+	const struct mk_plan_input *in = mk_plan_job_input(jb, t->input);
+	const struct mk_plan_lora *l = in->lora;
+	enum mk_dtype wdt = in->desc.dtype;
+	uint64_t n = t->c.elem_count, bytes;
+	size_t nin = jb->ninputs + (jb->vocab ? jb->vocab->naux : 0);
+
+	(void)mk_dtype_nbytes(wdt, n, &bytes);
+	if (grow((void **)&lw->out, &lw->ocap, (size_t)bytes + 1, 1) || grow((void **)&lw->w, &lw->wcap, n + 1, sizeof(float)))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	*sent = lw->out;
+	if (l->replace) {        /* loaded into W, in W's dtype */
+		if (mk_dtype_convert(wdt, lw->out, p->src[t->job][t->input].rdt, data, n))
+			return mk_err_set(err, MK_EUNSUPPORTED, "job %u: cannot convert the adapter's '%s' to %s", jb->id,
+					  l->replace, mk_dtype_name(wdt));
+		if (!l->a)
+			return 0;
+		data = lw->out;  /* W, to which the delta is added */
+	}
+	/* A and B of this job's input, read once per job */
+	if (lw->nab < nin) {
+		struct lora_ab *q = realloc(lw->ab, nin * sizeof(*q));
+		if (!q)
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		memset(q + lw->nab, 0, (nin - lw->nab) * sizeof(*q));
+		lw->ab = q;
+		lw->nab = nin;
+	}
+	struct lora_ab *ab = &lw->ab[t->input];
+	if (!ab->live || ab->job != t->job || ab->input != t->input) {
+		const struct mk_model *am = models[l->model];
+		const struct mk_st_tensor *ta = mk_model_find(am, l->a)->t, *tb = mk_model_find(am, l->b)->t;
+		free(ab->a);
+		free(ab->b);
+		*ab = (struct lora_ab){ .job = t->job, .input = t->input, .r = ta->desc.shape[0], .a1 = ta->desc.shape[1],
+					.b0 = tb->desc.shape[0] };
+		int rc = read_f32(am, fds[l->model], l->a, &ab->a, err);
+		if (!rc)
+			rc = read_f32(am, fds[l->model], l->b, &ab->b, err);
+		if (rc)
+			return mk_err_prefix(err, "job %u: ", jb->id);
+		ab->live = true;
+	}
+	uint64_t rl = in->desc.shape[1], first = t->at / rl, last = (t->at + n - 1) / rl, nrows = last - first + 1;
+	uint64_t nd = nrows * rl;
+	if (grow((void **)&lw->d, &lw->dcap, (size_t)nd + 1, sizeof(float)))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	if (!l->transpose)       /* delta rows first..last = B[first..last] · A */
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (blasint)nrows, (blasint)rl, (blasint)ab->r, 1.0f,
+			    ab->b + first * ab->r, (blasint)ab->r, ab->a, (blasint)ab->a1, 0.0f, lw->d, (blasint)rl);
+	else                     /* (B·A)ᵀ rows first..last = A[:, first..last]ᵀ · Bᵀ */
+		cblas_sgemm(CblasRowMajor, CblasTrans, CblasTrans, (blasint)nrows, (blasint)rl, (blasint)ab->r, 1.0f,
+			    ab->a + first, (blasint)ab->a1, ab->b, (blasint)ab->r, 0.0f, lw->d, (blasint)rl);
+	float s = (float)l->scale, *d = lw->d + (t->at - first * rl);
+	for (uint64_t e = 0; e < n; e++)
+		d[e] *= s;
+	if (mk_dtype_convert(MK_DT_F32, lw->w, wdt, data, n))
+		return mk_err_set(err, MK_EUNSUPPORTED, "job %u: input %zu is %s: cannot add a LoRA delta to it", jb->id,
+				  t->input, mk_dtype_name(wdt));
+	/* an embedding's delta goes to W's dtype before the add (PEFT) */
+	if (l->embedding && wdt != MK_DT_F32 &&
+	    (mk_dtype_convert(wdt, lw->out, MK_DT_F32, d, n) || mk_dtype_convert(MK_DT_F32, d, wdt, lw->out, n)))
+		return mk_err_set(err, MK_EUNSUPPORTED, "job %u: cannot round to %s", jb->id, mk_dtype_name(wdt));
+	for (uint64_t e = 0; e < n; e++)
+		lw->w[e] += d[e];
+	if (mk_dtype_convert(wdt, lw->out, MK_DT_F32, lw->w, n))
+		return mk_err_set(err, MK_EUNSUPPORTED, "job %u: cannot round to %s", jb->id, mk_dtype_name(wdt));
+	return 0;
+}
+
 int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, int out_fd,
 		  struct mk_fetch_stats *st, struct mk_err *err)
 {
@@ -341,6 +533,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	size_t nframes = 0, njf = 0, written = 0;
 	int **fds = NULL;
 	struct pf p = { 0 };
+	struct lora_work lw = { 0 };
 	struct mk_reader_opts ropts = { o->io, o->chunk_bytes, o->qdepth };
 	struct mk_frame f;
 	char *hjson = NULL;
@@ -469,6 +662,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 				goto out;
 			}
 			sr->nseg = ns;
+			sr->rdt = in->desc.dtype;
 			for (size_t k = 0; k < ns; k++) {
 				const char *name = in->nsources ? in->sources[k] : in->tensor;
 				const struct mk_model_tensor *mt = mk_model_find(models[in->model], name);
@@ -493,6 +687,18 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 				rc = mk_err_set(err, MK_EMISMATCH, "job %u: input '%s': its sources hold %llu elements, the plan says %llu",
 						jb->id, in->tensor, (unsigned long long)at, (unsigned long long)in->nelem);
 				goto out;
+			}
+			if (in->lora) {
+				const struct mk_model_tensor *rt;
+				if ((rc = lora_check(head, models, jb, i, in, &rt, err)))
+					goto out;
+				if (rt) {   /* read the replacement, not W */
+					const struct mk_model *am = models[in->lora->model];
+					sr->seg[0] = (struct seg){ fds[in->lora->model][rt->shard],
+								   am->remote ? am->remote[rt->shard] : NULL,
+								   am->shards[rt->shard]->data_start + rt->t->begin, 0 };
+					sr->rdt = rt->t->desc.dtype;
+				}
 			}
 		}
 	}
@@ -552,6 +758,14 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		}
 		t->c.data = data;
 		t->c.data_len = req.len;
+		if (mk_plan_job_input(p.jobs[t->job], t->input)->lora) {
+			uint64_t wb;
+			rc = lora_apply(&lw, &p, models, fds, t, data, &t->c.data, err);
+			if (rc)
+				goto out;
+			(void)mk_dtype_nbytes(t->c.dtype, t->c.elem_count, &wb);
+			t->c.data_len = (size_t)wb;
+		}
 		rc = mk_sw_chunk(w, MK_FT_INPT, &t->c, err);
 		if (rc)
 			goto out;
@@ -573,6 +787,14 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	st->stream_bytes = mk_sw_bytes(w);
 	st->backward_seeks = p.backward;
 out:
+	for (size_t k = 0; k < lw.nab; k++) {
+		free(lw.ab[k].a);
+		free(lw.ab[k].b);
+	}
+	free(lw.ab);
+	free(lw.w);
+	free(lw.d);
+	free(lw.out);
 	mk_reader_free(rd);
 	mk_sw_free(w);
 	mk_sr_free(r);

@@ -471,9 +471,13 @@ static const struct layout {
 	const char *index, *single;
 	int (*open)(const char *, struct mk_st_file **, struct mk_err *);
 	bool ranged;                 /* headers readable by range requests */
-} layouts[] = {
+} model_layouts[] = {
 	{ INDEX_NAME, SINGLE_NAME, mk_st_open, true },
 	{ "pytorch_model.bin.index.json", "pytorch_model.bin", mk_torchbin_open, false },
+}, adapter_layouts[] = {
+	/* a PEFT adapter: one file, no index (PEFT writes no sharded adapters) */
+	{ NULL, "adapter_model.safetensors", mk_st_open, true },
+	{ NULL, "adapter_model.bin", mk_torchbin_open, false },
 };
 
 /* The file is in the model's directory, or (a Hub model) in its listing. */
@@ -619,8 +623,9 @@ static int open_weights(struct model *mm, const struct mk_model_open_opts *o, bo
 	size_t len, n;
 	int rc = 0;
 
-	for (size_t k = 0; k < sizeof(layouts) / sizeof(*layouts) && !lay; k++) {
-		if (has_file(mm, layouts[k].index, &local)) {
+	const struct layout *layouts = o->adapter ? adapter_layouts : model_layouts;
+	for (size_t k = 0; k < 2 && !lay; k++) {
+		if (layouts[k].index && has_file(mm, layouts[k].index, &local)) {
 			lay = &layouts[k];
 			indexed = true;
 		} else if (has_file(mm, layouts[k].single, &local)) {
@@ -630,7 +635,9 @@ static int open_weights(struct model *mm, const struct mk_model_open_opts *o, bo
 	if (!lay) {
 		if (!(path = join(m->dir, SINGLE_NAME)))
 			goto nomem;
-		rc = single_missing(m, path, err);
+		rc = o->adapter ? mk_err_set(err, MK_ENOENT, "adapter '%s': no adapter_model.safetensors or "
+					     "adapter_model.bin in %s", m->ref, m->dir) :
+				  single_missing(m, path, err);
 		if (can_ask && !mm->repo)
 			rc = 1;
 		goto out;
@@ -829,6 +836,13 @@ out:
 int mk_model_open(const char *ref, struct mk_model **out, struct mk_err *err)
 {
 	return mk_model_open_with(ref, NULL, out, err);
+}
+
+int mk_model_open_adapter(const char *ref, struct mk_model **out, struct mk_err *err)
+{
+	static const struct mk_model_open_opts o = { .weights = MK_MODEL_DOWNLOAD, .cache = true,
+						     .adapter = true };
+	return mk_model_open_with(ref, &o, out, err);
 }
 
 const struct mk_model_tensor *mk_model_find(const struct mk_model *m,

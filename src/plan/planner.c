@@ -21,6 +21,7 @@
 #include "mk/plugin.h"
 #include "mk/vocab.h"
 #include "mk/stream.h"
+#include "lora.h"
 
 #define MAX_FILE (1ull << 30)
 
@@ -46,6 +47,11 @@ struct pmodel {                       /* a referenced model */
 	char *hf_text;
 	size_t hf_len;
 	struct mk_arch *arch;             /* NULL: unknown class */
+	/* BASE+ADAPTER: the adapter (mk_lora_open), its entry in the plan's
+	 * model table (after the models) and its reference */
+	struct mk_lora *lora;
+	size_t lora_index;
+	char *lora_refstr;
 };
 
 struct pfile {
@@ -196,6 +202,15 @@ static int model_refstr(const struct mk_model_ref *r, char **out)
 	return 0;
 }
 
+static int path_refstr(const struct mk_model_path *mp, char **out)
+{
+	if (asprintf(out, "%s%s%s", mp->path, mp->revision ? "@" : "", mp->revision ? mp->revision : "") < 0) {
+		*out = NULL;
+		return -1;
+	}
+	return 0;
+}
+
 static bool has_tensor(void *ctx, const char *name)
 {
 	return mk_model_find(ctx, name) != NULL;
@@ -224,6 +239,7 @@ static int open_models(struct mk_plan *p, const struct mk_arch_registry *reg, st
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	}
 	p->nmodels = n;
+	size_t nadapters = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct pmodel *pm = &p->models[i];
 		struct mk_err e = { 0 };
@@ -257,6 +273,23 @@ static int open_models(struct mk_plan *p, const struct mk_arch_registry *reg, st
 			     "model '%s': no architecture definition for %s; inferring one from tensor names",
 			     pm->display, unknown ? unknown : "its class");
 		free(unknown);
+		/* BASE+ADAPTER: the adapter checked against the base, before any
+		 * weight is read; its config.json is the base's (as mergekit) */
+		if (refs[i]->lora.path) {
+			if (path_refstr(&refs[i]->lora, &pm->lora_refstr)) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				break;
+			}
+			if (mk_lora_open(pm->lora_refstr, pm->lora_refstr, pm->m, &pm->lora, &e)) {
+				if (e.code == MK_ENOMEM) {
+					rc = mk_err_set(err, MK_ENOMEM, "%s", e.msg);
+					break;
+				}
+				diag(d, MK_DIAG_ERROR, &refs[i]->loc, "model '%s': %s", pm->display, e.msg);
+				continue;
+			}
+			pm->lora_index = n + nadapters++;
+		}
 	}
 	free(refs);
 	return rc;
@@ -459,6 +492,7 @@ struct tplan {
 	const char **labels, **names;     /* model display name, tensor name */
 	size_t *order;
 	struct mk_fused **fused;          /* its assembly from experts, or NULL */
+	const struct mk_lora_ent **lora;  /* its adapter's change (BASE+ADAPTER), or NULL */
 	bool *used;                       /* read by the method (output rule) */
 	/* parameters: as looked up (raw), as the method resolved them (res);
 	 * per input np values from i * np */
@@ -553,6 +587,14 @@ static int tplan_inputs(struct tplan *t)
 				const struct mk_st_tensor *st = mk_model_find(pm->m, nm)->t;
 				ftd = st->desc;
 			}
+			const struct mk_lora_ent *le = pm->lora ? mk_lora_find(pm->lora, nm) : NULL;
+			if (le && fu) {
+				diag(t->d, MK_DIAG_ERROR, srcs[s].ref->loc.line ? &srcs[s].ref->loc : tc->loc,
+				     "model '%s': the adapter changes '%s', which mk assembles from per-expert tensors: not supported",
+				     pm->display, nm);
+				failed = true;
+				continue;
+			}
 			size_t n = t->n;
 			if (is_base)
 				t->base = (int)n;
@@ -560,13 +602,17 @@ static int tplan_inputs(struct tplan *t)
 			t->names[n] = nm;
 			t->labels[n] = pm->display;
 			t->fused[n] = fu;
+			t->lora[n] = le;
 			t->stored[n] = ftd;
 			t->in[n] = ftd;
-			/* cast on load: force_dtype, else the config's dtype */
+			/* cast on load: force_dtype, else the config's dtype (else,
+			 * for a BASE+ADAPTER model, --lora-merge-dtype) */
 			if (t->ow->force_dtype)
 				mk_config_dtype_parse(t->ow->force_dtype, &t->in[n].dtype, NULL, NULL);
 			else if (p->cfg->dtype.name && mk_dtype_is_float(ftd.dtype))
 				t->in[n].dtype = p->cfg->dtype.dtype;
+			else if (pm->lora && p->o->has_lora_dtype && mk_dtype_is_float(ftd.dtype))
+				t->in[n].dtype = p->o->lora_dtype;
 			t->n++;
 		}
 	if (failed)
@@ -785,6 +831,19 @@ static long job_input_of(const struct mk_plan_job *j, long m)
 	return -1;
 }
 
+static int lora_copy(struct mk_plan_lora **dst, const struct mk_plan_lora *src)
+{
+	struct mk_plan_lora *l = calloc(1, sizeof(*l));
+
+	*dst = l;
+	if (!l)
+		return -1;
+	*l = *src;
+	l->a = l->b = l->replace = NULL;
+	return (src->a && !(l->a = strdup(src->a))) || (src->b && !(l->b = strdup(src->b))) ||
+	       (src->replace && !(l->replace = strdup(src->replace))) ? -1 : 0;
+}
+
 /* The aux input reading rows of input ix's tensor (made on first use). */
 static long aux_of(struct mk_plan_vocab *vc, const struct mk_plan_input *src, size_t ninputs, size_t *aux_caps)
 {
@@ -802,6 +861,10 @@ static long aux_of(struct mk_plan_vocab *vc, const struct mk_plan_input *src, si
 	q[vc->naux].nelem = src->nelem;
 	if (!(q[vc->naux].tensor = strdup(src->tensor)))
 		return -1;
+	if (src->lora && lora_copy(&q[vc->naux].lora, src->lora)) {
+		vc->naux++; /* freed with the job */
+		return -1;
+	}
 	aux_caps[vc->naux] = 0;
 	return (long)(ninputs + vc->naux++);
 }
@@ -1013,6 +1076,14 @@ static int tplan_job_inputs(struct tplan *t, struct mk_err *err)
 		pi->desc = t->stored[i];
 		pi->load_dtype = t->in[i].dtype;
 		pi->nelem = mk_tensor_desc_count(&pi->desc); /* checked by the reader */
+		const struct mk_lora_ent *le = t->lora[i];
+		if (le) {
+			const struct pmodel *pm = &t->p->models[pi->model];
+			struct mk_plan_lora l = { .model = pm->lora_index, .a = le->a, .b = le->b, .replace = le->replace,
+						  .scale = le->scale, .transpose = le->transpose, .embedding = le->embedding };
+			if (lora_copy(&pi->lora, &l))
+				return mk_err_set(err, MK_ENOMEM, "out of memory");
+		}
 		if (fu) {
 			static const char *const kinds[] = { [MK_FUSED_RENAME] = "rename", [MK_FUSED_STACK] = "stack",
 							     [MK_FUSED_STACK_CONCAT] = "stack_concat" };
@@ -1115,7 +1186,8 @@ static int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const stru
 	t.used = calloc(nsrc + 1, sizeof(*t.used));
 	t.fused = calloc(nsrc + 1, sizeof(*t.fused));
 	t.stored = calloc(nsrc + 1, sizeof(*t.stored));
-	if (!t.in || !t.graw || !t.iraw || !t.gres || !t.ires || !t.labels || !t.order || !t.names || !t.used ||
+	t.lora = calloc(nsrc + 1, sizeof(*t.lora));
+	if (!t.lora || !t.in || !t.graw || !t.iraw || !t.gres || !t.ires || !t.labels || !t.order || !t.names || !t.used ||
 	    !t.fused || !t.stored) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
@@ -1149,6 +1221,7 @@ out:
 		mk_fused_free(t.fused[i]);
 	free(t.fused);
 	free(t.stored);
+	free(t.lora);
 	return rc < 0 ? rc : 0;
 }
 
@@ -1888,6 +1961,8 @@ void mk_plan_free(struct mk_plan *p)
 		mk_hfconfig_free(pm->hf);
 		free(pm->hf_text);
 		mk_arch_free(pm->arch);
+		mk_lora_free(pm->lora);
+		free(pm->lora_refstr);
 	}
 	free(p->models);
 	mk_tokmerge_free(p->tok);
@@ -1980,6 +2055,18 @@ static int fill_head(struct mk_plan *p, struct mk_err *err)
 	for (size_t i = 0; !rc && i < p->nmodels; i++) {
 		const struct mk_model *m = p->models[i].m;
 		rc = mk_manifest_add_model(h, p->models[i].refstr, m->commit, err);
+		for (size_t s = 0; !rc && s < m->nshards; s++)
+			rc = mk_manifest_add_shard(h, m->shard_names[s], m->shards[s]->file_size,
+						   m->shards[s]->header_hash, err);
+	}
+	/* the adapters of BASE+ADAPTER models, after the models */
+	for (size_t i = 0; !rc && i < p->nmodels; i++) {
+		const struct mk_model *m = p->models[i].lora ? p->models[i].lora->m : NULL;
+		if (!m)
+			continue;
+		rc = mk_manifest_add_model(h, p->models[i].lora_refstr, m->commit, err);
+		if (!rc)
+			h->models[h->nmodels - 1].adapter = true;
 		for (size_t s = 0; !rc && s < m->nshards; s++)
 			rc = mk_manifest_add_shard(h, m->shard_names[s], m->shards[s]->file_size,
 						   m->shards[s]->header_hash, err);
@@ -2201,9 +2288,17 @@ int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
 		for (size_t i = 0; i < j->ninputs; i++) {
 			char ip[512];
 			format_params(&j->input_params[i], ip, sizeof(ip));
-			char asm_[64] = "";
+			char asm_[512] = "";
 			if (j->inputs[i].nsources)
 				snprintf(asm_, sizeof(asm_), " (%s of %zu tensors)", j->inputs[i].assembly, j->inputs[i].nsources);
+			const struct mk_plan_lora *lo = j->inputs[i].lora;
+			if (lo) {
+				char d[64] = "";
+				if (lo->a)
+					snprintf(d, sizeof(d), lo->transpose ? " + %.6g·(B·A)ᵀ" : " + %.6g·B·A", lo->scale);
+				snprintf(asm_, sizeof(asm_), "%s%s%.400s%s", lo->replace ? " (the adapter's " : "",
+					 lo->replace ? lo->replace : "", lo->replace ? ")" : "", d);
+			}
 			fprintf(f, "  input %zu: %s: %s%s %s%s%s %s\n", i, p->models[j->inputs[i].model].display,
 				j->inputs[i].tensor, asm_, mk_dtype_name(j->inputs[i].desc.dtype),
 				j->inputs[i].load_dtype != j->inputs[i].desc.dtype ? " as " : "",

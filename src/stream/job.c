@@ -2,6 +2,7 @@
  * checked whole and against the stream's HEAD. */
 #include <stddef.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 #include "mk/plan.h"
 #include "json.h"
@@ -23,6 +24,48 @@ static void input_clear(struct mk_plan_input *in)
 	free(in->sources);
 	free(in->assembly);
 	free(in->runs);
+	if (in->lora) {
+		free(in->lora->replace);
+		free(in->lora->a);
+		free(in->lora->b);
+		free(in->lora);
+	}
+}
+
+/* An input's "lora" (mk_plan_lora): an adapter model of the table (not
+ * the input's own model); A and B with a finite scale, over a
+ * 2-dimensional stored tensor, and/or the tensor that replaces W; no
+ * assembly with it. */
+static int decode_lora(json_t *v, struct mk_plan_input *in, uint32_t id, size_t i, const struct mk_manifest *head,
+		       struct mk_err *err)
+{
+	json_t *l = json_object_get(v, "lora"), *sc;
+	const char *a, *b, *rp;
+	uint64_t u;
+	bool tr = false, emb = false;
+
+	if (!l)
+		return 0;
+	a = sj_str(l, "a");
+	b = sj_str(l, "b");
+	rp = sj_str(l, "replace");
+	sc = json_object_get(l, "scale");
+	if (!json_is_object(l) || sj_u64(json_object_get(l, "model"), &u) || !a != !b || (!a && !rp) ||
+	    (json_object_get(l, "replace") && !rp) || (a && (!json_is_number(sc) || !isfinite(json_number_value(sc)))) ||
+	    sj_opt_bool(l, "transpose", &tr) || sj_opt_bool(l, "embedding", &emb) || (a && in->desc.ndim != 2) ||
+	    in->nsources || u == in->model || (head && u >= head->nmodels) || (head && !head->models[u].adapter))
+		return mk_err_set(err, MK_EFORMAT,
+				  "JOB %u: input %zu: bad \"lora\" (an adapter model of the table; \"a\", \"b\" and a finite "
+				  "\"scale\" over a 2-dimensional stored tensor, and/or \"replace\")",
+				  id, i);
+	if (!(in->lora = calloc(1, sizeof(*in->lora))) || (a && !(in->lora->a = strdup(a))) ||
+	    (b && !(in->lora->b = strdup(b))) || (rp && !(in->lora->replace = strdup(rp))))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	in->lora->model = (size_t)u;
+	in->lora->scale = a ? json_number_value(sc) : 0.0;
+	in->lora->transpose = tr;
+	in->lora->embedding = emb;
+	return 0;
 }
 
 void mk_plan_job_free(struct mk_plan_job *j)
@@ -130,7 +173,7 @@ static int decode_input(json_t *v, struct mk_plan_input *in, uint32_t id, size_t
 	if (!(in->tensor = strdup(t)))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	if (!as)
-		return 0;
+		return decode_lora(v, in, id, i, head, err);
 	const char *kind = sj_str(as, "kind");
 	json_t *srcs = json_object_get(as, "sources"), *sv;
 	size_t q;
@@ -148,7 +191,7 @@ static int decode_input(json_t *v, struct mk_plan_input *in, uint32_t id, size_t
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
 		in->nsources = q + 1;
 	}
-	return 0;
+	return decode_lora(v, in, id, i, head, err);
 }
 
 /* An input's "rows" (vocabulary jobs): runs ascending by output row,
@@ -406,6 +449,22 @@ static json_t *input_json(const struct mk_plan_input *in, bool runs)
 		for (size_t q = 0; q < in->nsources; q++)
 			json_array_append_new(sv, json_string(in->sources[q]));
 		json_object_set_new(e, "assembly", json_pack("{s:s,s:o}", "kind", in->assembly, "sources", sv));
+	}
+	if (e && in->lora) {
+		const struct mk_plan_lora *l = in->lora;
+		json_t *lo = json_pack("{s:I}", "model", (json_int_t)l->model);
+		if (lo && l->a) {
+			json_object_set_new(lo, "a", json_string(l->a));
+			json_object_set_new(lo, "b", json_string(l->b));
+			json_object_set_new(lo, "scale", json_real(l->scale));
+			if (l->transpose)
+				json_object_set_new(lo, "transpose", json_true());
+			if (l->embedding)
+				json_object_set_new(lo, "embedding", json_true());
+		}
+		if (lo && l->replace)
+			json_object_set_new(lo, "replace", json_string(l->replace));
+		json_object_set_new(e, "lora", lo);
 	}
 	if (e && runs) {
 		json_t *rv = json_array();

@@ -208,9 +208,14 @@ int mk_manifest_encode(const struct mk_manifest *m, char **out, size_t *len,
 								    (json_int_t)s->size, "header_sha256", hex));
 			}
 			json_t *mo = json_pack("{s:s}", "ref", m->models[i].ref);
-			if (m->models[i].commit)
+			if (mo && m->models[i].commit)
 				json_object_set_new(mo, "commit", json_string(m->models[i].commit));
-			json_object_set_new(mo, "shards", sh);
+			if (mo && m->models[i].adapter)
+				json_object_set_new(mo, "adapter", json_true());
+			if (mo)
+				json_object_set_new(mo, "shards", sh);
+			else
+				json_decref(sh);
 			json_array_append_new(ms, mo);
 		}
 		for (size_t i = 0; i < m->nplugins; i++)
@@ -261,12 +266,14 @@ static int decode_models(json_t *o, struct mk_manifest *m, struct mk_err *err)
 	json_array_foreach(ms, i, v) {
 		const char *ref = sj_str(v, "ref"), *commit = sj_str(v, "commit");
 		json_t *sh = json_object_get(v, "shards");
-		if (!ref || !json_is_array(sh))
-			return mk_err_set(err, MK_EFORMAT, "HEAD: model #%zu needs \"ref\" and \"shards\"", i);
+		json_t *ad = json_object_get(v, "adapter");
+		if (!ref || !json_is_array(sh) || (ad && !json_is_boolean(ad)))
+			return mk_err_set(err, MK_EFORMAT, "HEAD: model #%zu needs \"ref\" and \"shards\" (and \"adapter\" is a boolean)", i);
 		if (json_object_get(v, "commit") && (!commit || !mk_hub_rev_ok(commit) || strchr(commit, '/')))
 			return mk_err_set(err, MK_EFORMAT, "HEAD: model '%s': \"commit\" is not a commit", ref);
 		if ((rc = mk_manifest_add_model(m, ref, commit, err)))
 			return rc;
+		m->models[m->nmodels - 1].adapter = json_is_true(ad);
 		json_array_foreach(sh, k, s) {
 			const char *nm = sj_str(s, "name");
 			uint64_t size;

@@ -1,0 +1,41 @@
+/* lora.h - a PEFT LoRA adapter as mk-plan reads it (internal to src/plan):
+ * its adapter_config.json and its tensors' names and shapes, checked
+ * against the base model, turned into one entry per base weight the
+ * adapter changes. */
+#ifndef MK_PLAN_LORA_H
+#define MK_PLAN_LORA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include "mk/err.h"
+#include "mk/model.h"
+
+struct mk_lora_ent {
+	char *target;                /* the base weight ("model.layers.0.self_attn.q_proj.weight") */
+	char *a, *b;                 /* LoRA: the adapter's A and B tensors; NULL: a replacement */
+	char *replace;               /* modules_to_save: the adapter's tensor that replaces it */
+	double scale;                /* alpha / r, or alpha / sqrt(r) with use_rslora */
+	bool transpose;              /* delta (B·A)ᵀ: fan_in_fan_out or an embedding */
+	bool embedding;              /* lora_embedding_A/B */
+};
+
+struct mk_lora {
+	struct mk_model *m;          /* the adapter's weights (mk_model_open_adapter) */
+	size_t n;
+	struct mk_lora_ent *v;       /* sorted by target */
+};
+
+/* Open adapter `ref` (a directory or Hub repo with adapter_config.json and
+ * adapter_model.safetensors or .bin) for base model `base` and check it
+ * whole: a LoRA (not DoRA, not another PEFT type, no bias training),
+ * every tensor a lora_A/lora_B (or lora_embedding_A/B) pair or a
+ * modules_to_save weight, each pair of the rank its rank_pattern (or r)
+ * says, mapping onto a 2-dimensional weight of the base of the right
+ * shape.  `name` names the adapter in messages. */
+int mk_lora_open(const char *ref, const char *name, const struct mk_model *base, struct mk_lora **out,
+		 struct mk_err *err);
+/* The entry for base weight `target`, or NULL. */
+const struct mk_lora_ent *mk_lora_find(const struct mk_lora *l, const char *target);
+void mk_lora_free(struct mk_lora *l);
+
+#endif
