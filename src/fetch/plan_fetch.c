@@ -13,6 +13,7 @@
 #include "mk/model.h"
 #include "mk/pack.h"
 #include "mk/stream.h"
+#include "fetch_impl.h"
 
 struct held {                    /* a frame kept to be passed on later */
 	uint8_t *wire;           /* in memory: header + payload; or NULL ... */
@@ -36,17 +37,21 @@ struct seg {                     /* a run of an input's elements on disk */
 	int fd;
 	uint64_t data_off;       /* file offset of the run's first element */
 	uint64_t elem_begin;     /* the input's element index it starts at */
+	const struct mk_st_tensor *strided; /* a view: read by gathering */
+	uint64_t data_start;     /* (of its file) */
 };
 
 struct src {                     /* an input tensor's place on disk: one run,
 				    or one per source tensor of an assembly */
 	size_t nseg;
 	struct seg *seg;
+	struct mk__held held;    /* storage bytes of a strided source */
 };
 
 struct tag {                     /* what an extent is */
 	size_t job;
 	struct mk_chunk c;
+	struct mk__gread g;      /* a strided source's read; g.t NULL for others */
 };
 
 struct pf {
@@ -68,7 +73,37 @@ struct pf {
 	uint64_t *last_end;      /* per file descriptor: where its last read ended */
 	size_t nlast;
 	uint64_t backward;       /* reads that went back in their file */
+	struct mk__gfill fill;   /* a strided chunk's reads being asked */
+	struct tag fill_tag;
 };
+
+static void track(struct pf *p, const struct mk_read_req *req)
+{
+	if ((size_t)req->fd < p->nlast) {
+		if (req->off < p->last_end[req->fd])
+			p->backward++;
+		p->last_end[req->fd] = req->off + req->len;
+	}
+}
+
+/* the next read of the strided chunk being asked for */
+static int fill_next(struct pf *p, struct mk_read_req *req)
+{
+	struct tag *t = &p->ring[p->seq % p->ring_len];
+
+	if (!mk__gfill_next(&p->fill, p->chunk_bytes, req, &p->fill_tag.g))
+		return 0;
+	p->seq++;
+	*t = p->fill_tag;
+	req->tag = t;
+	track(p, req);
+	return 1;
+}
+
+static size_t njob_inputs(const struct mk_plan_job *jb)
+{
+	return jb->ninputs + (jb->vocab ? jb->vocab->naux : 0);
+}
 
 static int next_range(struct pf *p, struct mk_err *err)
 {
@@ -141,6 +176,8 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 {
 	struct pf *p = ctx;
 
+	if (p->fill.live)
+		return fill_next(p, req);
 	for (;;) {
 		if (!p->have_range) {
 			int rc = next_range(p, err);
@@ -175,20 +212,26 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 			t->c = (struct mk_chunk){ .id = jb->id, .input = (uint16_t)i, .pass = (uint16_t)p->send,
 						  .dtype = in->desc.dtype, .elem_begin = b, .elem_count = n };
 			mk_chunk_set_rows(&t->c, p->ck.row_len);
-			const struct src *sr = &p->src[p->j][i];
+			struct src *sr = &p->src[p->j][i];
 			size_t k = sr->nseg - 1;
 			while (k > 0 && sr->seg[k].elem_begin > at)
 				k--;
+			if (sr->seg[k].strided) {
+				/* a view: its elements gathered from the reads of
+				 * the storage they lie in */
+				p->seq--;
+				p->fill_tag = *t;
+				mk__gfill_start(&p->fill, &sr->held, sr->seg[k].fd, sr->seg[k].data_start, sr->seg[k].strided,
+						at - sr->seg[k].elem_begin, n);
+				return fill_next(p, req);
+			}
+			t->g.t = NULL;
 			boff = (at - sr->seg[k].elem_begin) * mk_dtype_bits(in->desc.dtype) / 8;
 			req->fd = sr->seg[k].fd;
 			req->off = sr->seg[k].data_off + boff;
 			req->len = (size_t)blen;
 			req->tag = t;
-			if ((size_t)req->fd < p->nlast) {
-				if (req->off < p->last_end[req->fd])
-					p->backward++;
-				p->last_end[req->fd] = req->off + req->len;
-			}
+			track(p, req);
 			return 1;
 		}
 		p->have_range = false;
@@ -340,7 +383,9 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	struct mk_frame f;
 	char *hjson = NULL;
 	size_t hlen;
-	uint64_t done = 0, total = 0;
+	uint64_t done = 0, total = 0, sent = 0;
+	uint8_t *gbuf = NULL;
+	size_t gcap = 0, held_job = 0;
 	int rc;
 
 	memset(st, 0, sizeof(*st));
@@ -476,11 +521,12 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 							mt ? "dtype or shape differs" : "missing");
 					goto out;
 				}
-				sr->seg[k] = (struct seg){ fds[in->model][mt->shard],
-							   models[in->model]->shards[mt->shard]->data_start + mt->t->begin,
-							   at };
+				uint64_t ds = models[in->model]->shards[mt->shard]->data_start, tb = 0;
+				sr->seg[k] = (struct seg){ fds[in->model][mt->shard], ds + mt->t->begin, at, mt->t->stride ? mt->t : NULL,
+							   ds };
 				at += mt->t->nelem;
-				total += (mt->t->end - mt->t->begin) * jb->sends;
+				mk_dtype_nbytes(mt->t->desc.dtype, mt->t->nelem, &tb);
+				total += tb * jb->sends;
 			}
 			if (at != in->nelem) {
 				rc = mk_err_set(err, MK_EMISMATCH, "job %u: input '%s': its sources hold %llu elements, the plan says %llu",
@@ -539,15 +585,29 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 			if (rc)
 				goto out;
 		}
+		/* the storage bytes held for the strided inputs of jobs done */
+		for (; held_job < t->job; held_job++)
+			for (size_t i = 0; i < njob_inputs(p.jobs[held_job]); i++)
+				mk__held_free(&p.src[held_job][i].held);
+		done += req.len;
 		t->c.data = data;
 		t->c.data_len = req.len;
+		if (t->g.t) {
+			rc = mk__gread_take(&t->g, &req, data, &gbuf, &gcap, &t->c.data, &t->c.data_len, err);
+			if (rc < 0) {
+				mk_err_prefix(err, "job %u: ", t->c.id);
+				goto out;
+			}
+			if (rc == 0)
+				continue;
+		}
 		rc = mk_sw_chunk(w, MK_FT_INPT, &t->c, err);
 		if (rc)
 			goto out;
 		st->chunks++;
-		done += req.len;
+		sent += t->c.data_len;
 		if (o->progress)
-			o->progress(o->progress_ctx, done, total);
+			o->progress(o->progress_ctx, sent, total);
 	}
 	while (written < njf) {
 		rc = pass_held(w, &sp, &jobframes[written++], err);
@@ -577,9 +637,12 @@ out:
 	for (size_t i = 0; i < njf; i++)
 		free(jobframes[i].wire);
 	free(jobframes);
+	free(gbuf);
 	for (size_t j = 0; j < p.njobs; j++) {
-		for (size_t i = 0; p.src && p.src[j] && i < p.jobs[j]->ninputs + (p.jobs[j]->vocab ? p.jobs[j]->vocab->naux : 0); i++)
+		for (size_t i = 0; p.src && p.src[j] && i < njob_inputs(p.jobs[j]); i++) {
 			free(p.src[j][i].seg);
+			mk__held_free(&p.src[j][i].held);
+		}
 		if (p.src)
 			free(p.src[j]);
 		mk_plan_job_free(p.jobs[j]);
