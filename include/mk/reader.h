@@ -40,10 +40,10 @@ struct mk_hub_blob;
 struct mk_read_req {
 	int fd;                /* open for reading; owned by the caller
 				  (ignored for a remote extent) */
-	struct mk_hub_blob *remote; /* a remote file's extent, or NULL */
 	uint64_t off;          /* file offset */
 	size_t len;            /* 1 .. chunk_bytes */
 	void *tag;             /* caller's, returned with the data */
+	struct mk_hub_blob *remote; /* a remote file's extent, or NULL */
 };
 
 /* Produce the next extent to read.  Returns 1 and fills *req, 0 when

@@ -31,7 +31,29 @@ struct mk_st_tensor {
 	struct mk_tensor_desc desc;  /* dtype and shape (ndim 0: a scalar) */
 	uint64_t nelem;              /* product of shape (1 for a scalar) */
 	uint64_t begin, end;         /* byte range relative to data_start */
+	/* NULL: the elements lie in row-major order in [begin, end) (every
+	 * safetensors tensor).  Else ndim strides in elements, of a PyTorch
+	 * view (transposed, sliced, expanded): element (i0, i1, ...) is at
+	 * begin + size * (i0*stride[0] + i1*stride[1] + ...), and [begin, end)
+	 * is the span of storage the elements lie in (its byte count need not
+	 * be nelem's).  Read such a tensor with mk_st_tensor_extent and
+	 * mk_st_tensor_gather; owned by the containing mk_st_file. */
+	const uint64_t *stride;
 };
+
+/* The bytes (relative to data_start) that elements [e0, e0 + n) of t, in
+ * row-major order, lie in: [*lo, *hi).  Exact for a contiguous tensor;
+ * for a strided one the smallest range over the rows (or the part of a
+ * row) they touch.  Whole bytes: e0 and n at the dtype's granule.
+ * Requires n >= 1 and e0 + n <= t->nelem. */
+void mk_st_tensor_extent(const struct mk_st_tensor *t, uint64_t e0, uint64_t n, uint64_t *lo, uint64_t *hi);
+
+/* Copy elements [e0, e0 + n) of t, in row-major order, to dst (their
+ * bytes, n * size) from src, which holds the file's bytes [src_lo,
+ * src_lo + src_len) relative to data_start.  MK_EINVAL, naming the
+ * tensor, when the elements are not all in src or not in t. */
+int mk_st_tensor_gather(const struct mk_st_tensor *t, uint64_t e0, uint64_t n, const void *src, uint64_t src_lo,
+			uint64_t src_len, void *dst, struct mk_err *err);
 
 struct mk_st_meta {                  /* one "__metadata__" entry */
 	char *key, *value;

@@ -1,7 +1,8 @@
 /* torchbin.h - PyTorch checkpoints in torch.save's zip format
  * (pytorch_model.bin, .pt, .pth: a zip holding ARCHIVE/data.pkl, a
  * pickle of the state dict, and ARCHIVE/data/KEY, one member per
- * storage), read without running the pickle.
+ * storage; ARCHIVE any name, torch.save's is the file's stem or
+ * "archive"), read without running the pickle.
  *
  * The pickle is read by a restricted machine of mk's own that knows only
  * what state dicts use: dicts and collections.OrderedDict, tuples and
@@ -9,12 +10,14 @@
  * ._rebuild_tensor_v2 and _rebuild_parameter, the storage types, and
  * persistent ids naming storages.  Any other global is refused, naming
  * it, before anything would be called; nothing is ever executed (as
- * torch.load(weights_only=True)).  Every tensor must be contiguous; a
- * storage member must be stored (not deflated).  The result is the same
- * struct mk_st_file a safetensors header gives: every tensor's dtype,
- * shape and byte range in the file (data_start 0; tensors that share a
- * storage may overlap), so the rest of mk reads it as it reads
- * safetensors.  header_hash is the SHA-256 of data.pkl.  The legacy
+ * torch.load(weights_only=True)).  A storage member must be stored (not
+ * deflated).  The result is the same struct mk_st_file a safetensors
+ * header gives: every tensor's dtype, shape and byte range in the file
+ * (data_start 0; tensors that share a storage may overlap), so the rest
+ * of mk reads it as it reads safetensors.  A tensor that is a view not
+ * contiguous (transposed, sliced, expanded) gets its strides
+ * (mk_st_tensor.stride) and the span of storage it lies in; one spread
+ * over more than 4 times its bytes and 16 MiB is refused.  header_hash is the SHA-256 of data.pkl.  The legacy
  * (pre-zip) torch.save format is refused with a message.
  */
 #ifndef MK_TORCHBIN_H

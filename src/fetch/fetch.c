@@ -12,6 +12,7 @@
 #include "mk/model.h"
 #include "mk/pack.h"
 #include "mk/stream.h"
+#include "fetch_impl.h"
 
 const char *const mk_fetch_copy_files[] = {
 	"config.json", "generation_config.json", "tokenizer_config.json",
@@ -53,6 +54,7 @@ static enum mk_io_kind reader_kind(const struct mk_fetch_opts *o, struct mk_mode
 struct pending {               /* a chunk whose read is in flight */
 	uint32_t id;
 	struct mk_chunk c;
+	struct mk__gread g;    /* a strided tensor's read; g.t NULL for others */
 };
 
 struct fetch {
@@ -69,13 +71,49 @@ struct fetch {
 	int last_fd;
 	uint64_t last_end;
 	uint64_t backward;
+	struct mk__gfill fill;         /* a strided chunk's reads being asked */
+	struct mk_chunk fill_c;
+	struct mk__held held;
 };
+
+static void track(struct fetch *f, const struct mk_read_req *req)
+{
+	if (req->fd == f->last_fd && req->off < f->last_end)
+		f->backward++;
+	f->last_fd = req->fd;
+	f->last_end = req->off + req->len;
+	f->seq++;
+}
+
+/* the next read of the strided chunk being asked for */
+static int fill_next(struct fetch *f, struct mk_read_req *req)
+{
+	struct pending *p = &f->ring[f->seq % f->ring_len];
+
+	if (!mk__gfill_next(&f->fill, f->chunk_bytes, req, &p->g))
+		return 0;
+	p->id = f->fill_c.id;
+	p->c = f->fill_c;
+	req->tag = p;
+	track(f, req);
+	return 1;
+}
+
+static uint64_t tensor_bytes(const struct mk_st_tensor *t)
+{
+	uint64_t b = 0;
+
+	mk_dtype_nbytes(t->desc.dtype, t->nelem, &b);
+	return b;
+}
 
 static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 {
 	struct fetch *f = ctx;
 	struct mk_chunk c = { 0 };   /* input and pass stay 0 in DATA */
 
+	if (f->fill.live)
+		return fill_next(f, req);
 	for (;;) {
 		if (f->cur >= f->ntensors)
 			return 0;
@@ -100,21 +138,28 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 	uint64_t boff = c.elem_begin * mk_dtype_bits(c.dtype) / 8, blen;
 	struct pending *p = &f->ring[f->seq % f->ring_len];
 
+	c.id = (uint32_t)f->cur;
+	if (s->mt->t->stride) {
+		f->fill_c = c;
+		mk__gfill_start(&f->fill, &f->held, s->fd, sh->data_start, s->mt->t, c.elem_begin, c.elem_count);
+		return fill_next(f, req);
+	}
 	mk_dtype_nbytes(c.dtype, c.elem_count, &blen);
 	p->id = (uint32_t)f->cur;
 	p->c = c;
-	p->c.id = (uint32_t)f->cur;
+	p->g.t = NULL;
 	req->fd = s->fd;
 	req->remote = s->remote;
 	req->off = sh->data_start + s->mt->t->begin + boff;
 	req->len = (size_t)blen;
 	req->tag = p;
-	if (req->fd == f->last_fd && req->off < f->last_end)
-		f->backward++;
-	f->last_fd = req->fd;
-	f->last_end = req->off + req->len;
-	f->seq++;
+	track(f, req);
 	return 1;
+}
+
+static const char *s_path(const struct fetch *f, uint32_t i)
+{
+	return f->src[i].m->shards[f->src[i].mt->shard]->path;
 }
 
 static int cmp_name(const void *a, const void *b)
@@ -133,11 +178,12 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 	struct fetch f = { .last_fd = -1 };
 	struct mk_reader_opts ropts = { o->io, o->chunk_bytes, o->qdepth };
 	int **fds = NULL;
-	uint8_t **fbuf = NULL;
+	uint8_t **fbuf = NULL, *gbuf = NULL;
+	size_t gcap = 0;
 	size_t *flen = NULL, nfiles = 0, k;
 	char *head = NULL;
 	size_t head_len;
-	uint64_t total = 0, done = 0;
+	uint64_t total = 0, done = 0, sent = 0;
 	int rc = 0;
 
 	memset(st, 0, sizeof(*st));
@@ -213,7 +259,7 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 		rc = mk_manifest_add_tensor(man, t->name, t->desc.dtype, t->desc.ndim, t->desc.shape, err);
 		if (rc)
 			goto out;
-		total += t->end - t->begin;
+		total += tensor_bytes(t);
 	}
 	/* the first model's non-weight files */
 	for (k = 0; mk_fetch_copy_files[k]; k++)
@@ -254,7 +300,7 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 				if (!f.skip[j->done[d].index])
 					st->skipped++;
 				f.skip[j->done[d].index] = true;
-				total -= t->end - t->begin;
+				total -= tensor_bytes(t);
 			}
 		}
 		mk_pack_journal_free(j);
@@ -305,15 +351,26 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 		if (rc == 0)
 			break;
 		p = req.tag;
+		done += req.len;
 		p->c.data = data;
 		p->c.data_len = req.len;
+		if (p->g.t) {
+			/* a strided tensor: its chunk once its reads are in */
+			rc = mk__gread_take(&p->g, &req, data, &gbuf, &gcap, &p->c.data, &p->c.data_len, err);
+			if (rc < 0) {
+				mk_err_prefix(err, "%s: ", s_path(&f, p->id));
+				goto out;
+			}
+			if (rc == 0)
+				continue;
+		}
 		rc = mk_sw_chunk(w, MK_FT_DATA, &p->c, err);
 		if (rc)
 			goto out;
 		st->chunks++;
-		done += req.len;
+		sent += p->c.data_len;
 		if (o->progress)
-			o->progress(o->progress_ctx, done, total);
+			o->progress(o->progress_ctx, sent, total);
 	}
 	rc = mk_sw_end(w, err);
 	if (rc)
@@ -333,6 +390,8 @@ out:
 	free(fbuf);
 	free(flen);
 	free(f.ring);
+	free(gbuf);
+	mk__held_free(&f.held);
 	free(f.skip);
 	free(f.src);
 	mk_manifest_free(man);

@@ -14,6 +14,7 @@
 #include "mk/model.h"
 #include "mk/pack.h"
 #include "mk/stream.h"
+#include "fetch_impl.h"
 
 struct held {                    /* a frame kept to be passed on later */
 	uint8_t *wire;           /* in memory: header + payload; or NULL ... */
@@ -38,6 +39,8 @@ struct seg {                     /* a run of an input's elements on disk */
 	struct mk_hub_blob *remote;  /* or NULL */
 	uint64_t data_off;       /* file offset of the run's first element */
 	uint64_t elem_begin;     /* the input's element index it starts at */
+	const struct mk_st_tensor *strided; /* a view: read by gathering */
+	uint64_t data_start;     /* (of its file) */
 };
 
 struct src {                     /* an input tensor's place on disk: one run,
@@ -46,6 +49,7 @@ struct src {                     /* an input tensor's place on disk: one run,
 	struct seg *seg;
 	enum mk_dtype rdt;       /* the dtype read: the input's, or that of the
 				    adapter tensor that replaces it */
+	struct mk__held held;    /* storage bytes of a strided source */
 };
 
 struct tag {                     /* what an extent is */
@@ -53,6 +57,7 @@ struct tag {                     /* what an extent is */
 	size_t input;
 	uint64_t at;             /* the input's stored element it begins at */
 	struct mk_chunk c;
+	struct mk__gread g;      /* a strided source's read; g.t NULL for others */
 };
 
 /* A LoRA input's A and B (mk/plan.h), in float32, read whole when its job's
@@ -94,7 +99,37 @@ struct pf {
 	uint64_t *last_end;      /* per file descriptor: where its last read ended */
 	size_t nlast;
 	uint64_t backward;       /* reads that went back in their file */
+	struct mk__gfill fill;   /* a strided chunk's reads being asked */
+	struct tag fill_tag;
 };
+
+static void track(struct pf *p, const struct mk_read_req *req)
+{
+	if ((size_t)req->fd < p->nlast) {
+		if (req->off < p->last_end[req->fd])
+			p->backward++;
+		p->last_end[req->fd] = req->off + req->len;
+	}
+}
+
+/* the next read of the strided chunk being asked for */
+static int fill_next(struct pf *p, struct mk_read_req *req)
+{
+	struct tag *t = &p->ring[p->seq % p->ring_len];
+
+	if (!mk__gfill_next(&p->fill, p->chunk_bytes, req, &p->fill_tag.g))
+		return 0;
+	p->seq++;
+	*t = p->fill_tag;
+	req->tag = t;
+	track(p, req);
+	return 1;
+}
+
+static size_t njob_inputs(const struct mk_plan_job *jb)
+{
+	return jb->ninputs + (jb->vocab ? jb->vocab->naux : 0);
+}
 
 static int next_range(struct pf *p, struct mk_err *err)
 {
@@ -173,6 +208,8 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 {
 	struct pf *p = ctx;
 
+	if (p->fill.live)
+		return fill_next(p, req);
 	for (;;) {
 		if (!p->have_range) {
 			int rc = next_range(p, err);
@@ -210,21 +247,27 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 			t->c = (struct mk_chunk){ .id = jb->id, .input = (uint16_t)i, .pass = (uint16_t)p->send,
 						  .dtype = in->desc.dtype, .elem_begin = b, .elem_count = n };
 			mk_chunk_set_rows(&t->c, p->ck.row_len);
-			const struct src *sr = &p->src[p->j][i];
+			struct src *sr = &p->src[p->j][i];
 			size_t k = sr->nseg - 1;
 			while (k > 0 && sr->seg[k].elem_begin > at)
 				k--;
+			if (sr->seg[k].strided) {
+				/* a view: its elements gathered from the reads of
+				 * the storage they lie in */
+				p->seq--;
+				p->fill_tag = *t;
+				mk__gfill_start(&p->fill, &sr->held, sr->seg[k].fd, sr->seg[k].data_start, sr->seg[k].strided,
+						at - sr->seg[k].elem_begin, n);
+				return fill_next(p, req);
+			}
+			t->g.t = NULL;
 			boff = (at - sr->seg[k].elem_begin) * mk_dtype_bits(rdt) / 8;
 			req->fd = sr->seg[k].fd;
 			req->remote = sr->seg[k].remote;
 			req->off = sr->seg[k].data_off + boff;
 			req->len = (size_t)blen;
 			req->tag = t;
-			if ((size_t)req->fd < p->nlast) {
-				if (req->off < p->last_end[req->fd])
-					p->backward++;
-				p->last_end[req->fd] = req->off + req->len;
-			}
+			track(p, req);
 			return 1;
 		}
 		p->have_range = false;
@@ -538,7 +581,9 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	struct mk_frame f;
 	char *hjson = NULL;
 	size_t hlen;
-	uint64_t done = 0, total = 0;
+	uint64_t done = 0, total = 0, sent = 0;
+	uint8_t *gbuf = NULL;
+	size_t gcap = 0, held_job = 0;
 	int rc;
 
 	memset(st, 0, sizeof(*st));
@@ -675,13 +720,14 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 							mt ? "dtype or shape differs" : "missing");
 					goto out;
 				}
+				uint64_t ds = models[in->model]->shards[mt->shard]->data_start, tb = 0;
 				sr->seg[k] = (struct seg){ fds[in->model][mt->shard],
 							   models[in->model]->remote ?
 							   models[in->model]->remote[mt->shard] : NULL,
-							   models[in->model]->shards[mt->shard]->data_start + mt->t->begin,
-							   at };
+							   ds + mt->t->begin, at, mt->t->stride ? mt->t : NULL, ds };
 				at += mt->t->nelem;
-				total += (mt->t->end - mt->t->begin) * jb->sends;
+				mk_dtype_nbytes(mt->t->desc.dtype, mt->t->nelem, &tb);
+				total += tb * jb->sends;
 			}
 			if (at != in->nelem) {
 				rc = mk_err_set(err, MK_EMISMATCH, "job %u: input '%s': its sources hold %llu elements, the plan says %llu",
@@ -696,7 +742,9 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 					const struct mk_model *am = models[in->lora->model];
 					sr->seg[0] = (struct seg){ fds[in->lora->model][rt->shard],
 								   am->remote ? am->remote[rt->shard] : NULL,
-								   am->shards[rt->shard]->data_start + rt->t->begin, 0 };
+								   am->shards[rt->shard]->data_start + rt->t->begin, 0,
+								   rt->t->stride ? rt->t : NULL,
+								   am->shards[rt->shard]->data_start };
 					sr->rdt = rt->t->desc.dtype;
 				}
 			}
@@ -756,11 +804,26 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 			if (rc)
 				goto out;
 		}
+		/* the storage bytes held for the strided inputs of jobs done */
+		for (; held_job < t->job; held_job++)
+			for (size_t i = 0; i < njob_inputs(p.jobs[held_job]); i++)
+				mk__held_free(&p.src[held_job][i].held);
+		done += req.len;
 		t->c.data = data;
 		t->c.data_len = req.len;
+		if (t->g.t) {
+			rc = mk__gread_take(&t->g, &req, data, &gbuf, &gcap, &t->c.data, &t->c.data_len, err);
+			if (rc < 0) {
+				mk_err_prefix(err, "job %u: ", t->c.id);
+				goto out;
+			}
+			if (rc == 0)
+				continue;
+		}
 		if (mk_plan_job_input(p.jobs[t->job], t->input)->lora) {
 			uint64_t wb;
-			rc = lora_apply(&lw, &p, models, fds, t, data, &t->c.data, err);
+			/* on the chunk as read (a view's, gathered) */
+			rc = lora_apply(&lw, &p, models, fds, t, t->c.data, &t->c.data, err);
 			if (rc)
 				goto out;
 			(void)mk_dtype_nbytes(t->c.dtype, t->c.elem_count, &wb);
@@ -770,9 +833,9 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		if (rc)
 			goto out;
 		st->chunks++;
-		done += req.len;
+		sent += t->c.data_len;
 		if (o->progress)
-			o->progress(o->progress_ctx, done, total);
+			o->progress(o->progress_ctx, sent, total);
 	}
 	while (written < njf) {
 		rc = pass_held(w, &sp, &jobframes[written++], err);
@@ -810,9 +873,12 @@ out:
 	for (size_t i = 0; i < njf; i++)
 		free(jobframes[i].wire);
 	free(jobframes);
+	free(gbuf);
 	for (size_t j = 0; j < p.njobs; j++) {
-		for (size_t i = 0; p.src && p.src[j] && i < p.jobs[j]->ninputs + (p.jobs[j]->vocab ? p.jobs[j]->vocab->naux : 0); i++)
+		for (size_t i = 0; p.src && p.src[j] && i < njob_inputs(p.jobs[j]); i++) {
 			free(p.src[j][i].seg);
+			mk__held_free(&p.src[j][i].held);
+		}
 		if (p.src)
 			free(p.src[j]);
 		mk_plan_job_free(p.jobs[j]);

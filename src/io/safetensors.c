@@ -29,6 +29,7 @@ struct st_file {
 	struct mk_st_file pub;       /* first member */
 	size_t *by_name;             /* tensor indexes sorted by name */
 	char *strings;               /* tensor names, metadata keys/values */
+	uint64_t *strides;           /* the strided tensors' strides */
 };
 
 static struct st_file *priv(const struct mk_st_file *f)
@@ -267,6 +268,7 @@ void mk_st_file_free(struct mk_st_file *f)
 	free(f->meta);
 	free(sf->by_name);
 	free(sf->strings);
+	free(sf->strides);
 	free(sf);
 }
 
@@ -275,14 +277,16 @@ int mk__st_file_make(const char *label, uint64_t file_size, const struct mk_st_t
 {
 	struct st_file *sf = calloc(1, sizeof(*sf));
 	struct mk_st_file *f = sf ? &sf->pub : NULL;
-	size_t arena = 0, off = 0;
+	size_t arena = 0, off = 0, nstride = 0, soff = 0;
 
 	*out = NULL;
-	for (size_t i = 0; i < n; i++)
+	for (size_t i = 0; i < n; i++) {
 		arena += strlen(tensors[i].name) + 1;
+		nstride += tensors[i].stride ? tensors[i].desc.ndim : 0;
+	}
 	if (!sf || !(f->path = strdup(label)) || !(f->tensors = calloc(n ? n : 1, sizeof(*f->tensors))) ||
 	    !(f->meta = calloc(1, sizeof(*f->meta))) || !(sf->by_name = calloc(n ? n : 1, sizeof(*sf->by_name))) ||
-	    !(sf->strings = malloc(arena ? arena : 1))) {
+	    !(sf->strings = malloc(arena ? arena : 1)) || !(sf->strides = calloc(nstride + 1, sizeof(*sf->strides)))) {
 		mk_st_file_free(f);
 		return mk_err_set(err, MK_ENOMEM, "%s: out of memory", label);
 	}
@@ -293,6 +297,11 @@ int mk__st_file_make(const char *label, uint64_t file_size, const struct mk_st_t
 		f->tensors[i] = tensors[i];
 		f->tensors[i].name = memcpy(sf->strings + off, tensors[i].name, kl);
 		off += kl;
+		if (tensors[i].stride) {
+			f->tensors[i].stride = memcpy(sf->strides + soff, tensors[i].stride,
+						      tensors[i].desc.ndim * sizeof(*sf->strides));
+			soff += tensors[i].desc.ndim;
+		}
 	}
 	qsort(f->tensors, f->ntensors, sizeof(*f->tensors), cmp_offsets);
 	for (size_t i = 0; i < n; i++)

@@ -17,6 +17,7 @@
 #define MAX_PICKLE (256u << 20)  /* a state dict's pickle is KBs to a few MBs */
 #define MAX_MEMBERS 1000000u
 #define MAX_DEPTH 64             /* nesting of tuples, lists and dicts */
+#define MAX_VIEW_SLACK (16u << 20) /* a view's span: 4 times its bytes and this */
 
 /* ------------------------------------------------------------ reading */
 
@@ -223,6 +224,9 @@ struct val {
 	uint64_t offset;             /* TENSOR: storage offset, elements */
 	unsigned ndim;
 	uint64_t shape[8];
+	uint64_t stride[8];          /* TENSOR: in elements */
+	bool strided;                /* TENSOR: not row-major contiguous */
+	uint64_t span;               /* TENSOR: elements of storage it spans */
 	struct val *next_alloc;      /* every value, for freeing */
 };
 
@@ -423,18 +427,24 @@ static int reduce(struct vm *v)
 			return fail(v, "_rebuild_tensor_v2 with arguments other than (storage, offset, size, stride, ...)");
 		const struct val *st = args->items[0], *sz = args->items[2], *sd = args->items[3];
 		/* contiguous: each stride the product of the sizes after it
-		 * (dimensions of size 1 may have any stride) */
-		uint64_t want = 1;
+		 * (dimensions of size 1 may have any stride); else a view, its
+		 * elements at offset + sum of index * stride, spanning up to
+		 * offset + sum of (size - 1) * stride */
+		uint64_t span = 1, nelem = 1;
+		bool strided = false;
 		for (size_t d = sz->n; d-- > 0;) {
-			if (sz->items[d]->i != 1 && (uint64_t)sd->items[d]->i != want)
-				return mk_err_set(v->err, MK_EUNSUPPORTED,
-						  "%s: a tensor of storage %s is not contiguous (stride %lld for size %lld): not read yet; "
-						  "save it with .contiguous() or convert the checkpoint to safetensors",
-						  v->label, st->key, sd->items[d]->i, sz->items[d]->i);
-			if (__builtin_mul_overflow(want, (uint64_t)sz->items[d]->i, &want))
+			uint64_t n = (uint64_t)sz->items[d]->i, sd1 = (uint64_t)sd->items[d]->i, reach;
+			if (n != 1 && sd1 != nelem)
+				strided = true;
+			if (__builtin_mul_overflow(nelem, n, &nelem) ||
+			    (n && (__builtin_mul_overflow(n - 1, sd1, &reach) || __builtin_add_overflow(span, reach, &span))))
 				return fail(v, "a tensor size overflows");
 		}
-		if ((uint64_t)args->items[1]->i > st->numel || want > st->numel - (uint64_t)args->items[1]->i)
+		if (nelem == 0)
+			span = 0, strided = false;
+		else if (!strided)
+			span = nelem;
+		if ((uint64_t)args->items[1]->i > st->numel || span > st->numel - (uint64_t)args->items[1]->i)
 			return fail(v, "a tensor past the end of its storage %s (%llu elements)", st->key,
 				    (unsigned long long)st->numel);
 		if (!(x = mk(v, V_TENSOR)) || !(x->key = strdup(st->key)))
@@ -442,8 +452,12 @@ static int reduce(struct vm *v)
 		x->dt = st->dt;
 		x->offset = (uint64_t)args->items[1]->i;
 		x->ndim = (unsigned)sz->n;
-		for (size_t d = 0; d < sz->n; d++)
+		for (size_t d = 0; d < sz->n; d++) {
 			x->shape[d] = (uint64_t)sz->items[d]->i;
+			x->stride[d] = (uint64_t)sd->items[d]->i;
+		}
+		x->strided = strided;
+		x->span = span;
 		return push(v, x);
 	}
 	default:
@@ -723,6 +737,16 @@ static int vm_run(struct vm *v, struct val **root)
 
 /* ------------------------------------------------------------ the file */
 
+static const char *stride_text(const struct val *t, char *b, size_t n)
+{
+	size_t at = 0;
+
+	b[0] = 0;
+	for (unsigned d = 0; d < t->ndim && at < n; d++)
+		at += (size_t)snprintf(b + at, n - at, "%s%llu", d ? ", " : "", (unsigned long long)t->stride[d]);
+	return b;
+}
+
 static int parse(const struct src *s, struct mk_st_file **out, struct mk_err *err)
 {
 	struct zip z = { 0 };
@@ -789,7 +813,7 @@ static int parse(const struct src *s, struct mk_st_file **out, struct mk_err *er
 	}
 	for (size_t i = 0; i < root->n; i++) {
 		struct val *k = root->items[2 * i], *t = root->items[2 * i + 1];
-		char mname[700];
+		char mname[700], sbuf[200];
 		const struct member *sm;
 		uint64_t bytes, es8;
 		if (k->k != V_STR || t->k != V_TENSOR) {
@@ -820,18 +844,31 @@ static int parse(const struct src *s, struct mk_st_file **out, struct mk_err *er
 		}
 		es8 = mk_dtype_bits(t->dt);
 		/* within the member, counted in elements (no product overflows) */
-		if (t->offset > sm->size * 8 / es8 || ts[i].nelem > sm->size * 8 / es8 - t->offset) {
+		if (t->offset > sm->size * 8 / es8 || t->span > sm->size * 8 / es8 - t->offset) {
 			rc = mk_err_set(err, MK_EFORMAT, "%s: tensor '%s' runs past its storage member (%llu bytes)", s->label, k->s,
 					(unsigned long long)sm->size);
 			goto out;
 		}
-		bytes = ts[i].nelem * es8 / 8;
-		ts[i].begin = off + t->offset * es8 / 8;
-		ts[i].end = ts[i].begin + bytes;
-		if (ts[i].end > off + sm->size) {
-			rc = mk_err_set(err, MK_EFORMAT, "%s: tensor '%s' runs past its storage member (%llu bytes)", s->label, k->s,
-					(unsigned long long)sm->size);
+		if (mk_dtype_nbytes(t->dt, ts[i].nelem, &bytes)) {
+			rc = mk_err_set(err, MK_EFORMAT, "%s: tensor '%s' has more bytes than 64 bits count", s->label, k->s);
 			goto out;
+		}
+		ts[i].begin = off + t->offset * es8 / 8;
+		ts[i].end = ts[i].begin + t->span * es8 / 8;
+		if (t->strided) {
+			/* a view is read by gathering its elements from the storage
+			 * it spans: refused when that is far more than the tensor */
+			uint64_t sp = ts[i].end - ts[i].begin;
+			if (sp > MAX_VIEW_SLACK && (sp - MAX_VIEW_SLACK) / 4 > bytes) {
+				rc = mk_err_set(err, MK_EUNSUPPORTED,
+						"%s: tensor '%s' is a view (stride (%s)) of %llu bytes spread over %llu bytes of its "
+						"storage, more than 4 times its size and 16 MiB: not read; save it with .contiguous() "
+						"or .clone()",
+						s->label, k->s, stride_text(t, sbuf, sizeof(sbuf)), (unsigned long long)bytes,
+						(unsigned long long)sp);
+				goto out;
+			}
+			ts[i].stride = t->stride;
 		}
 	}
 	rc = mk__st_file_make(s->label, s->size, ts, root->n, hash, out, err);

@@ -70,9 +70,10 @@ mk-merge < vin.mks > vt.mks
 (cd "$MK_TOP" && sweep mk-plan-vocab /dev/null "$OLDPWD/vplan.mks" mk-plan $V)
 (cd "$MK_TOP" && sweep mk-fetch-vocab "$OLDPWD/vplan.mks" "$OLDPWD/vin.mks" mk-fetch)
 sweep mk-merge-vocab vin.mks vt.mks mk-merge -j2
-# a PyTorch checkpoint read in copy mode (the zip, the pickle machine)
+# a PyTorch checkpoint read in copy mode (the zip, the pickle machine;
+# views, gathered)
 if command -v python3 >/dev/null 2>&1; then
-	python3 "$MK_TOP/test/tools/mk-gen-torchbin.py" "$MK_TOP/testdata/models/tiny-a" tbin --shards 2 --offset
+	python3 "$MK_TOP/test/tools/mk-gen-torchbin.py" "$MK_TOP/testdata/models/tiny-a" tbin --shards 2 --offset --strided
 	printf 'merge_method: passthrough\nmodels:\n  - model: %s/tbin\n' "$W" > tbin.yml
 	mk-plan tbin.yml > tbin.plan
 	mk-fetch < tbin.plan > tbin.mks

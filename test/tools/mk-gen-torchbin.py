@@ -6,15 +6,27 @@ OrderedDict of tensors rebuilt by torch._utils._rebuild_tensor_v2 from
 persistent storage ids, and ARCHIVE/data/KEY per storage, stored.
 
   mk-gen-torchbin.py SRC DST [--shards N] [--tie A=B] [--evil GLOBAL]
-                     [--deflate] [--legacy] [--offset]
+                     [--deflate] [--legacy] [--offset] [--strided]
+                     [--view NAME=KIND] [--expand NAME] [--file NAME]
 
 DST gets SRC's other files, and pytorch_model.bin (or N shards and
 pytorch_model.bin.index.json) instead of the safetensors.  --tie A=B: B
 shares A's storage (as tied weights do); --offset: every tensor sits at
-storage offset 1 of a storage one element longer; --evil GLOBAL
-(module.name) puts a call of that global in the pickle; --deflate
-compresses the storages; --legacy writes a bare pickle (the pre-zip
-format's first bytes)."""
+storage offset 1 of a storage one element longer; --strided: every
+tensor is a view that is not contiguous, the 2-D ones in turn
+transposed (the storage holds the transpose, stride (1, rows)), a
+column slice of a wider storage at an offset (stride (cols + 3, 1),
+offset 2) and every other column (stride (2 cols, 2), offset 1), the
+1-D ones every other element (stride (2,), offset 1); the storage's
+other elements are 0x7f bytes; --view NAME=KIND: the 2-D tensor NAME
+that view (KIND 0 transposed, 1 the column slice, 2 every other
+column) whatever --strided does; --expand NAME: the 2-D tensor NAME
+becomes its first row repeated, stride (0, 1) (its values change);
+--evil GLOBAL (module.name) puts a call of that global in the pickle;
+--deflate compresses the storages; --legacy writes a bare pickle (the
+pre-zip format's first bytes); --file NAME: one file DST/NAME (such as
+model.pt) with every tensor, its top folder NAME's stem as torch.save
+names it."""
 import collections, json, os, pickle, shutil, struct, sys, types, zipfile
 
 DT = {"F32": ("FloatStorage", 4), "F16": ("HalfStorage", 2), "BF16": ("BFloat16Storage", 2),
@@ -40,14 +52,15 @@ class Storage:
 
 
 class Tensor:
-    def __init__(self, storage, offset, shape):
-        self.storage, self.offset, self.shape = storage, offset, shape
+    def __init__(self, storage, offset, shape, stride=None):
+        self.storage, self.offset, self.shape, self.stride = storage, offset, shape, stride
 
     def __reduce__(self):
         stride, acc = [], 1
         for d in reversed(self.shape):
             stride.insert(0, acc)
             acc *= d
+        stride = self.stride or stride
         return (_rebuild_tensor_v2, (self.storage, self.offset, tuple(self.shape), tuple(stride), False,
                                      collections.OrderedDict()))
 
@@ -81,8 +94,32 @@ def read_st(path):
     return {k: (v["dtype"], v["shape"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items()}
 
 
+def view(data, es, shape, k):
+    """A view of kind k of the row-major elements data: (storage bytes,
+    offset, stride)."""
+    el = [data[i:i + es] for i in range(0, len(data), es)]
+    junk = b"\x7f" * es
+    if len(shape) == 1:
+        st = [junk] * (1 + 2 * len(el))
+        st[1::2] = el
+        return b"".join(st), 1, (2,)
+    r, c = shape
+    if k == 0:  # transposed
+        return b"".join(el[i * c + j] for j in range(c) for i in range(r)), 0, (1, r)
+    if k == 1:  # columns of a wider storage, at an offset
+        st = [junk] * (2 + r * (c + 3))
+        for i in range(r):
+            st[2 + i * (c + 3):2 + i * (c + 3) + c] = el[i * c:(i + 1) * c]
+        return b"".join(st), 2, (c + 3, 1)
+    st = [junk] * (1 + r * 2 * c)  # every other column
+    for i in range(r):
+        st[1 + i * 2 * c:1 + (i + 1) * 2 * c:2] = el[i * c:(i + 1) * c]
+    return b"".join(st), 1, (2 * c, 2)
+
+
 def write_bin(path, tensors, ties, opts):
     sd = collections.OrderedDict()
+    views = opts.get("views", {})
     blobs = {}
     storages = {}
     # a tied tensor after the one whose storage it shares
@@ -91,13 +128,20 @@ def write_bin(path, tensors, ties, opts):
         dt, shape, data = tensors[name]
         kind, es = DT[dt]
         if name in ties and ties[name] in storages:
-            st = storages[ties[name]]
+            st, off, stride = storages[ties[name]]
+        elif name == opts.get("expand"):
+            st = Storage(kind, str(len(blobs)), shape[1])
+            blobs[st.key], off, stride = data[:shape[1] * es], 0, (0, 1)
+        elif name in views or (opts.get("strided") and len(shape) in (1, 2) and len(data)):
+            blob, off, stride = view(data, es, shape, views.get(name, len(blobs) % 3))
+            st = Storage(kind, str(len(blobs)), len(blob) // es)
+            blobs[st.key] = blob
         else:
-            off = 1 if opts.get("offset") else 0
+            off, stride = (1 if opts.get("offset") else 0), None
             st = Storage(kind, str(len(blobs)), len(data) // es + off)
             blobs[st.key] = (b"\0" * es if off else b"") + data
-        storages[name] = st
-        sd[name] = Tensor(st, 1 if opts.get("offset") else 0, shape)
+        storages[name] = (st, off, stride)
+        sd[name] = Tensor(st, off, shape, stride)
     if opts.get("evil"):
         sd["evil"] = Evil(opts["evil"])
     import io
@@ -107,12 +151,13 @@ def write_bin(path, tensors, ties, opts):
         open(path, "wb").write(buf.getvalue())
         return
     comp = zipfile.ZIP_DEFLATED if opts.get("deflate") else zipfile.ZIP_STORED
+    top = opts.get("top", "archive")
     with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
-        z.writestr("archive/data.pkl", buf.getvalue())
-        z.writestr("archive/byteorder", "little")
+        z.writestr(top + "/data.pkl", buf.getvalue())
+        z.writestr(top + "/byteorder", "little")
         for k, b in blobs.items():
-            z.writestr("archive/data/" + k, b, compress_type=comp)
-        z.writestr("archive/version", "3\n")
+            z.writestr(top + "/data/" + k, b, compress_type=comp)
+        z.writestr(top + "/version", "3\n")
 
 
 def main():
@@ -126,8 +171,10 @@ def main():
             shards = int(args[i + 1]); i += 1
         elif a == "--tie":
             x, y = args[i + 1].split("="); ties[y] = x; i += 1
-        elif a == "--evil":
-            opts["evil"] = args[i + 1]; i += 1
+        elif a == "--view":
+            x, k = args[i + 1].split("="); opts.setdefault("views", {})[x] = int(k); i += 1
+        elif a in ("--evil", "--expand", "--file"):
+            opts[a[2:]] = args[i + 1]; i += 1
         else:
             opts[a[2:]] = True
         i += 1
@@ -142,6 +189,10 @@ def main():
     for name in list(ties):
         tensors[name] = tensors[ties[name]]  # the same values, shared
     names = list(tensors)
+    if opts.get("file"):
+        opts["top"] = os.path.splitext(opts["file"])[0]
+        write_bin(os.path.join(dst, opts["file"]), tensors, ties, opts)
+        return
     if shards == 1:
         write_bin(os.path.join(dst, "pytorch_model.bin"), tensors, ties, opts)
         return
