@@ -68,10 +68,7 @@ static void plan_add(struct plan *p, int fd, unsigned seed, uint64_t off,
 		assert_non_null(p->v);
 		assert_non_null(p->seed);
 	}
-	p->v[p->n].fd = fd;
-	p->v[p->n].off = off;
-	p->v[p->n].len = len;
-	p->v[p->n].tag = &p->v[p->n];
+	p->v[p->n] = (struct mk_read_req){ .fd = fd, .off = off, .len = len, .tag = &p->v[p->n] };
 	p->seed[p->n] = seed;
 	p->n++;
 }
