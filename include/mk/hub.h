@@ -88,6 +88,14 @@ int mk_hub_repo_open(const char *id, const char *rev, struct mk_hub_repo **out,
 		     struct mk_err *err);
 void mk_hub_repo_free(struct mk_hub_repo *r);
 
+/* Parse a listing as the Hub answers it (JSON: "sha", and "siblings" with
+ * "rfilename", "size", "blobId" and "lfs": {"sha256", "size"}) into a
+ * repository with no connection (*out, freed with mk_hub_repo_free).
+ * Names that would leave the snapshot, ids that are not hex of the right
+ * length and missing sizes are errors. */
+int mk_hub_listing_parse(const char *id, const void *text, size_t len, struct mk_hub_repo **out,
+			 struct mk_err *err);
+
 /* A file of the listing, or NULL. */
 const struct mk_hub_file *mk_hub_repo_file(const struct mk_hub_repo *r, const char *name);
 

@@ -534,9 +534,17 @@ static int parse_listing(struct mk_hub_repo *r, const char *text, size_t len, st
 		} else {
 			id = json_string_value(json_object_get(v, "blobId"));
 		}
-		if (!id || !is_hex(id, f->lfs ? 64 : 40) || !json_is_integer(size) || json_integer_value(size) < 0) {
-			rc = mk_err_set(err, MK_EFORMAT, "model '%s': the Hub's listing gives %s no %s",
-					r->id, name, !id ? (f->lfs ? "sha256" : "blob id") : "size");
+		if (!id || !is_hex(id, f->lfs ? 64 : 40)) {
+			rc = mk_err_set(err, MK_EFORMAT, "model '%s': the Hub's listing gives %s no %s (%u hex digits)",
+					r->id, name, f->lfs ? "sha256" : "blob id", f->lfs ? 64 : 40);
+			goto out;
+		}
+		if (!json_is_integer(size) || json_integer_value(size) < 0) {
+			rc = mk_err_set(err, MK_EFORMAT, "model '%s': the Hub's listing gives %s no size", r->id, name);
+			goto out;
+		}
+		if (mk_hub_repo_file(r, name)) {
+			rc = mk_err_set(err, MK_EFORMAT, "model '%s': the Hub's listing has %s twice", r->id, name);
 			goto out;
 		}
 		for (size_t k = 0; id[k]; k++)
@@ -579,6 +587,30 @@ static int repo_new(const char *id, const char *rev, struct mk_hub_repo **out, s
 	}
 	*out = r;
 	return rc;
+}
+
+int mk_hub_listing_parse(const char *id, const void *text, size_t len, struct mk_hub_repo **out,
+			 struct mk_err *err)
+{
+	struct mk_hub_repo *r = NULL;
+	int rc;
+
+	*out = NULL;
+	if (!mk_hub_repo_id_ok(id))
+		return mk_err_set(err, MK_EINVAL, "'%s' is not a Hugging Face repo id (org/name)", id);
+	rc = repo_new(id, NULL, &r, err);
+	if (rc == 0)
+		rc = parse_listing(r, text, len, err);
+	if (rc == 0 && asprintf(&r->snapshot, "%s/snapshots/%s", r->dir, r->commit) < 0) {
+		r->snapshot = NULL;
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	if (rc < 0) {
+		mk_hub_repo_free(r);
+		return rc;
+	}
+	*out = r;
+	return 0;
 }
 
 int mk_hub_repo_open(const char *id, const char *rev, struct mk_hub_repo **out, struct mk_err *err)
