@@ -21,9 +21,9 @@ SAN       ?=
 BUILD     ?= $(if $(SAN),build-san,build)
 FUZZ_SECONDS ?= 30
 
-PKGS      := yaml-0.1 libzstd liburing jansson libcurl
+PKGS      := yaml-0.1 libzstd liburing jansson
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -lzstd -luring -ljansson -lcurl)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -lzstd -luring -ljansson)
 LIBS      := $(PKG_LIBS) -lopenblas -lpthread -ldl -lm
 
 WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter

@@ -78,8 +78,15 @@ int main(int argc, char **argv)
 		uint64_t before = mk_hub_bytes_received();
 		char a[32];
 
-		if (mk_model_open_with(argv[i], &o, &m, &err))
-			cli_fail(&err);
+		if (mk_model_open_with(argv[i], &o, &m, &err)) {
+			/* no model weights: a PEFT adapter's, perhaps */
+			struct mk_model_open_opts ao = o;
+			struct mk_err e2 = { 0 };
+			ao.adapter = true;
+			ao.refresh = false;     /* the listing was just asked for */
+			if (err.code != MK_ENOENT || mk_model_open_with(argv[i], &ao, &m, &e2))
+				cli_fail(&err);
+		}
 		printf("%s\n", m->dir);
 		cli_info(3, "%s: commit %s, %s received", argv[i], m->commit ? m->commit : "(local)",
 			 mk_size_human(mk_hub_bytes_received() - before, a, sizeof(a)));

@@ -150,6 +150,10 @@ static void settings_init(void)
 {
 	const char *e = getenv("HF_ENDPOINT");
 
+	if (mk__curl_load(&g_set_err)) {
+		g_set_rc = -g_set_err.code;
+		return;
+	}
 	if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
 		g_set_rc = mk_err_set(&g_set_err, MK_EIO, "libcurl could not be initialised");
 		return;
@@ -314,7 +318,7 @@ static unsigned retry_after_ms(CURL *e)
 {
 	struct curl_header *h;
 
-	if (curl_easy_header(e, "Retry-After", 0, CURLH_HEADER, -1, &h) == CURLHE_OK) {
+	if (curl_easy_header && curl_easy_header(e, "Retry-After", 0, CURLH_HEADER, -1, &h) == CURLHE_OK) {
 		char *end;
 		unsigned long v = strtoul(h->value, &end, 10);
 		if (end != h->value && v < 3600)

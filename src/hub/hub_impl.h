@@ -3,7 +3,7 @@
 #ifndef MK_HUB_IMPL_H
 #define MK_HUB_IMPL_H
 
-#include <curl/curl.h>
+#include "curl_fn.h"
 #include <stdint.h>
 #include "mk/hub.h"
 

@@ -11,11 +11,12 @@ DIR/ORG/NAME@REV another branch.  A folder's optional .mock.json sets
 Bearer TOKEN", else 401).  Each revision's commit is a hash of its files.
 Files of more than 1 KiB, and weights (.safetensors, .bin, .pt, .pth,
 .model), are LFS files: their id is their sha256 and resolve/ redirects
-them to /cdn/ on the same server (an absolute URL, as the real Hub sends
-to its CDN); the others are git blobs (git blob sha1), served directly.
+them to /cdn/ on the same server (an absolute URL naming it localhost, as
+the real Hub sends them to its CDN, another host); the others are git blobs (git blob sha1), served directly.
 
 Endpoints (what mk and huggingface_hub use):
     GET  /api/models/ORG/NAME/revision/REV[?blobs=true]   listing (JSON)
+    GET  /api/models/ORG/NAME/tree/REV[?recursive=true]   huggingface_hub's
     HEAD/GET /ORG/NAME/resolve/REV/PATH   X-Repo-Commit, ETag, X-Linked-*
     GET  /cdn/SHA256                      LFS bytes, with Range
 Control:
@@ -163,6 +164,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         parts = path.strip("/").split("/")
         if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] == "revision":
             return self.listing(parts[2] + "/" + parts[3], "/".join(parts[5:]))
+        if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] == "tree":
+            return self.tree(parts[2] + "/" + parts[3], "/".join(parts[5:]))
         if len(parts) >= 5 and parts[2] == "resolve":
             return self.resolve(parts[0] + "/" + parts[1], parts[3], "/".join(parts[4:]), f)
         if len(parts) == 2 and parts[0] == "cdn":
@@ -191,6 +194,26 @@ class Handler(http.server.BaseHTTPRequestHandler):
                            "gated": bool(r.token), "siblings": sib}).encode()
         self.plain(200, body, [("Content-Type", "application/json")])
 
+    def tree(self, repo_id, rev):
+        """huggingface_hub's file listing (list_repo_tree, recursive)."""
+        r = self.server.revs.get((repo_id, rev))
+        if r is None:
+            return self.plain(404, b'{"error": "Repository or revision not found"}')
+        if not self.authorised(r):
+            return self.plain(401, b'{"error": "Access to this repository is restricted"}')
+        out, dirs = [], set()
+        for rel, (_, lfs, etag, size) in sorted(r.files.items()):
+            for i in range(1, rel.count("/") + 1):
+                dirs.add("/".join(rel.split("/")[:i]))
+            e = {"type": "file", "path": rel, "size": size,
+                 "oid": hashlib.sha1(etag.encode()).hexdigest() if lfs else etag}
+            if lfs:
+                e["lfs"] = {"oid": etag, "size": size, "pointerSize": 134}
+            out.append(e)
+        out += [{"type": "directory", "path": d, "oid": hashlib.sha1(d.encode()).hexdigest(), "size": 0}
+                for d in sorted(dirs)]
+        self.plain(200, json.dumps(out).encode(), [("Content-Type", "application/json")])
+
     def resolve(self, repo_id, rev, rel, fault):
         r = self.server.revs.get((repo_id, rev))
         if r is None or rel not in r.files:
@@ -201,7 +224,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         p, lfs, etag, size = r.files[rel]
         common = [("X-Repo-Commit", r.commit)]
         if lfs:
-            host = "http://127.0.0.1:%d" % self.server.server_address[1]
+            # another host name for the same server, as the Hub's CDN is
+            # another host: clients follow the redirect to fetch the bytes,
+            # not to learn the file's commit and id
+            host = "http://localhost:%d" % self.server.server_address[1]
             return self.plain(302, b"", common + [
                 ("ETag", '"%s"' % hashlib.sha1(etag.encode()).hexdigest()),
                 ("X-Linked-Etag", '"%s"' % etag), ("X-Linked-Size", str(size)),
