@@ -302,45 +302,56 @@ void mk_sha256_init(struct mk_sha256 *s)
 	s->nbuf = 0;
 }
 
-void mk_sha256_update(struct mk_sha256 *s, const void *data, size_t len)
+/* The 64-byte block buffering and the final padding (a 1 bit, zeros, the
+ * message's length in bits, big-endian) that SHA-1 and SHA-256 share. */
+static void md_update(uint32_t *h, uint8_t buf[64], size_t *nbuf, uint64_t *nbytes,
+		      void (*block)(uint32_t *, const uint8_t *), const void *data, size_t len)
 {
 	const uint8_t *p = data;
 
-	s->nbytes += len;
-	if (s->nbuf) {
-		size_t k = 64 - s->nbuf < len ? 64 - s->nbuf : len;
-		memcpy(s->buf + s->nbuf, p, k);
-		s->nbuf += k;
+	*nbytes += len;
+	if (*nbuf) {
+		size_t k = 64 - *nbuf < len ? 64 - *nbuf : len;
+		memcpy(buf + *nbuf, p, k);
+		*nbuf += k;
 		p += k;
 		len -= k;
-		if (s->nbuf < 64)
+		if (*nbuf < 64)
 			return;
-		sha_block(s->h, s->buf);
-		s->nbuf = 0;
+		block(h, buf);
+		*nbuf = 0;
 	}
-	while (len >= 64) {
-		sha_block(s->h, p);
-		p += 64;
-		len -= 64;
+	for (; len >= 64; p += 64, len -= 64)
+		block(h, p);
+	memcpy(buf, p, len);
+	*nbuf = len;
+}
+
+static void md_pad(uint32_t *h, uint8_t buf[64], size_t nbuf, uint64_t nbytes,
+		   void (*block)(uint32_t *, const uint8_t *))
+{
+	uint64_t bits = nbytes * 8;
+
+	buf[nbuf++] = 0x80;
+	if (nbuf > 56) {
+		memset(buf + nbuf, 0, 64 - nbuf);
+		block(h, buf);
+		nbuf = 0;
 	}
-	memcpy(s->buf, p, len);
-	s->nbuf = len;
+	memset(buf + nbuf, 0, 56 - nbuf);
+	for (int i = 0; i < 8; i++)
+		buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+	block(h, buf);
+}
+
+void mk_sha256_update(struct mk_sha256 *s, const void *data, size_t len)
+{
+	md_update(s->h, s->buf, &s->nbuf, &s->nbytes, sha_block, data, len);
 }
 
 void mk_sha256_final(struct mk_sha256 *s, uint8_t out[32])
 {
-	uint64_t bits = s->nbytes * 8;
-
-	s->buf[s->nbuf++] = 0x80;
-	if (s->nbuf > 56) {
-		memset(s->buf + s->nbuf, 0, 64 - s->nbuf);
-		sha_block(s->h, s->buf);
-		s->nbuf = 0;
-	}
-	memset(s->buf + s->nbuf, 0, 56 - s->nbuf);
-	for (int i = 0; i < 8; i++)
-		s->buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
-	sha_block(s->h, s->buf);
+	md_pad(s->h, s->buf, s->nbuf, s->nbytes, sha_block);
 	for (int i = 0; i < 8; i++) {
 		out[4 * i] = (uint8_t)(s->h[i] >> 24);
 		out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
@@ -418,40 +429,12 @@ void mk_sha1_init(struct mk_sha1 *s)
 
 void mk_sha1_update(struct mk_sha1 *s, const void *data, size_t len)
 {
-	const uint8_t *p = data;
-
-	s->nbytes += len;
-	if (s->nbuf) {
-		size_t k = 64 - s->nbuf < len ? 64 - s->nbuf : len;
-		memcpy(s->buf + s->nbuf, p, k);
-		s->nbuf += k;
-		p += k;
-		len -= k;
-		if (s->nbuf < 64)
-			return;
-		sha1_block(s->h, s->buf);
-		s->nbuf = 0;
-	}
-	for (; len >= 64; p += 64, len -= 64)
-		sha1_block(s->h, p);
-	memcpy(s->buf, p, len);
-	s->nbuf = len;
+	md_update(s->h, s->buf, &s->nbuf, &s->nbytes, sha1_block, data, len);
 }
 
 void mk_sha1_final(struct mk_sha1 *s, uint8_t out[20])
 {
-	uint64_t bits = s->nbytes * 8;
-
-	s->buf[s->nbuf++] = 0x80;
-	if (s->nbuf > 56) {
-		memset(s->buf + s->nbuf, 0, 64 - s->nbuf);
-		sha1_block(s->h, s->buf);
-		s->nbuf = 0;
-	}
-	memset(s->buf + s->nbuf, 0, 56 - s->nbuf);
-	for (int i = 0; i < 8; i++)
-		s->buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
-	sha1_block(s->h, s->buf);
+	md_pad(s->h, s->buf, s->nbuf, s->nbytes, sha1_block);
 	for (int i = 0; i < 5; i++) {
 		out[4 * i] = (uint8_t)(s->h[i] >> 24);
 		out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);

@@ -28,10 +28,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 			abort();
 		for (size_t i = 0; i < r->nfiles; i++) {
 			const struct mk_hub_file *f = &r->files[i];
-			/* a name stays inside the snapshot */
-			if (!f->name[0] || f->name[0] == '/' || strstr(f->name, "../") || !strcmp(f->name, "..") ||
-			    !hex_ok(f->etag, f->lfs ? 64 : 40) || mk_hub_repo_file(r, f->name) == NULL)
+			/* a name stays inside the snapshot: no empty, "." or
+			 * ".." component, not absolute */
+			if (!f->name[0] || f->name[0] == '/' || !hex_ok(f->etag, f->lfs ? 64 : 40) ||
+			    mk_hub_repo_file(r, f->name) != f)
 				abort();
+			for (const char *c = f->name; *c;) {
+				size_t k = strcspn(c, "/");
+				if (k == 0 || (k == 1 && c[0] == '.') || (k == 2 && c[0] == '.' && c[1] == '.'))
+					abort();
+				c += k;
+				if (*c && !*++c)
+					abort();      /* a trailing '/' */
+			}
 		}
 		mk_hub_repo_free(r);
 	} else if (r != NULL || err.code == 0 || err.msg[0] == '\0') {
