@@ -162,10 +162,13 @@ void cli_progress(const char *what, uint64_t done, uint64_t total, uint64_t item
 		double rest = el / frac - el;
 		snprintf(eta, sizeof(eta), " ETA %d:%02d", (int)rest / 60, (int)rest % 60);
 	}
-	fprintf(stderr, "\r%s [%.*s%*s] %5.1f%% %s/%s %llu/%llu tensors%s\033[K", what, fill,
+	char items[64] = "";
+	if (items_total)             /* a download counts bytes only */
+		snprintf(items, sizeof(items), " %llu/%llu tensors", (unsigned long long)items_done,
+			 (unsigned long long)items_total);
+	fprintf(stderr, "\r%s [%.*s%*s] %5.1f%% %s/%s%s%s\033[K", what, fill,
 		"==============================", width - fill, "", frac * 100, mk_size_human(done, a, sizeof(a)),
-		mk_size_human(total, b, sizeof(b)), (unsigned long long)items_done,
-		(unsigned long long)items_total, eta);
+		mk_size_human(total, b, sizeof(b)), items, eta);
 	progress_drawn = true;
 }
 

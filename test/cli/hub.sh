@@ -18,6 +18,8 @@ mk-gen-model --seed 2 --dtype BF16 --shards 2 root/org/b > /dev/null
 mk-gen-model --seed 3 --dtype BF16 root/org/gated > /dev/null
 printf '{"token": "hf_sesame"}\n' > root/org/gated/.mock.json
 python3 "$MK_TOP/test/tools/mk-gen-torchbin.py" root/org/a root/org/binonly
+mk-gen-model --seed 6 --dtype BF16 root/org/c > /dev/null
+python3 "$MK_TOP/test/tools/mk-gen-lora.py" root/org/c root/org/c-lora --r 4 --alpha 8 > /dev/null
 mk-gen-model --seed 4 --dtype F32 --hidden 1024 --layers 1 --vocab 16384 root/org/big > /dev/null
 mk-gen-model --seed 5 --dtype F32 --hidden 1024 --layers 1 --vocab 16384 root/org/big2 > /dev/null
 python3 "$MK_TOP/test/tools/mk-mock-hub.py" --root root --port-file port 2> hub.log &
@@ -195,6 +197,16 @@ mk-get org/a > /dev/null
 [ "$(sent)" -lt 4096 ] || fail "a second mk-get received $(sent) bytes"
 expect_fail 2 "expected at least one REF" mk-get
 
+# --- a LoRA adapter on the Hub (BASE+ADAPTER, both Hub repositories)
+cfg lora.yml org/c+org/c-lora org/b
+cfg loralocal.yml root/org/c+root/org/c-lora root/org/b
+export HF_HUB_CACHE=$PWD/lcache
+mk-yaml lora.yml lout
+mk-yaml loralocal.yml llocal
+cmp lout/model.safetensors llocal/model.safetensors || fail "BASE+ADAPTER from the Hub differs from the local one"
+[ -f lcache/models--org--c-lora/snapshots/*/adapter_model.safetensors ] || fail "the adapter was not cached"
+echo "a Hub BASE+ADAPTER merges as the local one"
+
 # --- a killed download resumes from its .incomplete
 export HF_HUB_CACHE=$PWD/kcache
 hub_reset
@@ -249,3 +261,33 @@ fault '[{"kind": "drop", "match": "/cdn/", "after": 100000, "count": 2}, {"kind"
 mk-yaml --remote --no-cache big.yml sout3
 cmp bigwant/model.safetensors sout3/model.safetensors || fail "streamed merge with faults differs"
 echo "streaming survived dropped ranges"
+
+# --- allocation failures on the way to the Hub: each of mk's allocations
+# in mk-plan (metadata, headers by range) and mk-get (downloads) failed in
+# turn, about 300 points each, a fresh cache each time: a clean error or
+# the same plan, never a crash (test/cli/failalloc.sh does the rest)
+P=$MK_BUILD/preload/failalloc.so
+if [ "$MK_SAN" = 0 ] && [ -f "$P" ]; then
+	export HF_HUB_CACHE=$PWD/facache
+	rm -rf facache
+	mk-plan hub.yml > fa-want.plan
+	for what in plan get; do
+		rm -rf facache
+		if [ $what = plan ]; then set -- mk-plan hub.yml; else set -- mk-get org/a; fi
+		c=$(MK_FAIL_ALLOC_COUNT=1 LD_PRELOAD=$P "$@" 2>&1 >/dev/null | sed -n 's/^failalloc: \([0-9]*\) allocations$/\1/p')
+		[ -n "$c" ] && [ "$c" -gt 10 ] || fail "failalloc $what: no allocation counted ($c)"
+		st=$(( (c + 299) / 300 )) n=1 tried=0
+		while [ $n -le "$c" ]; do
+			rm -rf facache
+			rc=0
+			MK_FAIL_ALLOC=$n LD_PRELOAD=$P "$@" > fa-got 2> fa-err || rc=$?
+			case $rc in
+			0) [ $what = get ] || cmp -s fa-got fa-want.plan || fail "failalloc $what: allocation $n failed, exit 0, another plan" ;;
+			1) grep -q "error: " fa-err || { cat fa-err; fail "failalloc $what: allocation $n: exit 1 without a message"; } ;;
+			*) cat fa-err; fail "failalloc $what: allocation $n failed: exit $rc" ;;
+			esac
+			tried=$((tried + 1)) n=$((n + st))
+		done
+		echo "failalloc $what: $c allocations, $tried of them failed in turn"
+	done
+fi
