@@ -171,7 +171,15 @@ expect_fail 1 "HF_TOKEN" mk-yaml gated.yml gout
 grep -qF "gated or private" err.txt || fail "the 401 does not say the repository is gated"
 no_out gout
 HF_TOKEN=hf_wrong expect_fail 1 "the token mk sent was refused" mk-plan gated.yml
+hub_reset
 HF_TOKEN=hf_sesame mk-yaml gated.yml gout
+# the token goes to the Hub, not to the CDN its redirects lead to
+hub_log | python3 -c 'import json, sys
+log = json.load(sys.stdin)
+hub = [e for e in log if "/resolve/" in e["path"] or e["path"].startswith("/api/")]
+cdn = [e for e in log if e["path"].startswith("/cdn/")]
+assert hub and cdn and all(e["auth"] for e in hub) and not any(e["auth"] for e in cdn), log' ||
+	fail "the token was not sent to the Hub only"
 mkdir -p hfhome && printf 'hf_sesame\n' > hfhome/token
 rm -rf gcache gout2
 HF_HOME=$PWD/hfhome mk-yaml gated.yml gout2

@@ -26,7 +26,8 @@ Control:
          K: drop (the connection is closed after `after` body bytes),
          500, 503, 429 (with Retry-After), 401, slow (the body in 4 KiB
          pieces, `delay` apart), corrupt (the byte at `after` is flipped)
-    GET  /_mock/log      JSON list of {method, path, range, status, sent}
+    GET  /_mock/log      JSON list of {method, path, range, status, sent, auth}
+                         (auth: the request had an Authorization header)
     POST /_mock/reset    forget the log and the faults left
 """
 import argparse
@@ -112,7 +113,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def record(self, status, sent):
         with lock:
             log.append({"method": self.command, "path": self.path, "range": self.headers.get("Range"),
-                        "status": status, "sent": sent})
+                        "status": status, "sent": sent, "auth": "Authorization" in self.headers})
 
     def plain(self, status, body=b"", headers=()):
         self.send_response(status)
