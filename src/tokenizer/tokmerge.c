@@ -35,12 +35,13 @@ static struct mk_vocab *vocab_cut(const struct mk_vocab *v, size_t at)
 
 	if (!c)
 		return NULL;
-	c->n = at < v->n ? at : v->n;
+	size_t n = at < v->n ? at : v->n;
 	c->model_type = strdup(v->model_type ? v->model_type : "");
-	c->token = calloc(c->n + 1, sizeof(*c->token));
+	c->token = calloc(n + 1, sizeof(*c->token));
 	c->added = calloc(v->nadded + 1, sizeof(*c->added));
 	if (!c->model_type || !c->token || !c->added)
 		goto fail;
+	c->n = n;            /* only with the tokens' array: mk_vocab_free walks it */
 	for (size_t i = 0; i < c->n; i++)
 		if (v->token[i] && !(c->token[i] = strdup(v->token[i])))
 			goto fail;
