@@ -89,7 +89,7 @@ PRELOADS  := $(if $(SAN),,$(PRELOAD_SRC:test/preload/%.c=$(BUILD)/preload/%.so))
 PLUGIN_SRC := $(sort $(wildcard test/plugins/*.c))
 PLUGINS   := $(PLUGIN_SRC:test/plugins/%.c=$(BUILD)/plugins/%.so)
 
-MANS      := $(sort $(wildcard man/man*/*.[157]))
+MANS      := $(sort $(wildcard man/man*/*.[1357]))
 
 .DEFAULT_GOAL := all
 # Per-module rules (generated sources, embedded data) live beside the code.
@@ -243,7 +243,7 @@ install: all
 	  ln -sf $(MK_SOFILE) $(DESTDIR)$(PREFIX)/lib/$(MK_SONAME) && ln -sf $(MK_SONAME) $(DESTDIR)$(PREFIX)/lib/libmk.so)
 	install -m 644 include/mk/*.h $(DESTDIR)$(PREFIX)/include/mk/
 	$(call mk_pc,$(PREFIX),$${prefix}/lib,$${prefix}/include) > $(DESTDIR)$(PREFIX)/lib/pkgconfig/mk.pc
-	for s in 1 5 7; do install -d $(DESTDIR)$(PREFIX)/share/man/man$$s; \
+	for s in 1 3 5 7; do install -d $(DESTDIR)$(PREFIX)/share/man/man$$s; \
 	  for m in man/man$$s/*.$$s; do [ -f "$$m" ] && install -m 644 $$m $(DESTDIR)$(PREFIX)/share/man/man$$s/; done; done; true
 
 clean:

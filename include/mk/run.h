@@ -1,0 +1,72 @@
+/* run.h - a whole merge in the calling process: plan, fetch, merge, pack.
+ *
+ * mk_run_merge does what `mk-yaml CONFIG OUT` does, with the same bytes:
+ * it plans in the calling thread (so a bad configuration fails with every
+ * diagnostic before anything runs), then runs the three other stages'
+ * library calls (mk_fetch_plan, mk_merge_run, mk_pack_run) and the plan's
+ * writer on four threads of this process, joined by in-memory socket
+ * pairs that carry the same stream (mk-stream(5)) the programs pass
+ * through pipes, with the same memory budget split (mk_budget_split).
+ * When a stage fails, the others see their stream end and stop; mk-pack
+ * then removes its partial output, so OUT never appears after a failure
+ * (with resume, OUT.mk-partial is kept for the next run).  SIGPIPE is
+ * blocked in the stage threads: a stage writing to a stopped one gets
+ * EPIPE, the process is not signalled.
+ */
+#ifndef MK_RUN_H
+#define MK_RUN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "mk/config.h"
+#include "mk/err.h"
+
+struct mk_run_opts {
+	/* the configuration: YAML text (label names it in diagnostics), or
+	 * the file config_path when text is NULL */
+	const char *text;
+	size_t len;
+	const char *label;
+	const char *config_path;
+	const char *out_dir;
+
+	uint64_t out_shard_size;     /* 0: mergekit's 5B */
+	bool no_copy_tokenizer;      /* mk-yaml --no-copy-tokenizer */
+	bool no_model_card;          /* --no-write-model-card */
+	bool allow_crimes;
+	uint64_t seed;               /* --random-seed */
+	bool cuda;                   /* merge on the GPU where a kernel exists */
+	unsigned threads;            /* mk-merge -j (0: the programs' default) */
+	uint64_t max_memory;         /* the whole merge's budget (0: none) */
+	const char *spill_dir;       /* --spill DIR */
+	bool force;                  /* replace an existing OUT */
+	bool resume;                 /* continue OUT.mk-partial */
+	bool strict;                 /* fail on outputs that became non-finite */
+	bool remote, no_cache;       /* mk-fetch --remote, --no-cache */
+	bool has_lora_dtype;
+	enum mk_dtype lora_dtype;    /* --lora-merge-dtype */
+
+	/* bytes of tensors written and tensors done, as mk-pack counts them;
+	 * called from a stage thread */
+	void (*progress)(void *ctx, uint64_t done, uint64_t total, size_t tensors_done,
+			 size_t ntensors);
+	void *progress_ctx;
+	/* set to nonzero (from any thread, a signal handler) to stop: the
+	 * run ends with MK_EIO "cancelled" and no OUT */
+	const volatile int *cancel;
+};
+
+/* Run the merge.  Diagnostics of the configuration go to *d (the caller
+ * frees them with mk_diags_free); a configuration with errors returns
+ * -MK_EINVAL.  0 when OUT is complete. */
+int mk_run_merge(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err *err);
+
+/* Plan the configuration without running it: 0 when it has no errors;
+ * every diagnostic (errors and warnings, with their places) in *d. */
+int mk_validate_config(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err *err);
+
+/* mk-merge's default worker threads: the online CPUs, 1 to 8. */
+unsigned mk_merge_default_threads(void);
+
+#endif

@@ -1,0 +1,322 @@
+/* run.c - a whole merge in one process: the stages' library calls on
+ * threads joined by socket pairs (run.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+#include "mk/budget.h"
+#include "mk/card.h"
+#include "mk/cuda.h"
+#include "mk/fetch.h"
+#include "mk/fsutil.h"
+#include "mk/merge.h"
+#include "mk/pack.h"
+#include "mk/planner.h"
+#include "mk/run.h"
+
+#define CONFIG_MAX (64u << 20)
+
+unsigned mk_merge_default_threads(void)
+{
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+
+	return ncpu < 1 ? 1 : ncpu > 8 ? 8 : (unsigned)ncpu;
+}
+
+/* The plan options a run's options make (the text is the caller's). */
+static void plan_opts(const struct mk_run_opts *o, const struct mk_budget_split *bs, const char *text,
+		      size_t len, struct mk_plan_opts *po)
+{
+	*po = (struct mk_plan_opts){
+		.label = o->label ? o->label : o->config_path ? o->config_path : "config",
+		.text = text, .len = len,
+		.out_name = o->out_dir ? mk_card_title(o->out_dir) : NULL,
+		.allow_crimes = o->allow_crimes,
+		.copy_tokenizer = !o->no_copy_tokenizer,
+		.write_card = !o->no_model_card,
+		.seed = o->seed,
+		.budget = o->max_memory ? bs->merge : 0,
+		.spill = o->spill_dir != NULL,
+		.has_lora_dtype = o->has_lora_dtype,
+		.lora_dtype = o->lora_dtype,
+	};
+}
+
+static int read_config(const struct mk_run_opts *o, uint8_t **owned, const char **text, size_t *len,
+		       struct mk_err *err)
+{
+	*owned = NULL;
+	if (o->text) {
+		*text = o->text;
+		*len = o->len;
+		return 0;
+	}
+	if (!o->config_path)
+		return mk_err_set(err, MK_EINVAL, "no configuration given (text or a file)");
+	int rc = mk_file_read(o->config_path, CONFIG_MAX, owned, len, err);
+	*text = (const char *)*owned;
+	return rc;
+}
+
+int mk_validate_config(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err *err)
+{
+	struct mk_budget_split bs = { 0 };
+	struct mk_plan_opts po;
+	struct mk_plan *p = NULL;
+	uint8_t *owned;
+	const char *text = NULL;
+	size_t len = 0;
+	int rc = read_config(o, &owned, &text, &len, err);
+
+	if (rc)
+		return rc;
+	if (o->max_memory)
+		mk_budget_split(o->max_memory, &bs);
+	plan_opts(o, &bs, text, len, &po);
+	rc = mk_plan_build(&po, &p, d, err);
+	if (rc && d->nerrors)
+		mk_err_set(err, MK_EINVAL, "%s: %zu error%s in the configuration", po.label, d->nerrors,
+			   d->nerrors == 1 ? "" : "s");
+	mk_plan_free(p);
+	free(owned);
+	return rc;
+}
+
+/* ---- the stages ---- */
+
+enum { S_WRITE, S_FETCH, S_MERGE, S_PACK, NSTAGES };
+static const char *const stage_name[NSTAGES] = { "mk-plan", "mk-fetch", "mk-merge", "mk-pack" };
+
+struct run {
+	const struct mk_run_opts *o;
+	struct mk_plan *plan;
+	struct mk_fetch_opts fo;
+	struct mk_merge_opts mo;
+	struct mk_pack_opts pko;
+	int sock[NSTAGES - 1][2];      /* stage i writes [i][0], i+1 reads [i][1] */
+	pthread_t th[NSTAGES];
+	bool started[NSTAGES];
+	int rc[NSTAGES];
+	struct mk_err err[NSTAGES];
+	volatile int done;             /* the stages have all returned */
+	pthread_mutex_t mu;
+	int finished;
+	volatile int cancelled;        /* a cancel was acted on */
+	int first_fail;                /* the stage that failed first, or -1:
+					  the others then failed for want of
+					  its stream (an end, EPIPE) */
+};
+
+/* A stage ends: its ends of the streams are shut, so its neighbours see
+ * an end (a reader) or EPIPE (a writer) instead of waiting. */
+static void stage_end(struct run *r, int i)
+{
+	if (i > 0)
+		shutdown(r->sock[i - 1][1], SHUT_RDWR);
+	if (i < NSTAGES - 1)
+		shutdown(r->sock[i][0], SHUT_RDWR);
+	pthread_mutex_lock(&r->mu);
+	r->finished++;
+	pthread_mutex_unlock(&r->mu);
+}
+
+struct stage_arg {
+	struct run *r;
+	int i;
+};
+
+static void *stage_main(void *p)
+{
+	struct stage_arg *a = p;
+	struct run *r = a->r;
+	int i = a->i;
+	sigset_t set;
+
+	if (i < 0 || i >= NSTAGES)
+		return NULL;
+	/* a write to a stage that stopped: EPIPE here, not a signal */
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	switch (i) {
+	case S_WRITE:
+		r->rc[i] = mk_plan_write(r->plan, r->sock[0][0], 0, &r->err[i]);
+		break;
+	case S_FETCH: {
+		struct mk_fetch_stats st;
+		r->rc[i] = mk_fetch_plan(&r->fo, r->sock[0][1], "plan", r->sock[1][0], &st, &r->err[i]);
+		break;
+	}
+	case S_MERGE: {
+		struct mk_merge_stats st;
+		r->rc[i] = mk_merge_run(&r->mo, r->sock[1][1], "inputs", r->sock[2][0], &st, &r->err[i]);
+		break;
+	}
+	case S_PACK: {
+		struct mk_pack_stats st;
+		r->rc[i] = mk_pack_run(&r->pko, r->sock[2][1], "tensors", &st, &r->err[i]);
+		break;
+	}
+	}
+	pthread_mutex_lock(&r->mu);
+	if (r->rc[i] && r->first_fail < 0)
+		r->first_fail = i;
+	pthread_mutex_unlock(&r->mu);
+	stage_end(r, i);
+	return NULL;
+}
+
+static void pack_progress(void *ctx, uint64_t done, uint64_t total, size_t tensors_done, size_t ntensors)
+{
+	struct run *r = ctx;
+	const struct mk_run_opts *o = r->o;
+
+	if (o->progress)
+		o->progress(o->progress_ctx, done, total, tensors_done, ntensors);
+	/* a cancel seen here stops mk-pack before its next frame (what is
+	 * left of its stream reads as an end), whatever the waiting thread
+	 * has seen yet */
+	if (o->cancel && *o->cancel) {
+		r->cancelled = 1;
+		shutdown(r->sock[S_PACK - 1][1], SHUT_RDWR);
+	}
+}
+
+int mk_run_merge(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err *err)
+{
+	struct run r = { .o = o, .first_fail = -1 };
+	struct stage_arg args[NSTAGES];
+	struct mk_budget_split bs = { 0 };
+	struct mk_plan_opts po;
+	struct mk_cuda_ctx *cx = NULL;
+	uint8_t *owned = NULL;
+	char *partial = NULL;
+	const char *text = NULL;
+	size_t len = 0;
+	int rc;
+
+	for (int i = 0; i < NSTAGES - 1; i++)
+		r.sock[i][0] = r.sock[i][1] = -1;
+	pthread_mutex_init(&r.mu, NULL);
+	if (!o->out_dir || !o->out_dir[0]) {
+		rc = mk_err_set(err, MK_EINVAL, "no output directory given");
+		goto out;
+	}
+	/* OUT refused before any work, as mk-pack would */
+	r.pko = (struct mk_pack_opts){ .out_dir = o->out_dir, .force = o->force, .resume = o->resume,
+				       .keep_partial = o->resume,
+				       .shard_size = o->out_shard_size ? o->out_shard_size : MK_PACK_DEFAULT_SHARD,
+				       .progress = pack_progress, .progress_ctx = &r };
+	if ((rc = mk_pack_check_out(&r.pko, err)))
+		goto out;
+	if ((rc = read_config(o, &owned, &text, &len, err)))
+		goto out;
+	if (o->max_memory)
+		mk_budget_split(o->max_memory, &bs);
+	plan_opts(o, &bs, text, len, &po);
+	rc = mk_plan_build(&po, &r.plan, d, err);
+	if (rc) {
+		if (d->nerrors)
+			mk_err_set(err, MK_EINVAL, "%s: %zu error%s in the configuration", po.label, d->nerrors,
+				   d->nerrors == 1 ? "" : "s");
+		goto out;
+	}
+	/* the other stages' options, as mk-yaml gives the programs them */
+	r.fo = (struct mk_fetch_opts){ .remote = o->remote, .no_cache = o->no_cache };
+	r.mo = (struct mk_merge_opts){ .threads = o->threads ? o->threads : mk_merge_default_threads(),
+				       .spill_dir = o->spill_dir, .strict = o->strict };
+	if (o->max_memory) {
+		mk_budget_fetch_fit(bs.fetch, &r.fo.chunk_bytes, &r.fo.qdepth);
+		r.fo.hold_bytes = bs.fetch / 4;
+		r.mo.budget = bs.merge;
+		r.pko.budget = bs.pack;
+	}
+	if (o->resume) {
+		size_t ol = strlen(o->out_dir);
+		while (ol > 1 && o->out_dir[ol - 1] == '/')
+			ol--;
+		if (asprintf(&partial, "%.*s.mk-partial", (int)ol, o->out_dir) < 0) {
+			partial = NULL;
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			goto out;
+		}
+		r.fo.skip_done = partial;
+	}
+	if (o->cuda) {
+		const char *em = getenv("MK_CUDA_EMULATE");
+		struct mk_cuda_opts co = { .emulate = em && !strcmp(em, "1") };
+		struct mk_err cerr = { 0 };
+		if (mk_cuda_open(&cx, &co, &cerr) == 0)
+			r.mo.cuda = cx;       /* else: on the CPU, as mk-merge --cuda */
+	}
+	for (int i = 0; i < NSTAGES - 1; i++)
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, r.sock[i]) < 0) {
+			rc = mk_err_sys(err, errno, "socketpair");
+			goto out;
+		}
+	for (int i = 0; i < NSTAGES; i++) {
+		args[i] = (struct stage_arg){ &r, i };
+		if (pthread_create(&r.th[i], NULL, stage_main, &args[i])) {
+			rc = mk_err_set(err, MK_ENOMEM, "cannot start the %s thread", stage_name[i]);
+			for (int k = 0; k < NSTAGES - 1; k++) {
+				shutdown(r.sock[k][0], SHUT_RDWR);
+				shutdown(r.sock[k][1], SHUT_RDWR);
+			}
+			break;
+		}
+		r.started[i] = true;
+	}
+	/* wait; a cancel shuts every stream, and each stage stops */
+	bool cancelled = false;
+	for (;;) {
+		pthread_mutex_lock(&r.mu);
+		int fin = r.finished;
+		pthread_mutex_unlock(&r.mu);
+		int nstarted = 0;
+		for (int i = 0; i < NSTAGES; i++)
+			nstarted += r.started[i];
+		if (fin >= nstarted)
+			break;
+		if (o->cancel && *o->cancel && !cancelled) {
+			cancelled = true;
+			r.cancelled = 1;
+			for (int k = 0; k < NSTAGES - 1; k++) {
+				shutdown(r.sock[k][0], SHUT_RDWR);
+				shutdown(r.sock[k][1], SHUT_RDWR);
+			}
+		}
+		struct timespec ts = { 0, 20 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	for (int i = 0; i < NSTAGES; i++)
+		if (r.started[i])
+			pthread_join(r.th[i], NULL);
+	if (rc)
+		goto out;
+	if (cancelled || r.cancelled) {
+		rc = mk_err_set(err, MK_EIO, "cancelled%s", o->resume ? " (OUT.mk-partial is kept for --resume)" : "");
+		goto out;
+	}
+	if (r.first_fail >= 0) {
+		*err = r.err[r.first_fail];
+		rc = mk_err_prefix(err, "%s: ", stage_name[r.first_fail]);
+	}
+out:
+	for (int i = 0; i < NSTAGES - 1; i++)
+		for (int k = 0; k < 2; k++)
+			if (r.sock[i][k] >= 0)
+				close(r.sock[i][k]);
+	if (cx)
+		mk_cuda_close(cx);
+	pthread_mutex_destroy(&r.mu);
+	mk_plan_free(r.plan);
+	free(partial);
+	free(owned);
+	return rc;
+}
