@@ -11,6 +11,7 @@
 #include "mk/fsutil.h"
 #include "mk/cuda.h"
 #include "mk/merge.h"
+#include "mk/run.h"
 #include "mk/method.h"
 
 static void usage(void)
@@ -132,10 +133,7 @@ int main(int argc, char **argv)
 	uint64_t v;
 
 	cli_init("mk-merge");
-	{
-		long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-		o.threads = ncpu < 1 ? 1 : ncpu > 8 ? 8 : (unsigned)ncpu;
-	}
+	o.threads = mk_merge_default_threads();
 	if (mk_plugin_load_env(&err))
 		cli_fail(&err);
 	while ((c = getopt_long(argc, argv, "i:o:z::j:fvqhV", longopts, NULL)) != -1) {
