@@ -1,0 +1,260 @@
+"""The Python package (src/python/mk) over libmk: configurations validated
+with every diagnostic, run_merge writing what mk-yaml writes, a wrapper in
+the style frameworks use (validate, merge, skip an existing output,
+reload), cancel leaving no output, MergeOptions' names.  Run by
+test/cli/python.sh in the repository's root with MK_LIB and MK_BIN set."""
+import filecmp
+import json
+import os
+import signal
+import struct
+import subprocess
+import threading
+import time
+
+import pytest
+
+import mk
+
+TOP = os.getcwd()
+BIN = os.environ["MK_BIN"]
+A, B = (os.path.join(TOP, "testdata/models", m) for m in ("tiny-a", "tiny-b"))
+
+
+def slerp(t=0.3):
+    return {"merge_method": "slerp", "base_model": A, "models": [{"model": A}, {"model": B}],
+            "parameters": {"t": t}, "dtype": "bfloat16"}
+
+
+def tensors(path):
+    """name -> (dtype, shape, bytes) of a safetensors file, by hand."""
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    h = json.loads(raw[8:8 + n])
+    return {k: (v["dtype"], v["shape"], raw[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in h.items() if k != "__metadata__"}
+
+
+def same_dirs(a, b):
+    c = filecmp.dircmp(a, b)
+    assert not c.left_only and not c.right_only, (c.left_only, c.right_only)
+    _, bad, errs = filecmp.cmpfiles(a, b, c.common_files, shallow=False)
+    assert not bad and not errs, (bad, errs)
+
+
+def test_validation_lists_every_error():
+    bad = {"merge_method": "nope", "models": [{"model": A, "parameters": {"wieght": 1}}]}
+    with pytest.raises(mk.ConfigError) as e:
+        mk.MergeConfiguration.model_validate(bad)
+    msg = str(e.value)
+    assert "nope" in msg
+    # JSON is what the planner read: each diagnostic has its line and column
+    assert all(x.startswith("error: config:") and x.split(":")[2].isdigit()
+               for x in e.value.diagnostics if x.startswith("error: ")), e.value.diagnostics
+    assert len([x for x in e.value.diagnostics if x.startswith("error: ")]) >= 1
+
+
+def test_validation_of_a_missing_model():
+    with pytest.raises(mk.ConfigError, match="no-such-model"):
+        mk.MergeConfiguration.model_validate({"merge_method": "linear", "models": [
+            {"model": "/nonexistent/no-such-model", "parameters": {"weight": 1}}]})
+
+
+def test_good_config_validates():
+    c = mk.MergeConfiguration.model_validate(slerp())
+    assert mk.MergeConfiguration.model_validate(c) is c
+    assert json.loads(c.to_yaml())["merge_method"] == "slerp"
+
+
+@pytest.mark.parametrize("cfg", sorted(f for f in os.listdir("testdata/configs") if f.endswith(".yml")))
+def test_run_merge_writes_what_mk_yaml_writes(cfg, tmp_path):
+    text = open(os.path.join("testdata/configs", cfg)).read()
+    a, b = tmp_path / "py" / "out", tmp_path / "yaml" / "out"
+    a.parent.mkdir()
+    b.parent.mkdir()
+    mk.run_merge(mk.MergeConfiguration.from_yaml(text, cfg), str(a), options=mk.MergeOptions(quiet=True))
+    subprocess.run([os.path.join(BIN, "mk-yaml"), "--quiet", os.path.join("testdata/configs", cfg), str(b)],
+                   check=True)
+    same_dirs(str(a), str(b))
+
+
+def test_options_reach_the_merge(tmp_path):
+    out = tmp_path / "out"
+    mk.run_merge(slerp(), str(out), options=mk.MergeOptions(out_shard_size="20K", write_model_card=False,
+                                                            copy_tokenizer=False, max_memory="64MiB",
+                                                            num_threads=1, quiet=True))
+    names = sorted(os.listdir(out))
+    assert "README.md" not in names and "tokenizer.json" not in names
+    assert "model.safetensors.index.json" in names and len([n for n in names if n.endswith(".safetensors")]) > 1
+
+
+def test_unknown_option_warns():
+    with pytest.warns(UserWarning, match="unknown option 'colour'"):
+        mk.MergeOptions(colour=True)
+    mk.MergeOptions(lazy_unpickle=True)  # mergekit's, meaningless here: no warning
+
+
+def merge_models(config, out, options):
+    """A framework's wrapper, as mergekit users write one: validate, merge
+    unless the output exists, then reload it."""
+    if not os.path.exists(os.path.join(out, "config.json")):
+        mk.run_merge(mk.MergeConfiguration.model_validate(config), out, options=options)
+    files = sorted(f for f in os.listdir(out) if f.endswith(".safetensors"))
+    merged = {}
+    for f in files:
+        merged.update(tensors(os.path.join(out, f)))
+    return merged
+
+
+def test_wrapper_merges_once_and_reloads(tmp_path):
+    out = str(tmp_path / "merged")
+    m1 = merge_models(slerp(), out, mk.MergeOptions(quiet=True))
+    stamp = os.stat(os.path.join(out, "model.safetensors")).st_mtime_ns
+    m2 = merge_models(slerp(), out, mk.MergeOptions(quiet=True))
+    assert os.stat(os.path.join(out, "model.safetensors")).st_mtime_ns == stamp  # skipped
+    assert m1 == m2 and m1
+    src = tensors(os.path.join(A, "model.safetensors"))
+    assert set(m1) == set(src)
+    assert all(m1[k][1] == src[k][1] for k in src)
+
+
+def test_existing_output_is_refused(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(mk.MergeError, match="exists"):
+        mk.run_merge(slerp(), str(out), options=mk.MergeOptions(quiet=True))
+
+
+def test_cancel_leaves_no_output(tmp_path):
+    out = tmp_path / "out"
+    ev = threading.Event()
+    seen = []
+
+    def progress(done, total, tdone, ntensors):
+        seen.append(tdone)
+        ev.set()  # cancel after the first tensor
+
+    with pytest.raises(mk.MergeError, match="cancelled"):
+        mk.run_merge(slerp(), str(out), options=mk.MergeOptions(quiet=True, progress_callback=progress,
+                                                                cancel_event=ev))
+    assert seen and not out.exists() and not (tmp_path / "out.mk-partial").exists()
+
+
+def test_ctrl_c_cancels(tmp_path):
+    out = tmp_path / "out"
+
+    def progress(done, total, tdone, ntensors):
+        if tdone == 1:
+            os.kill(os.getpid(), signal.SIGINT)  # as a Ctrl-C would come
+            # while the main thread takes it (these models are written in
+            # milliseconds: without the pause the merge would end first)
+            time.sleep(0.5)
+
+    with pytest.raises(KeyboardInterrupt):
+        mk.run_merge(slerp(), str(out), options=mk.MergeOptions(quiet=True, progress_callback=progress))
+    assert not out.exists() and not (tmp_path / "out.mk-partial").exists()
+
+
+# ---- tensors in memory
+
+np = pytest.importorskip("numpy")
+FA, FB = (os.path.join(TOP, "testdata/models/conf", m) for m in ("llama-f32-a", "llama-f32-b"))
+
+
+def state_dict(d):
+    return {k: np.frombuffer(raw, dtype="<f4").reshape(shape) for k, (dt, shape, raw) in
+            tensors(os.path.join(d, "model.safetensors")).items()}
+
+
+def test_methods_registry():
+    ms = mk.methods()
+    assert len(ms) >= 20 and {"linear", "slerp", "ties", "dare_ties", "model_stock", "nuslerp"} <= set(ms)
+    lin = ms["linear"]["parameters"]
+    assert lin["weight"]["scope"] == "per_input" and lin["weight"]["required"]
+    assert lin["normalize"]["default"] is True
+    assert ms["slerp"]["contract"]["base"] == "required"
+    listed = subprocess.run([os.path.join(BIN, "mk-merge"), "--list-methods"], capture_output=True, text=True,
+                            check=True).stdout
+    assert all(name in listed for name in ms)
+
+
+def test_merge_tensors_forms():
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    b = np.ones((2, 3), np.float32)
+    got = mk.merge_tensors([a, b], "linear", parameters={"weight": [0.25, 0.75]})
+    assert got.dtype == np.float32 and np.array_equal(got, 0.25 * a + 0.75 * b)
+    # a mapping by id, and a broadcast scalar
+    by_id = mk.merge_tensors([a, b], "linear", ids=["x", "y"], parameters={"weight": {"x": 0.25, "y": 0.75}})
+    assert np.array_equal(by_id, got)
+    assert np.array_equal(mk.merge_tensors([a, b], "linear", parameters={"weight": 1.0}), (a + b) / 2)
+    assert mk.merge_tensors([a, b], "linear", parameters={"weight": 1.0}, out_dtype="float16").dtype == np.float16
+
+
+@pytest.mark.parametrize("bad, msg", [
+    ({"weight": [1.0]}, "1 values for 2 inputs"),
+    ({"wieght": 1.0}, "no parameter 'wieght'"),
+    ({"weight": {"z": 1.0}}, "not given"),
+])
+def test_merge_tensors_refusals(bad, msg):
+    a = np.zeros((2, 2), np.float32)
+    with pytest.raises(ValueError, match=msg):
+        mk.merge_tensors([a, a], "linear", parameters=bad)
+
+
+def test_merge_tensors_contract_and_shapes():
+    a = np.zeros((2, 2), np.float32)
+    with pytest.raises(ValueError):
+        mk.merge_tensors([a, a], "slerp", parameters={"t": 0.5})  # slerp needs a base
+    with pytest.raises(ValueError):
+        mk.merge_tensors([a, np.zeros((3, 2), np.float32)], "linear", parameters={"weight": 1.0})
+
+
+CASES = [
+    ("linear", {"weight": {"a": 1.0, "b": 0.5}}, None, "models:\n  - model: A\n    parameters: {weight: 1.0}\n"
+     "  - model: B\n    parameters: {weight: 0.5}\nmerge_method: linear\n"),
+    ("slerp", {"t": 0.3}, "a", "models:\n  - model: A\n  - model: B\nmerge_method: slerp\nbase_model: A\n"
+     "parameters: {t: 0.3}\n"),
+    ("task_arithmetic", {"weight": {"b": 0.7}}, "a", "models:\n  - model: A\n  - model: B\n"
+     "    parameters: {weight: 0.7}\nmerge_method: task_arithmetic\nbase_model: A\n"),
+    ("ties", {"weight": {"b": 0.8}, "density": {"b": 0.5}}, "a", "models:\n  - model: A\n  - model: B\n"
+     "    parameters: {weight: 0.8, density: 0.5}\nmerge_method: ties\nbase_model: A\n"),
+]
+
+
+@pytest.mark.parametrize("method, params, base, yml", CASES, ids=[c[0] for c in CASES])
+def test_merge_state_dicts_is_mk_yaml_bit_for_bit(method, params, base, yml, tmp_path):
+    sds = {"a": state_dict(FA), "b": state_dict(FB)}
+    got = mk.merge_state_dicts(sds, method, parameters=params, base=base)
+    cfg = tmp_path / "c.yml"
+    cfg.write_text(yml.replace("A", FA).replace("B", FB) + "dtype: float32\n")
+    subprocess.run([os.path.join(BIN, "mk-yaml"), "--quiet", str(cfg), str(tmp_path / "out")], check=True)
+    want = state_dict(str(tmp_path / "out"))
+    assert set(got) == set(want)
+    for k in want:
+        assert got[k].dtype == np.float32 and got[k].tobytes() == want[k].tobytes(), k
+
+
+def test_merge_state_dicts_strict_and_intersection():
+    a, b = state_dict(FA), state_dict(FB)
+    extra = dict(b)
+    extra["lm_head.extra"] = np.zeros(3, np.float32)
+    with pytest.raises(ValueError, match="strict=False"):
+        mk.merge_state_dicts({"a": a, "b": extra}, "linear", parameters={"weight": 1.0})
+    got = mk.merge_state_dicts({"a": a, "b": extra}, "linear", parameters={"weight": 1.0}, strict=False)
+    assert set(got) == set(a)
+    # buffers that are not floating: equal ones are copied, different ones refused
+    a2, b2 = dict(a), dict(b)
+    a2["steps"] = np.array([3], np.int64)
+    b2["steps"] = np.array([3], np.int64)
+    assert mk.merge_state_dicts({"a": a2, "b": b2}, "linear", parameters={"weight": 1.0})["steps"][0] == 3
+    b2["steps"] = np.array([4], np.int64)
+    with pytest.raises(ValueError, match="steps is not floating and differs"):
+        mk.merge_state_dicts({"a": a2, "b": b2}, "linear", parameters={"weight": 1.0})
+
+
+def test_batch_options_do_not_change_results():
+    sds = {"a": state_dict(FA), "b": state_dict(FB)}
+    one = mk.merge_state_dicts(sds, "linear", parameters={"weight": 1.0})
+    small = mk.merge_state_dicts(sds, "linear", parameters={"weight": 1.0},
+                                 batch_options=mk.BatchOptions(max_bytes=4096, max_groups=2))
+    assert all(one[k].tobytes() == small[k].tobytes() for k in one)
