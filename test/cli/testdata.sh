@@ -39,5 +39,8 @@ mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 50 --seed 238 --spm "$MK
 mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 32 --seed 239 --slow --bpe-tokenizer='<s>,<|endoftext|>' c/llama-f32-tok-gpt2-a
 mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 34 --seed 240 --slow --tok-skip 2 --bpe-tokenizer='<s>,<|endoftext|>,<|im_start|>,<|im_end|>' c/llama-f32-tok-gpt2-b
 for d in "$MK_TOP"/testdata/models/conf/*; do
+	# the LoRA adapters are PEFT's own (scripts/conformance makes them in
+	# its venv), not the generator's
+	case $(basename "$d") in lora-*) continue ;; esac
 	for f in "$d"/*; do cmp "$f" "c/$(basename "$d")/$(basename "$f")"; done
 done
