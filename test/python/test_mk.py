@@ -258,3 +258,73 @@ def test_batch_options_do_not_change_results():
     small = mk.merge_state_dicts(sds, "linear", parameters={"weight": 1.0},
                                  batch_options=mk.BatchOptions(max_bytes=4096, max_groups=2))
     assert all(one[k].tobytes() == small[k].tobytes() for k in one)
+
+
+FC = os.path.join(TOP, "testdata/models/conf/llama-f32-c")
+VALUES = {"weight": 0.6, "density": 0.5, "t": 0.3, "gamma": 0.01, "epsilon": 0.05, "select_topk": 0.5,
+          "lambda": 1.0}
+
+
+def method_case(name, info):
+    """A merge of the f32 conformance models that the method accepts: its
+    required parameters given, as many models as its contract wants."""
+    c = info["contract"]
+    base = 0 if c["base"] in ("required", "optional") else None
+    nin = max(2, c["min_inputs"], c["min_non_base"] + (1 if base is not None else 0))
+    # rules past the contract's counts: model_stock wants two models
+    # besides the base, nuslerp exactly two besides its base
+    nin = max(nin, {"model_stock": 3, "nuslerp": 3}.get(name, 0))
+    nin = min(nin, c["max_inputs"])
+    glob, per = {}, {}
+    for p, s in info["parameters"].items():
+        if s["required"]:
+            v = VALUES.get(p, 0.5 if s["type"] == "float" else 1 if s["type"] == "int" else True)
+            (glob if s["scope"] == "global" else per)[p] = v
+    ids = list(range(nin))
+    takes = lambda p, i: not (info["parameters"][p]["scope"] == "per_non_base" and i == base)
+    params = dict(glob)
+    params.update({p: {i: v for i in ids if takes(p, i)} for p, v in per.items()})
+    models = [FA, FB, FC][:nin]
+    y = "merge_method: %s\n" % name + ("base_model: %s\n" % models[base] if base is not None else "") + "models:\n"
+    for i in ids:
+        y += "  - model: %s\n" % models[i]
+        pp = {p: v for p, v in per.items() if takes(p, i)}
+        if pp:
+            y += "    parameters: %s\n" % json.dumps(pp)
+    y += ("parameters: %s\n" % json.dumps(glob) if glob else "") + "dtype: float32\n"
+    return models, ids, base, params, y
+
+
+@pytest.mark.parametrize("name", sorted(mk.methods()))
+def test_every_method_is_mk_yaml_bit_for_bit(name, tmp_path):
+    info = mk.methods()[name]
+    models, ids, base, params, y = method_case(name, info)
+    (tmp_path / "c.yml").write_text(y)
+    subprocess.run([os.path.join(BIN, "mk-yaml"), "--quiet", str(tmp_path / "c.yml"), str(tmp_path / "out")],
+                   check=True)
+    want = state_dict(str(tmp_path / "out"))
+    sds = {i: state_dict(m) for i, m in zip(ids, models)}
+    got = mk.merge_state_dicts(sds, name, parameters=params, base=base)
+    assert set(got) == set(want)
+    bad = [k for k in want if got[k].tobytes() != want[k].tobytes()]
+    assert not bad, bad
+    # one tensor through merge_tensors (its name keys the random methods)
+    k = "model.layers.1.mlp.down_proj.weight"
+    one = mk.merge_tensors([sds[i][k] for i in ids], name, parameters=params, ids=ids, base_index=base, name=k)
+    assert one.tobytes() == want[k].tobytes()
+
+
+def test_groups_and_per_group_values():
+    from mk import merge_methods
+    sa, sb, sc = state_dict(FA), state_dict(FB), state_dict(FC)
+    k1, k2 = "model.layers.0.mlp.up_proj.weight", "model.embed_tokens.weight"
+    groups = [merge_methods.TensorGroup.from_tensors([sa[k1], sb[k1]], ids=["a", "b"], name=k1),
+              merge_methods.TensorGroup.from_tensors([sa[k2], sc[k2]], ids=["a", "c"], name=k2, vocabulary_axis=0)]
+    p = {"weight": merge_methods.PerGroupValues([{"a": 0.25, "b": 0.75}, {"a": 0.5, "c": 0.5}])}
+    one, two = merge_methods.get("linear")(groups, parameters=p, batch_options=merge_methods.BatchOptions(max_bytes=1 << 20))
+    assert one.tobytes() == mk.merge_tensors([sa[k1], sb[k1]], "linear", parameters={"weight": [0.25, 0.75]}).tobytes()
+    assert two.tobytes() == mk.merge_tensors([sa[k2], sc[k2]], "linear", parameters={"weight": [0.5, 0.5]}).tobytes()
+    with pytest.raises(ValueError, match="2 groups"):
+        merge_methods.get("linear")(groups, parameters={"weight": merge_methods.PerGroupValues([1.0])})
+    with pytest.raises(KeyError, match="no merge method"):
+        merge_methods.get("nope")

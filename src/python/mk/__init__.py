@@ -632,3 +632,81 @@ def merge_state_dicts(state_dicts, method, parameters=None, base=None, strict=Tr
         for (n, _, _, _), r in zip(groups, res):
             out[n] = r
     return {n: out[n] for n in order}
+
+
+# ---- groups and method objects (mergekit.merge_methods' shapes)
+
+__all__ += ["TensorGroup", "PerGroupValues", "Method", "get"]
+
+
+class TensorGroup:
+    """The inputs of one output tensor: entries (id, tensor) in order, the
+    base's position, and metadata (name; vocabulary_axis is recorded, and
+    inputs must still agree in shape along it)."""
+
+    def __init__(self, entries, base_index=None, metadata=None):
+        self.entries = list(entries)
+        self.base_index = base_index
+        self.metadata = dict(metadata or {})
+
+    @classmethod
+    def from_tensors(cls, tensors, ids=None, base_index=None, name=None, vocabulary_axis=None):
+        tensors = list(tensors)
+        ids = list(ids) if ids is not None else list(range(len(tensors)))
+        if len(ids) != len(tensors):
+            raise ValueError("TensorGroup.from_tensors: %d ids for %d tensors" % (len(ids), len(tensors)))
+        return cls(zip(ids, tensors), base_index, {"name": name, "vocabulary_axis": vocabulary_axis})
+
+    @property
+    def ids(self):
+        return [i for i, _ in self.entries]
+
+    @property
+    def tensors(self):
+        return [t for _, t in self.entries]
+
+    @property
+    def name(self):
+        return self.metadata.get("name")
+
+
+class PerGroupValues(list):
+    """One parameter value per group (each a scalar, a sequence or a
+    mapping id -> value, as for merge_tensors)."""
+
+
+class Method:
+    """A registry method, callable on groups: method(groups, parameters=...,
+    batch_options=..., dtype=..., out_dtype=..., seed=...) returns a tuple
+    of outputs, one per group, in order."""
+
+    def __init__(self, name):
+        info = methods().get(name)
+        if info is None:
+            raise KeyError("mk: no merge method %r (mk.methods() lists them)" % name)
+        self.name = name
+        self.info = info
+
+    def __repr__(self):
+        return "mk.Method(%r)" % self.name
+
+    def __call__(self, groups, parameters=None, batch_options=None, dtype=None, out_dtype=None, seed=0):
+        if isinstance(groups, TensorGroup):
+            groups = [groups]
+        groups = list(groups)
+        parameters = dict(parameters or {})
+        for k, v in parameters.items():
+            if isinstance(v, PerGroupValues) and len(v) != len(groups):
+                raise ValueError("%s: parameter %s has %d per-group values for %d groups"
+                                 % (self.name, k, len(v), len(groups)))
+
+        def of(gi):
+            return {k: (v[gi] if isinstance(v, PerGroupValues) else v) for k, v in parameters.items()}
+
+        return tuple(_merge_groups(self.name, [(g.name, g.tensors, g.ids, g.base_index) for g in groups], of,
+                                   dtype, out_dtype, seed, batch_options))
+
+
+def get(name):
+    """The method object of a registry name."""
+    return Method(name)
