@@ -28,7 +28,7 @@ static char tried[1024];
 
 static void load(void)
 {
-	char exe[PATH_MAX], cand[5][PATH_MAX + 32];
+	char exe[PATH_MAX], cand[6][PATH_MAX + 32];
 	Dl_info di;
 	size_t nc = 0;
 	const char *env = getenv("MK_SPM_LIB");
@@ -39,6 +39,9 @@ static void load(void)
 	if (dladdr((void *)mk__spm_pieces, &di) && di.dli_fname && strrchr(di.dli_fname, '/')) {
 		const char *f = di.dli_fname;
 		snprintf(cand[nc++], sizeof(cand[0]), "%.*s/mk/libmk-spm.so", (int)(strrchr(f, '/') - f), f);
+		/* the build tree: beside libmk.so (a program linking the shared
+		 * library from there, Python's ctypes) */
+		snprintf(cand[nc++], sizeof(cand[0]), "%.*s/libmk-spm.so", (int)(strrchr(f, '/') - f), f);
 	}
 	if (l > 0) {
 		exe[l] = '\0';

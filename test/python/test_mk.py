@@ -66,15 +66,18 @@ def test_good_config_validates():
     assert json.loads(c.to_yaml())["merge_method"] == "slerp"
 
 
-@pytest.mark.parametrize("cfg", sorted(f for f in os.listdir("testdata/configs") if f.endswith(".yml")))
+CONFIGS = sorted(os.path.join("testdata/configs", f) for f in os.listdir("testdata/configs") if f.endswith(".yml"))
+CONFIGS += sorted(os.path.join("test/conformance", f) for f in os.listdir("test/conformance") if f.endswith(".yml"))
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=[os.path.basename(c) for c in CONFIGS])
 def test_run_merge_writes_what_mk_yaml_writes(cfg, tmp_path):
-    text = open(os.path.join("testdata/configs", cfg)).read()
+    text = open(cfg).read()
     a, b = tmp_path / "py" / "out", tmp_path / "yaml" / "out"
     a.parent.mkdir()
     b.parent.mkdir()
     mk.run_merge(mk.MergeConfiguration.from_yaml(text, cfg), str(a), options=mk.MergeOptions(quiet=True))
-    subprocess.run([os.path.join(BIN, "mk-yaml"), "--quiet", os.path.join("testdata/configs", cfg), str(b)],
-                   check=True)
+    subprocess.run([os.path.join(BIN, "mk-yaml"), "--quiet", cfg, str(b)], check=True)
     same_dirs(str(a), str(b))
 
 
