@@ -12,6 +12,7 @@ import subprocess
 import threading
 import time
 
+import numpy as np  # Debian's python3-numpy (make deps)
 import pytest
 
 import mk
@@ -160,7 +161,6 @@ def test_ctrl_c_cancels(tmp_path):
 
 # ---- tensors in memory
 
-np = pytest.importorskip("numpy")
 FA, FB = (os.path.join(TOP, "testdata/models/conf", m) for m in ("llama-f32-a", "llama-f32-b"))
 
 
