@@ -23,8 +23,10 @@
 #include "mk/err.h"
 
 struct mk_run_opts {
-	/* the configuration: YAML text (label names it in diagnostics), or
-	 * the file config_path when text is NULL */
+	/* the configuration: an already-parsed one (mk_config_parse; its
+	 * source text is planned, under its label), else YAML text (label
+	 * names it in diagnostics), else the file config_path */
+	const struct mk_config *config;
 	const char *text;
 	size_t len;
 	const char *label;

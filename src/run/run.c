@@ -34,7 +34,8 @@ static void plan_opts(const struct mk_run_opts *o, const struct mk_budget_split 
 		      size_t len, struct mk_plan_opts *po)
 {
 	*po = (struct mk_plan_opts){
-		.label = o->label ? o->label : o->config_path ? o->config_path : "config",
+		.label = o->config && o->config->label ? o->config->label : o->label ? o->label :
+			 o->config_path ? o->config_path : "config",
 		.text = text, .len = len,
 		.out_name = o->out_dir ? mk_card_title(o->out_dir) : NULL,
 		.allow_crimes = o->allow_crimes,
@@ -52,6 +53,11 @@ static int read_config(const struct mk_run_opts *o, uint8_t **owned, const char 
 		       struct mk_err *err)
 {
 	*owned = NULL;
+	if (o->config) {
+		*text = o->config->text;
+		*len = strlen(o->config->text);
+		return 0;
+	}
 	if (o->text) {
 		*text = o->text;
 		*len = o->len;

@@ -17,6 +17,10 @@ for cfg in testdata/configs/*.yml test/conformance/tokenizer-vocab-tokens-f32.ym
 	n=$((n + 1))
 done
 echo "$n configurations: mk_run_merge wrote what mk-yaml writes"
+# an already-parsed configuration: the same bytes
+mkdir -p "$W/parsed"
+mk-run --parsed testdata/configs/ties.yml "$W/parsed/out"
+diff -r "$W/parsed/out" "$W/yaml/ties/out" || fail "a parsed configuration: another output"
 # a budget: the stages' shares as mk-yaml splits them
 mkdir -p "$W/mem"
 mk-run --max-memory 64M testdata/configs/ties.yml "$W/mem/out"
