@@ -68,6 +68,10 @@ int mk_run_merge(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err 
  * every diagnostic (errors and warnings, with their places) in *d. */
 int mk_validate_config(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err *err);
 
+/* sizeof(struct mk_run_opts), for bindings that lay the struct out
+ * themselves (the Python package checks its copy against it). */
+size_t mk_run_opts_size(void);
+
 /* mk-merge's default worker threads: the online CPUs, 1 to 8. */
 unsigned mk_merge_default_threads(void);
 

@@ -22,6 +22,11 @@
 
 #define CONFIG_MAX (64u << 20)
 
+size_t mk_run_opts_size(void)
+{
+	return sizeof(struct mk_run_opts);
+}
+
 unsigned mk_merge_default_threads(void)
 {
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);

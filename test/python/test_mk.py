@@ -191,6 +191,12 @@ def test_merge_tensors_forms():
     assert np.array_equal(by_id, got)
     assert np.array_equal(mk.merge_tensors([a, b], "linear", parameters={"weight": 1.0}), (a + b) / 2)
     assert mk.merge_tensors([a, b], "linear", parameters={"weight": 1.0}, out_dtype="float16").dtype == np.float16
+    # a method object, dtypes as NumPy names them
+    assert mk.merge_tensors([a, b], mk.get("linear"), parameters={"weight": [0.25, 0.75]},
+                            out_dtype=np.float64).dtype == np.float64
+    h = mk.merge_tensors([a, b], "linear", parameters={"weight": 1.0}, dtype=np.float16)
+    assert h.dtype == np.float16 and np.array_equal(h, ((a.astype(np.float16).astype(np.float32) +
+                                                          b.astype(np.float16).astype(np.float32)) / 2).astype(np.float16))
 
 
 @pytest.mark.parametrize("bad, msg", [

@@ -59,6 +59,7 @@ _PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_ui
 class _RunOpts(ctypes.Structure):
     # struct mk_run_opts (mk/run.h), field for field
     _fields_ = [
+        ("config", ctypes.c_void_p),
         ("text", ctypes.c_char_p), ("len", ctypes.c_size_t), ("label", ctypes.c_char_p),
         ("config_path", ctypes.c_char_p), ("out_dir", ctypes.c_char_p),
         ("out_shard_size", ctypes.c_uint64), ("no_copy_tokenizer", ctypes.c_bool),
@@ -113,6 +114,10 @@ def _load():
     else:
         raise ImportError("mk: cannot load libmk.so (set MK_LIB to its path, or install mk): " +
                           "; ".join(errors[:3]))
+    lib.mk_run_opts_size.restype = ctypes.c_size_t
+    if lib.mk_run_opts_size() != ctypes.sizeof(_RunOpts):
+        raise ImportError("mk: this package's struct mk_run_opts (%d bytes) is not the library's (%d): "
+                          "use the package of the same mk" % (ctypes.sizeof(_RunOpts), lib.mk_run_opts_size()))
     lib.mk_run_merge.argtypes = [ctypes.POINTER(_RunOpts), ctypes.POINTER(_Diags), ctypes.POINTER(_Err)]
     lib.mk_validate_config.argtypes = lib.mk_run_merge.argtypes
     lib.mk_diags_free.argtypes = [ctypes.POINTER(_Diags)]
@@ -539,11 +544,33 @@ def _params(lib, parameters, ids, what):
     return pv
 
 
+def _dtype_name(dt):
+    """A dtype as mk names it: "bfloat16", torch.bfloat16, numpy.float16,
+    "torch.float32" ..."""
+    if dt is None:
+        return None
+    if isinstance(dt, str):
+        name = dt.replace("torch.", "")
+    elif type(dt).__module__.startswith("torch"):
+        name = str(dt).replace("torch.", "")
+    else:
+        try:
+            name = _np().dtype(dt).name
+        except TypeError:
+            name = str(dt)
+    if name not in _DT:
+        raise TypeError("mk: not a dtype mk merges: %r" % (dt,))
+    return name
+
+
 def _merge_groups(method, groups, parameters_of, dtype, out_dtype, seed, batch_options):
     """groups: [(name, [tensor...], ids, base_index)]; parameters_of(g) the
     parameters of group g.  Returns the outputs in order."""
     np = _np()
     lib = _tlib()
+    if isinstance(method, Method):
+        method = method.name
+    dtype, out_dtype = _dtype_name(dtype), _dtype_name(out_dtype)
     keep, pvs = [], []
     cg = (_Group * max(1, len(groups)))()
     kind = "numpy"
@@ -565,7 +592,7 @@ def _merge_groups(method, groups, parameters_of, dtype, out_dtype, seed, batch_o
             pvs.append(pv)
             cg[gi] = _Group(name=(name or "tensor").encode(), in_=ct, n=len(ts),
                             base=-1 if base is None else base, pv=pv)
-        odt = _DT_COUNT if out_dtype is None else _DT[str(out_dtype).replace("torch.", "")]
+        odt = _DT_COUNT if out_dtype is None else _DT[out_dtype]
         bo = batch_options or BatchOptions()
         e = _Err()
         if lib.mk_merge_groups(method.encode(), cg, len(groups), odt, seed, bo.max_bytes, bo.max_groups,
@@ -586,7 +613,7 @@ def _merge_groups(method, groups, parameters_of, dtype, out_dtype, seed, batch_o
 def merge_tensors(tensors, method, parameters=None, ids=None, base_index=None, name=None, dtype=None,
                   out_dtype=None, seed=0):
     """Merge the inputs of one output tensor (NumPy arrays or torch
-    tensors) with a registry method.  parameters: scalars (global, or
+    tensors) with a registry method (a name or a Method).  parameters: scalars (global, or
     broadcast), sequences (per input) or mappings id -> value (ids default
     to the input positions).  dtype casts floating inputs first; out_dtype
     the output.  The parameters and the method's input contract are
