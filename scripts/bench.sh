@@ -7,14 +7,25 @@
 #
 # Environment:
 #   BUILD      build directory (build)
-#   SIZES      model sizes as layer counts, hidden 2048, vocab 32000, BF16:
-#              "8 38" (8 layers: about 1 GB per model; 38: about 4 GB)
+#   SHAPES     model shapes, all BF16, each one of
+#                llama:L          hidden 2048, vocab 32000, L layers (8: about
+#                                 1 GB per model; 38: about 4 GB)
+#                emb:V:H          embedding-heavy: vocab V, hidden H,
+#                                 intermediate 2H, 2 layers (65536:1024 is
+#                                 about 300 MB, shaped like Qwen2.5-0.5B,
+#                                 Llama-3.2-1B, Gemma)
+#                emb-tied:V:H     the same with lm_head tied to the embeddings
+#                7b:L             a 7B-like layer (hidden 4096, intermediate
+#                                 14336; the generator's 4 KV heads), L layers
+#              default "emb:65536:1024 emb-tied:151936:896 llama:8"
+#   SIZES      the old form, layer counts of llama:L ("8 38"); SHAPES wins
 #   METHODS    "linear slerp ties dare_ties"
 #   MEMS       mk's --max-memory settings: "default 256M" (default: the
 #              plan's quarter of RAM; a size: split as mk-yaml does, half
 #              to the merge, a quarter each to mk-fetch and mk-pack)
 #   SPILL      1: also ties and dare_ties with --spill at the smallest MEMS
-#   RUNS       runs per mk setting, median reported (3)
+#   RUNS       runs per mk setting, each beside a floor run; the median of
+#              the per-run ratios is reported (5)
 #   MERGEKIT   1: also mergekit-yaml once per size and method (1)
 #   MK_CONFORMANCE_VENV  mergekit's venv (~/.cache/mk/mergekit-0.1.5-venv)
 #   BENCH_DIR  where models and outputs go (${TMPDIR:-/tmp}); needs about
@@ -22,14 +33,24 @@
 #
 # Per row: mk's wall time (mk-plan | mk-fetch | mk-merge | mk-pack, output
 # fsynced), its throughput over the input bytes, each stage's peak RSS, and
-# the I/O floor measured in the same run (the inputs read once with cat to
-# /dev/null, the output's size written once and fsynced); inputs in page
-# cache for both.  mergekit-yaml on the same config, output fsynced too.
+# the I/O floor measured run by run beside it: the inputs read once (cat to
+# /dev/null) plus the output's bytes written once from memory with mk-pack's
+# durability (dd of a page-cached file of the output's size, conv=fsync);
+# inputs in page cache for both.  "x floor" is the median of the per-run
+# ratios mk / floor.  mergekit-yaml on the same config, output fsynced too.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${BUILD:-$top/build}
-SIZES=${SIZES:-"8 38"}
-RUNS=${RUNS:-3}
+SIZES=${SIZES:-}
+SHAPES=${SHAPES:-}
+if [ -z "$SHAPES" ]; then
+	if [ -n "$SIZES" ]; then
+		for L in $SIZES; do SHAPES="$SHAPES llama:$L"; done
+	else
+		SHAPES="emb:65536:1024 emb-tied:151936:896 llama:8"
+	fi
+fi
+RUNS=${RUNS:-5}
 METHODS=${METHODS:-"linear slerp ties dare_ties"}
 MEMS=${MEMS:-"default 256M"}
 SPILL=${SPILL:-1}
@@ -54,23 +75,33 @@ config() { # method dir
 share() { echo "$1" | awk -v d="$2" '{ v=$1; u=1; if (v ~ /[Gg]/) u=1024^3; else if (v ~ /[Mm]/) u=1024^2; sub(/[^0-9.]+$/, "", v); printf "%d", v*u/d }'; }
 
 echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
-printf '| size | method | mode | input GB | I/O floor s | mk s | x floor | mk MB/s | RSS plan/fetch/merge/pack MiB | mergekit s | mergekit RSS MiB | mergekit/mk |\n'
-printf '|---|---|---|---|---|---|---|---|---|---|---|---|\n'
-for L in $SIZES; do
+printf '| shape | size | method | mode | input GB | I/O floor s | mk s | x floor | mk MB/s | RSS plan/fetch/merge/pack MiB | mergekit s | mergekit RSS MiB | mergekit/mk |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
+for shape in $SHAPES; do
 	rm -rf "$work/m"
 	mkdir -p "$work/m"
+	kind=${shape%%:*} rest=${shape#*:}
+	p1=${rest%%:*} p2=${rest#*:}
+	case $kind in
+	llama) gen="--hidden 2048 --layers $p1 --vocab 32000 --shards 2" ;;
+	emb) gen="--hidden $p2 --inter $((2 * p2)) --layers 2 --vocab $p1" ;;
+	emb-tied) gen="--hidden $p2 --inter $((2 * p2)) --layers 2 --vocab $p1 --tied" ;;
+	7b) gen="--hidden 4096 --inter 14336 --layers $p1 --vocab 32000 --shards 2" ;;
+	*) echo "bench: unknown shape '$shape'" >&2; exit 2 ;;
+	esac
 	for s in a b c; do
-		$T/mk-gen-model --dtype BF16 --hidden 2048 --layers "$L" --vocab 32000 --shards 2 \
-			--seed "$(printf '%d' "'$s")" "$work/m/$s"
+		# shellcheck disable=SC2086
+		$T/mk-gen-model --dtype BF16 $gen --seed "$(printf '%d' "'$s")" "$work/m/$s" > /dev/null
 	done
-	gb=$(cat "$work"/m/a/*.safetensors | wc -c | awk '{printf "%.1f", $1/1e9}')
+	gb=$(cat "$work"/m/a/*.safetensors | wc -c | awk '{printf "%.2f", $1/1e9}')
 	warm() { cat "$work"/m/a/* "$work"/m/b/* "$work"/m/c/* > /dev/null; }
 	for m in $METHODS; do
 		config $m "$work/m" > "$work/$m.yml"
 		files=$(case $m in linear|ties|dare_ties) echo "$work"/m/a/*.safetensors "$work"/m/b/*.safetensors "$work"/m/c/*.safetensors ;;
 			*) echo "$work"/m/a/*.safetensors "$work"/m/b/*.safetensors ;; esac)
 		inb=$(cat $files | wc -c)
-		outb=$(cat "$work"/m/a/*.safetensors | wc -c)
+		# the floor's writer copies a page-cached file of the output's size
+		cat "$work"/m/a/*.safetensors > "$work/outsrc"
 		modes=""
 		for mem in $MEMS; do modes="$modes $mem"; done
 		if [ "$SPILL" = 1 ] && { [ $m = ties ] || [ $m = dare_ties ]; }; then
@@ -86,28 +117,31 @@ for L in $SIZES; do
 				fa="--max-memory $(share "$mem" 4)" ka="$fa"
 			fi
 			case $mode in spill:*) mkdir -p "$work/spill"; pa="$pa --spill" ma="$ma --spill $work/spill" ;; esac
-			ts="" fl="" rp=0 rf=0 rm=0 rk=0
+			ts="" fl="" ra="" rp=0 rf=0 rm=0 rk=0
 			for i in $(seq "$RUNS"); do
-				rm -rf "$work/out" "$work/floor"; sync; warm
+				rm -rf "$work/out" "$work/floor"; sync; warm; cat "$work/outsrc" > /dev/null
 				t0=$(now)
 				cat $files > /dev/null
-				head -c "$outb" /dev/zero > "$work/floor"; sync "$work/floor"
+				dd if="$work/outsrc" of="$work/floor" bs=4M conv=fsync status=none
 				t1=$(now)
-				fl="$fl $(echo "$t1 - $t0" | bc)"
+				f1=$(echo "$t1 - $t0" | bc)
+				fl="$fl $f1"
 				rm -f "$work/floor"; sync; warm
 				t0=$(now)
 				# shellcheck disable=SC2086
 				$T/mk-rss "$work/p.rss" $B/mk-plan $pa "$work/$m.yml" | $T/mk-rss "$work/f.rss" $B/mk-fetch $fa |
 					$T/mk-rss "$work/m.rss" $B/mk-merge $ma | $T/mk-rss "$work/k.rss" $B/mk-pack $ka --no-progress "$work/out"
 				t1=$(now)
-				ts="$ts $(echo "$t1 - $t0" | bc)"
+				m1=$(echo "$t1 - $t0" | bc)
+				ts="$ts $m1"
+				ra="$ra $(echo "$m1 / $f1" | bc -l)"
 				for k in p f m k; do
 					v=$(cat "$work/$k.rss")
 					eval "cur=\$r$k"
 					[ "$v" -gt "$cur" ] && eval "r$k=$v"
 				done
 			done
-			t=$(echo $ts | median) floor=$(echo $fl | median)
+			t=$(echo $ts | median) floor=$(echo $fl | median) ratio=$(echo $ra | median)
 			mkres=" | | "
 			if [ $first = 1 ] && [ "$MERGEKIT" = 1 ] && [ -x "$venv/bin/mergekit-yaml" ]; then
 				rm -rf "$work/ref"; sync; warm
@@ -116,8 +150,8 @@ for L in $SIZES; do
 				rm -rf "$work/ref"
 			fi
 			first=0
-			printf '| %s GB | %s | %s | %.1f | %.2f | %.2f | %.2f | %.0f | %.0f / %.0f / %.0f / %.0f | %s |\n' "$gb" $m "$mode" \
-				"$(echo "$inb/1000000000" | bc -l)" "$floor" "$t" "$(echo "$t/$floor" | bc -l)" \
+			printf '| %s | %s GB | %s | %s | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f / %.0f / %.0f / %.0f | %s |\n' "$shape" "$gb" $m "$mode" \
+				"$(echo "$inb/1000000000" | bc -l)" "$floor" "$t" "$ratio" \
 				"$(echo "$inb/$t/1000000" | bc -l)" "$(echo "$rp/1024" | bc -l)" "$(echo "$rf/1024" | bc -l)" \
 				"$(echo "$rm/1024" | bc -l)" "$(echo "$rk/1024" | bc -l)" "$mkres"
 		done
