@@ -63,6 +63,11 @@ extern const char *const mk_fetch_copy_files[];
 void mk_fetch_model_opts(const struct mk_fetch_opts *o, const char *commit,
 			 struct mk_model_open_opts *mo);
 
+/* The reader for these models: MK_IO_HTTP when a shard is remote, else
+ * the options' kind. */
+enum mk_io_kind mk_fetch_reader_kind(const struct mk_fetch_opts *o, struct mk_model *const *models,
+				     size_t n);
+
 int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 		  struct mk_fetch_stats *st, struct mk_err *err);
 

@@ -95,6 +95,10 @@ void mk_model_free(struct mk_model *m);
 int mk_model_open_fds(const struct mk_model *m, int **fds, struct mk_err *err);
 void mk_model_close_fds(const struct mk_model *m, int *fds);
 
+/* Whether any shard is read by range requests (m->remote): such a model
+ * needs the http reader (reader.h). */
+bool mk_model_has_remote(const struct mk_model *m);
+
 /* Find a tensor by name; borrowed pointer or NULL. */
 const struct mk_model_tensor *mk_model_find(const struct mk_model *m,
 					    const char *name);

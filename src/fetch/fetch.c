@@ -41,13 +41,11 @@ void mk_fetch_model_opts(const struct mk_fetch_opts *o, const char *commit,
 					   .commit = commit, .cache = !o->no_cache };
 }
 
-/* Remote shards need the http reader. */
-static enum mk_io_kind reader_kind(const struct mk_fetch_opts *o, struct mk_model *const *models, size_t n)
+enum mk_io_kind mk_fetch_reader_kind(const struct mk_fetch_opts *o, struct mk_model *const *models, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
-		for (size_t s = 0; models[i] && models[i]->remote && s < models[i]->nshards; s++)
-			if (models[i]->remote[s])
-				return MK_IO_HTTP;
+		if (models[i] && mk_model_has_remote(models[i]))
+			return MK_IO_HTTP;
 	return o->io;
 }
 
@@ -332,7 +330,7 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	ropts.kind = reader_kind(o, models, o->nmodels);
+	ropts.kind = mk_fetch_reader_kind(o, models, o->nmodels);
 	rc = mk_reader_open(&rd, &ropts, next_extent, &f, err);
 	if (rc)
 		goto out;

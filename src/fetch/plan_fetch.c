@@ -775,10 +775,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (size_t m = 0; m < head->nmodels; m++)
-		for (size_t s = 0; models[m]->remote && s < models[m]->nshards; s++)
-			if (models[m]->remote[s])
-				ropts.kind = MK_IO_HTTP;     /* remote shards: the http reader */
+	ropts.kind = mk_fetch_reader_kind(o, models, head->nmodels);
 	rc = mk_reader_open(&rd, &ropts, next_extent, &p, err);
 	if (rc)
 		goto out;

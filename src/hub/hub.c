@@ -1116,7 +1116,7 @@ int mk_hub_download(struct mk_hub_repo *r, const char *const *names, size_t n, u
 	const struct mk_hub_settings *s = mk__hub_settings(err);
 	struct xfer *xs = NULL;
 	CURLM *m = NULL;
-	uint64_t got = 0, total = 0, last = 0, dl_total = 0;
+	uint64_t got = 0, last = 0;
 	size_t nx = 0, left = 0;
 	int rc = 0;
 
@@ -1159,11 +1159,8 @@ int mk_hub_download(struct mk_hub_repo *r, const char *const *names, size_t n, u
 			rc = 0;
 			continue;
 		}
-		total += f->size;
-		dl_total += f->size - xs[nx - 1].have;
 		left++;
 	}
-	(void)dl_total;
 	while (left) {
 		int running = 0, active = 0, msgs;
 		uint64_t t = now_ms(), soonest = UINT64_MAX;
@@ -1207,12 +1204,11 @@ int mk_hub_download(struct mk_hub_repo *r, const char *const *names, size_t n, u
 			rc = 0;
 		}
 		if (g_opts.progress && (now_ms() - last >= 250 || !left)) {
-			uint64_t have = 0;
-			for (size_t i = 0; i < nx; i++)
+			uint64_t have = 0, all = 0;
+			for (size_t i = 0; i < nx; i++) {
 				have += xs[i].done ? xs[i].f->size : xs[i].have;
-			uint64_t all = 0;
-			for (size_t i = 0; i < nx; i++)
 				all += xs[i].f->size;
+			}
 			g_opts.progress(g_opts.progress_ctx, r->id, have, all);
 			last = now_ms();
 		}
@@ -1230,7 +1226,6 @@ int mk_hub_download(struct mk_hub_repo *r, const char *const *names, size_t n, u
 	for (size_t i = 0; i < nx && rc == 0; i++)
 		if (xs[i].done)
 			rc = link_snapshot(r, xs[i].f, err);
-	(void)total;
 out:
 	for (size_t i = 0; i < nx; i++)
 		xfer_clear(m, &xs[i]);

@@ -845,6 +845,14 @@ int mk_model_open_adapter(const char *ref, struct mk_model **out, struct mk_err 
 	return mk_model_open_with(ref, &o, out, err);
 }
 
+bool mk_model_has_remote(const struct mk_model *m)
+{
+	for (size_t s = 0; m->remote && s < m->nshards; s++)
+		if (m->remote[s])
+			return true;
+	return false;
+}
+
 const struct mk_model_tensor *mk_model_find(const struct mk_model *m,
 					    const char *name)
 {

@@ -284,7 +284,6 @@ int mk_run_merge(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err 
 		r.started[i] = true;
 	}
 	/* wait; a cancel shuts every stream, and each stage stops */
-	bool cancelled = false;
 	for (;;) {
 		pthread_mutex_lock(&r.mu);
 		int fin = r.finished;
@@ -294,8 +293,7 @@ int mk_run_merge(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err 
 			nstarted += r.started[i];
 		if (fin >= nstarted)
 			break;
-		if (o->cancel && *o->cancel && !cancelled) {
-			cancelled = true;
+		if (o->cancel && *o->cancel && !r.cancelled) {
 			r.cancelled = 1;
 			for (int k = 0; k < NSTAGES - 1; k++) {
 				shutdown(r.sock[k][0], SHUT_RDWR);
@@ -310,7 +308,7 @@ int mk_run_merge(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err 
 			pthread_join(r.th[i], NULL);
 	if (rc)
 		goto out;
-	if (cancelled || r.cancelled) {
+	if (r.cancelled) {
 		rc = mk_err_set(err, MK_EIO, "cancelled%s", o->resume ? " (OUT.mk-partial is kept for --resume)" : "");
 		goto out;
 	}

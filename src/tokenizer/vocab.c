@@ -12,10 +12,10 @@ void mk_vocab_free(struct mk_vocab *v)
 {
 	if (!v)
 		return;
-	for (size_t i = 0; i < v->n; i++)
+	for (size_t i = 0; v->token && i < v->n; i++)
 		free(v->token[i]);
 	free(v->token);
-	for (size_t i = 0; i < v->nadded; i++)
+	for (size_t i = 0; v->added && i < v->nadded; i++)
 		free(v->added[i].content);
 	free(v->added);
 	free(v->model_type);

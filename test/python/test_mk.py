@@ -44,15 +44,20 @@ def same_dirs(a, b):
 
 
 def test_validation_lists_every_error():
-    bad = {"merge_method": "nope", "models": [{"model": A, "parameters": {"wieght": 1}}]}
+    # two models missing and a misspelt parameter: all three said, each at
+    # its line and column of the JSON the planner read
+    bad = {"merge_method": "linear", "models": [
+        {"model": A, "parameters": {"wieght": 1}},
+        {"model": "/nonexistent/m1", "parameters": {"weight": 1}},
+        {"model": "/nonexistent/m2", "parameters": {"weight": 1}}]}
     with pytest.raises(mk.ConfigError) as e:
         mk.MergeConfiguration.model_validate(bad)
-    msg = str(e.value)
-    assert "nope" in msg
-    # JSON is what the planner read: each diagnostic has its line and column
-    assert all(x.startswith("error: config:") and x.split(":")[2].isdigit()
-               for x in e.value.diagnostics if x.startswith("error: ")), e.value.diagnostics
-    assert len([x for x in e.value.diagnostics if x.startswith("error: ")]) >= 1
+    d = e.value.diagnostics
+    errs = [x for x in d if x.startswith("error: ")]
+    assert len(errs) == 2 and "m1" in errs[0] and "m2" in errs[1], d
+    assert any(x.startswith("warning: ") and "wieght" in x and "did you mean 'weight'" in x for x in d), d
+    assert all(x.split(": ", 1)[1].split(":")[0] == "config" and x.split(":")[2].isdigit() for x in d), d
+    assert "m1" in str(e.value) and "m2" in str(e.value)
 
 
 def test_validation_of_a_missing_model():
