@@ -19,7 +19,12 @@
 #                                 14336; the generator's 4 KV heads), L layers
 #              default "emb:65536:1024 emb-tied:151936:896 llama:8"
 #   SIZES      the old form, layer counts of llama:L ("8 38"); SHAPES wins
-#   METHODS    "linear slerp ties dare_ties"
+#   METHODS    "linear slerp ties dare_ties"; "all": the 20 methods, each
+#              on a config of the kind users write (bench.sh's config())
+#   RUNNERS    how mk runs: "pipe" (mk-plan | mk-fetch | mk-merge | mk-pack,
+#              one process each, each stage's RSS) and/or "yaml" (mk-yaml,
+#              one command; RSS of the whole) (pipe)
+#   JOBS       mk-merge's -j settings, e.g. "1 2" ("default": mk's own)
 #   MEMS       mk's --max-memory settings: "default 256M" (default: the
 #              plan's quarter of RAM; a size: split as mk-yaml does, half
 #              to the merge, a quarter each to mk-fetch and mk-pack)
@@ -53,6 +58,8 @@ fi
 RUNS=${RUNS:-5}
 METHODS=${METHODS:-"linear slerp ties dare_ties"}
 MEMS=${MEMS:-"default 256M"}
+RUNNERS=${RUNNERS:-pipe}
+JOBS=${JOBS:-default}
 SPILL=${SPILL:-1}
 MERGEKIT=${MERGEKIT:-1}
 venv=${MK_CONFORMANCE_VENV:-$HOME/.cache/mk/mergekit-0.1.5-venv}
@@ -64,11 +71,30 @@ trap 'rm -rf "$work"' EXIT INT TERM
 
 now() { date +%s.%N; }
 median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-config() { # method dir
+# the models a method reads: "a b c" (a base and two others), "a b", "a"
+inputs_of() {
 	case $1 in
-	linear) printf 'merge_method: linear\nmodels:\n  - model: %s/a\n    parameters: {weight: 0.5}\n  - model: %s/b\n    parameters: {weight: 0.3}\n  - model: %s/c\n    parameters: {weight: 0.2}\n' "$2" "$2" "$2" ;;
-	slerp) printf 'merge_method: slerp\nbase_model: %s/a\nmodels:\n  - model: %s/a\n  - model: %s/b\nparameters:\n  t: 0.4\n' "$2" "$2" "$2" ;;
-	ties|dare_ties) printf 'merge_method: %s\nbase_model: %s/a\nmodels:\n  - model: %s/b\n    parameters: {weight: 0.6, density: 0.5}\n  - model: %s/c\n    parameters: {weight: 0.4, density: 0.5}\n' "$1" "$2" "$2" "$2" ;;
+	slerp|nuslerp|nearswap|arcee_fusion) echo "a b" ;;
+	passthrough) echo "a" ;;
+	*) echo "a b c" ;;
+	esac
+}
+ALL_METHODS="linear slerp nuslerp multislerp karcher task_arithmetic ties dare_linear dare_ties breadcrumbs breadcrumbs_ties della della_linear sce model_stock nearswap arcee_fusion passthrough ram ramplus_tl"
+[ "$METHODS" = all ] && METHODS=$ALL_METHODS
+config() { # method dir
+	d=$2
+	case $1 in
+	linear|multislerp) printf 'merge_method: %s\nmodels:\n  - model: %s/a\n    parameters: {weight: 0.5}\n  - model: %s/b\n    parameters: {weight: 0.3}\n  - model: %s/c\n    parameters: {weight: 0.2}\n' "$1" "$d" "$d" "$d" ;;
+	karcher) printf 'merge_method: karcher\nmodels:\n  - model: %s/a\n  - model: %s/b\n  - model: %s/c\n' "$d" "$d" "$d" ;;
+	slerp) printf 'merge_method: slerp\nbase_model: %s/a\nmodels:\n  - model: %s/a\n  - model: %s/b\nparameters:\n  t: 0.4\n' "$d" "$d" "$d" ;;
+	nuslerp) printf 'merge_method: nuslerp\nmodels:\n  - model: %s/a\n    parameters: {weight: 0.6}\n  - model: %s/b\n    parameters: {weight: 0.4}\n' "$d" "$d" ;;
+	sce|model_stock|ram|ramplus_tl) printf 'merge_method: %s\nbase_model: %s/a\nmodels:\n  - model: %s/b\n  - model: %s/c\n' "$1" "$d" "$d" "$d" ;;
+	task_arithmetic) printf 'merge_method: %s\nbase_model: %s/a\nmodels:\n  - model: %s/b\n    parameters: {weight: 0.6}\n  - model: %s/c\n    parameters: {weight: 0.4}\n' "$1" "$d" "$d" "$d" ;;
+	ties|dare_linear|dare_ties|breadcrumbs|breadcrumbs_ties|della|della_linear) printf 'merge_method: %s\nbase_model: %s/a\nmodels:\n  - model: %s/b\n    parameters: {weight: 0.6, density: 0.5}\n  - model: %s/c\n    parameters: {weight: 0.4, density: 0.5}\n' "$1" "$d" "$d" "$d" ;;
+	nearswap) printf 'merge_method: nearswap\nbase_model: %s/a\nmodels:\n  - model: %s/b\nparameters:\n  t: 0.001\n' "$d" "$d" ;;
+	arcee_fusion) printf 'merge_method: arcee_fusion\nbase_model: %s/a\nmodels:\n  - model: %s/b\n' "$d" "$d" ;;
+	passthrough) printf 'merge_method: passthrough\nmodels:\n  - model: %s/a\n' "$d" ;;
+	*) echo "bench: no configuration for method '$1'" >&2; exit 2 ;;
 	esac
 }
 # size in bytes of `mk-yaml --max-memory` shares
@@ -97,8 +123,7 @@ for shape in $SHAPES; do
 	warm() { cat "$work"/m/a/* "$work"/m/b/* "$work"/m/c/* > /dev/null; }
 	for m in $METHODS; do
 		config $m "$work/m" > "$work/$m.yml"
-		files=$(case $m in linear|ties|dare_ties) echo "$work"/m/a/*.safetensors "$work"/m/b/*.safetensors "$work"/m/c/*.safetensors ;;
-			*) echo "$work"/m/a/*.safetensors "$work"/m/b/*.safetensors ;; esac)
+		files=$(for s in $(inputs_of $m); do echo "$work/m/$s"/*.safetensors; done)
 		inb=$(cat $files | wc -c)
 		# the floor's writer copies a page-cached file of the output's size
 		cat "$work"/m/a/*.safetensors > "$work/outsrc"
@@ -108,15 +133,23 @@ for shape in $SHAPES; do
 			small=$(for mem in $MEMS; do [ "$mem" != default ] && echo "$mem"; done | head -n 1)
 			[ -n "$small" ] && modes="$modes spill:$small"
 		fi
+		all=""
+		for mode in $modes; do for r in $RUNNERS; do for j in $JOBS; do all="$all $mode,$r,$j"; done; done; done
 		first=1
-		for mode in $modes; do
+		for mrj in $all; do
+			mode=${mrj%%,*} rj=${mrj#*,}
+			runner=${rj%%,*} jobs=${rj#*,}
+			ja=""
+			[ "$jobs" != default ] && ja="-j $jobs"
 			mem=${mode#spill:}
 			pa="" fa="" ma="" ka=""
 			if [ "$mem" != default ]; then
 				pa="--max-memory $(share "$mem" 2)" ma="$pa"
 				fa="--max-memory $(share "$mem" 4)" ka="$fa"
 			fi
-			case $mode in spill:*) mkdir -p "$work/spill"; pa="$pa --spill" ma="$ma --spill $work/spill" ;; esac
+			ya=""
+			[ "$mem" != default ] && ya="--max-memory $mem"
+			case $mode in spill:*) mkdir -p "$work/spill"; pa="$pa --spill" ma="$ma --spill $work/spill" ya="$ya --spill $work/spill" ;; esac
 			ts="" fl="" ra="" rp=0 rf=0 rm=0 rk=0
 			for i in $(seq "$RUNS"); do
 				rm -rf "$work/out" "$work/floor"; sync; warm; cat "$work/outsrc" > /dev/null
@@ -128,9 +161,15 @@ for shape in $SHAPES; do
 				fl="$fl $f1"
 				rm -f "$work/floor"; sync; warm
 				t0=$(now)
-				# shellcheck disable=SC2086
-				$T/mk-rss "$work/p.rss" $B/mk-plan $pa "$work/$m.yml" | $T/mk-rss "$work/f.rss" $B/mk-fetch $fa |
-					$T/mk-rss "$work/m.rss" $B/mk-merge $ma | $T/mk-rss "$work/k.rss" $B/mk-pack $ka --no-progress "$work/out"
+				if [ "$runner" = pipe ]; then
+					# shellcheck disable=SC2086
+					$T/mk-rss "$work/p.rss" $B/mk-plan $pa "$work/$m.yml" | $T/mk-rss "$work/f.rss" $B/mk-fetch $fa |
+						$T/mk-rss "$work/m.rss" $B/mk-merge $ma $ja | $T/mk-rss "$work/k.rss" $B/mk-pack $ka --no-progress "$work/out"
+				else
+					# shellcheck disable=SC2086
+					$T/mk-rss "$work/m.rss" $B/mk-yaml --quiet $ya $ja "$work/$m.yml" "$work/out"
+					echo 0 > "$work/p.rss"; echo 0 > "$work/f.rss"; echo 0 > "$work/k.rss"
+				fi
 				t1=$(now)
 				m1=$(echo "$t1 - $t0" | bc)
 				ts="$ts $m1"
@@ -150,10 +189,18 @@ for shape in $SHAPES; do
 				rm -rf "$work/ref"
 			fi
 			first=0
-			printf '| %s | %s GB | %s | %s | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f / %.0f / %.0f / %.0f | %s |\n' "$shape" "$gb" $m "$mode" \
+			label=$mode
+			[ "$runner" = yaml ] && label="$label, mk-yaml"
+			[ "$jobs" != default ] && label="$label, -j $jobs"
+			if [ "$runner" = pipe ]; then
+				rss=$(printf '%.0f / %.0f / %.0f / %.0f' "$(echo "$rp/1024" | bc -l)" "$(echo "$rf/1024" | bc -l)" \
+					"$(echo "$rm/1024" | bc -l)" "$(echo "$rk/1024" | bc -l)")
+			else
+				rss=$(printf '%.0f (mk-yaml)' "$(echo "$rm/1024" | bc -l)")
+			fi
+			printf '| %s | %s GB | %s | %s | %.2f | %.2f | %.2f | %.2f | %.0f | %s | %s |\n' "$shape" "$gb" $m "$label" \
 				"$(echo "$inb/1000000000" | bc -l)" "$floor" "$t" "$ratio" \
-				"$(echo "$inb/$t/1000000" | bc -l)" "$(echo "$rp/1024" | bc -l)" "$(echo "$rf/1024" | bc -l)" \
-				"$(echo "$rm/1024" | bc -l)" "$(echo "$rk/1024" | bc -l)" "$mkres"
+				"$(echo "$inb/$t/1000000" | bc -l)" "$rss" "$mkres"
 		done
 	done
 done
