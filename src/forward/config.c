@@ -57,7 +57,7 @@ static int count(const struct mk_jsondoc *d, size_t obj, const char *key, size_t
 	int rc = num(d, obj, key, (double)def, &x, err);
 	if (rc)
 		return rc;
-	if (!(x >= 1 && x <= 1e9 && x == floor(x)))
+	if (!(x >= 1 && x <= 1e7 && x == floor(x)))
 		return x == 0 && !def && member(d, obj, key) == SIZE_MAX
 			       ? mk_err_set(err, MK_EFORMAT, "config.json: %s is missing", key)
 			       : mk_err_set(err, MK_EFORMAT, "config.json: %s must be a positive integer", key);
@@ -138,13 +138,15 @@ static int rope_parse(const struct mk_jsondoc *d, size_t root, struct mk_fwd_con
 		return rc;
 	if (r->type == MK_ROPE_DEFAULT)
 		return 0;
-	bool need_factor = r->type != MK_ROPE_YARN;
+	/* factor: required (yarn's may be null: max_position_embeddings over
+	 * the pretraining length) */
 	r->factor = NAN;
-	if (member(d, rp, "factor") == SIZE_MAX) {
-		if (need_factor)
+	{
+		size_t fn = rp == SIZE_MAX ? SIZE_MAX : mk_jsondoc_get(d, rp, "factor");
+		if (fn == SIZE_MAX || (mk_jsondoc_type(d, fn) == MK_JSON_NULL && r->type != MK_ROPE_YARN))
 			return mk_err_set(err, MK_EFORMAT, "config.json: rope type %s needs a factor", c->rope_name);
-	} else if ((rc = num(d, rp, "factor", 1.0, &r->factor, err))) {
-		return rc;
+		if (mk_jsondoc_type(d, fn) != MK_JSON_NULL && (rc = num_at(d, fn, "factor", &r->factor, err)))
+			return rc;
 	}
 	/* the pretraining length: a top-level original_max_position_embeddings
 	 * wins, then the rope dict's, then max_position_embeddings */
@@ -364,7 +366,7 @@ int mk_fwd_config_parse(const char *text, size_t len, const char *label, struct 
 			on = false;
 		if ((rc = num(d, root, "sliding_window", 4096, &w, err)))
 			goto out;
-		if (on && !(w >= 1 && w == floor(w))) {
+		if (on && !(w >= 1 && w <= 1e15 && w == floor(w))) {
 			rc = mk_err_set(err, MK_EFORMAT, "%s: sliding_window must be a positive integer", label);
 			goto out;
 		}
