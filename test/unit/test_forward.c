@@ -35,6 +35,7 @@
 #include "mk/forward.h"
 #include "mk/fsutil.h"
 #include "mk/safetensors.h"
+#include "../../src/forward/forward_impl.h"
 
 #define TOL 1e-5
 
@@ -392,6 +393,86 @@ static void test_budget(void **state)
 	(void)state;
 }
 
+static void parse_ok(const char *json, struct mk_fwd_config *c)
+{
+	struct mk_err err = { 0 };
+	if (mk_fwd_config_parse(json, strlen(json), "config.json", c, &err))
+		fail_msg("%s: %s", json, err.msg);
+}
+
+#define SHAPE "\"hidden_size\":64,\"num_hidden_layers\":3,\"num_attention_heads\":4,\"vocab_size\":10"
+
+/* the configuration classes' defaults and precedences, as transformers 5 */
+static void test_config_defaults(void **state)
+{
+	struct mk_fwd_config c;
+	float inv[64], sc;
+
+	parse_ok("{\"model_type\":\"qwen3\",\"hidden_size\":64,\"num_hidden_layers\":3,\"num_attention_heads\":64,"
+		 "\"vocab_size\":10}", &c);
+	assert_int_equal(c.kv_heads, 32); /* absent: 32 */
+	mk_fwd_config_free(&c);
+	parse_ok("{\"model_type\":\"qwen3\",\"num_key_value_heads\":2," SHAPE "}", &c);
+	assert_int_equal(c.head_dim, 128); /* Qwen3Config's default, not 64 / 4 */
+	assert_true(c.qk_norm && !c.qkv_bias);
+	assert_true(c.eps == 1e-6 && c.rope.theta == 10000);
+	assert_int_equal(c.window[2], 0);
+	mk_fwd_config_free(&c);
+	parse_ok("{\"model_type\":\"mistral\",\"hidden_size\":64,\"num_hidden_layers\":3,\"num_attention_heads\":16,"
+		 "\"vocab_size\":10}", &c);
+	assert_int_equal(c.kv_heads, 8); /* MistralConfig's default... */
+	assert_int_equal(c.head_dim, 4);
+	assert_int_equal(c.window[0], 4096); /* ... and its window */
+	mk_fwd_config_free(&c);
+	parse_ok("{\"model_type\":\"mistral\",\"num_key_value_heads\":null,\"sliding_window\":null," SHAPE "}", &c);
+	assert_int_equal(c.kv_heads, 4);
+	assert_int_equal(c.window[0], 0);
+	mk_fwd_config_free(&c);
+	parse_ok("{\"model_type\":\"llama\"," SHAPE ",\"attention_bias\":true,\"mlp_bias\":true}", &c);
+	assert_int_equal(c.kv_heads, 4);
+	assert_true(c.attn_bias && c.qkv_bias && c.mlp_bias && !c.qk_norm);
+	mk_fwd_config_free(&c);
+	parse_ok("{\"model_type\":\"qwen2\",\"num_key_value_heads\":2," SHAPE ",\"use_sliding_window\":true,\"sliding_window\":5,"
+		 "\"layer_types\":[\"sliding_attention\",\"full_attention\",\"sliding_attention\"]}", &c);
+	assert_true(c.qkv_bias && !c.attn_bias);
+	assert_true(c.window[0] == 5 && c.window[1] == 0 && c.window[2] == 5);
+	mk_fwd_config_free(&c);
+	parse_ok("{\"model_type\":\"qwen2\",\"num_key_value_heads\":2," SHAPE ",\"use_sliding_window\":true,\"max_window_layers\":2}", &c);
+	assert_true(c.window[0] == 0 && c.window[1] == 0 && c.window[2] == 4096);
+	mk_fwd_config_free(&c);
+	/* rope_scaling wins over rope_parameters; the dict's theta over the
+	 * top level's; a top-level original_max_position_embeddings over the
+	 * dict's */
+	parse_ok("{\"model_type\":\"llama\"," SHAPE ",\"rope_theta\":5.0,\"original_max_position_embeddings\":7,"
+		 "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":2,\"original_max_position_embeddings\":9,\"rope_theta\":6.0},"
+		 "\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":3}}", &c);
+	assert_int_equal(c.rope.type, MK_ROPE_YARN);
+	assert_true(c.rope.theta == 6.0 && c.rope.factor == 2 && c.rope.orig_mpe == 7);
+	assert_true(c.rope.beta_fast == 32 && c.rope.beta_slow == 1 && c.rope.truncate);
+	mk_fwd_config_free(&c);
+	/* default frequencies: theta^(-2j/d); linear divides them */
+	parse_ok("{\"model_type\":\"llama\",\"hidden_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,"
+		 "\"vocab_size\":4,\"rope_theta\":100.0}", &c);
+	mk_fwd_rope_inv_freq(&c, 10, inv, &sc);
+	assert_true(inv[0] == 1.0f && fabsf(inv[1] - 0.1f) < 1e-7f && sc == 1.0f);
+	mk_fwd_config_free(&c);
+	parse_ok("{\"model_type\":\"llama\",\"hidden_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,"
+		 "\"vocab_size\":4,\"rope_theta\":100.0,\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":4}}", &c);
+	mk_fwd_rope_inv_freq(&c, 10, inv, &sc);
+	assert_true(inv[0] == 0.25f && fabsf(inv[1] - 0.025f) < 1e-8f);
+	mk_fwd_config_free(&c);
+	/* dynamic: unchanged within max_position_embeddings, a larger base past it */
+	parse_ok("{\"model_type\":\"llama\",\"hidden_size\":8,\"num_hidden_layers\":1,\"num_attention_heads\":2,"
+		 "\"vocab_size\":4,\"rope_theta\":100.0,\"max_position_embeddings\":8,"
+		 "\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":2}}", &c);
+	mk_fwd_rope_inv_freq(&c, 8, inv, &sc);
+	assert_true(fabsf(inv[1] - 0.1f) < 1e-7f);
+	mk_fwd_rope_inv_freq(&c, 16, inv, &sc); /* base 100 * (2*16/8 - 1)^(4/2) = 900 */
+	assert_true(fabsf(inv[1] - 1.0f / 30.0f) < 1e-7f);
+	mk_fwd_config_free(&c);
+	(void)state;
+}
+
 static int setup(void **state)
 {
 	snprintf(work, sizeof(work), "%s/mk-forward-XXXXXX", mk_tmpdir());
@@ -417,6 +498,7 @@ int main(void)
 		cmocka_unit_test(test_window_matters),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_budget),
+		cmocka_unit_test(test_config_defaults),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);
 }
