@@ -7,7 +7,7 @@
  *                [--big-rows R] [--pad-leading] [--arch llama|mistral]
  *                [--bpe-tokenizer[=EXTRA]] [--tok-skip K] [--tok-size N] [--unigram] [--tied]
  *                [--spm FILE [--spm-added A,B]] [--slow]
- *                [--heads N] [--kv-heads N] [--weight-scale S] [--unit-norms]
+ *                [--heads N] [--kv-heads N] [--weight-scale S] [--unit-norms] [--biases]
  *                [--config-extra JSON] OUTDIR
  *
  * --all-dtypes adds one small tensor of every safetensors dtype, a scalar
@@ -35,7 +35,9 @@
  * WordLevel stand-in.
  *
  * For the forward pass (mk_forward): --arch qwen2 adds q/k/v biases,
- * --arch qwen3 the q_norm/k_norm weights (and writes head_dim);
+ * --arch qwen3 the q_norm/k_norm weights (and writes head_dim); --biases
+ * a bias for every attention and MLP projection (llama's attention_bias
+ * and mlp_bias);
  * --heads/--kv-heads set the attention heads (4 and 4; k_proj and v_proj
  * are [kv-heads * head_dim, H]); --weight-scale multiplies every value
  * (so attention is not near uniform); --unit-norms fills the RMSNorm
@@ -137,10 +139,10 @@ int main(int argc, char **argv)
 		{ "tok-skip", 1, 0, 'K' }, { "tok-size", 1, 0, 'S' }, { "tied", 0, 0, 't' }, { "unigram", 0, 0, 'U' },
 		{ "spm", 1, 0, 'P' }, { "spm-added", 1, 0, 'Q' }, { "slow", 0, 0, 'W' },
 		{ "heads", 1, 0, 'h' }, { "kv-heads", 1, 0, 'g' }, { "weight-scale", 1, 0, 'w' },
-		{ "unit-norms", 0, 0, 'u' }, { "config-extra", 1, 0, 'x' }, { 0 },
+		{ "unit-norms", 0, 0, 'u' }, { "config-extra", 1, 0, 'x' }, { "biases", 0, 0, 'B' }, { 0 },
 	};
 	uint64_t heads = 4, kv_heads = 0;
-	bool unit_norms = false;
+	bool unit_norms = false, biases = false;
 	const char *extra = NULL;
 	uint64_t seed = 1, layers = 2, hidden = 64, inter = 0, vocab = 256, shards = 1, big = 0, tokskip = 0, toksize = 0;
 	bool tied = false, unigram = false, slow = false;
@@ -170,6 +172,7 @@ int main(int argc, char **argv)
 		case 'h': dst = &heads; break;
 		case 'g': dst = &kv_heads; break;
 		case 'u': unit_norms = true; break;
+		case 'B': biases = true; break;
 		case 'x': extra = optarg; break;
 		case 'w': {
 			char *end;
@@ -232,9 +235,9 @@ int main(int argc, char **argv)
 		for (int i = 0; i < 4; i++) {
 			snprintf(name, sizeof(name), "model.layers.%llu.%s.weight", (unsigned long long)l, sq[i]);
 			add(name, dt, 2, i == 1 || i == 2 ? kvd : hidden, hidden);
-			if (!strcmp(arch, "qwen2") && i < 3) {
+			if ((!strcmp(arch, "qwen2") && i < 3) || biases) {
 				snprintf(name, sizeof(name), "model.layers.%llu.%s.bias", (unsigned long long)l, sq[i]);
-				add(name, dt, 1, i ? kvd : hidden, 0);
+				add(name, dt, 1, i == 1 || i == 2 ? kvd : hidden, 0);
 			}
 		}
 		if (!strcmp(arch, "qwen3")) {
@@ -249,6 +252,14 @@ int main(int argc, char **argv)
 		add(name, dt, 2, inter, hidden);
 		snprintf(name, sizeof(name), "model.layers.%llu.mlp.down_proj.weight", (unsigned long long)l);
 		add(name, dt, 2, hidden, inter);
+		if (biases) {
+			snprintf(name, sizeof(name), "model.layers.%llu.mlp.gate_proj.bias", (unsigned long long)l);
+			add(name, dt, 1, inter, 0);
+			snprintf(name, sizeof(name), "model.layers.%llu.mlp.up_proj.bias", (unsigned long long)l);
+			add(name, dt, 1, inter, 0);
+			snprintf(name, sizeof(name), "model.layers.%llu.mlp.down_proj.bias", (unsigned long long)l);
+			add(name, dt, 1, hidden, 0);
+		}
 		snprintf(name, sizeof(name), "model.layers.%llu.post_attention_layernorm.weight",
 			 (unsigned long long)l);
 		add(name, dt, 1, hidden, 0);
