@@ -26,7 +26,7 @@ static int last_norm(void *ctx, size_t index, const float *h, size_t nseq, size_
 			q += (double)r[j] * r[j];
 		s += sqrt(q);
 	}
-	printf("hidden %zu: mean last-token norm %.6g\n", index, s / (double)nseq);
+	printf("hidden %zu: mean last-token norm %.9g\n", index, s / (double)nseq);
 	(void)ctx;
 	return 0;
 }
