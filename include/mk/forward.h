@@ -39,7 +39,14 @@
  * The hidden states come as transformers' tuple: index 0 the embeddings,
  * index l (1..layers-1) the output of layer l-1, index `layers` the last
  * layer's output after the final norm.  mergekit-moe's gate vectors take
- * indexes 0..layers-1 (each layer's input).
+ * indexes 0..layers-1 (each layer's input): `hidden`/`hidden_last` the
+ * vector at the batch's last position (index len-1, a pad for a shorter
+ * prompt when the tokenizer pads on the right), `hidden_avg` the mean
+ * over all len positions, pads included; each then averaged over the
+ * prompts.  Any padding pattern works here (left or right, as the
+ * tokenizer's padding_side says).
+ *
+ * No CUDA path yet: float32 on the CPU only.
  */
 #ifndef MK_FORWARD_H
 #define MK_FORWARD_H
