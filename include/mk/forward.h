@@ -58,7 +58,9 @@ struct mk_forward;
 
 struct mk_forward_opts {
 	uint64_t max_memory; /* bytes a run may hold (one layer's float32
-				weights, the activations, the read buffer);
+				weights, the activations, the read buffers;
+				a tensor stored as a view that is not
+				contiguous is read through its whole span);
 				0: no bound.  A run that needs more fails
 				before it reads anything, saying how much */
 };
