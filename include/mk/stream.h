@@ -193,7 +193,7 @@ int mk_sr_read_wire(struct mk_stream_reader *r, void *buf, size_t cap,
  * an uncompressed DATA frame of at least MK_SPLICE_MIN data bytes
  * piecewise: the caller reads its MK_CHUNK_HDR-byte sub-header with
  * mk_sr_read_payload, then hands the rest, n bytes, to this call, which
- * moves them into out_fd at offset off by splice(2) (by read and pwrite
+ * moves them into out_fd (named out_label in messages) at offset off by splice(2) (by read and pwrite
  * where splice is refused, and then for the rest of the stream), reads
  * them back from out_fd (mapped, so out_fd must be open for reading too)
  * and checks the frame's checksum over them.  0: the frame is accepted
@@ -201,8 +201,8 @@ int mk_sr_read_wire(struct mk_stream_reader *r, void *buf, size_t cap,
  * on r.  An error leaves unverified bytes at [off, off + n) of out_fd,
  * which the caller must discard.  The memory bound applies to such a
  * frame as if it were read whole. */
-int mk_sr_splice_payload(struct mk_stream_reader *r, int out_fd, uint64_t off, size_t n,
-			 const void **view, struct mk_err *err);
+int mk_sr_splice_payload(struct mk_stream_reader *r, int out_fd, const char *out_label, uint64_t off,
+			 size_t n, const void **view, struct mk_err *err);
 void mk_sr_free(struct mk_stream_reader *r);
 /* Frames returned and bytes consumed so far (the prelude included). */
 void mk_sr_position(const struct mk_stream_reader *r, uint64_t *frames, uint64_t *bytes);

@@ -729,7 +729,7 @@ static int write_chunk(struct pack *p, struct mk_stream_reader *r, const struct 
 	sh = &p->sh[sl->shard];
 	boff = c.elem_begin * mk_dtype_bits(t->desc.dtype) / 8;
 	if (f->piecewise)
-		rc = mk_sr_splice_payload(r, sh->fd, sl->off + boff, c.data_len, &c.data, err);
+		rc = mk_sr_splice_payload(r, sh->fd, sh->name, sl->off + boff, c.data_len, &c.data, err);
 	else
 		rc = mk_pwrite_all(sh->fd, c.data, c.data_len, sl->off + boff, sh->name, err);
 	if (rc)

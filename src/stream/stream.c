@@ -12,6 +12,7 @@
 #include <jansson.h>
 #include <zstd.h>
 #include <zstd_errors.h>
+#include "mk/fsutil.h"
 #include "mk/hash.h"
 #include "mk/manifest.h"
 #include "mk/stream.h"
@@ -591,29 +592,24 @@ static bool splice_frame(struct mk_stream_reader *r, const char *type, uint8_t f
 
 /* The rest of a piecewise payload, n bytes, into out_fd at off by read
  * and pwrite (not checksummed here). */
-static int copy_to_fd(struct mk_stream_reader *r, int out_fd, uint64_t off, size_t n, struct mk_err *err)
+static int copy_to_fd(struct mk_stream_reader *r, int out_fd, const char *out_label, uint64_t off, size_t n,
+		      struct mk_err *err)
 {
 	size_t piece = n < (1u << 20) ? n : (1u << 20);
+	int rc;
 
 	if (grow(&r->wire, &r->wire_cap, piece))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	while (n) {
-		size_t k = n < piece ? n : piece, put = 0;
+		size_t k = n < piece ? n : piece;
 		ssize_t got = read_full(r->fd, r->wire, k);
 		if (got < 0)
 			return mk_err_sys(err, (int)-got, "%s: frame #%llu: read", r->label, (unsigned long long)r->pw.idx);
 		if ((size_t)got < k)
 			return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): truncated payload", r->label,
 					  (unsigned long long)r->pw.idx, r->pw.type);
-		while (put < k) {
-			ssize_t w = pwrite(out_fd, r->wire + put, k - put, (off_t)(off + put));
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w <= 0)
-				return mk_err_sys(err, w < 0 ? errno : EIO, "writing frame #%llu's data",
-						  (unsigned long long)r->pw.idx);
-			put += (size_t)w;
-		}
+		if ((rc = mk_pwrite_all(out_fd, r->wire, k, off, out_label, err)))
+			return rc;
 		r->pw.left -= k;
 		off += k;
 		n -= k;
@@ -621,8 +617,8 @@ static int copy_to_fd(struct mk_stream_reader *r, int out_fd, uint64_t off, size
 	return 0;
 }
 
-static int splice_payload(struct mk_stream_reader *r, int out_fd, uint64_t off, size_t n, const void **view,
-			  struct mk_err *err)
+static int splice_payload(struct mk_stream_reader *r, int out_fd, const char *out_label, uint64_t off, size_t n,
+			  const void **view, struct mk_err *err)
 {
 	loff_t o = (loff_t)off;
 	uint64_t a, pg = (uint64_t)sysconf(_SC_PAGESIZE);
@@ -638,7 +634,8 @@ static int splice_payload(struct mk_stream_reader *r, int out_fd, uint64_t off, 
 			break;
 		}
 		if (k < 0)
-			return mk_err_sys(err, errno, "%s: frame #%llu: splice", r->label, (unsigned long long)r->pw.idx);
+			return mk_err_sys(err, errno, "%s: frame #%llu: moving its data into %s", r->label,
+					  (unsigned long long)r->pw.idx, out_label);
 		if (k == 0)
 			return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): truncated payload (%llu of %llu bytes)",
 					  r->label, (unsigned long long)r->pw.idx, r->pw.type,
@@ -647,7 +644,7 @@ static int splice_payload(struct mk_stream_reader *r, int out_fd, uint64_t off, 
 		done += (size_t)k;
 		r->pw.left -= (uint64_t)k;
 	}
-	if (done < n && (rc = copy_to_fd(r, out_fd, off + done, n - done, err)))
+	if (done < n && (rc = copy_to_fd(r, out_fd, out_label, off + done, n - done, err)))
 		return rc;
 	/* read back what was written, the checksum over it */
 	a = off & ~(pg - 1);
@@ -657,15 +654,8 @@ static int splice_payload(struct mk_stream_reader *r, int out_fd, uint64_t off, 
 		r->view = NULL;
 		if (grow(&r->raw, &r->raw_cap, n ? n : 1))
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
-		for (size_t got = 0; got < n;) {
-			ssize_t k = pread(out_fd, r->raw + got, n - got, (off_t)(off + got));
-			if (k < 0 && errno == EINTR)
-				continue;
-			if (k <= 0)
-				return mk_err_sys(err, k < 0 ? errno : EIO, "reading back frame #%llu's data",
-						  (unsigned long long)r->pw.idx);
-			got += (size_t)k;
-		}
+		if ((rc = mk_pread_exact(out_fd, r->raw, n, off, out_label, err)))
+			return rc;
 		*view = r->raw;
 	} else {
 		*view = (const uint8_t *)r->view + (off - a);
@@ -675,8 +665,8 @@ static int splice_payload(struct mk_stream_reader *r, int out_fd, uint64_t off, 
 	return pw_finish(r, err);
 }
 
-int mk_sr_splice_payload(struct mk_stream_reader *r, int out_fd, uint64_t off, size_t n, const void **view,
-			 struct mk_err *err)
+int mk_sr_splice_payload(struct mk_stream_reader *r, int out_fd, const char *out_label, uint64_t off, size_t n,
+			 const void **view, struct mk_err *err)
 {
 	int rc;
 
@@ -689,7 +679,7 @@ int mk_sr_splice_payload(struct mk_stream_reader *r, int out_fd, uint64_t off, s
 		r->view = NULL;
 	}
 	*view = NULL;
-	rc = splice_payload(r, out_fd, off, n, view, err);
+	rc = splice_payload(r, out_fd, out_label, off, n, view, err);
 	if (rc) {
 		*view = NULL;
 		r->pw.on = false;
