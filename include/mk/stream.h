@@ -193,10 +193,11 @@ int mk_sr_read_wire(struct mk_stream_reader *r, void *buf, size_t cap,
  * an uncompressed DATA frame of at least MK_SPLICE_MIN data bytes
  * piecewise: the caller reads its MK_CHUNK_HDR-byte sub-header with
  * mk_sr_read_payload, then hands the rest, n bytes, to this call, which
- * moves them into out_fd (named out_label in messages) at offset off by splice(2) (by read and pwrite
- * where splice is refused, and then for the rest of the stream), reads
- * them back from out_fd (mapped, so out_fd must be open for reading too)
- * and checks the frame's checksum over them.  0: the frame is accepted
+ * moves them into out_fd (out_label in messages) at offset off by
+ * splice(2) (by read and pwrite where splice is refused, and then for the
+ * rest of the stream), reads them back from out_fd (mapped, so out_fd
+ * must be open for reading too; pread where it cannot be mapped) and
+ * checks the frame's checksum over them.  0: the frame is accepted
  * and *view holds its n data bytes as written, valid until the next call
  * on r.  An error leaves unverified bytes at [off, off + n) of out_fd,
  * which the caller must discard.  The memory bound applies to such a
