@@ -20,8 +20,10 @@
 #   pipe   mk-plan linear.yml | mk-fetch | mk-merge | mk-pack OUT
 #   pass   mk-plan passthrough.yml | mk-fetch | mk-merge | mk-pack OUT
 # where dd reads 1 MiB at a time (read(2) copies, as mk-merge does).
-# Prints per case and reader the median wall seconds of each and the
-# median of the per-run ratios splice/copy (below 1: splice is faster).
+# Prints per case and reader the median wall seconds of each, the median
+# of the per-run ratios splice/copy (below 1: splice is faster), and the
+# same for the CPU time (user + system) of all the pipeline's processes,
+# which a machine shared with other work disturbs less.
 set -eu
 
 BUILD=${BUILD:-build}
