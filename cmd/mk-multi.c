@@ -73,46 +73,14 @@ static void on_step(void *ctx, const struct mk_multi_step *s, size_t i, bool ski
 	(void)i;
 }
 
-static void print_diags(const struct mk_diags *d)
-{
-	for (size_t i = 0; i < d->n; i++) {
-		char line[2048];
-		if (cli_verbose < (d->v[i].level == MK_DIAG_ERROR ? 1 : 2))
-			continue;
-		mk_diag_format(d, &d->v[i], line, sizeof(line));
-		cli_message(d->v[i].level == MK_DIAG_ERROR ? "error" : "warning", line);
-	}
-}
-
 int main(int argc, char **argv)
 {
-	enum { O_OUT = 256, O_LAZY, O_NOLAZY, O_ORDER, O_SHARD, O_COPY, O_NOCOPY, O_CARD, O_NOCARD, O_CRIMES,
-	       O_SEED, O_CUDA, O_NOCUDA, O_MEM, O_SPILL, O_STRICT, O_QUIET, O_CACHE, O_REMOTE, O_NOCACHE,
-	       O_LORA_DT, O_IGN0, O_IGN1 };
+	enum { O_OUT = 256, O_LAZY, O_NOLAZY, O_ORDER };
 	static const struct option lo[] = {
 		{ "intermediate-dir", 1, 0, 'I' }, { "out-path", 1, 0, O_OUT },
 		{ "lazy", 0, 0, O_LAZY }, { "no-lazy", 0, 0, O_NOLAZY }, { "print-order", 0, 0, O_ORDER },
-		{ "out-shard-size", 1, 0, O_SHARD },
-		{ "copy-tokenizer", 0, 0, O_COPY }, { "no-copy-tokenizer", 0, 0, O_NOCOPY },
-		{ "write-model-card", 0, 0, O_CARD }, { "no-write-model-card", 0, 0, O_NOCARD },
-		{ "allow-crimes", 0, 0, O_CRIMES }, { "no-allow-crimes", 0, 0, O_IGN0 },
-		{ "random-seed", 1, 0, O_SEED }, { "cuda", 0, 0, O_CUDA }, { "no-cuda", 0, 0, O_NOCUDA },
-		{ "num-threads", 1, 0, 'j' }, { "max-memory", 1, 0, O_MEM }, { "spill", 1, 0, O_SPILL },
-		{ "strict", 0, 0, O_STRICT }, { "remote", 0, 0, O_REMOTE }, { "no-cache", 0, 0, O_NOCACHE },
-		{ "quiet", 0, 0, O_QUIET }, { "no-quiet", 0, 0, O_IGN0 }, { "verbose", 0, 0, 'v' },
-		{ "help", 0, 0, 'h' }, { "version", 0, 0, 'V' }, { "plugin", 1, 0, 'P' },
-		{ "transformers-cache", 1, 0, O_CACHE }, { "lora-merge-dtype", 1, 0, O_LORA_DT },
-		/* mergekit options without meaning here */
-		{ "lora-merge-cache", 1, 0, O_IGN1 },
-		{ "lazy-unpickle", 0, 0, O_IGN0 }, { "no-lazy-unpickle", 0, 0, O_IGN0 },
-		{ "low-cpu-memory", 0, 0, O_IGN0 }, { "no-low-cpu-memory", 0, 0, O_IGN0 },
-		{ "clone-tensors", 0, 0, O_IGN0 }, { "no-clone-tensors", 0, 0, O_IGN0 },
-		{ "trust-remote-code", 0, 0, O_IGN0 }, { "no-trust-remote-code", 0, 0, O_IGN0 },
-		{ "read-to-gpu", 0, 0, O_IGN0 }, { "no-read-to-gpu", 0, 0, O_IGN0 },
-		{ "multi-gpu", 0, 0, O_IGN0 }, { "no-multi-gpu", 0, 0, O_IGN0 }, { "gpu-rich", 0, 0, O_IGN0 },
-		{ "async-write", 0, 0, O_IGN0 }, { "no-async-write", 0, 0, O_IGN0 },
-		{ "safe-serialization", 0, 0, O_IGN0 }, { "no-safe-serialization", 0, 0, O_IGN0 },
-		{ "write-threads", 1, 0, O_IGN1 }, { "device", 1, 0, O_IGN1 },
+		{ "help", 0, 0, 'h' }, { "version", 0, 0, 'V' },
+		CLI_RUN_OPTIONS,
 		{ 0 },
 	};
 	struct mk_run_opts o = { .progress = on_progress, .cancel = &cancel };
@@ -124,66 +92,19 @@ int main(int argc, char **argv)
 	uint8_t *text = NULL;
 	size_t len = 0;
 	int c, li = 0;
-	uint64_t v;
 
 	cli_init("mk-multi");
 	if (mk_plugin_load_env(&err))
 		cli_fail(&err);
 	while ((c = getopt_long(argc, argv, "I:j:vhV", lo, &li)) != -1) {
+		if (cli_run_option(c == 'v' ? CLI_RUN_VERBOSE : c, optarg, lo[li].name, false, &o, &quiet))
+			continue;
 		switch (c) {
 		case 'I': dir = optarg; break;
 		case O_OUT: out = optarg; break;
 		case O_LAZY: lazy = true; break;
 		case O_NOLAZY: lazy = false; break;
 		case O_ORDER: print_order = true; break;
-		case O_SHARD:
-			if (mk_size_parse(optarg, &o.out_shard_size) || !o.out_shard_size)
-				cli_usage_error("--out-shard-size: expected a size like 5B, 200K or 64MiB, not '%s'", optarg);
-			break;
-		case O_COPY: o.no_copy_tokenizer = false; break;
-		case O_NOCOPY: o.no_copy_tokenizer = true; break;
-		case O_CARD: o.no_model_card = false; break;
-		case O_NOCARD: o.no_model_card = true; break;
-		case O_CRIMES: o.allow_crimes = true; break;
-		case O_SEED:
-			if (mk_size_parse(optarg, &o.seed))
-				cli_usage_error("--random-seed: expected a non-negative integer, not '%s'", optarg);
-			break;
-		case O_CUDA: o.cuda = true; break;
-		case O_NOCUDA: o.cuda = false; break;
-		case 'j':
-			if (mk_size_parse(optarg, &v) || v < 1 || v > 1024)
-				cli_usage_error("--num-threads: expected a positive integer, not '%s'", optarg);
-			o.threads = (unsigned)v;
-			break;
-		case O_MEM:
-			if (mk_size_parse(optarg, &o.max_memory))
-				cli_usage_error("--max-memory: expected a size like 8G or 512MiB, not '%s'", optarg);
-			break;
-		case O_SPILL: o.spill_dir = optarg; break;
-		case O_STRICT: o.strict = true; break;
-		case O_REMOTE: o.remote = true; break;
-		case O_NOCACHE: o.no_cache = true; break;
-		case O_QUIET: quiet = true; break;
-		case O_CACHE:
-			if (setenv("HF_HUB_CACHE", optarg, 1))
-				cli_fail_oom();
-			break;
-		case O_LORA_DT:
-			if (mk_config_dtype_parse(optarg, &o.lora_dtype, NULL, NULL) || !mk_dtype_is_float(o.lora_dtype))
-				cli_usage_error("--lora-merge-dtype: expected a float dtype (bfloat16, float16, float32), not '%s'",
-						optarg);
-			o.has_lora_dtype = true;
-			break;
-		case O_IGN0:
-		case O_IGN1:
-			cli_info(2, "note: --%s means nothing to mk; ignored", lo[li].name);
-			break;
-		case 'v': cli_verbose++; break;
-		case 'P':
-			if (mk_plugin_load(optarg, &err))
-				cli_fail(&err);
-			break;
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
 		default: cli_usage_hint();
@@ -194,15 +115,9 @@ int main(int argc, char **argv)
 	if (!dir)
 		cli_usage_error("--intermediate-dir (-I) is required");
 	const char *label = argv[optind];
-	if (!strcmp(label, "-")) {
-		label = "stdin";
-		if (mk_fd_read_all(0, 64u << 20, "stdin", &text, &len, &err))
-			cli_fail(&err);
-	} else if (mk_file_read(label, 64u << 20, &text, &len, &err)) {
-		cli_fail(&err);
-	}
+	cli_read_text(&label, &text, &len);
 	int rc = mk_multi_parse((const char *)text, len, label, dir, out, &m, &d, &err);
-	print_diags(&d);
+	cli_print_diags(&d);
 	if (rc) {
 		bool said = d.nerrors > 0;
 		/* an unnamed merge without OUT is a usage error, as in mergekit-multi */
@@ -236,7 +151,7 @@ int main(int argc, char **argv)
 	o.progress_ctx = "mk-multi";
 	rc = mk_multi_run(m, &o, lazy, on_step, &o, &d, &err);
 	cli_progress_end();
-	print_diags(&d);
+	cli_print_diags(&d);
 	if (rc) {
 		bool said = d.nerrors > 0;
 		mk_diags_free(&d);

@@ -154,13 +154,7 @@ int main(int argc, char **argv)
 	if (!explain && !strcmp(output, "-"))
 		cli_check_binary_out(1, force);
 	rc = mk_plan_build(&o, &plan, &d, &err);
-	for (size_t i = 0; i < d.n; i++) {
-		char line[2048];
-		if (cli_verbose < (d.v[i].level == MK_DIAG_ERROR ? 1 : 2))
-			continue;
-		mk_diag_format(&d, &d.v[i], line, sizeof(line));
-		cli_message(d.v[i].level == MK_DIAG_ERROR ? "error" : "warning", line);
-	}
+	cli_print_diags(&d);
 	if (rc) {
 		if (!d.nerrors)
 			cli_fail(&err);

@@ -11,37 +11,12 @@
 
 /* ------------------------------------------------------------ diagnostics */
 
-static void add_diag(struct mk_diags *d, enum mk_diag_level lv, unsigned line, unsigned col, const char *path,
-		     const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-
-static void add_diag(struct mk_diags *d, enum mk_diag_level lv, unsigned line, unsigned col, const char *path,
-		     const char *fmt, ...)
-{
-	struct mk_diag *v = realloc(d->v, (d->n + 1) * sizeof(*v));
-	char buf[1024];
-	va_list ap;
-
-	if (!v)
-		return;
-	d->v = v;
-	va_start(ap, fmt);
-	vsnprintf(buf, sizeof(buf), fmt, ap);
-	va_end(ap);
-	v[d->n] = (struct mk_diag){ .level = lv, .line = line, .col = col, .path = strdup(path ? path : ""),
-				    .msg = strdup(buf) };
-	d->n++;
-	if (lv == MK_DIAG_ERROR)
-		d->nerrors++;
-	else
-		d->nwarnings++;
-}
-
 /* Move the diagnostics of one document's configuration into *d. */
 static void take_diags(struct mk_diags *d, struct mk_diags *from)
 {
 	for (size_t i = 0; i < from->n; i++) {
 		struct mk_diag *g = &from->v[i];
-		add_diag(d, g->level, g->line, g->col, g->path, "%s", g->msg);
+		mk_diags_add(d, g->level, g->line, g->col, g->path, "%s", g->msg);
 	}
 	mk_diags_free(from);
 }
@@ -106,7 +81,7 @@ static int split_docs(const char *text, size_t len, struct doc **out, size_t *no
 	yaml_parser_set_input_string(&yp, (const unsigned char *)text, len);
 	while (!done) {
 		if (!yaml_parser_parse(&yp, &e)) {
-			add_diag(d, MK_DIAG_ERROR, (unsigned)yp.problem_mark.line + 1, (unsigned)yp.problem_mark.column + 1,
+			mk_diags_add(d, MK_DIAG_ERROR, (unsigned)yp.problem_mark.line + 1, (unsigned)yp.problem_mark.column + 1,
 				 "", "YAML syntax: %s%s%s", yp.problem ? yp.problem : "error",
 				 yp.context ? " " : "", yp.context ? yp.context : "");
 			break;
@@ -147,10 +122,10 @@ static int split_docs(const char *text, size_t len, struct doc **out, size_t *no
 				dc->col = (unsigned)e.start_mark.column + 1;
 				dc->empty = false;
 				if (e.type == YAML_SEQUENCE_START_EVENT)
-					add_diag(d, MK_DIAG_ERROR, dc->line, dc->col, "",
+					mk_diags_add(d, MK_DIAG_ERROR, dc->line, dc->col, "",
 						 "a document is a list; each document of a recipe is a merge configuration (a mapping)");
 			} else if (name_value) {
-				add_diag(d, MK_DIAG_ERROR, (unsigned)e.start_mark.line + 1, (unsigned)e.start_mark.column + 1,
+				mk_diags_add(d, MK_DIAG_ERROR, (unsigned)e.start_mark.line + 1, (unsigned)e.start_mark.column + 1,
 					 "name", "a merge's name is a string");
 				name_value = false;
 			}
@@ -173,7 +148,7 @@ static int split_docs(const char *text, size_t len, struct doc **out, size_t *no
 					dc->empty = false;
 					dc->line = (unsigned)e.start_mark.line + 1;
 					dc->col = (unsigned)e.start_mark.column + 1;
-					add_diag(d, MK_DIAG_ERROR, dc->line, dc->col, "",
+					mk_diags_add(d, MK_DIAG_ERROR, dc->line, dc->col, "",
 						 "a document is a scalar; each document of a recipe is a merge configuration (a mapping)");
 				}
 				break;
@@ -190,7 +165,7 @@ static int split_docs(const char *text, size_t len, struct doc **out, size_t *no
 				if (e.data.scalar.style == YAML_PLAIN_SCALAR_STYLE &&
 				    (!e.data.scalar.length || !strcmp((const char *)e.data.scalar.value, "~") ||
 				     !strcmp((const char *)e.data.scalar.value, "null"))) {
-					add_diag(d, MK_DIAG_ERROR, (unsigned)e.start_mark.line + 1,
+					mk_diags_add(d, MK_DIAG_ERROR, (unsigned)e.start_mark.line + 1,
 						 (unsigned)e.start_mark.column + 1, "name", "a merge's name is a string, not null");
 				} else if (!(dc->name = strdup((const char *)e.data.scalar.value))) {
 					rc = mk_err_set(err, MK_ENOMEM, "out of memory");
@@ -199,7 +174,7 @@ static int split_docs(const char *text, size_t len, struct doc **out, size_t *no
 			} else if (depth == 1 && key_next) {
 				if (!strcmp((const char *)e.data.scalar.value, "name")) {
 					if (dc->name || dc->name_start) {
-						add_diag(d, MK_DIAG_ERROR, (unsigned)e.start_mark.line + 1,
+						mk_diags_add(d, MK_DIAG_ERROR, (unsigned)e.start_mark.line + 1,
 							 (unsigned)e.start_mark.column + 1, "name", "'name' given twice");
 					} else {
 						name_value = true;
@@ -324,7 +299,7 @@ static void on_ref(void *ctx, struct mk_model_ref *r)
 		if (dc->scalars[i].line == r->loc.line && dc->scalars[i].col == r->loc.col)
 			sc = &dc->scalars[i];
 	if (!sc) {
-		add_diag(w->d, MK_DIAG_ERROR, r->loc.line, r->loc.col, r->loc.path ? r->loc.path : "",
+		mk_diags_add(w->d, MK_DIAG_ERROR, r->loc.line, r->loc.col, r->loc.path ? r->loc.path : "",
 			 "a reference to merge '%s' must be written as a string", r->model.path);
 		return;
 	}
@@ -369,7 +344,7 @@ static void on_ref(void *ctx, struct mk_model_ref *r)
 	if (r->override_arch) {
 		/* {model: REF, override_architecture: A}: only REF's scalar was
 		 * written at the reference's place if it is a scalar at all */
-		add_diag(w->d, MK_DIAG_ERROR, r->loc.line, r->loc.col, r->loc.path ? r->loc.path : "",
+		mk_diags_add(w->d, MK_DIAG_ERROR, r->loc.line, r->loc.col, r->loc.path ? r->loc.path : "",
 			 "a reference to merge '%s' with an architecture override is not supported", r->model.path);
 		free(q);
 		return;
@@ -434,7 +409,7 @@ static void visit(struct doc *docs, size_t i, unsigned char *mark, size_t *order
 			size_t l = strlen(path);
 			snprintf(path + l, sizeof(path) - l, "%s'%s'", k > from ? " -> " : "", docs[stack[k]].name);
 		}
-		add_diag(d, MK_DIAG_ERROR, docs[i].name_line, docs[i].name_col, "name",
+		mk_diags_add(d, MK_DIAG_ERROR, docs[i].name_line, docs[i].name_col, "name",
 			 "merge '%s' depends on itself: %s", docs[i].name, path);
 		*cycle = true;
 		return;
@@ -498,7 +473,7 @@ int mk_multi_parse(const char *text, size_t len, const char *label, const char *
 		nreal++;
 		if (!dc->name) {
 			if (unnamed >= 0)
-				add_diag(d, MK_DIAG_ERROR, dc->line, dc->col, "",
+				mk_diags_add(d, MK_DIAG_ERROR, dc->line, dc->col, "",
 					 "a second document without a name (line %u has none either); only the final merge may have no name",
 					 docs[unnamed].line);
 			else
@@ -506,18 +481,18 @@ int mk_multi_parse(const char *text, size_t len, const char *label, const char *
 			continue;
 		}
 		if (!name_ok(dc->name))
-			add_diag(d, MK_DIAG_ERROR, dc->name_line, dc->name_col, "name",
+			mk_diags_add(d, MK_DIAG_ERROR, dc->name_line, dc->name_col, "name",
 				 "merge name '%s' is not one file name (it names the directory %s/NAME)", dc->name,
 				 dir);
 		for (size_t k = 0; k < i; k++)
 			if (docs[k].name && !strcmp(docs[k].name, dc->name))
-				add_diag(d, MK_DIAG_ERROR, dc->name_line, dc->name_col, "name",
+				mk_diags_add(d, MK_DIAG_ERROR, dc->name_line, dc->name_col, "name",
 					 "merge name '%s' is used twice (first at line %u)", dc->name, docs[k].name_line);
 	}
 	if (!nreal)
-		add_diag(d, MK_DIAG_ERROR, 1, 1, "", "the recipe has no merge configuration");
+		mk_diags_add(d, MK_DIAG_ERROR, 1, 1, "", "the recipe has no merge configuration");
 	if (unnamed >= 0 && !out)
-		add_diag(d, MK_DIAG_ERROR, docs[unnamed].line, docs[unnamed].col, "",
+		mk_diags_add(d, MK_DIAG_ERROR, docs[unnamed].line, docs[unnamed].col, "",
 			 "a merge without a name goes to OUT: give --out-path");
 	/* each document's configuration, parsed at its place in the file
 	 * (the bytes before it blanked, its name pair too) */

@@ -100,23 +100,13 @@ static void diag(struct mk_diags *d, enum mk_diag_level lv, const struct mk_conf
 static void diag(struct mk_diags *d, enum mk_diag_level lv, const struct mk_config_loc *loc,
 		 const char *fmt, ...)
 {
-	struct mk_diag *v = realloc(d->v, (d->n + 1) * sizeof(*v));
 	char buf[1024];
 	va_list ap;
 
-	if (!v)
-		return;
-	d->v = v;
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	v[d->n] = (struct mk_diag){ .level = lv, .line = loc ? loc->line : 0, .col = loc ? loc->col : 0,
-				    .path = strdup(loc && loc->path ? loc->path : ""), .msg = strdup(buf) };
-	d->n++;
-	if (lv == MK_DIAG_ERROR)
-		d->nerrors++;
-	else
-		d->nwarnings++;
+	mk_diags_add(d, lv, loc ? loc->line : 0, loc ? loc->col : 0, loc ? loc->path : NULL, "%s", buf);
 }
 
 /* ------------------------------------------------------------ parameter names */
