@@ -56,6 +56,10 @@ python3 "$MK_TOP/test/tools/mk-gen-torchbin.py" b b-bin --file weights.pt
 sed 's|b.safetensors|b-bin/weights.pt|' lin.yml > lin-pt.yml
 mk-pytorch lin-pt.yml out-pt
 cmp out/model.safetensors out-pt/model.safetensors || fail "the merge over a torch pickle differs"
+# the stages as programs (mk-plan --state-dicts): the same bytes
+mk-plan --state-dicts lin-pt.yml | mk-fetch | mk-merge | mk-pack out-pipe
+cmp out/model.safetensors out-pipe/model.safetensors || fail "the pipeline differs from mk-pytorch"
+expect_fail 2 "go with --state-dicts" mk-plan --tensor-union lin.yml
 # the config from stdin; the same again (deterministic)
 mk-pytorch - out-stdin < lin.yml
 cmp out/model.safetensors out-stdin/model.safetensors || fail "not deterministic (or stdin differs)"
@@ -80,6 +84,8 @@ grep -qF "they are left out" err.txt || fail "-i: no warning"
 names oi/model.safetensors | grep -q 'layers\.1\.' && fail "-i kept a tensor a model lacks"
 [ "$(names oi/model.safetensors | wc -l)" = 12 ] || fail "-i: not the 12 common tensors"
 mk-pytorch --tensor-union miss.yml ou 2> /dev/null
+mk-plan --state-dicts --tensor-union miss.yml 2> /dev/null | mk-fetch | mk-merge | mk-pack ou-pipe
+cmp ou/model.safetensors ou-pipe/model.safetensors || fail "-u: the pipeline differs from mk-pytorch"
 [ "$(names ou/model.safetensors | wc -l)" = 21 ] || fail "-u: not every tensor"
 [ "$(tbytes ou/model.safetensors model.layers.1.self_attn.q_proj.weight)" = "$(tbytes a.safetensors model.layers.1.self_attn.q_proj.weight)" ] ||
 	fail "-u: a tensor one model has is not that model's"
