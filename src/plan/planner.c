@@ -266,6 +266,15 @@ static int open_models(struct mk_plan *p, const struct mk_arch_registry *reg, st
 				continue;
 			}
 		}
+		if (!p->o->raw) {
+			struct stat st;
+			if (!stat(pm->refstr, &st) && S_ISREG(st.st_mode)) {
+				diag(d, MK_DIAG_ERROR, &refs[i]->loc,
+				     "model '%s' is a file, not a model directory; a state dict is merged by mk-pytorch "
+				     "(mk-plan --state-dicts)", pm->display);
+				continue;
+			}
+		}
 		if (mk_model_open_with(pm->refstr, &headers, &pm->m, &e)) {
 			diag(d, MK_DIAG_ERROR, &refs[i]->loc, "%s", e.msg);
 			continue;

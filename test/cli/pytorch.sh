@@ -118,6 +118,8 @@ no_out o9
 # an existing OUT is refused; --force replaces it
 expect_fail 1 "exists" mk-pytorch lin.yml out
 mk-pytorch --force lin.yml out
+# a state dict given to mk-yaml: said what it is
+expect_fail 1 "model 'a.safetensors' is a file, not a model directory; a state dict is merged by mk-pytorch" mk-yaml lin.yml oy
 # the CLI
 mk-pytorch --help | grep -q -- "--tensor-intersection" || fail "--help"
 mk-pytorch --version | grep -q "mk" || fail "--version"
