@@ -364,7 +364,8 @@ static char *apply_edits(const char *text, size_t start, size_t end, struct edit
 	size_t len = end - start, at = start, k = 0;
 	char *out;
 
-	qsort(ed, n, sizeof(*ed), cmp_edit);
+	if (n)
+		qsort(ed, n, sizeof(*ed), cmp_edit);
 	for (size_t i = 0; i < n; i++)
 		len += strlen(ed[i].text);
 	if (!(out = malloc(len + 2)))
