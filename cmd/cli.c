@@ -9,7 +9,10 @@
 #include <time.h>
 #include <unistd.h>
 #include "cli.h"
+#include "mk/config.h"
 #include "mk/hub.h"
+#include "mk/plugin.h"
+#include "mk/run.h"
 #include "mk/fsutil.h"
 
 const char *cli_prog = "mk";
@@ -211,4 +214,94 @@ void cli_hub_progress(int want)
 	if (cli_progress_enabled(want))
 		o.progress = hub_progress;
 	mk_hub_configure(&o);
+}
+
+void cli_print_diags(const struct mk_diags *d)
+{
+	for (size_t i = 0; i < d->n; i++) {
+		char line[2048];
+		if (cli_verbose < (d->v[i].level == MK_DIAG_ERROR ? 1 : 2))
+			continue;
+		mk_diag_format(d, &d->v[i], line, sizeof(line));
+		cli_message(d->v[i].level == MK_DIAG_ERROR ? "error" : "warning", line);
+	}
+}
+
+void cli_read_text(const char **label, uint8_t **text, size_t *len)
+{
+	struct mk_err err = { 0 };
+
+	if (!strcmp(*label, "-")) {
+		*label = "stdin";
+		if (mk_fd_read_all(0, 64u << 20, "stdin", text, len, &err))
+			cli_fail(&err);
+	} else if (mk_file_read(*label, 64u << 20, text, len, &err)) {
+		cli_fail(&err);
+	}
+}
+
+bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, struct mk_run_opts *o,
+		    bool *quiet)
+{
+	struct mk_err err = { 0 };
+	uint64_t v;
+
+	if (state_dicts && (c == CLI_RUN_COPY || c == CLI_RUN_NOCOPY || c == CLI_RUN_CARD || c == CLI_RUN_NOCARD ||
+			    c == CLI_RUN_CRIMES || c == CLI_RUN_LORA_DT || c == CLI_RUN_REMOTE || c == CLI_RUN_NOCACHE ||
+			    c == CLI_RUN_CACHE))
+		c = CLI_RUN_IGN0;
+	switch (c) {
+	case CLI_RUN_SHARD:
+		if (mk_size_parse(arg, &o->out_shard_size) || !o->out_shard_size)
+			cli_usage_error("--out-shard-size: expected a size like 5B, 200K or 64MiB, not '%s'", arg);
+		return true;
+	case CLI_RUN_COPY: o->no_copy_tokenizer = false; return true;
+	case CLI_RUN_NOCOPY: o->no_copy_tokenizer = true; return true;
+	case CLI_RUN_CARD: o->no_model_card = false; return true;
+	case CLI_RUN_NOCARD: o->no_model_card = true; return true;
+	case CLI_RUN_CRIMES: o->allow_crimes = true; return true;
+	case CLI_RUN_SEED:
+		if (mk_size_parse(arg, &o->seed))
+			cli_usage_error("--random-seed: expected a non-negative integer, not '%s'", arg);
+		return true;
+	case CLI_RUN_CUDA: o->cuda = true; return true;
+	case CLI_RUN_NOCUDA: o->cuda = false; return true;
+	case 'j':
+		if (mk_size_parse(arg, &v) || v < 1 || v > 1024)
+			cli_usage_error("--num-threads: expected a positive integer, not '%s'", arg);
+		o->threads = (unsigned)v;
+		return true;
+	case CLI_RUN_MEM:
+		if (mk_size_parse(arg, &o->max_memory))
+			cli_usage_error("--max-memory: expected a size like 8G or 512MiB, not '%s'", arg);
+		return true;
+	case CLI_RUN_SPILL: o->spill_dir = arg; return true;
+	case CLI_RUN_STRICT: o->strict = true; return true;
+	case CLI_RUN_REMOTE: o->remote = true; return true;
+	case CLI_RUN_NOCACHE: o->no_cache = true; return true;
+	case CLI_RUN_QUIET: *quiet = true; return true;
+	case CLI_RUN_NOQUIET: *quiet = false; return true;
+	case CLI_RUN_VERBOSE: cli_verbose++; return true;
+	case CLI_RUN_PLUGIN:
+		if (mk_plugin_load(arg, &err))
+			cli_fail(&err);
+		return true;
+	case CLI_RUN_CACHE:
+		/* the Hugging Face cache models are found in (HF_HUB_CACHE) */
+		if (setenv("HF_HUB_CACHE", arg, 1))
+			cli_fail_oom();
+		return true;
+	case CLI_RUN_LORA_DT:
+		if (mk_config_dtype_parse(arg, &o->lora_dtype, NULL, NULL) || !mk_dtype_is_float(o->lora_dtype))
+			cli_usage_error("--lora-merge-dtype: expected a float dtype (bfloat16, float16, float32), not '%s'",
+					arg);
+		o->has_lora_dtype = true;
+		return true;
+	case CLI_RUN_IGN0:
+	case CLI_RUN_IGN1:
+		cli_info(2, "note: --%s means nothing to %s; ignored", name, cli_prog);
+		return true;
+	default:
+		return false;
+	}
 }

@@ -3,6 +3,7 @@
 #define MK_CLI_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include "mk/err.h"
 
@@ -45,5 +46,48 @@ void cli_progress_end(void);
 /* Hub downloads draw their progress (cli_progress) when it is enabled
  * (want as cli_progress_enabled). */
 void cli_hub_progress(int want);
+
+/* Each diagnostic as "prog: error|warning: label:line:col: path: msg"
+ * (warnings from verbosity 2, errors from 1). */
+struct mk_diags;
+void cli_print_diags(const struct mk_diags *d);
+/* Read the file `*label` whole, or stdin when it is "-" (then *label
+ * becomes "stdin"); a failure exits 1. */
+void cli_read_text(const char **label, uint8_t **text, size_t *len);
+
+/* The options of a merge run in this process (mk-pytorch, mk-multi):
+ * CLI_RUN_OPTIONS in a getopt_long table (with "j:" among the short
+ * options), and cli_run_option for what getopt returns: true when it was
+ * one of them, its value in *o (or *quiet).  state_dicts: mk-pytorch,
+ * where the tokenizer, card, architecture and LoRA options mean nothing
+ * (they are noted).  mergekit's options without meaning for mk are
+ * accepted with a note. */
+enum { CLI_RUN_FIRST = 1000, CLI_RUN_SHARD = CLI_RUN_FIRST, CLI_RUN_COPY, CLI_RUN_NOCOPY, CLI_RUN_CARD,
+       CLI_RUN_NOCARD, CLI_RUN_CRIMES, CLI_RUN_SEED, CLI_RUN_CUDA, CLI_RUN_NOCUDA, CLI_RUN_MEM, CLI_RUN_SPILL,
+       CLI_RUN_STRICT, CLI_RUN_REMOTE, CLI_RUN_NOCACHE, CLI_RUN_QUIET, CLI_RUN_NOQUIET, CLI_RUN_CACHE,
+       CLI_RUN_LORA_DT, CLI_RUN_PLUGIN, CLI_RUN_VERBOSE, CLI_RUN_IGN0, CLI_RUN_IGN1 };
+#define CLI_RUN_OPTIONS \
+	{ "out-shard-size", 1, 0, CLI_RUN_SHARD }, \
+	{ "copy-tokenizer", 0, 0, CLI_RUN_COPY }, { "no-copy-tokenizer", 0, 0, CLI_RUN_NOCOPY }, \
+	{ "write-model-card", 0, 0, CLI_RUN_CARD }, { "no-write-model-card", 0, 0, CLI_RUN_NOCARD }, \
+	{ "allow-crimes", 0, 0, CLI_RUN_CRIMES }, { "no-allow-crimes", 0, 0, CLI_RUN_IGN0 }, \
+	{ "random-seed", 1, 0, CLI_RUN_SEED }, { "cuda", 0, 0, CLI_RUN_CUDA }, { "no-cuda", 0, 0, CLI_RUN_NOCUDA }, \
+	{ "num-threads", 1, 0, 'j' }, { "max-memory", 1, 0, CLI_RUN_MEM }, { "spill", 1, 0, CLI_RUN_SPILL }, \
+	{ "strict", 0, 0, CLI_RUN_STRICT }, { "remote", 0, 0, CLI_RUN_REMOTE }, { "no-cache", 0, 0, CLI_RUN_NOCACHE }, \
+	{ "quiet", 0, 0, CLI_RUN_QUIET }, { "no-quiet", 0, 0, CLI_RUN_NOQUIET }, { "verbose", 0, 0, CLI_RUN_VERBOSE }, \
+	{ "plugin", 1, 0, CLI_RUN_PLUGIN }, { "transformers-cache", 1, 0, CLI_RUN_CACHE }, \
+	{ "lora-merge-dtype", 1, 0, CLI_RUN_LORA_DT }, { "lora-merge-cache", 1, 0, CLI_RUN_IGN1 }, \
+	{ "lazy-unpickle", 0, 0, CLI_RUN_IGN0 }, { "no-lazy-unpickle", 0, 0, CLI_RUN_IGN0 }, \
+	{ "low-cpu-memory", 0, 0, CLI_RUN_IGN0 }, { "no-low-cpu-memory", 0, 0, CLI_RUN_IGN0 }, \
+	{ "clone-tensors", 0, 0, CLI_RUN_IGN0 }, { "no-clone-tensors", 0, 0, CLI_RUN_IGN0 }, \
+	{ "trust-remote-code", 0, 0, CLI_RUN_IGN0 }, { "no-trust-remote-code", 0, 0, CLI_RUN_IGN0 }, \
+	{ "read-to-gpu", 0, 0, CLI_RUN_IGN0 }, { "no-read-to-gpu", 0, 0, CLI_RUN_IGN0 }, \
+	{ "multi-gpu", 0, 0, CLI_RUN_IGN0 }, { "no-multi-gpu", 0, 0, CLI_RUN_IGN0 }, { "gpu-rich", 0, 0, CLI_RUN_IGN0 }, \
+	{ "async-write", 0, 0, CLI_RUN_IGN0 }, { "no-async-write", 0, 0, CLI_RUN_IGN0 }, \
+	{ "safe-serialization", 0, 0, CLI_RUN_IGN0 }, { "no-safe-serialization", 0, 0, CLI_RUN_IGN0 }, \
+	{ "write-threads", 1, 0, CLI_RUN_IGN1 }, { "device", 1, 0, CLI_RUN_IGN1 }
+struct mk_run_opts;
+bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, struct mk_run_opts *o,
+		    bool *quiet);
 
 #endif

@@ -60,11 +60,7 @@ int main(int argc, char **argv)
 	if (optind + 1 != argc)
 		cli_usage_error(optind == argc ? "missing CONFIG" : "too many arguments");
 	label = argv[optind];
-	if (strcmp(label, "-") ? mk_file_read(label, 64u << 20, &text, &len, &err) :
-				  mk_fd_read_all(0, 64u << 20, "stdin", &text, &len, &err))
-		cli_fail(&err);
-	if (!strcmp(label, "-"))
-		label = "stdin";
+	cli_read_text(&label, &text, &len);
 	int rc = mk_config_parse((const char *)text, len, label, &cfg, &d, &err);
 	for (size_t i = 0; i < d.n; i++) {
 		char line[2048];

@@ -38,6 +38,10 @@ static void usage(void)
 	       "                           replays their statistics passes from a local file\n"
 	       "      --lora-merge-dtype D a BASE+ADAPTER model's weights are loaded as D (bfloat16,\n"
 	       "                           float16, float32) where the configuration sets no dtype\n"
+	       "      --state-dicts        the models are state-dict files, merged without an\n"
+	       "                           architecture, as mk-pytorch(1) plans them\n"
+	       "      --tensor-intersection, --tensor-union  with --state-dicts: a tensor some\n"
+	       "                           files lack is left out, or merged from those that have it\n"
 	       "  -f, --force              write the binary plan even to a terminal\n"
 	       "  -v, --verbose            say more; -q, --quiet: say less (warnings too)\n"
 	       "  -h, --help               show this help and exit\n"
@@ -51,11 +55,14 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-	enum { O_EXPLAIN = 256, O_NAME, O_CRIMES, O_COPY_TOK, O_NO_COPY_TOK, O_CARD, O_NO_CARD, O_SEED, O_MEM, O_SPILL, O_LORA_DT };
+	enum { O_EXPLAIN = 256, O_NAME, O_CRIMES, O_COPY_TOK, O_NO_COPY_TOK, O_CARD, O_NO_CARD, O_SEED, O_MEM, O_SPILL, O_LORA_DT, O_RAW, O_INTER, O_UNION };
 	static const struct option longopts[] = {
 		{ "plugin", required_argument, NULL, 'P' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "explain", no_argument, NULL, O_EXPLAIN },
+		{ "state-dicts", no_argument, NULL, O_RAW },
+		{ "tensor-intersection", no_argument, NULL, O_INTER },
+		{ "tensor-union", no_argument, NULL, O_UNION },
 		{ "name", required_argument, NULL, O_NAME },
 		{ "allow-crimes", no_argument, NULL, O_CRIMES },
 		{ "copy-tokenizer", no_argument, NULL, O_COPY_TOK },
@@ -91,6 +98,9 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'o': output = optarg; break;
 		case O_EXPLAIN: explain = true; break;
+		case O_RAW: o.raw = true; break;
+		case O_INTER: o.raw_missing = MK_RAW_MISSING_SKIP; break;
+		case O_UNION: o.raw_missing = MK_RAW_MISSING_MERGE; break;
 		case O_NAME: o.out_name = optarg; break;
 		case O_CRIMES: o.allow_crimes = true; break;
 		case O_COPY_TOK: o.copy_tokenizer = true; break;
@@ -128,6 +138,8 @@ int main(int argc, char **argv)
 	}
 	if (optind + 1 != argc)
 		cli_usage_error(optind == argc ? "missing CONFIG (a mergekit YAML file)" : "too many arguments");
+	if (o.raw_missing != MK_RAW_MISSING_ERROR && !o.raw)
+		cli_usage_error("--tensor-intersection and --tensor-union go with --state-dicts");
 	o.label = argv[optind];
 	if (!strcmp(o.label, "-")) {
 		o.label = "stdin";
@@ -154,13 +166,7 @@ int main(int argc, char **argv)
 	if (!explain && !strcmp(output, "-"))
 		cli_check_binary_out(1, force);
 	rc = mk_plan_build(&o, &plan, &d, &err);
-	for (size_t i = 0; i < d.n; i++) {
-		char line[2048];
-		if (cli_verbose < (d.v[i].level == MK_DIAG_ERROR ? 1 : 2))
-			continue;
-		mk_diag_format(&d, &d.v[i], line, sizeof(line));
-		cli_message(d.v[i].level == MK_DIAG_ERROR ? "error" : "warning", line);
-	}
+	cli_print_diags(&d);
 	if (rc) {
 		if (!d.nerrors)
 			cli_fail(&err);

@@ -63,6 +63,11 @@ struct mk_diags {
 /* Free the contents of `d` and zero it.  NULL is allowed. */
 void mk_diags_free(struct mk_diags *d);
 
+/* Append a diagnostic (path "" at the top; the message printf-formatted):
+ * 0, or -1 when out of memory (then d is unchanged). */
+int mk_diags_add(struct mk_diags *d, enum mk_diag_level lv, unsigned line, unsigned col, const char *path,
+		 const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
 /* Format one diagnostic as "label:line:col: path: message" (the path part
  * is left out when empty; the level is not written: a program prefixes
  * "warning: "/"error: " as it likes).  Returns what snprintf returns. */

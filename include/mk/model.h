@@ -18,6 +18,10 @@
  * Opening validates every shard header, that every indexed tensor is
  * present in its shard, that no tensor is in two shards, and that no shard
  * holds a tensor the index does not list.
+ *
+ * A reference that is a regular file is that one weight file (a state
+ * dict, as mk-pytorch(1) merges): safetensors when its name ends in
+ * .safetensors, else a torch.save pickle; dir is its directory.
  */
 #ifndef MK_MODEL_H
 #define MK_MODEL_H

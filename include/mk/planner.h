@@ -22,6 +22,14 @@
 #include "mk/dtype.h"
 #include "mk/err.h"
 
+/* mk-pytorch: what becomes of a tensor that some of the files lack. */
+enum mk_raw_missing {
+	MK_RAW_MISSING_ERROR,        /* an error naming the models that lack it */
+	MK_RAW_MISSING_SKIP,         /* left out (--tensor-intersection) */
+	MK_RAW_MISSING_MERGE,        /* merged from the files that have it
+					(--tensor-union) */
+};
+
 struct mk_plan_opts {
 	const char *label;           /* the config's file name, for messages */
 	const char *text;            /* the YAML */
@@ -39,6 +47,14 @@ struct mk_plan_opts {
 	 * merged copy of the model is in it) */
 	bool has_lora_dtype;
 	enum mk_dtype lora_dtype;
+	/* mk-pytorch(1): every model is one state-dict file (.safetensors,
+	 * else a torch pickle), merged without an architecture: no slices,
+	 * modules, tokenizer, config.json or card.  The output has a tensor
+	 * for each name in any file (the base's too), in byte order of the
+	 * names, planned at t = 0 with filters matched against that name;
+	 * raw_missing says what becomes of one that some files lack. */
+	bool raw;
+	enum mk_raw_missing raw_missing;
 };
 
 struct mk_plan;

@@ -32,10 +32,10 @@ int mk_diag_format(const struct mk_diags *d, const struct mk_diag *g,
 	return snprintf(buf, size, "%s:%u:%u: %s", label, g->line, g->col, g->msg);
 }
 
-static void vdiag_at(struct parser *p, enum mk_diag_level lv, unsigned line,
-		     unsigned col, const char *path, const char *fmt, va_list ap)
+/* Append one diagnostic: 0, or -1 when out of memory (d unchanged). */
+static int vdiags_add(struct mk_diags *d, enum mk_diag_level lv, unsigned line, unsigned col,
+		      const char *path, const char *fmt, va_list ap)
 {
-	struct mk_diags *d = p->d;
 	struct mk_diag *g;
 	char *msg = NULL, *pc = NULL;
 
@@ -61,11 +61,30 @@ static void vdiag_at(struct parser *p, enum mk_diag_level lv, unsigned line,
 		d->nerrors++;
 	else
 		d->nwarnings++;
-	return;
+	return 0;
 out:
 	free(msg);
 	free(pc);
-	p->nomem = true;
+	return -1;
+}
+
+int mk_diags_add(struct mk_diags *d, enum mk_diag_level lv, unsigned line, unsigned col, const char *path,
+		 const char *fmt, ...)
+{
+	va_list ap;
+	int rc;
+
+	va_start(ap, fmt);
+	rc = vdiags_add(d, lv, line, col, path, fmt, ap);
+	va_end(ap);
+	return rc;
+}
+
+static void vdiag_at(struct parser *p, enum mk_diag_level lv, unsigned line,
+		     unsigned col, const char *path, const char *fmt, va_list ap)
+{
+	if (vdiags_add(p->d, lv, line, col, path, fmt, ap))
+		p->nomem = true;
 }
 
 void mk__config_diag(struct parser *p, enum mk_diag_level lv, const yaml_node_t *n,

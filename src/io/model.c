@@ -743,6 +743,33 @@ static int set_root(struct model *mm, struct mk_err *err)
 	return mm->root ? 0 : mk_err_sys(err, errno, "model '%s': %s", mm->pub.ref, mm->pub.dir);
 }
 
+/* A reference that is one regular file (a state dict, as mk-pytorch
+ * takes): that file alone, in its directory, read as safetensors when its
+ * name ends in .safetensors, else as a torch.save pickle. */
+static int open_one_file(struct model *mm, const struct mk_model_open_opts *o, struct mk_err *err)
+{
+	struct mk_model *m = &mm->pub;
+	const char *slash = strrchr(m->ref, '/');
+	const char *base = slash ? slash + 1 : m->ref;
+	size_t n = strlen(base);
+	bool st = n >= 12 && !strcmp(base + n - 12, ".safetensors");
+	const struct layout lay = { NULL, base, st ? mk_st_open : mk_torchbin_open, false };
+	int rc;
+
+	m->dir = !slash ? strdup(".") : slash == m->ref ? strdup("/") : strndup(m->ref, (size_t)(slash - m->ref));
+	m->shards = calloc(1, sizeof(*m->shards));
+	m->shard_names = calloc(1, sizeof(*m->shard_names));
+	m->remote = calloc(1, sizeof(*m->remote));
+	if (!m->dir || !m->shards || !m->shard_names || !m->remote || !(m->shard_names[0] = strdup(base)))
+		return mk_err_set(err, MK_ENOMEM, "model '%s': out of memory", m->ref);
+	m->nshards = 1;
+	if ((rc = set_root(mm, err)) < 0)
+		return rc;
+	if ((rc = open_shard(mm, &lay, o, 0, base, err)) < 0)
+		return mk_err_prefix(err, "model '%s': ", m->ref);
+	return build_tensors(mm, err);
+}
+
 int mk_model_open_with(const char *ref, const struct mk_model_open_opts *o, struct mk_model **out,
 		       struct mk_err *err)
 {
@@ -762,6 +789,13 @@ int mk_model_open_with(const char *ref, const struct mk_model_open_opts *o, stru
 	m->ref = strdup(ref ? ref : "");
 	if (!m->ref)
 		goto nomem;
+	if (!o->adapter && is_file(m->ref)) {
+		if ((rc = open_one_file(mm, o, err)) < 0)
+			goto out;
+		*out = m;
+		mm = NULL;
+		goto out;
+	}
 	rc = locate(ref, o->commit, &w, err);
 	if (rc < 0)
 		goto out;

@@ -100,23 +100,13 @@ static void diag(struct mk_diags *d, enum mk_diag_level lv, const struct mk_conf
 static void diag(struct mk_diags *d, enum mk_diag_level lv, const struct mk_config_loc *loc,
 		 const char *fmt, ...)
 {
-	struct mk_diag *v = realloc(d->v, (d->n + 1) * sizeof(*v));
 	char buf[1024];
 	va_list ap;
 
-	if (!v)
-		return;
-	d->v = v;
 	va_start(ap, fmt);
 	vsnprintf(buf, sizeof(buf), fmt, ap);
 	va_end(ap);
-	v[d->n] = (struct mk_diag){ .level = lv, .line = loc ? loc->line : 0, .col = loc ? loc->col : 0,
-				    .path = strdup(loc && loc->path ? loc->path : ""), .msg = strdup(buf) };
-	d->n++;
-	if (lv == MK_DIAG_ERROR)
-		d->nerrors++;
-	else
-		d->nwarnings++;
+	mk_diags_add(d, lv, loc ? loc->line : 0, loc ? loc->col : 0, loc ? loc->path : NULL, "%s", buf);
 }
 
 /* ------------------------------------------------------------ parameter names */
@@ -254,10 +244,43 @@ static int open_models(struct mk_plan *p, const struct mk_arch_registry *reg, st
 		/* a Hub model the cache lacks: its metadata and the headers of
 		 * its shards, not its weights */
 		static const struct mk_model_open_opts headers = { .weights = MK_MODEL_HEADERS };
+		if (p->o->raw) {
+			/* a state dict: the file named as written ('@' and '+'
+			 * are part of its name), no config.json, no adapter */
+			struct stat st;
+			if (refs[i]->override_arch) {
+				diag(d, MK_DIAG_ERROR, &refs[i]->loc,
+				     "model '%s': a state-dict file takes no architecture", pm->display);
+				continue;
+			}
+			free(pm->refstr);
+			if (!(pm->refstr = strdup(pm->display))) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				break;
+			}
+			int se = stat(pm->refstr, &st) ? errno : 0;
+			if (se || !S_ISREG(st.st_mode)) {
+				diag(d, MK_DIAG_ERROR, &refs[i]->loc,
+				     "model '%s': %s; mk-pytorch merges state-dict files (.safetensors, else a torch pickle)",
+				     pm->display, se ? strerror(se) : "not a regular file");
+				continue;
+			}
+		}
+		if (!p->o->raw) {
+			struct stat st;
+			if (!stat(pm->refstr, &st) && S_ISREG(st.st_mode)) {
+				diag(d, MK_DIAG_ERROR, &refs[i]->loc,
+				     "model '%s' is a file, not a model directory; a state dict is merged by mk-pytorch "
+				     "(mk-plan --state-dicts)", pm->display);
+				continue;
+			}
+		}
 		if (mk_model_open_with(pm->refstr, &headers, &pm->m, &e)) {
 			diag(d, MK_DIAG_ERROR, &refs[i]->loc, "%s", e.msg);
 			continue;
 		}
+		if (p->o->raw)
+			continue;
 		snprintf(path, sizeof(path), "%s/config.json", pm->m->dir);
 		if (model_file_read(pm->m, "config.json", (uint8_t **)&pm->hf_text, &pm->hf_len, &e) ||
 		    mk_hfconfig_parse(pm->hf_text, pm->hf_len, path, &pm->hf, &e)) {
@@ -401,11 +424,13 @@ static int to_pval(const struct mk_param_spec *ps, double v, struct mk_pval *out
 static int fused_input(const struct pmodel *pm, const char *target, struct mk_fused **out,
 		       struct mk_tensor_desc *td, struct mk_err *err)
 {
-	const char *mt = mk_hfconfig_model_type(pm->hf);
+	const char *mt = pm->hf ? mk_hfconfig_model_type(pm->hf) : NULL;
 	const char **names;
 	int rc;
 
 	*out = NULL;
+	if (!pm->hf)
+		return 0;             /* a state dict (mk-pytorch) */
 	if (!mt || !mk_arch_fused_known(mt))
 		return 0;
 	names = malloc((pm->m->ntensors + 1) * sizeof(*names));
@@ -1416,6 +1441,130 @@ static int plan_modules(struct mk_plan *p, int64_t *out_layers, bool *layers_cha
 	return rc;
 }
 
+/* ------------------------------------------------------- state dicts (raw) */
+
+static int raw_layers(void *ctx, const struct mk_model_ref *ref, long long *n, struct mk_err *err)
+{
+	(void)ctx;
+	(void)ref;
+	(void)err;
+	*n = 1;               /* a state dict is one unit: models: expands to one slice */
+	return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* What mk-pytorch refuses of a configuration: the parts that need an
+ * architecture or a tokenizer. */
+static void raw_refuse(const struct mk_config *c, struct mk_diags *d)
+{
+	static const char why[] = "state dicts are merged whole, without an architecture";
+
+	if (c->nslices)
+		diag(d, MK_DIAG_ERROR, &c->slices[0].loc, "slices: is not supported by mk-pytorch (%s)", why);
+	if (c->nmodules)
+		diag(d, MK_DIAG_ERROR, &c->modules[0].loc, "modules: is not supported by mk-pytorch (%s)", why);
+	if (c->tokenizer)
+		diag(d, MK_DIAG_ERROR, &c->tokenizer->loc, "tokenizer: is not supported by mk-pytorch (%s)", why);
+	if (c->tokenizer_source.kind != MK_TOKSRC_NONE)
+		diag(d, MK_DIAG_ERROR, &c->tokenizer_source.loc, "tokenizer_source: is not supported by mk-pytorch (%s)",
+		     why);
+	if (c->chat_template)
+		diag(d, MK_DIAG_ERROR, &c->chat_template_loc, "chat_template: is not supported by mk-pytorch (%s)", why);
+}
+
+/* Plan a merge of state dicts: one job per tensor name of any file. */
+static int plan_raw(struct mk_plan *p, struct mk_diags *d, struct mk_err *err)
+{
+	const struct mk_config *c = p->cfg;
+	struct mk_output_slice *norm = NULL;
+	size_t nnorm = 0, nall = 0, nnames = 0;
+	const char **names = NULL;
+	struct src_in *srcs = NULL;
+	size_t *lacks = NULL;
+	const char **first_lacked = NULL;
+	struct mk_err e = { 0 };
+	int rc = 0;
+
+	if (mk_config_normalize(c->models, c->nmodels, NULL, 0, c->base_model, raw_layers, NULL, &norm, &nnorm, &e)) {
+		if (e.code == MK_ENOMEM)
+			return mk_err_set(err, MK_ENOMEM, "%s", e.msg);
+		diag(d, MK_DIAG_ERROR, NULL, "%s", e.msg);
+		return 0;
+	}
+	const struct mk_output_slice *s = &norm[0];
+	/* the names of the models: entries' files (a base not among them
+	 * adds none, as in mergekit) */
+	for (size_t k = 0; k < c->nmodels && k < s->nsources; k++) {
+		long mi = model_index(p, &s->sources[k].model);
+		nall += mi >= 0 ? p->models[mi].m->ntensors : 0;
+	}
+	names = calloc(nall + 1, sizeof(*names));
+	srcs = calloc(s->nsources + 1, sizeof(*srcs));
+	lacks = calloc(s->nsources + 1, sizeof(*lacks));
+	first_lacked = calloc(s->nsources + 1, sizeof(*first_lacked));
+	if (!names || !srcs || !lacks || !first_lacked) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t k = 0; k < c->nmodels && k < s->nsources; k++) {
+		long mi = model_index(p, &s->sources[k].model);
+		for (size_t q = 0; mi >= 0 && q < p->models[mi].m->ntensors; q++)
+			names[nnames++] = p->models[mi].m->tensors[q].t->name;
+	}
+	qsort(names, nnames, sizeof(*names), cmp_str);
+	size_t u = 0;
+	for (size_t i = 0; i < nnames; i++)
+		if (!u || strcmp(names[u - 1], names[i]))
+			names[u++] = names[i];
+	nnames = u;
+	for (size_t t = 0; t < nnames && !rc; t++) {
+		struct mk_weight w = { .name = (char *)names[t], .layer = -1 };
+		size_t ns = 0;
+		bool missing = false;
+		for (size_t k = 0; k < s->nsources; k++) {
+			long mi = model_index(p, &s->sources[k].model);
+			if (mi >= 0 && mk_model_find(p->models[mi].m, names[t])) {
+				srcs[ns++] = (struct src_in){ mi, &s->sources[k].model, &w, &s->sources[k].params };
+				continue;
+			}
+			missing = true;
+			if (!lacks[k]++)
+				first_lacked[k] = names[t];
+		}
+		if (missing && p->o->raw_missing != MK_RAW_MISSING_MERGE)
+			continue;
+		const struct mk_config_loc *loc = srcs[0].ref->loc.line ? &srcs[0].ref->loc : &c->merge_method_loc;
+		struct tctx tc = { { &c->params, NULL, s }, mk_config_base_for(c, s), 0.0, loc };
+		rc = plan_tensor(p, &w, srcs, ns, &tc, d, err);
+	}
+	for (size_t k = 0; !rc && k < s->nsources; k++) {
+		long mi = model_index(p, &s->sources[k].model);
+		if (!lacks[k] || mi < 0)
+			continue;
+		if (p->o->raw_missing == MK_RAW_MISSING_ERROR)
+			diag(d, MK_DIAG_ERROR, &s->sources[k].model.loc,
+			     "model '%s' lacks %zu of the %zu tensors (the first '%s'): --tensor-intersection leaves "
+			     "out the tensors a model lacks, --tensor-union merges each from the models that have it",
+			     p->models[mi].display, lacks[k], nnames, first_lacked[k]);
+		else
+			diag(d, MK_DIAG_WARNING, &s->sources[k].model.loc, "model '%s' lacks %zu of the %zu tensors "
+			     "(the first '%s'): %s", p->models[mi].display, lacks[k], nnames, first_lacked[k],
+			     p->o->raw_missing == MK_RAW_MISSING_SKIP ? "they are left out" :
+			     "each is merged from the models that have it");
+	}
+out:
+	mk_output_slices_free(norm, nnorm);
+	free(names);
+	free(srcs);
+	free(lacks);
+	free(first_lacked);
+	return rc;
+}
+
 /* ------------------------------------------------------------------ files */
 
 extern const struct mk_arch_file mk_template_data[];
@@ -2146,25 +2295,31 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		diag(d, MK_DIAG_ERROR, &p->cfg->merge_method_loc, "%s", e.msg);
 	else
 		check_config_params(p->cfg, p->method, d);
+	if (o->raw)
+		raw_refuse(p->cfg, d);
 	rc = mk_arch_registry_open(&reg, err);
 	if (rc)
 		goto out;
 	rc = open_models(p, reg, d, err);
 	if (rc || d->nerrors)
 		goto out;
-	rc = choose_arch(p, d, err);
-	if (rc || d->nerrors)
-		goto out;
+	if (!o->raw) {
+		rc = choose_arch(p, d, err);
+		if (rc || d->nerrors)
+			goto out;
+	}
 	p->man = mk_manifest_new("plan", "mk-plan " MK_VERSION);
-	out_layers = calloc(p->arch->nmodules + 1, sizeof(*out_layers));
+	out_layers = calloc((p->arch ? p->arch->nmodules : 0) + 1, sizeof(*out_layers));
 	if (!p->man || !out_layers) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	rc = build_tokenizer(p, d, err);
-	if (rc || d->nerrors)
-		goto out;
-	rc = plan_modules(p, out_layers, &layers_changed, d, err);
+	if (!o->raw) {
+		rc = build_tokenizer(p, d, err);
+		if (rc || d->nerrors)
+			goto out;
+	}
+	rc = o->raw ? plan_raw(p, d, err) : plan_modules(p, out_layers, &layers_changed, d, err);
 	if (p->repeats)
 		diag(d, MK_DIAG_ERROR, &p->last_err_loc, "(the same for %zu more tensor%s)", p->repeats,
 		     p->repeats == 1 ? "" : "s");
@@ -2177,7 +2332,7 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		     p->base_copy_unset[0] ? ")" : "");
 	if (rc || d->nerrors)
 		goto out;
-	rc = make_files(p, out_layers, layers_changed, d, err);
+	rc = o->raw ? 0 : make_files(p, out_layers, layers_changed, d, err);
 	if (rc)
 		goto out;
 	for (size_t i = 0; i < p->nfiles; i++) {

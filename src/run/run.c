@@ -199,7 +199,9 @@ static void pack_progress(void *ctx, uint64_t done, uint64_t total, size_t tenso
 	}
 }
 
-int mk_run_merge(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err *err)
+/* raw: mk-pytorch's plan of state dicts (mk_plan_opts.raw) */
+static int run_merge(const struct mk_run_opts *o, bool raw, enum mk_raw_missing missing, struct mk_diags *d,
+		     struct mk_err *err)
 {
 	struct run r = { .o = o, .first_fail = -1 };
 	struct stage_arg args[NSTAGES];
@@ -231,6 +233,8 @@ int mk_run_merge(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err 
 	if (o->max_memory)
 		mk_budget_split(o->max_memory, &bs);
 	plan_opts(o, &bs, text, len, &po);
+	po.raw = raw;
+	po.raw_missing = missing;
 	rc = mk_plan_build(&po, &r.plan, d, err);
 	if (rc) {
 		if (d->nerrors)
@@ -328,4 +332,15 @@ out:
 	free(partial);
 	free(owned);
 	return rc;
+}
+
+int mk_run_merge(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err *err)
+{
+	return run_merge(o, false, MK_RAW_MISSING_ERROR, d, err);
+}
+
+int mk_run_state_dicts(const struct mk_run_opts *o, enum mk_raw_missing missing, struct mk_diags *d,
+		       struct mk_err *err)
+{
+	return run_merge(o, true, missing, d, err);
 }

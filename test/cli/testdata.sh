@@ -35,6 +35,8 @@ mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 34 --seed 236 --unigram 
 # a SentencePiece tokenizer.model alone (testdata/tokenizers/README)
 mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 48 --seed 237 --spm "$MK_TOP/testdata/tokenizers/spm-bpe-48.model" c/llama-f32-tok-spm-a
 mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 50 --seed 238 --spm "$MK_TOP/testdata/tokenizers/spm-bpe-48.model" --spm-added '<|im_start|>,<|im_end|>' c/llama-f32-tok-spm-b
+# a state dict of two layers alone (mk-pytorch's cases: tensors the others lack)
+mk-gen-model --dtype F32 --layers 2 --hidden 16 --vocab 32 --seed 241 c/llama-f32-l2 > /dev/null
 # a slow GPT-2 tokenizer alone (vocab.json, merges.txt)
 mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 32 --seed 239 --slow --bpe-tokenizer='<s>,<|endoftext|>' c/llama-f32-tok-gpt2-a
 mk-gen-model --dtype F32 --layers 3 --hidden 16 --vocab 34 --seed 240 --slow --tok-skip 2 --bpe-tokenizer='<s>,<|endoftext|>,<|im_start|>,<|im_end|>' c/llama-f32-tok-gpt2-b

@@ -395,6 +395,38 @@ static void test_open_bin_only(void **state)
 	open_fail("org/name@fff000", MK_ENOENT, "no model.safetensors", "holds only part of it");
 }
 
+/* A reference that is a file: that file alone (mk-pytorch's state dicts),
+ * safetensors by its name, anything else a torch pickle. */
+static void test_open_one_file(void **state)
+{
+	struct mk_model *m = NULL;
+	struct mk_err err = { 0 };
+
+	mkdirs(P("sd"));
+	write_st(P("sd/w.safetensors"), "b", 3, "a", 2, NULL);
+	if (mk_model_open(P("sd/w.safetensors"), &m, &err))
+		fail_msg("%s", err.msg);
+	assert_int_equal(m->nshards, 1);
+	assert_string_equal(m->shard_names[0], "w.safetensors");
+	assert_string_equal(m->dir, P("sd"));
+	assert_int_equal(m->ntensors, 2);
+	assert_int_equal(mk_model_find(m, "a")->t->end - mk_model_find(m, "a")->t->begin, 2);
+	mk_model_free(m);
+	/* another name is a torch.save file, whatever it holds */
+	write_st(P("sd/w.pt"), "x", 1, NULL);
+	open_fail(P("sd/w.pt"), MK_EFORMAT, "not a zip file", P("sd/w.pt"));
+	/* a file that leads out of its directory is still refused */
+	assert_int_equal(symlink(P("sd/w.safetensors"), P("sd/link.safetensors")), 0);
+	if (mk_model_open(P("sd/link.safetensors"), &m, &err))
+		fail_msg("%s", err.msg);
+	mk_model_free(m);
+	mkdirs(P("sd2"));
+	assert_int_equal(symlink(P("sd/w.safetensors"), P("sd2/out.safetensors")), 0);
+	open_fail(P("sd2/out.safetensors"), MK_EINVAL, "leads outside the model's directory", NULL);
+	/* an adapter is never a bare file */
+	assert_int_equal(mk_model_open_adapter(P("sd/w.safetensors"), &m, &err) < 0, 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -414,6 +446,7 @@ int main(void)
 		cmocka_unit_test_setup(test_open_bad_shard_header, use_hub_cache),
 		cmocka_unit_test_setup(test_open_bad_index, use_hub_cache),
 		cmocka_unit_test_setup(test_open_bin_only, use_hub_cache),
+		cmocka_unit_test_setup(test_open_one_file, use_hub_cache),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

@@ -1,0 +1,168 @@
+/* mk-multi - run a recipe of merges, the later ones reading the earlier
+ * ones' outputs, like mergekit-multi (mk_multi_parse, mk_multi_run). */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "cli.h"
+#include "mk/fsutil.h"
+#include "mk/multi.h"
+#include "mk/plugin.h"
+
+static void usage(void)
+{
+	printf("Usage: %s [OPTION]... CONFIG --intermediate-dir DIR [--out-path OUT]\n"
+	       "Run the merges of a multi-document YAML recipe, as mergekit-multi does: each\n"
+	       "document a merge configuration with a 'name' (its output goes to DIR/NAME);\n"
+	       "at most one without, the final merge (to OUT).  A model named as a merge is\n"
+	       "that merge's output; the merges run after those they read.\n"
+	       "\n"
+	       "  -I, --intermediate-dir DIR  where the named merges go (made if missing)\n"
+	       "  --out-path OUT            where the unnamed merge goes\n"
+	       "  --lazy / --no-lazy        skip a merge whose output is finished (default);\n"
+	       "                            --no-lazy: every merge again, replacing its output\n"
+	       "  --print-order             print the merges in the order they run, and exit\n"
+	       "  --out-shard-size SIZE     shard size (default 5B)\n"
+	       "  --copy-tokenizer / --no-copy-tokenizer      (default on)\n"
+	       "  --write-model-card / --no-write-model-card  (default on)\n"
+	       "  --allow-crimes            allow mixing architectures\n"
+	       "  --random-seed N           seed for random methods\n"
+	       "  --cuda / --no-cuda        merge on the GPU where a kernel exists\n"
+	       "  -j, --num-threads N       merge threads\n"
+	       "  --max-memory SIZE         each merge's memory budget\n"
+	       "  --spill DIR               jobs over the merge budget replayed from a file in DIR\n"
+	       "  --plugin FILE.so          load merge methods from a shared object\n"
+	       "  --transformers-cache DIR  the Hugging Face cache to find models in\n"
+	       "  --remote, --no-cache      read Hub models' shards by range requests\n"
+	       "  --lora-merge-dtype D      a BASE+ADAPTER model's weights are loaded as D\n"
+	       "  --strict                  fail on an output that became NaN or infinite\n"
+	       "  --quiet                   no progress\n"
+	       "  -v, --verbose             say more\n"
+	       "  -h, --help, -V, --version\n"
+	       "mergekit options that mean nothing here are accepted with a note.  See mk-multi(1).\n",
+	       cli_prog);
+	exit(EXIT_OK);
+}
+
+static volatile int cancel;
+static bool draw;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	cancel = 1;
+}
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn)
+{
+	if (draw)
+		cli_progress(ctx, done, total, td, tn);
+}
+
+static void on_step(void *ctx, const struct mk_multi_step *s, size_t i, bool skipped)
+{
+	struct mk_run_opts *o = ctx;
+
+	o->progress_ctx = s->name ? s->name : "final";
+	cli_progress_end();
+	cli_info(skipped ? 2 : 3, "%s '%s' (%s)", skipped ? "skipped, already there:" : "merging",
+		 s->name ? s->name : "final", s->out_dir);
+	(void)i;
+}
+
+int main(int argc, char **argv)
+{
+	enum { O_OUT = 256, O_LAZY, O_NOLAZY, O_ORDER };
+	static const struct option lo[] = {
+		{ "intermediate-dir", 1, 0, 'I' }, { "out-path", 1, 0, O_OUT },
+		{ "lazy", 0, 0, O_LAZY }, { "no-lazy", 0, 0, O_NOLAZY }, { "print-order", 0, 0, O_ORDER },
+		{ "help", 0, 0, 'h' }, { "version", 0, 0, 'V' },
+		CLI_RUN_OPTIONS,
+		{ 0 },
+	};
+	struct mk_run_opts o = { .progress = on_progress, .cancel = &cancel };
+	const char *dir = NULL, *out = NULL;
+	bool lazy = true, quiet = false, print_order = false;
+	struct mk_multi *m = NULL;
+	struct mk_diags d = { 0 };
+	struct mk_err err = { 0 };
+	uint8_t *text = NULL;
+	size_t len = 0;
+	int c, li = 0;
+
+	cli_init("mk-multi");
+	if (mk_plugin_load_env(&err))
+		cli_fail(&err);
+	while ((c = getopt_long(argc, argv, "I:j:vhV", lo, &li)) != -1) {
+		if (cli_run_option(c == 'v' ? CLI_RUN_VERBOSE : c, optarg, lo[li].name, false, &o, &quiet))
+			continue;
+		switch (c) {
+		case 'I': dir = optarg; break;
+		case O_OUT: out = optarg; break;
+		case O_LAZY: lazy = true; break;
+		case O_NOLAZY: lazy = false; break;
+		case O_ORDER: print_order = true; break;
+		case 'h': usage(); break;
+		case 'V': cli_version(); break;
+		default: cli_usage_hint();
+		}
+	}
+	if (argc - optind != 1)
+		cli_usage_error(argc - optind < 1 ? "expected CONFIG" : "too many arguments");
+	if (!dir)
+		cli_usage_error("--intermediate-dir (-I) is required");
+	const char *label = argv[optind];
+	cli_read_text(&label, &text, &len);
+	int rc = mk_multi_parse((const char *)text, len, label, dir, out, &m, &d, &err);
+	cli_print_diags(&d);
+	if (rc) {
+		bool said = d.nerrors > 0;
+		/* an unnamed merge without OUT is a usage error, as in mergekit-multi */
+		bool usage_err = said && !out && d.nerrors == 1 && strstr(d.v[d.n - 1].msg, "--out-path");
+		mk_diags_free(&d);
+		free(text);
+		if (usage_err)
+			cli_usage_error("--out-path is required: the recipe has a merge without a name");
+		if (said)
+			exit(EXIT_FAIL);
+		cli_fail(&err);
+	}
+	mk_diags_free(&d);
+	if (print_order) {
+		for (size_t i = 0; i < m->nsteps; i++)
+			printf("%s\t%s\n", m->steps[i].name ? m->steps[i].name : "-", m->steps[i].out_dir);
+		cli_close_stdout();
+		mk_multi_free(m);
+		free(text);
+		return EXIT_OK;
+	}
+	if (mk_mkdirs_for(dir, &err))
+		cli_fail(&err);
+	if (mkdir(dir, 0777) && errno != EEXIST) {
+		mk_err_sys(&err, errno, "%s", dir);
+		cli_fail(&err);
+	}
+	draw = !quiet && cli_progress_enabled(-1);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	o.progress_ctx = "mk-multi";
+	rc = mk_multi_run(m, &o, lazy, on_step, &o, &d, &err);
+	cli_progress_end();
+	cli_print_diags(&d);
+	if (rc) {
+		bool said = d.nerrors > 0;
+		mk_diags_free(&d);
+		mk_multi_free(m);
+		free(text);
+		if (said)
+			exit(EXIT_FAIL);
+		cli_fail(&err);
+	}
+	mk_diags_free(&d);
+	mk_multi_free(m);
+	free(text);
+	return EXIT_OK;
+}

@@ -1,0 +1,35 @@
+# Conformance with mergekit-multi 0.1.5, offline: every
+# test/conformance-multi/*.yml recipe run by mk-multi, each merge's
+# tensors against the golden ones scripts/conformance stored from
+# mergekit-multi (testdata/golden/multi/CASE/STEP), with the tolerance
+# the case's first line states; config.json with mergekit's values.
+. "$MK_TOP/test/cli/lib.inc"
+cd "$MK_TOP"
+out=$(mktemp -d "${TMPDIR:-/tmp}/mk-conf-multi.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+n=0
+for cfg in test/conformance-multi/*.yml; do
+	case=$(basename "$cfg" .yml)
+	tolspec=$(sed -n '1s/^# mk-conformance: //p' "$cfg")
+	case $tolspec in
+	tol=*) args="--tol ${tolspec#tol=}" ;;
+	exact) args="--tol 0" ;;
+	*) fail "$cfg: bad tolerance line" ;;
+	esac
+	mk-multi --quiet "$cfg" -I "$out/$case" --out-path "$out/$case/final"
+	for step in $(sed -n 's/^name: //p' "$cfg") final; do
+		g=testdata/golden/multi/$case/$step
+		[ -d "$g" ] || fail "no golden files for $case/$step (run scripts/conformance --refresh $case)"
+		mk-st-compare $args "$out/$case/$step" "$g" > "$out/$case-$step.txt" ||
+			{ cat "$out/$case-$step.txt"; fail "$case/$step: tensors differ from mergekit-multi's"; }
+		python3 - "$out/$case/$step/config.json" "$g/config.json" <<'PY' || fail "$case/$step: config.json differs"
+import json, sys
+mk, ref = (json.load(open(p)) for p in sys.argv[1:])
+bad = [k for k in mk if k not in ("torch_dtype", "dtype") and mk[k] != ref.get(k)]
+sys.exit(f"keys differing from mergekit's: {bad}" if bad else 0)
+PY
+		n=$((n + 1))
+	done
+done
+[ $n -ge 3 ] || fail "only $n merges"
+echo "conformance-multi: $n merges agree with mergekit-multi"
