@@ -21,9 +21,9 @@ SAN       ?=
 BUILD     ?= $(if $(SAN),build-san,build)
 FUZZ_SECONDS ?= 30
 
-PKGS      := yaml-0.1 libzstd liburing jansson
+PKGS      := yaml-0.1 libzstd liburing jansson libpcre2-8 icu-uc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -lzstd -luring -ljansson)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -lzstd -luring -ljansson -lpcre2-8 -licuuc -licudata)
 LIBS      := $(PKG_LIBS) -lopenblas -lpthread -ldl -lm
 
 WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
