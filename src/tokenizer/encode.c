@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <unicode/uchar.h>
 #include <unicode/unorm2.h>
 #include <unicode/ustring.h>
 #include "mk/fsutil.h"
@@ -220,7 +221,6 @@ struct mk_tokenizer {
 	struct post *post;
 	struct atok *added;
 	struct smap added_map;
-	pcre2_code *word_re; /* \w: single_word's test */
 	char *bos, *eos;
 	size_t vocab_size;
 };
@@ -342,17 +342,6 @@ static int re_all(const pcre2_code *re, const char *s, size_t n, size_t **m, siz
 		*m = NULL, *nm = 0;
 	}
 	return rc;
-}
-
-static bool re_whole(const pcre2_code *re, const char *s, size_t n)
-{
-	pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
-	bool ok = false;
-
-	if (md && pcre2_match(re, (PCRE2_SPTR)s, n, 0, PCRE2_NO_UTF_CHECK | PCRE2_ANCHORED, md, NULL) >= 0)
-		ok = pcre2_get_ovector_pointer(md)[1] == n;
-	pcre2_match_data_free(md);
-	return ok;
 }
 
 /* ------------------------------------------------------------ pieces */
@@ -844,10 +833,18 @@ static void seg_add(struct segs *l, size_t a, size_t b, int32_t id)
 	l->p[l->n++] = (struct seg){a, b, id};
 }
 
-static bool word_at(const struct mk_tokenizer *t, const char *s, size_t a, size_t n)
+/* Is the character at s[a] a word character, as the \\w of Rust's regex
+ * crate (single_word's test in `tokenizers`) has it: Alphabetic, a mark,
+ * a decimal digit, connector punctuation or a joiner? */
+static bool word_at(const char *s, size_t a)
 {
-	size_t l = u8len((unsigned char)s[a]);
-	return re_whole(t->word_re, s + a, a + l <= n ? l : n - a);
+	size_t l;
+	uint32_t c = u8dec(s + a, &l);
+	int8_t ty = u_charType((UChar32)c);
+
+	return u_isUAlphabetic((UChar32)c) || ty == U_NON_SPACING_MARK || ty == U_ENCLOSING_MARK ||
+	       ty == U_COMBINING_SPACING_MARK || ty == U_DECIMAL_DIGIT_NUMBER || ty == U_CONNECTOR_PUNCTUATION ||
+	       c == 0x200c || c == 0x200d;
 }
 
 /* Split s by the added tokens whose normalized flag is `normalized`
@@ -875,8 +872,8 @@ static void split_added(const struct mk_tokenizer *t, const char *s, size_t n, b
 		size_t a = at, b = at + bl, l;
 		at = b;
 		if (best->t.single_word) {
-			bool before = a > 0 && word_at(t, s, u8prev(s, a), n);
-			bool after = b < n && word_at(t, s, b, n);
+			bool before = a > 0 && word_at(s, u8prev(s, a));
+			bool after = b < n && word_at(s, b);
 			if (before || after)
 				continue;
 		}
@@ -1117,7 +1114,6 @@ void mk_tokenizer_free(struct mk_tokenizer *t)
 	for (size_t i = 0; i < t->nadded; i++)
 		free(t->added[i].t.content), free(t->added[i].norm);
 	free(t->added);
-	pcre2_code_free(t->word_re);
 	free(t->bos), free(t->eos), free(t->label);
 	free(t);
 }
@@ -1589,7 +1585,6 @@ int mk_tokenizer_parse(const char *json, size_t len, const char *label, struct m
 {
 	struct mk_jsondoc *d = NULL;
 	struct mk_tokenizer *t = calloc(1, sizeof *t);
-	char msg[300];
 	int rc;
 
 	*out = NULL;
@@ -1614,10 +1609,6 @@ int mk_tokenizer_parse(const char *json, size_t len, const char *label, struct m
 	    (rc = load_pre(&l, mk_jsondoc_get(d, root, "pre_tokenizer"))) ||
 	    (rc = load_post(&l, mk_jsondoc_get(d, root, "post_processor"))))
 		goto fail;
-	if (!(t->word_re = re_compile("\\w", 2, false, msg, sizeof msg))) {
-		rc = mk_err_set(err, MK_EUNSUPPORTED, "PCRE2: %s", msg);
-		goto fail;
-	}
 	/* the normalized added tokens are matched as the normalizers leave them */
 	for (size_t i = 0; i < t->nadded; i++) {
 		struct atok *a = &t->added[i];
