@@ -285,7 +285,7 @@ static pcre2_code *re_compile(const char *pat, size_t len, bool literal, char *m
 {
 	int ec;
 	PCRE2_SIZE off;
-	pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, len, PCRE2_UTF | PCRE2_UCP | (literal ? PCRE2_LITERAL : 0),
+	pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, len, PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP),
 				       &ec, &off, NULL);
 
 	if (!re) {

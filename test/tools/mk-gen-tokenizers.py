@@ -113,6 +113,35 @@ def families(vocab, train):
         {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})
     out["llama2"] = (spm_bpe(vocab, train, False), {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
     out["mistral"] = (spm_bpe(vocab, train, True), {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
+    # the other components mk covers, on tokenizers of no particular family
+    a = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
+    a.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Strip(),
+                                         normalizers.Replace(Regex(r"\s+"), " ")])
+    a.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"\p{P}"), behavior="merged_with_previous"),
+        pre_tokenizers.Split("-", behavior="merged_with_next"),
+        pre_tokenizers.Split(Regex(r"[A-Z]+"), behavior="contiguous"),
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.Metaspace(replacement=SP, prepend_scheme="always", split=True)])
+    a.train_from_iterator(train, trainers.BpeTrainer(vocab_size=vocab // 2, min_frequency=2, show_progress=False,
+                                                     special_tokens=["<unk>", "<cls>", "<sep>"] +
+                                                     ["<0x%02X>" % b for b in range(256)]))
+    a.post_processor = processors.RobertaProcessing(("<sep>", 2), ("<cls>", 1))
+    out["misc-a"] = (a, {"bos_token": "<cls>", "eos_token": "<sep>"})
+    b = Tokenizer(models.BPE())
+    b.normalizer = normalizers.NFD()
+    b.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(r"[,;]"), behavior="removed", invert=False),
+        pre_tokenizers.Split(Regex(r"\s+"), behavior="isolated", invert=True),
+        pre_tokenizers.Digits(individual_digits=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)])
+    b.train_from_iterator(train, trainers.BpeTrainer(vocab_size=vocab // 2, min_frequency=2, show_progress=False,
+                                                     initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    b.add_special_tokens(["[CLS]", "[SEP]"])
+    b.add_tokens([AddedToken(" spaced ", normalized=False, special=False, rstrip=True),
+                  AddedToken("café", normalized=True, special=False)])
+    b.post_processor = processors.BertProcessing(("[SEP]", b.token_to_id("[SEP]")), ("[CLS]", b.token_to_id("[CLS]")))
+    out["misc-b"] = (b, {"eos_token": "[SEP]"})
     return out
 
 
