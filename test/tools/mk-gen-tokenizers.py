@@ -145,6 +145,18 @@ def families(vocab, train):
     return out
 
 
+def read_corpus(path, train_files):
+    """The corpus lines, and the training text: them three times, then
+    the lines of each training file."""
+    with open(path, encoding="utf-8") as f:
+        corpus = [json.loads(l) for l in f if l.strip()]
+    train = list(corpus) * 3
+    for p in train_files:
+        with open(p, encoding="utf-8", errors="replace") as f:
+            train += f.read().splitlines()
+    return corpus, train
+
+
 MOE_PROMPTS = ["Write a poem about the sea", "def fib(n):", "机器学习", "<s> already a BOS",
                "Explain merging of language models step by step, briefly.", ""]
 
@@ -156,12 +168,7 @@ def main():
     ap.add_argument("corpus")
     ap.add_argument("outdir")
     a = ap.parse_args()
-    with open(a.corpus, encoding="utf-8") as f:
-        corpus = [json.loads(l) for l in f if l.strip()]
-    train = list(corpus) * 3
-    for p in a.train:
-        with open(p, encoding="utf-8", errors="replace") as f:
-            train += f.read().splitlines()
+    corpus, train = read_corpus(a.corpus, a.train)
     import transformers
     for name, (tok, cfg) in families(a.vocab, train).items():
         d = os.path.join(a.outdir, name)

@@ -82,12 +82,7 @@ def main():
     gen = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gen)
     from tokenizers import Tokenizer
-    with open(a.corpus, encoding="utf-8") as f:
-        corpus = [json.loads(l) for l in f if l.strip()]
-    train = list(corpus) * 3
-    for p in a.train:
-        with open(p, encoding="utf-8", errors="replace") as f:
-            train += f.read().splitlines()
+    corpus, train = gen.read_corpus(a.corpus, a.train)
     lines = list(corpus)
     for p in a.test:
         with open(p, encoding="utf-8", errors="replace") as f:
