@@ -772,37 +772,81 @@ static int bpe(const struct mk_tokenizer *t, const char *w, size_t n, struct ids
 	}
 	if (unk)
 		ids_add(&s, t->unk);
-	uint32_t *rank = s.n ? malloc(s.n * sizeof *rank) : NULL;
-	int32_t *mg = s.n ? malloc(s.n * sizeof *mg) : NULL;
-	if (s.oom || (s.n && (!rank || !mg))) {
-		free(s.p), free(rank), free(mg);
+	/* merge the pair of lowest rank, the leftmost of equals, until none
+	 * is left: a heap of (rank, position) over a list of symbols, entries
+	 * of pairs since changed skipped as they come up */
+	size_t m = s.n, nh = 0;
+	int32_t *nx = m ? malloc(m * sizeof *nx) : NULL, *pv = m ? malloc(m * sizeof *pv) : NULL;
+	uint64_t *heap = m ? malloc(m * 2 * sizeof *heap) : NULL, hcap = m * 2;
+	if (s.oom || (m && (!nx || !pv || !heap))) {
+		free(s.p), free(nx), free(pv), free(heap);
 		return -1;
 	}
-	size_t m = s.n;
-	for (size_t k = 0; k + 1 < m; k++)
-		rank[k] = pmap_get(&t->merges, s.p[k], s.p[k + 1], &mg[k]);
-	while (m > 1) {
-		size_t best = SIZE_MAX;
-		uint32_t br = UINT32_MAX;
-		for (size_t k = 0; k + 1 < m; k++)
-			if (rank[k] < br)
-				br = rank[k], best = k;
-		if (best == SIZE_MAX)
-			break;
-		s.p[best] = mg[best];
-		memmove(s.p + best + 1, s.p + best + 2, (m - best - 2) * sizeof *s.p);
-		memmove(rank + best + 1, rank + best + 2, (m > best + 2 ? m - best - 2 : 0) * sizeof *rank);
-		memmove(mg + best + 1, mg + best + 2, (m > best + 2 ? m - best - 2 : 0) * sizeof *mg);
-		m--;
-		if (best + 1 < m)
-			rank[best] = pmap_get(&t->merges, s.p[best], s.p[best + 1], &mg[best]);
-		if (best > 0)
-			rank[best - 1] = pmap_get(&t->merges, s.p[best - 1], s.p[best], &mg[best - 1]);
+#define HKEY(r, pos) ((uint64_t)(r) << 32 | (uint32_t)(pos))
+#define HPUSH(key)                                                                                 \
+	do {                                                                                       \
+		if (nh == hcap) {                                                                  \
+			uint64_t *h2 = realloc(heap, (hcap *= 2) * sizeof *heap);                  \
+			if (!h2)                                                                   \
+				goto oom;                                                          \
+			heap = h2;                                                                 \
+		}                                                                                  \
+		size_t c_ = nh++;                                                                  \
+		for (; c_ && heap[(c_ - 1) / 2] > (key); c_ = (c_ - 1) / 2)                        \
+			heap[c_] = heap[(c_ - 1) / 2];                                             \
+		heap[c_] = (key);                                                                  \
+	} while (0)
+	for (size_t k = 0; k < m; k++) {
+		nx[k] = k + 1 < m ? (int32_t)(k + 1) : -1;
+		pv[k] = (int32_t)k - 1;
 	}
+	for (size_t k = 0; k + 1 < m; k++) {
+		int32_t mg;
+		uint32_t r = pmap_get(&t->merges, s.p[k], s.p[k + 1], &mg);
+		if (r != UINT32_MAX)
+			HPUSH(HKEY(r, k));
+	}
+	while (nh) {
+		uint64_t top = heap[0], last = heap[--nh];
+		size_t c = 0;
+		for (;;) { /* sift the last entry down from the root */
+			size_t l = 2 * c + 1;
+			if (l >= nh)
+				break;
+			if (l + 1 < nh && heap[l + 1] < heap[l])
+				l++;
+			if (heap[l] >= last)
+				break;
+			heap[c] = heap[l], c = l;
+		}
+		if (nh)
+			heap[c] = last;
+		int32_t pos = (int32_t)(uint32_t)top, mg = -1, nxt = nx[pos];
+		uint32_t r = (uint32_t)(top >> 32);
+		if (s.p[pos] < 0 || nxt < 0 || pmap_get(&t->merges, s.p[pos], s.p[nxt], &mg) != r)
+			continue;
+		s.p[pos] = mg;
+		s.p[nxt] = -1; /* gone */
+		nx[pos] = nx[nxt];
+		if (nx[pos] >= 0)
+			pv[nx[pos]] = pos;
+		int32_t m2;
+		uint32_t r2;
+		if (pv[pos] >= 0 && (r2 = pmap_get(&t->merges, s.p[pv[pos]], s.p[pos], &m2)) != UINT32_MAX)
+			HPUSH(HKEY(r2, pv[pos]));
+		if (nx[pos] >= 0 && (r2 = pmap_get(&t->merges, s.p[pos], s.p[nx[pos]], &m2)) != UINT32_MAX)
+			HPUSH(HKEY(r2, pos));
+	}
+#undef HPUSH
+#undef HKEY
 	for (size_t k = 0; k < m; k++)
-		ids_add(out, s.p[k]);
-	free(s.p), free(rank), free(mg);
+		if (s.p[k] >= 0)
+			ids_add(out, s.p[k]);
+	free(s.p), free(nx), free(pv), free(heap);
 	return out->oom ? -1 : 0;
+oom:
+	free(s.p), free(nx), free(pv), free(heap);
+	return -1;
 }
 
 /* ------------------------------------------------------------ added tokens */
