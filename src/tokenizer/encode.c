@@ -194,6 +194,8 @@ struct pre {
 	size_t repl_len;
 	enum prepend_scheme scheme;
 	bool split;
+	char bl[256][3]; /* ByteLevel: each byte's character (UTF-8) */
+	uint8_t bl_len[256];
 };
 
 struct atok {
@@ -589,23 +591,16 @@ out:
 	free(st), free(en), free(mt);
 }
 
-static const char *bytelevel_char(unsigned b, char buf[4], size_t *len)
+/* the byte-level alphabet: bytes that print stand for themselves, the
+ * others, in order, for U+0100 on */
+static void bytelevel_table(struct pre *z)
 {
-	/* bytes that print stand for themselves; the others, in order, for 256.. */
-	static uint16_t map[256];
-	static int ready;
+	unsigned n = 0;
 
-	if (!__atomic_load_n(&ready, __ATOMIC_ACQUIRE)) {
-		uint16_t m[256];
-		unsigned n = 0;
-		for (unsigned i = 0; i < 256; i++)
-			m[i] = ((i >= '!' && i <= '~') || (i >= 0xa1 && i <= 0xac) || (i >= 0xae)) ? (uint16_t)i
-												  : (uint16_t)(256 + n++);
-		memcpy(map, m, sizeof m);
-		__atomic_store_n(&ready, 1, __ATOMIC_RELEASE);
+	for (unsigned i = 0; i < 256; i++) {
+		bool print = (i >= '!' && i <= '~') || (i >= 0xa1 && i <= 0xac) || i >= 0xae;
+		z->bl_len[i] = (uint8_t)u8enc(print ? i : 256 + n++, z->bl[i]);
 	}
-	*len = u8enc(map[b], buf);
-	return buf;
 }
 
 static int pre_apply(const struct pre *z, struct plist *in, struct plist *o)
@@ -643,10 +638,8 @@ static int pre_apply(const struct pre *z, struct plist *in, struct plist *o)
 			for (size_t j = 0; j < tmp.n; j++) {
 				struct mk_sbuf c = {0};
 				for (size_t x = 0; x < tmp.p[j].n; x++) {
-					char buf[4];
-					size_t l = 0;
-					const char *u = bytelevel_char((unsigned char)tmp.p[j].s[x], buf, &l);
-					mk_sbuf_add(&c, u, l);
+					unsigned char by = (unsigned char)tmp.p[j].s[x];
+					mk_sbuf_add(&c, z->bl[by], z->bl_len[by]);
 				}
 				if (c.oom) {
 					free(c.p);
@@ -1114,8 +1107,10 @@ int mk_tokenizer_encode_prompts(const struct mk_tokenizer *t, const char *const 
 			size_t lead = cols - len[i];
 			for (size_t j = 0; j < lead; j++)
 				out->ids[i * cols + j] = (int32_t)pad;
-			memcpy(out->ids + i * cols + lead, row[i], len[i] * sizeof *row[i]);
-			memset(out->mask + i * cols + lead, 1, len[i]);
+			if (len[i]) {
+				memcpy(out->ids + i * cols + lead, row[i], len[i] * sizeof *row[i]);
+				memset(out->mask + i * cols + lead, 1, len[i]);
+			}
 		}
 	}
 out:
@@ -1322,6 +1317,7 @@ static int load_pre(struct ld *l, size_t node)
 	struct pre *z = &t->pre[t->npre - 1];
 	if (!strcmp(type, "ByteLevel")) {
 		z->kind = P_BYTELEVEL;
+		bytelevel_table(z);
 		z->add_prefix_space = bool_of(l, node, "add_prefix_space", true);
 		z->use_regex = bool_of(l, node, "use_regex", true);
 		if (z->use_regex && !(z->re = re_compile(GPT2_PAT, sizeof GPT2_PAT - 1, false, msg, sizeof msg)))
@@ -1648,6 +1644,19 @@ int mk_tokenizer_parse(const char *json, size_t len, const char *label, struct m
 		rc = unsupported(&l, "setting", "truncation");
 		goto fail;
 	}
+	/* padding to the longest of a batch leaves one text as it is; a fixed
+	 * length or a multiple would pad it */
+	size_t pad = mk_jsondoc_get(d, root, "padding");
+	if (!is_null(&l, pad)) {
+		size_t st = mk_jsondoc_get(d, pad, "strategy");
+		char *sv = mk_jsondoc_type(d, st) == MK_JSON_STRING ? mk_jsondoc_node_string(d, st, NULL) : NULL;
+		bool longest = sv && !strcmp(sv, "BatchLongest");
+		free(sv);
+		if (!longest || !is_null(&l, mk_jsondoc_get(d, pad, "pad_to_multiple_of"))) {
+			rc = unsupported(&l, "setting", longest ? "padding.pad_to_multiple_of" : "padding to a fixed length");
+			goto fail;
+		}
+	}
 	if ((rc = load_model(&l, m)) || (rc = load_added(&l, mk_jsondoc_get(d, root, "added_tokens"))) ||
 	    (rc = load_normalizer(&l, mk_jsondoc_get(d, root, "normalizer"))) ||
 	    (rc = load_pre(&l, mk_jsondoc_get(d, root, "pre_tokenizer"))) ||
@@ -1734,6 +1743,32 @@ int mk_tokenizer_open(const char *path, struct mk_tokenizer **out, struct mk_err
 		rc = mk_tokenizer_set_bos_eos(*out, b, e, err);
 		free(b), free(e);
 		mk_jsondoc_free(d);
+		free(buf);
+		buf = NULL;
+		if (rc)
+			goto out;
+	}
+	/* special_tokens_map.json, where there is one, has the last word (as
+	 * in transformers 5) */
+	{
+		struct mk_sbuf m = {0};
+		mk_sbuf_str(&m, path);
+		mk_sbuf_str(&m, "/special_tokens_map.json");
+		if (!m.oom && access(m.p, F_OK) == 0) {
+			struct mk_jsondoc *d = NULL;
+			if (!(rc = mk_file_read(m.p, TOK_FILE_MAX, &buf, &len, err)) &&
+			    !(rc = mk_jsondoc_parse((const char *)buf, len, m.p, &d, err))) {
+				char *b = config_token(d, "bos_token"), *e = config_token(d, "eos_token");
+				if (!b && (*out)->bos)
+					b = strdup((*out)->bos);
+				if (!e && (*out)->eos)
+					e = strdup((*out)->eos);
+				rc = mk_tokenizer_set_bos_eos(*out, b, e, err);
+				free(b), free(e);
+			}
+			mk_jsondoc_free(d);
+		}
+		free(m.p);
 	}
 out:
 	if (rc) {

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "mk/tokenize.h"
 
 #define DIR "testdata/tokenizers/encode/"
@@ -142,6 +143,9 @@ static void test_refused(void **s)
 		"names a token not in model.vocab");
 	refused("{\"model\": {\"type\": \"BPE\", \"unk_token\": \"<unk>\", \"vocab\": {}, \"merges\": []}}", MK_EFORMAT,
 		"unk_token");
+	refused("{\"padding\": {\"strategy\": {\"Fixed\": 8}}, " BPE_OK "}", MK_EUNSUPPORTED, "padding to a fixed length");
+	refused("{\"padding\": {\"strategy\": \"BatchLongest\", \"pad_to_multiple_of\": 8}, " BPE_OK "}",
+		MK_EUNSUPPORTED, "pad_to_multiple_of");
 	refused("[1, 2]", MK_EFORMAT, "not a JSON object");
 	refused("{\"model\": ", MK_EFORMAT, "");
 }
@@ -183,12 +187,63 @@ static void test_file_and_text(void **s)
 	assert_null(t);
 }
 
+static void put(const char *dir, const char *name, const char *text, size_t len)
+{
+	char p[512];
+	snprintf(p, sizeof p, "%s/%s", dir, name);
+	FILE *f = fopen(p, "wb");
+	assert_non_null(f);
+	assert_int_equal(fwrite(text, 1, len, f), len);
+	fclose(f);
+}
+
+/* special_tokens_map.json overrides tokenizer_config.json (transformers
+ * 5.24.0 does: bos '</s>' here, with transformers' batch
+ * [[2, 2, 2, 2, 386, 346], [2, 866, 331, 590, 424, 327]]) */
+static void test_special_tokens_map(void **s)
+{
+	char dir[] = "/tmp/mk-test-tok.XXXXXX", p[600];
+	struct mk_tokenizer *t;
+	struct mk_err err;
+	struct mk_tokbatch b;
+	const char *pr[2] = {"x", "hi there"};
+	static const int32_t want[12] = {2, 2, 2, 2, 386, 346, 2, 866, 331, 590, 424, 327};
+
+	assert_non_null(mkdtemp(dir));
+	FILE *f = fopen(DIR "llama2/tokenizer.json", "rb");
+	assert_non_null(f);
+	static char buf[1 << 20];
+	size_t n = fread(buf, 1, sizeof buf, f);
+	fclose(f);
+	put(dir, "tokenizer.json", buf, n);
+	static const char conf[] = "{\"bos_token\": \"<s>\", \"eos_token\": null}";
+	static const char map[] = "{\"bos_token\": \"</s>\", \"eos_token\": {\"content\": \"</s>\"}}";
+	put(dir, "tokenizer_config.json", conf, sizeof conf - 1);
+	put(dir, "special_tokens_map.json", map, sizeof map - 1);
+	assert_int_equal(mk_tokenizer_open(dir, &t, &err), 0);
+	assert_int_equal(mk_tokenizer_encode_prompts(t, pr, 2, &b, &err), 0);
+	assert_int_equal(b.rows, 2);
+	assert_int_equal(b.cols, 6);
+	assert_memory_equal(b.ids, want, sizeof want);
+	assert_int_equal(b.mask[2], 0);
+	assert_int_equal(b.mask[3], 1);
+	mk_tokbatch_free(&b);
+	mk_tokenizer_free(t);
+	static const char *const names[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"};
+	for (int i = 0; i < 3; i++) {
+		snprintf(p, sizeof p, "%s/%s", dir, names[i]);
+		unlink(p);
+	}
+	rmdir(dir);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_gpt2),    cmocka_unit_test(test_llama3), cmocka_unit_test(test_qwen2),
 		cmocka_unit_test(test_llama2),  cmocka_unit_test(test_mistral), cmocka_unit_test(test_misc_a),
 		cmocka_unit_test(test_misc_b),  cmocka_unit_test(test_refused), cmocka_unit_test(test_file_and_text),
+		cmocka_unit_test(test_special_tokens_map),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
