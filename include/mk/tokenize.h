@@ -17,7 +17,8 @@
  * WordLevel), BPE dropout, continuing_subword_prefix or
  * end_of_word_suffix, other normalizers (Lowercase, BertNormalizer, ...)
  * and pre-tokenizers (Whitespace, BertPreTokenizer, Punctuation, ...), a
- * truncation setting, a regex PCRE2 does not compile.
+ * truncation setting, padding that pads one text (a fixed length,
+ * pad_to_multiple_of), a regex PCRE2 does not compile.
  *
  * Regexes are PCRE2's (UTF, Unicode properties) in place of the
  * Oniguruma `tokenizers` uses: the patterns of the families above read
@@ -38,8 +39,9 @@
 struct mk_tokenizer;
 
 /* Open a tokenizer: path a model directory (its tokenizer.json, and the
- * bos_token / eos_token of its tokenizer_config.json when there is one)
- * or a tokenizer.json file. */
+ * bos_token / eos_token of its tokenizer_config.json and, overriding
+ * them, of its special_tokens_map.json, where there are such files) or a
+ * tokenizer.json file. */
 int mk_tokenizer_open(const char *path, struct mk_tokenizer **out, struct mk_err *err);
 /* The same from tokenizer.json's text (len bytes; label names it in
  * messages); no BOS or EOS text until mk_tokenizer_set_bos_eos. */
