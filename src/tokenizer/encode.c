@@ -1061,6 +1061,24 @@ int mk_tokenizer_encode_prompts(const struct mk_tokenizer *t, const char *const 
 {
 	const char *pt = t->bos ? t->bos : t->eos;
 	long long pad = pt ? mk_tokenizer_token_id(t, pt) : -1;
+	/* mergekit-moe sets the pad id to the BOS id, which transformers
+	 * keeps as a token (tokenizers' id_to_token: a normalized added
+	 * token's normalized content) and turns back into an id (that
+	 * content, else the unknown token's) */
+	if (t->bos && pad >= 0) {
+		const char *back = NULL;
+		size_t blen = 0;
+		for (size_t i = 0; i < t->nadded && !back; i++)
+			if (t->added[i].t.id == pad)
+				back = t->added[i].t.normalized ? t->added[i].norm : t->added[i].t.content,
+				blen = t->added[i].t.normalized ? t->added[i].nlen : t->added[i].len;
+		if (back) {
+			int32_t id = smap_get(&t->added_map, back, blen);
+			if (id < 0)
+				id = smap_get(&t->vocab, back, blen);
+			pad = id >= 0 ? id : t->unk;
+		}
+	}
 	int32_t **row = NULL;
 	size_t *len = NULL, cols = 0;
 	int rc = 0;

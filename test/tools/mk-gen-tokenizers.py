@@ -25,6 +25,9 @@ family are those of the public tokenizer.json files of that family:
             fuse_unk, <unk> <s> </s>, BOS template (SentencePiece-style BPE)
   mistral   Metaspace(prepend_scheme first, split false), byte_fallback,
             BOS template (newer conversions of SentencePiece models)
+  llama2-norm  llama2 with normalized special tokens
+  misc-a, misc-b  the other normalizers, pre-tokenizers, Split behaviours
+            and post-processors mk covers
 """
 import argparse
 import json
@@ -113,6 +116,12 @@ def families(vocab, train):
         {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"})
     out["llama2"] = (spm_bpe(vocab, train, False), {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
     out["mistral"] = (spm_bpe(vocab, train, True), {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"})
+    # Llama 2 with its special tokens normalized (some conversions write
+    # them so): matched after the normalizers, as "\u2581<s>" then
+    j = json.loads(out["llama2"][0].to_str())
+    for t in j["added_tokens"]:
+        t["normalized"] = True
+    out["llama2-norm"] = (Tokenizer.from_str(json.dumps(j, ensure_ascii=False)), out["llama2"][1])
     # the other components mk covers, on tokenizers of no particular family
     a = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True))
     a.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Strip(),

@@ -10,8 +10,10 @@ families' special tokens.  Run with the conformance venv's python:
   mk-tok-conformance.py --tool build/tools/mk-tok-encode --corpus C \
       [--vocab N] [--random N] [--train F]... [--test F]... WORKDIR
 
-Prints one line per family (lines compared, lines that differ, and the
-first differences); exit 1 when any line differs.
+and the prompt batch mergekit-moe makes (transformers with left padding,
+pad = BOS else EOS) of some of the lines.  Prints one line per family
+(lines compared, lines that differ, and the first differences); exit 1
+when any line differs.
 """
 import argparse
 import importlib.util
@@ -112,7 +114,22 @@ def main():
             g = tuple(json.loads(x) for x in got[i].split("\t")) if i < len(got) else None
             if g != want:
                 bad.append((l, want[0], g[0] if g else None))
-        print("%-8s vocab %5d: %d lines, %d differ" % (name, tok.get_vocab_size(), len(lines), len(bad)))
+        # mergekit-moe's prompt batch, through transformers
+        import transformers
+        ht = transformers.AutoTokenizer.from_pretrained(d)
+        ht.padding_side = "left"
+        ht.pad_token_id = ht.bos_token_id
+        if ht.pad_token_id is None:
+            ht.pad_token = ht.eos_token
+        prompts = gen.MOE_PROMPTS + [l for l in lines[::97] if "\0" not in l]
+        enc = ht([(ht.bos_token or "") + p for p in prompts], padding=True, add_special_tokens=False)
+        r = subprocess.run([a.tool, "--prompts", d], capture_output=True,
+                           input="".join(json.dumps(p, ensure_ascii=False) + "\n" for p in prompts).encode())
+        mb = json.loads(r.stdout) if r.returncode == 0 else None
+        if mb != {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}:
+            bad.append(("(the prompt batch of %d prompts)" % len(prompts), [], r.stderr.decode().strip()))
+        print("%-8s vocab %5d: %d lines, %d prompts, %d differ" % (name, tok.get_vocab_size(), len(lines),
+                                                                 len(prompts), len(bad)))
         for l, w, g in bad[:3]:
             print("   text %r\n   tokenizers %s\n   mk         %s" % (l[:120], w[:40], g[:40] if g else g))
         failed += bool(bad)

@@ -101,6 +101,7 @@ static void test_llama3(void **s) { family("llama3"); }
 static void test_qwen2(void **s) { family("qwen2"); }
 static void test_llama2(void **s) { family("llama2"); }
 static void test_mistral(void **s) { family("mistral"); }
+static void test_llama2_norm(void **s) { family("llama2-norm"); }
 static void test_misc_a(void **s) { family("misc-a"); }
 static void test_misc_b(void **s) { family("misc-b"); }
 
@@ -243,7 +244,7 @@ int main(void)
 		cmocka_unit_test(test_gpt2),    cmocka_unit_test(test_llama3), cmocka_unit_test(test_qwen2),
 		cmocka_unit_test(test_llama2),  cmocka_unit_test(test_mistral), cmocka_unit_test(test_misc_a),
 		cmocka_unit_test(test_misc_b),  cmocka_unit_test(test_refused), cmocka_unit_test(test_file_and_text),
-		cmocka_unit_test(test_special_tokens_map),
+		cmocka_unit_test(test_special_tokens_map), cmocka_unit_test(test_llama2_norm),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
