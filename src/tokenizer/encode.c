@@ -223,6 +223,7 @@ struct mk_tokenizer {
 	struct post *post;
 	struct atok *added;
 	struct smap added_map;
+	uint8_t first[2][32]; /* [normalized]: the bytes an added token starts with */
 	char *bos, *eos;
 	size_t vocab_size;
 };
@@ -890,9 +891,16 @@ static void split_added(const struct mk_tokenizer *t, const char *s, size_t n, b
 {
 	size_t at = 0, from = 0;
 
+	const uint8_t *first = t->first[normalized];
+
 	while (at < n) {
 		const struct atok *best = NULL;
 		size_t bl = 0;
+		unsigned char c0 = (unsigned char)s[at];
+		if (!(first[c0 >> 3] & 1u << (c0 & 7))) {
+			at += u8len(c0);
+			continue;
+		}
 		for (size_t k = 0; k < t->nadded; k++) {
 			const struct atok *a = &t->added[k];
 			if (a->t.normalized != normalized)
@@ -1687,6 +1695,8 @@ int mk_tokenizer_parse(const char *json, size_t len, const char *label, struct m
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			goto fail;
 		}
+		unsigned char c0 = (unsigned char)(a->t.normalized ? (a->nlen ? a->norm[0] : 0) : a->t.content[0]);
+		t->first[a->t.normalized][c0 >> 3] |= (uint8_t)(1u << (c0 & 7));
 	}
 	mk_jsondoc_free(d);
 	*out = t;
