@@ -33,6 +33,7 @@ static void usage(void)
 	       "      --remote           read the shards of Hub models the cache lacks by HTTP range\n"
 	       "                         requests instead of downloading them first (as --io http)\n"
 	       "      --no-cache         with --remote: keep nothing of what is read in the cache\n"
+	       "      --no-splice        write every tensor byte from user space, never by splice(2)\n"
 	       "      --max-memory SIZE  fit the reads in flight in half of SIZE (smaller chunks, queue)\n"
 	       "      --skip-done DIR    DIR is an interrupted mk-pack's OUT.mk-partial: leave out\n"
 	       "                         the tensors (plan: the jobs) its journal lists as done,\n"
@@ -56,7 +57,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 
 int main(int argc, char **argv)
 {
-	enum { O_CHUNK = 256, O_QD, O_IO, O_PROGRESS, O_NO_PROGRESS, O_MEM, O_SKIP, O_REMOTE, O_NOCACHE };
+	enum { O_CHUNK = 256, O_QD, O_IO, O_PROGRESS, O_NO_PROGRESS, O_MEM, O_SKIP, O_REMOTE, O_NOCACHE, O_NOSPLICE };
 	static const struct option longopts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "input", required_argument, NULL, 'i' },
@@ -68,6 +69,7 @@ int main(int argc, char **argv)
 		{ "io", required_argument, NULL, O_IO },
 		{ "remote", no_argument, NULL, O_REMOTE },
 		{ "no-cache", no_argument, NULL, O_NOCACHE },
+		{ "no-splice", no_argument, NULL, O_NOSPLICE },
 		{ "skip-done", required_argument, NULL, O_SKIP },
 		{ "force", no_argument, NULL, 'f' },
 		{ "progress", no_argument, NULL, O_PROGRESS },
@@ -127,6 +129,7 @@ int main(int argc, char **argv)
 			break;
 		case O_REMOTE: o.remote = true; break;
 		case O_NOCACHE: o.no_cache = true; break;
+		case O_NOSPLICE: o.no_splice = true; break;
 		case O_SKIP:
 			if (!optarg[0])
 				cli_usage_error("--skip-done: expected a directory (OUT.mk-partial)");

@@ -27,6 +27,8 @@ static void usage(void)
 	       "      --resume             continue an interrupted run from OUT.mk-partial: check\n"
 	       "                           the tensors its journal lists, write only the others\n"
 	       "                           (and keep OUT.mk-partial if this run fails too)\n"
+	       "      --no-splice          read each tensor chunk into memory and write it from\n"
+	       "                           there, never by splice(2)\n"
 	       "      --max-memory SIZE    refuse a stream whose chunks cannot fit; commit at most\n"
 	       "                           a quarter of SIZE to disk at a time\n"
 	       "      --progress           draw progress even when stderr is not a terminal\n"
@@ -55,7 +57,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, siz
 
 int main(int argc, char **argv)
 {
-	enum { O_SHARD = 256, O_FORCE, O_KEEP, O_RESUME, O_PROGRESS, O_NO_PROGRESS, O_MEM };
+	enum { O_SHARD = 256, O_FORCE, O_KEEP, O_RESUME, O_PROGRESS, O_NO_PROGRESS, O_MEM, O_NOSPLICE };
 	static const struct option longopts[] = {
 		{ "input", required_argument, NULL, 'i' },
 		{ "out-shard-size", required_argument, NULL, O_SHARD },
@@ -63,6 +65,7 @@ int main(int argc, char **argv)
 		{ "max-memory", required_argument, NULL, O_MEM },
 		{ "keep-partial", no_argument, NULL, O_KEEP },
 		{ "resume", no_argument, NULL, O_RESUME },
+		{ "no-splice", no_argument, NULL, O_NOSPLICE },
 		{ "progress", no_argument, NULL, O_PROGRESS },
 		{ "no-progress", no_argument, NULL, O_NO_PROGRESS },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -94,6 +97,7 @@ int main(int argc, char **argv)
 			break;
 		case O_KEEP: o.keep_partial = true; break;
 		case O_RESUME: o.resume = true; break;
+		case O_NOSPLICE: o.no_splice = true; break;
 		case O_PROGRESS: want_progress = 1; break;
 		case O_NO_PROGRESS: want_progress = 0; break;
 		case 'v': cli_verbose++; break;

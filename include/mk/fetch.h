@@ -27,6 +27,10 @@ struct mk_fetch_opts {
 	 * not written into the cache. */
 	bool remote, no_cache;
 	int compress_level;          /* 0: no zstd */
+	/* Tensor bytes read from a local file as they are go into a pipe
+	 * by splice(2) (mk_sw_chunk_splice); no_splice writes every byte
+	 * from user space (the same stream). */
+	bool no_splice;
 	/* --skip-done: an interrupted mk-pack's OUT.mk-partial (or NULL).
 	 * The tensors its journal lists as done are not read or sent (copy
 	 * mode: those tensors' chunks; plan mode: the jobs making them, their

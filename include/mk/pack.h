@@ -50,6 +50,10 @@ struct mk_pack_opts {
 					commit at most a quarter of it at a
 					time (0: no limit) */
 	bool resume;                 /* continue OUT.mk-partial (see above) */
+	/* DATA payloads from a pipe go into the shards by splice(2) and are
+	 * checked as read back (mk_sr_splice_payload); no_splice reads each
+	 * frame into memory and writes it from there */
+	bool no_splice;
 	void (*progress)(void *ctx, uint64_t done, uint64_t total,
 			 size_t tensors_done, size_t ntensors);
 	void *progress_ctx;

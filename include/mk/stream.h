@@ -119,6 +119,9 @@ struct mk_frame {
 
 #define MK_SR_NO_VERIFY 0x01  /* report bad checksums in csum_ok, go on */
 #define MK_SR_PIECEWISE_FILE 0x02 /* FILE frames come piecewise (below) */
+#define MK_SR_SPLICE_DATA 0x04 /* raw DATA frames from a pipe come piecewise,
+				  for mk_sr_splice_payload (below) */
+#define MK_SPLICE_MIN 4096     /* fewer data bytes than this: never spliced */
 
 /* ---- bounds ----
  * Before a payload byte is read or inflated, the sizes a frame header
@@ -186,6 +189,21 @@ int mk_sr_read_payload(struct mk_stream_reader *r, void *buf, size_t cap,
  * on one frame. */
 int mk_sr_read_wire(struct mk_stream_reader *r, void *buf, size_t cap,
 		    size_t *got, struct mk_err *err);
+/* With MK_SR_SPLICE_DATA, when the input is a pipe, mk_sr_next returns
+ * an uncompressed DATA frame of at least MK_SPLICE_MIN data bytes
+ * piecewise: the caller reads its MK_CHUNK_HDR-byte sub-header with
+ * mk_sr_read_payload, then hands the rest, n bytes, to this call, which
+ * moves them into out_fd (out_label in messages) at offset off by
+ * splice(2) (by read and pwrite where splice is refused, and then for the
+ * rest of the stream), reads them back from out_fd (mapped, so out_fd
+ * must be open for reading too; pread where it cannot be mapped) and
+ * checks the frame's checksum over them.  0: the frame is accepted
+ * and *view holds its n data bytes as written, valid until the next call
+ * on r.  An error leaves unverified bytes at [off, off + n) of out_fd,
+ * which the caller must discard.  The memory bound applies to such a
+ * frame as if it were read whole. */
+int mk_sr_splice_payload(struct mk_stream_reader *r, int out_fd, const char *out_label, uint64_t off,
+			 size_t n, const void **view, struct mk_err *err);
 void mk_sr_free(struct mk_stream_reader *r);
 /* Frames returned and bytes consumed so far (the prelude included). */
 void mk_sr_position(const struct mk_stream_reader *r, uint64_t *frames, uint64_t *bytes);
@@ -209,6 +227,18 @@ int mk_sw_frame1(struct mk_stream_writer *w, const char *type,
 /* A DATA/INPT frame from a chunk (sub-header + c->data). */
 int mk_sw_chunk(struct mk_stream_writer *w, const char *type,
 		const struct mk_chunk *c, struct mk_err *err);
+/* mk_sw_chunk for a chunk whose data (c->data, c->data_len) are also
+ * bytes [off, off + c->data_len) of the file src_fd: the same bytes on the
+ * wire (the checksum is computed over c->data), but when the stream goes
+ * to a pipe, compression is off and the data are at least MK_SPLICE_MIN
+ * bytes, the data move from src_fd's page cache into the pipe by
+ * splice(2), not through user space.  Where splice is refused (the output
+ * is not a pipe, the source's file system cannot) the data are written
+ * from c->data, and this writer does not try splice again.  A source file
+ * that changed since c->data was read makes a frame whose checksum fails
+ * downstream. */
+int mk_sw_chunk_splice(struct mk_stream_writer *w, const char *type, const struct mk_chunk *c,
+		       int src_fd, uint64_t off, struct mk_err *err);
 /* A FILE frame; name validated with mk_file_name_check. */
 int mk_sw_file(struct mk_stream_writer *w, const char *name, uint32_t mode,
 	       const void *data, size_t len, struct mk_err *err);

@@ -362,7 +362,10 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 			if (rc == 0)
 				continue;
 		}
-		rc = mk_sw_chunk(w, MK_FT_DATA, &p->c, err);
+		if (!p->g.t && !req.remote && !o->no_splice)
+			rc = mk_sw_chunk_splice(w, MK_FT_DATA, &p->c, req.fd, req.off, err);
+		else
+			rc = mk_sw_chunk(w, MK_FT_DATA, &p->c, err);
 		if (rc)
 			goto out;
 		st->chunks++;

@@ -787,6 +787,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		const void *data;
 		struct mk_read_req req;
 		struct tag *t;
+		bool as_read;     /* the data are bytes of req's file as they are */
 
 		rc = mk_reader_get(rd, &data, &req, err);
 		if (rc < 0)
@@ -817,8 +818,10 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 			if (rc == 0)
 				continue;
 		}
+		as_read = !t->g.t && !req.remote;
 		if (mk_plan_job_input(p.jobs[t->job], t->input)->lora) {
 			uint64_t wb;
+			as_read = false;   /* sent as changed */
 			/* on the chunk as read (a view's, gathered) */
 			rc = lora_apply(&lw, &p, models, fds, t, t->c.data, &t->c.data, err);
 			if (rc)
@@ -826,7 +829,10 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 			(void)mk_dtype_nbytes(t->c.dtype, t->c.elem_count, &wb);
 			t->c.data_len = (size_t)wb;
 		}
-		rc = mk_sw_chunk(w, MK_FT_INPT, &t->c, err);
+		if (as_read && !o->no_splice)
+			rc = mk_sw_chunk_splice(w, MK_FT_INPT, &t->c, req.fd, req.off, err);
+		else
+			rc = mk_sw_chunk(w, MK_FT_INPT, &t->c, err);
 		if (rc)
 			goto out;
 		st->chunks++;

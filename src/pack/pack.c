@@ -417,7 +417,8 @@ static int open_shards(struct pack *p, uint8_t **hdrs, size_t *hlens, bool resum
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
 		/* resumed: the shard (kept, or missing when the earlier run
 		 * stopped before creating it) gets its size and header again */
-		sh->fd = open(path, O_WRONLY | O_CREAT | (resume ? 0 : O_EXCL) | O_CLOEXEC, 0644);
+		/* read and write: spliced data are checked as read back */
+		sh->fd = open(path, O_RDWR | O_CREAT | (resume ? 0 : O_EXCL) | O_CLOEXEC, 0644);
 		if (sh->fd < 0) {
 			rc = mk_err_sys(err, errno, "%s", path);
 			free(path);
@@ -684,16 +685,33 @@ out:
 	return rc;
 }
 
-static int write_chunk(struct pack *p, const struct mk_frame *f, struct mk_err *err)
+/* A DATA frame; a piecewise one (MK_SR_SPLICE_DATA) is checked by its
+ * sub-header, then its data spliced into the shard and verified there. */
+static int write_chunk(struct pack *p, struct mk_stream_reader *r, const struct mk_frame *f, struct mk_err *err)
 {
 	struct mk_chunk c;
 	const struct mk_manifest_tensor *t;
 	struct slot *sl;
 	struct shard *sh;
 	uint64_t boff;
+	uint8_t sub[MK_CHUNK_HDR];
 	int rc;
 
-	rc = mk_chunk_decode(f->payload, f->payload_len, &c, err);
+	if (f->piecewise) {
+		size_t have = 0, got;
+		while (have < MK_CHUNK_HDR) {
+			if ((rc = mk_sr_read_payload(r, sub + have, MK_CHUNK_HDR - have, &got, err)))
+				return rc;
+			if (!got)
+				MK_BUG("a spliced DATA frame shorter than its sub-header");
+			have += got;
+		}
+		/* decoded against the payload's length; c.data is set below */
+		rc = mk_chunk_decode(sub, f->raw_len, &c, err);
+		c.data = NULL;
+	} else {
+		rc = mk_chunk_decode(f->payload, f->payload_len, &c, err);
+	}
 	if (rc)
 		return mk_err_prefix(err, "frame #%llu (DATA): ", (unsigned long long)f->index);
 	if ((rc = mk_chunk_check_data(p->man, &c, err)))
@@ -710,7 +728,10 @@ static int write_chunk(struct pack *p, const struct mk_frame *f, struct mk_err *
 				  (unsigned long long)t->nelem);
 	sh = &p->sh[sl->shard];
 	boff = c.elem_begin * mk_dtype_bits(t->desc.dtype) / 8;
-	rc = mk_pwrite_all(sh->fd, c.data, c.data_len, sl->off + boff, sh->name, err);
+	if (f->piecewise)
+		rc = mk_sr_splice_payload(r, sh->fd, sh->name, sl->off + boff, c.data_len, &c.data, err);
+	else
+		rc = mk_pwrite_all(sh->fd, c.data, c.data_len, sl->off + boff, sh->name, err);
 	if (rc)
 		return rc;
 	sl->crc = mk_crc32c(sl->crc, c.data, c.data_len);
@@ -983,7 +1004,7 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 	p.partial = partial_name(o->out_dir);
 	if (!p.partial)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	rc = mk_sr_open(&r, in_fd, label, MK_SR_PIECEWISE_FILE, err);
+	rc = mk_sr_open(&r, in_fd, label, MK_SR_PIECEWISE_FILE | (o->no_splice ? 0 : MK_SR_SPLICE_DATA), err);
 	if (rc)
 		goto out;
 	mk_sr_set_bounds(r, &(struct mk_sr_bounds){ .memory = o->budget });
@@ -1123,7 +1144,7 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 		if (rc == 0)
 			break;
 		if (!strcmp(f.type, MK_FT_DATA))
-			rc = write_chunk(&p, &f, err);
+			rc = write_chunk(&p, r, &f, err);
 		else if (!strcmp(f.type, MK_FT_FILE))
 			rc = write_file_frame(&p, r, &f, err);
 		else if (!strcmp(f.type, MK_FT_END) || !f.critical)

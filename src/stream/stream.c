@@ -5,12 +5,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <jansson.h>
 #include <zstd.h>
 #include <zstd_errors.h>
+#include "mk/fsutil.h"
 #include "mk/hash.h"
 #include "mk/manifest.h"
 #include "mk/stream.h"
@@ -251,6 +253,10 @@ struct mk_stream_reader {
 		ZSTD_inBuffer in;    /* over r->wire */
 	} pw;
 	ZSTD_DStream *ds;
+	/* MK_SR_SPLICE_DATA: 0 untried, 1 the input is a pipe, -1 no splice */
+	int splice;
+	void *view;              /* mk_sr_splice_payload's mapping, or NULL */
+	size_t view_len;
 };
 
 /* Read exactly len bytes; returns bytes read (< len only at EOF) or -errno. */
@@ -570,6 +576,118 @@ int mk_sr_read_wire(struct mk_stream_reader *r, void *buf, size_t cap, size_t *g
 	return rc;
 }
 
+/* With MK_SR_SPLICE_DATA: is this frame a raw DATA frame to deliver
+ * piecewise, for mk_sr_splice_payload?  Only when the input is a pipe. */
+static bool splice_frame(struct mk_stream_reader *r, const char *type, uint8_t flags, uint64_t raw_len)
+{
+	struct stat sb;
+
+	if (!(r->flags & MK_SR_SPLICE_DATA) || memcmp(type, MK_FT_DATA, 4) || (flags & MK_FRAME_F_ZSTD) ||
+	    raw_len < MK_CHUNK_HDR + MK_SPLICE_MIN)
+		return false;
+	if (!r->splice)
+		r->splice = fstat(r->fd, &sb) == 0 && S_ISFIFO(sb.st_mode) ? 1 : -1;
+	return r->splice > 0;
+}
+
+/* The rest of a piecewise payload, n bytes, into out_fd at off by read
+ * and pwrite (not checksummed here). */
+static int copy_to_fd(struct mk_stream_reader *r, int out_fd, const char *out_label, uint64_t off, size_t n,
+		      struct mk_err *err)
+{
+	size_t piece = n < (1u << 20) ? n : (1u << 20);
+	int rc;
+
+	if (grow(&r->wire, &r->wire_cap, piece))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	while (n) {
+		size_t k = n < piece ? n : piece;
+		ssize_t got = read_full(r->fd, r->wire, k);
+		if (got < 0)
+			return mk_err_sys(err, (int)-got, "%s: frame #%llu: read", r->label, (unsigned long long)r->pw.idx);
+		if ((size_t)got < k)
+			return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): truncated payload", r->label,
+					  (unsigned long long)r->pw.idx, r->pw.type);
+		if ((rc = mk_pwrite_all(out_fd, r->wire, k, off, out_label, err)))
+			return rc;
+		r->pw.left -= k;
+		off += k;
+		n -= k;
+	}
+	return 0;
+}
+
+static int splice_payload(struct mk_stream_reader *r, int out_fd, const char *out_label, uint64_t off, size_t n,
+			  const void **view, struct mk_err *err)
+{
+	loff_t o = (loff_t)off;
+	uint64_t a, pg = (uint64_t)sysconf(_SC_PAGESIZE);
+	size_t done = 0;
+	int rc;
+
+	while (done < n && r->splice > 0) {
+		ssize_t k = splice(r->fd, NULL, out_fd, &o, n - done, SPLICE_F_MOVE);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0 && (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP || errno == EXDEV)) {
+			r->splice = -1;   /* the rest, and later frames, by read */
+			break;
+		}
+		if (k < 0)
+			return mk_err_sys(err, errno, "%s: frame #%llu: moving its data into %s", r->label,
+					  (unsigned long long)r->pw.idx, out_label);
+		if (k == 0)
+			return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): truncated payload (%llu of %llu bytes)",
+					  r->label, (unsigned long long)r->pw.idx, r->pw.type,
+					  (unsigned long long)(r->pw.len - r->pw.left + done),
+					  (unsigned long long)r->pw.len);
+		done += (size_t)k;
+		r->pw.left -= (uint64_t)k;
+	}
+	if (done < n && (rc = copy_to_fd(r, out_fd, out_label, off + done, n - done, err)))
+		return rc;
+	/* read back what was written, the checksum over it */
+	a = off & ~(pg - 1);
+	r->view_len = (size_t)(off + n - a);
+	r->view = mmap(NULL, r->view_len, PROT_READ, MAP_SHARED, out_fd, (off_t)a);
+	if (r->view == MAP_FAILED) {
+		r->view = NULL;
+		if (grow(&r->raw, &r->raw_cap, n ? n : 1))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		if ((rc = mk_pread_exact(out_fd, r->raw, n, off, out_label, err)))
+			return rc;
+		*view = r->raw;
+	} else {
+		*view = (const uint8_t *)r->view + (off - a);
+	}
+	r->pw.crc = mk_crc32c(r->pw.crc, *view, n);
+	r->pw.out += n;
+	return pw_finish(r, err);
+}
+
+int mk_sr_splice_payload(struct mk_stream_reader *r, int out_fd, const char *out_label, uint64_t off, size_t n,
+			 const void **view, struct mk_err *err)
+{
+	int rc;
+
+	if (!r->pw.on || r->pw.zstd || r->pw.wire)
+		MK_BUG("mk_sr_splice_payload without a raw piecewise frame");
+	if (n != r->pw.left)
+		MK_BUG("mk_sr_splice_payload: not the rest of the payload");
+	if (r->view) {
+		munmap(r->view, r->view_len);
+		r->view = NULL;
+	}
+	*view = NULL;
+	rc = splice_payload(r, out_fd, out_label, off, n, view, err);
+	if (rc) {
+		*view = NULL;
+		r->pw.on = false;
+		r->broken = true;
+	}
+	return rc;
+}
+
 /* Start reading frame `idx` (header h, checked) piecewise. */
 static int pw_start(struct mk_stream_reader *r, const uint8_t *h, struct mk_frame *f, struct mk_err *err)
 {
@@ -719,6 +837,7 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 		uint64_t bound = type_bound(r, f->type, &why);
 		uint64_t hold = len + ((f->flags & MK_FRAME_F_ZSTD) ? raw_len : 0);
 		bool whole = !((r->flags & MK_SR_PIECEWISE_FILE) && !memcmp(f->type, MK_FT_FILE, 4));
+		bool spliced = whole && splice_frame(r, f->type, f->flags, raw_len);
 		if (raw_len > bound)
 			return mk_err_set(err, MK_EFORMAT,
 					  "%s: frame #%llu (%s): declares a payload of %llu bytes, more than the %llu bytes of %s",
@@ -734,7 +853,7 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 					  "%s: frame #%llu (%s): holding its %llu bytes needs more than the memory budget of %llu bytes",
 					  r->label, (unsigned long long)idx, f->type, (unsigned long long)hold,
 					  (unsigned long long)r->b.memory);
-		if (!whole) {
+		if (!whole || spliced) {
 			f->len = len;
 			f->raw_len = raw_len;
 			f->index = idx;
@@ -819,6 +938,8 @@ void mk_sr_free(struct mk_stream_reader *r)
 	free(r->raw);
 	ZSTD_freeDCtx(r->dctx);
 	ZSTD_freeDStream(r->ds);
+	if (r->view)
+		munmap(r->view, r->view_len);
 	free(r);
 }
 
@@ -833,6 +954,7 @@ struct mk_stream_writer {
 	uint64_t bytes;
 	struct counts n;
 	bool ended;
+	int splice;   /* mk_sw_chunk_splice: 0 untried, 1 works, -1 not here */
 };
 
 static int write_iov(struct mk_stream_writer *w, struct iovec *iov, int n, struct mk_err *err)
@@ -980,6 +1102,68 @@ int mk_sw_chunk(struct mk_stream_writer *w, const char *type, const struct mk_ch
 
 	mk_chunk_encode(c, hdr);
 	return mk_sw_frame(w, type, p, l, 2, err);
+}
+
+/* The payload bytes after the sub-header by splice(2) from src_fd; on a
+ * refusal (not a pipe, a file system without splice) the rest by write
+ * from c->data, and no splice on this writer again. */
+static int splice_data(struct mk_stream_writer *w, const struct mk_chunk *c, int src_fd, uint64_t off,
+		       struct mk_err *err)
+{
+	size_t done = 0;
+	loff_t o = (loff_t)off;
+
+	while (done < c->data_len && w->splice >= 0) {
+		ssize_t n = splice(src_fd, &o, w->fd, NULL, c->data_len - done, SPLICE_F_MOVE | SPLICE_F_MORE);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP || errno == EXDEV ||
+			      errno == EAGAIN)) {
+			w->splice = -1;
+			break;
+		}
+		if (n < 0)
+			return mk_err_sys(err, errno, "writing the stream");
+		if (n == 0)
+			return mk_err_set(err, MK_EIO, "writing the stream: the source file ended %llu bytes early",
+					  (unsigned long long)(c->data_len - done));
+		w->splice = 1;
+		done += (size_t)n;
+		w->bytes += (uint64_t)n;
+	}
+	if (done < c->data_len) {
+		struct iovec iov = { (char *)c->data + done, c->data_len - done };
+		return write_iov(w, &iov, 1, err);
+	}
+	return 0;
+}
+
+int mk_sw_chunk_splice(struct mk_stream_writer *w, const char *type, const struct mk_chunk *c, int src_fd,
+		       uint64_t off, struct mk_err *err)
+{
+	uint8_t h[MK_FRAME_HDR] = { 0 }, hdr[MK_CHUNK_HDR];
+	struct iovec iov[2] = { { h, MK_FRAME_HDR }, { hdr, MK_CHUNK_HDR } };
+	uint64_t raw_len = MK_CHUNK_HDR + (uint64_t)c->data_len;
+	struct stat sb;
+	int rc;
+
+	if (!w->splice)
+		w->splice = fstat(w->fd, &sb) == 0 && S_ISFIFO(sb.st_mode) ? 1 : -1;
+	if (w->level > 0 || w->splice < 0 || src_fd < 0 || c->data_len < MK_SPLICE_MIN ||
+	    raw_len > MK_FRAME_MAX)
+		return mk_sw_chunk(w, type, c, err);
+	if (w->ended)
+		MK_BUG("frame after END");
+	/* the header as mk_sw_frame writes it for a raw payload */
+	mk_chunk_encode(c, hdr);
+	memcpy(h, type, 4);
+	h[5] = MK_CSUM_CRC32C;
+	put64(h + 8, raw_len);
+	put64(h + 16, raw_len);
+	put32(h + 24, mk_crc32c(mk_crc32c(mk_crc32c(0, h, MK_FRAME_HDR), hdr, MK_CHUNK_HDR), c->data, c->data_len));
+	count_frame(&w->n, type, type[0] >= 'A' && type[0] <= 'Z', raw_len);
+	rc = write_iov(w, iov, 2, err);
+	return rc ? rc : splice_data(w, c, src_fd, off, err);
 }
 
 int mk_sw_file(struct mk_stream_writer *w, const char *name, uint32_t mode,

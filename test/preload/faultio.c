@@ -3,8 +3,8 @@
  *
  *   MK_FAULT_IO=OP:N:KIND LD_PRELOAD=.../faultio.so mk-pack ...
  *
- * OP is one of read, pread, write, pwrite, writev, fsync, fdatasync,
- * ftruncate, fallocate (posix_fallocate), rename; N counts that OP's calls
+ * OP is one of read, pread, write, pwrite, writev, splice, fsync,
+ * fdatasync, ftruncate, fallocate (posix_fallocate), rename; N counts that OP's calls
  * from 1; KIND is
  *   eio      the call fails with EIO (nothing done)
  *   enospc   the call fails with ENOSPC (nothing done)
@@ -31,8 +31,8 @@
 #include <unistd.h>
 #include "preload.h"
 
-enum op { READ, PREAD, WRITE, PWRITE, WRITEV, FSYNC, FDATASYNC, FTRUNCATE, FALLOCATE, RENAME, NOPS };
-static const char *const op_names[NOPS] = { "read", "pread", "write", "pwrite", "writev", "fsync",
+enum op { READ, PREAD, WRITE, PWRITE, WRITEV, SPLICE, FSYNC, FDATASYNC, FTRUNCATE, FALLOCATE, RENAME, NOPS };
+static const char *const op_names[NOPS] = { "read", "pread", "write", "pwrite", "writev", "splice", "fsync",
 					    "fdatasync", "ftruncate", "fallocate", "rename" };
 enum kind { NONE, EIO_, ENOSPC_, EINTR_, SHORT, SHORTALL };
 
@@ -142,6 +142,19 @@ ssize_t writev(int fd, const struct iovec *iov, int cnt)
 		return errno = fail_errno(k), -1;
 	}
 	return real_writev(fd, iov, cnt);
+}
+
+/* splice(2), as mk-fetch and mk-pack use it to and from pipes: counted
+ * on the pipe end or the file, whichever is not fd 2 */
+ssize_t splice(int in, loff_t *in_off, int out, loff_t *out_off, size_t n, unsigned flags)
+{
+	REAL(splice);
+	enum kind k = fault(SPLICE, out, __builtin_return_address(0));
+	if (k == SHORT || k == SHORTALL)
+		n = shorter(n);
+	else if (k != NONE)
+		return errno = fail_errno(k), -1;
+	return real_splice(in, in_off, out, out_off, n, flags);
 }
 
 int fsync(int fd)
