@@ -1437,7 +1437,8 @@ static int load_post(struct ld *l, size_t node)
 		mk_jsondoc_node_int(l->d, mk_jsondoc_next(l->d, mk_jsondoc_first(l->d, cn)), &c);
 		mk_jsondoc_node_int(l->d, mk_jsondoc_next(l->d, mk_jsondoc_first(l->d, sn)), &s);
 		if (c < 0 || s < 0 || c > INT32_MAX || s > INT32_MAX)
-			rc = bad(l, "post-processor ", type), mk_err_prefix(l->err, "cls or sep is not [token, id]");
+			rc = mk_err_set(l->err, MK_EFORMAT, "%s: post-processor %s: cls or sep is not [token, id]",
+					l->t->label, type);
 		else {
 			int32_t a = (int32_t)c, b = (int32_t)s;
 			rc = add_post(l, &a, 1, &b, 1);

@@ -147,6 +147,15 @@ static void test_refused(void **s)
 	refused("{\"padding\": {\"strategy\": {\"Fixed\": 8}}, " BPE_OK "}", MK_EUNSUPPORTED, "padding to a fixed length");
 	refused("{\"padding\": {\"strategy\": \"BatchLongest\", \"pad_to_multiple_of\": 8}, " BPE_OK "}",
 		MK_EUNSUPPORTED, "pad_to_multiple_of");
+	refused("{\"post_processor\": {\"type\": \"RobertaProcessing\", \"cls\": [\"<s>\"], \"sep\": [\"</s>\", 2]}, "
+		BPE_OK "}", MK_EFORMAT, "RobertaProcessing: cls or sep is not [token, id]");
+	refused("{\"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": [{\"SpecialToken\": {\"id\": "
+		"\"<s>\"}}, {\"Sequence\": {\"id\": \"A\"}}], \"special_tokens\": {}}, " BPE_OK "}", MK_EFORMAT,
+		"does not define: <s>");
+	refused("{\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\", \"prepend_scheme\": \"sometimes\"}, "
+		BPE_OK "}", MK_EUNSUPPORTED, "prepend_scheme 'sometimes'");
+	refused("{\"pre_tokenizer\": {\"type\": \"Split\", \"pattern\": {\"String\": \" \"}, \"behavior\": \"Odd\"}, "
+		BPE_OK "}", MK_EUNSUPPORTED, "Split behavior 'Odd'");
 	refused("[1, 2]", MK_EFORMAT, "not a JSON object");
 	refused("{\"model\": ", MK_EFORMAT, "");
 }
