@@ -382,6 +382,13 @@ struct gin {
 	uint64_t thr;               /* RAND: kept when (mk_rng_u64 >> 11) < thr */
 	uint8_t *mask;              /* DELLA: kept bits [N] */
 	uint64_t *slab;             /* DELLA: keys of the current slab */
+	double *prob;               /* DELLA: keep probability by rank [L] */
+	struct rk *rk;              /* DELLA: one row being ranked, and room to sort [2L] */
+};
+
+struct rk {
+	uint64_t key;
+	uint64_t j;
 };
 
 struct state {
@@ -406,6 +413,8 @@ static void free_state(struct state *s)
 		free(s->g[j].t[1].hist);
 		free(s->g[j].mask);
 		free(s->g[j].slab);
+		free(s->g[j].prob);
+		free(s->g[j].rk);
 	}
 	free(s->g);
 	free(s->ex);
@@ -491,8 +500,13 @@ static int init(struct mk_job *job, struct mk_err *err)
 			g->kind = K_DELLA;
 			g->stream = mk_rng_stream(d->seed, d->tensor, (uint64_t)i);
 			if (!(g->mask = calloc(N / 8 + 1, 1)) ||
-			    !(g->slab = malloc((s->slab ? s->slab : 1) * sizeof(uint64_t))))
+			    !(g->slab = malloc((s->slab ? s->slab : 1) * sizeof(uint64_t))) ||
+			    !(g->prob = malloc((s->L ? s->L : 1) * sizeof(double))) ||
+			    !(g->rk = malloc(2 * (s->L ? s->L : 1) * sizeof(*g->rk))))
 				goto nomem;
+			for (uint64_t r = 0; r < s->L; r++)
+				g->prob[r] = s->f64 ? mk_gta_della_prob_f64(r, s->L, g->density, g->extra)
+						    : (double)mk_gta_della_prob_f32(r, s->L, g->density, g->extra);
 			break;
 		}
 		for (unsigned t = 0; t < g->nt; t++)
@@ -630,45 +644,69 @@ static inline bool sel_keep_scan(struct gin *g, uint64_t key, uint64_t e)
 	return lo && hi;
 }
 
-/* DELLA: rank one slab's rows, draw the mask, sum |kept delta|. */
-struct rk {
-	uint64_t key;
-	uint64_t j;
-};
-
-static int rk_cmp(const void *pa, const void *pb)
+/* DELLA: rank one slab's rows, draw the mask, sum |kept delta|.  A row
+ * is ranked by a stable LSD radix sort on its keys, 8 bits a digit (the
+ * digits all elements share skipped): the rows start in index order, so
+ * equal keys keep the lower index first, the order (key, index) a
+ * comparison sort would give, in a few linear passes instead of
+ * L log L comparisons. */
+static const struct rk *rank_sort(struct rk *r, struct rk *tmp, uint64_t L, unsigned keybits)
 {
-	const struct rk *a = pa, *b = pb;
-	if (a->key != b->key)
-		return a->key < b->key ? -1 : 1;
-	return a->j < b->j ? -1 : a->j > b->j;
+	uint64_t cnt[8][256];
+	unsigned nd = keybits / 8;
+
+	memset(cnt, 0, nd * sizeof(cnt[0]));
+	for (uint64_t i = 0; i < L; i++)
+		for (unsigned d = 0; d < nd; d++)
+			cnt[d][(r[i].key >> (8 * d)) & 0xff]++;
+	for (unsigned d = 0; d < nd; d++) {
+		unsigned sh = 8 * d;
+		uint64_t pos = 0, *c = cnt[d];
+		struct rk *t;
+		if (c[(r[0].key >> sh) & 0xff] == L)
+			continue;           /* one digit for all: the order stays */
+		for (unsigned v = 0; v < 256; v++) {
+			uint64_t x = c[v];
+			c[v] = pos;
+			pos += x;
+		}
+		for (uint64_t i = 0; i < L; i++)
+			tmp[c[(r[i].key >> sh) & 0xff]++] = r[i];
+		t = r, r = tmp, tmp = t;
+	}
+	return r;
 }
 
-static int della_slab(struct state *s, struct gin *g, uint64_t start, struct mk_err *err)
-{
-	struct rk *r = malloc(s->L * sizeof(*r));
+static void fsum_run_f32(struct lsum *s, uint64_t e0, const float *a, uint64_t cnt);
 
-	if (!r)
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
+static void della_slab(struct state *s, struct gin *g, uint64_t start)
+{
 	for (uint64_t c = 0; c < s->S; c++) {
+		const struct rk *r;
 		for (uint64_t j = 0; j < s->L; j++) {
-			r[j].key = g->slab[j * s->S + c];
-			r[j].j = j;
+			g->rk[j].key = g->slab[j * s->S + c];
+			g->rk[j].j = j;
 		}
-		qsort(r, s->L, sizeof(*r), rk_cmp);
+		r = rank_sort(g->rk, g->rk + s->L, s->L, s->keybits);
 		for (uint64_t i = 0; i < s->L; i++) {
 			uint64_t e = start + r[i].j * s->S + c;
-			double p = s->f64 ? mk_gta_della_prob_f64(i, s->L, g->density, g->extra)
-					  : (double)mk_gta_della_prob_f32(i, s->L, g->density, g->extra);
-			if (mk_rng_uniform(g->stream, e) < p)
+			if (mk_rng_uniform(g->stream, e) < g->prob[i])
 				g->mask[e >> 3] |= (uint8_t)(1u << (e & 7));
 		}
 	}
-	free(r);
-	for (uint64_t p = 0; p < s->slab; p++)
-		if (getbit(g->mask, start + p))
-			fsum_add(&g->after, start + p, key_value(s->f64, g->slab[p]));
-	return 0;
+	if (s->f64) {
+		for (uint64_t p = 0; p < s->slab; p++)
+			if (getbit(g->mask, start + p))
+				fsum_add(&g->after, start + p, key_value(s->f64, g->slab[p]));
+		return;
+	}
+	for (uint64_t p = 0; p < s->slab; p += TILE) {
+		uint64_t cnt = s->slab - p < TILE ? s->slab - p : TILE;
+		float m[TILE];
+		for (uint64_t k = 0; k < cnt; k++)
+			m[k] = getbit(g->mask, start + p + k) ? (float)key_value(false, g->slab[p + k]) : 0.0f;
+		fsum_run_f32(&g->after, start + p, m, cnt);   /* x + 0.0 is x: terms >= 0 */
+	}
 }
 
 /* ------------------------------------------------------------- passes */
@@ -731,6 +769,20 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 	for (uint64_t t0 = 0; t0 < c->count; t0 += TILE) {
 		uint64_t cnt = c->count - t0 < TILE ? c->count - t0 : TILE, e0 = c->elem_begin + t0;
 		tile_abs_f32(x + t0, b + t0, cnt, a, key);
+		if (g->kind == K_DELLA) {
+			fsum_run_f32(&g->before, e0, a, cnt);
+			for (uint64_t k = 0; k < cnt;) {
+				uint64_t e = e0 + k, p = e % s->slab, r = s->slab - p;
+				if (r > cnt - k)
+					r = cnt - k;
+				for (uint64_t q = 0; q < r; q++)
+					g->slab[p + q] = key[k + q];
+				k += r;
+				if (p + r == s->slab)
+					della_slab(s, g, e + r - s->slab);
+			}
+			continue;
+		}
 		if (g->kind == K_RAND) {
 			tile_rand_f32(g->stream, g->thr, e0, cnt, m);
 			fsum_run_f32(&g->before, e0, a, cnt);
@@ -793,7 +845,7 @@ static void *acc_thread(void *p)
 
 static inline bool fast_f32(const struct state *s, const struct gin *g)
 {
-	return !s->f64 && (g->kind == K_MAG || g->kind == K_OUTL || g->kind == K_RAND);
+	return !s->f64 && (g->kind == K_MAG || g->kind == K_OUTL || g->kind == K_RAND || g->kind == K_DELLA);
 }
 
 static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c,
@@ -801,7 +853,6 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 {
 	struct state *s = job->state;
 	const void *b = c->in[job->d.base];
-	int rc;
 
 	/* each input's statistics are its own: on large chunks (a held
 	 * job's whole tensor) the inputs run on threads, the last one here */
@@ -879,8 +930,8 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 				dv = delta_key(s->f64, x, b, k, &key);
 				fsum_add(&g->before, e, fabs(dv));
 				g->slab[p] = key;
-				if (p == s->slab - 1 && (rc = della_slab(s, g, e + 1 - s->slab, err)))
-					return rc;
+				if (p == s->slab - 1)
+					della_slab(s, g, e + 1 - s->slab);
 			}
 			break;
 		default:
