@@ -380,7 +380,7 @@ struct gin {
 	float pf;                   /* RAND: density in the compute dtype */
 	double pd;
 	uint64_t thr;               /* RAND: kept when (mk_rng_u64 >> 11) < thr */
-	uint8_t *mask;              /* DELLA: kept bits [N] */
+	uint8_t *mask;              /* DELLA, RAND with rescale: kept bits [N] (+ 8 bytes) */
 	uint64_t *slab;             /* DELLA: keys of the current slab */
 	double *prob;               /* DELLA: keep probability by rank [L] */
 	struct rk *rk;              /* DELLA: one row being ranked, and room to sort [2L] */
@@ -403,6 +403,17 @@ struct state {
 	uint64_t L, S, slab;        /* DELLA rows: length, stride, slab = L*S */
 	struct mk_device_input *ex;       /* the device hook's inputs [n] */
 };
+
+/* The eight 1.0f / 0.0f of each byte of a mask (8 KiB, made once). */
+static float byte_f32[256][8];
+static pthread_once_t byte_once = PTHREAD_ONCE_INIT;
+
+static void byte_f32_make(void)
+{
+	for (unsigned v = 0; v < 256; v++)
+		for (unsigned q = 0; q < 8; q++)
+			byte_f32[v][q] = (v >> q) & 1 ? 1.0f : 0.0f;
+}
 
 static void free_state(struct state *s)
 {
@@ -431,6 +442,7 @@ static int init(struct mk_job *job, struct mk_err *err)
 
 	if (!s || !(s->g = calloc(n, sizeof(*s->g))))
 		goto nomem;
+	pthread_once(&byte_once, byte_f32_make);
 	s->cfg = cfg_of(m);
 	s->f64 = job->compute == MK_DT_F64;
 	s->nelem = job->nelem;
@@ -491,6 +503,14 @@ static int init(struct mk_job *job, struct mk_err *err)
 			/* u < p with u = r * 2^-53 (r an integer < 2^53) is r < p * 2^53
 			 * (exact scaling), that is r < ceil(p * 2^53) */
 			g->thr = (uint64_t)ceil((s->f64 ? g->pd : (double)g->pf) * 0x1p53);
+			/* with the rescale, its pass draws every element's mask
+			 * and keeps it as one bit, which apply reads back instead
+			 * of drawing again (so each element is drawn once): N/8
+			 * bytes per input, what DELLA keeps too, 1/32 of the
+			 * float32 range that pass reads, against two 64-bit
+			 * multiplies per element (AVX2 has no vector one) */
+			if (s->rescale && !(g->mask = calloc(N / 8 + 8, 1)))
+				goto nomem;
 			break;
 		case SP_DELLA:
 			if (g->density <= 0.0) {
@@ -499,7 +519,7 @@ static int init(struct mk_job *job, struct mk_err *err)
 			}
 			g->kind = K_DELLA;
 			g->stream = mk_rng_stream(d->seed, d->tensor, (uint64_t)i);
-			if (!(g->mask = calloc(N / 8 + 1, 1)) ||
+			if (!(g->mask = calloc(N / 8 + 8, 1)) ||
 			    !(g->slab = malloc((s->slab ? s->slab : 1) * sizeof(uint64_t))) ||
 			    !(g->prob = malloc((s->L ? s->L : 1) * sizeof(double))) ||
 			    !(g->rk = malloc(2 * (s->L ? s->L : 1) * sizeof(*g->rk))))
@@ -756,6 +776,23 @@ static void tile_rand_f32(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t c
 		m[k] = (mk_rng_u64(stream, e0 + k) >> 11) < thr ? 1.0f : 0.0f;
 }
 
+/* Set the bits of a tile's kept elements (the mask starts all zero). */
+static void tile_setbits(uint8_t *mask, uint64_t e0, uint64_t cnt, const float *m)
+{
+	uint64_t k = 0;
+
+	for (; k < cnt && (e0 + k) % 8; k++)
+		mask[(e0 + k) >> 3] |= (uint8_t)((m[k] != 0.0f) << ((e0 + k) & 7));
+	for (; k + 8 <= cnt; k += 8) {
+		unsigned byte = 0;
+		for (unsigned q = 0; q < 8; q++)
+			byte |= (unsigned)(m[k + q] != 0.0f) << q;
+		mask[(e0 + k) >> 3] = (uint8_t)byte;
+	}
+	for (; k < cnt; k++)
+		mask[(e0 + k) >> 3] |= (uint8_t)((m[k] != 0.0f) << ((e0 + k) & 7));
+}
+
 /* The float32 statistics of the selections and of RAND, tile by tile: the
  * same counts and sums as the generic loop below, without a sum nobody
  * reads (L1 norms only for the rescale) and, once a cut is found, without
@@ -785,6 +822,8 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 		}
 		if (g->kind == K_RAND) {
 			tile_rand_f32(g->stream, g->thr, e0, cnt, m);
+			if (g->mask)
+				tile_setbits(g->mask, e0, cnt, m);
 			fsum_run_f32(&g->before, e0, a, cnt);
 			for (uint64_t k = 0; k < cnt; k++)
 				m[k] = m[k] != 0.0f ? a[k] : 0.0f;   /* x + 0.0 is x: terms >= 0 */
@@ -918,6 +957,8 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 			for (uint64_t k = 0; k < c->count; k++) {
 				uint64_t e = c->elem_begin + k;
 				bool keep = (mk_rng_u64(g->stream, e) >> 11) < g->thr;
+				if (keep && g->mask)
+					g->mask[e >> 3] |= (uint8_t)(1u << (e & 7));
 				dv = delta_key(s->f64, x, b, k, &key);
 				fsum_add(&g->before, e, fabs(dv));
 				if (keep)
@@ -1023,6 +1064,8 @@ static inline bool kept(const struct state *s, const struct gin *g, uint64_t key
 	case K_OUTL:
 		return sel_keep(g, key, e);
 	case K_RAND:
+		if (g->mask)
+			return getbit(g->mask, e);
 		return (mk_rng_u64(g->stream, e) >> 11) < g->thr;
 	case K_DELLA:
 		return getbit(g->mask, e);
@@ -1108,6 +1151,22 @@ static inline uint32_t f32_key(float d)
 	return u;
 }
 
+/* A mask's bits of elements e0 .. e0 + cnt as 1.0f / 0.0f: whole bytes
+ * through a table of the 256 bytes' eight values (byte_f32). */
+
+static inline __attribute__((always_inline)) void tile_bits_f32(const uint8_t *restrict mask, uint64_t e0,
+								uint64_t cnt, float *restrict m)
+{
+	uint64_t k = 0;
+
+	for (; k < cnt && (e0 + k) % 8; k++)
+		m[k] = getbit(mask, e0 + k) ? 1.0f : 0.0f;
+	for (; k + 8 <= cnt; k += 8)
+		memcpy(m + k, byte_f32[mask[(e0 + k) >> 3]], 8 * sizeof(float));
+	for (; k < cnt; k++)
+		m[k] = getbit(mask, e0 + k) ? 1.0f : 0.0f;
+}
+
 MK_HOT_CLONES
 static void tile_f32(const struct state *s, const struct gin *g, uint64_t e0, uint64_t cnt,
 		     const float *restrict x, const float *restrict b, float *restrict v)
@@ -1164,19 +1223,22 @@ static void tile_f32(const struct state *s, const struct gin *g, uint64_t e0, ui
 		}
 		break;
 	}
-	case K_RAND: {
-		const uint64_t st = g->stream, thr = g->thr;
-		for (uint64_t k = 0; k < cnt; k++) {
-			float d = x[k] - b[k];
-			v[k] = d * ((mk_rng_u64(st, e0 + k) >> 11) < thr ? 1.0f : 0.0f);
+	case K_RAND:
+		if (!g->mask) {
+			/* no rescale pass: the one draw of each element */
+			const uint64_t st = g->stream, thr = g->thr;
+			for (uint64_t k = 0; k < cnt; k++) {
+				float d = x[k] - b[k];
+				v[k] = d * ((mk_rng_u64(st, e0 + k) >> 11) < thr ? 1.0f : 0.0f);
+			}
+			break;
 		}
-		break;
-	}
+		/* fall through: the bits its pass drew */
+		__attribute__((fallthrough));
 	case K_DELLA:
-		for (uint64_t k = 0; k < cnt; k++) {
-			float d = x[k] - b[k];
-			v[k] = d * (getbit(g->mask, e0 + k) ? 1.0f : 0.0f);
-		}
+		tile_bits_f32(g->mask, e0, cnt, v);
+		for (uint64_t k = 0; k < cnt; k++)
+			v[k] = (x[k] - b[k]) * v[k];
 		break;
 	}
 	if (scale)
@@ -1257,7 +1319,7 @@ static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 	const void *b = c->in[job->d.base];
 	void *v;
 
-	v = malloc((s->n + 3) * TILE * (s->f64 ? 8 : 4));
+	v = malloc((s->n + 3) * TILE * (s->f64 ? 8 : 4) + 64);
 	if (!v)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	if (s->f64)

@@ -20,9 +20,11 @@
  * this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so that other load on
  * a shared machine does not count (-w: wall-clock time instead).  Rates are
  * GB/s (10^9 bytes/s) of bfloat16 input (INPUTS * MELEM * 2 MiB per run):
- * "apply" times the method's apply calls alone, "apply+cvt" also the
- * conversions around them, "job" the passes and the apply with all
- * conversions.  "crc" is a CRC-32C of the float32 outputs of apply, to
+ * "apply" times the method's apply calls alone, "kernel" its statistics
+ * passes' accumulate calls and its apply calls (the method's whole work,
+ * no conversion), "apply+cvt" the apply with the conversions around it,
+ * "job" the passes and the apply with all conversions (each pass converts
+ * the inputs again, as mk-merge does).  "crc" is a CRC-32C of the float32 outputs of apply, to
  * compare two builds bit for bit.  Methods default to the task-arithmetic
  * family with weights 0.6 and 0.4 (1/(INPUTS-1) each beyond three inputs)
  * and density DENSITY (default 0.5).  Built by make, never run by make
@@ -120,7 +122,7 @@ static int run_method(struct bench *B, const char *name)
 	struct mk_pval pin[MAXK * 16];
 	struct mk_job_desc d;
 	struct mk_err err;
-	double ta[64], tc[64], tj[64], bytes = (double)B->k * (double)B->n * 2.0;
+	double ta[64], tc[64], tj[64], tk[64], bytes = (double)B->k * (double)B->n * 2.0;
 	uint32_t crc = 0;
 	unsigned npasses = 0;
 	int pw, pd;
@@ -150,7 +152,7 @@ static int run_method(struct bench *B, const char *name)
 		struct mk_job job;
 		const void *ptr[MAXK];
 		float *out = B->cv + B->k * TILE;
-		double t0 = now(), tapply = 0.0, t1;
+		double t0 = now(), tapply = 0.0, tacc = 0.0, t1, a0;
 
 		mk_err_clear(&err);
 		if (mk_job_init(&job, m, &d, MK_DT_BF16, &err)) {
@@ -165,8 +167,10 @@ static int run_method(struct bench *B, const char *name)
 				uint64_t cnt = B->n - e < TILE ? B->n - e : TILE;
 				struct mk_job_chunk c = { .elem_begin = e, .count = cnt, .in = ptr };
 				convert_tile(B, e, cnt);
+				a0 = now();
 				if (mk_job_accumulate(&job, p, &c, &err))
 					goto fail;
+				tacc += now() - a0;
 			}
 			if (mk_job_finish(&job, p, &err))
 				goto fail;
@@ -177,7 +181,6 @@ static int run_method(struct bench *B, const char *name)
 		for (uint64_t e = 0; e < B->n; e += TILE) {
 			uint64_t cnt = B->n - e < TILE ? B->n - e : TILE;
 			struct mk_job_chunk c = { .elem_begin = e, .count = cnt, .in = ptr };
-			double a0;
 			convert_tile(B, e, cnt);
 			a0 = now();
 			if (mk_job_apply(&job, &c, out, &err))
@@ -190,6 +193,7 @@ static int run_method(struct bench *B, const char *name)
 		tj[r] = now() - t0;
 		tc[r] = tj[r] - (t1 - t0);
 		ta[r] = tapply;
+		tk[r] = tapply + tacc;
 		mk_job_release(&job);
 		continue;
 fail:
@@ -197,9 +201,9 @@ fail:
 		mk_job_release(&job);
 		return 1;
 	}
-	printf("%-17s passes %u  apply %6.2f GB/s  apply+cvt %6.2f GB/s  job %6.2f GB/s  crc %08x\n",
-	       name, npasses, bytes / median(ta, B->reps) * 1e-9, bytes / median(tc, B->reps) * 1e-9,
-	       bytes / median(tj, B->reps) * 1e-9, crc);
+	printf("%-17s passes %u  apply %6.2f  kernel %6.2f  apply+cvt %6.2f  job %6.2f GB/s  crc %08x\n",
+	       name, npasses, bytes / median(ta, B->reps) * 1e-9, bytes / median(tk, B->reps) * 1e-9,
+	       bytes / median(tc, B->reps) * 1e-9, bytes / median(tj, B->reps) * 1e-9, crc);
 	return 0;
 }
 
