@@ -805,6 +805,14 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 
 	for (uint64_t t0 = 0; t0 < c->count; t0 += TILE) {
 		uint64_t cnt = c->count - t0 < TILE ? c->count - t0 : TILE, e0 = c->elem_begin + t0;
+		if (pass == s->nlevels && !s->rescale && (g->kind == K_MAG || g->kind == K_OUTL)) {
+			/* the cut pass without a rescale: done once the cuts are */
+			bool done = true;
+			for (unsigned t = 0; t < g->nt; t++)
+				done &= g->t[t].seen >= g->t[t].need;
+			if (done)
+				return;
+		}
 		tile_abs_f32(x + t0, b + t0, cnt, a, key);
 		if (g->kind == K_DELLA) {
 			fsum_run_f32(&g->before, e0, a, cnt);
