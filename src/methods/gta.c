@@ -49,12 +49,15 @@
  *     at the wanted rank, how many lie below it and how many equal it; a last
  *     pass walks the elements in order and records the index of the last
  *     tied element kept (apply then decides any chunk alone) and sums
- *     |kept delta| for the rescale.  sum|delta| is taken in pass 0.
+ *     |kept delta| for the rescale (without one it stops at the last cut).  sum|delta| is taken in pass 0.
  *     -> 3 passes (float32) / 5 (float64) when some input has density < 1.
  *   dare_*: the mask is a pure function of the element, so only the rescale
- *     needs a pass: 1 when rescale and some density < 1, else 0.
+ *     needs a pass: 1 when rescale and some density < 1, else 0.  That
+ *     pass keeps the mask it draws as a bitmap (N bits per input) for
+ *     apply to read: each element is drawn once.
  *   della*: the rank needs whole rows, which apply may see cut anywhere: one
- *     pass buffers each row group (a slab of L*S elements), ranks it, draws
+ *     pass buffers each row group (a slab of L*S elements), ranks its rows
+ *     (a stable radix sort on the keys, so equal keys by index), draws
  *     the mask into a bitmap (N bits per input) and sums for the rescale.
  *     -> 1 pass when some 0 < density < 1, else 0.
  * Sums are float64 over fixed blocks, each in eight lanes by element index
