@@ -364,6 +364,13 @@ struct target {
 	uint64_t seen;      /* cut pass: ties met so far */
 	uint64_t cut1;      /* index + 1 of the need-th tie (0 when need = 0) */
 	uint64_t *hist;     /* [NBUCKET] */
+	/* float32: four histograms counted round robin (element k into
+	 * sub[k % 4]), so that a run of equal digits (common: a bf16 model's
+	 * deltas have few distinct values, their low digits mostly 0) makes
+	 * four chains of increments instead of one; added into hist at the
+	 * end of the pass, or before a count could pass 2^32 */
+	uint32_t *sub;      /* [4][NBUCKET] */
+	uint64_t since;     /* elements counted into sub since it was added */
 };
 
 struct gin {
@@ -425,6 +432,8 @@ static void free_state(struct state *s)
 	for (size_t j = 0; s->g && j < s->n; j++) {
 		free(s->g[j].t[0].hist);
 		free(s->g[j].t[1].hist);
+		free(s->g[j].t[0].sub);
+		free(s->g[j].t[1].sub);
 		free(s->g[j].mask);
 		free(s->g[j].slab);
 		free(s->g[j].prob);
@@ -533,7 +542,8 @@ static int init(struct mk_job *job, struct mk_err *err)
 			break;
 		}
 		for (unsigned t = 0; t < g->nt; t++)
-			if (!(g->t[t].hist = calloc(NBUCKET, sizeof(uint64_t))))
+			if (!(g->t[t].hist = calloc(NBUCKET, sizeof(uint64_t))) ||
+			    (!s->f64 && !(g->t[t].sub = calloc(4 * (size_t)NBUCKET, sizeof(uint32_t)))))
 				goto nomem;
 	}
 	if (fabsf(s->divf) < (float)1e-8)
@@ -665,6 +675,17 @@ static inline bool sel_keep_scan(struct gin *g, uint64_t key, uint64_t e)
 		hi = z->seen <= z->need;
 	}
 	return lo && hi;
+}
+
+/* Add a target's four float32 histograms into its hist, and clear them. */
+static void sub_flush(struct target *tg)
+{
+	uint32_t *h = tg->sub;
+
+	for (size_t b = 0; b < NBUCKET; b++)
+		tg->hist[b] += (uint64_t)h[b] + h[b + NBUCKET] + h[b + 2 * NBUCKET] + h[b + 3 * NBUCKET];
+	memset(h, 0, 4 * (size_t)NBUCKET * sizeof(uint32_t));
+	tg->since = 0;
 }
 
 /* DELLA: rank one slab's rows, draw the mask, sum |kept delta|.  A row
@@ -844,17 +865,39 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 		if (pass < s->nlevels) {
 			if (pass == 0 && s->rescale)
 				fsum_run_f32(&g->before, e0, a, cnt);
-			for (unsigned t = 0; t < g->nt; t++) {
+			/* pass 0's histogram is the same for both ends of OUTL:
+			 * counted once, copied in finish */
+			for (unsigned t = 0; t < (pass == 0 ? 1 : g->nt); t++) {
 				struct target *tg = &g->t[t];
-				uint64_t *h = tg->hist;
+				uint32_t *h0 = tg->sub, *h1 = h0 + NBUCKET, *h2 = h1 + NBUCKET, *h3 = h2 + NBUCKET;
+				uint64_t k = 0;
+				if (tg->since + cnt > UINT32_MAX)
+					sub_flush(tg);
+				tg->since += cnt;
 				if (pass == 0) {
-					for (uint64_t k = 0; k < cnt; k++)
-						h[key[k] >> 16]++;
+					for (; k + 4 <= cnt; k += 4) {
+						h0[key[k] >> 16]++;
+						h1[key[k + 1] >> 16]++;
+						h2[key[k + 2] >> 16]++;
+						h3[key[k + 3] >> 16]++;
+					}
+					for (; k < cnt; k++)
+						h0[key[k] >> 16]++;
 				} else {
 					uint32_t P = (uint32_t)tg->prefix;
-					for (uint64_t k = 0; k < cnt; k++)
+					for (; k + 4 <= cnt; k += 4) {
 						if (key[k] >> 16 == P)
-							h[key[k] & 0xffff]++;
+							h0[key[k] & 0xffff]++;
+						if (key[k + 1] >> 16 == P)
+							h1[key[k + 1] & 0xffff]++;
+						if (key[k + 2] >> 16 == P)
+							h2[key[k + 2] & 0xffff]++;
+						if (key[k + 3] >> 16 == P)
+							h3[key[k + 3] & 0xffff]++;
+					}
+					for (; k < cnt; k++)
+						if (key[k] >> 16 == P)
+							h0[key[k] & 0xffff]++;
 				}
 			}
 		} else if (s->rescale) {
@@ -1020,9 +1063,15 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 		case K_MAG:
 		case K_OUTL:
 			if (pass < s->nlevels) {
+				if (pass == 0 && g->nt == 2 && g->t[0].sub) {
+					sub_flush(&g->t[0]);
+					memcpy(g->t[1].hist, g->t[0].hist, NBUCKET * sizeof(uint64_t));
+				}
 				for (unsigned t = 0; t < g->nt; t++) {
 					struct target *tg = &g->t[t];
 					uint64_t bk = 0;
+					if (tg->sub)
+						sub_flush(tg);
 					for (; bk < NBUCKET; bk++) {
 						if (tg->below + tg->hist[bk] > tg->rank)
 							break;
@@ -1046,7 +1095,9 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 					}
 					for (unsigned t = 0; t < g->nt; t++) {
 						free(g->t[t].hist);
+						free(g->t[t].sub);
 						g->t[t].hist = NULL;
+						g->t[t].sub = NULL;
 					}
 				}
 			} else {
