@@ -723,8 +723,54 @@ static const struct rk *rank_sort(struct rk *r, struct rk *tmp, uint64_t L, unsi
 
 static void fsum_run_f32(struct lsum *s, uint64_t e0, const float *a, uint64_t cnt);
 
+/* The float32 rows: (key << 32 | index) sorted as one 64-bit word on its
+ * upper half (rank_sort's order), the mask then drawn in index order. */
+static const uint64_t *rank_sort32(uint64_t *r, uint64_t *tmp, uint64_t L)
+{
+	uint64_t cnt[4][256];
+
+	memset(cnt, 0, sizeof(cnt));
+	for (uint64_t i = 0; i < L; i++)
+		for (unsigned d = 0; d < 4; d++)
+			cnt[d][(r[i] >> (32 + 8 * d)) & 0xff]++;
+	for (unsigned d = 0; d < 4; d++) {
+		unsigned sh = 32 + 8 * d;
+		uint64_t pos = 0, *c = cnt[d], *t;
+		if (c[(r[0] >> sh) & 0xff] == L)
+			continue;
+		for (unsigned v = 0; v < 256; v++) {
+			uint64_t x = c[v];
+			c[v] = pos;
+			pos += x;
+		}
+		for (uint64_t i = 0; i < L; i++)
+			tmp[c[(r[i] >> sh) & 0xff]++] = r[i];
+		t = r, r = tmp, tmp = t;
+	}
+	return r;
+}
+
 static void della_slab(struct state *s, struct gin *g, uint64_t start)
 {
+	if (!s->f64 && s->L <= UINT32_MAX) {
+		/* g->rk's 32 bytes per row element: two words to sort, a rank */
+		uint64_t *w = (uint64_t *)g->rk, *tmp = w + s->L;
+		uint32_t *rank = (uint32_t *)(tmp + s->L);
+		for (uint64_t c = 0; c < s->S; c++) {
+			const uint64_t *r;
+			for (uint64_t j = 0; j < s->L; j++)
+				w[j] = g->slab[j * s->S + c] << 32 | j;
+			r = rank_sort32(w, tmp, s->L);
+			for (uint64_t i = 0; i < s->L; i++)
+				rank[(uint32_t)r[i]] = (uint32_t)i;
+			for (uint64_t j = 0; j < s->L; j++) {
+				uint64_t e = start + j * s->S + c;
+				if (mk_rng_uniform(g->stream, e) < g->prob[rank[j]])
+					g->mask[e >> 3] |= (uint8_t)(1u << (e & 7));
+			}
+		}
+		goto sums;
+	}
 	for (uint64_t c = 0; c < s->S; c++) {
 		const struct rk *r;
 		for (uint64_t j = 0; j < s->L; j++) {
@@ -738,6 +784,7 @@ static void della_slab(struct state *s, struct gin *g, uint64_t start)
 				g->mask[e >> 3] |= (uint8_t)(1u << (e & 7));
 		}
 	}
+sums:
 	if (s->f64) {
 		for (uint64_t p = 0; p < s->slab; p++)
 			if (getbit(g->mask, start + p))
