@@ -839,29 +839,31 @@ static void tile_abs_f32(const float *restrict x, const float *restrict b, uint6
 	}
 }
 
-/* RAND's keep decision for a tile: 1.0 or 0.0 per element. */
+/* RAND's keep decision for a tile: 1 or 0 per element. */
 MK_HOT_CLONES
-static void tile_rand_f32(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t cnt, float *restrict m)
+static void tile_rand_u8(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t cnt, uint8_t *restrict m)
 {
 	for (uint64_t k = 0; k < cnt; k++)
-		m[k] = (mk_rng_u64(stream, e0 + k) >> 11) < thr ? 1.0f : 0.0f;
+		m[k] = (mk_rng_u64(stream, e0 + k) >> 11) < thr;
 }
 
-/* Set the bits of a tile's kept elements (the mask starts all zero). */
-static void tile_setbits(uint8_t *mask, uint64_t e0, uint64_t cnt, const float *m)
+/* Set the bits of a tile's kept elements (m: 1 or 0 each; the mask
+ * starts all zero).  Eight bytes of 0/1 become one byte of bits by one
+ * multiply: byte q (from the lowest) times 2^(7(7-q)+7) lands on bit
+ * 56 + q, and no two terms share a bit, so nothing carries. */
+static void tile_setbits(uint8_t *mask, uint64_t e0, uint64_t cnt, const uint8_t *m)
 {
 	uint64_t k = 0;
 
 	for (; k < cnt && (e0 + k) % 8; k++)
-		mask[(e0 + k) >> 3] |= (uint8_t)((m[k] != 0.0f) << ((e0 + k) & 7));
+		mask[(e0 + k) >> 3] |= (uint8_t)(m[k] << ((e0 + k) & 7));
 	for (; k + 8 <= cnt; k += 8) {
-		unsigned byte = 0;
-		for (unsigned q = 0; q < 8; q++)
-			byte |= (unsigned)(m[k + q] != 0.0f) << q;
-		mask[(e0 + k) >> 3] = (uint8_t)byte;
+		uint64_t x;
+		memcpy(&x, m + k, 8);
+		mask[(e0 + k) >> 3] = (uint8_t)((x * 0x0102040810204080ull) >> 56);
 	}
 	for (; k < cnt; k++)
-		mask[(e0 + k) >> 3] |= (uint8_t)((m[k] != 0.0f) << ((e0 + k) & 7));
+		mask[(e0 + k) >> 3] |= (uint8_t)(m[k] << ((e0 + k) & 7));
 }
 
 /* The float32 statistics of the selections and of RAND, tile by tile: the
@@ -873,6 +875,7 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 {
 	float a[TILE], m[TILE];
 	uint32_t key[TILE];
+	uint8_t kb[TILE];
 
 	for (uint64_t t0 = 0; t0 < c->count; t0 += TILE) {
 		uint64_t cnt = c->count - t0 < TILE ? c->count - t0 : TILE, e0 = c->elem_begin + t0;
@@ -900,12 +903,12 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 			continue;
 		}
 		if (g->kind == K_RAND) {
-			tile_rand_f32(g->stream, g->thr, e0, cnt, m);
+			tile_rand_u8(g->stream, g->thr, e0, cnt, kb);
 			if (g->mask)
-				tile_setbits(g->mask, e0, cnt, m);
+				tile_setbits(g->mask, e0, cnt, kb);
 			fsum_run_f32(&g->before, e0, a, cnt);
 			for (uint64_t k = 0; k < cnt; k++)
-				m[k] = m[k] != 0.0f ? a[k] : 0.0f;   /* x + 0.0 is x: terms >= 0 */
+				m[k] = kb[k] ? a[k] : 0.0f;   /* x + 0.0 is x: terms >= 0 */
 			fsum_run_f32(&g->after, e0, m, cnt);
 			continue;
 		}
