@@ -49,12 +49,15 @@
  *     at the wanted rank, how many lie below it and how many equal it; a last
  *     pass walks the elements in order and records the index of the last
  *     tied element kept (apply then decides any chunk alone) and sums
- *     |kept delta| for the rescale.  sum|delta| is taken in pass 0.
+ *     |kept delta| for the rescale (without one it stops at the last cut).  sum|delta| is taken in pass 0.
  *     -> 3 passes (float32) / 5 (float64) when some input has density < 1.
  *   dare_*: the mask is a pure function of the element, so only the rescale
- *     needs a pass: 1 when rescale and some density < 1, else 0.
+ *     needs a pass: 1 when rescale and some density < 1, else 0.  That
+ *     pass keeps the mask it draws as a bitmap (N bits per input) for
+ *     apply to read: each element is drawn once.
  *   della*: the rank needs whole rows, which apply may see cut anywhere: one
- *     pass buffers each row group (a slab of L*S elements), ranks it, draws
+ *     pass buffers each row group (a slab of L*S elements), ranks its rows
+ *     (a stable radix sort on the keys, so equal keys by index), draws
  *     the mask into a bitmap (N bits per input) and sums for the rescale.
  *     -> 1 pass when some 0 < density < 1, else 0.
  * Sums are float64 over fixed blocks, each in eight lanes by element index
@@ -361,6 +364,13 @@ struct target {
 	uint64_t seen;      /* cut pass: ties met so far */
 	uint64_t cut1;      /* index + 1 of the need-th tie (0 when need = 0) */
 	uint64_t *hist;     /* [NBUCKET] */
+	/* float32: four histograms counted round robin (element k into
+	 * sub[k % 4]), so that a run of equal digits (common: a bf16 model's
+	 * deltas have few distinct values, their low digits mostly 0) makes
+	 * four chains of increments instead of one; added into hist at the
+	 * end of the pass, or before a count could pass 2^32 */
+	uint32_t *sub;      /* [4][NBUCKET] */
+	uint64_t since;     /* elements counted into sub since it was added */
 };
 
 struct gin {
@@ -380,8 +390,15 @@ struct gin {
 	float pf;                   /* RAND: density in the compute dtype */
 	double pd;
 	uint64_t thr;               /* RAND: kept when (mk_rng_u64 >> 11) < thr */
-	uint8_t *mask;              /* DELLA: kept bits [N] */
+	uint8_t *mask;              /* DELLA, RAND with rescale: kept bits [N] (+ 8 bytes) */
 	uint64_t *slab;             /* DELLA: keys of the current slab */
+	double *prob;               /* DELLA: keep probability by rank [L] */
+	struct rk *rk;              /* DELLA: one row being ranked, and room to sort [2L] */
+};
+
+struct rk {
+	uint64_t key;
+	uint64_t j;
 };
 
 struct state {
@@ -397,6 +414,17 @@ struct state {
 	struct mk_device_input *ex;       /* the device hook's inputs [n] */
 };
 
+/* The eight 1.0f / 0.0f of each byte of a mask (8 KiB, made once). */
+static float byte_f32[256][8];
+static pthread_once_t byte_once = PTHREAD_ONCE_INIT;
+
+static void byte_f32_make(void)
+{
+	for (unsigned v = 0; v < 256; v++)
+		for (unsigned q = 0; q < 8; q++)
+			byte_f32[v][q] = (v >> q) & 1 ? 1.0f : 0.0f;
+}
+
 static void free_state(struct state *s)
 {
 	if (!s)
@@ -404,8 +432,12 @@ static void free_state(struct state *s)
 	for (size_t j = 0; s->g && j < s->n; j++) {
 		free(s->g[j].t[0].hist);
 		free(s->g[j].t[1].hist);
+		free(s->g[j].t[0].sub);
+		free(s->g[j].t[1].sub);
 		free(s->g[j].mask);
 		free(s->g[j].slab);
+		free(s->g[j].prob);
+		free(s->g[j].rk);
 	}
 	free(s->g);
 	free(s->ex);
@@ -422,6 +454,7 @@ static int init(struct mk_job *job, struct mk_err *err)
 
 	if (!s || !(s->g = calloc(n, sizeof(*s->g))))
 		goto nomem;
+	pthread_once(&byte_once, byte_f32_make);
 	s->cfg = cfg_of(m);
 	s->f64 = job->compute == MK_DT_F64;
 	s->nelem = job->nelem;
@@ -482,6 +515,14 @@ static int init(struct mk_job *job, struct mk_err *err)
 			/* u < p with u = r * 2^-53 (r an integer < 2^53) is r < p * 2^53
 			 * (exact scaling), that is r < ceil(p * 2^53) */
 			g->thr = (uint64_t)ceil((s->f64 ? g->pd : (double)g->pf) * 0x1p53);
+			/* with the rescale, its pass draws every element's mask
+			 * and keeps it as one bit, which apply reads back instead
+			 * of drawing again (so each element is drawn once): N/8
+			 * bytes per input, what DELLA keeps too, 1/32 of the
+			 * float32 range that pass reads, against two 64-bit
+			 * multiplies per element (AVX2 has no vector one) */
+			if (s->rescale && !(g->mask = calloc(N / 8 + 8, 1)))
+				goto nomem;
 			break;
 		case SP_DELLA:
 			if (g->density <= 0.0) {
@@ -490,13 +531,19 @@ static int init(struct mk_job *job, struct mk_err *err)
 			}
 			g->kind = K_DELLA;
 			g->stream = mk_rng_stream(d->seed, d->tensor, (uint64_t)i);
-			if (!(g->mask = calloc(N / 8 + 1, 1)) ||
-			    !(g->slab = malloc((s->slab ? s->slab : 1) * sizeof(uint64_t))))
+			if (!(g->mask = calloc(N / 8 + 8, 1)) ||
+			    !(g->slab = malloc((s->slab ? s->slab : 1) * sizeof(uint64_t))) ||
+			    !(g->prob = malloc((s->L ? s->L : 1) * sizeof(double))) ||
+			    !(g->rk = malloc(2 * (s->L ? s->L : 1) * sizeof(*g->rk))))
 				goto nomem;
+			for (uint64_t r = 0; r < s->L; r++)
+				g->prob[r] = s->f64 ? mk_gta_della_prob_f64(r, s->L, g->density, g->extra)
+						    : (double)mk_gta_della_prob_f32(r, s->L, g->density, g->extra);
 			break;
 		}
 		for (unsigned t = 0; t < g->nt; t++)
-			if (!(g->t[t].hist = calloc(NBUCKET, sizeof(uint64_t))))
+			if (!(g->t[t].hist = calloc(NBUCKET, sizeof(uint64_t))) ||
+			    (!s->f64 && !(g->t[t].sub = calloc(4 * (size_t)NBUCKET, sizeof(uint32_t)))))
 				goto nomem;
 	}
 	if (fabsf(s->divf) < (float)1e-8)
@@ -630,45 +677,127 @@ static inline bool sel_keep_scan(struct gin *g, uint64_t key, uint64_t e)
 	return lo && hi;
 }
 
-/* DELLA: rank one slab's rows, draw the mask, sum |kept delta|. */
-struct rk {
-	uint64_t key;
-	uint64_t j;
-};
-
-static int rk_cmp(const void *pa, const void *pb)
+/* Add a target's four float32 histograms into its hist, and clear them. */
+static void sub_flush(struct target *tg)
 {
-	const struct rk *a = pa, *b = pb;
-	if (a->key != b->key)
-		return a->key < b->key ? -1 : 1;
-	return a->j < b->j ? -1 : a->j > b->j;
+	uint32_t *h = tg->sub;
+
+	for (size_t b = 0; b < NBUCKET; b++)
+		tg->hist[b] += (uint64_t)h[b] + h[b + NBUCKET] + h[b + 2 * NBUCKET] + h[b + 3 * NBUCKET];
+	memset(h, 0, 4 * (size_t)NBUCKET * sizeof(uint32_t));
+	tg->since = 0;
 }
 
-static int della_slab(struct state *s, struct gin *g, uint64_t start, struct mk_err *err)
+/* DELLA: rank one slab's rows, draw the mask, sum |kept delta|.  A row
+ * is ranked by a stable LSD radix sort on its keys, 8 bits a digit (the
+ * digits all elements share skipped): the rows start in index order, so
+ * equal keys keep the lower index first, the order (key, index) a
+ * comparison sort would give, in a few linear passes instead of
+ * L log L comparisons. */
+static const struct rk *rank_sort(struct rk *r, struct rk *tmp, uint64_t L, unsigned keybits)
 {
-	struct rk *r = malloc(s->L * sizeof(*r));
+	uint64_t cnt[8][256];
+	unsigned nd = keybits / 8;
 
-	if (!r)
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	for (uint64_t c = 0; c < s->S; c++) {
-		for (uint64_t j = 0; j < s->L; j++) {
-			r[j].key = g->slab[j * s->S + c];
-			r[j].j = j;
+	memset(cnt, 0, nd * sizeof(cnt[0]));
+	for (uint64_t i = 0; i < L; i++)
+		for (unsigned d = 0; d < nd; d++)
+			cnt[d][(r[i].key >> (8 * d)) & 0xff]++;
+	for (unsigned d = 0; d < nd; d++) {
+		unsigned sh = 8 * d;
+		uint64_t pos = 0, *c = cnt[d];
+		struct rk *t;
+		if (c[(r[0].key >> sh) & 0xff] == L)
+			continue;           /* one digit for all: the order stays */
+		for (unsigned v = 0; v < 256; v++) {
+			uint64_t x = c[v];
+			c[v] = pos;
+			pos += x;
 		}
-		qsort(r, s->L, sizeof(*r), rk_cmp);
+		for (uint64_t i = 0; i < L; i++)
+			tmp[c[(r[i].key >> sh) & 0xff]++] = r[i];
+		t = r, r = tmp, tmp = t;
+	}
+	return r;
+}
+
+static void fsum_run_f32(struct lsum *s, uint64_t e0, const float *a, uint64_t cnt);
+
+/* The float32 rows: (key << 32 | index) sorted as one 64-bit word on its
+ * upper half (rank_sort's order), the mask then drawn in index order. */
+static const uint64_t *rank_sort32(uint64_t *r, uint64_t *tmp, uint64_t L)
+{
+	uint64_t cnt[4][256];
+
+	memset(cnt, 0, sizeof(cnt));
+	for (uint64_t i = 0; i < L; i++)
+		for (unsigned d = 0; d < 4; d++)
+			cnt[d][(r[i] >> (32 + 8 * d)) & 0xff]++;
+	for (unsigned d = 0; d < 4; d++) {
+		unsigned sh = 32 + 8 * d;
+		uint64_t pos = 0, *c = cnt[d], *t;
+		if (c[(r[0] >> sh) & 0xff] == L)
+			continue;
+		for (unsigned v = 0; v < 256; v++) {
+			uint64_t x = c[v];
+			c[v] = pos;
+			pos += x;
+		}
+		for (uint64_t i = 0; i < L; i++)
+			tmp[c[(r[i] >> sh) & 0xff]++] = r[i];
+		t = r, r = tmp, tmp = t;
+	}
+	return r;
+}
+
+static void della_slab(struct state *s, struct gin *g, uint64_t start)
+{
+	if (!s->f64 && s->L <= UINT32_MAX) {
+		/* g->rk's 32 bytes per row element: two words to sort, a rank */
+		uint64_t *w = (uint64_t *)g->rk, *tmp = w + s->L;
+		uint32_t *rank = (uint32_t *)(tmp + s->L);
+		for (uint64_t c = 0; c < s->S; c++) {
+			const uint64_t *r;
+			for (uint64_t j = 0; j < s->L; j++)
+				w[j] = g->slab[j * s->S + c] << 32 | j;
+			r = rank_sort32(w, tmp, s->L);
+			for (uint64_t i = 0; i < s->L; i++)
+				rank[(uint32_t)r[i]] = (uint32_t)i;
+			for (uint64_t j = 0; j < s->L; j++) {
+				uint64_t e = start + j * s->S + c;
+				if (mk_rng_uniform(g->stream, e) < g->prob[rank[j]])
+					g->mask[e >> 3] |= (uint8_t)(1u << (e & 7));
+			}
+		}
+		goto sums;
+	}
+	for (uint64_t c = 0; c < s->S; c++) {
+		const struct rk *r;
+		for (uint64_t j = 0; j < s->L; j++) {
+			g->rk[j].key = g->slab[j * s->S + c];
+			g->rk[j].j = j;
+		}
+		r = rank_sort(g->rk, g->rk + s->L, s->L, s->keybits);
 		for (uint64_t i = 0; i < s->L; i++) {
 			uint64_t e = start + r[i].j * s->S + c;
-			double p = s->f64 ? mk_gta_della_prob_f64(i, s->L, g->density, g->extra)
-					  : (double)mk_gta_della_prob_f32(i, s->L, g->density, g->extra);
-			if (mk_rng_uniform(g->stream, e) < p)
+			if (mk_rng_uniform(g->stream, e) < g->prob[i])
 				g->mask[e >> 3] |= (uint8_t)(1u << (e & 7));
 		}
 	}
-	free(r);
-	for (uint64_t p = 0; p < s->slab; p++)
-		if (getbit(g->mask, start + p))
-			fsum_add(&g->after, start + p, key_value(s->f64, g->slab[p]));
-	return 0;
+sums:
+	if (s->f64) {
+		for (uint64_t p = 0; p < s->slab; p++)
+			if (getbit(g->mask, start + p))
+				fsum_add(&g->after, start + p, key_value(s->f64, g->slab[p]));
+		return;
+	}
+	for (uint64_t p = 0; p < s->slab; p += TILE) {
+		uint64_t cnt = s->slab - p < TILE ? s->slab - p : TILE;
+		float m[TILE];
+		for (uint64_t k = 0; k < cnt; k++)
+			m[k] = getbit(g->mask, start + p + k) ? (float)key_value(false, g->slab[p + k]) : 0.0f;
+		fsum_run_f32(&g->after, start + p, m, cnt);   /* x + 0.0 is x: terms >= 0 */
+	}
 }
 
 /* ------------------------------------------------------------- passes */
@@ -710,12 +839,31 @@ static void tile_abs_f32(const float *restrict x, const float *restrict b, uint6
 	}
 }
 
-/* RAND's keep decision for a tile: 1.0 or 0.0 per element. */
+/* RAND's keep decision for a tile: 1 or 0 per element. */
 MK_HOT_CLONES
-static void tile_rand_f32(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t cnt, float *restrict m)
+static void tile_rand_u8(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t cnt, uint8_t *restrict m)
 {
 	for (uint64_t k = 0; k < cnt; k++)
-		m[k] = (mk_rng_u64(stream, e0 + k) >> 11) < thr ? 1.0f : 0.0f;
+		m[k] = (mk_rng_u64(stream, e0 + k) >> 11) < thr;
+}
+
+/* Set the bits of a tile's kept elements (m: 1 or 0 each; the mask
+ * starts all zero).  Eight bytes of 0/1 become one byte of bits by one
+ * multiply: byte q (from the lowest) times 2^(7(7-q)+7) lands on bit
+ * 56 + q, and no two terms share a bit, so nothing carries. */
+static void tile_setbits(uint8_t *mask, uint64_t e0, uint64_t cnt, const uint8_t *m)
+{
+	uint64_t k = 0;
+
+	for (; k < cnt && (e0 + k) % 8; k++)
+		mask[(e0 + k) >> 3] |= (uint8_t)(m[k] << ((e0 + k) & 7));
+	for (; k + 8 <= cnt; k += 8) {
+		uint64_t x;
+		memcpy(&x, m + k, 8);
+		mask[(e0 + k) >> 3] = (uint8_t)((x * 0x0102040810204080ull) >> 56);
+	}
+	for (; k < cnt; k++)
+		mask[(e0 + k) >> 3] |= (uint8_t)(m[k] << ((e0 + k) & 7));
 }
 
 /* The float32 statistics of the selections and of RAND, tile by tile: the
@@ -727,32 +875,79 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 {
 	float a[TILE], m[TILE];
 	uint32_t key[TILE];
+	uint8_t kb[TILE];
 
 	for (uint64_t t0 = 0; t0 < c->count; t0 += TILE) {
 		uint64_t cnt = c->count - t0 < TILE ? c->count - t0 : TILE, e0 = c->elem_begin + t0;
+		if (pass == s->nlevels && !s->rescale && (g->kind == K_MAG || g->kind == K_OUTL)) {
+			/* the cut pass without a rescale: done once the cuts are */
+			bool done = true;
+			for (unsigned t = 0; t < g->nt; t++)
+				done &= g->t[t].seen >= g->t[t].need;
+			if (done)
+				return;
+		}
 		tile_abs_f32(x + t0, b + t0, cnt, a, key);
+		if (g->kind == K_DELLA) {
+			fsum_run_f32(&g->before, e0, a, cnt);
+			for (uint64_t k = 0; k < cnt;) {
+				uint64_t e = e0 + k, p = e % s->slab, r = s->slab - p;
+				if (r > cnt - k)
+					r = cnt - k;
+				for (uint64_t q = 0; q < r; q++)
+					g->slab[p + q] = key[k + q];
+				k += r;
+				if (p + r == s->slab)
+					della_slab(s, g, e + r - s->slab);
+			}
+			continue;
+		}
 		if (g->kind == K_RAND) {
-			tile_rand_f32(g->stream, g->thr, e0, cnt, m);
+			tile_rand_u8(g->stream, g->thr, e0, cnt, kb);
+			if (g->mask)
+				tile_setbits(g->mask, e0, cnt, kb);
 			fsum_run_f32(&g->before, e0, a, cnt);
 			for (uint64_t k = 0; k < cnt; k++)
-				m[k] = m[k] != 0.0f ? a[k] : 0.0f;   /* x + 0.0 is x: terms >= 0 */
+				m[k] = kb[k] ? a[k] : 0.0f;   /* x + 0.0 is x: terms >= 0 */
 			fsum_run_f32(&g->after, e0, m, cnt);
 			continue;
 		}
 		if (pass < s->nlevels) {
 			if (pass == 0 && s->rescale)
 				fsum_run_f32(&g->before, e0, a, cnt);
-			for (unsigned t = 0; t < g->nt; t++) {
+			/* pass 0's histogram is the same for both ends of OUTL:
+			 * counted once, copied in finish */
+			for (unsigned t = 0; t < (pass == 0 ? 1 : g->nt); t++) {
 				struct target *tg = &g->t[t];
-				uint64_t *h = tg->hist;
+				uint32_t *h0 = tg->sub, *h1 = h0 + NBUCKET, *h2 = h1 + NBUCKET, *h3 = h2 + NBUCKET;
+				uint64_t k = 0;
+				if (tg->since + cnt > UINT32_MAX)
+					sub_flush(tg);
+				tg->since += cnt;
 				if (pass == 0) {
-					for (uint64_t k = 0; k < cnt; k++)
-						h[key[k] >> 16]++;
+					for (; k + 4 <= cnt; k += 4) {
+						h0[key[k] >> 16]++;
+						h1[key[k + 1] >> 16]++;
+						h2[key[k + 2] >> 16]++;
+						h3[key[k + 3] >> 16]++;
+					}
+					for (; k < cnt; k++)
+						h0[key[k] >> 16]++;
 				} else {
 					uint32_t P = (uint32_t)tg->prefix;
-					for (uint64_t k = 0; k < cnt; k++)
+					for (; k + 4 <= cnt; k += 4) {
 						if (key[k] >> 16 == P)
-							h[key[k] & 0xffff]++;
+							h0[key[k] & 0xffff]++;
+						if (key[k + 1] >> 16 == P)
+							h1[key[k + 1] & 0xffff]++;
+						if (key[k + 2] >> 16 == P)
+							h2[key[k + 2] & 0xffff]++;
+						if (key[k + 3] >> 16 == P)
+							h3[key[k + 3] & 0xffff]++;
+					}
+					for (; k < cnt; k++)
+						if (key[k] >> 16 == P)
+							h0[key[k] & 0xffff]++;
 				}
 			}
 		} else if (s->rescale) {
@@ -793,7 +988,7 @@ static void *acc_thread(void *p)
 
 static inline bool fast_f32(const struct state *s, const struct gin *g)
 {
-	return !s->f64 && (g->kind == K_MAG || g->kind == K_OUTL || g->kind == K_RAND);
+	return !s->f64 && (g->kind == K_MAG || g->kind == K_OUTL || g->kind == K_RAND || g->kind == K_DELLA);
 }
 
 static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c,
@@ -801,7 +996,6 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 {
 	struct state *s = job->state;
 	const void *b = c->in[job->d.base];
-	int rc;
 
 	/* each input's statistics are its own: on large chunks (a held
 	 * job's whole tensor) the inputs run on threads, the last one here */
@@ -867,6 +1061,8 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 			for (uint64_t k = 0; k < c->count; k++) {
 				uint64_t e = c->elem_begin + k;
 				bool keep = (mk_rng_u64(g->stream, e) >> 11) < g->thr;
+				if (keep && g->mask)
+					g->mask[e >> 3] |= (uint8_t)(1u << (e & 7));
 				dv = delta_key(s->f64, x, b, k, &key);
 				fsum_add(&g->before, e, fabs(dv));
 				if (keep)
@@ -879,8 +1075,8 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 				dv = delta_key(s->f64, x, b, k, &key);
 				fsum_add(&g->before, e, fabs(dv));
 				g->slab[p] = key;
-				if (p == s->slab - 1 && (rc = della_slab(s, g, e + 1 - s->slab, err)))
-					return rc;
+				if (p == s->slab - 1)
+					della_slab(s, g, e + 1 - s->slab);
 			}
 			break;
 		default:
@@ -917,9 +1113,15 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 		case K_MAG:
 		case K_OUTL:
 			if (pass < s->nlevels) {
+				if (pass == 0 && g->nt == 2 && g->t[0].sub) {
+					sub_flush(&g->t[0]);
+					memcpy(g->t[1].hist, g->t[0].hist, NBUCKET * sizeof(uint64_t));
+				}
 				for (unsigned t = 0; t < g->nt; t++) {
 					struct target *tg = &g->t[t];
 					uint64_t bk = 0;
+					if (tg->sub)
+						sub_flush(tg);
 					for (; bk < NBUCKET; bk++) {
 						if (tg->below + tg->hist[bk] > tg->rank)
 							break;
@@ -943,7 +1145,9 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 					}
 					for (unsigned t = 0; t < g->nt; t++) {
 						free(g->t[t].hist);
+						free(g->t[t].sub);
 						g->t[t].hist = NULL;
+						g->t[t].sub = NULL;
 					}
 				}
 			} else {
@@ -972,6 +1176,8 @@ static inline bool kept(const struct state *s, const struct gin *g, uint64_t key
 	case K_OUTL:
 		return sel_keep(g, key, e);
 	case K_RAND:
+		if (g->mask)
+			return getbit(g->mask, e);
 		return (mk_rng_u64(g->stream, e) >> 11) < g->thr;
 	case K_DELLA:
 		return getbit(g->mask, e);
@@ -1057,6 +1263,22 @@ static inline uint32_t f32_key(float d)
 	return u;
 }
 
+/* A mask's bits of elements e0 .. e0 + cnt as 1.0f / 0.0f: whole bytes
+ * through a table of the 256 bytes' eight values (byte_f32). */
+
+static inline __attribute__((always_inline)) void tile_bits_f32(const uint8_t *restrict mask, uint64_t e0,
+								uint64_t cnt, float *restrict m)
+{
+	uint64_t k = 0;
+
+	for (; k < cnt && (e0 + k) % 8; k++)
+		m[k] = getbit(mask, e0 + k) ? 1.0f : 0.0f;
+	for (; k + 8 <= cnt; k += 8)
+		memcpy(m + k, byte_f32[mask[(e0 + k) >> 3]], 8 * sizeof(float));
+	for (; k < cnt; k++)
+		m[k] = getbit(mask, e0 + k) ? 1.0f : 0.0f;
+}
+
 MK_HOT_CLONES
 static void tile_f32(const struct state *s, const struct gin *g, uint64_t e0, uint64_t cnt,
 		     const float *restrict x, const float *restrict b, float *restrict v)
@@ -1113,19 +1335,22 @@ static void tile_f32(const struct state *s, const struct gin *g, uint64_t e0, ui
 		}
 		break;
 	}
-	case K_RAND: {
-		const uint64_t st = g->stream, thr = g->thr;
-		for (uint64_t k = 0; k < cnt; k++) {
-			float d = x[k] - b[k];
-			v[k] = d * ((mk_rng_u64(st, e0 + k) >> 11) < thr ? 1.0f : 0.0f);
+	case K_RAND:
+		if (!g->mask) {
+			/* no rescale pass: the one draw of each element */
+			const uint64_t st = g->stream, thr = g->thr;
+			for (uint64_t k = 0; k < cnt; k++) {
+				float d = x[k] - b[k];
+				v[k] = d * ((mk_rng_u64(st, e0 + k) >> 11) < thr ? 1.0f : 0.0f);
+			}
+			break;
 		}
-		break;
-	}
+		/* fall through: the bits its pass drew */
+		__attribute__((fallthrough));
 	case K_DELLA:
-		for (uint64_t k = 0; k < cnt; k++) {
-			float d = x[k] - b[k];
-			v[k] = d * (getbit(g->mask, e0 + k) ? 1.0f : 0.0f);
-		}
+		tile_bits_f32(g->mask, e0, cnt, v);
+		for (uint64_t k = 0; k < cnt; k++)
+			v[k] = (x[k] - b[k]) * v[k];
 		break;
 	}
 	if (scale)
@@ -1206,7 +1431,7 @@ static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 	const void *b = c->in[job->d.base];
 	void *v;
 
-	v = malloc((s->n + 3) * TILE * (s->f64 ? 8 : 4));
+	v = malloc((s->n + 3) * TILE * (s->f64 ? 8 : 4) + 64);
 	if (!v)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	if (s->f64)

@@ -26,7 +26,7 @@
 #define MK_RNG_GOLDEN 0x9E3779B97F4A7C15ull
 
 /* The splitmix64 output function (Stafford's mix 13). */
-static inline uint64_t mk_rng_mix64(uint64_t z)
+static inline __attribute__((always_inline)) uint64_t mk_rng_mix64(uint64_t z)
 {
 	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
 	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -40,7 +40,7 @@ uint64_t mk_rng_fnv1a64(const char *s);
 uint64_t mk_rng_stream(uint64_t seed, const char *tensor, uint64_t input);
 
 /* 64 random bits for element `e` of a stream. */
-static inline uint64_t mk_rng_u64(uint64_t stream, uint64_t e)
+static inline __attribute__((always_inline)) uint64_t mk_rng_u64(uint64_t stream, uint64_t e)
 {
 	return mk_rng_mix64(stream + (e + 1) * MK_RNG_GOLDEN);
 }

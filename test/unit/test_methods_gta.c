@@ -769,6 +769,198 @@ static void test_export(void **st)
 	free(out);
 }
 
+/* ------------------------------------------------- vector kernels, edges */
+
+/* apply's vector loops against the element-by-element reference above
+ * (export_ref) on sizes that are not a multiple of any vector width,
+ * chunks that start anywhere, special values (NaN, inf, -0, exact ties
+ * in |delta|, deltas of zero) and densities 0 and 1, with and without a
+ * rescale (DARE then keeps its pass's mask bits, else draws in apply):
+ * bit for bit, a NaN for a NaN. */
+static void test_vector_edges(void **st)
+{
+	static const char *all[] = { "task_arithmetic", "ties", "dare_linear", "dare_ties", "breadcrumbs",
+				     "breadcrumbs_ties", "della", "della_linear", "ties_count_consensus" };
+	static const uint64_t sizes[] = { 1, 7, 15, 17, 31, 33, 1023, 1025, 4103 };
+	static const uint64_t chunks[] = { 0, 1, 5, 13, 1000 };
+	const float special[] = { NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 1e-40f, -1e-40f, 3.0f };
+	enum { N = 4103, NIN = 4 };
+	float *in[NIN], *out = malloc(N * 4);
+	const void *v[NIN];
+	struct mk_device_job x;
+	struct mk_err err;
+	struct mk_job job;
+	struct tj t;
+
+	assert_non_null(out);
+	for (int i = 0; i < NIN; i++) {
+		assert_non_null(in[i] = malloc(N * 4));
+		v[i] = in[i];
+	}
+	for (int e = 0; e < N; e++) {
+		in[0][e] = (float)frand();
+		in[1][e] = in[0][e] + (float)(round(frand() * 16) / 64);   /* ties, zeros */
+		in[2][e] = in[0][e] - (float)(round(frand() * 8) / 32);
+		in[3][e] = in[0][e] + (float)frand() * 1e-3f;
+		if (e % 97 == 3)
+			in[1 + e % 3][e] = special[(e / 97) % 8];
+		if (e % 211 == 5)
+			in[0][e] = special[(e / 211) % 8];
+	}
+	for (size_t m = 0; m < sizeof(all) / sizeof(all[0]); m++) {
+		const struct mk_method *meth = strcmp(all[m], "ties_count_consensus") ? mk_method_find(all[m])
+										      : &mk_gta_method_ties_count;
+		bool sel = strstr(all[m], "ties") || strstr(all[m], "breadcrumbs");
+		bool dare = !strncmp(all[m], "dare", 4), della = !strncmp(all[m], "della", 5);
+		for (size_t si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+			uint64_t n = sizes[si], shape[2] = { 1, n };
+			for (int variant = 0; variant < 4; variant++) {
+				/* densities: variant 0 mixed, 1 one input 0 (where valid)
+				 * and one 1, 2 all 1, 3 small; rescale on in 0 and 3 */
+				double dens[3] = { 0.3, 0.55, 0.8 };
+				uint64_t ch = chunks[(si + (size_t)variant) % 5];
+				if (variant == 1) {
+					dens[0] = sel ? 1.0 : 0.0;
+					dens[1] = 1.0;
+				} else if (variant == 2) {
+					dens[0] = dens[1] = dens[2] = 1.0;
+				} else if (variant == 3) {
+					dens[0] = della ? 0.2 : 0.05;
+					dens[1] = 0.6;
+				}
+				if (sel && n * dens[0] < 1.0)   /* int(density * n) = 0: an error */
+					dens[0] = 1.0;
+				for (int i = 1; i < 3; i++)
+					if (sel && n * dens[i] < 1.0)
+						dens[i] = 1.0;
+				tj_method(&t, meth, NIN, 0);
+				set_shape(&t, MK_DT_F32, 2, shape);
+				set_in(&t, 1, "weight", mk_pval_float(0.7));
+				set_in(&t, 2, "weight", mk_pval_float(variant == 1 ? 0.5 : -0.4));
+				set_in(&t, 3, "weight", mk_pval_float(0.25));
+				for (int i = 1; i < NIN; i++)
+					set_in(&t, (size_t)i, "density", mk_pval_float(dens[i - 1]));
+				if (dare || della || sel)
+					set_g(&t, "rescale", mk_pval_bool(variant == 0 || variant == 3));
+				set_g(&t, "lambda", mk_pval_float(variant == 2 ? 1.0 : 0.9));
+				if (della)
+					for (int i = 1; i < NIN; i++)
+						set_in(&t, (size_t)i, "epsilon", mk_pval_float(0.01));
+				if (tj_run(&t, MK_DT_COUNT, v, ch, out, variant == 3, &job, NULL, &err))
+					fail_msg("%s n %llu variant %d: %s", all[m], (unsigned long long)n, variant, err.msg);
+				assert_int_equal(job.method->device->state(&job, &x, &err), 0);
+				for (uint64_t e = 0; e < n; e++) {
+					float r = export_ref(&x, v, e);
+					/* a NaN's sign and payload are not specified (IEEE
+					 * 754 leaves them to the machine; the compiler
+					 * may order a NaN's operands either way) */
+					if (memcmp(&r, &out[e], 4) && !(isnan(r) && isnan(out[e])))
+						fail_msg("%s n %llu chunk %llu variant %d element %llu: apply %.9g (%08x), "
+							 "reference %.9g", all[m], (unsigned long long)n,
+							 (unsigned long long)ch, variant, (unsigned long long)e, out[e],
+							 *(uint32_t *)&out[e], r);
+				}
+				mk_job_release(&job);
+			}
+		}
+	}
+	for (int i = 0; i < NIN; i++)
+		free(in[i]);
+	free(out);
+}
+
+/* DELLA's ranks (a radix sort in gta.c) against a comparison sort: over
+ * a zero base with weight 1 and no rescale, della_linear's output is the
+ * delta where u(e) < p(rank of |delta| in its row, equal values lower
+ * index first), computed here with qsort; float32 and float64, rows of
+ * 2-D and strided rows of 3-D tensors, many equal magnitudes, NaN and inf. */
+struct rank_ref {
+	double a;
+	uint64_t j;
+};
+
+static int rank_ref_cmp(const void *pa, const void *pb)
+{
+	const struct rank_ref *x = pa, *y = pb;
+	uint64_t kx, ky;
+
+	memcpy(&kx, &x->a, 8);
+	memcpy(&ky, &y->a, 8);
+	if (kx != ky)
+		return kx < ky ? -1 : 1;
+	return x->j < y->j ? -1 : x->j > y->j;
+}
+
+static void test_della_rank_sort(void **st)
+{
+	enum { R = 6, L = 301, S3 = 7, N = R * L * S3 };
+	const double rho = 0.4, eps = 0.1;
+	float *zf = calloc(N, 4), *xf = malloc(N * 4), *of = malloc(N * 4);
+	double *zd = calloc(N, 8), *xd = malloc(N * 8), *od = malloc(N * 8);
+	struct rank_ref *r = malloc(L * sizeof(*r));
+	struct tj t;
+
+	assert_true(zf && xf && of && zd && xd && od && r);
+	for (int e = 0; e < N; e++) {
+		xf[e] = (float)(round(frand() * 12) / 16);       /* few magnitudes */
+		if (e % 53 == 7)
+			xf[e] = e % 2 ? NAN : -INFINITY;
+		xd[e] = xf[e];
+	}
+	for (int f64 = 0; f64 < 2; f64++) {
+		for (int nd = 2; nd <= 3; nd++) {
+			const uint64_t shape[3] = { nd == 2 ? R * S3 : R, L, S3 };
+			uint64_t S = nd == 2 ? 1 : S3, rows = N / (L * S);
+			const void *v[2] = { f64 ? (const void *)zd : zf, f64 ? (const void *)xd : xf };
+			uint64_t stream;
+			tj_init(&t, "della_linear", 2, 0);
+			set_shape(&t, f64 ? MK_DT_F64 : MK_DT_F32, (unsigned)nd, shape);
+			set_in(&t, 1, "weight", mk_pval_float(1.0));
+			set_in(&t, 1, "density", mk_pval_float(rho));
+			set_in(&t, 1, "epsilon", mk_pval_float(eps));
+			set_g(&t, "rescale", mk_pval_bool(false));
+			assert_int_equal(run_job(&t, v, 1000, f64 ? (void *)od : (void *)of, NULL), 0);
+			stream = mk_rng_stream(t.d.seed, t.d.tensor, 1);
+			for (uint64_t g = 0; g < rows; g++) {
+				for (uint64_t c = 0; c < S; c++) {
+					uint64_t base = g * L * S + c;
+					for (uint64_t j = 0; j < L; j++) {
+						uint64_t e = base + j * S;
+						r[j].a = f64 ? fabs(xd[e]) : (double)fabsf(xf[e]);
+						r[j].j = j;
+					}
+					qsort(r, L, sizeof(*r), rank_ref_cmp);
+					for (uint64_t i = 0; i < L; i++) {
+						uint64_t e = base + r[i].j * S;
+						double p = f64 ? mk_gta_della_prob_f64(i, L, rho, eps)
+							       : (double)mk_gta_della_prob_f32(i, L, rho, eps);
+						bool keep = mk_rng_uniform(stream, e) < p;
+						if (f64) {
+							/* the base + (delta * kept) * weight */
+							double want = 0.0 + ((xd[e] - 0.0) * (keep ? 1.0 : 0.0)) * 1.0;
+							if (memcmp(&want, &od[e], 8))
+								fail_msg("f64 %dD element %llu: %g, want %g", nd,
+									 (unsigned long long)e, od[e], want);
+						} else {
+							float want = 0.0f + ((xf[e] - 0.0f) * (keep ? 1.0f : 0.0f)) * 1.0f;
+							if (memcmp(&want, &of[e], 4))
+								fail_msg("f32 %dD element %llu: %g, want %g", nd,
+									 (unsigned long long)e, of[e], want);
+						}
+					}
+				}
+			}
+		}
+	}
+	free(zf);
+	free(xf);
+	free(of);
+	free(zd);
+	free(xd);
+	free(od);
+	free(r);
+}
+
 /* ------------------------------------------------------ random statistics */
 
 #define SN (1u << 20)
@@ -1019,6 +1211,8 @@ int main(void)
 		cmocka_unit_test(test_output_rules),
 		cmocka_unit_test(test_chunk_independence),
 		cmocka_unit_test(test_export),
+		cmocka_unit_test(test_vector_edges),
+		cmocka_unit_test(test_della_rank_sort),
 		cmocka_unit_test(test_random_statistics),
 		cmocka_unit_test(test_della_ranks),
 		cmocka_unit_test(test_dare_ties_election),
