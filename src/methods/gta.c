@@ -394,6 +394,7 @@ struct gin {
 	uint64_t *slab;             /* DELLA: keys of the current slab */
 	double *prob;               /* DELLA: keep probability by rank [L] */
 	struct rk *rk;              /* DELLA: one row being ranked, and room to sort [2L] */
+	uint64_t *dthr;             /* DELLA float32: kept when (mk_rng_u64 >> 11) < thr[rank] [L] */
 };
 
 struct rk {
@@ -438,6 +439,7 @@ static void free_state(struct state *s)
 		free(s->g[j].slab);
 		free(s->g[j].prob);
 		free(s->g[j].rk);
+		free(s->g[j].dthr);
 	}
 	free(s->g);
 	free(s->ex);
@@ -539,6 +541,13 @@ static int init(struct mk_job *job, struct mk_err *err)
 			for (uint64_t r = 0; r < s->L; r++)
 				g->prob[r] = s->f64 ? mk_gta_della_prob_f64(r, s->L, g->density, g->extra)
 						    : (double)mk_gta_della_prob_f32(r, s->L, g->density, g->extra);
+			if (!s->f64) {
+				/* u < p with u = r * 2^-53 is r < ceil(p * 2^53), as RAND's thr */
+				if (!(g->dthr = malloc((s->L ? s->L : 1) * sizeof(uint64_t))))
+					goto nomem;
+				for (uint64_t r = 0; r < s->L; r++)
+					g->dthr[r] = (uint64_t)ceil(g->prob[r] * 0x1p53);
+			}
 			break;
 		}
 		for (unsigned t = 0; t < g->nt; t++)
@@ -722,6 +731,7 @@ static const struct rk *rank_sort(struct rk *r, struct rk *tmp, uint64_t L, unsi
 }
 
 static void fsum_run_f32(struct lsum *s, uint64_t e0, const float *a, uint64_t cnt);
+static void tile_setbits(uint8_t *mask, uint64_t e0, uint64_t cnt, const uint8_t *m);
 
 /* The float32 rows: (key << 32 | index) sorted as one 64-bit word on its
  * upper half (rank_sort's order), the mask then drawn in index order. */
@@ -750,12 +760,37 @@ static const uint64_t *rank_sort32(uint64_t *r, uint64_t *tmp, uint64_t L)
 	return r;
 }
 
+/* DELLA's draw for one row of float32 keys ranked: element k (index
+ * e0 + k * step) kept when its 53 random bits are below thr[rank[k]]. */
+MK_HOT_CLONES
+static void della_draw_u8(uint64_t stream, uint64_t e0, uint64_t step, uint64_t cnt,
+			  const uint32_t *restrict rank, const uint64_t *restrict thr, uint8_t *restrict m)
+{
+	for (uint64_t k = 0; k < cnt; k++)
+		m[k] = (mk_rng_u64(stream, e0 + k * step) >> 11) < thr[rank[k]];
+}
+
+/* The kept keys of a slab as float32 (0 where not kept). */
+MK_HOT_CLONES
+static void slab_kept_f32(const uint64_t *restrict key, const uint8_t *restrict kb, uint64_t cnt,
+			  float *restrict m)
+{
+	for (uint64_t k = 0; k < cnt; k++) {
+		uint32_t u = (uint32_t)key[k];
+		float a;
+		memcpy(&a, &u, sizeof(a));
+		m[k] = kb[k] ? a : 0.0f;
+	}
+}
+
 static void della_slab(struct state *s, struct gin *g, uint64_t start)
 {
 	if (!s->f64 && s->L <= UINT32_MAX) {
-		/* g->rk's 32 bytes per row element: two words to sort, a rank */
+		/* g->rk's 32 bytes per row element: two words to sort, a
+		 * rank, a keep byte */
 		uint64_t *w = (uint64_t *)g->rk, *tmp = w + s->L;
 		uint32_t *rank = (uint32_t *)(tmp + s->L);
+		uint8_t *kb = (uint8_t *)(rank + 2 * s->L);
 		for (uint64_t c = 0; c < s->S; c++) {
 			const uint64_t *r;
 			for (uint64_t j = 0; j < s->L; j++)
@@ -763,10 +798,14 @@ static void della_slab(struct state *s, struct gin *g, uint64_t start)
 			r = rank_sort32(w, tmp, s->L);
 			for (uint64_t i = 0; i < s->L; i++)
 				rank[(uint32_t)r[i]] = (uint32_t)i;
+			della_draw_u8(g->stream, start + c, s->S, s->L, rank, g->dthr, kb);
+			if (s->S == 1) {
+				tile_setbits(g->mask, start, s->L, kb);
+				break;
+			}
 			for (uint64_t j = 0; j < s->L; j++) {
 				uint64_t e = start + j * s->S + c;
-				if (mk_rng_uniform(g->stream, e) < g->prob[rank[j]])
-					g->mask[e >> 3] |= (uint8_t)(1u << (e & 7));
+				g->mask[e >> 3] |= (uint8_t)(kb[j] << (e & 7));
 			}
 		}
 		goto sums;
@@ -794,8 +833,14 @@ sums:
 	for (uint64_t p = 0; p < s->slab; p += TILE) {
 		uint64_t cnt = s->slab - p < TILE ? s->slab - p : TILE;
 		float m[TILE];
-		for (uint64_t k = 0; k < cnt; k++)
-			m[k] = getbit(g->mask, start + p + k) ? (float)key_value(false, g->slab[p + k]) : 0.0f;
+		if (s->S == 1 && s->L <= UINT32_MAX) {
+			/* the keep bytes of the one row, in element order */
+			const uint8_t *kb = (const uint8_t *)((const uint32_t *)((const uint64_t *)g->rk + 2 * s->L) + 2 * s->L);
+			slab_kept_f32(g->slab + p, kb + p, cnt, m);
+		} else {
+			for (uint64_t k = 0; k < cnt; k++)
+				m[k] = getbit(g->mask, start + p + k) ? (float)key_value(false, g->slab[p + k]) : 0.0f;
+		}
 		fsum_run_f32(&g->after, start + p, m, cnt);   /* x + 0.0 is x: terms >= 0 */
 	}
 }
