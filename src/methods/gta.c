@@ -911,6 +911,33 @@ static void tile_setbits(uint8_t *mask, uint64_t e0, uint64_t cnt, const uint8_t
 		mask[(e0 + k) >> 3] |= (uint8_t)(m[k] << ((e0 + k) & 7));
 }
 
+/* The low 16 bits of the keys whose high 16 bits are P, in order, into
+ * lo; returns how many (each key stored, the count advanced only for
+ * those that match: no branch to mispredict). */
+MK_HOT_CLONES
+static uint64_t tile_under_prefix(const uint32_t *restrict key, uint64_t cnt, uint32_t P,
+				  uint16_t *restrict lo)
+{
+	uint64_t n = 0;
+
+	for (uint64_t k = 0; k < cnt; k++) {
+		lo[n] = (uint16_t)key[k];
+		n += key[k] >> 16 == P;
+	}
+	return n;
+}
+
+/* How many of a tile's keys equal P. */
+MK_HOT_CLONES
+static uint64_t tile_count_eq(const uint32_t *restrict key, uint64_t cnt, uint32_t P)
+{
+	uint64_t n = 0;
+
+	for (uint64_t k = 0; k < cnt; k++)
+		n += key[k] == P;
+	return n;
+}
+
 /* The float32 statistics of the selections and of RAND, tile by tile: the
  * same counts and sums as the generic loop below, without a sum nobody
  * reads (L1 norms only for the rescale) and, once a cut is found, without
@@ -979,20 +1006,18 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 					for (; k < cnt; k++)
 						h0[key[k] >> 16]++;
 				} else {
-					uint32_t P = (uint32_t)tg->prefix;
-					for (; k + 4 <= cnt; k += 4) {
-						if (key[k] >> 16 == P)
-							h0[key[k] & 0xffff]++;
-						if (key[k + 1] >> 16 == P)
-							h1[key[k + 1] & 0xffff]++;
-						if (key[k + 2] >> 16 == P)
-							h2[key[k + 2] & 0xffff]++;
-						if (key[k + 3] >> 16 == P)
-							h3[key[k + 3] & 0xffff]++;
+					/* the low digits of the keys under the prefix,
+					 * gathered without a branch, then counted */
+					uint16_t lo[TILE];
+					uint64_t nl = tile_under_prefix(key, cnt, (uint32_t)tg->prefix, lo);
+					for (; k + 4 <= nl; k += 4) {
+						h0[lo[k]]++;
+						h1[lo[k + 1]]++;
+						h2[lo[k + 2]]++;
+						h3[lo[k + 3]]++;
 					}
-					for (; k < cnt; k++)
-						if (key[k] >> 16 == P)
-							h0[key[k] & 0xffff]++;
+					for (; k < nl; k++)
+						h0[lo[k]]++;
 				}
 			}
 		} else if (s->rescale) {
@@ -1004,8 +1029,14 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 			for (unsigned t = 0; t < g->nt; t++) {
 				struct target *tg = &g->t[t];
 				uint32_t P = (uint32_t)tg->prefix;
+				uint64_t ne;
 				if (tg->seen >= tg->need)
 					continue;
+				ne = tile_count_eq(key, cnt, P);
+				if (tg->seen + ne < tg->need) {
+					tg->seen += ne;     /* the cut lies further on */
+					continue;
+				}
 				for (uint64_t k = 0; k < cnt; k++)
 					if (key[k] == P && ++tg->seen == tg->need) {
 						tg->cut1 = e0 + k + 1;
