@@ -92,6 +92,12 @@
 #include "gta.h"
 #include "rng.h"
 #include "../core/simd.h"
+#if defined(__x86_64__) && defined(__GNUC__)
+#define MK_GTA_X86 1
+#include <immintrin.h>
+#else
+#define MK_GTA_X86 0
+#endif
 
 enum { P_WEIGHT, P_DENSITY, P_INT8_MASK, P_NORMALIZE, P_RESCALE, P_LAMBDA, P_EXTRA, NPARAMS_MAX };
 
@@ -419,8 +425,15 @@ struct state {
 static float byte_f32[256][8];
 static pthread_once_t byte_once = PTHREAD_ONCE_INIT;
 
+/* Whether this CPU runs the AVX-512 paths (set with byte_f32). */
+static bool have_avx512;
+
 static void byte_f32_make(void)
 {
+#if MK_GTA_X86
+	__builtin_cpu_init();
+	have_avx512 = __builtin_cpu_supports("avx512f");
+#endif
 	for (unsigned v = 0; v < 256; v++)
 		for (unsigned q = 0; q < 8; q++)
 			byte_f32[v][q] = (v >> q) & 1 ? 1.0f : 0.0f;
@@ -914,9 +927,33 @@ static void tile_setbits(uint8_t *mask, uint64_t e0, uint64_t cnt, const uint8_t
 /* The low 16 bits of the keys whose high 16 bits are P, in order, into
  * lo; returns how many (each key stored, the count advanced only for
  * those that match: no branch to mispredict). */
-MK_HOT_CLONES
-static uint64_t tile_under_prefix(const uint32_t *restrict key, uint64_t cnt, uint32_t P,
-				  uint16_t *restrict lo)
+#if MK_GTA_X86
+/* The same with AVX-512: sixteen keys compared at once, those that match
+ * packed to the front (vpcompressd) and stored as 16-bit words (the
+ * store writes 16 words at lo + n: lo has TILE + 16). */
+__attribute__((target("avx512f")))
+static uint64_t tile_under_prefix_avx512(const uint32_t *restrict key, uint64_t cnt, uint32_t P,
+					 uint16_t *restrict lo)
+{
+	const __m512i vp = _mm512_set1_epi32((int)P);
+	uint64_t n = 0, k = 0;
+
+	for (; k + 16 <= cnt; k += 16) {
+		__m512i x = _mm512_loadu_si512((const void *)(key + k));
+		__mmask16 m = _mm512_cmpeq_epi32_mask(_mm512_srli_epi32(x, 16), vp);
+		_mm256_storeu_si256((__m256i *)(void *)(lo + n), _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(m, x)));
+		n += (unsigned)__builtin_popcount(m);
+	}
+	for (; k < cnt; k++) {
+		lo[n] = (uint16_t)key[k];
+		n += key[k] >> 16 == P;
+	}
+	return n;
+}
+#endif
+
+static uint64_t tile_under_prefix_c(const uint32_t *restrict key, uint64_t cnt, uint32_t P,
+				    uint16_t *restrict lo)
 {
 	uint64_t n = 0;
 
@@ -925,6 +962,16 @@ static uint64_t tile_under_prefix(const uint32_t *restrict key, uint64_t cnt, ui
 		n += key[k] >> 16 == P;
 	}
 	return n;
+}
+
+static uint64_t tile_under_prefix(const uint32_t *restrict key, uint64_t cnt, uint32_t P,
+				  uint16_t *restrict lo)
+{
+#if MK_GTA_X86
+	if (have_avx512)
+		return tile_under_prefix_avx512(key, cnt, P, lo);
+#endif
+	return tile_under_prefix_c(key, cnt, P, lo);
 }
 
 /* How many of a tile's keys equal P. */
@@ -1008,7 +1055,7 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 				} else {
 					/* the low digits of the keys under the prefix,
 					 * gathered without a branch, then counted */
-					uint16_t lo[TILE];
+					uint16_t lo[TILE + 16];
 					uint64_t nl = tile_under_prefix(key, cnt, (uint32_t)tg->prefix, lo);
 					for (; k + 4 <= nl; k += 4) {
 						h0[lo[k]]++;
