@@ -337,6 +337,7 @@ static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, 
 
 #define NBUCKET 65536u
 #define TILE 1024u
+#define RANK_TABLE 4096u        /* DELLA: rank_row32's buckets */
 
 enum kind { K_DENSE, K_ZERO, K_MAG, K_OUTL, K_RAND, K_DELLA };
 
@@ -401,6 +402,7 @@ struct gin {
 	double *prob;               /* DELLA: keep probability by rank [L] */
 	struct rk *rk;              /* DELLA: one row being ranked, and room to sort [2L] */
 	uint64_t *dthr;             /* DELLA float32: kept when (mk_rng_u64 >> 11) < thr[rank] [L] */
+	uint32_t *cnt;              /* DELLA float32: rank_row32's counts [RANK_TABLE] */
 };
 
 struct rk {
@@ -453,6 +455,7 @@ static void free_state(struct state *s)
 		free(s->g[j].prob);
 		free(s->g[j].rk);
 		free(s->g[j].dthr);
+		free(s->g[j].cnt);
 	}
 	free(s->g);
 	free(s->ex);
@@ -556,7 +559,8 @@ static int init(struct mk_job *job, struct mk_err *err)
 						    : (double)mk_gta_della_prob_f32(r, s->L, g->density, g->extra);
 			if (!s->f64) {
 				/* u < p with u = r * 2^-53 is r < ceil(p * 2^53), as RAND's thr */
-				if (!(g->dthr = malloc((s->L ? s->L : 1) * sizeof(uint64_t))))
+				if (!(g->dthr = malloc((s->L ? s->L : 1) * sizeof(uint64_t))) ||
+				    !(g->cnt = malloc(RANK_TABLE * sizeof(uint32_t))))
 					goto nomem;
 				for (uint64_t r = 0; r < s->L; r++)
 					g->dthr[r] = (uint64_t)ceil(g->prob[r] * 0x1p53);
@@ -773,6 +777,88 @@ static const uint64_t *rank_sort32(uint64_t *r, uint64_t *tmp, uint64_t L)
 	return r;
 }
 
+/* The least nonzero and the greatest upper halves (key >> 16) of a
+ * row's float32 keys (lo > hi when all keys are 0). */
+MK_HOT_CLONES
+static void row_span16(const uint64_t *restrict key, uint64_t L, uint32_t *lo, uint32_t *hi)
+{
+	uint32_t mn = UINT32_MAX, mx = 0;
+
+	for (uint64_t j = 0; j < L; j++) {
+		uint32_t k = (uint32_t)key[j], u = k >> 16, v = k ? u : UINT32_MAX;
+		mn = v < mn ? v : mn;
+		mx = u > mx ? u : mx;
+	}
+	*lo = mn, *hi = mx;
+}
+
+/* The words key << 32 | index of a row's float32 keys (key[j * S] for
+ * index j, all distinct) in ascending order, as rank_sort32 puts them,
+ * in w or tmp (the one returned).  When the keys' upper halves span at
+ * most RANK_TABLE - 1 values (bfloat16 models' deltas: a few octaves,
+ * few mantissa bits), a counting pass places the words by upper half
+ * (the zero keys first), keeping index order within a bucket; a bucket
+ * whose keys differ in their lower halves is then sorted (insertion, or
+ * rank_sort32 when large); most hold one key, already in order.  Else
+ * rank_sort32 on the whole row. */
+static const uint64_t *rank_row32(uint32_t *cnt, const uint64_t *key, uint64_t S, uint64_t *w,
+				  uint64_t *tmp, uint64_t L)
+{
+	uint32_t lo = UINT32_MAX, hi = 0, span, pos = 0;
+
+	if (S == 1)
+		row_span16(key, L, &lo, &hi);
+	else
+		for (uint64_t j = 0; j < L; j++) {
+			uint32_t k = (uint32_t)key[j * S], u = k >> 16;
+			lo = k && u < lo ? u : lo;
+			hi = u > hi ? u : hi;
+		}
+	span = lo > hi ? 1 : hi - lo + 2;
+	if (span > RANK_TABLE) {
+		for (uint64_t j = 0; j < L; j++)
+			w[j] = key[j * S] << 32 | j;
+		return rank_sort32(w, tmp, L);
+	}
+	memset(cnt, 0, span * sizeof(uint32_t));
+	for (uint64_t j = 0; j < L; j++) {
+		uint32_t k = (uint32_t)key[j * S];
+		cnt[k ? (k >> 16) - lo + 1 : 0]++;
+	}
+	for (uint32_t v = 0; v < span; v++) {
+		uint32_t x = cnt[v];
+		cnt[v] = pos;
+		pos += x;
+	}
+	for (uint64_t j = 0; j < L; j++) {
+		uint32_t k = (uint32_t)key[j * S];
+		tmp[cnt[k ? (k >> 16) - lo + 1 : 0]++] = (uint64_t)k << 32 | j;
+	}
+	/* bucket v now ends at cnt[v]; bucket 0 (the zero keys) is in order */
+	for (uint32_t v = 1, b0 = cnt[0]; v < span; b0 = cnt[v++]) {
+		uint32_t nb = cnt[v] - b0, i = 1;
+		uint64_t *x = tmp + b0;
+		while (i < nb && x[i - 1] < x[i])
+			i++;
+		if (i >= nb)
+			continue;
+		if (nb > 64) {
+			const uint64_t *r = rank_sort32(x, w, nb);
+			if (r != x)
+				memcpy(x, r, nb * sizeof(uint64_t));
+			continue;
+		}
+		for (; i < nb; i++) {
+			uint64_t y = x[i];
+			uint32_t q = i;
+			for (; q && x[q - 1] > y; q--)
+				x[q] = x[q - 1];
+			x[q] = y;
+		}
+	}
+	return tmp;
+}
+
 /* DELLA's draw for one row of float32 keys ranked: element k (index
  * e0 + k * step) kept when its 53 random bits are below thr[rank[k]]. */
 MK_HOT_CLONES
@@ -806,9 +892,7 @@ static void della_slab(struct state *s, struct gin *g, uint64_t start)
 		uint8_t *kb = (uint8_t *)(rank + 2 * s->L);
 		for (uint64_t c = 0; c < s->S; c++) {
 			const uint64_t *r;
-			for (uint64_t j = 0; j < s->L; j++)
-				w[j] = g->slab[j * s->S + c] << 32 | j;
-			r = rank_sort32(w, tmp, s->L);
+			r = rank_row32(g->cnt, g->slab + c, s->S, w, tmp, s->L);
 			for (uint64_t i = 0; i < s->L; i++)
 				rank[(uint32_t)r[i]] = (uint32_t)i;
 			della_draw_u8(g->stream, start + c, s->S, s->L, rank, g->dthr, kb);

@@ -901,10 +901,31 @@ static void test_della_rank_sort(void **st)
 	struct tj t;
 
 	assert_true(zf && xf && of && zd && xd && od && r);
+	/* set 0: few magnitudes, NaN and -inf (keys spanning everything);
+	 * set 1: magnitudes like a bfloat16 model's deltas (float32 ranks by
+	 * counting on the keys' upper halves): zeros, values with only upper
+	 * bits, and values sharing upper halves that differ below them, in
+	 * buckets small (sorted by insertion) and large (> 64, sorted by
+	 * radix) */
+	for (int set = 0; set < 2; set++) {
 	for (int e = 0; e < N; e++) {
-		xf[e] = (float)(round(frand() * 12) / 16);       /* few magnitudes */
-		if (e % 53 == 7)
-			xf[e] = e % 2 ? NAN : -INFINITY;
+		if (set == 0) {
+			xf[e] = (float)(round(frand() * 12) / 16);       /* few magnitudes */
+			if (e % 53 == 7)
+				xf[e] = e % 2 ? NAN : -INFINITY;
+		} else {
+			double u = (frand() + 1) / 2, q = round(frand() * 12);
+			if (u < 0.15)
+				xf[e] = 0.0f;
+			else if (u < 0.5)
+				xf[e] = (float)(q / 64);
+			else if (u < 0.8)                                 /* one large bucket */
+				xf[e] = 0.5f + (float)(round(fabs(frand()) * 6) * 0x1p-21);
+			else                                              /* small buckets */
+				xf[e] = (float)((1.0 + q / 16) * 0x1p-9 + round(frand() * 3) * 0x1p-30);
+			if (e % 2)
+				xf[e] = -xf[e];
+		}
 		xd[e] = xf[e];
 	}
 	for (int f64 = 0; f64 < 2; f64++) {
@@ -951,6 +972,7 @@ static void test_della_rank_sort(void **st)
 				}
 			}
 		}
+	}
 	}
 	free(zf);
 	free(xf);
