@@ -57,8 +57,10 @@
  *     apply to read: each element is drawn once.
  *   della*: the rank needs whole rows, which apply may see cut anywhere: one
  *     pass buffers each row group (a slab of L*S elements), ranks its rows
- *     (a stable radix sort on the keys, so equal keys by index), draws
- *     the mask into a bitmap (N bits per input) and sums for the rescale.
+ *     (a stable radix sort on the keys, so equal keys by index; float32
+ *     rows whose keys' upper halves span few values by counting on them,
+ *     the same order), draws the mask into a bitmap (N bits per input)
+ *     and sums for the rescale.
  *     -> 1 pass when some 0 < density < 1, else 0.
  * Sums are float64 over fixed blocks, each in eight lanes by element index
  * (struct lsum below), rounded to the compute dtype before the division,
