@@ -33,6 +33,13 @@ void cli_check_binary_in(int fd, bool force);
  * reached through a symlink is emptied (the link stays); a device, pipe
  * or socket (-o /dev/null, a FIFO) is left alone. */
 void cli_discard_output(int fd, const char *path);
+/* Read a configuration (mk-plan, mk-yaml): the file `path`, a pipe
+ * (mk-plan <(...)) to its end, or "-" standard input; fails on error.
+ * Returns the label for its messages ("stdin" for "-"). */
+const char *cli_read_config(const char *path, uint8_t **text, size_t *len);
+/* Print a configuration's diagnostics: errors, and warnings unless quiet. */
+struct mk_diags;
+void cli_diags(const struct mk_diags *d);
 /* Flush and close stdout, failing loudly on a write error. */
 void cli_close_stdout(void);
 
