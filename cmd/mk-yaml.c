@@ -5,6 +5,7 @@
 #include <getopt.h>
 #include <libgen.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,7 +127,8 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, siz
 		cli_progress("mk-yaml", done, total, td, tn);
 }
 
-static int run_here(struct mk_run_opts *o, const char *config, char **plugins, size_t nplugins, bool quiet)
+static int run_here(struct mk_run_opts *o, const char *config, const char *partial, char **plugins,
+		    size_t nplugins, bool quiet)
 {
 	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
 	struct sigaction sa = { .sa_handler = on_signal };
@@ -151,18 +153,30 @@ static int run_here(struct mk_run_opts *o, const char *config, char **plugins, s
 	draw_progress = !quiet && cli_progress_enabled(-1);
 	if (draw_progress || die_after)
 		o->progress = on_progress;
-	/* a signal cancels: the stages stop, mk-pack removes its partial
-	 * output (kept with --resume), then the signal ends the process */
+	/* a signal cancels: the stages stop, mk-pack keeps OUT.mk-partial
+	 * for --resume (what a killed pipeline leaves), then the signal ends
+	 * the process.  A signal ignored when mk-yaml started (nohup, a
+	 * background job's SIGINT) stays ignored. */
 	o->cancel = &cancel;
+	o->keep_partial_on_cancel = true;
 	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(*sigs); i++)
-		sigaction(sigs[i], &sa, NULL);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(*sigs); i++) {
+		struct sigaction old;
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaction(sigs[i], &sa, NULL);
+	}
 	rc = mk_run_merge(o, &d, &err);
 	cli_progress_end();
 	cli_diags(&d);
-	if (cancel) {
+	if (cancel && rc) {
+		/* (a signal after the merge completed does not undo it) */
 		int sig = cancel;
-		cli_info(2, "%s (%s)", err.msg[0] ? err.msg : "cancelled", strsignal(sig));
+		struct stat st;
+		if (stat(partial, &st) == 0)
+			cli_info(2, "stopped by SIG%s; %s is kept: run again with --resume to continue it, or remove it",
+				 sigabbrev_np(sig), partial);
+		else
+			cli_info(2, "stopped by SIG%s", sigabbrev_np(sig));
 		signal(sig, SIG_DFL);
 		raise(sig);
 	}
@@ -343,10 +357,6 @@ int main(int argc, char **argv)
 	if (argc - optind != 2)
 		cli_usage_error(argc - optind < 2 ? "expected CONFIG and OUT" : "too many arguments");
 	const char *config = argv[optind], *out = argv[optind + 1];
-	if (!print && !procs) {
-		ro.out_dir = out;
-		return run_here(&ro, config, plugins, nplugins, quiet);
-	}
 	/* mk-pack builds in OUT.mk-partial ("OUT/" -> "OUT.mk-partial") */
 	size_t ol = strlen(out);
 	while (ol > 1 && out[ol - 1] == '/')
@@ -356,6 +366,10 @@ int main(int argc, char **argv)
 	if (!partial)
 		cli_fail_oom();
 	snprintf(partial, ol + 16, "%.*s.mk-partial", (int)ol, out);
+	if (!print && !procs) {
+		ro.out_dir = out;
+		return run_here(&ro, config, partial, plugins, nplugins, quiet);
+	}
 	if (resume) {
 		push(&fetch, "--skip-done");
 		push(&fetch, partial);

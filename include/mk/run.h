@@ -57,6 +57,10 @@ struct mk_run_opts {
 	/* set to nonzero (from any thread, a signal handler) to stop: the
 	 * run ends with MK_EIO "cancelled" and no OUT */
 	const volatile int *cancel;
+	/* a cancel keeps OUT.mk-partial for a later resume (as a pipeline
+	 * killed by a signal leaves it: mk-yaml); else it is removed unless
+	 * resume */
+	bool keep_partial_on_cancel;
 };
 
 /* Run the merge.  Diagnostics of the configuration go to *d (the caller

@@ -69,7 +69,7 @@ class _RunOpts(ctypes.Structure):
         ("strict", ctypes.c_bool), ("remote", ctypes.c_bool), ("no_cache", ctypes.c_bool),
         ("has_lora_dtype", ctypes.c_bool), ("lora_dtype", ctypes.c_int),
         ("progress", _PROGRESS), ("progress_ctx", ctypes.c_void_p),
-        ("cancel", ctypes.POINTER(ctypes.c_int)),
+        ("cancel", ctypes.POINTER(ctypes.c_int)), ("keep_partial_on_cancel", ctypes.c_bool),
     ]
 
 
