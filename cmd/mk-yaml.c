@@ -127,6 +127,12 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, siz
 		cli_progress("mk-yaml", done, total, td, tn);
 }
 
+static void on_warn(void *ctx, const char *msg)
+{
+	(void)ctx;
+	cli_info(2, "warning: %s", msg);
+}
+
 static int run_here(struct mk_run_opts *o, const char *config, const char *partial, char **plugins,
 		    size_t nplugins, bool quiet)
 {
@@ -159,6 +165,7 @@ static int run_here(struct mk_run_opts *o, const char *config, const char *parti
 	 * background job's SIGINT) stays ignored. */
 	o->cancel = &cancel;
 	o->keep_partial_on_cancel = true;
+	o->warn = on_warn;
 	sigemptyset(&sa.sa_mask);
 	for (size_t i = 0; i < sizeof(sigs) / sizeof(*sigs); i++) {
 		struct sigaction old;

@@ -63,6 +63,11 @@ struct mk_run_opts {
 	 * killed by a signal leaves it: mk-yaml); else it is removed unless
 	 * resume */
 	bool keep_partial_on_cancel;
+	/* the stages' warnings for the user (mk-merge's on outputs that
+	 * became NaN or infinite, mk-pack's), one line each, from a stage
+	 * thread; NULL: dropped */
+	void (*warn)(void *ctx, const char *msg);
+	void *warn_ctx;
 };
 
 /* Run the merge.  Diagnostics of the configuration go to *d (the caller

@@ -152,6 +152,16 @@ struct stage_arg {
 	int i;
 };
 
+/* A stage's warning, passed on (one at a time: the stages' threads) */
+static void stage_warn(void *ctx, const char *msg)
+{
+	struct run *r = ctx;
+
+	pthread_mutex_lock(&r->mu);
+	r->o->warn(r->o->warn_ctx, msg);
+	pthread_mutex_unlock(&r->mu);
+}
+
 static void *stage_main(void *p)
 {
 	struct stage_arg *a = p;
@@ -182,6 +192,8 @@ static void *stage_main(void *p)
 	case S_PACK: {
 		struct mk_pack_stats st;
 		r->rc[i] = mk_pack_run(&r->pko, r->fd[2][1], "tensors", &st, &r->err[i]);
+		if (!r->rc[i] && st.warning[0] && r->o->warn)
+			stage_warn(r, st.warning);
 		break;
 	}
 	}
@@ -251,7 +263,8 @@ int mk_run_merge(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err 
 	/* the other stages' options, as mk-yaml gives the programs them */
 	r.fo = (struct mk_fetch_opts){ .remote = o->remote, .no_cache = o->no_cache };
 	r.mo = (struct mk_merge_opts){ .threads = o->threads ? o->threads : mk_merge_default_threads(),
-				       .spill_dir = o->spill_dir, .strict = o->strict };
+				       .spill_dir = o->spill_dir, .strict = o->strict,
+				       .warn = o->warn ? stage_warn : NULL, .warn_ctx = &r };
 	if (o->max_memory) {
 		mk_budget_fetch_fit(bs.fetch, &r.fo.chunk_bytes, &r.fo.qdepth);
 		r.fo.hold_bytes = bs.fetch / 4;
