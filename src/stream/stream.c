@@ -831,6 +831,20 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 	return 1;
 }
 
+bool mk_sr_trade(struct mk_stream_reader *r, const struct mk_frame *f, uint8_t **buf, size_t *cap)
+{
+	uint8_t *b = r->wire;
+	size_t c = r->wire_cap;
+
+	if (!f->wire || f->wire != r->wire || f->piecewise || (f->flags & MK_FRAME_F_ZSTD))
+		return false;
+	r->wire = *buf;
+	r->wire_cap = *buf ? *cap : 0;
+	*buf = b;
+	*cap = c;
+	return true;
+}
+
 void mk_sr_free(struct mk_stream_reader *r)
 {
 	if (!r)
