@@ -438,7 +438,11 @@ static int run_input(struct mk_stream_writer *w, struct run *r, const struct mk_
 		in->data = c.data;
 		return 0;
 	}
-	/* the frame's own buffer, traded for this input's old one: no copy */
+	if (grow(&in->raw, &in->raw_cap, c.data_len ? c.data_len : 1))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	/* the frame's own buffer, traded for this input's (from the pool, so
+	 * the reader's next frame reuses one, and the pool does not fill with
+	 * buffers no one takes): no copy */
 	const struct mk_frame *f = r->frame;
 	if (f && f->wire && (const uint8_t *)c.data >= f->wire &&
 	    (const uint8_t *)c.data + c.data_len <= f->wire + f->wire_len) {
@@ -451,8 +455,6 @@ static int run_input(struct mk_stream_writer *w, struct run *r, const struct mk_
 			return 0;
 		}
 	}
-	if (grow(&in->raw, &in->raw_cap, c.data_len ? c.data_len : 1))
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	memcpy(in->raw, c.data, c.data_len);
 	in->data = in->raw;
 	return 0;
