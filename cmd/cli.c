@@ -1,5 +1,7 @@
 /* cli.c - shared helpers of the mk-* programs (messages, exit codes,
  * terminal checks, the progress bar).  Only cmd/ prints or exits. */
+#include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <sys/stat.h>
 #include <stdarg.h>
@@ -216,6 +218,33 @@ void cli_hub_progress(int want)
 	mk_hub_configure(&o);
 }
 
+const char *cli_read_config(const char *path, uint8_t **text, size_t *len)
+{
+	struct mk_err err = { 0 };
+	struct stat st;
+	int cfd;
+
+	if (!strcmp(path, "-")) {
+		if (mk_fd_read_all(0, 64u << 20, "stdin", text, len, &err))
+			cli_fail(&err);
+		return "stdin";
+	}
+	/* a file, or a pipe (mk-plan <(...)): read to its end */
+	cfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (cfd < 0) {
+		mk_err_sys(&err, errno, "%s", path);
+		cli_fail(&err);
+	}
+	if (fstat(cfd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+		if (mk_fd_read_all(cfd, 64u << 20, path, text, len, &err))
+			cli_fail(&err);
+	} else if (mk_file_read(path, 64u << 20, text, len, &err)) {
+		cli_fail(&err);
+	}
+	close(cfd);
+	return path;
+}
+
 void cli_print_diags(const struct mk_diags *d)
 {
 	for (size_t i = 0; i < d->n; i++) {
@@ -224,19 +253,6 @@ void cli_print_diags(const struct mk_diags *d)
 			continue;
 		mk_diag_format(d, &d->v[i], line, sizeof(line));
 		cli_message(d->v[i].level == MK_DIAG_ERROR ? "error" : "warning", line);
-	}
-}
-
-void cli_read_text(const char **label, uint8_t **text, size_t *len)
-{
-	struct mk_err err = { 0 };
-
-	if (!strcmp(*label, "-")) {
-		*label = "stdin";
-		if (mk_fd_read_all(0, 64u << 20, "stdin", text, len, &err))
-			cli_fail(&err);
-	} else if (mk_file_read(*label, 64u << 20, text, len, &err)) {
-		cli_fail(&err);
 	}
 }
 

@@ -34,6 +34,10 @@ void cli_check_binary_in(int fd, bool force);
  * reached through a symlink is emptied (the link stays); a device, pipe
  * or socket (-o /dev/null, a FIFO) is left alone. */
 void cli_discard_output(int fd, const char *path);
+/* Read a configuration (mk-plan, mk-yaml): the file `path`, a pipe
+ * (mk-plan <(...)) to its end, or "-" standard input; fails on error.
+ * Returns the label for its messages ("stdin" for "-"). */
+const char *cli_read_config(const char *path, uint8_t **text, size_t *len);
 /* Flush and close stdout, failing loudly on a write error. */
 void cli_close_stdout(void);
 
@@ -51,9 +55,6 @@ void cli_hub_progress(int want);
  * (warnings from verbosity 2, errors from 1). */
 struct mk_diags;
 void cli_print_diags(const struct mk_diags *d);
-/* Read the file `*label` whole, or stdin when it is "-" (then *label
- * becomes "stdin"); a failure exits 1. */
-void cli_read_text(const char **label, uint8_t **text, size_t *len);
 
 /* The options of a merge run in this process (mk-pytorch, mk-multi):
  * CLI_RUN_OPTIONS in a getopt_long table (with "j:" among the short

@@ -1,8 +1,11 @@
 /* mk-yaml - merge by a mergekit YAML configuration, like mergekit-yaml:
- * runs mk-plan | mk-fetch | mk-merge | mk-pack as processes joined by pipes. */
+ * plan, fetch, merge and pack in this process (mk_run_merge), or, with
+ * --processes, mk-plan | mk-fetch | mk-merge | mk-pack joined by pipes. */
 #include <errno.h>
 #include <getopt.h>
 #include <libgen.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,14 +17,17 @@
 #include "mk/fsutil.h"
 #include "mk/pack.h"
 #include "mk/pipeline.h"
+#include "mk/plugin.h"
+#include "mk/run.h"
 
 static void usage(void)
 {
 	printf("Usage: %s [OPTION]... CONFIG OUT\n"
 	       "Merge models by a mergekit YAML configuration into the directory OUT, as\n"
-	       "mergekit-yaml does: mk-plan | mk-fetch | mk-merge | mk-pack, one process each.\n"
-	       "OUT appears only when the merge succeeded.\n"
+	       "mergekit-yaml does: the stages of mk-plan | mk-fetch | mk-merge | mk-pack on\n"
+	       "threads of this process.  OUT appears only when the merge succeeded.\n"
 	       "\n"
+	       "  --processes               run the four programs as processes joined by pipes\n"
 	       "  --print-pipeline          print the equivalent shell pipeline and exit\n"
 	       "  --out-shard-size SIZE     shard size (mk-pack; default 5B)\n"
 	       "  --copy-tokenizer / --no-copy-tokenizer      (mk-plan; default on)\n"
@@ -99,12 +105,105 @@ static void push(struct argv *a, const char *s)
 	a->v[a->n] = NULL;
 }
 
+/* ---- in this process ---- */
+
+static volatile int cancel;      /* the signal that asked to stop */
+static size_t die_after;         /* MK_PACK_EXIT_AFTER_TENSORS, for tests */
+static bool draw_progress;
+
+static void on_signal(int sig)
+{
+	cancel = sig;
+}
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn)
+{
+	(void)ctx;
+	/* tests stop the merge at a known point, as a kill -9 would (the
+	 * hook mk-pack has, for the same tests in both modes) */
+	if (die_after && td >= die_after)
+		raise(SIGKILL);
+	if (draw_progress)
+		cli_progress("mk-yaml", done, total, td, tn);
+}
+
+static void on_warn(void *ctx, const char *msg)
+{
+	(void)ctx;
+	cli_info(2, "warning: %s", msg);
+}
+
+static int run_here(struct mk_run_opts *o, const char *config, const char *partial, char **plugins,
+		    size_t nplugins, bool quiet)
+{
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
+	struct sigaction sa = { .sa_handler = on_signal };
+	struct mk_diags d = { 0 };
+	struct mk_err err = { 0 };
+	uint8_t *text = NULL;
+	size_t len = 0;
+	const char *hook = getenv("MK_PACK_EXIT_AFTER_TENSORS");
+	int rc;
+
+	if (mk_plugin_load_env(&err))
+		cli_fail(&err);
+	for (size_t i = 0; i < nplugins; i++)
+		if (mk_plugin_load(plugins[i], &err))
+			cli_fail(&err);
+	o->label = cli_read_config(config, &text, &len);
+	o->text = (const char *)text;
+	o->len = len;
+	cli_hub_progress(quiet ? 0 : -1);
+	if (hook && *hook)
+		die_after = (size_t)strtoull(hook, NULL, 10);
+	draw_progress = !quiet && cli_progress_enabled(-1);
+	if (draw_progress || die_after)
+		o->progress = on_progress;
+	/* a signal cancels: the stages stop, mk-pack keeps OUT.mk-partial
+	 * for --resume (what a killed pipeline leaves), then the signal ends
+	 * the process.  A signal ignored when mk-yaml started (nohup, a
+	 * background job's SIGINT) stays ignored. */
+	o->cancel = &cancel;
+	o->keep_partial_on_cancel = true;
+	o->warn = on_warn;
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(*sigs); i++) {
+		struct sigaction old;
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaction(sigs[i], &sa, NULL);
+	}
+	rc = mk_run_merge(o, &d, &err);
+	cli_progress_end();
+	cli_print_diags(&d);
+	if (cancel && rc) {
+		/* (a signal after the merge completed does not undo it) */
+		int sig = cancel;
+		struct stat st;
+		if (stat(partial, &st) == 0)
+			cli_info(2, "stopped by SIG%s; %s is kept: run again with --resume to continue it, or remove it",
+				 sigabbrev_np(sig), partial);
+		else
+			cli_info(2, "stopped by SIG%s", sigabbrev_np(sig));
+		signal(sig, SIG_DFL);
+		raise(sig);
+	}
+	if (rc) {
+		if (!d.nerrors)
+			cli_fail(&err);
+		exit(EXIT_FAIL);
+	}
+	mk_diags_free(&d);
+	free(text);
+	cli_info(3, "wrote %s", o->out_dir);
+	return EXIT_OK;
+}
+
 int main(int argc, char **argv)
 {
-	enum { O_PRINT = 256, O_SHARD, O_COPY, O_NOCOPY, O_CARD, O_NOCARD, O_CRIMES, O_NOCRIMES, O_SEED, O_CUDA,
+	enum { O_PRINT = 256, O_PROCS, O_SHARD, O_COPY, O_NOCOPY, O_CARD, O_NOCARD, O_CRIMES, O_NOCRIMES, O_SEED, O_CUDA,
 	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_RESUME, O_QUIET, O_IGN0, O_IGN1, O_STRICT, O_CACHE, O_LORA_DT, O_LORA_CACHE, O_REMOTE, O_NOCACHE };
 	static const struct option lo[] = {
-		{ "print-pipeline", 0, 0, O_PRINT }, { "out-shard-size", 1, 0, O_SHARD },
+		{ "print-pipeline", 0, 0, O_PRINT }, { "processes", 0, 0, O_PROCS }, { "out-shard-size", 1, 0, O_SHARD },
 		{ "copy-tokenizer", 0, 0, O_COPY }, { "no-copy-tokenizer", 0, 0, O_NOCOPY },
 		{ "write-model-card", 0, 0, O_CARD }, { "no-write-model-card", 0, 0, O_NOCARD },
 		{ "allow-crimes", 0, 0, O_CRIMES }, { "no-allow-crimes", 0, 0, O_NOCRIMES },
@@ -130,7 +229,11 @@ int main(int argc, char **argv)
 		{ 0 },
 	};
 	struct mk_err err = { 0 };
-	bool print = false, quiet = false, resume = false;
+	bool print = false, procs = false, quiet = false, resume = false;
+	/* the same options for mk_run_merge */
+	struct mk_run_opts ro = { 0 };
+	char **plugins = NULL;
+	size_t nplugins = 0;
 	int c, li = 0;
 	uint64_t v;
 
@@ -148,42 +251,47 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "j:vhV", lo, &li)) != -1) {
 		switch (c) {
 		case O_PRINT: print = true; break;
+		case O_PROCS: procs = true; break;
 		case O_SHARD:
 			if (mk_size_parse(optarg, &v))
 				cli_usage_error("--out-shard-size: expected a size like 5B, 200K or 64MiB, not '%s'", optarg);
+			ro.out_shard_size = v;
 			push(&pack, "--out-shard-size");
 			push(&pack, optarg);
 			break;
-		case O_COPY: push(&plan, "--copy-tokenizer"); break;
-		case O_NOCOPY: push(&plan, "--no-copy-tokenizer"); break;
-		case O_CARD: push(&plan, "--write-model-card"); break;
-		case O_NOCARD: push(&plan, "--no-write-model-card"); break;
-		case O_CRIMES: push(&plan, "--allow-crimes"); break;
-		case O_NOCRIMES: break;
+		case O_COPY: push(&plan, "--copy-tokenizer"); ro.no_copy_tokenizer = false; break;
+		case O_NOCOPY: push(&plan, "--no-copy-tokenizer"); ro.no_copy_tokenizer = true; break;
+		case O_CARD: push(&plan, "--write-model-card"); ro.no_model_card = false; break;
+		case O_NOCARD: push(&plan, "--no-write-model-card"); ro.no_model_card = true; break;
+		case O_CRIMES: push(&plan, "--allow-crimes"); ro.allow_crimes = true; break;
+		case O_NOCRIMES: ro.allow_crimes = false; break;
 		case O_SEED:
 			if (mk_size_parse(optarg, &v))
 				cli_usage_error("--random-seed: expected a non-negative integer, not '%s'", optarg);
 			push(&plan, "--random-seed");
 			push(&plan, optarg);
+			ro.seed = v;
 			break;
-		case O_CUDA: push(&merge, "--cuda"); break;
-		case O_STRICT: push(&merge, "--strict"); break;
-		case O_NOCUDA: break;
+		case O_CUDA: push(&merge, "--cuda"); ro.cuda = true; break;
+		case O_STRICT: push(&merge, "--strict"); ro.strict = true; break;
+		case O_NOCUDA: ro.cuda = false; break;
 		case 'j':
 			if (mk_size_parse(optarg, &v) || v < 1)
 				cli_usage_error("--num-threads: expected a positive integer, not '%s'", optarg);
 			push(&merge, "-j");
 			push(&merge, optarg);
+			ro.threads = v > 4096 ? 4096 : (unsigned)v;
 			break;
 		case O_MEM:
 			if (mk_size_parse(optarg, &v))
 				cli_usage_error("--max-memory: expected a size, not '%s'", optarg);
+			ro.max_memory = v;
 			{
 				struct mk_budget_split bs;
 				char b[32];
 				mk_budget_split(v, &bs);
 				if (bs.stages + bs.merge + bs.fetch + bs.pack > v)
-					cli_info(2, "note: --max-memory %s is less than the stages need at the least; they get %llu bytes in all (%llu for the four processes, mk-fetch %llu, mk-pack %llu, merging %llu)",
+					cli_info(2, "note: --max-memory %s is less than the stages need at the least; they get %llu bytes in all (%llu for the stages at rest, mk-fetch %llu, mk-pack %llu, merging %llu)",
 						 optarg, (unsigned long long)(bs.stages + bs.merge + bs.fetch + bs.pack),
 						 (unsigned long long)bs.stages,
 						 (unsigned long long)bs.fetch, (unsigned long long)bs.pack,
@@ -205,11 +313,12 @@ int main(int argc, char **argv)
 			push(&plan, "--spill");
 			push(&merge, "--spill");
 			push(&merge, optarg);
+			ro.spill_dir = optarg;
 			break;
-		case O_FORCE: push(&pack, "--force"); break;
-		case O_REMOTE: push(&fetch, "--remote"); break;
-		case O_NOCACHE: push(&fetch, "--no-cache"); break;
-		case O_RESUME: resume = true; break;
+		case O_FORCE: push(&pack, "--force"); ro.force = true; break;
+		case O_REMOTE: push(&fetch, "--remote"); ro.remote = true; break;
+		case O_NOCACHE: push(&fetch, "--no-cache"); ro.no_cache = true; break;
+		case O_RESUME: resume = true; ro.resume = true; break;
 		case O_QUIET: quiet = true; break;
 		case O_CACHE:
 			/* the Hugging Face cache the stages resolve references in
@@ -222,6 +331,10 @@ int main(int argc, char **argv)
 				    "with no merged copy on disk; ignored");
 			break;
 		case O_LORA_DT:
+			if (mk_config_dtype_parse(optarg, &ro.lora_dtype, NULL, NULL) || !mk_dtype_is_float(ro.lora_dtype))
+				cli_usage_error("--lora-merge-dtype: expected a float dtype (bfloat16, float16, float32), not '%s'",
+						optarg);
+			ro.has_lora_dtype = true;
 			push(&plan, "--lora-merge-dtype");
 			push(&plan, optarg);
 			break;
@@ -235,6 +348,13 @@ int main(int argc, char **argv)
 			push(&plan, optarg);
 			push(&merge, "--plugin");
 			push(&merge, optarg);
+			{
+				char **q = realloc(plugins, (nplugins + 1) * sizeof(*q));
+				if (!q)
+					cli_fail_oom();
+				plugins = q;
+				plugins[nplugins++] = optarg;
+			}
 			break;
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
@@ -253,6 +373,10 @@ int main(int argc, char **argv)
 	if (!partial)
 		cli_fail_oom();
 	snprintf(partial, ol + 16, "%.*s.mk-partial", (int)ol, out);
+	if (!print && !procs) {
+		ro.out_dir = out;
+		return run_here(&ro, config, partial, plugins, nplugins, quiet);
+	}
 	if (resume) {
 		push(&fetch, "--skip-done");
 		push(&fetch, partial);
