@@ -263,7 +263,8 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 	uint64_t v;
 
 	if (state_dicts && (c == CLI_RUN_COPY || c == CLI_RUN_NOCOPY || c == CLI_RUN_CARD || c == CLI_RUN_NOCARD ||
-			    c == CLI_RUN_CRIMES || c == CLI_RUN_LORA_DT || c == CLI_RUN_REMOTE || c == CLI_RUN_NOCACHE ||
+			    c == CLI_RUN_CRIMES || c == CLI_RUN_NOCRIMES || c == CLI_RUN_LORA_DT ||
+			    c == CLI_RUN_LORA_CACHE || c == CLI_RUN_REMOTE || c == CLI_RUN_NOCACHE ||
 			    c == CLI_RUN_CACHE))
 		c = CLI_RUN_IGN0;
 	switch (c) {
@@ -276,6 +277,7 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 	case CLI_RUN_CARD: o->no_model_card = false; return true;
 	case CLI_RUN_NOCARD: o->no_model_card = true; return true;
 	case CLI_RUN_CRIMES: o->allow_crimes = true; return true;
+	case CLI_RUN_NOCRIMES: o->allow_crimes = false; return true;
 	case CLI_RUN_SEED:
 		if (mk_size_parse(arg, &o->seed))
 			cli_usage_error("--random-seed: expected a non-negative integer, not '%s'", arg);
@@ -312,6 +314,10 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 			cli_usage_error("--lora-merge-dtype: expected a float dtype (bfloat16, float16, float32), not '%s'",
 					arg);
 		o->has_lora_dtype = true;
+		return true;
+	case CLI_RUN_LORA_CACHE:
+		cli_info(2, "note: --lora-merge-cache is not needed: mk applies LoRA adapters as it reads the weights, "
+			    "with no merged copy on disk; ignored");
 		return true;
 	case CLI_RUN_IGN0:
 	case CLI_RUN_IGN1:

@@ -198,44 +198,93 @@ static int run_here(struct mk_run_opts *o, const char *config, const char *parti
 	return EXIT_OK;
 }
 
+/* The four programs' command lines for the options in o (--processes,
+ * --print-pipeline): each stage gets the options that are its own. */
+static void stage_args(const struct mk_run_opts *o, char **plugins, size_t nplugins)
+{
+	char b[32];
+
+	if (o->out_shard_size) {
+		snprintf(b, sizeof(b), "%llu", (unsigned long long)o->out_shard_size);
+		push(&pack, "--out-shard-size");
+		push(&pack, b);
+	}
+	if (o->no_copy_tokenizer)
+		push(&plan, "--no-copy-tokenizer");
+	if (o->no_model_card)
+		push(&plan, "--no-write-model-card");
+	if (o->allow_crimes)
+		push(&plan, "--allow-crimes");
+	if (o->seed) {
+		snprintf(b, sizeof(b), "%llu", (unsigned long long)o->seed);
+		push(&plan, "--random-seed");
+		push(&plan, b);
+	}
+	if (o->has_lora_dtype) {
+		push(&plan, "--lora-merge-dtype");
+		push(&plan, mk_dtype_name(o->lora_dtype));
+	}
+	if (o->cuda)
+		push(&merge, "--cuda");
+	if (o->strict)
+		push(&merge, "--strict");
+	if (o->threads) {
+		snprintf(b, sizeof(b), "%u", o->threads);
+		push(&merge, "-j");
+		push(&merge, b);
+	}
+	for (int i = 2; i < cli_verbose; i++) /* each -v (cli_verbose starts at 2) */
+		push(&merge, "-v");
+	if (o->max_memory) {
+		struct mk_budget_split bs;
+		mk_budget_split(o->max_memory, &bs);
+		snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.merge);
+		push(&plan, "--max-memory");
+		push(&plan, b);
+		push(&merge, "--max-memory");
+		push(&merge, b);
+		snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.fetch);
+		push(&fetch, "--max-memory");
+		push(&fetch, b);
+		snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.pack);
+		push(&pack, "--max-memory");
+		push(&pack, b);
+	}
+	if (o->spill_dir) {
+		push(&plan, "--spill");
+		push(&merge, "--spill");
+		push(&merge, o->spill_dir);
+	}
+	for (size_t i = 0; i < nplugins; i++) {
+		push(&plan, "--plugin");
+		push(&plan, plugins[i]);
+		push(&merge, "--plugin");
+		push(&merge, plugins[i]);
+	}
+	if (o->remote)
+		push(&fetch, "--remote");
+	if (o->no_cache)
+		push(&fetch, "--no-cache");
+	if (o->force)
+		push(&pack, "--force");
+}
+
 int main(int argc, char **argv)
 {
-	enum { O_PRINT = 256, O_PROCS, O_SHARD, O_COPY, O_NOCOPY, O_CARD, O_NOCARD, O_CRIMES, O_NOCRIMES, O_SEED, O_CUDA,
-	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_RESUME, O_QUIET, O_IGN0, O_IGN1, O_STRICT, O_CACHE, O_LORA_DT, O_LORA_CACHE, O_REMOTE, O_NOCACHE };
+	enum { O_PRINT = 256, O_PROCS, O_FORCE, O_RESUME };
 	static const struct option lo[] = {
-		{ "print-pipeline", 0, 0, O_PRINT }, { "processes", 0, 0, O_PROCS }, { "out-shard-size", 1, 0, O_SHARD },
-		{ "copy-tokenizer", 0, 0, O_COPY }, { "no-copy-tokenizer", 0, 0, O_NOCOPY },
-		{ "write-model-card", 0, 0, O_CARD }, { "no-write-model-card", 0, 0, O_NOCARD },
-		{ "allow-crimes", 0, 0, O_CRIMES }, { "no-allow-crimes", 0, 0, O_NOCRIMES },
-		{ "random-seed", 1, 0, O_SEED }, { "cuda", 0, 0, O_CUDA }, { "no-cuda", 0, 0, O_NOCUDA },
-		{ "num-threads", 1, 0, 'j' }, { "max-memory", 1, 0, O_MEM }, { "spill", 1, 0, O_SPILL }, { "force", 0, 0, O_FORCE },
-		{ "strict", 0, 0, O_STRICT },
-		{ "remote", 0, 0, O_REMOTE }, { "no-cache", 0, 0, O_NOCACHE },
-		{ "resume", 0, 0, O_RESUME },
-		{ "quiet", 0, 0, O_QUIET }, { "no-quiet", 0, 0, O_IGN0 }, { "verbose", 0, 0, 'v' },
-		{ "help", 0, 0, 'h' }, { "version", 0, 0, 'V' }, { "plugin", 1, 0, 'P' },
-		/* mergekit options without meaning here */
-		{ "lazy-unpickle", 0, 0, O_IGN0 }, { "no-lazy-unpickle", 0, 0, O_IGN0 },
-		{ "low-cpu-memory", 0, 0, O_IGN0 }, { "no-low-cpu-memory", 0, 0, O_IGN0 },
-		{ "clone-tensors", 0, 0, O_IGN0 }, { "no-clone-tensors", 0, 0, O_IGN0 },
-		{ "trust-remote-code", 0, 0, O_IGN0 }, { "no-trust-remote-code", 0, 0, O_IGN0 },
-		{ "read-to-gpu", 0, 0, O_IGN0 }, { "no-read-to-gpu", 0, 0, O_IGN0 },
-		{ "multi-gpu", 0, 0, O_IGN0 }, { "no-multi-gpu", 0, 0, O_IGN0 }, { "gpu-rich", 0, 0, O_IGN0 },
-		{ "async-write", 0, 0, O_IGN0 }, { "no-async-write", 0, 0, O_IGN0 },
-		{ "safe-serialization", 0, 0, O_IGN0 }, { "no-safe-serialization", 0, 0, O_IGN0 },
-		{ "write-threads", 1, 0, O_IGN1 }, { "device", 1, 0, O_IGN1 },
-		{ "transformers-cache", 1, 0, O_CACHE }, { "lora-merge-cache", 1, 0, O_LORA_CACHE },
-		{ "lora-merge-dtype", 1, 0, O_LORA_DT },
+		{ "print-pipeline", 0, 0, O_PRINT }, { "processes", 0, 0, O_PROCS }, { "force", 0, 0, O_FORCE },
+		{ "resume", 0, 0, O_RESUME }, { "help", 0, 0, 'h' }, { "version", 0, 0, 'V' },
+		CLI_RUN_OPTIONS,
 		{ 0 },
 	};
-	struct mk_err err = { 0 };
 	bool print = false, procs = false, quiet = false, resume = false;
-	/* the same options for mk_run_merge */
+	/* the options, for mk_run_merge or the four programs */
 	struct mk_run_opts ro = { 0 };
 	char **plugins = NULL;
 	size_t nplugins = 0;
+	const char *mem_arg = NULL; /* --max-memory as given, for the note */
 	int c, li = 0;
-	uint64_t v;
 
 	cli_init("mk-yaml");
 	char *p_plan = stage_path("mk-plan"), *p_fetch = stage_path("mk-fetch"), *p_merge = stage_path("mk-merge"),
@@ -252,114 +301,37 @@ int main(int argc, char **argv)
 		switch (c) {
 		case O_PRINT: print = true; break;
 		case O_PROCS: procs = true; break;
-		case O_SHARD:
-			if (mk_size_parse(optarg, &v))
-				cli_usage_error("--out-shard-size: expected a size like 5B, 200K or 64MiB, not '%s'", optarg);
-			ro.out_shard_size = v;
-			push(&pack, "--out-shard-size");
-			push(&pack, optarg);
-			break;
-		case O_COPY: push(&plan, "--copy-tokenizer"); ro.no_copy_tokenizer = false; break;
-		case O_NOCOPY: push(&plan, "--no-copy-tokenizer"); ro.no_copy_tokenizer = true; break;
-		case O_CARD: push(&plan, "--write-model-card"); ro.no_model_card = false; break;
-		case O_NOCARD: push(&plan, "--no-write-model-card"); ro.no_model_card = true; break;
-		case O_CRIMES: push(&plan, "--allow-crimes"); ro.allow_crimes = true; break;
-		case O_NOCRIMES: ro.allow_crimes = false; break;
-		case O_SEED:
-			if (mk_size_parse(optarg, &v))
-				cli_usage_error("--random-seed: expected a non-negative integer, not '%s'", optarg);
-			push(&plan, "--random-seed");
-			push(&plan, optarg);
-			ro.seed = v;
-			break;
-		case O_CUDA: push(&merge, "--cuda"); ro.cuda = true; break;
-		case O_STRICT: push(&merge, "--strict"); ro.strict = true; break;
-		case O_NOCUDA: ro.cuda = false; break;
-		case 'j':
-			if (mk_size_parse(optarg, &v) || v < 1)
-				cli_usage_error("--num-threads: expected a positive integer, not '%s'", optarg);
-			push(&merge, "-j");
-			push(&merge, optarg);
-			ro.threads = v > 4096 ? 4096 : (unsigned)v;
-			break;
-		case O_MEM:
-			if (mk_size_parse(optarg, &v))
-				cli_usage_error("--max-memory: expected a size, not '%s'", optarg);
-			ro.max_memory = v;
-			{
-				struct mk_budget_split bs;
-				char b[32];
-				mk_budget_split(v, &bs);
-				if (bs.stages + bs.merge + bs.fetch + bs.pack > v)
-					cli_info(2, "note: --max-memory %s is less than the stages need at the least; they get %llu bytes in all (%llu for the stages at rest, mk-fetch %llu, mk-pack %llu, merging %llu)",
-						 optarg, (unsigned long long)(bs.stages + bs.merge + bs.fetch + bs.pack),
-						 (unsigned long long)bs.stages,
-						 (unsigned long long)bs.fetch, (unsigned long long)bs.pack,
-						 (unsigned long long)bs.merge);
-				snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.merge);
-				push(&plan, "--max-memory");
-				push(&plan, b);
-				push(&merge, "--max-memory");
-				push(&merge, b);
-				snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.fetch);
-				push(&fetch, "--max-memory");
-				push(&fetch, b);
-				snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.pack);
-				push(&pack, "--max-memory");
-				push(&pack, b);
-			}
-			break;
-		case O_SPILL:
-			push(&plan, "--spill");
-			push(&merge, "--spill");
-			push(&merge, optarg);
-			ro.spill_dir = optarg;
-			break;
-		case O_FORCE: push(&pack, "--force"); ro.force = true; break;
-		case O_REMOTE: push(&fetch, "--remote"); ro.remote = true; break;
-		case O_NOCACHE: push(&fetch, "--no-cache"); ro.no_cache = true; break;
+		case O_FORCE: ro.force = true; break;
 		case O_RESUME: resume = true; ro.resume = true; break;
-		case O_QUIET: quiet = true; break;
-		case O_CACHE:
-			/* the Hugging Face cache the stages resolve references in
-			 * (mergekit's cache_dir): theirs through HF_HUB_CACHE */
-			if (setenv("HF_HUB_CACHE", optarg, 1))
-				cli_fail_oom(); /* setenv fails only for want of memory here */
+		case CLI_RUN_PLUGIN: {
+			/* loaded where the merge runs: here (run_here), or by
+			 * mk-plan and mk-merge */
+			char **q = realloc(plugins, (nplugins + 1) * sizeof(*q));
+			if (!q)
+				cli_fail_oom();
+			plugins = q;
+			plugins[nplugins++] = optarg;
 			break;
-		case O_LORA_CACHE:
-			cli_info(2, "note: --lora-merge-cache is not needed: mk applies LoRA adapters as it reads the weights, "
-				    "with no merged copy on disk; ignored");
-			break;
-		case O_LORA_DT:
-			if (mk_config_dtype_parse(optarg, &ro.lora_dtype, NULL, NULL) || !mk_dtype_is_float(ro.lora_dtype))
-				cli_usage_error("--lora-merge-dtype: expected a float dtype (bfloat16, float16, float32), not '%s'",
-						optarg);
-			ro.has_lora_dtype = true;
-			push(&plan, "--lora-merge-dtype");
-			push(&plan, optarg);
-			break;
-		case O_IGN0:
-		case O_IGN1:
-			cli_info(2, "note: --%s means nothing to mk; ignored", lo[li].name);
-			break;
-		case 'v': cli_verbose++; push(&merge, "-v"); break;
-		case 'P':
-			push(&plan, "--plugin");
-			push(&plan, optarg);
-			push(&merge, "--plugin");
-			push(&merge, optarg);
-			{
-				char **q = realloc(plugins, (nplugins + 1) * sizeof(*q));
-				if (!q)
-					cli_fail_oom();
-				plugins = q;
-				plugins[nplugins++] = optarg;
-			}
-			break;
+		}
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
-		default: cli_usage_hint();
+		default:
+			if (c == CLI_RUN_MEM)
+				mem_arg = optarg;
+			if (!cli_run_option(c == 'v' ? CLI_RUN_VERBOSE : c, optarg, c == 'v' ? "verbose" : lo[li].name,
+					    false, &ro, &quiet))
+				cli_usage_hint();
 		}
+	}
+	if (ro.max_memory) {
+		struct mk_budget_split bs;
+		mk_budget_split(ro.max_memory, &bs);
+		if (bs.stages + bs.merge + bs.fetch + bs.pack > ro.max_memory)
+			cli_info(2, "note: --max-memory %s is less than the stages need at the least; they get %llu bytes in all (%llu for the stages at rest, mk-fetch %llu, mk-pack %llu, merging %llu)",
+				 mem_arg,
+				 (unsigned long long)(bs.stages + bs.merge + bs.fetch + bs.pack),
+				 (unsigned long long)bs.stages, (unsigned long long)bs.fetch, (unsigned long long)bs.pack,
+				 (unsigned long long)bs.merge);
 	}
 	if (argc - optind != 2)
 		cli_usage_error(argc - optind < 2 ? "expected CONFIG and OUT" : "too many arguments");
@@ -377,6 +349,7 @@ int main(int argc, char **argv)
 		ro.out_dir = out;
 		return run_here(&ro, config, partial, plugins, nplugins, quiet);
 	}
+	stage_args(&ro, plugins, nplugins);
 	if (resume) {
 		push(&fetch, "--skip-done");
 		push(&fetch, partial);
@@ -398,10 +371,8 @@ int main(int argc, char **argv)
 		return EXIT_OK;
 	}
 	/* refuse an existing OUT before any work, as mk-pack would */
-	struct mk_pack_opts po = { .out_dir = out, .resume = resume };
-	for (size_t i = 0; i < pack.n; i++)
-		if (!strcmp(pack.v[i], "--force"))
-			po.force = true;
+	struct mk_err err = { 0 };
+	struct mk_pack_opts po = { .out_dir = out, .resume = resume, .force = ro.force };
 	if (mk_pack_check_out(&po, &err))
 		cli_fail(&err);
 	/* with --resume, a failed run leaves OUT.mk-partial for the next */
