@@ -169,7 +169,7 @@ static json_t *out_config(const struct mk_moe_config *c, enum mk_moe_arch a, jso
 
 struct newt {                /* a tensor mk-moe makes (routers, zero biases) */
 	char name[160];
-	uint64_t rows, cols;
+	uint64_t rows, cols; /* rows 0: a vector of cols */
 	float *data;         /* rows * cols; NULL: zeros */
 };
 
@@ -197,11 +197,12 @@ static int write_newt(const char *dir, const struct newt *t, size_t n, enum mk_d
 	int rc = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		uint64_t nb = t[i].rows * t[i].cols * esz;
+		uint64_t nb = (t[i].rows ? t[i].rows : 1) * t[i].cols * esz;
+		json_t *shape = t[i].rows ? json_pack("[I,I]", (json_int_t)t[i].rows, (json_int_t)t[i].cols) :
+					    json_pack("[I]", (json_int_t)t[i].cols);
 		json_object_set_new(h, t[i].name,
-				    json_pack("{s:s,s:[I,I],s:[I,I]}", "dtype", mk_dtype_name(dt), "shape",
-					      (json_int_t)t[i].rows, (json_int_t)t[i].cols, "data_offsets",
-					      (json_int_t)off, (json_int_t)(off + nb)));
+				    json_pack("{s:s,s:o,s:[I,I]}", "dtype", mk_dtype_name(dt), "shape", shape,
+					      "data_offsets", (json_int_t)off, (json_int_t)(off + nb)));
 		off += nb;
 	}
 	char *hs = json_dumps(h, JSON_COMPACT | JSON_SORT_KEYS);
@@ -223,7 +224,7 @@ static int write_newt(const char *dir, const struct newt *t, size_t n, enum mk_d
 	free(hs);
 	unsigned char *buf = NULL;
 	for (size_t i = 0; !rc && i < n; i++) {
-		size_t cnt = (size_t)(t[i].rows * t[i].cols);
+		size_t cnt = (size_t)((t[i].rows ? t[i].rows : 1) * t[i].cols);
 		unsigned char *nb = realloc(buf, cnt * esz + 1);
 		if (!nb) {
 			rc = -2;
@@ -435,7 +436,7 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out,
 			if (mk_model_find(ms[0].m, nmb))
 				continue;
 			snprintf(nt[ng].name, sizeof(nt[ng].name), "%s", nmb);
-			nt[ng].rows = 1;
+			nt[ng].rows = 0;
 			nt[ng].cols = (q ? kv : heads) * hd;
 			ng++;
 		}

@@ -1,0 +1,86 @@
+"""moe_compare.py MK_OUT MERGEKIT_OUT [--random] [--load]
+
+Compare an mk-moe output with mergekit-moe's for the same configuration,
+tensor by tensor, bit for bit.  mk writes each expert's weights under
+per-expert names (transformers converts them on load); where mergekit
+wrote the fused transformers-v5 layout (experts.gate_up_proj [E, 2I, H],
+experts.down_proj [E, H, I]) mk's tensors are stacked the same way before
+comparing.  --random: the router weights come from different generators
+(mk's counter RNG, torch's), so only their shapes and dtypes are compared.
+--load: load MK_OUT with transformers and generate a few tokens (not for
+DeepSeek MoE, which needs the Hub's remote code).  Exit 0 when all agree.
+"""
+import json
+import re
+import sys
+
+import torch
+from safetensors import safe_open
+
+
+def load(d):
+    idx = d + "/model.safetensors.index.json"
+    try:
+        files = sorted(set(json.load(open(idx))["weight_map"].values()))
+    except FileNotFoundError:
+        files = ["model.safetensors"]
+    out = {}
+    for f in files:
+        with safe_open(d + "/" + f, "pt") as s:
+            for k in s.keys():
+                out[k] = s.get_tensor(k)
+    return out
+
+
+def bits(t):
+    return t.contiguous().view(torch.uint8) if t.numel() else t
+
+
+def main():
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    rnd = "--random" in sys.argv
+    mk, mg = load(args[0]), load(args[1])
+    used, bad = set(), 0
+    for name, ref in mg.items():
+        m = re.match(r"(.*\.mlp)\.experts\.(gate_up_proj|down_proj)$", name)
+        if m:
+            pre, kind = m.groups()
+            e, parts = 0, []
+            while True:
+                names = [f"{pre}.experts.{e}.{p}.weight" for p in
+                         (("w1", "w3") if kind == "gate_up_proj" else ("w2",))]
+                if names[0] not in mk:
+                    names = [f"{pre}.experts.{e}.{p}.weight" for p in
+                             (("gate_proj", "up_proj") if kind == "gate_up_proj" else ("down_proj",))]
+                if names[0] not in mk:
+                    break
+                parts.append(torch.cat([mk[n] for n in names], 0))
+                used.update(names)
+                e += 1
+            got = torch.stack(parts) if parts else None
+        else:
+            got = mk.get(name)
+            used.add(name)
+        if got is None:
+            print(f"MISSING {name}")
+            bad += 1
+            continue
+        router = name.endswith("mlp.gate.weight") or name.endswith("shared_expert_gate.weight")
+        same_shape = got.shape == ref.shape and got.dtype == ref.dtype
+        ok = same_shape and (rnd and router or torch.equal(bits(got), bits(ref)))
+        print(f"{'ok  ' if ok else 'DIFF'} {name} {tuple(ref.shape)} {ref.dtype}"
+              f"{' (router: shape and dtype only)' if rnd and router else ''}")
+        bad += not ok
+    for name in sorted(set(mk) - used):
+        print(f"EXTRA {name}")
+        bad += 1
+    if "--load" in sys.argv:
+        import transformers
+        model = transformers.AutoModelForCausalLM.from_pretrained(args[0])
+        out = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=4, do_sample=False)
+        print(f"load: {type(model).__name__} generated {out.tolist()}")
+    print(f"{'PASS' if not bad else 'FAIL'}: {len(mg)} tensors, {bad} differ")
+    sys.exit(1 if bad else 0)
+
+
+main()
