@@ -35,7 +35,8 @@ static void usage(void)
 	       "                            allow experts that are all the same model\n"
 	       "  --force                   replace an existing OUT\n"
 	       "  -j, --num-threads N       mk-merge worker threads\n"
-	       "  --print-pipeline          print the stages' command line after planning, and exit\n"
+	       "  --print-pipeline          plan, print the stages' command line and exit (the\n"
+	       "                            plan's work directory is kept for it; remove it after)\n"
 	       "  -q, --quiet               say less; -v, --verbose: say more\n"
 	       "  -h, --help                show this help and exit\n"
 	       "  -V, --version             show the version and exit\n"
@@ -266,7 +267,8 @@ int main(int argc, char **argv)
 		push(&pack, "--no-progress");
 	push(&pack, out);
 	struct mk_stage st[3] = { { "mk-fetch", fetch.v }, { "mk-merge", merge.v }, { "mk-pack", pack.v } };
-	if (print) {
+	if (print) {   /* the plan stays, for the printed command to read */
+		work[0] = '\0';
 		char *s = mk_pipeline_format(st, 3);
 		printf("%s\n", s ? s : "");
 		free(s);
