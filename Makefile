@@ -21,9 +21,9 @@ SAN       ?=
 BUILD     ?= $(if $(SAN),build-san,build)
 FUZZ_SECONDS ?= 30
 
-PKGS      := yaml-0.1 libzstd liburing jansson
+PKGS      := yaml-0.1 libzstd liburing jansson libpcre2-8 icu-uc
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -lzstd -luring -ljansson)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null || echo -lyaml -lzstd -luring -ljansson -lpcre2-8 -licuuc -licudata)
 LIBS      := $(PKG_LIBS) -lopenblas -lpthread -ldl -lm
 
 WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
@@ -187,11 +187,14 @@ build-fuzz/%: test/fuzz/%.c $(wildcard test/fuzz/*.h) $(LIB_SRC) build-fuzz/cxx.
 
 # mk.pc for prefix $(1), libdir $(2), includedir $(3).  Libs.private and
 # Requires.private are what a program linking libmk.a needs
-# (pkg-config --static); libmk.so carries them itself.
-MK_PC_PRIVATE := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++ )-lopenblas -lpthread -ldl -lm
+# (pkg-config --static); libmk.so carries them itself.  ICU goes in
+# Libs.private, followed by -lstdc++: its static libicuuc is C++ and
+# icu-uc.pc does not say so.
+MK_PC_PRIVATE := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++ )-lopenblas -lpthread -ldl -lm \
+		 -licuuc -licudata -lstdc++ -lpthread -lm
 mk_pc = printf '%s\n' 'prefix=$(1)' 'libdir=$(2)' 'includedir=$(3)' '' \
 	  'Name: mk' 'Description: model merging for large language models (libmk)' 'Version: $(VERSION)' \
-	  'Requires.private: $(PKGS)' 'Libs: -L$${libdir} -lmk' 'Libs.private: $(MK_PC_PRIVATE)' \
+	  'Requires.private: $(filter-out icu-uc,$(PKGS))' 'Libs: -L$${libdir} -lmk' 'Libs.private: $(MK_PC_PRIVATE)' \
 	  'Cflags: -I$${includedir}'
 
 # For building against this tree without installing: pkg-config picks
