@@ -6,7 +6,9 @@
  *                [--vocab V] [--dtype DT] [--shards K] [--all-dtypes]
  *                [--big-rows R] [--pad-leading] [--arch llama|mistral]
  *                [--bpe-tokenizer[=EXTRA]] [--tok-skip K] [--tok-size N] [--unigram] [--tied]
- *                [--spm FILE [--spm-added A,B]] [--slow] OUTDIR
+ *                [--spm FILE [--spm-added A,B]] [--slow]
+ *                [--heads N] [--kv-heads N] [--weight-scale S] [--unit-norms] [--biases]
+ *                [--config-extra JSON] OUTDIR
  *
  * --all-dtypes adds one small tensor of every safetensors dtype, a scalar
  * and an empty tensor; --big-rows adds "big.weight" [R, H] in F32 (make it
@@ -30,7 +32,18 @@
  * --slow (with --bpe-tokenizer): the same vocabulary as a slow GPT-2
  * tokenizer's vocab.json and merges.txt, no tokenizer.json.
  * Without --bpe-tokenizer or --spm the files are a small
- * WordLevel stand-in. */
+ * WordLevel stand-in.
+ *
+ * For the forward pass (mk_forward): --arch qwen2 adds q/k/v biases,
+ * --arch qwen3 the q_norm/k_norm weights (and writes head_dim); --biases
+ * a bias for every attention and MLP projection (llama's attention_bias
+ * and mlp_bias);
+ * --heads/--kv-heads set the attention heads (4 and 4; k_proj and v_proj
+ * are [kv-heads * head_dim, H]); --weight-scale multiplies every value
+ * (so attention is not near uniform); --unit-norms fills the RMSNorm
+ * weights with 1 + a value instead (norms that keep activations' size);
+ * --config-extra appends JSON members to config.json (a later duplicate
+ * key wins, as Python reads it). */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -77,7 +90,9 @@ static uint64_t splitmix(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-static void fill(uint8_t *buf, uint64_t nbytes, enum mk_dtype dt, uint64_t nelem, uint64_t seed)
+static double weight_scale = 1.0;
+
+static void fill(uint8_t *buf, uint64_t nbytes, enum mk_dtype dt, uint64_t nelem, uint64_t seed, bool unit)
 {
 	uint64_t s = seed;
 
@@ -86,7 +101,9 @@ static void fill(uint8_t *buf, uint64_t nbytes, enum mk_dtype dt, uint64_t nelem
 		for (uint64_t i = 0; i < nelem; i++) {
 			/* roughly N(0, 0.02)-sized values, as weights are */
 			double u = (double)(splitmix(&s) >> 11) / 9007199254740992.0 - 0.5;
-			float v = (float)(u * 0.08);
+			float v = (float)(u * 0.08 * weight_scale);
+			if (unit)
+				v = (float)(1.0 + u);
 			mk_dtype_convert(dt, buf + i * es, MK_DT_F32, &v, 1);
 		}
 	} else if (dt == MK_DT_BOOL) {
@@ -120,8 +137,13 @@ int main(int argc, char **argv)
 		{ "shards", 1, 0, 'k' }, { "all-dtypes", 0, 0, 'a' }, { "big-rows", 1, 0, 'b' },
 		{ "pad-leading", 0, 0, 'p' }, { "arch", 1, 0, 'A' }, { "bpe-tokenizer", 2, 0, 'T' },
 		{ "tok-skip", 1, 0, 'K' }, { "tok-size", 1, 0, 'S' }, { "tied", 0, 0, 't' }, { "unigram", 0, 0, 'U' },
-		{ "spm", 1, 0, 'P' }, { "spm-added", 1, 0, 'Q' }, { "slow", 0, 0, 'W' }, { 0 },
+		{ "spm", 1, 0, 'P' }, { "spm-added", 1, 0, 'Q' }, { "slow", 0, 0, 'W' },
+		{ "heads", 1, 0, 'h' }, { "kv-heads", 1, 0, 'g' }, { "weight-scale", 1, 0, 'w' },
+		{ "unit-norms", 0, 0, 'u' }, { "config-extra", 1, 0, 'x' }, { "biases", 0, 0, 'B' }, { 0 },
 	};
+	uint64_t heads = 4, kv_heads = 0;
+	bool unit_norms = false, biases = false;
+	const char *extra = NULL;
 	uint64_t seed = 1, layers = 2, hidden = 64, inter = 0, vocab = 256, shards = 1, big = 0, tokskip = 0, toksize = 0;
 	bool tied = false, unigram = false, slow = false;
 	enum mk_dtype dt = MK_DT_BF16;
@@ -147,13 +169,28 @@ int main(int argc, char **argv)
 		case 'U': unigram = true; break;
 		case 'W': slow = true; break;
 		case 'P': spm = optarg; break;
+		case 'h': dst = &heads; break;
+		case 'g': dst = &kv_heads; break;
+		case 'u': unit_norms = true; break;
+		case 'B': biases = true; break;
+		case 'x': extra = optarg; break;
+		case 'w': {
+			char *end;
+			weight_scale = strtod(optarg, &end);
+			if (*end || !(weight_scale > 0)) {
+				fprintf(stderr, "mk-gen-model: bad --weight-scale %s\n", optarg);
+				return 2;
+			}
+			break;
+		}
 		case 'Q': spm_added = optarg; break;
 		case 'a': all = true; break;
 		case 'p': pad = true; break;
 		case 'T': bpe = optarg ? optarg : "</s>"; break;
 		case 'A':
-			if (strcmp(optarg, "llama") && strcmp(optarg, "mistral")) {
-				fprintf(stderr, "mk-gen-model: --arch llama or mistral\n");
+			if (strcmp(optarg, "llama") && strcmp(optarg, "mistral") && strcmp(optarg, "qwen2") &&
+			    strcmp(optarg, "qwen3")) {
+				fprintf(stderr, "mk-gen-model: --arch llama, mistral, qwen2 or qwen3\n");
 				return 2;
 			}
 			arch = optarg;
@@ -176,6 +213,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const char *dir = argv[optind];
+	if (!kv_heads)
+		kv_heads = heads;
+	if (!heads || hidden % heads || heads % kv_heads) {
+		fprintf(stderr, "mk-gen-model: --heads must divide --hidden, --kv-heads --heads\n");
+		return 2;
+	}
+	const uint64_t hd = hidden / heads, kvd = kv_heads * hd;
 	if (!inter)
 		inter = hidden * 2 + hidden / 2;
 	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
@@ -190,7 +234,17 @@ int main(int argc, char **argv)
 		add(name, dt, 1, hidden, 0);
 		for (int i = 0; i < 4; i++) {
 			snprintf(name, sizeof(name), "model.layers.%llu.%s.weight", (unsigned long long)l, sq[i]);
-			add(name, dt, 2, hidden, hidden);
+			add(name, dt, 2, i == 1 || i == 2 ? kvd : hidden, hidden);
+			if ((!strcmp(arch, "qwen2") && i < 3) || biases) {
+				snprintf(name, sizeof(name), "model.layers.%llu.%s.bias", (unsigned long long)l, sq[i]);
+				add(name, dt, 1, i == 1 || i == 2 ? kvd : hidden, 0);
+			}
+		}
+		if (!strcmp(arch, "qwen3")) {
+			snprintf(name, sizeof(name), "model.layers.%llu.self_attn.q_norm.weight", (unsigned long long)l);
+			add(name, dt, 1, hd, 0);
+			snprintf(name, sizeof(name), "model.layers.%llu.self_attn.k_norm.weight", (unsigned long long)l);
+			add(name, dt, 1, hd, 0);
 		}
 		snprintf(name, sizeof(name), "model.layers.%llu.mlp.gate_proj.weight", (unsigned long long)l);
 		add(name, dt, 2, inter, hidden);
@@ -198,6 +252,14 @@ int main(int argc, char **argv)
 		add(name, dt, 2, inter, hidden);
 		snprintf(name, sizeof(name), "model.layers.%llu.mlp.down_proj.weight", (unsigned long long)l);
 		add(name, dt, 2, hidden, inter);
+		if (biases) {
+			snprintf(name, sizeof(name), "model.layers.%llu.mlp.gate_proj.bias", (unsigned long long)l);
+			add(name, dt, 1, inter, 0);
+			snprintf(name, sizeof(name), "model.layers.%llu.mlp.up_proj.bias", (unsigned long long)l);
+			add(name, dt, 1, inter, 0);
+			snprintf(name, sizeof(name), "model.layers.%llu.mlp.down_proj.bias", (unsigned long long)l);
+			add(name, dt, 1, hidden, 0);
+		}
 		snprintf(name, sizeof(name), "model.layers.%llu.post_attention_layernorm.weight",
 			 (unsigned long long)l);
 		add(name, dt, 1, hidden, 0);
@@ -269,7 +331,9 @@ int main(int argc, char **argv)
 			uint64_t h = seed * 1000003;
 			for (const char *q = ot[j].name; *q; q++)
 				h = h * 131 + (uint8_t)*q;
-			fill(data + ot[j].begin, ot[j].nbytes, ot[j].dtype, nelem, h);
+			size_t nl = strlen(ot[j].name);
+			bool unit = unit_norms && nl > 11 && !strcmp(ot[j].name + nl - 11, "norm.weight");
+			fill(data + ot[j].begin, ot[j].nbytes, ot[j].dtype, nelem, h, unit);
 		}
 		if (fwrite(data, 1, total, f) != total || fclose(f) != 0) {
 			perror(path);
@@ -289,15 +353,25 @@ int main(int argc, char **argv)
 		fprintf(f, "\n  }\n}");
 		fclose(f);
 	}
+	char hdtext[32];
+	snprintf(hdtext, sizeof(hdtext), "%llu", (unsigned long long)hd);
+	if (extra && strlen(extra) > 2048) {
+		fprintf(stderr, "mk-gen-model: --config-extra is too long\n");
+		return 2;
+	}
 	snprintf(buf, sizeof(buf),
 		 "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n"
 		 "  \"hidden_size\": %llu,\n  \"intermediate_size\": %llu,\n  \"num_hidden_layers\": %llu,\n"
-		 "  \"num_attention_heads\": 4,\n  \"num_key_value_heads\": 4,\n  \"vocab_size\": %llu,\n"
+		 "  \"num_attention_heads\": %llu,\n  \"num_key_value_heads\": %llu,\n  \"vocab_size\": %llu,\n"
 		 "  \"max_position_embeddings\": 256,\n  \"rms_norm_eps\": 1e-05,\n"
-		 "  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"\n}\n",
-		 strcmp(arch, "mistral") ? "LlamaForCausalLM" : "MistralForCausalLM", arch,
+		 "  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"%s%s%s%s\n}\n",
+		 !strcmp(arch, "mistral") ? "MistralForCausalLM" : !strcmp(arch, "qwen2") ? "Qwen2ForCausalLM"
+		 : !strcmp(arch, "qwen3") ? "Qwen3ForCausalLM" : "LlamaForCausalLM", arch,
 		 (unsigned long long)hidden, (unsigned long long)inter, (unsigned long long)layers,
-		 (unsigned long long)vocab, tied ? "true" : "false", dt == MK_DT_F32 ? "float32" : dt == MK_DT_F16 ? "float16" : "bfloat16");
+		 (unsigned long long)heads, (unsigned long long)kv_heads,
+		 (unsigned long long)vocab, tied ? "true" : "false", dt == MK_DT_F32 ? "float32" : dt == MK_DT_F16 ? "float16" : "bfloat16",
+		 strcmp(arch, "qwen3") ? "" : ",\n  \"head_dim\": ", strcmp(arch, "qwen3") ? "" : hdtext,
+		 extra ? ",\n  " : "", extra ? extra : "");
 	if (bpe) {
 		/* regular tokens: one character (printable ASCII from '!', less
 		 * '"' and '\\'), then two; the added specials after them */
