@@ -22,7 +22,8 @@ static void usage(void)
 	printf("Usage: %s [OPTION]... CONFIG OUT\n"
 	       "Build a mixture-of-experts model from dense models by a mergekit-moe\n"
 	       "configuration: the base model's attention, norms and embeddings, each expert's\n"
-	       "MLP weights, routers from the gate mode (random and uniform_random for now).\n"
+	       "MLP weights, routers by the gate mode (hidden, hidden_last, hidden_avg,\n"
+	       "cheap_embed, random, uniform_random).\n"
 	       "\n"
 	       "  --max-memory SIZE         memory budget of the stages together (as mk-yaml)\n"
 	       "  --out-shard-size SIZE     shard size (default 5B)\n"
@@ -156,6 +157,9 @@ int main(int argc, char **argv)
 			if (mk_size_parse(optarg, &v))
 				cli_usage_error("--max-memory: expected a size, not '%s'", optarg);
 			mk_budget_split(v, &bs);
+			/* the base model's forward pass (hidden gates) runs here
+			 * before the stages start: the budget less this process */
+			mo.max_memory = v > MK_BUDGET_STAGE_BASE ? v - MK_BUDGET_STAGE_BASE : 1;
 			snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.merge);
 			push(&merge, "--max-memory");
 			push(&merge, b);

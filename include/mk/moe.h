@@ -89,6 +89,8 @@ struct mk_moe_opts {
 	bool copy_tokenizer;         /* the base's tokenizer files (default on) */
 	bool write_card;             /* mergekit_moe_config.yml (default on) */
 	uint64_t seed;               /* random and uniform_random gates */
+	uint64_t max_memory;         /* what the base model's forward pass may
+					hold (hidden gates; 0: no bound) */
 	/* what happened, for the caller to print: the architecture chosen and
 	 * warnings (a count of experts not a power of two, ...) */
 	void (*note)(void *ctx, const char *msg);
@@ -105,5 +107,25 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch, str
  * nlayers * nexperts * hidden floats. */
 int mk_moe_gates_random(enum mk_moe_gate g, uint64_t seed, size_t nlayers, size_t nexperts,
 			size_t hidden, float *out, struct mk_err *err);
+
+/* The router rows of the prompt gate modes, for the experts ex[0..nex):
+ * out[l][e][:] (nlayers * nex * hidden floats), each an L2-normalised
+ * vector (norm clamped at 1e-8) of the positive prompts' minus the
+ * negative prompts'.  Prompts are tokenised with the base's tokenizer as
+ * mk_tokenizer_encode_prompts does (BOS prepended, left padding).
+ * cheap_embed: the sum of the prompts' token embeddings (padding left
+ * out), normalised, then the same for every layer; hidden / hidden_last:
+ * each layer's input (mk_forward_run's hidden state l) at the last
+ * position, hidden_avg: its mean over every position (padding included),
+ * each averaged over the prompts.  Float32, in that order. */
+struct mk_moe_expert;
+int mk_moe_gates_prompts(enum mk_moe_gate mode, const char *base_ref, const struct mk_moe_expert *const *ex,
+			 size_t nex, size_t nlayers, size_t hidden, uint64_t max_memory, float *out,
+			 struct mk_err *err);
+
+/* The 2-norm condition number of a rows x cols matrix (sigma_max /
+ * sigma_min of its singular values; infinity when one is 0).  mk-moe
+ * warns above 5: routers that cannot tell the experts apart. */
+double mk_moe_gate_cond(const float *g, size_t rows, size_t cols);
 
 #endif

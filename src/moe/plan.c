@@ -405,12 +405,6 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out,
 	bool shared_gated = c->nshared && (c->shared[0].npositive || c->gate == MK_MOE_GATE_RANDOM ||
 					   c->gate == MK_MOE_GATE_UNIFORM_RANDOM);
 	size_t ngate = c->nexperts + (shared_gated ? c->nshared : 0);
-	if (c->gate != MK_MOE_GATE_RANDOM && c->gate != MK_MOE_GATE_UNIFORM_RANDOM) {
-		rc = mk_err_set(err, MK_EUNSUPPORTED,
-				"gate_mode %s is not supported yet (random and uniform_random are)",
-				mk_moe_gate_name(c->gate));
-		goto out;
-	}
 	gates = malloc(nl * ngate * hid * sizeof(*gates));
 	nt = calloc(nl * 5 + 1, sizeof(*nt));
 	if (!gates || !nt) {
@@ -418,9 +412,30 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out,
 				(unsigned long long)(nl * ngate * hid));
 		goto out;
 	}
-	/* [L, ngate, H]; mergekit-moe draws one [L, E, H] tensor */
-	if ((rc = mk_moe_gates_random(c->gate, o->seed, nl, ngate, hid, gates, err)))
+	/* [L, ngate, H]: the experts' rows, then the shared experts' */
+	if (c->gate == MK_MOE_GATE_RANDOM || c->gate == MK_MOE_GATE_UNIFORM_RANDOM) {
+		rc = mk_moe_gates_random(c->gate, o->seed, nl, ngate, hid, gates, err);
+	} else {
+		const struct mk_moe_expert **ex = calloc(ngate, sizeof(*ex));
+		if (!ex) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			goto out;
+		}
+		for (size_t i = 0; i < ngate; i++)
+			ex[i] = i < c->nexperts ? &c->experts[i] : &c->shared[i - c->nexperts];
+		note(o, "router weights (%s): tokenising the prompts, running the base model", mk_moe_gate_name(c->gate));
+		rc = mk_moe_gates_prompts(c->gate, c->base_model, ex, ngate, nl, hid, o->max_memory, gates, err);
+		free(ex);
+	}
+	if (rc)
 		goto out;
+	size_t ndeg = 0, first_deg = 0;
+	for (uint64_t l = 0; l < nl; l++)
+		if (mk_moe_gate_cond(gates + l * ngate * hid, ngate, hid) > 5.0 && !ndeg++)
+			first_deg = l;
+	if (ndeg)
+		note(o, "warning: %zu of %llu layers (the first: layer %zu) have routers that barely tell the experts apart (condition number over 5): the prompts may be too alike, and some experts will be used little",
+		     ndeg, (unsigned long long)nl, first_deg);
 	/* Qwen2-MoE wants attention biases the base may lack: zeros */
 	for (uint64_t l = 0; l < nl && a == MK_MOE_QWEN2; l++) {
 		static const char *const qkv[] = { "q_proj", "k_proj", "v_proj" };
