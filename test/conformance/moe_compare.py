@@ -1,4 +1,4 @@
-"""moe_compare.py MK_OUT MERGEKIT_OUT [--random] [--load]
+"""moe_compare.py MK_OUT MERGEKIT_OUT [--random | --router-tol T] [--load]
 
 Compare an mk-moe output with mergekit-moe's for the same configuration,
 tensor by tensor, bit for bit.  mk writes each expert's weights under
@@ -6,7 +6,9 @@ per-expert names (transformers converts them on load); where mergekit
 wrote the fused transformers-v5 layout (experts.gate_up_proj [E, 2I, H],
 experts.down_proj [E, H, I]) mk's tensors are stacked the same way before
 comparing.  --random: the router weights come from different generators
-(mk's counter RNG, torch's), so only their shapes and dtypes are compared.
+(mk's counter RNG, torch's), so only their shapes and dtypes are compared; --router-tol T: the routers
+agree within max|mk - mergekit| <= T (computed in float32 in another
+order, or from mergekit's bfloat16 forward pass).
 --load: load MK_OUT with transformers and generate a few tokens (not for
 DeepSeek MoE, which needs the Hub's remote code).  Exit 0 when all agree.
 """
@@ -37,8 +39,14 @@ def bits(t):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    rnd = "--random" in sys.argv
+    argv = sys.argv[1:]
+    rtol = None
+    if "--router-tol" in argv:
+        i = argv.index("--router-tol")
+        rtol = float(argv[i + 1])
+        del argv[i:i + 2]
+    args = [a for a in argv if not a.startswith("--")]
+    rnd = "--random" in argv
     mk, mg = load(args[0]), load(args[1])
     used, bad = set(), 0
     for name, ref in mg.items():
@@ -67,9 +75,14 @@ def main():
             continue
         router = name.endswith("mlp.gate.weight") or name.endswith("shared_expert_gate.weight")
         same_shape = got.shape == ref.shape and got.dtype == ref.dtype
-        ok = same_shape and (rnd and router or torch.equal(bits(got), bits(ref)))
-        print(f"{'ok  ' if ok else 'DIFF'} {name} {tuple(ref.shape)} {ref.dtype}"
-              f"{' (router: shape and dtype only)' if rnd and router else ''}")
+        if router and rnd:
+            ok, how = same_shape, " (router: shape and dtype only)"
+        elif router and rtol is not None:
+            d = (got.float() - ref.float()).abs().max().item() if same_shape else float("inf")
+            ok, how = d <= rtol, f" (router: max|diff| {d:.3g}, tol {rtol:g})"
+        else:
+            ok, how = same_shape and torch.equal(bits(got), bits(ref)), ""
+        print(f"{'ok  ' if ok else 'DIFF'} {name} {tuple(ref.shape)} {ref.dtype}{how}")
         bad += not ok
     for name in sorted(set(mk) - used):
         print(f"EXTRA {name}")
