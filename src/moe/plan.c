@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "mk/jsondoc.h"
 #include "mk/manifest.h"
 #include "mk/model.h"
 #include "mk/moe.h"
@@ -49,8 +50,12 @@ struct pm {
 	const char *ref;
 	struct mk_model *m;
 	json_t *cfg;
+	char *cfgtext;              /* config.json as read */
+	size_t cfglen;
 	size_t index;               /* in the plan's model table */
 };
+
+static int read_file(const char *path, char **data, size_t *len);
 
 static int open_model(const char *ref, struct pm *p, struct mk_err *err)
 {
@@ -63,8 +68,13 @@ static int open_model(const char *ref, struct pm *p, struct mk_err *err)
 		return rc;
 	if ((rc = mk_model_path(p->m, "config.json", &path, err)))
 		return mk_err_prefix(err, "model '%s': ", ref);
-	p->cfg = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+	if (read_file(path, &p->cfgtext, &p->cfglen)) {
+		rc = mk_err_sys(err, errno, "model '%s': %s", ref, path);
+		free(path);
+		return rc;
+	}
 	free(path);
+	p->cfg = json_loadb(p->cfgtext, p->cfglen, JSON_REJECT_DUPLICATES, &je);
 	if (!p->cfg || !json_is_object(p->cfg))
 		return mk_err_set(err, MK_EFORMAT, "model '%s': config.json: %s", ref,
 				  p->cfg ? "not a JSON object" : je.text);
@@ -105,64 +115,81 @@ static const char *torch_name(enum mk_dtype d)
 
 /* ------------------------------------------------------------ config.json */
 
-static json_t *out_config(const struct mk_moe_config *c, enum mk_moe_arch a, json_t *base, enum mk_dtype odt)
+/* mk_jsondoc_set with a printf-made value; false when out of memory or
+ * refused */
+static bool set(struct mk_jsondoc *d, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static bool set(struct mk_jsondoc *d, const char *key, const char *fmt, ...)
 {
-	json_t *o = json_deep_copy(base);
-	json_int_t ne = (json_int_t)c->nexperts, k = c->experts_per_token;
-	json_t *inter = json_object_get(base, "intermediate_size");
+	char buf[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	return mk_jsondoc_set(d, key, buf, NULL) == 0;
+}
 
-	if (!o)
-		return NULL;
-	json_object_del(o, "torch_dtype");
-	if (odt != MK_DT_COUNT)
-		json_object_set_new(o, "dtype", json_string(torch_name(odt)));
+/* The output config.json: the base's, read losslessly, with the output
+ * architecture's keys set, laid out as transformers writes a config. */
+static int out_config(const struct mk_moe_config *c, enum mk_moe_arch a, const struct pm *base, enum mk_dtype odt,
+		      char **out, size_t *len, struct mk_err *err)
+{
+	struct mk_jsondoc *d = NULL;
+	long long ne = (long long)c->nexperts, k = c->experts_per_token;
+	char *inter = NULL;
+	bool ok = true;
+	int rc;
+
+	if ((rc = mk_jsondoc_parse(base->cfgtext, base->cfglen, "config.json", &d, err)))
+		return mk_err_prefix(err, "model '%s': ", base->ref);
+	inter = mk_jsondoc_text(d, "intermediate_size");
+	if (!inter) {
+		mk_jsondoc_free(d);
+		return mk_err_set(err, MK_EFORMAT, "model '%s': config.json has no intermediate_size", base->ref);
+	}
+	if (odt != MK_DT_COUNT) {
+		ok &= set(d, "dtype", "\"%s\"", torch_name(odt));
+		if (a == MK_MOE_DEEPSEEK || mk_jsondoc_find(d, "torch_dtype", NULL) == 0)
+			ok &= set(d, "torch_dtype", "\"%s\"", torch_name(odt));
+	}
 	switch (a) {
 	case MK_MOE_MIXTRAL:
-		json_object_set_new(o, "architectures", json_pack("[s]", "MixtralForCausalLM"));
-		json_object_set_new(o, "model_type", json_string("mixtral"));
-		json_object_set_new(o, "num_local_experts", json_integer(ne));
-		json_object_set_new(o, "num_experts_per_tok", json_integer(k));
-		json_object_set_new(o, "sliding_window", json_null());
+		ok &= set(d, "architectures", "[\"MixtralForCausalLM\"]") && set(d, "model_type", "\"mixtral\"") &&
+		      set(d, "num_local_experts", "%lld", ne) && set(d, "num_experts_per_tok", "%lld", k) &&
+		      set(d, "sliding_window", "null");
 		break;
 	case MK_MOE_DEEPSEEK:
-		json_object_set_new(o, "architectures", json_pack("[s]", "DeepseekForCausalLM"));
-		json_object_set_new(o, "model_type", json_string("deepseek"));
-		json_object_set_new(o, "n_routed_experts", json_integer(ne));
-		json_object_set_new(o, "n_shared_experts", c->nshared ? json_integer((json_int_t)c->nshared) : json_null());
-		json_object_set_new(o, "num_experts_per_tok", json_integer(k));
-		json_object_set_new(o, "first_k_dense_replace", json_integer(0));
-		json_object_set_new(o, "moe_layer_freq", json_integer(1));
-		json_object_set_new(o, "scoring_func", json_string("softmax"));
-		json_object_set_new(o, "norm_topk_prob", json_true());
-		json_object_set(o, "moe_intermediate_size", inter);
-		json_object_set_new(o, "auto_map",
-				    json_pack("{s:s,s:s,s:s}", "AutoConfig",
-					      "deepseek-ai/deepseek-moe-16b-base--configuration_deepseek.DeepseekConfig",
-					      "AutoModel", "deepseek-ai/deepseek-moe-16b-base--modeling_deepseek.DeepseekModel",
-					      "AutoModelForCausalLM",
-					      "deepseek-ai/deepseek-moe-16b-base--modeling_deepseek.DeepseekForCausalLM"));
+		ok &= set(d, "architectures", "[\"DeepseekForCausalLM\"]") && set(d, "model_type", "\"deepseek\"") &&
+		      set(d, "n_routed_experts", "%lld", ne) &&
+		      (c->nshared ? set(d, "n_shared_experts", "%zu", c->nshared) : set(d, "n_shared_experts", "null")) &&
+		      set(d, "num_experts_per_tok", "%lld", k) && set(d, "first_k_dense_replace", "0") &&
+		      set(d, "moe_layer_freq", "1") && set(d, "scoring_func", "\"softmax\"") &&
+		      set(d, "norm_topk_prob", "true") && set(d, "moe_intermediate_size", "%s", inter) &&
+		      set(d, "auto_map",
+			  "{\"AutoConfig\": \"deepseek-ai/deepseek-moe-16b-base--configuration_deepseek.DeepseekConfig\", "
+			  "\"AutoModel\": \"deepseek-ai/deepseek-moe-16b-base--modeling_deepseek.DeepseekModel\", "
+			  "\"AutoModelForCausalLM\": \"deepseek-ai/deepseek-moe-16b-base--modeling_deepseek.DeepseekForCausalLM\"}");
 		break;
 	case MK_MOE_QWEN2:
 	case MK_MOE_QWEN3:
-		json_object_set_new(o, "architectures",
-				    json_pack("[s]", a == MK_MOE_QWEN2 ? "Qwen2MoeForCausalLM" : "Qwen3MoeForCausalLM"));
-		json_object_set_new(o, "model_type", json_string(a == MK_MOE_QWEN2 ? "qwen2_moe" : "qwen3_moe"));
-		json_object_set_new(o, "num_experts", json_integer(ne));
-		json_object_set_new(o, "num_experts_per_tok", json_integer(k));
-		json_object_set_new(o, "decoder_sparse_step", json_integer(1));
-		json_object_set_new(o, "norm_topk_prob", json_true());
-		json_object_set_new(o, "mlp_only_layers", json_array());
-		json_object_set(o, "moe_intermediate_size", inter);
-		if (a == MK_MOE_QWEN2) {
-			json_object_set_new(o, "sliding_window", json_null());
-			json_object_set_new(o, "use_sliding_window", json_false());
-			json_object_set(o, "shared_expert_intermediate_size", inter);
-		}
+		ok &= set(d, "architectures", a == MK_MOE_QWEN2 ? "[\"Qwen2MoeForCausalLM\"]" : "[\"Qwen3MoeForCausalLM\"]") &&
+		      set(d, "model_type", a == MK_MOE_QWEN2 ? "\"qwen2_moe\"" : "\"qwen3_moe\"") &&
+		      set(d, "num_experts", "%lld", ne) && set(d, "num_experts_per_tok", "%lld", k) &&
+		      set(d, "decoder_sparse_step", "1") && set(d, "norm_topk_prob", "true") &&
+		      set(d, "mlp_only_layers", "[]") && set(d, "moe_intermediate_size", "%s", inter);
+		if (a == MK_MOE_QWEN2)
+			ok &= set(d, "sliding_window", "null") && set(d, "use_sliding_window", "false") &&
+			      set(d, "shared_expert_intermediate_size", "%s", inter);
 		break;
 	default:
 		break;
 	}
-	return o;
+	free(inter);
+	if (!ok)
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+	else
+		rc = mk_jsondoc_write_python(d, out, len, err);
+	mk_jsondoc_free(d);
+	return rc;
 }
 
 /* ------------------------------------------------------------ the router checkpoint */
@@ -541,17 +568,11 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out,
 		goto out;
 
 	/* the files: config.json, the tokenizer, the configuration */
-	json_t *oc = out_config(c, a, ms[0].cfg, p.odt);
-	cfgjson = oc ? json_dumps(oc, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-	json_decref(oc);
-	if (!cfgjson) {
-		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+	size_t cl;
+	if ((rc = out_config(c, a, &ms[0], p.odt, &cfgjson, &cl, err)))
 		goto out;
-	}
 	struct { const char *name; char *data; size_t len; } files[16];
 	size_t nf = 0;
-	size_t cl = strlen(cfgjson);
-	cfgjson[cl] = '\0';
 	files[nf++] = (typeof(files[0])){ "config.json", cfgjson, cl };
 	for (size_t i = 0; o->copy_tokenizer && i < sizeof(tok_files) / sizeof(tok_files[0]); i++) {
 		char *path = NULL;
@@ -605,9 +626,11 @@ out:
 	for (size_t i = 0; ms && i <= nm; i++) {
 		mk_model_free(ms[i].m);
 		json_decref(ms[i].cfg);
+		free(ms[i].cfgtext);
 	}
 	mk_model_free(gm.m);
 	json_decref(gm.cfg);
+	free(gm.cfgtext);
 	free(ms);
 	free(types);
 	free(gates);
