@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stddef.h>
 #include "mk/err.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
@@ -45,5 +46,17 @@ void cli_progress_end(void);
 /* Hub downloads draw their progress (cli_progress) when it is enabled
  * (want as cli_progress_enabled). */
 void cli_hub_progress(int want);
+
+/* A stage program (mk-fetch, ...) next to this one (/proc/self/exe's
+ * directory), else its bare name for a PATH lookup; malloc'ed (exits on
+ * out of memory). */
+char *cli_stage_path(const char *name);
+/* A NULL-terminated argument vector grown one copied string at a time
+ * (exits on out of memory). */
+struct cli_argv {
+	char **v;
+	size_t n;
+};
+void cli_argv_push(struct cli_argv *a, const char *s);
 
 #endif

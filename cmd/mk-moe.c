@@ -4,8 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
-#include <libgen.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -49,47 +47,11 @@ static void usage(void)
 	exit(EXIT_OK);
 }
 
-static char *stage_path(const char *name)
+static struct cli_argv fetch, merge, pack;
+
+static void push(struct cli_argv *a, const char *s)
 {
-	char self[PATH_MAX], *p;
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-
-	if (n > 0) {
-		self[n] = '\0';
-		char *dir = dirname(self);
-		size_t len = strlen(dir) + strlen(name) + 2;
-		p = malloc(len);
-		if (p) {
-			snprintf(p, len, "%s/%s", dir, name);
-			if (access(p, X_OK) == 0)
-				return p;
-			free(p);
-		}
-	}
-	p = strdup(name);
-	if (!p)
-		cli_fail_oom();
-	return p;
-}
-
-struct argv {
-	char **v;
-	size_t n;
-};
-
-static struct argv fetch, merge, pack;
-
-static void push(struct argv *a, const char *s)
-{
-	char **q = realloc(a->v, (a->n + 2) * sizeof(*a->v));
-	if (!q)
-		cli_fail_oom();
-	a->v = q;
-	a->v[a->n] = strdup(s);
-	if (!a->v[a->n])
-		cli_fail_oom();
-	a->n++;
-	a->v[a->n] = NULL;
+	cli_argv_push(a, s);
 }
 
 static void on_note(void *ctx, const char *msg)
@@ -143,11 +105,11 @@ int main(int argc, char **argv)
 
 	cli_init("mk-moe");
 	char *p;
-	push(&fetch, p = stage_path("mk-fetch"));
+	push(&fetch, p = cli_stage_path("mk-fetch"));
 	free(p);
-	push(&merge, p = stage_path("mk-merge"));
+	push(&merge, p = cli_stage_path("mk-merge"));
 	free(p);
-	push(&pack, p = stage_path("mk-pack"));
+	push(&pack, p = cli_stage_path("mk-pack"));
 	free(p);
 	while ((c = getopt_long(argc, argv, "j:qvhV", lo, &li)) != -1) {
 		switch (c) {
@@ -207,31 +169,13 @@ int main(int argc, char **argv)
 	if (argc - optind != 2)
 		cli_usage_error(argc - optind < 2 ? "expected CONFIG and OUT" : "too many arguments");
 	const char *cfgpath = argv[optind], *out = argv[optind + 1];
-	FILE *f = strcmp(cfgpath, "-") ? fopen(cfgpath, "rb") : stdin;
-	if (!f) {
-		mk_err_sys(&err, errno, "%s", cfgpath);
+	uint8_t *text = NULL;
+	size_t len = 0;
+	if (!strcmp(cfgpath, "-") ? mk_fd_read_all(0, 64u << 20, "standard input", &text, &len, &err) :
+				    mk_file_read(cfgpath, 64u << 20, &text, &len, &err))
 		cli_fail(&err);
-	}
-	char *text = NULL;
-	size_t len = 0, cap = 0, r;
-	do {
-		if (len == cap) {
-			char *nt = realloc(text, cap = cap ? 2 * cap : 8192);
-			if (!nt)
-				cli_fail_oom();
-			text = nt;
-		}
-		r = fread(text + len, 1, cap - len, f);
-		len += r;
-	} while (r);
-	if (ferror(f)) {
-		mk_err_sys(&err, EIO, "%s", cfgpath);
-		cli_fail(&err);
-	}
-	if (f != stdin)
-		fclose(f);
 	struct mk_moe_config *cfg;
-	if (mk_moe_parse(text, len, cfgpath, &cfg, &err))
+	if (mk_moe_parse((const char *)text, len, cfgpath, &cfg, &err))
 		cli_fail(&err);
 	free(text);
 	mo.cfg = cfg;

@@ -17,6 +17,18 @@ struct acc {
 	float *v;                   /* [nlayers][hidden] */
 };
 
+static void normalise(float *v, size_t dim)
+{
+	double n2 = 0;
+	for (size_t d = 0; d < dim; d++)
+		n2 += (double)v[d] * v[d];
+	float nrm = (float)sqrt(n2);
+	if (nrm < 1e-8f)
+		nrm = 1e-8f;
+	for (size_t d = 0; d < dim; d++)
+		v[d] /= nrm;
+}
+
 #define STOP 1                  /* the callback's "enough" (cheap_embed) */
 
 static int on_hidden(void *ctx, size_t index, const float *h, size_t nseq, size_t len, size_t dim,
@@ -44,14 +56,7 @@ static int on_hidden(void *ctx, size_t index, const float *h, size_t nseq, size_
 			free(row);
 		}
 		/* normalised here already (and again with the negatives) */
-		double n2 = 0;
-		for (size_t d = 0; d < dim; d++)
-			n2 += (double)v[d] * v[d];
-		float nrm = (float)sqrt(n2);
-		if (nrm < 1e-8f)
-			nrm = 1e-8f;
-		for (size_t d = 0; d < dim; d++)
-			v[d] /= nrm;
+		normalise(v, dim);
 		for (size_t l = 1; l < a->nlayers; l++)
 			memcpy(a->v + l * dim, v, dim * sizeof(*v));
 		return STOP;
@@ -104,18 +109,6 @@ out:
 	free(mask);
 	mk_tokbatch_free(&tb);
 	return rc;
-}
-
-static void normalise(float *v, size_t dim)
-{
-	double n2 = 0;
-	for (size_t d = 0; d < dim; d++)
-		n2 += (double)v[d] * v[d];
-	float nrm = (float)sqrt(n2);
-	if (nrm < 1e-8f)
-		nrm = 1e-8f;
-	for (size_t d = 0; d < dim; d++)
-		v[d] /= nrm;
 }
 
 int mk_moe_gates_prompts(enum mk_moe_gate mode, const char *base_ref, const struct mk_moe_expert *const *ex,

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "mk/fsutil.h"
 #include "mk/jsondoc.h"
 #include "mk/manifest.h"
 #include "mk/model.h"
@@ -55,7 +56,6 @@ struct pm {
 	size_t index;               /* in the plan's model table */
 };
 
-static int read_file(const char *path, char **data, size_t *len);
 
 static int open_model(const char *ref, struct pm *p, struct mk_err *err)
 {
@@ -68,12 +68,10 @@ static int open_model(const char *ref, struct pm *p, struct mk_err *err)
 		return rc;
 	if ((rc = mk_model_path(p->m, "config.json", &path, err)))
 		return mk_err_prefix(err, "model '%s': ", ref);
-	if (read_file(path, &p->cfgtext, &p->cfglen)) {
-		rc = mk_err_sys(err, errno, "model '%s': %s", ref, path);
-		free(path);
-		return rc;
-	}
+	rc = mk_file_read(path, 64u << 20, (uint8_t **)&p->cfgtext, &p->cfglen, err);
 	free(path);
+	if (rc)
+		return mk_err_prefix(err, "model '%s': ", ref);
 	p->cfg = json_loadb(p->cfgtext, p->cfglen, JSON_REJECT_DUPLICATES, &je);
 	if (!p->cfg || !json_is_object(p->cfg))
 		return mk_err_set(err, MK_EFORMAT, "model '%s': config.json: %s", ref,
@@ -200,21 +198,6 @@ struct newt {                /* a tensor mk-moe makes (routers, zero biases) */
 	float *data;         /* rows * cols; NULL: zeros */
 };
 
-static int write_all(int fd, const void *buf, size_t n)
-{
-	const char *p = buf;
-	while (n) {
-		ssize_t w = write(fd, p, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return -1;
-		p += w;
-		n -= (size_t)w;
-	}
-	return 0;
-}
-
 /* work_dir/model.safetensors (and a config.json so it opens as a model) */
 static int write_newt(const char *dir, const struct newt *t, size_t n, enum mk_dtype dt, struct mk_err *err)
 {
@@ -247,14 +230,17 @@ static int write_newt(const char *dir, const struct newt *t, size_t n, enum mk_d
 	unsigned char le[8];
 	for (int b = 0; b < 8; b++)
 		le[b] = (unsigned char)(hl8 >> (8 * b));
-	rc = write_all(fd, le, 8) || write_all(fd, hs, hl) || write_all(fd, "        ", pad);
+	uint64_t at = 0;
+	if (!(rc = mk_pwrite_all(fd, le, 8, at, path, err)) && !(rc = mk_pwrite_all(fd, hs, hl, at += 8, path, err)))
+		rc = mk_pwrite_all(fd, "        ", pad, at += hl, path, err);
+	at += pad;
 	free(hs);
 	unsigned char *buf = NULL;
 	for (size_t i = 0; !rc && i < n; i++) {
 		size_t cnt = (size_t)((t[i].rows ? t[i].rows : 1) * t[i].cols);
 		unsigned char *nb = realloc(buf, cnt * esz + 1);
 		if (!nb) {
-			rc = -2;
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			break;
 		}
 		buf = nb;
@@ -262,15 +248,14 @@ static int write_newt(const char *dir, const struct newt *t, size_t n, enum mk_d
 			mk_dtype_convert(dt, buf, MK_DT_F32, t[i].data, cnt);
 		else
 			memset(buf, 0, cnt * esz);
-		rc = write_all(fd, buf, cnt * esz);
+		rc = mk_pwrite_all(fd, buf, cnt * esz, at, path, err);
+		at += cnt * esz;
 	}
 	free(buf);
 	if (close(fd) && !rc)
-		rc = -1;
-	if (rc == -2)
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
+		rc = mk_err_sys(err, errno, "%s", path);
 	if (rc)
-		return mk_err_sys(err, errno, "%s", path);
+		return rc;
 	snprintf(path, sizeof(path), "%s/config.json", dir);
 	FILE *f = fopen(path, "w");
 	if (!f || fputs("{\"model_type\": \"mk-moe-routers\"}\n", f) < 0 || fclose(f))
@@ -346,39 +331,6 @@ static const char *const tok_files[] = {
 	"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
 	"vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja",
 };
-
-static int read_file(const char *path, char **data, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return -1;
-	char *b = NULL;
-	size_t n = 0, cap = 0;
-	for (;;) {
-		if (n == cap) {
-			char *nb = realloc(b, cap = cap ? cap * 2 : 65536);
-			if (!nb) {
-				free(b);
-				fclose(f);
-				return -1;
-			}
-			b = nb;
-		}
-		size_t r = fread(b + n, 1, cap - n, f);
-		n += r;
-		if (!r)
-			break;
-	}
-	int bad = ferror(f);
-	fclose(f);
-	if (bad) {
-		free(b);
-		return -1;
-	}
-	*data = b;
-	*len = n;
-	return 0;
-}
 
 int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out, struct mk_err *err)
 {
@@ -578,15 +530,15 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out,
 		char *path = NULL;
 		if (mk_model_path(ms[0].m, tok_files[i], &path, NULL))
 			continue;
-		char *d;
+		uint8_t *d;
 		size_t dl;
-		int r = read_file(path, &d, &dl);
+		rc = mk_file_read(path, SIZE_MAX / 2, &d, &dl, err);
 		free(path);
-		if (r) {
-			rc = mk_err_sys(err, errno, "model '%s': %s", ms[0].ref, tok_files[i]);
+		if (rc) {
+			mk_err_prefix(err, "model '%s': ", ms[0].ref);
 			goto files_out;
 		}
-		files[nf++] = (typeof(files[0])){ tok_files[i], d, dl };
+		files[nf++] = (typeof(files[0])){ tok_files[i], (char *)d, dl };
 	}
 	if (o->write_card)
 		files[nf++] = (typeof(files[0])){ "mergekit_moe_config.yml", c->text, c->len };
