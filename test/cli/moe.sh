@@ -104,13 +104,15 @@ expect_fail 2 "expected CONFIG and OUT" mk-moe mixtral.yml
 no_out bad
 
 # memory: expert tensors (3 layers x 3 x 2 experts x 8 MiB = 144 MiB) over
-# an 80 MiB budget; the three stages and mk-moe together stay within
-# 80 MiB + 32 MiB (mk-moe plans in a process of its own, then waits)
+# an 80 MiB budget; mk-moe's planning (the base's forward pass for the
+# hidden routers: one layer in float32, 54 MiB) and the three stages, their
+# peaks summed as if they were all at once, stay within 80 MiB + 32 MiB
 if [ "$MK_SAN" = 0 ]; then
 	for s in 1 2 3; do
-		mk-gen-model --seed $s --layers 3 --hidden 512 --inter 8192 --vocab 64 --dtype BF16 --arch mistral big$s >/dev/null
+		mk-gen-model --seed $s --layers 3 --hidden 512 --inter 8192 --vocab 96 --dtype BF16 --arch mistral \
+			--bpe-tokenizer big$s >/dev/null
 	done
-	printf 'base_model: big1\ngate_mode: random\nexperts:\n  - source_model: big2\n  - source_model: big3\n' > big.yml
+	printf 'base_model: big1\ngate_mode: hidden\nexperts:\n  - source_model: big2\n    positive_prompts: ["1+2=3"]\n  - source_model: big3\n    positive_prompts: ["(!?)"]\n' > big.yml
 	mk-rss moe.rss mk-moe -q --max-memory 80M --print-pipeline big.yml bigout > pipe.txt
 	pipe=$(cat pipe.txt)
 	plan=$(printf '%s\n' "$pipe" | sed 's/.* -i \([^ ]*\).*/\1/')
