@@ -540,6 +540,45 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out,
 		}
 		files[nf++] = (typeof(files[0])){ tok_files[i], (char *)d, dl };
 	}
+	/* the pad token is the BOS (else the EOS), as mergekit-moe saves the
+	 * tokenizer: set in tokenizer_config.json and special_tokens_map.json,
+	 * the rest of each file as it was */
+	char *padv = NULL;
+	for (int pass = 0; pass < 2 && !padv; pass++)
+		for (size_t i = 0; i < nf && !padv; i++) {
+			if (strcmp(files[i].name, "special_tokens_map.json") && strcmp(files[i].name, "tokenizer_config.json"))
+				continue;
+			struct mk_jsondoc *jd = NULL;
+			if (mk_jsondoc_parse(files[i].data, files[i].len, files[i].name, &jd, NULL))
+				continue;
+			/* special_tokens_map.json has the last word, as transformers reads them */
+			if (!strcmp(files[i].name, "special_tokens_map.json") || pass == 1) {
+				enum mk_json_type ty;
+				const char *key = mk_jsondoc_find(jd, "bos_token", &ty) == 0 && ty != MK_JSON_NULL ? "bos_token" :
+						  mk_jsondoc_find(jd, "eos_token", &ty) == 0 && ty != MK_JSON_NULL ? "eos_token" : NULL;
+				if (key)
+					padv = mk_jsondoc_text(jd, key);
+			}
+			mk_jsondoc_free(jd);
+		}
+	for (size_t i = 0; padv && i < nf; i++) {
+		if (strcmp(files[i].name, "special_tokens_map.json") && strcmp(files[i].name, "tokenizer_config.json"))
+			continue;
+		struct mk_jsondoc *jd = NULL;
+		char *nd = NULL;
+		size_t nl2;
+		if (mk_jsondoc_parse(files[i].data, files[i].len, files[i].name, &jd, NULL) ||
+		    mk_jsondoc_root_type(jd) != MK_JSON_OBJECT || mk_jsondoc_set(jd, "pad_token", padv, NULL) ||
+		    mk_jsondoc_write(jd, &nd, &nl2, NULL)) {
+			mk_jsondoc_free(jd);
+			continue;   /* not an object: copied as it is */
+		}
+		mk_jsondoc_free(jd);
+		free(files[i].data);
+		files[i].data = nd;
+		files[i].len = nl2;
+	}
+	free(padv);
 	if (o->write_card)
 		files[nf++] = (typeof(files[0])){ "mergekit_moe_config.yml", c->text, c->len };
 	for (size_t i = 0; i < nf && !rc; i++)

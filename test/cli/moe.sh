@@ -50,6 +50,11 @@ grep -q '"n_routed_experts": 2' out-deepseek/config.json || fail "deepseek confi
 grep -q '"n_shared_experts": 1' out-deepseek/config.json || fail "deepseek n_shared_experts"
 cmp mixtral.yml out-mixtral/mergekit_moe_config.yml || fail "mergekit_moe_config.yml is not the configuration"
 cmp m1/tokenizer.json out-mixtral/tokenizer.json || fail "tokenizer not the base's"
+# the pad token is the BOS, as mergekit-moe saves it; nothing else changes
+grep -q '"pad_token": "<s>"' out-mixtral/tokenizer_config.json || fail "no pad token in tokenizer_config.json"
+grep -v pad_token out-mixtral/tokenizer_config.json | sed 's/,$//' > a.txt
+sed 's/,$//' m1/tokenizer_config.json > b.txt
+cmp a.txt b.txt || fail "tokenizer_config.json changed beyond its pad token"
 
 # experts bit for bit: expert 0 is model 2, expert 1 model 3 (down_proj x 0.5,
 # exact in BF16: a power of two)
