@@ -99,9 +99,12 @@ static int get_int(struct ctx *x, const yaml_node_t *n, const char *key, long *o
 	return 0;
 }
 
-/* a list of strings; null: none */
+/* a list of strings; null: none (a repeated key: the last, as PyYAML) */
 static int get_strv(struct ctx *x, const yaml_node_t *n, const char *key, char ***v, size_t *nv)
 {
+	strv_free(*v, *nv);
+	*v = NULL;
+	*nv = 0;
 	if (is_null(n))
 		return 0;
 	if (n->type != YAML_SEQUENCE_NODE)
@@ -149,9 +152,11 @@ static int parse_expert(struct ctx *x, const yaml_node_t *n, struct mk_moe_exper
 			e->has_negative = !is_null(v);
 			rc = get_strv(x, v, key, &e->negative, &e->nnegative);
 		} else if (!strcmp(key, "noise_scale")) {
+			e->has_noise = false;
 			if (!is_null(v) && !(rc = get_num(x, v, key, &e->noise_scale)))
 				e->has_noise = true;
 		} else if (!strcmp(key, "residual_scale")) {
+			e->has_residual = false;
 			if (!is_null(v) && !(rc = get_num(x, v, key, &e->residual_scale)))
 				e->has_residual = true;
 		}
@@ -165,6 +170,11 @@ static int parse_expert(struct ctx *x, const yaml_node_t *n, struct mk_moe_exper
 static int parse_experts(struct ctx *x, const yaml_node_t *n, const char *key,
 			 struct mk_moe_expert **out, size_t *nout)
 {
+	for (size_t i = 0; i < *nout; i++)   /* a repeated key: the last */
+		expert_clear(&(*out)[i]);
+	free(*out);
+	*out = NULL;
+	*nout = 0;
 	if (is_null(n))
 		return 0;
 	if (n->type != YAML_SEQUENCE_NODE)
@@ -224,6 +234,7 @@ static int parse_doc(struct ctx *x, struct mk_moe_config *c)
 			}
 			free(s);
 		} else if (!strcmp(key, "dtype")) {
+			c->has_dtype = false;
 			if (!is_null(v)) {
 				char *s = NULL;
 				if (!(rc = get_str(x, v, key, &s))) {
@@ -246,6 +257,8 @@ static int parse_doc(struct ctx *x, struct mk_moe_config *c)
 		} else if (!strcmp(key, "experts_per_token"))
 			rc = get_int(x, v, key, &c->experts_per_token);
 		else if (!strcmp(key, "architecture")) {
+			free(c->architecture);
+			c->architecture = NULL;
 			if (!is_null(v))
 				rc = get_str(x, v, key, &c->architecture);
 		}

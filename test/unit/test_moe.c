@@ -80,6 +80,32 @@ static void test_parse_defaults(void **state)
 	mk_moe_config_free(c);
 }
 
+/* a repeated key: its last value, as PyYAML reads it (nothing leaks) */
+static void test_parse_repeated_keys(void **state)
+{
+	(void)state;
+	struct mk_err err = { 0 };
+	struct mk_moe_config *c = parse("base_model: a\nbase_model: b\narchitecture: x\narchitecture: null\n"
+					"dtype: float16\ndtype: null\n"
+					"experts:\n  - source_model: a\n    positive_prompts: [x]\n"
+					"    positive_prompts: [y, z]\n    residual_scale: 2\n    residual_scale: null\n"
+					"experts:\n  - source_model: c\n    positive_prompts: [p]\n"
+					"    positive_prompts: [q, r]\n    residual_scale: 3\n"
+					"shared_experts: [{source_model: s}]\nshared_experts: null\n",
+					&err);
+	assert_non_null(c);
+	assert_string_equal(c->base_model, "b");
+	assert_null(c->architecture);
+	assert_false(c->has_dtype);
+	assert_int_equal(c->nexperts, 1);
+	assert_string_equal(c->experts[0].source_model, "c");
+	assert_int_equal(c->experts[0].npositive, 2);
+	assert_string_equal(c->experts[0].positive[1], "r");
+	assert_true(c->experts[0].has_residual && c->experts[0].residual_scale == 3);
+	assert_int_equal(c->nshared, 0);
+	mk_moe_config_free(c);
+}
+
 static void test_parse_refusals(void **state)
 {
 	(void)state;
@@ -261,6 +287,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_parse_full),   cmocka_unit_test(test_parse_defaults),
+		cmocka_unit_test(test_parse_repeated_keys),
 		cmocka_unit_test(test_parse_refusals), cmocka_unit_test(test_checks),
 		cmocka_unit_test(test_select_arch),  cmocka_unit_test(test_random_gates),
 		cmocka_unit_test(test_cond),
