@@ -106,6 +106,9 @@ expect_fail 1 "Qwen3 MoE needs qwen3 models" mk-moe q3bad.yml bad
 printf 'base_model: m1\ngate_mode: random\narchitecture: gpt\nexperts:\n  - source_model: m2\n  - source_model: m3\n' > arch.yml
 expect_fail 1 "names no output architecture" mk-moe arch.yml bad
 expect_fail 2 "expected CONFIG and OUT" mk-moe mixtral.yml
+expect_fail 2 "Try 'mk-moe --help'" mk-moe --no-such-option mixtral.yml x
+mk-moe --help | grep -q '^Usage: mk-moe' || fail "--help"
+mk-moe --version | grep -q 'mk-moe' || fail "--version"
 no_out bad
 
 # memory: expert tensors (3 layers x 3 x 2 experts x 8 MiB = 144 MiB) over
