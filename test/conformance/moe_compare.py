@@ -9,8 +9,12 @@ comparing.  --random: the router weights come from different generators
 (mk's counter RNG, torch's), so only their shapes and dtypes are compared; --router-tol T: the routers
 agree within max|mk - mergekit| <= T (computed in float32 in another
 order, or from mergekit's bfloat16 forward pass).
---load: load MK_OUT with transformers and generate a few tokens (not for
-DeepSeek MoE, which needs the Hub's remote code).  Exit 0 when all agree.
+--load: load MK_OUT with transformers and generate a few tokens, and
+compare its logits with MERGEKIT_OUT's on one prompt (no weight missing
+or unexpected; the test models' MLPs move the logits little, so this
+is a loading check more than a numeric one) (within 1e-4 when the
+routers agree within 1e-6; not for DeepSeek MoE, which needs the Hub's
+remote code).  Exit 0 when all agree.
 """
 import json
 import re
@@ -89,9 +93,24 @@ def main():
         bad += 1
     if "--load" in sys.argv:
         import transformers
-        model = transformers.AutoModelForCausalLM.from_pretrained(args[0])
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(args[0], output_loading_info=True)
+        # every weight the model has comes from the checkpoint, and every
+        # tensor of the checkpoint lands in the model
+        for k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+            if info.get(k):
+                print(f"LOAD {k}: {sorted(info[k])[:8]}")
+                bad += 1
         out = model.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=4, do_sample=False)
-        print(f"load: {type(model).__name__} generated {out.tolist()}")
+        # the same forward pass of mergekit-moe's output: logits agree as
+        # closely as the routers do
+        ids = torch.tensor([[1, 2, 3, 4, 5, 6]])
+        ref = transformers.AutoModelForCausalLM.from_pretrained(args[1])
+        with torch.no_grad():
+            d = (model(ids).logits.float() - ref(ids).logits.float()).abs().max().item()
+        print(f"load: {type(model).__name__} generated {out.tolist()}; max|logits - mergekit-moe's| {d:.3g}")
+        if rtol is not None and rtol <= 1e-6 and d > 1e-4:
+            print("DIFF logits")
+            bad += 1
     print(f"{'PASS' if not bad else 'FAIL'}: {len(mg)} tensors, {bad} differ")
     sys.exit(1 if bad else 0)
 
