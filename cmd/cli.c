@@ -2,6 +2,8 @@
  * terminal checks, the progress bar).  Only cmd/ prints or exits. */
 #include <errno.h>
 #include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
 #include <malloc.h>
 #include <sys/stat.h>
 #include <stdarg.h>
@@ -326,4 +328,40 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 	default:
 		return false;
 	}
+}
+
+char *cli_stage_path(const char *name)
+{
+	char self[PATH_MAX], *p;
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	if (n > 0) {
+		self[n] = '\0';
+		char *dir = dirname(self);
+		size_t len = strlen(dir) + strlen(name) + 2;
+		p = malloc(len);
+		if (!p)
+			cli_fail_oom();
+		snprintf(p, len, "%s/%s", dir, name);
+		if (access(p, X_OK) == 0)
+			return p;
+		free(p);
+	}
+	p = strdup(name);
+	if (!p)
+		cli_fail_oom();
+	return p;
+}
+
+void cli_argv_push(struct cli_argv *a, const char *s)
+{
+	char **q = realloc(a->v, (a->n + 2) * sizeof(*a->v));
+	if (!q)
+		cli_fail_oom();
+	a->v = q;
+	a->v[a->n] = strdup(s);
+	if (!a->v[a->n])
+		cli_fail_oom();
+	a->n++;
+	a->v[a->n] = NULL;
 }

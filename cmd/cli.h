@@ -91,4 +91,16 @@ struct mk_run_opts;
 bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, struct mk_run_opts *o,
 		    bool *quiet);
 
+/* A stage program (mk-fetch, ...) next to this one (/proc/self/exe's
+ * directory), else its bare name for a PATH lookup; malloc'ed (exits on
+ * out of memory). */
+char *cli_stage_path(const char *name);
+/* A NULL-terminated argument vector grown one copied string at a time
+ * (exits on out of memory). */
+struct cli_argv {
+	char **v;
+	size_t n;
+};
+void cli_argv_push(struct cli_argv *a, const char *s);
+
 #endif

@@ -3,10 +3,8 @@
  * --processes, mk-plan | mk-fetch | mk-merge | mk-pack joined by pipes. */
 #include <errno.h>
 #include <getopt.h>
-#include <libgen.h>
 #include <signal.h>
 #include <sys/stat.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,47 +61,8 @@ static void usage(void)
 	exit(EXIT_OK);
 }
 
-/* The program next to this one, else the name for a PATH lookup. */
-static char *stage_path(const char *name)
-{
-	char self[PATH_MAX], *p;
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-
-	if (n > 0) {
-		self[n] = '\0';
-		char *dir = dirname(self);
-		size_t len = strlen(dir) + strlen(name) + 2;
-		p = malloc(len);
-		if (p) {
-			snprintf(p, len, "%s/%s", dir, name);
-			if (access(p, X_OK) == 0)
-				return p;
-			free(p);
-		}
-	}
-	return strdup(name);
-}
-
-struct argv {
-	char **v;
-	size_t n;
-};
-
 /* the stages' command lines; static, so they live until exit */
-static struct argv plan, fetch, merge, pack;
-
-static void push(struct argv *a, const char *s)
-{
-	char **q = realloc(a->v, (a->n + 2) * sizeof(*a->v));
-	if (!q)
-		cli_fail_oom();
-	a->v = q;
-	a->v[a->n] = s ? strdup(s) : NULL;
-	if (s && !a->v[a->n])
-		cli_fail_oom();
-	a->n++;
-	a->v[a->n] = NULL;
-}
+static struct cli_argv plan, fetch, merge, pack;
 
 /* ---- in this process ---- */
 
@@ -206,67 +165,67 @@ static void stage_args(const struct mk_run_opts *o, char **plugins, size_t nplug
 
 	if (o->out_shard_size) {
 		snprintf(b, sizeof(b), "%llu", (unsigned long long)o->out_shard_size);
-		push(&pack, "--out-shard-size");
-		push(&pack, b);
+		cli_argv_push(&pack, "--out-shard-size");
+		cli_argv_push(&pack, b);
 	}
 	if (o->no_copy_tokenizer)
-		push(&plan, "--no-copy-tokenizer");
+		cli_argv_push(&plan, "--no-copy-tokenizer");
 	if (o->no_model_card)
-		push(&plan, "--no-write-model-card");
+		cli_argv_push(&plan, "--no-write-model-card");
 	if (o->allow_crimes)
-		push(&plan, "--allow-crimes");
+		cli_argv_push(&plan, "--allow-crimes");
 	if (o->seed) {
 		snprintf(b, sizeof(b), "%llu", (unsigned long long)o->seed);
-		push(&plan, "--random-seed");
-		push(&plan, b);
+		cli_argv_push(&plan, "--random-seed");
+		cli_argv_push(&plan, b);
 	}
 	if (o->has_lora_dtype) {
-		push(&plan, "--lora-merge-dtype");
-		push(&plan, mk_dtype_name(o->lora_dtype));
+		cli_argv_push(&plan, "--lora-merge-dtype");
+		cli_argv_push(&plan, mk_dtype_name(o->lora_dtype));
 	}
 	if (o->cuda)
-		push(&merge, "--cuda");
+		cli_argv_push(&merge, "--cuda");
 	if (o->strict)
-		push(&merge, "--strict");
+		cli_argv_push(&merge, "--strict");
 	if (o->threads) {
 		snprintf(b, sizeof(b), "%u", o->threads);
-		push(&merge, "-j");
-		push(&merge, b);
+		cli_argv_push(&merge, "-j");
+		cli_argv_push(&merge, b);
 	}
 	for (int i = 2; i < cli_verbose; i++) /* each -v (cli_verbose starts at 2) */
-		push(&merge, "-v");
+		cli_argv_push(&merge, "-v");
 	if (o->max_memory) {
 		struct mk_budget_split bs;
 		mk_budget_split(o->max_memory, &bs);
 		snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.merge);
-		push(&plan, "--max-memory");
-		push(&plan, b);
-		push(&merge, "--max-memory");
-		push(&merge, b);
+		cli_argv_push(&plan, "--max-memory");
+		cli_argv_push(&plan, b);
+		cli_argv_push(&merge, "--max-memory");
+		cli_argv_push(&merge, b);
 		snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.fetch);
-		push(&fetch, "--max-memory");
-		push(&fetch, b);
+		cli_argv_push(&fetch, "--max-memory");
+		cli_argv_push(&fetch, b);
 		snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.pack);
-		push(&pack, "--max-memory");
-		push(&pack, b);
+		cli_argv_push(&pack, "--max-memory");
+		cli_argv_push(&pack, b);
 	}
 	if (o->spill_dir) {
-		push(&plan, "--spill");
-		push(&merge, "--spill");
-		push(&merge, o->spill_dir);
+		cli_argv_push(&plan, "--spill");
+		cli_argv_push(&merge, "--spill");
+		cli_argv_push(&merge, o->spill_dir);
 	}
 	for (size_t i = 0; i < nplugins; i++) {
-		push(&plan, "--plugin");
-		push(&plan, plugins[i]);
-		push(&merge, "--plugin");
-		push(&merge, plugins[i]);
+		cli_argv_push(&plan, "--plugin");
+		cli_argv_push(&plan, plugins[i]);
+		cli_argv_push(&merge, "--plugin");
+		cli_argv_push(&merge, plugins[i]);
 	}
 	if (o->remote)
-		push(&fetch, "--remote");
+		cli_argv_push(&fetch, "--remote");
 	if (o->no_cache)
-		push(&fetch, "--no-cache");
+		cli_argv_push(&fetch, "--no-cache");
 	if (o->force)
-		push(&pack, "--force");
+		cli_argv_push(&pack, "--force");
 }
 
 int main(int argc, char **argv)
@@ -287,12 +246,12 @@ int main(int argc, char **argv)
 	int c, li = 0;
 
 	cli_init("mk-yaml");
-	char *p_plan = stage_path("mk-plan"), *p_fetch = stage_path("mk-fetch"), *p_merge = stage_path("mk-merge"),
-	     *p_pack = stage_path("mk-pack");
-	push(&plan, p_plan);
-	push(&fetch, p_fetch);
-	push(&merge, p_merge);
-	push(&pack, p_pack);
+	char *p_plan = cli_stage_path("mk-plan"), *p_fetch = cli_stage_path("mk-fetch"), *p_merge = cli_stage_path("mk-merge"),
+	     *p_pack = cli_stage_path("mk-pack");
+	cli_argv_push(&plan, p_plan);
+	cli_argv_push(&fetch, p_fetch);
+	cli_argv_push(&merge, p_merge);
+	cli_argv_push(&pack, p_pack);
 	free(p_plan);
 	free(p_fetch);
 	free(p_merge);
@@ -351,16 +310,16 @@ int main(int argc, char **argv)
 	}
 	stage_args(&ro, plugins, nplugins);
 	if (resume) {
-		push(&fetch, "--skip-done");
-		push(&fetch, partial);
-		push(&pack, "--resume");
+		cli_argv_push(&fetch, "--skip-done");
+		cli_argv_push(&fetch, partial);
+		cli_argv_push(&pack, "--resume");
 	}
-	push(&plan, "--name");
-	push(&plan, mk_card_title(out));
-	push(&plan, config);
+	cli_argv_push(&plan, "--name");
+	cli_argv_push(&plan, mk_card_title(out));
+	cli_argv_push(&plan, config);
 	if (quiet)
-		push(&pack, "--no-progress");
-	push(&pack, out);
+		cli_argv_push(&pack, "--no-progress");
+	cli_argv_push(&pack, out);
 	struct mk_stage st[4] = { { "mk-plan", plan.v }, { "mk-fetch", fetch.v }, { "mk-merge", merge.v },
 				  { "mk-pack", pack.v } };
 	if (print) {
