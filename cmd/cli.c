@@ -1,5 +1,9 @@
 /* cli.c - shared helpers of the mk-* programs (messages, exit codes,
  * terminal checks, the progress bar).  Only cmd/ prints or exits. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
 #include <malloc.h>
 #include <sys/stat.h>
 #include <stdarg.h>
@@ -216,6 +220,33 @@ void cli_hub_progress(int want)
 	mk_hub_configure(&o);
 }
 
+const char *cli_read_config(const char *path, uint8_t **text, size_t *len)
+{
+	struct mk_err err = { 0 };
+	struct stat st;
+	int cfd;
+
+	if (!strcmp(path, "-")) {
+		if (mk_fd_read_all(0, 64u << 20, "stdin", text, len, &err))
+			cli_fail(&err);
+		return "stdin";
+	}
+	/* a file, or a pipe (mk-plan <(...)): read to its end */
+	cfd = open(path, O_RDONLY | O_CLOEXEC);
+	if (cfd < 0) {
+		mk_err_sys(&err, errno, "%s", path);
+		cli_fail(&err);
+	}
+	if (fstat(cfd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
+		if (mk_fd_read_all(cfd, 64u << 20, path, text, len, &err))
+			cli_fail(&err);
+	} else if (mk_file_read(path, 64u << 20, text, len, &err)) {
+		cli_fail(&err);
+	}
+	close(cfd);
+	return path;
+}
+
 void cli_print_diags(const struct mk_diags *d)
 {
 	for (size_t i = 0; i < d->n; i++) {
@@ -227,19 +258,6 @@ void cli_print_diags(const struct mk_diags *d)
 	}
 }
 
-void cli_read_text(const char **label, uint8_t **text, size_t *len)
-{
-	struct mk_err err = { 0 };
-
-	if (!strcmp(*label, "-")) {
-		*label = "stdin";
-		if (mk_fd_read_all(0, 64u << 20, "stdin", text, len, &err))
-			cli_fail(&err);
-	} else if (mk_file_read(*label, 64u << 20, text, len, &err)) {
-		cli_fail(&err);
-	}
-}
-
 bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, struct mk_run_opts *o,
 		    bool *quiet)
 {
@@ -247,7 +265,8 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 	uint64_t v;
 
 	if (state_dicts && (c == CLI_RUN_COPY || c == CLI_RUN_NOCOPY || c == CLI_RUN_CARD || c == CLI_RUN_NOCARD ||
-			    c == CLI_RUN_CRIMES || c == CLI_RUN_LORA_DT || c == CLI_RUN_REMOTE || c == CLI_RUN_NOCACHE ||
+			    c == CLI_RUN_CRIMES || c == CLI_RUN_NOCRIMES || c == CLI_RUN_LORA_DT ||
+			    c == CLI_RUN_LORA_CACHE || c == CLI_RUN_REMOTE || c == CLI_RUN_NOCACHE ||
 			    c == CLI_RUN_CACHE))
 		c = CLI_RUN_IGN0;
 	switch (c) {
@@ -260,6 +279,7 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 	case CLI_RUN_CARD: o->no_model_card = false; return true;
 	case CLI_RUN_NOCARD: o->no_model_card = true; return true;
 	case CLI_RUN_CRIMES: o->allow_crimes = true; return true;
+	case CLI_RUN_NOCRIMES: o->allow_crimes = false; return true;
 	case CLI_RUN_SEED:
 		if (mk_size_parse(arg, &o->seed))
 			cli_usage_error("--random-seed: expected a non-negative integer, not '%s'", arg);
@@ -297,6 +317,10 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 					arg);
 		o->has_lora_dtype = true;
 		return true;
+	case CLI_RUN_LORA_CACHE:
+		cli_info(2, "note: --lora-merge-cache is not needed: mk applies LoRA adapters as it reads the weights, "
+			    "with no merged copy on disk; ignored");
+		return true;
 	case CLI_RUN_IGN0:
 	case CLI_RUN_IGN1:
 		cli_info(2, "note: --%s means nothing to %s; ignored", name, cli_prog);
@@ -304,4 +328,40 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 	default:
 		return false;
 	}
+}
+
+char *cli_stage_path(const char *name)
+{
+	char self[PATH_MAX], *p;
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+
+	if (n > 0) {
+		self[n] = '\0';
+		char *dir = dirname(self);
+		size_t len = strlen(dir) + strlen(name) + 2;
+		p = malloc(len);
+		if (!p)
+			cli_fail_oom();
+		snprintf(p, len, "%s/%s", dir, name);
+		if (access(p, X_OK) == 0)
+			return p;
+		free(p);
+	}
+	p = strdup(name);
+	if (!p)
+		cli_fail_oom();
+	return p;
+}
+
+void cli_argv_push(struct cli_argv *a, const char *s)
+{
+	char **q = realloc(a->v, (a->n + 2) * sizeof(*a->v));
+	if (!q)
+		cli_fail_oom();
+	a->v = q;
+	a->v[a->n] = strdup(s);
+	if (!a->v[a->n])
+		cli_fail_oom();
+	a->n++;
+	a->v[a->n] = NULL;
 }

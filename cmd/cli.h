@@ -34,6 +34,10 @@ void cli_check_binary_in(int fd, bool force);
  * reached through a symlink is emptied (the link stays); a device, pipe
  * or socket (-o /dev/null, a FIFO) is left alone. */
 void cli_discard_output(int fd, const char *path);
+/* Read a configuration (mk-plan, mk-yaml): the file `path`, a pipe
+ * (mk-plan <(...)) to its end, or "-" standard input; fails on error.
+ * Returns the label for its messages ("stdin" for "-"). */
+const char *cli_read_config(const char *path, uint8_t **text, size_t *len);
 /* Flush and close stdout, failing loudly on a write error. */
 void cli_close_stdout(void);
 
@@ -51,9 +55,6 @@ void cli_hub_progress(int want);
  * (warnings from verbosity 2, errors from 1). */
 struct mk_diags;
 void cli_print_diags(const struct mk_diags *d);
-/* Read the file `*label` whole, or stdin when it is "-" (then *label
- * becomes "stdin"); a failure exits 1. */
-void cli_read_text(const char **label, uint8_t **text, size_t *len);
 
 /* The options of a merge run in this process (mk-pytorch, mk-multi):
  * CLI_RUN_OPTIONS in a getopt_long table (with "j:" among the short
@@ -63,20 +64,20 @@ void cli_read_text(const char **label, uint8_t **text, size_t *len);
  * (they are noted).  mergekit's options without meaning for mk are
  * accepted with a note. */
 enum { CLI_RUN_FIRST = 1000, CLI_RUN_SHARD = CLI_RUN_FIRST, CLI_RUN_COPY, CLI_RUN_NOCOPY, CLI_RUN_CARD,
-       CLI_RUN_NOCARD, CLI_RUN_CRIMES, CLI_RUN_SEED, CLI_RUN_CUDA, CLI_RUN_NOCUDA, CLI_RUN_MEM, CLI_RUN_SPILL,
+       CLI_RUN_NOCARD, CLI_RUN_CRIMES, CLI_RUN_NOCRIMES, CLI_RUN_SEED, CLI_RUN_CUDA, CLI_RUN_NOCUDA, CLI_RUN_MEM, CLI_RUN_SPILL,
        CLI_RUN_STRICT, CLI_RUN_REMOTE, CLI_RUN_NOCACHE, CLI_RUN_QUIET, CLI_RUN_NOQUIET, CLI_RUN_CACHE,
-       CLI_RUN_LORA_DT, CLI_RUN_PLUGIN, CLI_RUN_VERBOSE, CLI_RUN_IGN0, CLI_RUN_IGN1 };
+       CLI_RUN_LORA_DT, CLI_RUN_LORA_CACHE, CLI_RUN_PLUGIN, CLI_RUN_VERBOSE, CLI_RUN_IGN0, CLI_RUN_IGN1 };
 #define CLI_RUN_OPTIONS \
 	{ "out-shard-size", 1, 0, CLI_RUN_SHARD }, \
 	{ "copy-tokenizer", 0, 0, CLI_RUN_COPY }, { "no-copy-tokenizer", 0, 0, CLI_RUN_NOCOPY }, \
 	{ "write-model-card", 0, 0, CLI_RUN_CARD }, { "no-write-model-card", 0, 0, CLI_RUN_NOCARD }, \
-	{ "allow-crimes", 0, 0, CLI_RUN_CRIMES }, { "no-allow-crimes", 0, 0, CLI_RUN_IGN0 }, \
+	{ "allow-crimes", 0, 0, CLI_RUN_CRIMES }, { "no-allow-crimes", 0, 0, CLI_RUN_NOCRIMES }, \
 	{ "random-seed", 1, 0, CLI_RUN_SEED }, { "cuda", 0, 0, CLI_RUN_CUDA }, { "no-cuda", 0, 0, CLI_RUN_NOCUDA }, \
 	{ "num-threads", 1, 0, 'j' }, { "max-memory", 1, 0, CLI_RUN_MEM }, { "spill", 1, 0, CLI_RUN_SPILL }, \
 	{ "strict", 0, 0, CLI_RUN_STRICT }, { "remote", 0, 0, CLI_RUN_REMOTE }, { "no-cache", 0, 0, CLI_RUN_NOCACHE }, \
 	{ "quiet", 0, 0, CLI_RUN_QUIET }, { "no-quiet", 0, 0, CLI_RUN_NOQUIET }, { "verbose", 0, 0, CLI_RUN_VERBOSE }, \
 	{ "plugin", 1, 0, CLI_RUN_PLUGIN }, { "transformers-cache", 1, 0, CLI_RUN_CACHE }, \
-	{ "lora-merge-dtype", 1, 0, CLI_RUN_LORA_DT }, { "lora-merge-cache", 1, 0, CLI_RUN_IGN1 }, \
+	{ "lora-merge-dtype", 1, 0, CLI_RUN_LORA_DT }, { "lora-merge-cache", 1, 0, CLI_RUN_LORA_CACHE }, \
 	{ "lazy-unpickle", 0, 0, CLI_RUN_IGN0 }, { "no-lazy-unpickle", 0, 0, CLI_RUN_IGN0 }, \
 	{ "low-cpu-memory", 0, 0, CLI_RUN_IGN0 }, { "no-low-cpu-memory", 0, 0, CLI_RUN_IGN0 }, \
 	{ "clone-tensors", 0, 0, CLI_RUN_IGN0 }, { "no-clone-tensors", 0, 0, CLI_RUN_IGN0 }, \
@@ -89,5 +90,17 @@ enum { CLI_RUN_FIRST = 1000, CLI_RUN_SHARD = CLI_RUN_FIRST, CLI_RUN_COPY, CLI_RU
 struct mk_run_opts;
 bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, struct mk_run_opts *o,
 		    bool *quiet);
+
+/* A stage program (mk-fetch, ...) next to this one (/proc/self/exe's
+ * directory), else its bare name for a PATH lookup; malloc'ed (exits on
+ * out of memory). */
+char *cli_stage_path(const char *name);
+/* A NULL-terminated argument vector grown one copied string at a time
+ * (exits on out of memory). */
+struct cli_argv {
+	char **v;
+	size_t n;
+};
+void cli_argv_push(struct cli_argv *a, const char *s);
 
 #endif

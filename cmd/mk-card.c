@@ -60,7 +60,7 @@ int main(int argc, char **argv)
 	if (optind + 1 != argc)
 		cli_usage_error(optind == argc ? "missing CONFIG" : "too many arguments");
 	label = argv[optind];
-	cli_read_text(&label, &text, &len);
+	label = cli_read_config(label, &text, &len);
 	int rc = mk_config_parse((const char *)text, len, label, &cfg, &d, &err);
 	for (size_t i = 0; i < d.n; i++) {
 		char line[2048];

@@ -115,7 +115,7 @@ int main(int argc, char **argv)
 	if (!dir)
 		cli_usage_error("--intermediate-dir (-I) is required");
 	const char *label = argv[optind];
-	cli_read_text(&label, &text, &len);
+	label = cli_read_config(label, &text, &len);
 	int rc = mk_multi_parse((const char *)text, len, label, dir, out, &m, &d, &err);
 	cli_print_diags(&d);
 	if (rc) {

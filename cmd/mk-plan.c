@@ -140,27 +140,7 @@ int main(int argc, char **argv)
 		cli_usage_error(optind == argc ? "missing CONFIG (a mergekit YAML file)" : "too many arguments");
 	if (o.raw_missing != MK_RAW_MISSING_ERROR && !o.raw)
 		cli_usage_error("--tensor-intersection and --tensor-union go with --state-dicts");
-	o.label = argv[optind];
-	if (!strcmp(o.label, "-")) {
-		o.label = "stdin";
-		if (mk_fd_read_all(0, 64u << 20, "stdin", &text, &len, &err))
-			cli_fail(&err);
-	} else {
-		/* a file, or a pipe (mk-plan <(...)): read to its end */
-		struct stat st;
-		int cfd = open(o.label, O_RDONLY | O_CLOEXEC);
-		if (cfd < 0) {
-			mk_err_sys(&err, errno, "%s", o.label);
-			cli_fail(&err);
-		}
-		if (fstat(cfd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
-			if (mk_fd_read_all(cfd, 64u << 20, o.label, &text, &len, &err))
-				cli_fail(&err);
-		} else if (mk_file_read(o.label, 64u << 20, &text, &len, &err)) {
-			cli_fail(&err);
-		}
-		close(cfd);
-	}
+	o.label = cli_read_config(argv[optind], &text, &len);
 	o.text = (const char *)text;
 	o.len = len;
 	if (!explain && !strcmp(output, "-"))

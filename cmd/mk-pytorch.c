@@ -99,7 +99,7 @@ int main(int argc, char **argv)
 		cli_usage_error("--tensor-intersection and --tensor-union exclude each other");
 	missing = inter ? MK_RAW_MISSING_SKIP : uni ? MK_RAW_MISSING_MERGE : MK_RAW_MISSING_ERROR;
 	o.label = argv[optind];
-	cli_read_text(&o.label, &text, &o.len);
+	o.label = cli_read_config(o.label, &text, &o.len);
 	o.text = (const char *)text;
 	o.out_dir = argv[optind + 1];
 	draw = !quiet && cli_progress_enabled(-1);

@@ -1,9 +1,10 @@
 /* mk-yaml - merge by a mergekit YAML configuration, like mergekit-yaml:
- * runs mk-plan | mk-fetch | mk-merge | mk-pack as processes joined by pipes. */
+ * plan, fetch, merge and pack in this process (mk_run_merge), or, with
+ * --processes, mk-plan | mk-fetch | mk-merge | mk-pack joined by pipes. */
 #include <errno.h>
 #include <getopt.h>
-#include <libgen.h>
-#include <limits.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,14 +15,17 @@
 #include "mk/fsutil.h"
 #include "mk/pack.h"
 #include "mk/pipeline.h"
+#include "mk/plugin.h"
+#include "mk/run.h"
 
 static void usage(void)
 {
 	printf("Usage: %s [OPTION]... CONFIG OUT\n"
 	       "Merge models by a mergekit YAML configuration into the directory OUT, as\n"
-	       "mergekit-yaml does: mk-plan | mk-fetch | mk-merge | mk-pack, one process each.\n"
-	       "OUT appears only when the merge succeeded.\n"
+	       "mergekit-yaml does: the stages of mk-plan | mk-fetch | mk-merge | mk-pack on\n"
+	       "threads of this process.  OUT appears only when the merge succeeded.\n"
 	       "\n"
+	       "  --processes               run the four programs as processes joined by pipes\n"
 	       "  --print-pipeline          print the equivalent shell pipeline and exit\n"
 	       "  --out-shard-size SIZE     shard size (mk-pack; default 5B)\n"
 	       "  --copy-tokenizer / --no-copy-tokenizer      (mk-plan; default on)\n"
@@ -57,90 +61,197 @@ static void usage(void)
 	exit(EXIT_OK);
 }
 
-/* The program next to this one, else the name for a PATH lookup. */
-static char *stage_path(const char *name)
-{
-	char self[PATH_MAX], *p;
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+/* the stages' command lines; static, so they live until exit */
+static struct cli_argv plan, fetch, merge, pack;
 
-	if (n > 0) {
-		self[n] = '\0';
-		char *dir = dirname(self);
-		size_t len = strlen(dir) + strlen(name) + 2;
-		p = malloc(len);
-		if (p) {
-			snprintf(p, len, "%s/%s", dir, name);
-			if (access(p, X_OK) == 0)
-				return p;
-			free(p);
-		}
-	}
-	return strdup(name);
+/* ---- in this process ---- */
+
+static volatile int cancel;      /* the signal that asked to stop */
+static size_t die_after;         /* MK_PACK_EXIT_AFTER_TENSORS, for tests */
+static bool draw_progress;
+
+static void on_signal(int sig)
+{
+	cancel = sig;
 }
 
-struct argv {
-	char **v;
-	size_t n;
-};
-
-/* the stages' command lines; static, so they live until exit */
-static struct argv plan, fetch, merge, pack;
-
-static void push(struct argv *a, const char *s)
+static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn)
 {
-	char **q = realloc(a->v, (a->n + 2) * sizeof(*a->v));
-	if (!q)
-		cli_fail_oom();
-	a->v = q;
-	a->v[a->n] = s ? strdup(s) : NULL;
-	if (s && !a->v[a->n])
-		cli_fail_oom();
-	a->n++;
-	a->v[a->n] = NULL;
+	(void)ctx;
+	/* tests stop the merge at a known point, as a kill -9 would (the
+	 * hook mk-pack has, for the same tests in both modes) */
+	if (die_after && td >= die_after)
+		raise(SIGKILL);
+	if (draw_progress)
+		cli_progress("mk-yaml", done, total, td, tn);
+}
+
+static void on_warn(void *ctx, const char *msg)
+{
+	(void)ctx;
+	cli_info(2, "warning: %s", msg);
+}
+
+static int run_here(struct mk_run_opts *o, const char *config, const char *partial, char **plugins,
+		    size_t nplugins, bool quiet)
+{
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
+	struct sigaction sa = { .sa_handler = on_signal };
+	struct mk_diags d = { 0 };
+	struct mk_err err = { 0 };
+	uint8_t *text = NULL;
+	size_t len = 0;
+	const char *hook = getenv("MK_PACK_EXIT_AFTER_TENSORS");
+	int rc;
+
+	if (mk_plugin_load_env(&err))
+		cli_fail(&err);
+	for (size_t i = 0; i < nplugins; i++)
+		if (mk_plugin_load(plugins[i], &err))
+			cli_fail(&err);
+	o->label = cli_read_config(config, &text, &len);
+	o->text = (const char *)text;
+	o->len = len;
+	cli_hub_progress(quiet ? 0 : -1);
+	if (hook && *hook)
+		die_after = (size_t)strtoull(hook, NULL, 10);
+	draw_progress = !quiet && cli_progress_enabled(-1);
+	if (draw_progress || die_after)
+		o->progress = on_progress;
+	/* a signal cancels: the stages stop, mk-pack keeps OUT.mk-partial
+	 * for --resume (what a killed pipeline leaves), then the signal ends
+	 * the process.  A signal ignored when mk-yaml started (nohup, a
+	 * background job's SIGINT) stays ignored. */
+	o->cancel = &cancel;
+	o->keep_partial_on_cancel = true;
+	o->warn = on_warn;
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(*sigs); i++) {
+		struct sigaction old;
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaction(sigs[i], &sa, NULL);
+	}
+	rc = mk_run_merge(o, &d, &err);
+	cli_progress_end();
+	cli_print_diags(&d);
+	if (cancel && rc) {
+		/* (a signal after the merge completed does not undo it) */
+		int sig = cancel;
+		struct stat st;
+		if (stat(partial, &st) == 0)
+			cli_info(2, "stopped by SIG%s; %s is kept: run again with --resume to continue it, or remove it",
+				 sigabbrev_np(sig), partial);
+		else
+			cli_info(2, "stopped by SIG%s", sigabbrev_np(sig));
+		signal(sig, SIG_DFL);
+		raise(sig);
+	}
+	if (rc) {
+		if (!d.nerrors)
+			cli_fail(&err);
+		exit(EXIT_FAIL);
+	}
+	mk_diags_free(&d);
+	free(text);
+	cli_info(3, "wrote %s", o->out_dir);
+	return EXIT_OK;
+}
+
+/* The four programs' command lines for the options in o (--processes,
+ * --print-pipeline): each stage gets the options that are its own. */
+static void stage_args(const struct mk_run_opts *o, char **plugins, size_t nplugins)
+{
+	char b[32];
+
+	if (o->out_shard_size) {
+		snprintf(b, sizeof(b), "%llu", (unsigned long long)o->out_shard_size);
+		cli_argv_push(&pack, "--out-shard-size");
+		cli_argv_push(&pack, b);
+	}
+	if (o->no_copy_tokenizer)
+		cli_argv_push(&plan, "--no-copy-tokenizer");
+	if (o->no_model_card)
+		cli_argv_push(&plan, "--no-write-model-card");
+	if (o->allow_crimes)
+		cli_argv_push(&plan, "--allow-crimes");
+	if (o->seed) {
+		snprintf(b, sizeof(b), "%llu", (unsigned long long)o->seed);
+		cli_argv_push(&plan, "--random-seed");
+		cli_argv_push(&plan, b);
+	}
+	if (o->has_lora_dtype) {
+		cli_argv_push(&plan, "--lora-merge-dtype");
+		cli_argv_push(&plan, mk_dtype_name(o->lora_dtype));
+	}
+	if (o->cuda)
+		cli_argv_push(&merge, "--cuda");
+	if (o->strict)
+		cli_argv_push(&merge, "--strict");
+	if (o->threads) {
+		snprintf(b, sizeof(b), "%u", o->threads);
+		cli_argv_push(&merge, "-j");
+		cli_argv_push(&merge, b);
+	}
+	for (int i = 2; i < cli_verbose; i++) /* each -v (cli_verbose starts at 2) */
+		cli_argv_push(&merge, "-v");
+	if (o->max_memory) {
+		struct mk_budget_split bs;
+		mk_budget_split(o->max_memory, &bs);
+		snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.merge);
+		cli_argv_push(&plan, "--max-memory");
+		cli_argv_push(&plan, b);
+		cli_argv_push(&merge, "--max-memory");
+		cli_argv_push(&merge, b);
+		snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.fetch);
+		cli_argv_push(&fetch, "--max-memory");
+		cli_argv_push(&fetch, b);
+		snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.pack);
+		cli_argv_push(&pack, "--max-memory");
+		cli_argv_push(&pack, b);
+	}
+	if (o->spill_dir) {
+		cli_argv_push(&plan, "--spill");
+		cli_argv_push(&merge, "--spill");
+		cli_argv_push(&merge, o->spill_dir);
+	}
+	for (size_t i = 0; i < nplugins; i++) {
+		cli_argv_push(&plan, "--plugin");
+		cli_argv_push(&plan, plugins[i]);
+		cli_argv_push(&merge, "--plugin");
+		cli_argv_push(&merge, plugins[i]);
+	}
+	if (o->remote)
+		cli_argv_push(&fetch, "--remote");
+	if (o->no_cache)
+		cli_argv_push(&fetch, "--no-cache");
+	if (o->force)
+		cli_argv_push(&pack, "--force");
 }
 
 int main(int argc, char **argv)
 {
-	enum { O_PRINT = 256, O_SHARD, O_COPY, O_NOCOPY, O_CARD, O_NOCARD, O_CRIMES, O_NOCRIMES, O_SEED, O_CUDA,
-	       O_NOCUDA, O_MEM, O_SPILL, O_FORCE, O_RESUME, O_QUIET, O_IGN0, O_IGN1, O_STRICT, O_CACHE, O_LORA_DT, O_LORA_CACHE, O_REMOTE, O_NOCACHE };
+	enum { O_PRINT = 256, O_PROCS, O_FORCE, O_RESUME };
 	static const struct option lo[] = {
-		{ "print-pipeline", 0, 0, O_PRINT }, { "out-shard-size", 1, 0, O_SHARD },
-		{ "copy-tokenizer", 0, 0, O_COPY }, { "no-copy-tokenizer", 0, 0, O_NOCOPY },
-		{ "write-model-card", 0, 0, O_CARD }, { "no-write-model-card", 0, 0, O_NOCARD },
-		{ "allow-crimes", 0, 0, O_CRIMES }, { "no-allow-crimes", 0, 0, O_NOCRIMES },
-		{ "random-seed", 1, 0, O_SEED }, { "cuda", 0, 0, O_CUDA }, { "no-cuda", 0, 0, O_NOCUDA },
-		{ "num-threads", 1, 0, 'j' }, { "max-memory", 1, 0, O_MEM }, { "spill", 1, 0, O_SPILL }, { "force", 0, 0, O_FORCE },
-		{ "strict", 0, 0, O_STRICT },
-		{ "remote", 0, 0, O_REMOTE }, { "no-cache", 0, 0, O_NOCACHE },
-		{ "resume", 0, 0, O_RESUME },
-		{ "quiet", 0, 0, O_QUIET }, { "no-quiet", 0, 0, O_IGN0 }, { "verbose", 0, 0, 'v' },
-		{ "help", 0, 0, 'h' }, { "version", 0, 0, 'V' }, { "plugin", 1, 0, 'P' },
-		/* mergekit options without meaning here */
-		{ "lazy-unpickle", 0, 0, O_IGN0 }, { "no-lazy-unpickle", 0, 0, O_IGN0 },
-		{ "low-cpu-memory", 0, 0, O_IGN0 }, { "no-low-cpu-memory", 0, 0, O_IGN0 },
-		{ "clone-tensors", 0, 0, O_IGN0 }, { "no-clone-tensors", 0, 0, O_IGN0 },
-		{ "trust-remote-code", 0, 0, O_IGN0 }, { "no-trust-remote-code", 0, 0, O_IGN0 },
-		{ "read-to-gpu", 0, 0, O_IGN0 }, { "no-read-to-gpu", 0, 0, O_IGN0 },
-		{ "multi-gpu", 0, 0, O_IGN0 }, { "no-multi-gpu", 0, 0, O_IGN0 }, { "gpu-rich", 0, 0, O_IGN0 },
-		{ "async-write", 0, 0, O_IGN0 }, { "no-async-write", 0, 0, O_IGN0 },
-		{ "safe-serialization", 0, 0, O_IGN0 }, { "no-safe-serialization", 0, 0, O_IGN0 },
-		{ "write-threads", 1, 0, O_IGN1 }, { "device", 1, 0, O_IGN1 },
-		{ "transformers-cache", 1, 0, O_CACHE }, { "lora-merge-cache", 1, 0, O_LORA_CACHE },
-		{ "lora-merge-dtype", 1, 0, O_LORA_DT },
+		{ "print-pipeline", 0, 0, O_PRINT }, { "processes", 0, 0, O_PROCS }, { "force", 0, 0, O_FORCE },
+		{ "resume", 0, 0, O_RESUME }, { "help", 0, 0, 'h' }, { "version", 0, 0, 'V' },
+		CLI_RUN_OPTIONS,
 		{ 0 },
 	};
-	struct mk_err err = { 0 };
-	bool print = false, quiet = false, resume = false;
+	bool print = false, procs = false, quiet = false, resume = false;
+	/* the options, for mk_run_merge or the four programs */
+	struct mk_run_opts ro = { 0 };
+	char **plugins = NULL;
+	size_t nplugins = 0;
+	const char *mem_arg = NULL; /* --max-memory as given, for the note */
 	int c, li = 0;
-	uint64_t v;
 
 	cli_init("mk-yaml");
-	char *p_plan = stage_path("mk-plan"), *p_fetch = stage_path("mk-fetch"), *p_merge = stage_path("mk-merge"),
-	     *p_pack = stage_path("mk-pack");
-	push(&plan, p_plan);
-	push(&fetch, p_fetch);
-	push(&merge, p_merge);
-	push(&pack, p_pack);
+	char *p_plan = cli_stage_path("mk-plan"), *p_fetch = cli_stage_path("mk-fetch"), *p_merge = cli_stage_path("mk-merge"),
+	     *p_pack = cli_stage_path("mk-pack");
+	cli_argv_push(&plan, p_plan);
+	cli_argv_push(&fetch, p_fetch);
+	cli_argv_push(&merge, p_merge);
+	cli_argv_push(&pack, p_pack);
 	free(p_plan);
 	free(p_fetch);
 	free(p_merge);
@@ -148,98 +259,38 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "j:vhV", lo, &li)) != -1) {
 		switch (c) {
 		case O_PRINT: print = true; break;
-		case O_SHARD:
-			if (mk_size_parse(optarg, &v))
-				cli_usage_error("--out-shard-size: expected a size like 5B, 200K or 64MiB, not '%s'", optarg);
-			push(&pack, "--out-shard-size");
-			push(&pack, optarg);
+		case O_PROCS: procs = true; break;
+		case O_FORCE: ro.force = true; break;
+		case O_RESUME: resume = true; ro.resume = true; break;
+		case CLI_RUN_PLUGIN: {
+			/* loaded where the merge runs: here (run_here), or by
+			 * mk-plan and mk-merge */
+			char **q = realloc(plugins, (nplugins + 1) * sizeof(*q));
+			if (!q)
+				cli_fail_oom();
+			plugins = q;
+			plugins[nplugins++] = optarg;
 			break;
-		case O_COPY: push(&plan, "--copy-tokenizer"); break;
-		case O_NOCOPY: push(&plan, "--no-copy-tokenizer"); break;
-		case O_CARD: push(&plan, "--write-model-card"); break;
-		case O_NOCARD: push(&plan, "--no-write-model-card"); break;
-		case O_CRIMES: push(&plan, "--allow-crimes"); break;
-		case O_NOCRIMES: break;
-		case O_SEED:
-			if (mk_size_parse(optarg, &v))
-				cli_usage_error("--random-seed: expected a non-negative integer, not '%s'", optarg);
-			push(&plan, "--random-seed");
-			push(&plan, optarg);
-			break;
-		case O_CUDA: push(&merge, "--cuda"); break;
-		case O_STRICT: push(&merge, "--strict"); break;
-		case O_NOCUDA: break;
-		case 'j':
-			if (mk_size_parse(optarg, &v) || v < 1)
-				cli_usage_error("--num-threads: expected a positive integer, not '%s'", optarg);
-			push(&merge, "-j");
-			push(&merge, optarg);
-			break;
-		case O_MEM:
-			if (mk_size_parse(optarg, &v))
-				cli_usage_error("--max-memory: expected a size, not '%s'", optarg);
-			{
-				struct mk_budget_split bs;
-				char b[32];
-				mk_budget_split(v, &bs);
-				if (bs.stages + bs.merge + bs.fetch + bs.pack > v)
-					cli_info(2, "note: --max-memory %s is less than the stages need at the least; they get %llu bytes in all (%llu for the four processes, mk-fetch %llu, mk-pack %llu, merging %llu)",
-						 optarg, (unsigned long long)(bs.stages + bs.merge + bs.fetch + bs.pack),
-						 (unsigned long long)bs.stages,
-						 (unsigned long long)bs.fetch, (unsigned long long)bs.pack,
-						 (unsigned long long)bs.merge);
-				snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.merge);
-				push(&plan, "--max-memory");
-				push(&plan, b);
-				push(&merge, "--max-memory");
-				push(&merge, b);
-				snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.fetch);
-				push(&fetch, "--max-memory");
-				push(&fetch, b);
-				snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.pack);
-				push(&pack, "--max-memory");
-				push(&pack, b);
-			}
-			break;
-		case O_SPILL:
-			push(&plan, "--spill");
-			push(&merge, "--spill");
-			push(&merge, optarg);
-			break;
-		case O_FORCE: push(&pack, "--force"); break;
-		case O_REMOTE: push(&fetch, "--remote"); break;
-		case O_NOCACHE: push(&fetch, "--no-cache"); break;
-		case O_RESUME: resume = true; break;
-		case O_QUIET: quiet = true; break;
-		case O_CACHE:
-			/* the Hugging Face cache the stages resolve references in
-			 * (mergekit's cache_dir): theirs through HF_HUB_CACHE */
-			if (setenv("HF_HUB_CACHE", optarg, 1))
-				cli_fail_oom(); /* setenv fails only for want of memory here */
-			break;
-		case O_LORA_CACHE:
-			cli_info(2, "note: --lora-merge-cache is not needed: mk applies LoRA adapters as it reads the weights, "
-				    "with no merged copy on disk; ignored");
-			break;
-		case O_LORA_DT:
-			push(&plan, "--lora-merge-dtype");
-			push(&plan, optarg);
-			break;
-		case O_IGN0:
-		case O_IGN1:
-			cli_info(2, "note: --%s means nothing to mk; ignored", lo[li].name);
-			break;
-		case 'v': cli_verbose++; push(&merge, "-v"); break;
-		case 'P':
-			push(&plan, "--plugin");
-			push(&plan, optarg);
-			push(&merge, "--plugin");
-			push(&merge, optarg);
-			break;
+		}
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
-		default: cli_usage_hint();
+		default:
+			if (c == CLI_RUN_MEM)
+				mem_arg = optarg;
+			if (!cli_run_option(c == 'v' ? CLI_RUN_VERBOSE : c, optarg, c == 'v' ? "verbose" : lo[li].name,
+					    false, &ro, &quiet))
+				cli_usage_hint();
 		}
+	}
+	if (ro.max_memory) {
+		struct mk_budget_split bs;
+		mk_budget_split(ro.max_memory, &bs);
+		if (bs.stages + bs.merge + bs.fetch + bs.pack > ro.max_memory)
+			cli_info(2, "note: --max-memory %s is less than the stages need at the least; they get %llu bytes in all (%llu for the stages at rest, mk-fetch %llu, mk-pack %llu, merging %llu)",
+				 mem_arg,
+				 (unsigned long long)(bs.stages + bs.merge + bs.fetch + bs.pack),
+				 (unsigned long long)bs.stages, (unsigned long long)bs.fetch, (unsigned long long)bs.pack,
+				 (unsigned long long)bs.merge);
 	}
 	if (argc - optind != 2)
 		cli_usage_error(argc - optind < 2 ? "expected CONFIG and OUT" : "too many arguments");
@@ -253,17 +304,22 @@ int main(int argc, char **argv)
 	if (!partial)
 		cli_fail_oom();
 	snprintf(partial, ol + 16, "%.*s.mk-partial", (int)ol, out);
-	if (resume) {
-		push(&fetch, "--skip-done");
-		push(&fetch, partial);
-		push(&pack, "--resume");
+	if (!print && !procs) {
+		ro.out_dir = out;
+		return run_here(&ro, config, partial, plugins, nplugins, quiet);
 	}
-	push(&plan, "--name");
-	push(&plan, mk_card_title(out));
-	push(&plan, config);
+	stage_args(&ro, plugins, nplugins);
+	if (resume) {
+		cli_argv_push(&fetch, "--skip-done");
+		cli_argv_push(&fetch, partial);
+		cli_argv_push(&pack, "--resume");
+	}
+	cli_argv_push(&plan, "--name");
+	cli_argv_push(&plan, mk_card_title(out));
+	cli_argv_push(&plan, config);
 	if (quiet)
-		push(&pack, "--no-progress");
-	push(&pack, out);
+		cli_argv_push(&pack, "--no-progress");
+	cli_argv_push(&pack, out);
 	struct mk_stage st[4] = { { "mk-plan", plan.v }, { "mk-fetch", fetch.v }, { "mk-merge", merge.v },
 				  { "mk-pack", pack.v } };
 	if (print) {
@@ -274,10 +330,8 @@ int main(int argc, char **argv)
 		return EXIT_OK;
 	}
 	/* refuse an existing OUT before any work, as mk-pack would */
-	struct mk_pack_opts po = { .out_dir = out, .resume = resume };
-	for (size_t i = 0; i < pack.n; i++)
-		if (!strcmp(pack.v[i], "--force"))
-			po.force = true;
+	struct mk_err err = { 0 };
+	struct mk_pack_opts po = { .out_dir = out, .resume = resume, .force = ro.force };
 	if (mk_pack_check_out(&po, &err))
 		cli_fail(&err);
 	/* with --resume, a failed run leaves OUT.mk-partial for the next */

@@ -13,6 +13,8 @@
 #define MK_BUDGET_STAGE_BASE (8u << 20)       /* what a stage needs before any data: its
 						 code, libraries, stacks, plan (6.5-7.6 MiB
 						 of RSS measured at rest) */
+#define MK_BUDGET_QUEUE (6u << 20)           /* each of the three queues between the
+						 stages run in one process */
 #define MK_BUDGET_MERGE_MIN (4u << 20)        /* the least merging is given (0 would
 						 mean no bound to mk-merge) */
 #define MK_BUDGET_FETCH_MIN (4u << 20)        /* the least mk-fetch is given, and accepts */
@@ -34,6 +36,11 @@ struct mk_budget_split {
 	uint64_t pack;   /* mk-pack (two frames of mk-fetch's chunks and its
 			    headers): a quarter of the rest, at least
 			    MK_BUDGET_PACK_MIN */
+	uint64_t queue;  /* in one process (mk_run_merge), each of the three
+			    in-memory queues between the stages (mk/chan.h):
+			    MK_BUDGET_QUEUE, out of `stages`, where the three
+			    other processes' bases were (the pipes' buffers
+			    are the kernel's, the queues are the process's) */
 };
 
 /* Split `total` among the stages (mk-yaml --max-memory).  stages + merge +

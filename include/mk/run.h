@@ -4,9 +4,11 @@
  * it plans in the calling thread (so a bad configuration fails with every
  * diagnostic before anything runs), then runs the three other stages'
  * library calls (mk_fetch_plan, mk_merge_run, mk_pack_run) and the plan's
- * writer on four threads of this process, joined by in-memory socket
- * pairs that carry the same stream (mk-stream(5)) the programs pass
- * through pipes, with the same memory budget split (mk_budget_split).
+ * writer on four threads of this process, joined by in-memory channels
+ * (mk/chan.h: bounded queues of frame buffers) that carry the frames
+ * (mk-stream(5)) the programs pass through pipes, with the same memory
+ * budget split (mk_budget_split; each queue's MK_BUDGET_QUEUE in it).
+ * mk-yaml runs this by default.
  * When a stage fails, the others see their stream end and stop; mk-pack
  * then removes its partial output, so OUT never appears after a failure
  * (with resume, OUT.mk-partial is kept for the next run).  SIGPIPE is
@@ -58,6 +60,15 @@ struct mk_run_opts {
 	/* set to nonzero (from any thread, a signal handler) to stop: the
 	 * run ends with MK_EIO "cancelled" and no OUT */
 	const volatile int *cancel;
+	/* a cancel keeps OUT.mk-partial for a later resume (as a pipeline
+	 * killed by a signal leaves it: mk-yaml); else it is removed unless
+	 * resume */
+	bool keep_partial_on_cancel;
+	/* the stages' warnings for the user (mk-merge's on outputs that
+	 * became NaN or infinite, mk-pack's), one line each, from a stage
+	 * thread; NULL: dropped */
+	void (*warn)(void *ctx, const char *msg);
+	void *warn_ctx;
 };
 
 /* Run the merge.  Diagnostics of the configuration go to *d (the caller

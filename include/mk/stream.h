@@ -204,6 +204,14 @@ int mk_sr_read_wire(struct mk_stream_reader *r, void *buf, size_t cap,
  * frame as if it were read whole. */
 int mk_sr_splice_payload(struct mk_stream_reader *r, int out_fd, const char *out_label, uint64_t off,
 			 size_t n, const void **view, struct mk_err *err);
+/* Take the buffer that holds frame f, just returned by mk_sr_next(r) read
+ * whole and not compressed (its payload lies in f->wire), in exchange for
+ * *buf (*cap bytes; NULL and 0 for none), which the reader goes on with:
+ * true, and *buf, *cap are f's buffer, f->wire at its start, the caller's
+ * until it frees or trades it, and f's pointers are no longer valid.
+ * False (a compressed or piecewise frame): nothing changes.  A caller
+ * that keeps a payload past the next frame saves copying it. */
+bool mk_sr_trade(struct mk_stream_reader *r, const struct mk_frame *f, uint8_t **buf, size_t *cap);
 void mk_sr_free(struct mk_stream_reader *r);
 /* Frames returned and bytes consumed so far (the prelude included). */
 void mk_sr_position(const struct mk_stream_reader *r, uint64_t *frames, uint64_t *bytes);

@@ -7,6 +7,7 @@ void mk_budget_split(uint64_t total, struct mk_budget_split *out)
 	uint64_t rest;
 
 	out->stages = 4ull * MK_BUDGET_STAGE_BASE;
+	out->queue = MK_BUDGET_QUEUE;
 	rest = total > out->stages ? total - out->stages : 0;
 	out->merge = rest / 2 > MK_BUDGET_MERGE_MIN ? rest / 2 : MK_BUDGET_MERGE_MIN;
 	out->fetch = rest / 4 > MK_BUDGET_FETCH_MIN ? rest / 4 : MK_BUDGET_FETCH_MIN;

@@ -365,7 +365,10 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 		return rc;
 	if (stored)
 		c.data = stored;
-	return run_input(w, r, &c, stored != NULL, st, err);
+	r->frame = stored ? NULL : f;
+	rc = run_input(w, r, &c, stored != NULL, st, err);
+	r->frame = NULL;
+	return rc;
 }
 
 /* One input chunk of the job, from the stream or replayed from the spill
@@ -437,6 +440,21 @@ static int run_input(struct mk_stream_writer *w, struct run *r, const struct mk_
 	}
 	if (grow(&in->raw, &in->raw_cap, c.data_len ? c.data_len : 1))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	/* the frame's own buffer, traded for this input's (from the pool, so
+	 * the reader's next frame reuses one, and the pool does not fill with
+	 * buffers no one takes): no copy */
+	const struct mk_frame *f = r->frame;
+	if (f && f->wire && (const uint8_t *)c.data >= f->wire &&
+	    (const uint8_t *)c.data + c.data_len <= f->wire + f->wire_len) {
+		size_t off = (size_t)((const uint8_t *)c.data - f->wire);
+		uint8_t *b = in->raw;
+		if (mk_sr_trade(r->rd, f, &b, &in->raw_cap)) {
+			in->raw = b;
+			in->data = b + off;
+			r->frame = NULL;
+			return 0;
+		}
+	}
 	memcpy(in->raw, c.data, c.data_len);
 	in->data = in->raw;
 	return 0;
@@ -606,6 +624,7 @@ int mk_merge_run_from(const struct mk_merge_opts *o, struct mk_stream_reader *rd
 		goto out;
 	while ((rc = mk_sr_next(rd, &f, err)) > 0) {
 		if (!strcmp(f.type, MK_FT_INPT)) {
+			r.rd = rd;
 			rc = run_chunk(w, &r, &f, st, err);
 		} else if (!strcmp(f.type, MK_FT_JOB)) {
 			seen++;

@@ -57,6 +57,9 @@ struct run {                     /* the job being merged */
 	uint64_t out_nelem, out_row_len;
 	size_t out_index;
 	struct inbuf *ib;
+	/* the INPT frame being taken in, and its reader (mk_sr_trade) */
+	struct mk_stream_reader *rd;
+	const struct mk_frame *frame;
 	/* the range being gathered */
 	bool range;
 	unsigned send;

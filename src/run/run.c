@@ -1,5 +1,5 @@
 /* run.c - a whole merge in one process: the stages' library calls on
- * threads joined by socket pairs (run.h). */
+ * threads joined by in-memory channels (run.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -7,11 +7,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 #include "mk/budget.h"
 #include "mk/card.h"
+#include "mk/chan.h"
 #include "mk/cuda.h"
 #include "mk/fetch.h"
 #include "mk/fsutil.h"
@@ -110,7 +110,8 @@ struct run {
 	struct mk_fetch_opts fo;
 	struct mk_merge_opts mo;
 	struct mk_pack_opts pko;
-	int sock[NSTAGES - 1][2];      /* stage i writes [i][0], i+1 reads [i][1] */
+	struct mk_chan *ch[NSTAGES - 1]; /* stage i writes ch[i], i+1 reads it */
+	int fd[NSTAGES - 1][2];      /* their ends: [i][0] written, [i][1] read */
 	pthread_t th[NSTAGES];
 	bool started[NSTAGES];
 	int rc[NSTAGES];
@@ -124,14 +125,23 @@ struct run {
 					  its stream (an end, EPIPE) */
 };
 
+/* Stop every stream: each stage sees an end (a reader) or EPIPE (a
+ * writer) and stops. */
+static void shut_all(struct run *r)
+{
+	for (int k = 0; k < NSTAGES - 1; k++)
+		if (r->ch[k])
+			mk_chan_close_read(r->ch[k]);
+}
+
 /* A stage ends: its ends of the streams are shut, so its neighbours see
  * an end (a reader) or EPIPE (a writer) instead of waiting. */
 static void stage_end(struct run *r, int i)
 {
 	if (i > 0)
-		shutdown(r->sock[i - 1][1], SHUT_RDWR);
+		mk_chan_close_read(r->ch[i - 1]);
 	if (i < NSTAGES - 1)
-		shutdown(r->sock[i][0], SHUT_RDWR);
+		mk_chan_close_write(r->ch[i]);
 	pthread_mutex_lock(&r->mu);
 	r->finished++;
 	pthread_mutex_unlock(&r->mu);
@@ -141,6 +151,16 @@ struct stage_arg {
 	struct run *r;
 	int i;
 };
+
+/* A stage's warning, passed on (one at a time: the stages' threads) */
+static void stage_warn(void *ctx, const char *msg)
+{
+	struct run *r = ctx;
+
+	pthread_mutex_lock(&r->mu);
+	r->o->warn(r->o->warn_ctx, msg);
+	pthread_mutex_unlock(&r->mu);
+}
 
 static void *stage_main(void *p)
 {
@@ -157,21 +177,23 @@ static void *stage_main(void *p)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	switch (i) {
 	case S_WRITE:
-		r->rc[i] = mk_plan_write(r->plan, r->sock[0][0], 0, &r->err[i]);
+		r->rc[i] = mk_plan_write(r->plan, r->fd[0][0], 0, &r->err[i]);
 		break;
 	case S_FETCH: {
 		struct mk_fetch_stats st;
-		r->rc[i] = mk_fetch_plan(&r->fo, r->sock[0][1], "plan", r->sock[1][0], &st, &r->err[i]);
+		r->rc[i] = mk_fetch_plan(&r->fo, r->fd[0][1], "plan", r->fd[1][0], &st, &r->err[i]);
 		break;
 	}
 	case S_MERGE: {
 		struct mk_merge_stats st;
-		r->rc[i] = mk_merge_run(&r->mo, r->sock[1][1], "inputs", r->sock[2][0], &st, &r->err[i]);
+		r->rc[i] = mk_merge_run(&r->mo, r->fd[1][1], "inputs", r->fd[2][0], &st, &r->err[i]);
 		break;
 	}
 	case S_PACK: {
 		struct mk_pack_stats st;
-		r->rc[i] = mk_pack_run(&r->pko, r->sock[2][1], "tensors", &st, &r->err[i]);
+		r->rc[i] = mk_pack_run(&r->pko, r->fd[2][1], "tensors", &st, &r->err[i]);
+		if (!r->rc[i] && st.warning[0] && r->o->warn)
+			stage_warn(r, st.warning);
 		break;
 	}
 	}
@@ -195,7 +217,9 @@ static void pack_progress(void *ctx, uint64_t done, uint64_t total, size_t tenso
 	 * has seen yet */
 	if (o->cancel && *o->cancel) {
 		r->cancelled = 1;
-		shutdown(r->sock[S_PACK - 1][1], SHUT_RDWR);
+		if (o->keep_partial_on_cancel)
+			r->pko.keep_partial = true;
+		mk_chan_close_read(r->ch[S_PACK - 1]);
 	}
 }
 
@@ -214,8 +238,6 @@ static int run_merge(const struct mk_run_opts *o, bool raw, enum mk_raw_missing 
 	size_t len = 0;
 	int rc;
 
-	for (int i = 0; i < NSTAGES - 1; i++)
-		r.sock[i][0] = r.sock[i][1] = -1;
 	pthread_mutex_init(&r.mu, NULL);
 	if (!o->out_dir || !o->out_dir[0]) {
 		rc = mk_err_set(err, MK_EINVAL, "no output directory given");
@@ -245,7 +267,8 @@ static int run_merge(const struct mk_run_opts *o, bool raw, enum mk_raw_missing 
 	/* the other stages' options, as mk-yaml gives the programs them */
 	r.fo = (struct mk_fetch_opts){ .remote = o->remote, .no_cache = o->no_cache };
 	r.mo = (struct mk_merge_opts){ .threads = o->threads ? o->threads : mk_merge_default_threads(),
-				       .spill_dir = o->spill_dir, .strict = o->strict };
+				       .spill_dir = o->spill_dir, .strict = o->strict,
+				       .warn = o->warn ? stage_warn : NULL, .warn_ctx = &r };
 	if (o->max_memory) {
 		mk_budget_fetch_fit(bs.fetch, &r.fo.chunk_bytes, &r.fo.qdepth);
 		r.fo.hold_bytes = bs.fetch / 4;
@@ -270,19 +293,17 @@ static int run_merge(const struct mk_run_opts *o, bool raw, enum mk_raw_missing 
 		if (mk_cuda_open(&cx, &co, &cerr) == 0)
 			r.mo.cuda = cx;       /* else: on the CPU, as mk-merge --cuda */
 	}
+	/* the queues between the stages, in the budget (mk_budget_split) */
+	if (!o->max_memory)
+		mk_budget_split(0, &bs);
 	for (int i = 0; i < NSTAGES - 1; i++)
-		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, r.sock[i]) < 0) {
-			rc = mk_err_sys(err, errno, "socketpair");
+		if ((rc = mk_chan_open(&r.ch[i], bs.queue, r.fd[i], err)))
 			goto out;
-		}
 	for (int i = 0; i < NSTAGES; i++) {
 		args[i] = (struct stage_arg){ &r, i };
 		if (pthread_create(&r.th[i], NULL, stage_main, &args[i])) {
 			rc = mk_err_set(err, MK_ENOMEM, "cannot start the %s thread", stage_name[i]);
-			for (int k = 0; k < NSTAGES - 1; k++) {
-				shutdown(r.sock[k][0], SHUT_RDWR);
-				shutdown(r.sock[k][1], SHUT_RDWR);
-			}
+			shut_all(&r);
 			break;
 		}
 		r.started[i] = true;
@@ -299,10 +320,11 @@ static int run_merge(const struct mk_run_opts *o, bool raw, enum mk_raw_missing 
 			break;
 		if (o->cancel && *o->cancel && !r.cancelled) {
 			r.cancelled = 1;
-			for (int k = 0; k < NSTAGES - 1; k++) {
-				shutdown(r.sock[k][0], SHUT_RDWR);
-				shutdown(r.sock[k][1], SHUT_RDWR);
-			}
+			/* set before the streams stop: mk-pack reads it after
+			 * its input ends (the channel's lock orders the two) */
+			if (o->keep_partial_on_cancel)
+				r.pko.keep_partial = true;
+			shut_all(&r);
 		}
 		struct timespec ts = { 0, 20 * 1000 * 1000 };
 		nanosleep(&ts, NULL);
@@ -313,7 +335,7 @@ static int run_merge(const struct mk_run_opts *o, bool raw, enum mk_raw_missing 
 	if (rc)
 		goto out;
 	if (r.cancelled) {
-		rc = mk_err_set(err, MK_EIO, "cancelled%s", o->resume ? " (OUT.mk-partial is kept for --resume)" : "");
+		rc = mk_err_set(err, MK_EIO, "cancelled%s", o->resume || o->keep_partial_on_cancel ? " (OUT.mk-partial is kept for --resume)" : "");
 		goto out;
 	}
 	if (r.first_fail >= 0) {
@@ -322,9 +344,7 @@ static int run_merge(const struct mk_run_opts *o, bool raw, enum mk_raw_missing 
 	}
 out:
 	for (int i = 0; i < NSTAGES - 1; i++)
-		for (int k = 0; k < 2; k++)
-			if (r.sock[i][k] >= 0)
-				close(r.sock[i][k]);
+		mk_chan_free(r.ch[i]);
 	if (cx)
 		mk_cuda_close(cx);
 	pthread_mutex_destroy(&r.mu);

@@ -16,6 +16,7 @@
 #include "mk/hash.h"
 #include "mk/manifest.h"
 #include "mk/stream.h"
+#include "chan_impl.h"
 
 static void put16(uint8_t *p, uint16_t v) { p[0] = v; p[1] = v >> 8; }
 static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = v >> (8 * i); }
@@ -225,6 +226,7 @@ struct counts {
 
 struct mk_stream_reader {
 	int fd;
+	struct mk_chan *ch;      /* fd stands for a channel (mk/chan.h) */
 	char *label;
 	unsigned flags;
 	uint64_t index;          /* number of frames returned so far */
@@ -276,6 +278,12 @@ static ssize_t read_full(int fd, void *buf, size_t len)
 		got += (size_t)r;
 	}
 	return (ssize_t)got;
+}
+
+/* read_full from the reader's descriptor or channel */
+static ssize_t sr_read(struct mk_stream_reader *r, void *buf, size_t len)
+{
+	return r->ch ? mk__chan_read(r->ch, buf, len) : read_full(r->fd, buf, len);
 }
 
 static int grow(uint8_t **buf, size_t *cap, size_t need)
@@ -337,8 +345,9 @@ int mk_sr_open(struct mk_stream_reader **out, int fd, const char *label,
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	mk_fd_grow_pipe(fd);
-	got = read_full(fd, pre, sizeof(pre));
+	if (!(r->ch = mk__chan_find(fd, MK__CHAN_R)))
+		mk_fd_grow_pipe(fd);
+	got = sr_read(r, pre, sizeof(pre));
 	if (got < 0) {
 		rc = mk_err_sys(err, (int)-got, "%s: reading the stream prelude", r->label);
 		goto out;
@@ -432,7 +441,7 @@ static void accept_frame(struct mk_stream_reader *r, const char *type, bool crit
 /* Read up to n payload bytes of the piecewise frame into buf, checksummed. */
 static int pw_read(struct mk_stream_reader *r, uint8_t *buf, size_t n, struct mk_err *err)
 {
-	ssize_t got = read_full(r->fd, buf, n);
+	ssize_t got = sr_read(r, buf, n);
 
 	if (got < 0)
 		return mk_err_sys(err, (int)-got, "%s: frame #%llu: read", r->label, (unsigned long long)r->pw.idx);
@@ -585,8 +594,8 @@ static bool splice_frame(struct mk_stream_reader *r, const char *type, uint8_t f
 	if (!(r->flags & MK_SR_SPLICE_DATA) || memcmp(type, MK_FT_DATA, 4) || (flags & MK_FRAME_F_ZSTD) ||
 	    raw_len < MK_CHUNK_HDR + MK_SPLICE_MIN)
 		return false;
-	if (!r->splice)
-		r->splice = fstat(r->fd, &sb) == 0 && S_ISFIFO(sb.st_mode) ? 1 : -1;
+	if (!r->splice) /* a channel's stand-in descriptor is no pipe: never spliced */
+		r->splice = !r->ch && fstat(r->fd, &sb) == 0 && S_ISFIFO(sb.st_mode) ? 1 : -1;
 	return r->splice > 0;
 }
 
@@ -764,6 +773,7 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 	ssize_t got;
 	uint64_t len, raw_len, idx = r->index;
 	uint32_t want, have;
+	bool taken = false;
 
 	memset(f, 0, sizeof(*f));
 	if (r->broken)
@@ -781,7 +791,7 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 	}
 	if (r->ended) {
 		uint8_t extra;
-		got = read_full(r->fd, &extra, 1);
+		got = sr_read(r, &extra, 1);
 		if (got < 0)
 			return mk_err_sys(err, (int)-got, "%s: reading past the END frame", r->label);
 		if (got > 0)
@@ -792,7 +802,7 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 	if (grow(&r->wire, &r->wire_cap, MK_FRAME_HDR))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	h = r->wire;
-	got = read_full(r->fd, h, MK_FRAME_HDR);
+	got = sr_read(r, h, MK_FRAME_HDR);
 	if (got < 0)
 		return mk_err_sys(err, (int)-got, "%s: frame #%llu: read", r->label, (unsigned long long)idx);
 	if (got == 0 && idx == 0)
@@ -862,6 +872,11 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 	}
 	{
 		uint64_t have_n = 0;
+		/* from a channel, the frame's buffer itself when it can be had */
+		if (r->ch && len && mk__chan_take(r->ch, (size_t)len, &r->wire, &r->wire_cap)) {
+			have_n = len;
+			taken = true;
+		}
 		while (have_n < len) {
 			/* grow with the bytes that arrive, not with the claim */
 			uint64_t lim = have_n < (1u << 20) ? (1u << 20) : have_n * 2;
@@ -869,7 +884,7 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 			if (grow(&r->wire, &r->wire_cap, MK_FRAME_HDR + target))
 				return mk_err_set(err, MK_ENOMEM, "%s: frame #%llu: out of memory for %llu bytes",
 						  r->label, (unsigned long long)idx, (unsigned long long)len);
-			got = read_full(r->fd, r->wire + MK_FRAME_HDR + have_n, target - have_n);
+			got = sr_read(r, r->wire + MK_FRAME_HDR + have_n, target - have_n);
 			if (got < 0)
 				return mk_err_sys(err, (int)-got, "%s: frame #%llu: read", r->label, (unsigned long long)idx);
 			have_n += (uint64_t)got;
@@ -883,9 +898,15 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 					  (unsigned long long)len);
 	}
 	want = get32(h + 24);
-	put32(h + 24, 0);
-	have = mk_crc32c(0, h, MK_FRAME_HDR + len);
-	put32(h + 24, want);
+	if (taken) {
+		/* the buffer its writer checksummed, handed over in this
+		 * process's memory: no transmission to check */
+		have = want;
+	} else {
+		put32(h + 24, 0);
+		have = mk_crc32c(0, h, MK_FRAME_HDR + len);
+		put32(h + 24, want);
+	}
 	f->csum_ok = want == have;
 	if (!f->csum_ok && !(r->flags & MK_SR_NO_VERIFY))
 		return mk_err_set(err, MK_ECORRUPT,
@@ -929,6 +950,20 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 	return 1;
 }
 
+bool mk_sr_trade(struct mk_stream_reader *r, const struct mk_frame *f, uint8_t **buf, size_t *cap)
+{
+	uint8_t *b = r->wire;
+	size_t c = r->wire_cap;
+
+	if (!f->wire || f->wire != r->wire || f->piecewise || (f->flags & MK_FRAME_F_ZSTD))
+		return false;
+	r->wire = *buf;
+	r->wire_cap = *buf ? *cap : 0;
+	*buf = b;
+	*cap = c;
+	return true;
+}
+
 void mk_sr_free(struct mk_stream_reader *r)
 {
 	if (!r)
@@ -947,6 +982,7 @@ void mk_sr_free(struct mk_stream_reader *r)
 
 struct mk_stream_writer {
 	int fd;
+	struct mk_chan *ch;      /* fd stands for a channel (mk/chan.h) */
 	int level;
 	ZSTD_CCtx *cctx;
 	uint8_t *zbuf, *cat;
@@ -959,6 +995,16 @@ struct mk_stream_writer {
 
 static int write_iov(struct mk_stream_writer *w, struct iovec *iov, int n, struct mk_err *err)
 {
+	if (w->ch) {
+		uint64_t total = 0;
+		for (int i = 0; i < n; i++)
+			total += iov[i].iov_len;
+		int rc = mk__chan_write(w->ch, iov, n);
+		if (rc < 0)
+			return mk_err_sys(err, -rc, "writing the stream");
+		w->bytes += total;
+		return 0;
+	}
 	while (n > 0) {
 		ssize_t r = writev(w->fd, iov, n);
 		if (r < 0) {
@@ -992,7 +1038,8 @@ int mk_sw_open(struct mk_stream_writer **out, int fd, int level, struct mk_err *
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	w->fd = fd;
 	w->level = level;
-	mk_fd_grow_pipe(fd);
+	if (!(w->ch = mk__chan_find(fd, MK__CHAN_W)))
+		mk_fd_grow_pipe(fd);
 	memcpy(pre, MK_STREAM_MAGIC, 8);
 	put16(pre + 8, MK_STREAM_MAJOR);
 	put16(pre + 10, MK_STREAM_MINOR);
@@ -1147,8 +1194,8 @@ int mk_sw_chunk_splice(struct mk_stream_writer *w, const char *type, const struc
 	struct stat sb;
 	int rc;
 
-	if (!w->splice)
-		w->splice = fstat(w->fd, &sb) == 0 && S_ISFIFO(sb.st_mode) ? 1 : -1;
+	if (!w->splice) /* a channel's stand-in descriptor is no pipe: never spliced */
+		w->splice = !w->ch && fstat(w->fd, &sb) == 0 && S_ISFIFO(sb.st_mode) ? 1 : -1;
 	if (w->level > 0 || w->splice < 0 || src_fd < 0 || c->data_len < MK_SPLICE_MIN ||
 	    raw_len > MK_FRAME_MAX)
 		return mk_sw_chunk(w, type, c, err);

@@ -240,9 +240,13 @@ expect_fail 1 'm\x1b[31mX' mk-plan p.yml -o p.mks
 # mk-yaml: a failing stage's message, not the downstream stages' "empty
 # input" or "without an END frame" lines (run alone, a stage still says it)
 printf 'merge_method: linear\nmodels:\n  - model: m\n    parameters: {weight: 1}\n  - model: nope\n    parameters: {weight: 1}\n' > p.yml
-expect_fail 1 "mk-yaml: error: mk-plan exited with status 1" mk-yaml p.yml yout
+expect_fail 1 "mk-yaml: error: mk-plan exited with status 1" mk-yaml --processes p.yml yout
 grep -q "mk-plan: error: p.yml:5:12: models\[1\].model: model 'nope'" err.txt || { cat err.txt >&2; fail "mk-yaml: no mk-plan message"; }
 [ "$(wc -l < err.txt)" -eq 2 ] || { cat err.txt >&2; fail "mk-yaml: downstream stages added lines"; }
+no_out yout
+# in one process: the diagnostic alone, as mk-yaml's
+expect_fail 1 "mk-yaml: error: p.yml:5:12: models[1].model: model 'nope'" mk-yaml p.yml yout
+[ "$(wc -l < err.txt)" -eq 1 ] || { cat err.txt >&2; fail "mk-yaml: more than the diagnostic"; }
 no_out yout
 expect_fail 1 "stdin: empty input" mk-fetch < /dev/null
 # int64 is refused by mk-plan, before any weight is read
@@ -278,7 +282,7 @@ done
 # a --max-memory below the stages' least is raised, and mk-yaml says so
 mk-yaml --max-memory 1K --print-pipeline "$MK_TOP/testdata/configs/linear.yml" lowmem > /dev/null 2> lowmem.err
 grep -q "note: --max-memory 1K is less than the stages need at the least" lowmem.err || { cat lowmem.err; fail "no note on a raised --max-memory"; }
-grep -q "they get 50331648 bytes in all (33554432 for the four processes, mk-fetch 4194304, mk-pack 8388608, merging 4194304)" lowmem.err ||
+grep -q "they get 50331648 bytes in all (33554432 for the stages at rest, mk-fetch 4194304, mk-pack 8388608, merging 4194304)" lowmem.err ||
 	{ cat lowmem.err; fail "the raised --max-memory is not what the stages get"; }
 mk-yaml --max-memory 1K --print-pipeline "$MK_TOP/testdata/configs/linear.yml" lowmem 2>/dev/null | grep -q "mk-merge --max-memory 4194304" ||
 	fail "merging got no bound under a tiny --max-memory"

@@ -86,7 +86,7 @@ done
 rm -f pf.mks cut.mks pfout.mks
 
 # A merge within --max-memory M on tensors larger than M: the four
-# stages mk-yaml runs, with the budgets it gives them, together peak
+# stages mk-yaml --processes runs, with the budgets it gives them, together peak
 # under M (the sum of their peak RSS, which counts the shared libraries
 # four times and adds peaks that need not coincide: an upper bound on
 # what they held at any one time).  A 65536-token vocabulary:
@@ -116,6 +116,19 @@ together() {
 	sum=$(( $(cat p.rss) + $(cat f.rss) + $(cat m.rss) + $(cat k.rss) ))
 	echo "$2${3:+, spilled} --max-memory $1: mk-plan $(cat p.rss) + mk-fetch $(cat f.rss) + mk-merge $(cat m.rss) + mk-pack $(cat k.rss) = $sum KiB (limit $(($1 / 1024)) KiB)"
 	[ $((sum * 1024)) -le "$1" ] || fail "$2 --max-memory $1: the stages peak at $sum KiB together"
+	# mk-yaml in one process: the four stages, the three queues between
+	# them and one process's base, under M as one peak RSS; the same bytes
+	rm -rf one
+	if [ -n "$3" ]; then
+		rm -rf spill && mkdir spill
+		mk-rss one.rss mk-yaml --quiet --max-memory "$1" --spill spill "$2" one
+	else
+		mk-rss one.rss mk-yaml --quiet --max-memory "$1" "$2" one
+	fi
+	echo "$2${3:+, spilled} --max-memory $1: mk-yaml in one process $(cat one.rss) KiB (limit $(($1 / 1024)) KiB)"
+	[ $(($(cat one.rss) * 1024)) -le "$1" ] || fail "$2 --max-memory $1: mk-yaml in one process peaks at $(cat one.rss) KiB"
+	for f in memout/*.safetensors; do cmp "$f" "one/$(basename "$f")" || fail "$2: one process and the pipeline differ"; done
+	rm -rf one
 }
 for m in linear slerp ties; do
 	together 67108864 $m.yml

@@ -64,12 +64,12 @@ printf 'merge_method: passthrough\nslices:\n  - sources:\n      - model: models/
 expect_fail 1 "past the end of model" mk-plan deep.yml
 # tokenizer sources and vocabularies: test/cli/tokenizer.sh
 
-# mk-yaml: a stage killed mid-run stops everything and leaves no OUT
+# mk-yaml --processes: a stage killed mid-run stops everything and leaves no OUT
 if [ "$MK_SAN" != 1 ]; then
 	mk-gen-model --dtype F32 --hidden 512 --layers 4 --big-rows 60000 big-a
 	mk-gen-model --dtype F32 --hidden 512 --layers 4 --big-rows 60000 --seed 5 big-b
 	printf 'merge_method: linear\nmodels:\n  - model: big-a\n    parameters: {weight: 1}\n  - model: big-b\n    parameters: {weight: 1}\n' > big.yml
-	mk-yaml big.yml killed 2>kill-err.txt &
+	mk-yaml --processes big.yml killed 2>kill-err.txt &
 	ypid=$!
 	i=0
 	# this mk-yaml's own mk-merge only (a child of it): never another run's

@@ -1,7 +1,12 @@
-# No orphans: killing mk-yaml alone, by SIGTERM, SIGHUP or SIGKILL,
-# stops its stages at once; no stage lives on and no OUT appears after.
-# (SIGINT is left out: sh starts background jobs with it ignored; Ctrl-C
-# reaches every stage anyway, as they share the terminal's process group.)
+# No orphans.  mk-yaml --processes killed alone, by SIGTERM, SIGHUP or
+# SIGKILL, stops its stages at once; no stage lives on and no OUT appears
+# after.  (SIGINT is left out there: sh starts background jobs with it
+# ignored; Ctrl-C reaches every stage anyway, as they share the
+# terminal's process group.)  mk-yaml in one process, stopped by SIGINT,
+# SIGTERM or SIGHUP, cancels: its stage threads stop, it dies by that
+# signal, no OUT, OUT.mk-partial kept for --resume (which then writes the
+# bytes of an uninterrupted run) and nothing else left in the directory;
+# by SIGKILL, the same without the cancel.
 . "$MK_TOP/test/cli/lib.inc"
 # two models large enough that the merge runs for a while
 mk-gen-model --dtype F32 --hidden 1024 --layers 1 --big-rows 65536 a
@@ -9,7 +14,7 @@ mk-gen-model --dtype F32 --hidden 1024 --layers 1 --big-rows 65536 --seed 9 b
 slerp_config slerp.yml a b
 for sig in TERM HUP KILL; do
 	out=$PWD/out-$sig
-	mk-yaml --quiet slerp.yml "$out" &
+	mk-yaml --processes --quiet slerp.yml "$out" &
 	y=$!
 	# kill it once its stages run (before mk-pack finishes)
 	t=0
@@ -27,4 +32,47 @@ for sig in TERM HUP KILL; do
 	sleep 2
 	[ ! -e "$out" ] || fail "SIG$sig: $out appeared after mk-yaml was killed"
 	echo "SIG$sig: no stage left, no $out"
+	rm -rf "$out.mk-partial"
+done
+
+# in one process
+mkdir ref
+mk-yaml --quiet slerp.yml ref/one
+for sig in INT TERM HUP KILL; do
+	# env gives mk-yaml SIGINT back (sh ignores it in background jobs)
+	env --default-signal=INT mk-yaml --quiet slerp.yml one 2> err.txt &
+	y=$!
+	# kill it once its stage threads run (before the merge finishes)
+	t=0
+	while [ "$(ls /proc/$y/task 2>/dev/null | wc -l)" -lt 5 ] && [ -e /proc/$y ] && [ $t -lt 200 ]; do
+		sleep 0.01; t=$((t + 1))
+	done
+	sleep 0.1
+	if [ -e one ] || ! kill -$sig $y 2>/dev/null; then
+		wait $y || { cat err.txt >&2; fail "mk-yaml failed"; }
+		echo "the merge finished before the kill; SIG$sig not tested"
+		rm -rf one
+		continue
+	fi
+	set +e; wait $y; rc=$?; set -e
+	case $sig in INT) n=2 ;; TERM) n=15 ;; HUP) n=1 ;; KILL) n=9 ;; esac
+	[ $rc -eq $((128 + n)) ] || { cat err.txt >&2; fail "SIG$sig: mk-yaml exited $rc, not by the signal"; }
+	[ ! -e /proc/$y ] || fail "SIG$sig: mk-yaml (pid $y) is still there"
+	[ ! -e one ] || fail "SIG$sig: OUT appeared"
+	if [ $sig != KILL ]; then
+		grep -q "stopped by SIG$sig" err.txt || { cat err.txt >&2; fail "SIG$sig: no word of the stop"; }
+		if [ -e one.mk-partial ]; then
+			grep -qF "one.mk-partial is kept: run again with --resume" err.txt ||
+				{ cat err.txt >&2; fail "SIG$sig: the kept partial is not named"; }
+		fi
+	fi
+	# nothing but the partial output (no stray scratch or temporary file)
+	left=$(ls -A | grep -v -x -e a -e b -e slerp.yml -e ref -e err.txt -e one.mk-partial || true)
+	[ -z "$left" ] || fail "SIG$sig: left behind: $left"
+	# the partial continues into the bytes of an uninterrupted run
+	mk-yaml --quiet --resume slerp.yml one
+	diff -r ref/one one || fail "SIG$sig: resumed and uninterrupted differ"
+	[ ! -e one.mk-partial ] || fail "SIG$sig: one.mk-partial left after the resume"
+	echo "SIG$sig: one process, stopped, no OUT, resumed to the same bytes"
+	rm -rf one
 done

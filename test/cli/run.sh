@@ -1,5 +1,6 @@
 # mk_run_merge (mk/run.h), the whole merge in one process, through
-# test/tools/mk-run: the same output directory as mk-yaml, byte for byte,
+# test/tools/mk-run: the same output directory as mk-yaml --processes (the
+# four programs), byte for byte,
 # for every bundled configuration, a tokenizer merge and a LoRA merge,
 # with and without a memory budget; a cancel leaves neither OUT nor
 # OUT.mk-partial; a bad configuration gives every diagnostic with its
@@ -12,7 +13,7 @@ for cfg in testdata/configs/*.yml test/conformance/tokenizer-vocab-tokens-f32.ym
 	name=$(basename "$cfg" .yml)
 	mkdir -p "$W/run/$name" "$W/yaml/$name"
 	mk-run "$cfg" "$W/run/$name/out" 2> "$W/run.err" || { cat "$W/run.err"; fail "$name: mk_run_merge failed"; }
-	mk-yaml "$cfg" "$W/yaml/$name/out"
+	mk-yaml --processes "$cfg" "$W/yaml/$name/out"
 	diff -r "$W/run/$name/out" "$W/yaml/$name/out" || fail "$name: mk_run_merge and mk-yaml differ"
 	n=$((n + 1))
 done

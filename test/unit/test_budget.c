@@ -13,9 +13,12 @@
 
 static void assert_split(uint64_t total, uint64_t merge, uint64_t fetch, uint64_t pack)
 {
-	struct mk_budget_split s = { 1, 1, 1, 1 };
+	struct mk_budget_split s = { 1, 1, 1, 1, 1 };
 
 	mk_budget_split(total, &s);
+	/* in one process, the three queues fit where three stage bases were */
+	assert_int_equal(s.queue, MK_BUDGET_QUEUE);
+	assert_true(3 * s.queue + MK_BUDGET_STAGE_BASE <= s.stages);
 	assert_int_equal(s.merge, merge);
 	assert_int_equal(s.fetch, fetch);
 	assert_int_equal(s.pack, pack);

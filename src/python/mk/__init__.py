@@ -54,6 +54,7 @@ class ConfigError(ValueError):
 
 _PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t,
                              ctypes.c_size_t)
+_WARN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
 
 
 class _RunOpts(ctypes.Structure):
@@ -69,7 +70,8 @@ class _RunOpts(ctypes.Structure):
         ("strict", ctypes.c_bool), ("remote", ctypes.c_bool), ("no_cache", ctypes.c_bool),
         ("has_lora_dtype", ctypes.c_bool), ("lora_dtype", ctypes.c_int),
         ("progress", _PROGRESS), ("progress_ctx", ctypes.c_void_p),
-        ("cancel", ctypes.POINTER(ctypes.c_int)),
+        ("cancel", ctypes.POINTER(ctypes.c_int)), ("keep_partial_on_cancel", ctypes.c_bool),
+        ("warn", _WARN), ("warn_ctx", ctypes.c_void_p),
     ]
 
 
@@ -278,6 +280,8 @@ def run_merge(merge_config, out_path, options=None, config_source=None):
         last[0] = done
 
     cb = _PROGRESS(on_progress)
+    # the stages' warnings (an output that became NaN or infinite, ...)
+    wcb = _WARN(lambda ctx, msg: log.warning("%s", msg.decode("utf-8", "replace")))
     o = _RunOpts(text=raw, len=len(raw), label=config._label.encode(), out_dir=os.fsencode(out_path),
                  out_shard_size=_size(opt.out_shard_size), no_copy_tokenizer=not opt.copy_tokenizer,
                  no_model_card=not opt.write_model_card, allow_crimes=bool(opt.allow_crimes),
@@ -285,7 +289,7 @@ def run_merge(merge_config, out_path, options=None, config_source=None):
                  max_memory=_size(opt.max_memory),
                  spill_dir=os.fsencode(opt.spill) if opt.spill else None, force=bool(opt.force),
                  resume=bool(opt.resume), strict=bool(opt.strict), remote=bool(opt.remote),
-                 no_cache=bool(opt.no_cache), progress=cb, cancel=ctypes.pointer(cancel))
+                 no_cache=bool(opt.no_cache), progress=cb, cancel=ctypes.pointer(cancel), warn=wcb)
     if opt.lora_merge_dtype:
         dt = ctypes.c_int()
         if lib.mk_config_dtype_parse(str(opt.lora_merge_dtype).encode(), ctypes.byref(dt), None, None):

@@ -1,0 +1,276 @@
+/* chan.c - an in-memory stream between two threads (mk/chan.h). */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "chan_impl.h"
+#include "mk/stream.h"
+
+struct blk {
+	struct blk *next;
+	uint8_t *buf;
+	size_t len, cap, off;   /* bytes, allocated, read so far */
+};
+
+struct mk_chan {
+	struct mk_chan *next;   /* in the list of open channels */
+	int fd[2];
+	pthread_mutex_t mu;
+	pthread_cond_t can_read, can_write;
+	struct blk *head, *tail;
+	size_t cap, held, peak; /* held: the queue's buffers and the spare */
+	uint8_t *spare;         /* a buffer the reader gave back */
+	size_t spare_cap;
+	bool wclosed, rclosed;
+};
+
+/* Open channels, found by their descriptors. */
+static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct mk_chan *reg;
+
+int mk_chan_open(struct mk_chan **out, size_t cap, int fd[2], struct mk_err *err)
+{
+	struct mk_chan *c = calloc(1, sizeof(*c));
+
+	*out = NULL;
+	if (!c)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	c->cap = cap ? cap : MK_CHAN_DEFAULT_CAP;
+	/* the writer's end cannot be written, the reader's cannot be read */
+	c->fd[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	c->fd[1] = open("/dev/null", O_WRONLY | O_CLOEXEC);
+	if (c->fd[0] < 0 || c->fd[1] < 0) {
+		int e = errno;
+		if (c->fd[0] >= 0)
+			close(c->fd[0]);
+		if (c->fd[1] >= 0)
+			close(c->fd[1]);
+		free(c);
+		return mk_err_sys(err, e, "/dev/null");
+	}
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->can_read, NULL);
+	pthread_cond_init(&c->can_write, NULL);
+	pthread_mutex_lock(&reg_mu);
+	c->next = reg;
+	reg = c;
+	pthread_mutex_unlock(&reg_mu);
+	fd[0] = c->fd[0];
+	fd[1] = c->fd[1];
+	*out = c;
+	return 0;
+}
+
+struct mk_chan *mk__chan_find(int fd, int end)
+{
+	struct mk_chan *c;
+
+	pthread_mutex_lock(&reg_mu);
+	for (c = reg; c && c->fd[end] != fd; c = c->next)
+		;
+	pthread_mutex_unlock(&reg_mu);
+	return c;
+}
+
+static void drop_queue(struct mk_chan *c)
+{
+	while (c->head) {
+		struct blk *b = c->head;
+		c->head = b->next;
+		c->held -= b->cap;
+		free(b->buf);
+		free(b);
+	}
+	c->tail = NULL;
+}
+
+void mk_chan_close_write(struct mk_chan *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->wclosed = true;
+	pthread_cond_broadcast(&c->can_read);
+	pthread_mutex_unlock(&c->mu);
+}
+
+void mk_chan_close_read(struct mk_chan *c)
+{
+	pthread_mutex_lock(&c->mu);
+	c->rclosed = true;
+	drop_queue(c);
+	pthread_cond_broadcast(&c->can_read);
+	pthread_cond_broadcast(&c->can_write);
+	pthread_mutex_unlock(&c->mu);
+}
+
+size_t mk_chan_peak(const struct mk_chan *c)
+{
+	return c->peak;
+}
+
+void mk_chan_free(struct mk_chan *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&reg_mu);
+	for (struct mk_chan **p = &reg; *p; p = &(*p)->next)
+		if (*p == c) {
+			*p = c->next;
+			break;
+		}
+	pthread_mutex_unlock(&reg_mu);
+	drop_queue(c);
+	free(c->spare);
+	close(c->fd[0]);
+	close(c->fd[1]);
+	pthread_cond_destroy(&c->can_read);
+	pthread_cond_destroy(&c->can_write);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+}
+
+int mk__chan_write(struct mk_chan *c, const struct iovec *iov, int n)
+{
+	size_t total = 0, o = 0;
+	uint8_t *buf = NULL;
+	size_t bcap = 0;
+	struct blk *b;
+
+	for (int i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	if (!total)
+		return 0;
+	if (!(b = malloc(sizeof(*b))))
+		return -ENOMEM;
+	pthread_mutex_lock(&c->mu);
+	/* room for this buffer (the spare, when it is large enough, is
+	 * already counted), or an empty queue: a frame over cap passes */
+	for (;;) {
+		size_t need = c->spare_cap >= total ? 0 : total;
+		if (c->rclosed || !c->head || c->held + need <= c->cap)
+			break;
+		pthread_cond_wait(&c->can_write, &c->mu);
+	}
+	if (c->rclosed) {
+		pthread_mutex_unlock(&c->mu);
+		free(b);
+		return -EPIPE;
+	}
+	if (c->spare && c->spare_cap >= total) {
+		buf = c->spare;
+		bcap = c->spare_cap;
+	} else if (c->spare) {
+		free(c->spare);       /* too small: not kept beside a new one */
+		c->held -= c->spare_cap;
+	}
+	c->spare = NULL;
+	c->spare_cap = 0;
+	if (!buf)
+		c->held += total;     /* counted before it is taken */
+	pthread_mutex_unlock(&c->mu);
+	if (!buf) {
+		if (!(buf = malloc(total))) {
+			pthread_mutex_lock(&c->mu);
+			c->held -= total;
+			pthread_mutex_unlock(&c->mu);
+			free(b);
+			return -ENOMEM;
+		}
+		bcap = total;
+	}
+	for (int i = 0; i < n; i++) {
+		memcpy(buf + o, iov[i].iov_base, iov[i].iov_len);
+		o += iov[i].iov_len;
+	}
+	*b = (struct blk){ .buf = buf, .len = total, .cap = bcap };
+	pthread_mutex_lock(&c->mu);
+	if (c->held > c->peak)
+		c->peak = c->held;
+	if (c->rclosed) {
+		/* the reader went while this was copied */
+		c->held -= bcap;
+		pthread_mutex_unlock(&c->mu);
+		free(buf);
+		free(b);
+		return -EPIPE;
+	}
+	if (c->tail)
+		c->tail->next = b;
+	else
+		c->head = b;
+	c->tail = b;
+	pthread_cond_signal(&c->can_read);
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
+/* Pop the head (its bytes all read), under the lock. */
+static void pop(struct mk_chan *c)
+{
+	struct blk *b = c->head;
+
+	c->head = b->next;
+	if (!c->head)
+		c->tail = NULL;
+	c->held -= b->cap;
+	free(b->buf);
+	free(b);
+	pthread_cond_signal(&c->can_write);
+}
+
+ssize_t mk__chan_read(struct mk_chan *c, void *buf, size_t len)
+{
+	size_t got = 0;
+
+	pthread_mutex_lock(&c->mu);
+	while (got < len) {
+		while (!c->head && !c->wclosed && !c->rclosed)
+			pthread_cond_wait(&c->can_read, &c->mu);
+		if (!c->head)
+			break;          /* the end */
+		struct blk *b = c->head;
+		size_t n = b->len - b->off < len - got ? b->len - b->off : len - got;
+		memcpy((uint8_t *)buf + got, b->buf + b->off, n);
+		b->off += n;
+		got += n;
+		if (b->off == b->len)
+			pop(c);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return (ssize_t)got;
+}
+
+bool mk__chan_take(struct mk_chan *c, size_t len, uint8_t **buf, size_t *cap)
+{
+	struct blk *b;
+	uint8_t *old = *buf;
+	size_t old_cap = *cap;
+
+	pthread_mutex_lock(&c->mu);
+	b = c->head;
+	if (!b || b->off != MK_FRAME_HDR || b->len - b->off != len) {
+		pthread_mutex_unlock(&c->mu);
+		return false;
+	}
+	*buf = b->buf;
+	*cap = b->cap;
+	/* the reader holds this buffer now (its frame, as it would hold one
+	 * read from a descriptor); its old one is kept for the writer while
+	 * that keeps the channel within cap */
+	c->head = b->next;
+	if (!c->head)
+		c->tail = NULL;
+	c->held -= b->cap;
+	free(b);
+	if (old && !c->spare && c->held + old_cap <= c->cap) {
+		c->spare = old;
+		c->spare_cap = old_cap;
+		c->held += old_cap;
+		old = NULL;
+	}
+	pthread_cond_signal(&c->can_write);
+	pthread_mutex_unlock(&c->mu);
+	free(old);
+	return true;
+}

@@ -1,0 +1,28 @@
+/* chan_impl.h - what the stream reader and writer call on a channel
+ * (mk/chan.h); not public. */
+#ifndef MK_CHAN_IMPL_H
+#define MK_CHAN_IMPL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include "mk/chan.h"
+
+enum { MK__CHAN_W = 0, MK__CHAN_R = 1 };
+/* The channel whose `end` fd is, else NULL. */
+struct mk_chan *mk__chan_find(int fd, int end);
+/* Queue the bytes of iov as one buffer: 0, or -EPIPE when the reader is
+ * gone, -ENOMEM. */
+int mk__chan_write(struct mk_chan *c, const struct iovec *iov, int n);
+/* Read exactly len bytes: the count read (less only at the end), as
+ * read_full does on a descriptor. */
+ssize_t mk__chan_read(struct mk_chan *c, void *buf, size_t len);
+/* When the queue's next buffer is the rest of a frame whose header the
+ * reader has just read from it and holds exactly `len` more bytes, give
+ * that buffer (header and payload) to the reader in place of *buf
+ * (which the channel keeps for a later write, or frees): true.  Else
+ * false, and the reader reads the payload by mk__chan_read. */
+bool mk__chan_take(struct mk_chan *c, size_t len, uint8_t **buf, size_t *cap);
+
+#endif

@@ -1,0 +1,141 @@
+# mk-moe: an MoE of each output architecture from generated models; every
+# expert tensor equals its source bit for bit (mk-st-compare --tol 0), the
+# base's other tensors likewise; the pre-checks; and the stages' peak RSS
+# together within --max-memory + 32 MiB while the expert tensors are
+# larger than the budget.
+. "$MK_TOP/test/cli/lib.inc"
+
+for s in 1 2 3; do
+	mk-gen-model --seed $s --layers 2 --hidden 64 --inter 128 --vocab 96 --dtype BF16 --arch mistral m$s >/dev/null
+done
+# qwen3 models: the same weights, another model_type
+for s in 1 2 3; do
+	cp -r m$s q$s
+	sed 's/"mistral"/"qwen3"/; s/MistralForCausalLM/Qwen3ForCausalLM/' m$s/config.json > q$s/config.json
+done
+experts='experts:
+  - source_model: E2
+    positive_prompts: ["code"]
+  - source_model: E3
+    positive_prompts: ["math"]
+    residual_scale: 0.5'
+cfg() {   # cfg FILE BASE PREFIX EXTRA
+	printf 'base_model: %s1\ngate_mode: %s\n%s\n' "$2" "${5:-random}" "$4" > "$1"
+	printf '%s\n' "$experts" | sed "s/E2/${3}2/; s/E3/${3}3/" >> "$1"
+}
+cfg mixtral.yml m m ''
+cfg qwen3.yml q q '' uniform_random
+cfg qwen2.yml m m 'architecture: qwen
+shared_experts:
+  - source_model: m1'
+cfg deepseek.yml m m 'architecture: deepseek
+shared_experts:
+  - source_model: m1'
+
+for a in mixtral qwen3 qwen2 deepseek; do
+	mk-moe -v $a.yml out-$a 2> $a.err
+	grep -q "output architecture" $a.err || fail "$a: no architecture said"
+	# the base's tensors outside the MLPs
+	for t in q_proj.weight k_proj.weight v_proj.weight o_proj.weight; do
+		mk-st-compare --tol 0 --only "self_attn.$t" out-$a m1 >/dev/null || fail "$a: $t differs from the base"
+	done
+	mk-st-compare --tol 0 --only norm out-$a m1 >/dev/null || fail "$a: norms differ from the base"
+done
+grep -q '"model_type": "mixtral"' out-mixtral/config.json || fail "mixtral config.json"
+grep -q '"num_local_experts": 2' out-mixtral/config.json || fail "mixtral num_local_experts"
+grep -q '"model_type": "qwen3_moe"' out-qwen3/config.json || fail "qwen3 config.json"
+grep -q '"model_type": "qwen2_moe"' out-qwen2/config.json || fail "qwen2 config.json"
+grep -q '"shared_expert_intermediate_size": 128' out-qwen2/config.json || fail "qwen2 shared size"
+grep -q '"n_routed_experts": 2' out-deepseek/config.json || fail "deepseek config.json"
+grep -q '"n_shared_experts": 1' out-deepseek/config.json || fail "deepseek n_shared_experts"
+cmp mixtral.yml out-mixtral/mergekit_moe_config.yml || fail "mergekit_moe_config.yml is not the configuration"
+cmp m1/tokenizer.json out-mixtral/tokenizer.json || fail "tokenizer not the base's"
+# the pad token is the BOS, as mergekit-moe saves it; nothing else changes
+grep -q '"pad_token": "<s>"' out-mixtral/tokenizer_config.json || fail "no pad token in tokenizer_config.json"
+grep -v pad_token out-mixtral/tokenizer_config.json | sed 's/,$//' > a.txt
+sed 's/,$//' m1/tokenizer_config.json > b.txt
+cmp a.txt b.txt || fail "tokenizer_config.json changed beyond its pad token"
+
+# experts bit for bit: expert 0 is model 2, expert 1 model 3 (down_proj x 0.5,
+# exact in BF16: a power of two)
+for p in gate_proj up_proj; do
+	for a in qwen3 qwen2 deepseek; do
+		mk-st-compare --tol 0 --only "experts.0.$p" --rename ".experts.0.=." out-$a ${a%%[0-9]*}2 >/dev/null 2>&1 ||
+			mk-st-compare --tol 0 --only "experts.0.$p" --rename ".experts.0.=." out-$a m2 >/dev/null ||
+			fail "$a: expert 0 $p differs"
+		mk-st-compare --tol 0 --only "experts.1.$p" --rename ".experts.1.=." out-$a ${a%%[0-9]*}3 >/dev/null 2>&1 ||
+			mk-st-compare --tol 0 --only "experts.1.$p" --rename ".experts.1.=." out-$a m3 >/dev/null ||
+			fail "$a: expert 1 $p differs"
+	done
+done
+mk-st-compare --tol 0 --only "experts.1.down_proj" --rename ".experts.1.=." --lin 0.5 out-qwen3 q3 >/dev/null ||
+	fail "qwen3: residual_scale"
+mk-st-compare --tol 0 --only "experts.0.down_proj" --rename ".experts.0.=." out-qwen3 q2 >/dev/null ||
+	fail "qwen3: expert 0 down_proj"
+mk-st-compare --tol 0 --only "shared_expert.gate_proj" --rename ".shared_expert.=." out-qwen2 m1 >/dev/null ||
+	fail "qwen2: shared expert"
+mk-st-compare --tol 0 --only "shared_experts.up_proj" --rename ".shared_experts.=." out-deepseek m1 >/dev/null ||
+	fail "deepseek: shared expert"
+for w in w1=gate_proj w3=up_proj; do
+	mk-st-compare --tol 0 --only "experts.0.${w%=*}." --rename ".experts.0.${w%=*}.=.${w#*=}." out-mixtral m2 >/dev/null ||
+		fail "mixtral: expert 0 ${w%=*}"
+done
+mk-st-compare --tol 0 --only "experts.1.w2." --rename ".experts.1.w2.=.down_proj." --lin 0.5 out-mixtral m3 >/dev/null ||
+	fail "mixtral: expert 1 w2 (residual_scale)"
+
+# random gates: the same for a seed, another for another seed
+mk-moe -q --random-seed 7 mixtral.yml r7
+mk-moe -q --random-seed 7 mixtral.yml r7b
+mk-moe -q --random-seed 8 mixtral.yml r8
+cmp r7/model.safetensors r7b/model.safetensors || fail "random gates differ for one seed"
+! cmp -s r7/model.safetensors r8/model.safetensors || fail "random gates the same for two seeds"
+
+# pre-checks
+printf 'base_model: m1\nexperts:\n  - source_model: m2\n    positive_prompts: ["a"]\n  - source_model: m3\n' > np.yml
+expect_fail 1 "has no positive_prompts" mk-moe np.yml bad
+printf 'base_model: m1\nexperts:\n  - source_model: m2\n    positive_prompts: ["a"]\n  - source_model: m3\n    positive_prompts: ["a"]\n' > same.yml
+expect_fail 1 "prompts are the same for every expert" mk-moe same.yml bad
+printf 'base_model: m1\nexperts:\n  - source_model: m2\n    positive_prompts: ["a"]\n  - source_model: m2\n    positive_prompts: ["b"]\n' > allsame.yml
+expect_fail 1 "every expert is the same model" mk-moe allsame.yml bad
+printf 'base_model: m1\nexperts_per_token: 3\ngate_mode: random\nexperts:\n  - source_model: m2\n  - source_model: m3\n' > ept.yml
+expect_fail 1 "give at least as many experts" mk-moe ept.yml bad
+printf 'base_model: m1\ngate_mode: bogus\nexperts:\n  - source_model: m2\n' > gm.yml
+expect_fail 1 "gate_mode: 'bogus' is not one of" mk-moe gm.yml bad
+printf 'base_model: m1\ngate_mode: random\narchitecture: qwen3\nexperts:\n  - source_model: m2\n  - source_model: m3\n' > q3bad.yml
+expect_fail 1 "Qwen3 MoE needs qwen3 models" mk-moe q3bad.yml bad
+printf 'base_model: m1\ngate_mode: random\narchitecture: gpt\nexperts:\n  - source_model: m2\n  - source_model: m3\n' > arch.yml
+expect_fail 1 "names no output architecture" mk-moe arch.yml bad
+expect_fail 2 "expected CONFIG and OUT" mk-moe mixtral.yml
+expect_fail 2 "Try 'mk-moe --help'" mk-moe --no-such-option mixtral.yml x
+mk-moe --help | grep -q '^Usage: mk-moe' || fail "--help"
+mk-moe --version | grep -q 'mk-moe' || fail "--version"
+no_out bad
+
+# memory: expert tensors (3 layers x 3 x 2 experts x 8 MiB = 144 MiB) over
+# an 80 MiB budget; mk-moe's planning (the base's forward pass for the
+# hidden routers: one layer in float32, 54 MiB) and the three stages, their
+# peaks summed as if they were all at once, stay within 80 MiB + 32 MiB
+if [ "$MK_SAN" = 0 ]; then
+	for s in 1 2 3; do
+		mk-gen-model --seed $s --layers 3 --hidden 512 --inter 8192 --vocab 96 --dtype BF16 --arch mistral \
+			--bpe-tokenizer big$s >/dev/null
+	done
+	printf 'base_model: big1\ngate_mode: hidden\nexperts:\n  - source_model: big2\n    positive_prompts: ["1+2=3"]\n  - source_model: big3\n    positive_prompts: ["(!?)"]\n' > big.yml
+	mk-rss moe.rss mk-moe -q --max-memory 80M --print-pipeline big.yml bigout > pipe.txt
+	pipe=$(cat pipe.txt)
+	plan=$(printf '%s\n' "$pipe" | sed 's/.* -i \([^ ]*\).*/\1/')
+	set -- $(printf '%s\n' "$pipe" | sed 's/ | /\n/g' | sed -n 1p)
+	f="$*"
+	set -- $(printf '%s\n' "$pipe" | sed 's/ | /\n/g' | sed -n 2p)
+	m="$*"
+	set -- $(printf '%s\n' "$pipe" | sed 's/ | /\n/g' | sed -n 3p)
+	p="$*"
+	mk-rss f.rss $f | mk-rss m.rss $m | mk-rss p.rss $p
+	rm -rf "$(dirname "$plan")"
+	total=$(( $(cat moe.rss) + $(cat f.rss) + $(cat m.rss) + $(cat p.rss) ))
+	echo "mk-moe --max-memory 80M: planning $(cat moe.rss) KiB, mk-fetch $(cat f.rss), mk-merge $(cat m.rss), mk-pack $(cat p.rss); $total KiB in all"
+	[ "$total" -le $(( (80 + 32) * 1024 )) ] || fail "peak RSS $total KiB over 80 MiB + 32 MiB"
+	mk-st-compare --tol 0 --only "experts.1.w1." --rename ".experts.1.w1.=.gate_proj." bigout big3 >/dev/null ||
+		fail "big: expert 1 w1 differs"
+fi
+echo "moe: ok"

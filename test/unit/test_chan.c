@@ -1,0 +1,301 @@
+/* test_chan.c - channels (mk/chan.h): the stream reader and writer on an
+ * in-memory queue between two threads carry the bytes they carry over a
+ * descriptor; the queue stays within its bound; either end stopping
+ * stops the other; the stand-in descriptors refuse direct I/O. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+#include "mk/chan.h"
+#include "mk/stream.h"
+
+/* The frames the writer sends: sizes around the bound, an empty one, a
+ * compressible one (zstd), a FILE, then END. */
+static const size_t sizes[] = { 0, 1, 100, 4096, 65536, 65535, 200000, 3, 150000, 7, 65504 };
+#define NSIZES (sizeof(sizes) / sizeof(*sizes))
+
+struct writer {
+	int fd;
+	struct mk_chan *c;   /* closed for writing at the end, as a stage's end is */
+	int level;
+	size_t nrepeat;      /* the sizes, this many times */
+	int rc;
+	struct mk_err err;
+	bool stopped_early;  /* a write failed (the reader went) */
+};
+
+static void fill(uint8_t *b, size_t n, size_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		b[i] = (uint8_t)((i * 7 + seed * 13) ^ (i >> 9));
+}
+
+static int write_all(struct writer *a)
+{
+	struct mk_stream_writer *w = NULL;
+	uint8_t *buf = malloc(200000);
+	int rc;
+
+	assert_non_null(buf);
+	rc = mk_sw_open(&w, a->fd, a->level, &a->err);
+	for (size_t r = 0; !rc && r < a->nrepeat; r++)
+		for (size_t i = 0; !rc && i < NSIZES; i++) {
+			fill(buf, sizes[i], i + r);
+			rc = mk_sw_frame1(w, (i & 1) ? "note" : MK_FT_JOB, buf, sizes[i], &a->err);
+		}
+	if (!rc) {
+		fill(buf, 120000, 99);
+		rc = mk_sw_file(w, "big.bin", 0644, buf, 120000, &a->err);
+	}
+	if (!rc)
+		rc = mk_sw_end(w, &a->err);
+	mk_sw_free(w);
+	free(buf);
+	return rc;
+}
+
+static void *writer_main(void *p)
+{
+	struct writer *a = p;
+
+	a->rc = write_all(a);
+	a->stopped_early = a->rc != 0;
+	mk_chan_close_write(a->c);
+	return NULL;
+}
+
+/* The stream as a descriptor carries it: the bytes of a memfd. */
+static uint8_t *reference(int level, size_t nrepeat, size_t *len)
+{
+	int fd = memfd_create("test_chan", 0);
+	struct writer a = { .fd = fd, .level = level, .nrepeat = nrepeat };
+	off_t end;
+	uint8_t *b;
+
+	assert_true(fd >= 0);
+	assert_int_equal(write_all(&a), 0);
+	end = lseek(fd, 0, SEEK_END);
+	b = malloc((size_t)end);
+	assert_non_null(b);
+	assert_int_equal(pread(fd, b, (size_t)end, 0), end);
+	close(fd);
+	*len = (size_t)end;
+	return b;
+}
+
+static void nap(long us)
+{
+	struct timespec ts = { 0, us * 1000 };
+	nanosleep(&ts, NULL);
+}
+
+/* Read every frame from the channel (slowly when asked) and gather the
+ * stream's bytes as transmitted: prelude, then each frame's wire. */
+static void roundtrip(int level, size_t cap, bool slow)
+{
+	size_t ref_len, got_len = MK_STREAM_PRELUDE;
+	uint8_t *ref = reference(level, 3, &ref_len);
+	uint8_t *got = malloc(ref_len);
+	struct mk_chan *c;
+	struct mk_stream_reader *r = NULL;
+	struct mk_frame f;
+	struct mk_err err = { 0 };
+	int fd[2], rc;
+	pthread_t th;
+	struct writer a = { .level = level, .nrepeat = 3 };
+	size_t largest = 0;
+
+	assert_non_null(got);
+	assert_int_equal(mk_chan_open(&c, cap, fd, &err), 0);
+	a.fd = fd[0];
+	a.c = c;
+	assert_int_equal(pthread_create(&th, NULL, writer_main, &a), 0);
+	assert_int_equal(mk_sr_open(&r, fd[1], "chan", 0, &err), 0);
+	memcpy(got, ref, MK_STREAM_PRELUDE); /* the prelude was checked by mk_sr_open */
+	while ((rc = mk_sr_next(r, &f, &err)) == 1) {
+		assert_true(f.csum_ok);
+		assert_true(got_len + f.wire_len <= ref_len);
+		memcpy(got + got_len, f.wire, f.wire_len);
+		got_len += f.wire_len;
+		if (f.wire_len > largest)
+			largest = f.wire_len;
+		if (slow)
+			nap(200);
+	}
+	assert_int_equal(rc, 0);
+	mk_chan_close_read(c);
+	pthread_join(th, NULL);
+	assert_int_equal(a.rc, 0);
+	/* the same bytes as over a descriptor */
+	assert_int_equal(got_len, ref_len);
+	assert_memory_equal(got, ref, ref_len);
+	/* the bound: cap, or one frame larger than it */
+	size_t bound = cap ? cap : MK_CHAN_DEFAULT_CAP;
+	assert_true(mk_chan_peak(c) <= (bound > largest ? bound : largest));
+	assert_true(mk_chan_peak(c) > 0);
+	mk_sr_free(r);
+	mk_chan_free(c);
+	free(ref);
+	free(got);
+}
+
+static void test_roundtrip(void **state)
+{
+	(void)state;
+	roundtrip(0, 0, false);
+	roundtrip(0, 64 << 10, true);
+	roundtrip(3, 64 << 10, true);   /* zstd frames */
+	roundtrip(0, 1, true);          /* a queue of one frame */
+}
+
+/* A FILE frame read piecewise from a channel. */
+static void test_piecewise(void **state)
+{
+	struct mk_chan *c;
+	struct mk_stream_reader *r = NULL;
+	struct mk_frame f;
+	struct mk_err err = { 0 };
+	struct writer a = { .nrepeat = 1 };
+	uint8_t want[120000], *buf = malloc(1 << 20);
+	size_t have = 0, n;
+	int fd[2], rc;
+	pthread_t th;
+	bool seen = false;
+
+	(void)state;
+	assert_non_null(buf);
+	fill(want, sizeof(want), 99);
+	assert_int_equal(mk_chan_open(&c, 32 << 10, fd, &err), 0);
+	a.fd = fd[0];
+	a.c = c;
+	assert_int_equal(pthread_create(&th, NULL, writer_main, &a), 0);
+	assert_int_equal(mk_sr_open(&r, fd[1], "chan", MK_SR_PIECEWISE_FILE, &err), 0);
+	while ((rc = mk_sr_next(r, &f, &err)) == 1) {
+		if (strcmp(f.type, MK_FT_FILE))
+			continue;
+		assert_true(f.piecewise);
+		seen = true;
+		do {
+			assert_int_equal(mk_sr_read_payload(r, buf + have, 1000, &n, &err), 0);
+			have += n;
+		} while (n);
+	}
+	assert_int_equal(rc, 0);
+	assert_true(seen);
+	/* the payload: mode, name length, name, contents */
+	assert_int_equal(have, 8 + strlen("big.bin") + sizeof(want));
+	assert_memory_equal(buf + 8 + strlen("big.bin"), want, sizeof(want));
+	pthread_join(th, NULL);
+	assert_int_equal(a.rc, 0);
+	mk_sr_free(r);
+	mk_chan_free(c);
+	free(buf);
+}
+
+/* The reader goes: the writer's next write fails (EPIPE), and a writer
+ * blocked on a full queue wakes to fail. */
+static void test_reader_gone(void **state)
+{
+	struct mk_chan *c;
+	struct mk_stream_reader *r = NULL;
+	struct mk_frame f;
+	struct mk_err err = { 0 };
+	struct writer a = { .nrepeat = 1000 };
+	int fd[2];
+	pthread_t th;
+
+	(void)state;
+	assert_int_equal(mk_chan_open(&c, 64 << 10, fd, &err), 0);
+	a.fd = fd[0];
+	a.c = c;
+	assert_int_equal(pthread_create(&th, NULL, writer_main, &a), 0);
+	assert_int_equal(mk_sr_open(&r, fd[1], "chan", 0, &err), 0);
+	assert_int_equal(mk_sr_next(r, &f, &err), 1);
+	nap(20000);                     /* the writer fills the queue and waits */
+	mk_chan_close_read(c);
+	pthread_join(th, NULL);
+	assert_true(a.stopped_early);
+	assert_non_null(strstr(a.err.msg, "writing the stream"));
+	assert_non_null(strstr(a.err.msg, strerror(EPIPE)));
+	/* and the reader sees its stream end, cut */
+	assert_int_not_equal(mk_sr_next(r, &f, &err), 1);
+	assert_non_null(strstr(err.msg, "without an END frame"));
+	mk_sr_free(r);
+	mk_chan_free(c);
+}
+
+/* The writer stops before END: the reader gets what was queued, then a
+ * cut stream. */
+static void test_writer_gone(void **state)
+{
+	struct mk_chan *c;
+	struct mk_stream_writer *w = NULL;
+	struct mk_stream_reader *r = NULL;
+	struct mk_frame f;
+	struct mk_err err = { 0 };
+	int fd[2];
+
+	(void)state;
+	assert_int_equal(mk_chan_open(&c, 0, fd, &err), 0);
+	assert_int_equal(mk_sw_open(&w, fd[0], 0, &err), 0);
+	assert_int_equal(mk_sw_frame1(w, MK_FT_JOB, "{}", 2, &err), 0);
+	assert_int_equal(mk_sw_frame1(w, "note", "hello", 5, &err), 0);
+	mk_chan_close_write(c);
+	assert_int_equal(mk_sr_open(&r, fd[1], "chan", 0, &err), 0);
+	assert_int_equal(mk_sr_next(r, &f, &err), 1);
+	assert_string_equal(f.type, MK_FT_JOB);
+	assert_int_equal(mk_sr_next(r, &f, &err), 1);
+	assert_memory_equal(f.payload, "hello", 5);
+	assert_int_not_equal(mk_sr_next(r, &f, &err), 1);
+	assert_non_null(strstr(err.msg, "stream ended after frame #1 without an END frame"));
+	mk_sr_free(r);
+	mk_sw_free(w);
+	/* an empty channel: the reader's empty-input message */
+	mk_chan_free(c);
+	assert_int_equal(mk_chan_open(&c, 0, fd, &err), 0);
+	mk_chan_close_write(c);
+	assert_int_not_equal(mk_sr_open(&r, fd[1], "chan", 0, &err), 0);
+	assert_non_null(strstr(err.msg, "empty input"));
+	mk_chan_free(c);
+}
+
+/* The stand-in descriptors: I/O that bypasses the stream calls fails. */
+static void test_fds(void **state)
+{
+	struct mk_chan *c;
+	struct mk_err err = { 0 };
+	int fd[2];
+	char b;
+
+	(void)state;
+	assert_int_equal(mk_chan_open(&c, 0, fd, &err), 0);
+	assert_int_not_equal(fd[0], fd[1]);
+	errno = 0;
+	assert_int_equal(write(fd[0], "x", 1), -1);
+	assert_int_equal(errno, EBADF);
+	errno = 0;
+	assert_int_equal(read(fd[1], &b, 1), -1);
+	assert_int_equal(errno, EBADF);
+	mk_chan_free(c);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_roundtrip),
+		cmocka_unit_test(test_piecewise),
+		cmocka_unit_test(test_reader_gone),
+		cmocka_unit_test(test_writer_gone),
+		cmocka_unit_test(test_fds),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
