@@ -5,6 +5,7 @@
 #include <libgen.h>
 #include <limits.h>
 #include <malloc.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -328,6 +329,33 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 	default:
 		return false;
 	}
+}
+
+volatile int cli_cancel;
+bool cli_run_draw;
+
+static void on_cancel_signal(int sig)
+{
+	cli_cancel = sig;
+}
+
+void cli_cancel_on_signals(void)
+{
+	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
+	struct sigaction sa = { .sa_handler = on_cancel_signal };
+
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(*sigs); i++) {
+		struct sigaction old;
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaction(sigs[i], &sa, NULL);
+	}
+}
+
+void cli_run_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn)
+{
+	if (cli_run_draw)
+		cli_progress(ctx ? ctx : cli_prog, done, total, td, tn);
 }
 
 char *cli_stage_path(const char *name)

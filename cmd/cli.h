@@ -91,6 +91,16 @@ struct mk_run_opts;
 bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, struct mk_run_opts *o,
 		    bool *quiet);
 
+/* A merge run in this process (mk-yaml, mk-pytorch, mk-multi):
+ * cli_cancel_on_signals makes SIGINT, SIGTERM and SIGHUP set cli_cancel
+ * to the signal's number (for mk_run_opts.cancel; a signal ignored when
+ * the program started stays ignored), and cli_run_progress, a
+ * mk_run_opts.progress, draws the bar labelled ctx when cli_run_draw. */
+extern volatile int cli_cancel;
+extern bool cli_run_draw;
+void cli_cancel_on_signals(void);
+void cli_run_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn);
+
 /* A stage program (mk-fetch, ...) next to this one (/proc/self/exe's
  * directory), else its bare name for a PATH lookup; malloc'ed (exits on
  * out of memory). */

@@ -47,21 +47,6 @@ static void usage(void)
 	exit(EXIT_OK);
 }
 
-static volatile int cancel;
-static bool draw;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	cancel = 1;
-}
-
-static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn)
-{
-	if (draw)
-		cli_progress(ctx, done, total, td, tn);
-}
-
 static void on_step(void *ctx, const struct mk_multi_step *s, size_t i, bool skipped)
 {
 	struct mk_run_opts *o = ctx;
@@ -83,7 +68,7 @@ int main(int argc, char **argv)
 		CLI_RUN_OPTIONS,
 		{ 0 },
 	};
-	struct mk_run_opts o = { .progress = on_progress, .cancel = &cancel };
+	struct mk_run_opts o = { .progress = cli_run_progress, .cancel = &cli_cancel };
 	const char *dir = NULL, *out = NULL;
 	bool lazy = true, quiet = false, print_order = false;
 	struct mk_multi *m = NULL;
@@ -145,9 +130,8 @@ int main(int argc, char **argv)
 		mk_err_sys(&err, errno, "%s", dir);
 		cli_fail(&err);
 	}
-	draw = !quiet && cli_progress_enabled(-1);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	cli_run_draw = !quiet && cli_progress_enabled(-1);
+	cli_cancel_on_signals();
 	o.progress_ctx = "mk-multi";
 	rc = mk_multi_run(m, &o, lazy, on_step, &o, &d, &err);
 	cli_progress_end();

@@ -43,22 +43,6 @@ static void usage(void)
 	exit(EXIT_OK);
 }
 
-static volatile int cancel;
-static bool draw;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	cancel = 1;
-}
-
-static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn)
-{
-	(void)ctx;
-	if (draw)
-		cli_progress("mk-pytorch", done, total, td, tn);
-}
-
 int main(int argc, char **argv)
 {
 	enum { O_FORCE = 256, O_RESUME };
@@ -69,7 +53,7 @@ int main(int argc, char **argv)
 		CLI_RUN_OPTIONS,
 		{ 0 },
 	};
-	struct mk_run_opts o = { .progress = on_progress, .cancel = &cancel };
+	struct mk_run_opts o = { .progress = cli_run_progress, .cancel = &cli_cancel };
 	enum mk_raw_missing missing = MK_RAW_MISSING_ERROR;
 	bool inter = false, uni = false, quiet = false;
 	struct mk_diags d = { 0 };
@@ -102,9 +86,8 @@ int main(int argc, char **argv)
 	o.label = cli_read_config(o.label, &text, &o.len);
 	o.text = (const char *)text;
 	o.out_dir = argv[optind + 1];
-	draw = !quiet && cli_progress_enabled(-1);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
+	cli_run_draw = !quiet && cli_progress_enabled(-1);
+	cli_cancel_on_signals();
 	rc = mk_run_state_dicts(&o, missing, &d, &err);
 	cli_progress_end();
 	cli_print_diags(&d);

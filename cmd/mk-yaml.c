@@ -66,14 +66,8 @@ static struct cli_argv plan, fetch, merge, pack;
 
 /* ---- in this process ---- */
 
-static volatile int cancel;      /* the signal that asked to stop */
 static size_t die_after;         /* MK_PACK_EXIT_AFTER_TENSORS, for tests */
 static bool draw_progress;
-
-static void on_signal(int sig)
-{
-	cancel = sig;
-}
 
 static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn)
 {
@@ -95,8 +89,6 @@ static void on_warn(void *ctx, const char *msg)
 static int run_here(struct mk_run_opts *o, const char *config, const char *partial, char **plugins,
 		    size_t nplugins, bool quiet)
 {
-	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
-	struct sigaction sa = { .sa_handler = on_signal };
 	struct mk_diags d = { 0 };
 	struct mk_err err = { 0 };
 	uint8_t *text = NULL;
@@ -122,21 +114,16 @@ static int run_here(struct mk_run_opts *o, const char *config, const char *parti
 	 * for --resume (what a killed pipeline leaves), then the signal ends
 	 * the process.  A signal ignored when mk-yaml started (nohup, a
 	 * background job's SIGINT) stays ignored. */
-	o->cancel = &cancel;
+	o->cancel = &cli_cancel;
 	o->keep_partial_on_cancel = true;
 	o->warn = on_warn;
-	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(*sigs); i++) {
-		struct sigaction old;
-		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
-			sigaction(sigs[i], &sa, NULL);
-	}
+	cli_cancel_on_signals();
 	rc = mk_run_merge(o, &d, &err);
 	cli_progress_end();
 	cli_print_diags(&d);
-	if (cancel && rc) {
+	if (cli_cancel && rc) {
 		/* (a signal after the merge completed does not undo it) */
-		int sig = cancel;
+		int sig = cli_cancel;
 		struct stat st;
 		if (stat(partial, &st) == 0)
 			cli_info(2, "stopped by SIG%s; %s is kept: run again with --resume to continue it, or remove it",
