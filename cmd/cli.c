@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "cli.h"
+#include "mk/budget.h"
 #include "mk/config.h"
 #include "mk/hub.h"
 #include "mk/plugin.h"
@@ -392,4 +393,26 @@ void cli_argv_push(struct cli_argv *a, const char *s)
 		cli_fail_oom();
 	a->n++;
 	a->v[a->n] = NULL;
+}
+
+void cli_argv_push_budget(uint64_t max_memory, struct cli_argv *plan, struct cli_argv *fetch,
+			  struct cli_argv *merge, struct cli_argv *pack)
+{
+	struct mk_budget_split bs;
+	char b[32];
+
+	mk_budget_split(max_memory, &bs);
+	snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.merge);
+	if (plan) {
+		cli_argv_push(plan, "--max-memory");
+		cli_argv_push(plan, b);
+	}
+	cli_argv_push(merge, "--max-memory");
+	cli_argv_push(merge, b);
+	snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.fetch);
+	cli_argv_push(fetch, "--max-memory");
+	cli_argv_push(fetch, b);
+	snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.pack);
+	cli_argv_push(pack, "--max-memory");
+	cli_argv_push(pack, b);
 }

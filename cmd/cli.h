@@ -112,5 +112,10 @@ struct cli_argv {
 	size_t n;
 };
 void cli_argv_push(struct cli_argv *a, const char *s);
+/* "--max-memory N" for each stage's share of a budget (mk_budget_split):
+ * merging to plan (NULL: none) and merge, reading to fetch, writing to
+ * pack. */
+void cli_argv_push_budget(uint64_t max_memory, struct cli_argv *plan, struct cli_argv *fetch,
+			  struct cli_argv *merge, struct cli_argv *pack);
 
 #endif

@@ -114,23 +114,12 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "j:qvhV", lo, &li)) != -1) {
 		switch (c) {
 		case O_MEM: {
-			struct mk_budget_split bs;
-			char b[32];
 			if (mk_size_parse(optarg, &v))
 				cli_usage_error("--max-memory: expected a size, not '%s'", optarg);
-			mk_budget_split(v, &bs);
 			/* the base model's forward pass (hidden gates) runs here
 			 * before the stages start: the budget less this process */
 			mo.max_memory = v > MK_BUDGET_STAGE_BASE ? v - MK_BUDGET_STAGE_BASE : 1;
-			snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.merge);
-			push(&merge, "--max-memory");
-			push(&merge, b);
-			snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.fetch);
-			push(&fetch, "--max-memory");
-			push(&fetch, b);
-			snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.pack);
-			push(&pack, "--max-memory");
-			push(&pack, b);
+			cli_argv_push_budget(v, NULL, &fetch, &merge, &pack);
 			break;
 		}
 		case O_SHARD:

@@ -181,21 +181,8 @@ static void stage_args(const struct mk_run_opts *o, char **plugins, size_t nplug
 	}
 	for (int i = 2; i < cli_verbose; i++) /* each -v (cli_verbose starts at 2) */
 		cli_argv_push(&merge, "-v");
-	if (o->max_memory) {
-		struct mk_budget_split bs;
-		mk_budget_split(o->max_memory, &bs);
-		snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.merge);
-		cli_argv_push(&plan, "--max-memory");
-		cli_argv_push(&plan, b);
-		cli_argv_push(&merge, "--max-memory");
-		cli_argv_push(&merge, b);
-		snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.fetch);
-		cli_argv_push(&fetch, "--max-memory");
-		cli_argv_push(&fetch, b);
-		snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.pack);
-		cli_argv_push(&pack, "--max-memory");
-		cli_argv_push(&pack, b);
-	}
+	if (o->max_memory)
+		cli_argv_push_budget(o->max_memory, &plan, &fetch, &merge, &pack);
 	if (o->spill_dir) {
 		cli_argv_push(&plan, "--spill");
 		cli_argv_push(&merge, "--spill");
