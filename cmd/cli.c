@@ -359,6 +359,21 @@ void cli_run_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_
 		cli_progress(ctx ? ctx : cli_prog, done, total, td, tn);
 }
 
+void cli_exit_cancelled(const char *partial)
+{
+	int sig = cli_cancel;
+	struct stat st;
+
+	if (partial && stat(partial, &st) == 0)
+		cli_info(2, "stopped by SIG%s; %s is kept: run again with --resume to continue it, or remove it",
+			 sigabbrev_np(sig), partial);
+	else
+		cli_info(2, "stopped by SIG%s", sigabbrev_np(sig));
+	signal(sig, SIG_DFL);
+	raise(sig);
+	exit(EXIT_FAIL); /* (not reached) */
+}
+
 char *cli_stage_path(const char *name)
 {
 	char self[PATH_MAX], *p;

@@ -100,6 +100,10 @@ extern volatile int cli_cancel;
 extern bool cli_run_draw;
 void cli_cancel_on_signals(void);
 void cli_run_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn);
+/* After a merge that failed because a signal cancelled it (cli_cancel
+ * set): say so, and that `partial` (NULL: none) is kept for --resume when
+ * it is there, then end the process by that signal. */
+void cli_exit_cancelled(const char *partial);
 
 /* A stage program (mk-fetch, ...) next to this one (/proc/self/exe's
  * directory), else its bare name for a PATH lookup; malloc'ed (exits on

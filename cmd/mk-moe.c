@@ -2,6 +2,7 @@
  * configuration): mk_moe_plan writes the plan, mk-fetch | mk-merge |
  * mk-pack build OUT from it a chunk at a time. */
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -63,11 +64,11 @@ static void on_note(void *ctx, const char *msg)
 		cli_info(3, "%s", msg);
 }
 
-static char work[64];
+static char work[PATH_MAX];
 
 static void rm_work(void)
 {
-	char p[128];
+	char p[PATH_MAX + 32];
 	const char *names[] = { "model.safetensors", "config.json", "plan" };
 	if (!work[0])
 		return;
@@ -160,9 +161,7 @@ int main(int argc, char **argv)
 	const char *cfgpath = argv[optind], *out = argv[optind + 1];
 	uint8_t *text = NULL;
 	size_t len = 0;
-	if (!strcmp(cfgpath, "-") ? mk_fd_read_all(0, 64u << 20, "standard input", &text, &len, &err) :
-				    mk_file_read(cfgpath, 64u << 20, &text, &len, &err))
-		cli_fail(&err);
+	cfgpath = cli_read_config(cfgpath, &text, &len);
 	struct mk_moe_config *cfg;
 	if (mk_moe_parse((const char *)text, len, cfgpath, &cfg, &err))
 		cli_fail(&err);
@@ -176,7 +175,12 @@ int main(int argc, char **argv)
 	if (!print && mk_pack_check_out(&po, &err))
 		cli_fail(&err);
 	const char *tmp = getenv("TMPDIR");
-	snprintf(work, sizeof(work), "%s/mk-moe.XXXXXX", tmp && strlen(tmp) < 40 ? tmp : "/tmp");
+	if ((size_t)snprintf(work, sizeof(work), "%s/mk-moe.XXXXXX", tmp && *tmp ? tmp : "/tmp") >= sizeof(work))
+	{
+		mk_err_set(&err, MK_EINVAL, "TMPDIR '%s' is too long for mk-moe's work directory (%zu bytes at most)", tmp,
+			   sizeof(work) - 16);
+		cli_fail(&err);
+	}
 	if (!mkdtemp(work)) {
 		mk_err_sys(&err, errno, "%s", work);
 		work[0] = '\0';
@@ -184,7 +188,7 @@ int main(int argc, char **argv)
 	}
 	atexit(rm_work);
 	mo.work_dir = work;
-	char planpath[96];
+	char planpath[sizeof(work) + 8];
 	snprintf(planpath, sizeof(planpath), "%s/plan", work);
 	int fd = open(planpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0) {
@@ -212,13 +216,9 @@ int main(int argc, char **argv)
 		cli_close_stdout();
 		return EXIT_OK;
 	}
-	size_t ol = strlen(out);
-	while (ol > 1 && out[ol - 1] == '/')
-		ol--;
-	char *partial = malloc(ol + 16);
+	char *partial = mk_pack_partial_name(out);
 	if (!partial)
 		cli_fail_oom();
-	snprintf(partial, ol + 16, "%.*s.mk-partial", (int)ol, out);
 	if (mk_pipeline_run(st, 3, partial, &err))
 		cli_fail(&err);
 	free(partial);

@@ -52,6 +52,7 @@ static void on_step(void *ctx, const struct mk_multi_step *s, size_t i, bool ski
 	struct mk_run_opts *o = ctx;
 
 	o->progress_ctx = s->name ? s->name : "final";
+
 	cli_progress_end();
 	cli_info(skipped ? 2 : 3, "%s '%s' (%s)", skipped ? "skipped, already there:" : "merging",
 		 s->name ? s->name : "final", s->out_dir);
@@ -68,6 +69,8 @@ int main(int argc, char **argv)
 		CLI_RUN_OPTIONS,
 		{ 0 },
 	};
+	/* a signal cancels the running merge (its OUT.mk-partial removed: a
+	 * --lazy run makes it again) and ends mk-multi by that signal */
 	struct mk_run_opts o = { .progress = cli_run_progress, .cancel = &cli_cancel };
 	const char *dir = NULL, *out = NULL;
 	bool lazy = true, quiet = false, print_order = false;
@@ -136,6 +139,8 @@ int main(int argc, char **argv)
 	rc = mk_multi_run(m, &o, lazy, on_step, &o, &d, &err);
 	cli_progress_end();
 	cli_print_diags(&d);
+	if (rc && cli_cancel)
+		cli_exit_cancelled(NULL);
 	if (rc) {
 		bool said = d.nerrors > 0;
 		mk_diags_free(&d);

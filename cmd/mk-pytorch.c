@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#include "mk/pack.h"
 #include "mk/plugin.h"
 #include "mk/run.h"
 
@@ -53,7 +54,8 @@ int main(int argc, char **argv)
 		CLI_RUN_OPTIONS,
 		{ 0 },
 	};
-	struct mk_run_opts o = { .progress = cli_run_progress, .cancel = &cli_cancel };
+	/* a signal cancels and keeps OUT.mk-partial for --resume, as mk-yaml */
+	struct mk_run_opts o = { .progress = cli_run_progress, .cancel = &cli_cancel, .keep_partial_on_cancel = true };
 	enum mk_raw_missing missing = MK_RAW_MISSING_ERROR;
 	bool inter = false, uni = false, quiet = false;
 	struct mk_diags d = { 0 };
@@ -91,6 +93,10 @@ int main(int argc, char **argv)
 	rc = mk_run_state_dicts(&o, missing, &d, &err);
 	cli_progress_end();
 	cli_print_diags(&d);
+	if (rc && cli_cancel) {
+		char *partial = mk_pack_partial_name(o.out_dir);
+		cli_exit_cancelled(partial);
+	}
 	if (rc) {
 		bool said = d.nerrors > 0;
 		mk_diags_free(&d);

@@ -121,18 +121,8 @@ static int run_here(struct mk_run_opts *o, const char *config, const char *parti
 	rc = mk_run_merge(o, &d, &err);
 	cli_progress_end();
 	cli_print_diags(&d);
-	if (cli_cancel && rc) {
-		/* (a signal after the merge completed does not undo it) */
-		int sig = cli_cancel;
-		struct stat st;
-		if (stat(partial, &st) == 0)
-			cli_info(2, "stopped by SIG%s; %s is kept: run again with --resume to continue it, or remove it",
-				 sigabbrev_np(sig), partial);
-		else
-			cli_info(2, "stopped by SIG%s", sigabbrev_np(sig));
-		signal(sig, SIG_DFL);
-		raise(sig);
-	}
+	if (cli_cancel && rc) /* (a signal after the merge completed does not undo it) */
+		cli_exit_cancelled(partial);
 	if (rc) {
 		if (!d.nerrors)
 			cli_fail(&err);
@@ -269,15 +259,10 @@ int main(int argc, char **argv)
 	if (argc - optind != 2)
 		cli_usage_error(argc - optind < 2 ? "expected CONFIG and OUT" : "too many arguments");
 	const char *config = argv[optind], *out = argv[optind + 1];
-	/* mk-pack builds in OUT.mk-partial ("OUT/" -> "OUT.mk-partial") */
-	size_t ol = strlen(out);
-	while (ol > 1 && out[ol - 1] == '/')
-		ol--;
+	/* mk-pack builds in OUT.mk-partial */
 	static char *partial;
-	partial = malloc(ol + 16);
-	if (!partial)
+	if (!(partial = mk_pack_partial_name(out)))
 		cli_fail_oom();
-	snprintf(partial, ol + 16, "%.*s.mk-partial", (int)ol, out);
 	if (!print && !procs) {
 		ro.out_dir = out;
 		return run_here(&ro, config, partial, plugins, nplugins, quiet);

@@ -83,6 +83,9 @@ struct mk_manifest;
  * methods and parameters, which no HEAD carries. */
 int mk_pack_stream_key(const struct mk_manifest *m, char hex[65], struct mk_err *err);
 
+/* The directory OUT is built in: "OUT.mk-partial" (trailing slashes of
+ * OUT dropped); malloc'ed, NULL when out of memory. */
+char *mk_pack_partial_name(const char *out);
 /* A partial directory's journal: what an interrupted run finished. */
 struct mk_pack_done {
 	size_t index;                /* in the manifest */

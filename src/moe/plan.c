@@ -384,7 +384,16 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out,
 	bool shared_gated = c->nshared && (c->shared[0].npositive || c->gate == MK_MOE_GATE_RANDOM ||
 					   c->gate == MK_MOE_GATE_UNIFORM_RANDOM);
 	size_t ngate = c->nexperts + (shared_gated ? c->nshared : 0);
-	gates = malloc(nl * ngate * hid * sizeof(*gates));
+	size_t nfloats, nbytes;
+	/* sizes from config.json: refuse what would overflow, not wrap */
+	if (nl > SIZE_MAX / 8 || __builtin_mul_overflow(nl, ngate, &nfloats) ||
+	    __builtin_mul_overflow(nfloats, hid, &nfloats) ||
+	    __builtin_mul_overflow(nfloats, sizeof(*gates), &nbytes)) {
+		rc = mk_err_set(err, MK_EINVAL, "%s: config.json: num_hidden_layers %llu and hidden_size %llu are too large "
+				"for %zu routers", c->base_model, (unsigned long long)nl, (unsigned long long)hid, ngate);
+		goto out;
+	}
+	gates = malloc(nbytes);
 	nt = calloc(nl * 5 + 1, sizeof(*nt));
 	if (!gates || !nt) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory (router weights: %llu floats)",

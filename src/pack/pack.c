@@ -79,7 +79,7 @@ static char *join(const char *a, const char *b)
 	return p;
 }
 
-static char *partial_name(const char *out)
+char *mk_pack_partial_name(const char *out)
 {
 	size_t n = strlen(out);
 	char *p;
@@ -95,7 +95,7 @@ static char *partial_name(const char *out)
 int mk_pack_check_out(const struct mk_pack_opts *o, struct mk_err *err)
 {
 	struct stat sb;
-	char *partial = partial_name(o->out_dir);
+	char *partial = mk_pack_partial_name(o->out_dir);
 	int rc = 0;
 
 	if (!partial)
@@ -1001,7 +1001,7 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 	rc = mk_pack_check_out(o, err);
 	if (rc)
 		return rc;
-	p.partial = partial_name(o->out_dir);
+	p.partial = mk_pack_partial_name(o->out_dir);
 	if (!p.partial)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	rc = mk_sr_open(&r, in_fd, label, MK_SR_PIECEWISE_FILE | (o->no_splice ? 0 : MK_SR_SPLICE_DATA), err);

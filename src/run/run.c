@@ -216,7 +216,7 @@ static void pack_progress(void *ctx, uint64_t done, uint64_t total, size_t tenso
 	 * left of its stream reads as an end), whatever the waiting thread
 	 * has seen yet */
 	if (o->cancel && *o->cancel) {
-		r->cancelled = 1;
+		__atomic_store_n(&r->cancelled, 1, __ATOMIC_SEQ_CST);
 		if (o->keep_partial_on_cancel)
 			r->pko.keep_partial = true;
 		mk_chan_close_read(r->ch[S_PACK - 1]);
@@ -318,8 +318,8 @@ static int run_merge(const struct mk_run_opts *o, bool raw, enum mk_raw_missing 
 			nstarted += r.started[i];
 		if (fin >= nstarted)
 			break;
-		if (o->cancel && *o->cancel && !r.cancelled) {
-			r.cancelled = 1;
+		if (o->cancel && *o->cancel && !__atomic_load_n(&r.cancelled, __ATOMIC_SEQ_CST)) {
+			__atomic_store_n(&r.cancelled, 1, __ATOMIC_SEQ_CST);
 			/* set before the streams stop: mk-pack reads it after
 			 * its input ends (the channel's lock orders the two) */
 			if (o->keep_partial_on_cancel)
@@ -334,7 +334,10 @@ static int run_merge(const struct mk_run_opts *o, bool raw, enum mk_raw_missing 
 			pthread_join(r.th[i], NULL);
 	if (rc)
 		goto out;
-	if (r.cancelled) {
+	/* a cancel that came after every stage had done its part (mk-pack
+	 * past the stream's end, renaming OUT into place) undoes nothing:
+	 * the merge succeeded */
+	if (r.cancelled && r.first_fail >= 0) {
 		rc = mk_err_set(err, MK_EIO, "cancelled%s", o->resume || o->keep_partial_on_cancel ? " (OUT.mk-partial is kept for --resume)" : "");
 		goto out;
 	}
