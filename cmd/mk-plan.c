@@ -99,8 +99,13 @@ int main(int argc, char **argv)
 		case 'o': output = optarg; break;
 		case O_EXPLAIN: explain = true; break;
 		case O_RAW: o.raw = true; break;
-		case O_INTER: o.raw_missing = MK_RAW_MISSING_SKIP; break;
-		case O_UNION: o.raw_missing = MK_RAW_MISSING_MERGE; break;
+		case O_INTER:
+		case O_UNION:
+			if (o.raw_missing != MK_RAW_MISSING_ERROR &&
+			    o.raw_missing != (c == O_INTER ? MK_RAW_MISSING_SKIP : MK_RAW_MISSING_MERGE))
+				cli_usage_error("--tensor-intersection and --tensor-union exclude each other");
+			o.raw_missing = c == O_INTER ? MK_RAW_MISSING_SKIP : MK_RAW_MISSING_MERGE;
+			break;
 		case O_NAME: o.out_name = optarg; break;
 		case O_CRIMES: o.allow_crimes = true; break;
 		case O_COPY_TOK: o.copy_tokenizer = true; break;

@@ -58,7 +58,8 @@ struct mk_run_opts {
 			 size_t ntensors);
 	void *progress_ctx;
 	/* set to nonzero (from any thread, a signal handler) to stop: the
-	 * run ends with MK_EIO "cancelled" and no OUT */
+	 * run ends with MK_EIO "cancelled" and no OUT (a cancel after every
+	 * stage has done its part changes nothing: 0, OUT there) */
 	const volatile int *cancel;
 	/* a cancel keeps OUT.mk-partial for a later resume (as a pipeline
 	 * killed by a signal leaves it: mk-yaml); else it is removed unless

@@ -113,7 +113,7 @@ expect_fail 1 "slices: is not supported by mk-pytorch" mk-pytorch sl.yml o7
 printf 'merge_method: linear\nmodels:\n  - model: a.safetensors\n  - model: b.safetensors\nparameters: {weight: 1}\ntokenizer_source: base\n' > tok.yml
 expect_fail 1 "tokenizer_source: is not supported by mk-pytorch" mk-pytorch tok.yml o8
 printf 'merge_method: slerp\nmodels:\n  - model: a.safetensors\n  - model: b.safetensors\nparameters: {t: 0.5}\n' > slerp.yml
-expect_fail 1 "base" mk-pytorch slerp.yml o9
+expect_fail 1 "method 'slerp' needs a base model" mk-pytorch slerp.yml o9
 no_out o9
 # an existing OUT is refused; --force replaces it
 expect_fail 1 "exists" mk-pytorch lin.yml out
