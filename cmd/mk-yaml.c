@@ -204,7 +204,7 @@ int main(int argc, char **argv)
 	bool print = false, procs = false, quiet = false, resume = false;
 	/* the options, for mk_run_merge or the four programs */
 	struct mk_run_opts ro = { 0 };
-	char **plugins = NULL;
+	static char **plugins; /* (static: lives until exit, as the stages' argv) */
 	size_t nplugins = 0;
 	const char *mem_arg = NULL; /* --max-memory as given, for the note */
 	int c, li = 0;
