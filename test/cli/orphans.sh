@@ -21,7 +21,12 @@ for sig in TERM HUP KILL; do
 	while [ -z "$(pgrep -P $y)" ] && [ $t -lt 100 ]; do sleep 0.02; t=$((t + 1)); done
 	[ -n "$(pgrep -P $y)" ] || fail "mk-yaml started no stage"
 	sleep 0.2
-	[ ! -e "$out" ] || { echo "the merge finished before the kill; SIG$sig not tested"; continue; }
+	if [ -e "$out" ]; then
+		wait $y || fail "mk-yaml --processes failed"
+		echo "the merge finished before the kill; SIG$sig not tested"
+		rm -rf "$out"
+		continue
+	fi
 	kids=$(pgrep -P $y | tr '\n' ,)
 	if ! kill -$sig $y 2>/dev/null; then
 		# it ended between the look and the kill: the merge finished
