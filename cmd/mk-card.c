@@ -59,14 +59,9 @@ int main(int argc, char **argv)
 	}
 	if (optind + 1 != argc)
 		cli_usage_error(optind == argc ? "missing CONFIG" : "too many arguments");
-	label = argv[optind];
-	label = cli_read_config(label, &text, &len);
+	label = cli_read_config(argv[optind], &text, &len);
 	int rc = mk_config_parse((const char *)text, len, label, &cfg, &d, &err);
-	for (size_t i = 0; i < d.n; i++) {
-		char line[2048];
-		mk_diag_format(&d, &d.v[i], line, sizeof(line));
-		fprintf(stderr, "%s: %s: %s\n", cli_prog, d.v[i].level == MK_DIAG_ERROR ? "error" : "warning", line);
-	}
+	cli_print_diags(&d);
 	mk_diags_free(&d);
 	if (rc)
 		exit(EXIT_FAIL);

@@ -10,12 +10,7 @@ trap 'rm -rf "$out"' EXIT
 n=0
 for cfg in test/conformance-multi/*.yml; do
 	case=$(basename "$cfg" .yml)
-	tolspec=$(sed -n '1s/^# mk-conformance: //p' "$cfg")
-	case $tolspec in
-	tol=*) args="--tol ${tolspec#tol=}" ;;
-	exact) args="--tol 0" ;;
-	*) fail "$cfg: bad tolerance line" ;;
-	esac
+	args=$(conformance_tol_args "$cfg")
 	mk-multi --quiet "$cfg" -I "$out/$case" --out-path "$out/$case/final"
 	for step in $(sed -n 's/^name: //p' "$cfg") final; do
 		g=testdata/golden/multi/$case/$step

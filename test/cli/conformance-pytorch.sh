@@ -14,16 +14,9 @@ for cfg in test/conformance-pytorch/*.yml; do
 	case=$(basename "$cfg" .yml)
 	g=testdata/golden/pytorch/$case
 	[ -d "$g" ] || fail "no golden files for $case (run scripts/conformance --refresh $case)"
-	tolspec=$(sed -n '1s/^# mk-conformance: //p' "$cfg")
 	flags=$(sed -n 's/^# mk-pytorch: //p' "$cfg")
 	mk-pytorch --quiet $flags "$cfg" "$out/$case" 2> "$out/$case.err" || { cat "$out/$case.err"; fail "$case: mk-pytorch failed"; }
-	inputs=$(sed -n 's/^ *- model: //p; s/^base_model: //p' "$cfg" | sort -u | paste -sd, -)
-	case $tolspec in
-	tol=*) args="--tol ${tolspec#tol=}" ;;
-	exact) args="--tol 0" ;;
-	bf16-ulps=*) args="--bf16-ulps ${tolspec#bf16-ulps=} --inputs $inputs" ;;
-	*) fail "$cfg: bad tolerance line" ;;
-	esac
+	args=$(conformance_tol_args "$cfg")
 	mk-st-compare $args "$out/$case" "$g" > "$out/$case.txt" || { cat "$out/$case.txt"; fail "$case: tensors differ from mergekit-pytorch's"; }
 	ls "$out/$case" | grep -qv '^model.*safetensors' && fail "$case: OUT holds files besides the tensors"
 	# the same tensor names (mk-st-compare looks up mk's in mergekit's)

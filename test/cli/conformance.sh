@@ -11,15 +11,8 @@ for cfg in test/conformance/*.yml; do
 	case=$(basename "$cfg" .yml)
 	g=testdata/golden/$case
 	[ -d "$g" ] || fail "no golden files for $case (run scripts/conformance --refresh)"
-	tolspec=$(sed -n '1s/^# mk-conformance: //p' "$cfg")
 	mk-yaml --quiet "$cfg" "$out/$case"
-	inputs=$(sed -n 's/^ *- model: //p; s/^base_model: //p' "$cfg" | sort -u | paste -sd, -)
-	case $tolspec in
-	tol=*) args="--tol ${tolspec#tol=}" ;;
-	exact) args="--tol 0" ;;
-	bf16-ulps=*) args="--bf16-ulps ${tolspec#bf16-ulps=} --inputs $inputs" ;;
-	*) fail "$cfg: bad tolerance line" ;;
-	esac
+	args=$(conformance_tol_args "$cfg")
 	grep -q '^tokenizer' "$cfg" && args="$args --by-token" # rows by token: see scripts/conformance
 	mk-st-compare $args "$out/$case" "$g" > "$out/$case.txt" || { cat "$out/$case.txt"; fail "$case: tensors differ from mergekit's"; }
 	# the same card lines (mergekit orders the models by hash, mk by plan)

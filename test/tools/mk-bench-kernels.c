@@ -39,6 +39,7 @@
 #include "mk/err.h"
 #include "mk/hash.h"
 #include "mk/method.h"
+#include "bench_util.h"
 
 #define TILE 16384u
 #define MAXK 8
@@ -48,32 +49,6 @@ static const char *const family[] = {
 	"breadcrumbs", "breadcrumbs_ties", "della", "della_linear",
 };
 
-static clockid_t clk = CLOCK_THREAD_CPUTIME_ID;
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(clk, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static uint64_t rng = 0x9E3779B97F4A7C15u;
-
-static uint64_t next(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
 
 /* Roughly normal: the sum of four uniforms in [-1, 1), scale s. */
 static float normalish(float s)
@@ -215,13 +190,15 @@ int main(int argc, char **argv)
 	int opt, rc = 0;
 	uint16_t *cp;
 
+	bench_clock = CLOCK_THREAD_CPUTIME_ID; /* CPU time unless -w */
+
 	while ((opt = getopt(argc, argv, "n:k:r:d:wh")) != -1) {
 		switch (opt) {
 		case 'n': melem = strtoul(optarg, NULL, 10); break;
 		case 'k': B.k = strtoul(optarg, NULL, 10); break;
 		case 'r': B.reps = atoi(optarg); break;
 		case 'd': B.density = strtod(optarg, NULL); break;
-		case 'w': clk = CLOCK_MONOTONIC; break;
+		case 'w': bench_clock = CLOCK_MONOTONIC; break;
 		default: usage(); return 2;
 		}
 	}
@@ -257,7 +234,7 @@ int main(int argc, char **argv)
 	}
 	printf("mk-bench-kernels: %zu bf16 inputs of %lu Mi elements, %d runs, one thread; "
 	       "GB/s of bf16 input (medians of %s time)\n", B.k, melem, B.reps,
-	       clk == CLOCK_MONOTONIC ? "wall-clock" : "CPU");
+	       bench_clock == CLOCK_MONOTONIC ? "wall-clock" : "CPU");
 	for (int r = 0; r < B.reps; r++) {
 		double t0 = now();
 		for (size_t i = 0; i < B.k; i++)

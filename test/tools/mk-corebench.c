@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include "mk/dtype.h"
 #include "mk/hash.h"
+#include "bench_util.h"
 
 /* Exported by convert.c for tests and this tool; not in dtype.h. */
 int mk_dtype_convert_isa(int isa, enum mk_dtype dst_dt, void *dst,
@@ -44,30 +45,6 @@ static const struct kern kerns[] = {
 	{ "f16_bf16", MK_DT_F16, MK_DT_BF16, 0 },
 };
 
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static uint64_t rng = 0x9E3779B97F4A7C15u;
-
-static uint64_t next(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
 
 /* Plausible weights: normal-ish floats of magnitude ~1e-2, so that the
  * conversions see the common case (plus the odd special value). */
