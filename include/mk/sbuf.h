@@ -15,6 +15,9 @@ struct mk_sbuf {
 	bool oom;
 };
 
+/* Free an array of n malloc'ed strings and the array (NULL: nothing). */
+void mk_strv_free(char **v, size_t n);
+
 void mk_sbuf_add(struct mk_sbuf *b, const void *s, size_t n);
 void mk_sbuf_str(struct mk_sbuf *b, const char *s);
 /* printf into the buffer, of any length */

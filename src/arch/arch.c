@@ -16,14 +16,6 @@ const struct mk_arch_file *mk_arch_files(size_t *n)
 
 /* ----------------------------------------------------------------- freeing */
 
-void mk_strv_free(char **v, size_t n)
-{
-	if (!v)
-		return;
-	for (size_t i = 0; i < n; i++)
-		free(v[i]);
-	free(v);
-}
 
 void mk_weight_clear(struct mk_weight *w)
 {

@@ -3,9 +3,9 @@
 #define MK_ARCH_IMPL_H
 
 #include "mk/arch.h"
+#include "mk/sbuf.h"  /* mk_strv_free */
 
 char *mk_xstrdup(const char *s);                 /* NULL stays NULL */
-void mk_strv_free(char **v, size_t n);
 void mk_weight_clear(struct mk_weight *w);       /* free contents, zero */
 /* Deep copy; -1 on allocation failure (dst left empty). */
 int mk_weight_copy(struct mk_weight *dst, const struct mk_weight *src);

@@ -57,3 +57,12 @@ void mk_sbuf_fmt(struct mk_sbuf *b, const char *fmt, ...)
 	mk_sbuf_add(b, big, (size_t)n);
 	free(big);
 }
+
+void mk_strv_free(char **v, size_t n)
+{
+	if (!v)
+		return;
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
+}

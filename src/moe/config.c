@@ -4,6 +4,7 @@
 #include <strings.h>
 #include <yaml.h>
 #include "mk/moe.h"
+#include "mk/sbuf.h"
 
 static const char *const gate_names[] = {
 	[MK_MOE_GATE_HIDDEN] = "hidden",           [MK_MOE_GATE_HIDDEN_LAST] = "hidden_last",
@@ -16,18 +17,11 @@ const char *mk_moe_gate_name(enum mk_moe_gate g)
 	return (unsigned)g < sizeof(gate_names) / sizeof(gate_names[0]) ? gate_names[g] : "?";
 }
 
-static void strv_free(char **v, size_t n)
-{
-	for (size_t i = 0; i < n; i++)
-		free(v[i]);
-	free(v);
-}
-
 static void expert_clear(struct mk_moe_expert *e)
 {
 	free(e->source_model);
-	strv_free(e->positive, e->npositive);
-	strv_free(e->negative, e->nnegative);
+	mk_strv_free(e->positive, e->npositive);
+	mk_strv_free(e->negative, e->nnegative);
 }
 
 void mk_moe_config_free(struct mk_moe_config *c)
@@ -102,7 +96,7 @@ static int get_int(struct ctx *x, const yaml_node_t *n, const char *key, long *o
 /* a list of strings; null: none (a repeated key: the last, as PyYAML) */
 static int get_strv(struct ctx *x, const yaml_node_t *n, const char *key, char ***v, size_t *nv)
 {
-	strv_free(*v, *nv);
+	mk_strv_free(*v, *nv);
 	*v = NULL;
 	*nv = 0;
 	if (is_null(n))
