@@ -598,7 +598,8 @@ int mk_cuda_submit(struct mk_cuda_ctx *cx, const struct mk_job *job, const struc
 	return submit_prep(cx, &pr, err);
 }
 
-int mk_cuda_flush(struct mk_cuda_ctx *cx, struct mk_err *err)
+/* A context that can be used: its device made current for this thread. */
+static int ctx_ready(struct mk_cuda_ctx *cx, struct mk_err *err)
 {
 	int rc;
 
@@ -608,6 +609,15 @@ int mk_cuda_flush(struct mk_cuda_ctx *cx, struct mk_err *err)
 		return mk_err_set(err, MK_EIO, "CUDA: the context failed earlier");
 	if (!cx->emulate && (rc = mkcu_dev_use(cx->device)))
 		return cuda_err(cx, err, rc, "cudaSetDevice");
+	return 0;
+}
+
+int mk_cuda_flush(struct mk_cuda_ctx *cx, struct mk_err *err)
+{
+	int rc;
+
+	if ((rc = ctx_ready(cx, err)))
+		return rc;
 	if ((rc = launch(cx, &cx->s[cx->cur], err)))
 		return rc;
 	for (unsigned i = 1; i <= cx->nslots; i++)
@@ -688,27 +698,13 @@ bool mk_cuda_emulate_requested(void)
 	return em && !strcmp(em, "1");
 }
 
-/* Checks common to the matrix calls; makes the context's device current. */
-static int mat_ready(struct mk_cuda_ctx *cx, struct mk_err *err)
-{
-	int rc;
-
-	if (!cx)
-		return mk_err_set(err, MK_EINVAL, "CUDA: no context");
-	if (cx->broken)
-		return mk_err_set(err, MK_EIO, "CUDA: the context failed earlier");
-	if (!cx->emulate && (rc = mkcu_dev_use(cx->device)))
-		return cuda_err(cx, err, rc, "cudaSetDevice");
-	return 0;
-}
-
 int mk_cuda_mat_new(struct mk_cuda_ctx *cx, size_t nfloat, struct mk_cuda_mat **out, struct mk_err *err)
 {
 	struct mk_cuda_mat *m;
 	int rc;
 
 	*out = NULL;
-	if ((rc = mat_ready(cx, err)))
+	if ((rc = ctx_ready(cx, err)))
 		return rc;
 	if (nfloat > SIZE_MAX / sizeof(float))
 		return mk_err_set(err, MK_EINVAL, "CUDA: an array of %zu floats is too large", nfloat);
@@ -747,7 +743,7 @@ int mk_cuda_mat_put(struct mk_cuda_ctx *cx, struct mk_cuda_mat *m, const float *
 {
 	int rc;
 
-	if ((rc = mat_ready(cx, err)) || (rc = mat_span(m, n, "a copy", err)) || !n)
+	if ((rc = ctx_ready(cx, err)) || (rc = mat_span(m, n, "a copy", err)) || !n)
 		return rc;
 	if (cx->emulate) {
 		memcpy(m->p, src, n * sizeof(float));
@@ -763,7 +759,7 @@ int mk_cuda_mat_get(struct mk_cuda_ctx *cx, const struct mk_cuda_mat *m, float *
 {
 	int rc;
 
-	if ((rc = mat_ready(cx, err)) || (rc = mat_span(m, n, "a copy", err)) || !n)
+	if ((rc = ctx_ready(cx, err)) || (rc = mat_span(m, n, "a copy", err)) || !n)
 		return rc;
 	if (cx->emulate) {
 		memcpy(dst, m->p, n * sizeof(float));
@@ -780,7 +776,7 @@ int mk_cuda_gemm_nt(struct mk_cuda_ctx *cx, const struct mk_cuda_mat *x, size_t 
 {
 	int rc;
 
-	if ((rc = mat_ready(cx, err)))
+	if ((rc = ctx_ready(cx, err)))
 		return rc;
 	if ((in && n > SIZE_MAX / in) || (in && outd > SIZE_MAX / in) || (outd && n > SIZE_MAX / outd))
 		return mk_err_set(err, MK_EINVAL, "CUDA: a %zu x %zu by %zu x %zu product is too large", n, in, outd, in);
