@@ -84,6 +84,8 @@ static int launch_kernel(const struct mkcu_piece *P, const struct mkcu_in *I, si
 #define GT_N 64
 #define GT_K 16
 #define GT_THREADS 256
+/* one loop stages both tiles; 16 x 16 threads of 4 x 4 outputs each */
+static_assert(GT_M == GT_N && GT_M == 64 && GT_THREADS == 256, "gemm_nt_kernel's tiling");
 
 __global__ static void __launch_bounds__(GT_THREADS)
 gemm_nt_kernel(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ y, uint64_t n,
