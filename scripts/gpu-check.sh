@@ -28,8 +28,9 @@
 #       the forward pass's --cuda (mk-forward-bench --cuda --compare: the
 #       hidden states of a generated llama-like model, the layers' matrix
 #       products on the GPU, against OpenBLAS's; max abs difference and
-#       both times), then prints a summary.  Each step has a timeout; all of it finishes
-#       in under 5 minutes.  Exit 0: all passed; 1: a failure; 77: no GPU
+#       both times) and test_forward (the hidden states against
+#       transformers', on the device too), then prints a summary.  Each step
+#       has a timeout; all of it finishes in under 5 minutes.  Exit 0: all passed; 1: a failure; 77: no GPU
 #       (the emulated half of test_cuda still ran).
 #
 # With the device tool: run --pack here, then
@@ -496,6 +497,6 @@ fwd() {
 
 case ${1:-} in
 --pack) shift; pack "$@" ;;
--h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+-h | --help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 *) check "$@" ;;
 esac
