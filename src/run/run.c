@@ -287,8 +287,7 @@ static int run_merge(const struct mk_run_opts *o, bool raw, enum mk_raw_missing 
 		r.fo.skip_done = partial;
 	}
 	if (o->cuda) {
-		const char *em = getenv("MK_CUDA_EMULATE");
-		struct mk_cuda_opts co = { .emulate = em && !strcmp(em, "1") };
+		struct mk_cuda_opts co = { .emulate = mk_cuda_emulate_requested() };
 		struct mk_err cerr = { 0 };
 		if (mk_cuda_open(&cx, &co, &cerr) == 0)
 			r.mo.cuda = cx;       /* else: on the CPU, as mk-merge --cuda */
