@@ -26,7 +26,7 @@ static void usage(void)
 	       "\n"
 	       "  --max-memory SIZE         memory budget of the stages together (as mk-yaml)\n"
 	       "  --out-shard-size SIZE     shard size (default 5B)\n"
-	       "  --random-seed N           seed of the random gates (default 0)\n"
+	       "  --random-seed N           seed of the random gates and noise_scale (default 0)\n"
 	       "  --copy-tokenizer          copy the base model's tokenizer files (the default);\n"
 	       "  --no-copy-tokenizer       do not\n"
 	       "  --write-model-card        write mergekit_moe_config.yml (the default);\n"

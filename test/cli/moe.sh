@@ -90,6 +90,44 @@ mk-moe -q --random-seed 8 mixtral.yml r8
 cmp r7/model.safetensors r7b/model.safetensors || fail "random gates differ for one seed"
 ! cmp -s r7/model.safetensors r8/model.safetensors || fail "random gates the same for two seeds"
 
+# noise_scale: normal noise on every MLP tensor of that expert (before
+# residual_scale), from mk's generator: the same bits for a seed whatever
+# -j and --max-memory (the chunking), other bits for another seed; none for
+# an expert without it (null, 0: bit for bit).  s = 0.01: each tensor's
+# noise reaches past 0.001 (its 8192 draws' largest is about 3.8 s) and
+# never past 9 s (Box-Muller from 53-bit uniforms is bounded by 8.6 s),
+# plus a bf16 rounding of the sum (under 1e-3 at these weights' sizes)
+printf 'base_model: m1\ngate_mode: random\nexperts:\n  - source_model: m2\n    noise_scale: 0.01\n  - source_model: m3\n    noise_scale: null\n' > n1.yml
+printf 'base_model: m1\ngate_mode: random\nexperts:\n  - source_model: m2\n    noise_scale: 0\n  - source_model: m3\n    noise_scale: 0.01\n    residual_scale: 0.5\n' > n2.yml
+mk-moe -q -j 1 n1.yml n1a
+mk-moe -q -j 2 --max-memory 24M n1.yml n1b
+mk-moe -q --random-seed 9 n1.yml n1c
+mk-moe -q n2.yml n2a
+cmp n1a/model.safetensors n1b/model.safetensors || fail "noise_scale: other bits with -j 2 --max-memory 24M"
+# the expert tensors (16 KiB) in 1 KiB chunks over two threads
+mk-moe -q -j 2 --print-pipeline n1.yml n1d > n1d.txt
+eval "$(sed 's/ -i / --chunk-size 1KiB -i /' n1d.txt)"
+rm -rf "$(dirname "$(sed 's/.* -i \([^ ]*\).*/\1/' n1d.txt)")"
+cmp n1a/model.safetensors n1d/model.safetensors || fail "noise_scale: other bits in 1 KiB chunks"
+for w in w1=gate_proj w3=up_proj w2=down_proj; do
+	ren=".experts.0.${w%=*}.=.${w#*=}."
+	mk-st-compare --tol 0.091 --only "experts.0.${w%=*}." --rename "$ren" n1a m2 >/dev/null ||
+		fail "noise_scale: expert 0 ${w%=*} beyond 9.1 s of its source"
+	! mk-st-compare --tol 0.001 --only "experts.0.${w%=*}." --rename "$ren" n1a m2 >/dev/null ||
+		fail "noise_scale: expert 0 ${w%=*} has no noise"
+	! mk-st-compare --tol 0 --only "experts.0.${w%=*}." n1a n1c >/dev/null ||
+		fail "noise_scale: expert 0 ${w%=*} the same for seeds 0 and 9"
+	mk-st-compare --tol 0 --only "experts.1.${w%=*}." --rename ".experts.1.${w%=*}.=.${w#*=}." n1a m3 >/dev/null ||
+		fail "noise_scale: null: expert 1 ${w%=*} not its source's bits"
+	mk-st-compare --tol 0 --only "experts.0.${w%=*}." --rename "$ren" n2a m2 >/dev/null ||
+		fail "noise_scale: 0: expert 0 ${w%=*} not its source's bits"
+done
+# with residual_scale 0.5: w2 = (m3 + noise) * 0.5, noise within 9 s * 0.5
+mk-st-compare --tol 0.0455 --only "experts.1.w2." --rename ".experts.1.w2.=.down_proj." --lin 0.5 n2a m3 >/dev/null ||
+	fail "noise_scale with residual_scale: w2 beyond 0.5 * 9.1 s of 0.5 * its source"
+! mk-st-compare --tol 0.0005 --only "experts.1.w2." --rename ".experts.1.w2.=.down_proj." --lin 0.5 n2a m3 >/dev/null ||
+	fail "noise_scale with residual_scale: w2 has no noise"
+
 # pre-checks
 printf 'base_model: m1\nexperts:\n  - source_model: m2\n    positive_prompts: ["a"]\n  - source_model: m3\n' > np.yml
 expect_fail 1 "has no positive_prompts" mk-moe np.yml bad
