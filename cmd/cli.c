@@ -431,3 +431,57 @@ void cli_argv_push_budget(uint64_t max_memory, struct cli_argv *plan, struct cli
 	cli_argv_push(pack, "--max-memory");
 	cli_argv_push(pack, b);
 }
+
+void cli_run_stage_args(const struct mk_run_opts *o, struct cli_argv *plan, struct cli_argv *fetch,
+			struct cli_argv *merge, struct cli_argv *pack)
+{
+	char b[32];
+
+	if (o->out_shard_size) {
+		snprintf(b, sizeof(b), "%llu", (unsigned long long)o->out_shard_size);
+		cli_argv_push(pack, "--out-shard-size");
+		cli_argv_push(pack, b);
+	}
+	if (plan) {
+		if (o->no_copy_tokenizer)
+			cli_argv_push(plan, "--no-copy-tokenizer");
+		if (o->no_model_card)
+			cli_argv_push(plan, "--no-write-model-card");
+		if (o->allow_crimes)
+			cli_argv_push(plan, "--allow-crimes");
+		if (o->seed) {
+			snprintf(b, sizeof(b), "%llu", (unsigned long long)o->seed);
+			cli_argv_push(plan, "--random-seed");
+			cli_argv_push(plan, b);
+		}
+		if (o->has_lora_dtype) {
+			cli_argv_push(plan, "--lora-merge-dtype");
+			cli_argv_push(plan, mk_dtype_name(o->lora_dtype));
+		}
+	}
+	if (o->cuda)
+		cli_argv_push(merge, "--cuda");
+	if (o->strict)
+		cli_argv_push(merge, "--strict");
+	if (o->threads) {
+		snprintf(b, sizeof(b), "%u", o->threads);
+		cli_argv_push(merge, "-j");
+		cli_argv_push(merge, b);
+	}
+	for (int i = 2; i < cli_verbose; i++) /* each -v (cli_verbose starts at 2) */
+		cli_argv_push(merge, "-v");
+	if (o->max_memory)
+		cli_argv_push_budget(o->max_memory, plan, fetch, merge, pack);
+	if (o->spill_dir) {
+		if (plan)
+			cli_argv_push(plan, "--spill");
+		cli_argv_push(merge, "--spill");
+		cli_argv_push(merge, o->spill_dir);
+	}
+	if (o->remote)
+		cli_argv_push(fetch, "--remote");
+	if (o->no_cache)
+		cli_argv_push(fetch, "--no-cache");
+	if (o->force)
+		cli_argv_push(pack, "--force");
+}

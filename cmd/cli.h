@@ -121,5 +121,11 @@ void cli_argv_push(struct cli_argv *a, const char *s);
  * pack. */
 void cli_argv_push_budget(uint64_t max_memory, struct cli_argv *plan, struct cli_argv *fetch,
 			  struct cli_argv *merge, struct cli_argv *pack);
+/* The stages' options for the run options in o (CLI_RUN_OPTIONS as
+ * cli_run_option left them; --processes, --print-pipeline, mk-moe): each
+ * stage gets its own (mk-plan's only when plan is not NULL; mk-moe plans
+ * in its own process), in a fixed order.  Plugins are the caller's. */
+void cli_run_stage_args(const struct mk_run_opts *o, struct cli_argv *plan, struct cli_argv *fetch,
+			struct cli_argv *merge, struct cli_argv *pack);
 
 #endif

@@ -145,6 +145,19 @@ printf 'base_model: m1\ngate_mode: random\narchitecture: gpt\nexperts:\n  - sour
 expect_fail 1 "names no output architecture" mk-moe arch.yml bad
 expect_fail 2 "expected CONFIG and OUT" mk-moe mixtral.yml
 expect_fail 2 "Try 'mk-moe --help'" mk-moe --no-such-option mixtral.yml x
+# the options mk-yaml has, to the same stages (one table, cmd/cli.c)
+mk-moe --print-pipeline --strict -j 3 --out-shard-size 1M --max-memory 1G --force mixtral.yml po > po.txt
+rm -rf "$(dirname "$(sed 's/.* -i \([^ ]*\).*/\1/' po.txt)")"
+grep -q 'mk-fetch --max-memory [0-9]* -i ' po.txt || fail "--max-memory: not mk-fetch's"
+grep -q 'mk-merge --strict -j 3 --max-memory [0-9]* |' po.txt || fail "--strict -j 3: not mk-merge's"
+grep -q 'mk-pack --out-shard-size 1000000 --max-memory [0-9]* --force po$' po.txt || fail "mk-pack's options"
+mk-moe -q --random-seed 7 --plugin nowhere.so --allow-crimes --lazy-unpickle --device cpu mixtral.yml r7c 2> notes.txt
+[ ! -s notes.txt ] || fail "-q: notes said"
+cmp r7/model.safetensors r7c/model.safetensors || fail "ignored options changed the output"
+mk-moe --plugin nowhere.so --cuda --print-pipeline mixtral.yml x > px.txt 2> notes.txt
+rm -rf "$(dirname "$(sed 's/.* -i \([^ ]*\).*/\1/' px.txt)")"
+grep -q "note: --plugin means nothing to mk-moe" notes.txt || fail "--plugin: no note"
+expect_fail 2 "num-threads: expected a positive integer" mk-moe -j 0 mixtral.yml x
 mk-moe --help | grep -q '^Usage: mk-moe' || fail "--help"
 mk-moe --version | grep -q 'mk-moe' || fail "--version"
 no_out bad
