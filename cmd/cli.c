@@ -340,17 +340,29 @@ static void on_cancel_signal(int sig)
 	cli_cancel = sig;
 }
 
-void cli_cancel_on_signals(void)
+static const int cancel_sigs[] = { SIGINT, SIGTERM, SIGHUP };
+static bool sig_ignored[sizeof(cancel_sigs) / sizeof(*cancel_sigs)], sig_checked;
+
+void cli_signals_handle(void (*handler)(int))
 {
-	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
-	struct sigaction sa = { .sa_handler = on_cancel_signal };
+	struct sigaction sa = { .sa_handler = handler };
 
 	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(*sigs); i++) {
+	for (size_t i = 0; i < sizeof(cancel_sigs) / sizeof(*cancel_sigs); i++) {
 		struct sigaction old;
-		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
-			sigaction(sigs[i], &sa, NULL);
+		/* ignored when the program started: left so (the first call
+		 * looks; a later one finds its own handler there) */
+		if (!sig_checked)
+			sig_ignored[i] = sigaction(cancel_sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN;
+		if (!sig_ignored[i])
+			sigaction(cancel_sigs[i], &sa, NULL);
 	}
+	sig_checked = true;
+}
+
+void cli_cancel_on_signals(void)
+{
+	cli_signals_handle(on_cancel_signal);
 }
 
 void cli_run_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn)

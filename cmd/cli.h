@@ -99,6 +99,10 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 extern volatile int cli_cancel;
 extern bool cli_run_draw;
 void cli_cancel_on_signals(void);
+/* SIGINT, SIGTERM and SIGHUP to handler instead (the same rule for a
+ * signal ignored at the start; mk-moe: after its planning, a handler that
+ * removes its work directory and dies by the signal). */
+void cli_signals_handle(void (*handler)(int));
 void cli_run_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn);
 /* After a merge that failed because a signal cancelled it (cli_cancel
  * set): say so, and that `partial` (NULL: none) is kept for --resume when

@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,19 +71,29 @@ static void on_note(void *ctx, const char *msg)
 		cli_info(3, "%s", msg);
 }
 
-static char work[PATH_MAX];
+/* the work directory and its files (the paths made before any signal
+ * handler can need them: removing them is async-signal-safe) */
+static char work[PATH_MAX], work_files[3][PATH_MAX + 32];
+static pid_t main_pid;
 
 static void rm_work(void)
 {
-	char p[PATH_MAX + 32];
-	const char *names[] = { "model.safetensors", "config.json", "plan" };
 	if (!work[0])
 		return;
-	for (size_t i = 0; i < 3; i++) {
-		snprintf(p, sizeof(p), "%s/%s", work, names[i]);
-		unlink(p);
-	}
+	for (size_t i = 0; i < 3; i++)
+		unlink(work_files[i]);
 	rmdir(work);
+}
+
+/* a signal while the stages run: the work directory goes, then the
+ * signal ends mk-moe (and the stages with it); a forked stage before its
+ * exec leaves it to mk-moe */
+static void on_stage_signal(int sig)
+{
+	if (getpid() == main_pid)
+		rm_work();
+	signal(sig, SIG_DFL);
+	raise(sig);
 }
 
 /* The run options mk-yaml has (CLI_RUN_OPTIONS) that mean nothing to
@@ -178,6 +189,10 @@ int main(int argc, char **argv)
 		work[0] = '\0';
 		cli_fail(&err);
 	}
+	static const char *const names[] = { "model.safetensors", "config.json", "plan" };
+	for (size_t i = 0; i < 3; i++)
+		snprintf(work_files[i], sizeof(work_files[i]), "%s/%s", work, names[i]);
+	main_pid = getpid();
 	atexit(rm_work);
 	mo.work_dir = work;
 	char planpath[sizeof(work) + 8];
@@ -188,10 +203,23 @@ int main(int argc, char **argv)
 		cli_fail(&err);
 	}
 	enum mk_moe_arch arch;
+	/* a signal while planning (the hidden gates' forward pass) cancels:
+	 * the pass stops at the next layer, the work directory goes, and the
+	 * signal ends the process (no OUT, no OUT.mk-partial: the stages have
+	 * not started).  Then a signal removes the work directory and ends
+	 * mk-moe by that signal, the stages with it. */
+	mo.cancel = &cli_cancel;
+	cli_cancel_on_signals();
 	int rc = mk_moe_plan(&mo, fd, &arch, &err);
 	if (close(fd) && !rc)
 		rc = mk_err_sys(&err, errno, "%s", planpath);
 	mk_moe_config_free(cfg);
+	if (!print)
+		cli_signals_handle(on_stage_signal);
+	if (cli_cancel) {   /* (looked at after the switch: none is lost) */
+		rm_work();
+		cli_exit_cancelled(NULL);
+	}
 	if (rc)
 		cli_fail(&err);
 	push(&fetch, "-i");

@@ -425,7 +425,7 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out,
 		for (size_t i = 0; i < ngate; i++)
 			ex[i] = i < c->nexperts ? &c->experts[i] : &c->shared[i - c->nexperts];
 		note(o, "router weights (%s): tokenising the prompts, running the base model", mk_moe_gate_name(c->gate));
-		struct mk_forward_opts fo = { .max_memory = o->max_memory };
+		struct mk_forward_opts fo = { .max_memory = o->max_memory, .cancel = o->cancel };
 		if (o->cuda && c->gate != MK_MOE_GATE_CHEAP_EMBED)
 			fo.cuda = open_cuda(o);
 		rc = mk_moe_gates_prompts(c->gate, c->base_model, ex, ngate, nl, hid, &fo, gates, err);
