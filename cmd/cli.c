@@ -340,17 +340,29 @@ static void on_cancel_signal(int sig)
 	cli_cancel = sig;
 }
 
-void cli_cancel_on_signals(void)
+static const int cancel_sigs[] = { SIGINT, SIGTERM, SIGHUP };
+static bool sig_ignored[sizeof(cancel_sigs) / sizeof(*cancel_sigs)], sig_checked;
+
+void cli_signals_handle(void (*handler)(int))
 {
-	static const int sigs[] = { SIGINT, SIGTERM, SIGHUP };
-	struct sigaction sa = { .sa_handler = on_cancel_signal };
+	struct sigaction sa = { .sa_handler = handler };
 
 	sigemptyset(&sa.sa_mask);
-	for (size_t i = 0; i < sizeof(sigs) / sizeof(*sigs); i++) {
+	for (size_t i = 0; i < sizeof(cancel_sigs) / sizeof(*cancel_sigs); i++) {
 		struct sigaction old;
-		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
-			sigaction(sigs[i], &sa, NULL);
+		/* ignored when the program started: left so (the first call
+		 * looks; a later one finds its own handler there) */
+		if (!sig_checked)
+			sig_ignored[i] = sigaction(cancel_sigs[i], NULL, &old) != 0 || old.sa_handler == SIG_IGN;
+		if (!sig_ignored[i])
+			sigaction(cancel_sigs[i], &sa, NULL);
 	}
+	sig_checked = true;
+}
+
+void cli_cancel_on_signals(void)
+{
+	cli_signals_handle(on_cancel_signal);
 }
 
 void cli_run_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn)
@@ -430,4 +442,58 @@ void cli_argv_push_budget(uint64_t max_memory, struct cli_argv *plan, struct cli
 	snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.pack);
 	cli_argv_push(pack, "--max-memory");
 	cli_argv_push(pack, b);
+}
+
+void cli_run_stage_args(const struct mk_run_opts *o, struct cli_argv *plan, struct cli_argv *fetch,
+			struct cli_argv *merge, struct cli_argv *pack)
+{
+	char b[32];
+
+	if (o->out_shard_size) {
+		snprintf(b, sizeof(b), "%llu", (unsigned long long)o->out_shard_size);
+		cli_argv_push(pack, "--out-shard-size");
+		cli_argv_push(pack, b);
+	}
+	if (plan) {
+		if (o->no_copy_tokenizer)
+			cli_argv_push(plan, "--no-copy-tokenizer");
+		if (o->no_model_card)
+			cli_argv_push(plan, "--no-write-model-card");
+		if (o->allow_crimes)
+			cli_argv_push(plan, "--allow-crimes");
+		if (o->seed) {
+			snprintf(b, sizeof(b), "%llu", (unsigned long long)o->seed);
+			cli_argv_push(plan, "--random-seed");
+			cli_argv_push(plan, b);
+		}
+		if (o->has_lora_dtype) {
+			cli_argv_push(plan, "--lora-merge-dtype");
+			cli_argv_push(plan, mk_dtype_name(o->lora_dtype));
+		}
+	}
+	if (o->cuda)
+		cli_argv_push(merge, "--cuda");
+	if (o->strict)
+		cli_argv_push(merge, "--strict");
+	if (o->threads) {
+		snprintf(b, sizeof(b), "%u", o->threads);
+		cli_argv_push(merge, "-j");
+		cli_argv_push(merge, b);
+	}
+	for (int i = 2; i < cli_verbose; i++) /* each -v (cli_verbose starts at 2) */
+		cli_argv_push(merge, "-v");
+	if (o->max_memory)
+		cli_argv_push_budget(o->max_memory, plan, fetch, merge, pack);
+	if (o->spill_dir) {
+		if (plan)
+			cli_argv_push(plan, "--spill");
+		cli_argv_push(merge, "--spill");
+		cli_argv_push(merge, o->spill_dir);
+	}
+	if (o->remote)
+		cli_argv_push(fetch, "--remote");
+	if (o->no_cache)
+		cli_argv_push(fetch, "--no-cache");
+	if (o->force)
+		cli_argv_push(pack, "--force");
 }

@@ -99,6 +99,10 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 extern volatile int cli_cancel;
 extern bool cli_run_draw;
 void cli_cancel_on_signals(void);
+/* SIGINT, SIGTERM and SIGHUP to handler instead (the same rule for a
+ * signal ignored at the start; mk-moe: after its planning, a handler that
+ * removes its work directory and dies by the signal). */
+void cli_signals_handle(void (*handler)(int));
 void cli_run_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn);
 /* After a merge that failed because a signal cancelled it (cli_cancel
  * set): say so, and that `partial` (NULL: none) is kept for --resume when
@@ -121,5 +125,11 @@ void cli_argv_push(struct cli_argv *a, const char *s);
  * pack. */
 void cli_argv_push_budget(uint64_t max_memory, struct cli_argv *plan, struct cli_argv *fetch,
 			  struct cli_argv *merge, struct cli_argv *pack);
+/* The stages' options for the run options in o (CLI_RUN_OPTIONS as
+ * cli_run_option left them; --processes, --print-pipeline, mk-moe): each
+ * stage gets its own (mk-plan's only when plan is not NULL; mk-moe plans
+ * in its own process), in a fixed order.  Plugins are the caller's. */
+void cli_run_stage_args(const struct mk_run_opts *o, struct cli_argv *plan, struct cli_argv *fetch,
+			struct cli_argv *merge, struct cli_argv *pack);
 
 #endif

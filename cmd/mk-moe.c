@@ -5,6 +5,7 @@
 #include <limits.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include "mk/moe.h"
 #include "mk/pack.h"
 #include "mk/pipeline.h"
+#include "mk/run.h"
 
 static void usage(void)
 {
@@ -26,7 +28,7 @@ static void usage(void)
 	       "\n"
 	       "  --max-memory SIZE         memory budget of the stages together (as mk-yaml)\n"
 	       "  --out-shard-size SIZE     shard size (default 5B)\n"
-	       "  --random-seed N           seed of the random gates (default 0)\n"
+	       "  --random-seed N           seed of the random gates and noise_scale (default 0)\n"
 	       "  --copy-tokenizer          copy the base model's tokenizer files (the default);\n"
 	       "  --no-copy-tokenizer       do not\n"
 	       "  --write-model-card        write mergekit_moe_config.yml (the default);\n"
@@ -36,14 +38,17 @@ static void usage(void)
 	       "  --force                   replace an existing OUT\n"
 	       "  --cuda / --no-cuda        the hidden gates' forward pass: matrix products on\n"
 	       "                            the GPU (without one: a warning, the CPU)\n"
+	       "  --strict                  fail on an output tensor with NaN or infinite values\n"
+	       "  --transformers-cache DIR  the Hugging Face cache to find models in (HF_HUB_CACHE)\n"
 	       "  -j, --num-threads N       mk-merge worker threads\n"
 	       "  --print-pipeline          plan, print the stages' command line and exit (the\n"
 	       "                            plan's work directory is kept for it; remove it after)\n"
-	       "  -q, --quiet               say less; -v, --verbose: say more\n"
+	       "  -q, --quiet               say less (--no-quiet: not); -v, --verbose: say more\n"
 	       "  -h, --help                show this help and exit\n"
 	       "  -V, --version             show the version and exit\n"
-	       "mergekit-moe's --load-in-4bit, --load-in-8bit, --device, --lazy-unpickle and\n"
-	       "the like are accepted with a note.\n"
+	       "mergekit-moe's and mergekit-yaml's options without meaning here (--load-in-4bit,\n"
+	       "--load-in-8bit, --device, --lazy-unpickle, --allow-crimes, --plugin, --spill, ...)\n"
+	       "are accepted with a note.\n"
 	       "\n"
 	       "Exit status: 0 success, 1 failure, 2 usage error.  See mk-moe(1).\n",
 	       cli_prog);
@@ -66,45 +71,60 @@ static void on_note(void *ctx, const char *msg)
 		cli_info(3, "%s", msg);
 }
 
-static char work[PATH_MAX];
+/* the work directory and its files (the paths made before any signal
+ * handler can need them: removing them is async-signal-safe) */
+static char work[PATH_MAX], work_files[3][PATH_MAX + 32];
+static pid_t main_pid;
 
 static void rm_work(void)
 {
-	char p[PATH_MAX + 32];
-	const char *names[] = { "model.safetensors", "config.json", "plan" };
 	if (!work[0])
 		return;
-	for (size_t i = 0; i < 3; i++) {
-		snprintf(p, sizeof(p), "%s/%s", work, names[i]);
-		unlink(p);
-	}
+	for (size_t i = 0; i < 3; i++)
+		unlink(work_files[i]);
 	rmdir(work);
+}
+
+/* a signal while the stages run: the work directory goes, then the
+ * signal ends mk-moe (and the stages with it); a forked stage before its
+ * exec leaves it to mk-moe */
+static void on_stage_signal(int sig)
+{
+	if (getpid() == main_pid)
+		rm_work();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/* The run options mk-yaml has (CLI_RUN_OPTIONS) that mean nothing to
+ * mk-moe, whose plan copies tensors (no merge method, no LoRA, no mixed
+ * architectures) from models it opens itself: noted and ignored. */
+static bool run_option_ignored(int c)
+{
+	static const int ign[] = { CLI_RUN_CRIMES, CLI_RUN_NOCRIMES, CLI_RUN_SPILL, CLI_RUN_REMOTE, CLI_RUN_NOCACHE, CLI_RUN_PLUGIN,
+				   CLI_RUN_LORA_DT, CLI_RUN_LORA_CACHE };
+	for (size_t i = 0; i < sizeof(ign) / sizeof(*ign); i++)
+		if (c == ign[i])
+			return true;
+	return false;
 }
 
 int main(int argc, char **argv)
 {
-	enum { O_MEM = 256, O_SHARD, O_SEED, O_COPY, O_NOCOPY, O_CARD, O_NOCARD, O_SAME, O_FORCE, O_PRINT,
-	       O_IGN0, O_IGN1, O_CUDA, O_NOCUDA };
+	enum { O_SAME = 256, O_FORCE, O_PRINT, O_IGN0 };
 	static const struct option lo[] = {
-		{ "max-memory", 1, 0, O_MEM }, { "out-shard-size", 1, 0, O_SHARD }, { "random-seed", 1, 0, O_SEED },
-		{ "copy-tokenizer", 0, 0, O_COPY }, { "no-copy-tokenizer", 0, 0, O_NOCOPY },
-		{ "write-model-card", 0, 0, O_CARD }, { "no-write-model-card", 0, 0, O_NOCARD },
 		{ "i-understand-this-is-not-useful-without-training", 0, 0, O_SAME },
-		{ "force", 0, 0, O_FORCE }, { "num-threads", 1, 0, 'j' }, { "print-pipeline", 0, 0, O_PRINT },
-		{ "quiet", 0, 0, 'q' }, { "verbose", 0, 0, 'v' }, { "help", 0, 0, 'h' }, { "version", 0, 0, 'V' },
+		{ "force", 0, 0, O_FORCE }, { "print-pipeline", 0, 0, O_PRINT },
+		{ "help", 0, 0, 'h' }, { "version", 0, 0, 'V' },
 		{ "load-in-4bit", 0, 0, O_IGN0 }, { "load-in-8bit", 0, 0, O_IGN0 },
-		{ "lazy-unpickle", 0, 0, O_IGN0 }, { "no-lazy-unpickle", 0, 0, O_IGN0 },
-		{ "low-cpu-memory", 0, 0, O_IGN0 }, { "clone-tensors", 0, 0, O_IGN0 },
-		{ "trust-remote-code", 0, 0, O_IGN0 }, { "cuda", 0, 0, O_CUDA }, { "no-cuda", 0, 0, O_NOCUDA },
-		{ "safe-serialization", 0, 0, O_IGN0 }, { "async-write", 0, 0, O_IGN0 },
-		{ "allow-crimes", 0, 0, O_IGN0 }, { "device", 1, 0, O_IGN1 }, { "write-threads", 1, 0, O_IGN1 },
+		CLI_RUN_OPTIONS,
 		{ 0 },
 	};
-	struct mk_moe_opts mo = { .copy_tokenizer = true, .write_card = true, .note = on_note };
+	struct mk_moe_opts mo = { .note = on_note };
+	struct mk_run_opts ro = { 0 };
 	struct mk_err err = { 0 };
 	bool print = false, quiet = false;
 	int c, li = 0;
-	uint64_t v;
 
 	cli_init("mk-moe");
 	char *p;
@@ -116,50 +136,32 @@ int main(int argc, char **argv)
 	free(p);
 	while ((c = getopt_long(argc, argv, "j:qvhV", lo, &li)) != -1) {
 		switch (c) {
-		case O_MEM: {
-			if (mk_size_parse(optarg, &v))
-				cli_usage_error("--max-memory: expected a size, not '%s'", optarg);
-			/* the base model's forward pass (hidden gates) runs here
-			 * before the stages start: the budget less this process */
-			mo.max_memory = v > MK_BUDGET_STAGE_BASE ? v - MK_BUDGET_STAGE_BASE : 1;
-			cli_argv_push_budget(v, NULL, &fetch, &merge, &pack);
-			break;
-		}
-		case O_SHARD:
-			if (mk_size_parse(optarg, &v))
-				cli_usage_error("--out-shard-size: expected a size like 5B, 200K or 64MiB, not '%s'", optarg);
-			push(&pack, "--out-shard-size");
-			push(&pack, optarg);
-			break;
-		case O_SEED:
-			if (mk_size_parse(optarg, &v))
-				cli_usage_error("--random-seed: expected a non-negative integer, not '%s'", optarg);
-			mo.seed = v;
-			break;
-		case O_COPY: mo.copy_tokenizer = true; break;
-		case O_NOCOPY: mo.copy_tokenizer = false; break;
-		case O_CARD: mo.write_card = true; break;
-		case O_NOCARD: mo.write_card = false; break;
 		case O_SAME: mo.allow_all_same = true; break;
-		case O_FORCE: push(&pack, "--force"); break;
+		case O_FORCE: ro.force = true; break;
 		case O_PRINT: print = true; break;
-		case O_CUDA: mo.cuda = true; break;
-		case O_NOCUDA: mo.cuda = false; break;
-		case 'j':
-			if (mk_size_parse(optarg, &v) || v < 1)
-				cli_usage_error("--num-threads: expected a positive integer, not '%s'", optarg);
-			push(&merge, "-j");
-			push(&merge, optarg);
-			break;
-		case 'q': quiet = true; cli_verbose = 1; break;
-		case 'v': cli_verbose++; break;
-		case O_IGN0:
-		case O_IGN1: cli_info(2, "note: --%s means nothing to mk-moe; ignored", lo[li].name); break;
+		case O_IGN0: cli_info(2, "note: --%s means nothing to mk-moe; ignored", lo[li].name); break;
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
-		default: cli_usage_hint();
+		default:
+			c = c == 'q' ? CLI_RUN_QUIET : c == 'v' ? CLI_RUN_VERBOSE : c;
+			if (c == CLI_RUN_QUIET || c == CLI_RUN_NOQUIET)
+				cli_verbose = c == CLI_RUN_QUIET ? 1 : 2;
+			if (!cli_run_option(run_option_ignored(c) ? CLI_RUN_IGN0 : c, optarg, lo[li].name, false, &ro,
+					    &quiet))
+				cli_usage_hint();
 		}
 	}
+	mo.seed = ro.seed;
+	mo.copy_tokenizer = !ro.no_copy_tokenizer;
+	mo.write_card = !ro.no_model_card;
+	/* the base model's forward pass (hidden gates) runs here before the
+	 * stages start: the budget less this process */
+	if (ro.max_memory)
+		mo.max_memory = ro.max_memory > MK_BUDGET_STAGE_BASE ? ro.max_memory - MK_BUDGET_STAGE_BASE : 1;
+	/* --cuda is the forward pass's: the stages only copy tensors */
+	mo.cuda = ro.cuda;
+	ro.cuda = false;
+	cli_run_stage_args(&ro, NULL, &fetch, &merge, &pack);
 	if (argc - optind != 2)
 		cli_usage_error(argc - optind < 2 ? "expected CONFIG and OUT" : "too many arguments");
 	const char *cfgpath = argv[optind], *out = argv[optind + 1];
@@ -172,10 +174,7 @@ int main(int argc, char **argv)
 	free(text);
 	mo.cfg = cfg;
 
-	struct mk_pack_opts po = { .out_dir = out };
-	for (size_t i = 0; i < pack.n; i++)
-		if (!strcmp(pack.v[i], "--force"))
-			po.force = true;
+	struct mk_pack_opts po = { .out_dir = out, .force = ro.force };
 	if (!print && mk_pack_check_out(&po, &err))
 		cli_fail(&err);
 	const char *tmp = getenv("TMPDIR");
@@ -190,6 +189,10 @@ int main(int argc, char **argv)
 		work[0] = '\0';
 		cli_fail(&err);
 	}
+	static const char *const names[] = { "model.safetensors", "config.json", "plan" };
+	for (size_t i = 0; i < 3; i++)
+		snprintf(work_files[i], sizeof(work_files[i]), "%s/%s", work, names[i]);
+	main_pid = getpid();
 	atexit(rm_work);
 	mo.work_dir = work;
 	char planpath[sizeof(work) + 8];
@@ -200,10 +203,23 @@ int main(int argc, char **argv)
 		cli_fail(&err);
 	}
 	enum mk_moe_arch arch;
+	/* a signal while planning (the hidden gates' forward pass) cancels:
+	 * the pass stops at the next layer, the work directory goes, and the
+	 * signal ends the process (no OUT, no OUT.mk-partial: the stages have
+	 * not started).  Then a signal removes the work directory and ends
+	 * mk-moe by that signal, the stages with it. */
+	mo.cancel = &cli_cancel;
+	cli_cancel_on_signals();
 	int rc = mk_moe_plan(&mo, fd, &arch, &err);
 	if (close(fd) && !rc)
 		rc = mk_err_sys(&err, errno, "%s", planpath);
 	mk_moe_config_free(cfg);
+	if (!print)
+		cli_signals_handle(on_stage_signal);
+	if (cli_cancel) {   /* (looked at after the switch: none is lost) */
+		rm_work();
+		cli_exit_cancelled(NULL);
+	}
 	if (rc)
 		cli_fail(&err);
 	push(&fetch, "-i");

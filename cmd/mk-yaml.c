@@ -136,58 +136,13 @@ static int run_here(struct mk_run_opts *o, const char *config, const char *parti
  * --print-pipeline): each stage gets the options that are its own. */
 static void stage_args(const struct mk_run_opts *o, char **plugins, size_t nplugins)
 {
-	char b[32];
-
-	if (o->out_shard_size) {
-		snprintf(b, sizeof(b), "%llu", (unsigned long long)o->out_shard_size);
-		cli_argv_push(&pack, "--out-shard-size");
-		cli_argv_push(&pack, b);
-	}
-	if (o->no_copy_tokenizer)
-		cli_argv_push(&plan, "--no-copy-tokenizer");
-	if (o->no_model_card)
-		cli_argv_push(&plan, "--no-write-model-card");
-	if (o->allow_crimes)
-		cli_argv_push(&plan, "--allow-crimes");
-	if (o->seed) {
-		snprintf(b, sizeof(b), "%llu", (unsigned long long)o->seed);
-		cli_argv_push(&plan, "--random-seed");
-		cli_argv_push(&plan, b);
-	}
-	if (o->has_lora_dtype) {
-		cli_argv_push(&plan, "--lora-merge-dtype");
-		cli_argv_push(&plan, mk_dtype_name(o->lora_dtype));
-	}
-	if (o->cuda)
-		cli_argv_push(&merge, "--cuda");
-	if (o->strict)
-		cli_argv_push(&merge, "--strict");
-	if (o->threads) {
-		snprintf(b, sizeof(b), "%u", o->threads);
-		cli_argv_push(&merge, "-j");
-		cli_argv_push(&merge, b);
-	}
-	for (int i = 2; i < cli_verbose; i++) /* each -v (cli_verbose starts at 2) */
-		cli_argv_push(&merge, "-v");
-	if (o->max_memory)
-		cli_argv_push_budget(o->max_memory, &plan, &fetch, &merge, &pack);
-	if (o->spill_dir) {
-		cli_argv_push(&plan, "--spill");
-		cli_argv_push(&merge, "--spill");
-		cli_argv_push(&merge, o->spill_dir);
-	}
+	cli_run_stage_args(o, &plan, &fetch, &merge, &pack);
 	for (size_t i = 0; i < nplugins; i++) {
 		cli_argv_push(&plan, "--plugin");
 		cli_argv_push(&plan, plugins[i]);
 		cli_argv_push(&merge, "--plugin");
 		cli_argv_push(&merge, plugins[i]);
 	}
-	if (o->remote)
-		cli_argv_push(&fetch, "--remote");
-	if (o->no_cache)
-		cli_argv_push(&fetch, "--no-cache");
-	if (o->force)
-		cli_argv_push(&pack, "--force");
 }
 
 int main(int argc, char **argv)

@@ -81,6 +81,10 @@ struct mk_forward_opts {
 				     too); NULL: OpenBLAS.  Borrowed: it
 				     must outlive the handle, and is used
 				     by one thread at a time */
+	const volatile int *cancel; /* set nonzero (a signal handler, another
+				thread) to stop: a run checks it before the
+				embeddings and before each layer, and then
+				returns MK_EIO "cancelled"; NULL: never */
 };
 
 struct mk_forward_info {

@@ -96,6 +96,10 @@ struct mk_moe_opts {
 					MK_CUDA_EMULATE=1 honoured); without
 					a usable one, a warning through note
 					and the CPU, as mk-merge --cuda */
+	const volatile int *cancel;  /* set nonzero (a signal handler) to stop
+					the forward pass of the hidden gates
+					(checked between layers): MK_EIO
+					"cancelled", nothing written to fd */
 	/* what happened, for the caller to print: the architecture chosen and
 	 * warnings (a count of experts not a power of two, ...) */
 	void (*note)(void *ctx, const char *msg);
@@ -122,11 +126,11 @@ int mk_moe_gates_random(enum mk_moe_gate g, uint64_t seed, size_t nlayers, size_
  * out), normalised, then the same for every layer; hidden / hidden_last:
  * each layer's input (mk_forward_run's hidden state l) at the last
  * position, hidden_avg: its mean over every position (padding included),
- * each averaged over the prompts.  Float32, in that order. */
+ * each averaged over the prompts.  Float32, in that order.  fo: the
+ * forward pass's options (its memory budget, a CUDA context, the cancel
+ * flag); NULL: the defaults. */
 struct mk_moe_expert;
 struct mk_forward_opts;
-/* fo: the forward pass's options (its memory budget, a CUDA context);
- * NULL: the defaults. */
 int mk_moe_gates_prompts(enum mk_moe_gate mode, const char *base_ref, const struct mk_moe_expert *const *ex,
 			 size_t nex, size_t nlayers, size_t hidden, const struct mk_forward_opts *fo, float *out,
 			 struct mk_err *err);

@@ -24,6 +24,7 @@ struct mk_forward {
 	size_t inter;            /* intermediate_size, from layer 0's gate_proj */
 	uint64_t max_memory;
 	struct mk_cuda_ctx *cuda;  /* borrowed; NULL: the CPU */
+	const volatile int *cancel;
 	uint64_t layer_bytes;    /* the largest layer's float32 weights */
 	uint64_t held, peak;     /* weight bytes held now, at most */
 	uint8_t *rbuf, *gbuf;    /* read and gather buffers */
@@ -229,6 +230,7 @@ int mk_forward_open(const char *ref, const struct mk_forward_opts *opts, struct 
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	f->max_memory = opts ? opts->max_memory : 0;
 	f->cuda = opts ? opts->cuda : NULL;
+	f->cancel = opts ? opts->cancel : NULL;
 	if ((rc = mk_model_open(ref, &f->m, err)))
 		goto fail;
 	if (mk_model_has_remote(f->m)) {
@@ -525,6 +527,14 @@ static int run_layer(struct mk_forward *f, size_t l, const struct layer *w, stru
 	return 0;
 }
 
+/* the caller's cancel flag, checked between the run's steps */
+static int check_cancel(const struct mk_forward *f, struct mk_err *err)
+{
+	if (f->cancel && *f->cancel)
+		return mk_err_set(err, MK_EIO, "forward pass cancelled");
+	return 0;
+}
+
 int mk_forward_run(struct mk_forward *f, const int64_t *ids, const int64_t *mask, size_t nseq, size_t len,
 		   mk_forward_fn fn, void *ctx, struct mk_err *err)
 {
@@ -558,6 +568,8 @@ int mk_forward_run(struct mk_forward *f, const int64_t *ids, const int64_t *mask
 	float *inv = sn + len * hd, ascale;
 
 	/* the embeddings: each token's row */
+	if ((rc = check_cancel(f, err)))
+		goto out;
 	{
 		const struct mk_model_tensor *e = mk_model_find(f->m, "model.embed_tokens.weight");
 		for (size_t i = 0; i < N && !rc; i++)
@@ -579,7 +591,7 @@ int mk_forward_run(struct mk_forward *f, const int64_t *ids, const int64_t *mask
 	if ((rc = fn(ctx, 0, h, nseq, len, H, err)))
 		goto out;
 	for (size_t l = 0; l < c->layers; l++) {
-		if ((rc = layer_load(f, l, &w, err)))
+		if ((rc = check_cancel(f, err)) || (rc = layer_load(f, l, &w, err)))
 			goto out;
 		if ((f->cuda && (rc = gpu_upload(f, &w, &gpu, err))) ||
 		    (rc = run_layer(f, l, &w, f->cuda ? &gpu : NULL, h, x, q, k, v, att, g, u, sc, cs, sn, mask, nseq,

@@ -1,11 +1,18 @@
-/* passthrough.c - copy the one input, optionally scaled.
+/* passthrough.c - copy the one input, optionally with noise and scaled.
  *
  * Exactly one input (a configured base that is not that input makes two:
  * an error, as in mergekit).  With a `scale` the output is x * scale in
  * the compute dtype (scale rounded to it, as torch does with a Python
  * float), else x itself: the job's copy_input is 0 and byte_copy tells
  * the caller it may copy bytes when the output dtype is the input's.
- * Any dtype may pass through unscaled; scaling needs a float tensor.
+ * With a `noise_scale` s (mk-moe's expert key of that name; an mk
+ * extension for mk-yaml), s * z is added before the scale: z standard
+ * normal from rng.h's generator, stream (seed, output tensor name, input
+ * 0), element e of the output's flat index (mk_rng_normal), the product
+ * taken in float64 and rounded to the compute dtype, so the noise of an
+ * element is the same for any chunking, thread count and machine; 0 is
+ * no noise.  Any dtype may pass through plain; scale and noise need a
+ * float tensor.
  */
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -14,13 +21,23 @@
 #endif
 #include <string.h>
 #include "mk/method.h"
+#include "rng.h"
 
-enum { P_SCALE, NPARAMS };
+enum { P_SCALE, P_NOISE, NPARAMS };
 
 static const struct mk_param_spec params[NPARAMS] = {
 	[P_SCALE] = { .name = "scale", .scope = MK_SCOPE_PER_INPUT, .type = MK_PT_FLOAT,
 		      .doc = "multiply the tensor by this (none: copy it)" },
+	[P_NOISE] = { .name = "noise_scale", .scope = MK_SCOPE_PER_INPUT, .type = MK_PT_FLOAT,
+		      .doc = "add normal noise of this standard deviation before the scale (seeded by "
+			     "the random seed, the tensor and the element; none or 0: no noise)" },
 };
+
+/* the noise's standard deviation; 0: none */
+static double noise_of(const struct mk_pval *v)
+{
+	return v->set ? v->f : 0.0;
+}
 
 static int output(const struct mk_method *m, const struct mk_job_desc *d,
 		  struct mk_plan_out *po, bool *used, struct mk_err *err)
@@ -29,7 +46,7 @@ static int output(const struct mk_method *m, const struct mk_job_desc *d,
 	int rc = 0;
 
 	po->out = *x;
-	if (d->input[P_SCALE].set) {
+	if (d->input[P_SCALE].set || noise_of(&d->input[P_NOISE]) != 0) {
 		rc = mk_require_float_inputs(m, d, used, err);
 		if (rc)
 			goto out;
@@ -41,7 +58,7 @@ out:
 
 static int init(struct mk_job *job, struct mk_err *err)
 {
-	if (!mk_job_input_param(job, 0, P_SCALE)->set)
+	if (!mk_job_input_param(job, 0, P_SCALE)->set && noise_of(mk_job_input_param(job, 0, P_NOISE)) == 0)
 		job->copy_input = 0;
 	return 0;
 }
@@ -55,22 +72,30 @@ static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 		return mk_err_set(err, MK_EUNSUPPORTED,
 				  "passthrough, tensor '%s': %s data is copied as bytes, not through apply",
 				  job->d.tensor ? job->d.tensor : "?", mk_dtype_name(job->d.in[0].dtype));
+	double ns = noise_of(mk_job_input_param(job, 0, P_NOISE));
+	uint64_t st = ns != 0 ? mk_rng_stream(job->d.seed, job->d.tensor, 0) : 0, e0 = c->elem_begin;
 	if (job->compute == MK_DT_F64) {
 		const double *x = c->in[0];
-		double *o = out, sc = scale->f;
-		if (!scale->set)
+		double *o = out, sc = scale->set ? scale->f : 1.0;
+		if (!scale->set && ns == 0)
 			memcpy(o, x, n * sizeof(*o));
-		else
+		else if (ns == 0)
 			for (uint64_t e = 0; e < n; e++)
 				o[e] = x[e] * sc;
+		else
+			for (uint64_t e = 0; e < n; e++)
+				o[e] = (x[e] + ns * mk_rng_normal(st, e0 + e)) * sc;
 	} else {
 		const float *x = c->in[0];
-		float *o = out, sc = (float)scale->f;
-		if (!scale->set)
+		float *o = out, sc = scale->set ? (float)scale->f : 1.0f;
+		if (!scale->set && ns == 0)
 			memcpy(o, x, n * sizeof(*o));
-		else
+		else if (ns == 0)
 			for (uint64_t e = 0; e < n; e++)
 				o[e] = x[e] * sc;
+		else
+			for (uint64_t e = 0; e < n; e++)
+				o[e] = (x[e] + (float)(ns * mk_rng_normal(st, e0 + e))) * sc;
 	}
 	return 0;
 }

@@ -1,5 +1,6 @@
 /* rng.h - the counter-based random numbers of the random merge methods
- * (DARE, DELLA; arcee_fusion may reuse it).  Internal to src/methods.
+ * (DARE, DELLA, arcee_fusion), passthrough's noise_scale and mk-moe's
+ * random routers.  Internal to libmk.
  *
  * Every random decision is a pure function of (seed, output tensor name,
  * input index in the plan, element index): no generator state, so a mask
@@ -21,6 +22,7 @@
 #ifndef MK_METHODS_RNG_H
 #define MK_METHODS_RNG_H
 
+#include <math.h>
 #include <stdint.h>
 
 #define MK_RNG_GOLDEN 0x9E3779B97F4A7C15ull
@@ -49,6 +51,14 @@ static inline __attribute__((always_inline)) uint64_t mk_rng_u64(uint64_t stream
 static inline double mk_rng_uniform(uint64_t stream, uint64_t e)
 {
 	return (double)(mk_rng_u64(stream, e) >> 11) * 0x1p-53;
+}
+
+/* A standard normal value for element `e` of a stream, by Box-Muller
+ * (the cosine branch) from the element's two counters 2e and 2e + 1. */
+static inline double mk_rng_normal(uint64_t stream, uint64_t e)
+{
+	double u1 = 1.0 - mk_rng_uniform(stream, 2 * e), u2 = mk_rng_uniform(stream, 2 * e + 1);
+	return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
 #endif

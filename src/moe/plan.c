@@ -37,10 +37,7 @@ int mk_moe_gates_random(enum mk_moe_gate g, uint64_t seed, size_t nlayers, size_
 			if (g == MK_MOE_GATE_UNIFORM_RANDOM) {
 				o[e] = (float)((mk_rng_uniform(st, e) * 2.0 - 1.0) * scale);
 			} else {
-				/* standard normal by Box-Muller from two draws of
-				 * element e (its 2e and 2e+1 counters) */
-				double u1 = 1.0 - mk_rng_uniform(st, 2 * e), u2 = mk_rng_uniform(st, 2 * e + 1);
-				o[e] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+				o[e] = (float)mk_rng_normal(st, e);
 			}
 		}
 	}
@@ -275,9 +272,11 @@ struct plan {
 };
 
 /* A passthrough job: output `out` (dtype odt, or the stored one) from
- * model table entry `mi`'s tensor `src`, times `scale`. */
+ * model table entry `mi`'s tensor `src`, plus normal noise of standard
+ * deviation `noise` (0: none; passthrough's noise_scale, seeded by the
+ * plan's seed and `out`), times `scale`. */
 static int add_job(struct plan *p, const struct pm *m, const char *src, const char *out, double scale,
-		   struct mk_err *err)
+		   double noise, struct mk_err *err)
 {
 	const struct mk_model_tensor *mt = mk_model_find(m->m, src);
 	if (!mt)
@@ -309,7 +308,10 @@ static int add_job(struct plan *p, const struct pm *m, const char *src, const ch
 	j->sends = 1;
 	if (!j->method || !j->inputs[0].tensor)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	return mk_job_params_add(&j->input_params[0], "scale", mk_pval_float(scale), err);
+	int prc = mk_job_params_add(&j->input_params[0], "scale", mk_pval_float(scale), err);
+	if (!prc && noise != 0)
+		prc = mk_job_params_add(&j->input_params[0], "noise_scale", mk_pval_float(noise), err);
+	return prc;
 }
 
 static const char *const mlp_parts[] = { "gate_proj", "up_proj", "down_proj" };
@@ -390,14 +392,6 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out,
 		p.odt = torch_dtype(cfg_str(ms[0].cfg, "torch_dtype"));
 	if (c->nexperts & (c->nexperts - 1))
 		note(o, "warning: %zu experts, not a power of two: llama.cpp cannot use the model", c->nexperts);
-	for (size_t i = 0; i < c->nexperts + c->nshared; i++) {
-		const struct mk_moe_expert *e = i < c->nexperts ? &c->experts[i] : &c->shared[i - c->nexperts];
-		if (e->has_noise) {
-			rc = mk_err_set(err, MK_EUNSUPPORTED,
-					"expert '%s' (line %u): noise_scale is not supported yet", e->source_model, e->line);
-			goto out;
-		}
-	}
 
 	/* the routers: the experts' and, when they take part, the shared ones' */
 	bool shared_gated = c->nshared && (c->shared[0].npositive || c->gate == MK_MOE_GATE_RANDOM ||
@@ -431,7 +425,7 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out,
 		for (size_t i = 0; i < ngate; i++)
 			ex[i] = i < c->nexperts ? &c->experts[i] : &c->shared[i - c->nexperts];
 		note(o, "router weights (%s): tokenising the prompts, running the base model", mk_moe_gate_name(c->gate));
-		struct mk_forward_opts fo = { .max_memory = o->max_memory };
+		struct mk_forward_opts fo = { .max_memory = o->max_memory, .cancel = o->cancel };
 		if (o->cuda && c->gate != MK_MOE_GATE_CHEAP_EMBED)
 			fo.cuda = open_cuda(o);
 		rc = mk_moe_gates_prompts(c->gate, c->base_model, ex, ngate, nl, hid, &fo, gates, err);
@@ -522,14 +516,17 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out,
 	for (size_t t = 0; t < bm->ntensors && !rc; t++) {
 		const char *name = bm->tensors[t].t->name;
 		if (!strstr(name, ".mlp."))
-			rc = add_job(&p, &ms[0], name, name, 1.0, err);
+			rc = add_job(&p, &ms[0], name, name, 1.0, 0.0, err);
 	}
 	for (uint64_t l = 0; l < nl && !rc; l++) {
 		for (size_t e = 0; e < c->nexperts + c->nshared && !rc; e++) {
 			const struct mk_moe_expert *ex = e < c->nexperts ? &c->experts[e] : &c->shared[e - c->nexperts];
 			for (int q = 0; q < 3 && !rc; q++) {
 				char src[160], dst[192];
+				/* mergekit-moe's order: the noise (every MLP
+				 * tensor), then residual_scale (down_proj) */
 				double s = q == 2 && ex->has_residual ? ex->residual_scale : 1.0;
+				double ns = ex->has_noise ? ex->noise_scale : 0.0;
 				snprintf(src, sizeof(src), "model.layers.%llu.mlp.%s.weight", (unsigned long long)l,
 					 mlp_parts[q]);
 				if (e >= c->nexperts)
@@ -542,12 +539,12 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out,
 				else
 					snprintf(dst, sizeof(dst), "model.layers.%llu.mlp.experts.%zu.%s.weight",
 						 (unsigned long long)l, e, mlp_parts[q]);
-				rc = add_job(&p, &ms[1 + e], src, dst, s, err);
+				rc = add_job(&p, &ms[1 + e], src, dst, s, ns, err);
 			}
 		}
 	}
 	for (size_t g = 0; g < ng && !rc; g++)
-		rc = add_job(&p, &ms[nm], nt[g].name, nt[g].name, 1.0, err);
+		rc = add_job(&p, &ms[nm], nt[g].name, nt[g].name, 1.0, 0.0, err);
 	if (rc)
 		goto out;
 

@@ -90,6 +90,44 @@ mk-moe -q --random-seed 8 mixtral.yml r8
 cmp r7/model.safetensors r7b/model.safetensors || fail "random gates differ for one seed"
 ! cmp -s r7/model.safetensors r8/model.safetensors || fail "random gates the same for two seeds"
 
+# noise_scale: normal noise on every MLP tensor of that expert (before
+# residual_scale), from mk's generator: the same bits for a seed whatever
+# -j and --max-memory (the chunking), other bits for another seed; none for
+# an expert without it (null, 0: bit for bit).  s = 0.01: each tensor's
+# noise reaches past 0.001 (its 8192 draws' largest is about 3.8 s) and
+# never past 9 s (Box-Muller from 53-bit uniforms is bounded by 8.6 s),
+# plus a bf16 rounding of the sum (under 1e-3 at these weights' sizes)
+printf 'base_model: m1\ngate_mode: random\nexperts:\n  - source_model: m2\n    noise_scale: 0.01\n  - source_model: m3\n    noise_scale: null\n' > n1.yml
+printf 'base_model: m1\ngate_mode: random\nexperts:\n  - source_model: m2\n    noise_scale: 0\n  - source_model: m3\n    noise_scale: 0.01\n    residual_scale: 0.5\n' > n2.yml
+mk-moe -q -j 1 n1.yml n1a
+mk-moe -q -j 2 --max-memory 24M n1.yml n1b
+mk-moe -q --random-seed 9 n1.yml n1c
+mk-moe -q n2.yml n2a
+cmp n1a/model.safetensors n1b/model.safetensors || fail "noise_scale: other bits with -j 2 --max-memory 24M"
+# the expert tensors (16 KiB) in 1 KiB chunks over two threads
+mk-moe -q -j 2 --print-pipeline n1.yml n1d > n1d.txt
+eval "$(sed 's/ -i / --chunk-size 1KiB -i /' n1d.txt)"
+rm -rf "$(dirname "$(sed 's/.* -i \([^ ]*\).*/\1/' n1d.txt)")"
+cmp n1a/model.safetensors n1d/model.safetensors || fail "noise_scale: other bits in 1 KiB chunks"
+for w in w1=gate_proj w3=up_proj w2=down_proj; do
+	ren=".experts.0.${w%=*}.=.${w#*=}."
+	mk-st-compare --tol 0.091 --only "experts.0.${w%=*}." --rename "$ren" n1a m2 >/dev/null ||
+		fail "noise_scale: expert 0 ${w%=*} beyond 9.1 s of its source"
+	! mk-st-compare --tol 0.001 --only "experts.0.${w%=*}." --rename "$ren" n1a m2 >/dev/null ||
+		fail "noise_scale: expert 0 ${w%=*} has no noise"
+	! mk-st-compare --tol 0 --only "experts.0.${w%=*}." n1a n1c >/dev/null ||
+		fail "noise_scale: expert 0 ${w%=*} the same for seeds 0 and 9"
+	mk-st-compare --tol 0 --only "experts.1.${w%=*}." --rename ".experts.1.${w%=*}.=.${w#*=}." n1a m3 >/dev/null ||
+		fail "noise_scale: null: expert 1 ${w%=*} not its source's bits"
+	mk-st-compare --tol 0 --only "experts.0.${w%=*}." --rename "$ren" n2a m2 >/dev/null ||
+		fail "noise_scale: 0: expert 0 ${w%=*} not its source's bits"
+done
+# with residual_scale 0.5: w2 = (m3 + noise) * 0.5, noise within 9 s * 0.5
+mk-st-compare --tol 0.0455 --only "experts.1.w2." --rename ".experts.1.w2.=.down_proj." --lin 0.5 n2a m3 >/dev/null ||
+	fail "noise_scale with residual_scale: w2 beyond 0.5 * 9.1 s of 0.5 * its source"
+! mk-st-compare --tol 0.0005 --only "experts.1.w2." --rename ".experts.1.w2.=.down_proj." --lin 0.5 n2a m3 >/dev/null ||
+	fail "noise_scale with residual_scale: w2 has no noise"
+
 # pre-checks
 printf 'base_model: m1\nexperts:\n  - source_model: m2\n    positive_prompts: ["a"]\n  - source_model: m3\n' > np.yml
 expect_fail 1 "has no positive_prompts" mk-moe np.yml bad
@@ -107,9 +145,75 @@ printf 'base_model: m1\ngate_mode: random\narchitecture: gpt\nexperts:\n  - sour
 expect_fail 1 "names no output architecture" mk-moe arch.yml bad
 expect_fail 2 "expected CONFIG and OUT" mk-moe mixtral.yml
 expect_fail 2 "Try 'mk-moe --help'" mk-moe --no-such-option mixtral.yml x
+# the options mk-yaml has, to the same stages (one table, cmd/cli.c)
+mk-moe --print-pipeline --strict -j 3 --out-shard-size 1M --max-memory 1G --force mixtral.yml po > po.txt
+rm -rf "$(dirname "$(sed 's/.* -i \([^ ]*\).*/\1/' po.txt)")"
+grep -q 'mk-fetch --max-memory [0-9]* -i ' po.txt || fail "--max-memory: not mk-fetch's"
+grep -q 'mk-merge --strict -j 3 --max-memory [0-9]* |' po.txt || fail "--strict -j 3: not mk-merge's"
+grep -q 'mk-pack --out-shard-size 1000000 --max-memory [0-9]* --force po$' po.txt || fail "mk-pack's options"
+mk-moe -q --random-seed 7 --plugin nowhere.so --allow-crimes --lazy-unpickle --device cpu mixtral.yml r7c 2> notes.txt
+[ ! -s notes.txt ] || fail "-q: notes said"
+cmp r7/model.safetensors r7c/model.safetensors || fail "ignored options changed the output"
+mk-moe --plugin nowhere.so --cuda --print-pipeline mixtral.yml x > px.txt 2> notes.txt
+rm -rf "$(dirname "$(sed 's/.* -i \([^ ]*\).*/\1/' px.txt)")"
+grep -q "note: --plugin means nothing to mk-moe" notes.txt || fail "--plugin: no note"
+expect_fail 2 "num-threads: expected a positive integer" mk-moe -j 0 mixtral.yml x
 mk-moe --help | grep -q '^Usage: mk-moe' || fail "--help"
 mk-moe --version | grep -q 'mk-moe' || fail "--version"
 no_out bad
+
+# a signal to mk-moe alone while the hidden gates' forward pass runs (60
+# layers, two prompts of some 1100 tokens: 0.1 to 0.3 s a layer, 10 to 40 s
+# in all) stops it at the next layer, by that signal:
+# no OUT, no OUT.mk-partial (the stages never started), no work directory
+# left in TMPDIR.  Stopping within 3 s is far less than the pass's rest.
+mk-gen-model --seed 1 --layers 60 --hidden 256 --inter 1024 --vocab 96 --dtype BF16 --arch mistral --bpe-tokenizer fw >/dev/null
+words=$(i=0; while [ $i -lt 100 ]; do printf 'w%d ' $((i % 50)); i=$((i + 1)); done)
+printf 'base_model: fw\ngate_mode: hidden\nexperts:\n  - source_model: fw\n    positive_prompts: ["%s"]\n  - source_model: fw\n    positive_prompts: ["%s"]\n' \
+	"$words" "$(echo "$words" | rev)" > fw.yml
+mkdir fwtmp
+for sig in INT TERM; do
+	# env gives mk-moe SIGINT back (sh ignores it in background jobs)
+	TMPDIR=$PWD/fwtmp env --default-signal=INT mk-moe -v --i-understand-this-is-not-useful-without-training fw.yml fwout 2> fw.err &
+	y=$!
+	t=0
+	while ! grep -q "running the base model" fw.err && [ -e /proc/$y ] && [ $t -lt 3000 ]; do
+		sleep 0.01; t=$((t + 1))
+	done
+	sleep 0.5
+	kill -$sig $y || { cat fw.err >&2; fail "SIG$sig: mk-moe ended before the signal"; }
+	t0=$(date +%s%N)
+	set +e; wait $y; rc=$?; set -e
+	ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+	case $sig in INT) n=2 ;; TERM) n=15 ;; esac
+	[ $rc -eq $((128 + n)) ] || { cat fw.err >&2; fail "SIG$sig: mk-moe exited $rc, not by the signal"; }
+	grep -q "stopped by SIG$sig" fw.err || { cat fw.err >&2; fail "SIG$sig: no word of the stop"; }
+	[ ! -e fwout ] && [ ! -e fwout.mk-partial ] || fail "SIG$sig: OUT or OUT.mk-partial left"
+	[ -z "$(ls -A fwtmp)" ] || fail "SIG$sig: left in TMPDIR: $(ls -A fwtmp)"
+	[ $ms -le 3000 ] || fail "SIG$sig: $ms ms to stop the forward pass"
+	echo "SIG$sig during the forward pass: stopped in $ms ms, nothing left"
+done
+
+# and once the stages run (random gates: no forward pass; 120 MiB to copy):
+# mk-moe dies by the signal, its stages with it, its work directory gone
+sed 's/gate_mode: hidden/gate_mode: random/' fw.yml > fwr.yml
+TMPDIR=$PWD/fwtmp mk-moe -q --i-understand-this-is-not-useful-without-training fwr.yml fwout 2> fw.err &
+y=$!
+t=0
+while [ -z "$(ps -o pid= --ppid $y 2>/dev/null)" ] && [ -e /proc/$y ] && [ $t -lt 3000 ]; do
+	sleep 0.01; t=$((t + 1))
+done
+if [ ! -e fwout ] && kill -TERM $y 2>/dev/null; then
+	set +e; wait $y; rc=$?; set -e
+	[ $rc -eq 143 ] || { cat fw.err >&2; fail "SIGTERM while the stages run: mk-moe exited $rc"; }
+	[ ! -e fwout ] || fail "SIGTERM while the stages run: OUT appeared"
+	[ -z "$(ls -A fwtmp)" ] || fail "SIGTERM while the stages run: left in TMPDIR: $(ls -A fwtmp)"
+	echo "SIGTERM while the stages run: no OUT, no work directory"
+else
+	wait $y || { cat fw.err >&2; fail "mk-moe failed"; }
+	echo "the stages finished before the kill; SIGTERM while they run not tested"
+fi
+rm -rf fwout fwout.mk-partial
 
 # memory: expert tensors (3 layers x 3 x 2 experts x 8 MiB = 144 MiB) over
 # an 80 MiB budget; mk-moe's planning (the base's forward pass for the

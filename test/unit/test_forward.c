@@ -447,6 +447,52 @@ static void test_budget(void **state)
 	(void)state;
 }
 
+/* the cancel flag: checked before the embeddings and each layer */
+static volatile int cancel_flag;
+static size_t cancel_at;
+
+static int cancel_after(void *ctx, size_t index, const float *h, size_t nseq, size_t len, size_t dim,
+			struct mk_err *err)
+{
+	(*(size_t *)ctx)++;
+	if (index == cancel_at)
+		cancel_flag = 1;   /* as a signal would, between two layers */
+	return 0;
+}
+
+static void test_cancel(void **state)
+{
+	struct mk_forward *f = NULL;
+	struct mk_err err = { 0 };
+	struct mk_forward_opts o = { .cancel = &cancel_flag };
+	int64_t ids[3] = { 1, 2, 3 };
+	size_t calls = 0;
+
+	/* 4 layers: hidden states 0..4; a cancel after state 1 (layer 0's
+	 * output) stops before layer 1 runs */
+	static const char *const args = "--arch llama --dtype BF16 --hidden 32 --heads 2 --inter 48 --vocab 16 --layers 4";
+	char dir[PATH_MAX + 64];
+	snprintf(dir, sizeof(dir), "%s/cancel", work);
+	gen(args, dir);
+	assert_int_equal(mk_forward_open(dir, &o, &f, &err), 0);
+	cancel_flag = 0;
+	cancel_at = 1;
+	assert_int_equal(mk_forward_run(f, ids, NULL, 1, 3, cancel_after, &calls, &err), -MK_EIO);
+	assert_non_null(strstr(err.msg, "cancelled"));
+	assert_int_equal(calls, 2);
+	/* set before the run: nothing is read, no callback */
+	calls = 0;
+	assert_int_equal(mk_forward_run(f, ids, NULL, 1, 3, nop, &calls, &err), -MK_EIO);
+	assert_int_equal(calls, 0);
+	/* cleared: the whole run */
+	cancel_flag = 0;
+	cancel_at = 99;
+	assert_int_equal(mk_forward_run(f, ids, NULL, 1, 3, cancel_after, &calls, &err), 0);
+	assert_int_equal(calls, 5);
+	mk_forward_close(f);
+	(void)state;
+}
+
 static void parse_ok(const char *json, struct mk_fwd_config *c)
 {
 	struct mk_err err = { 0 };
@@ -553,6 +599,7 @@ int main(void)
 		cmocka_unit_test(test_window_matters),
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_budget),
+		cmocka_unit_test(test_cancel),
 		cmocka_unit_test(test_config_defaults),
 	};
 	return cmocka_run_group_tests(tests, setup, teardown);

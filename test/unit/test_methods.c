@@ -757,6 +757,89 @@ static void test_passthrough(void **st)
 	assert_non_null(strstr(err.msg, "I64"));
 }
 
+/* passthrough's noise_scale (mk-moe's expert key): x + s * z, then the
+ * scale, z from mk's counter-based generator.  The statistics are of
+ * N = 65536 draws of a fixed seed (deterministic: the bounds cannot flake;
+ * they catch a generator or transform that is wrong): the sample mean's
+ * standard error is s / 256 and the sample standard deviation's about
+ * s / 362, so |mean| <= 5 s / 256 and |std / s - 1| <= 5 / 362 are five
+ * standard errors; the fraction within one s of 0 is 0.6827 for a normal,
+ * standard error 0.0018, bounded at 0.01. */
+#define NOISE_N 65536
+static void test_passthrough_noise(void **st)
+{
+	static float zero[NOISE_N], a[NOISE_N], b[NOISE_N], x[NOISE_N];
+	const void *v[1] = { zero };
+	const double s = 0.02;
+	struct mk_job job;
+	struct mk_err err;
+	struct tj t;
+
+	(void)st;
+	tj_init(&t, "passthrough", 1, -1);
+	t.in[0] = td(MK_DT_F32, 2, 256, 256);
+	set_in(&t, 0, "noise_scale", mk_pval_float(s));
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_int_equal(job.copy_input, -1);   /* computed, not copied */
+	assert_false(job.byte_copy);
+	mk_job_release(&job);
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, a, NULL), 0);
+	double sum = 0, sq = 0;
+	size_t in1 = 0;
+	for (size_t i = 0; i < NOISE_N; i++) {
+		sum += a[i];
+		sq += (double)a[i] * a[i];
+		in1 += fabs(a[i]) < s;
+	}
+	double mean = sum / NOISE_N, sd = sqrt(sq / NOISE_N - mean * mean);
+	assert_true(fabs(mean) <= 5 * s / 256);
+	assert_true(fabs(sd / s - 1) <= 5.0 / 362);
+	assert_true(fabs((double)in1 / NOISE_N - 0.6827) <= 0.01);
+
+	/* the same bits for any chunking and chunk order (as -j and
+	 * --max-memory cut a tensor), and for another run */
+	static const uint64_t chunks[] = { 1, 7, 4096, 65535 };
+	for (size_t k = 0; k < sizeof(chunks) / sizeof(*chunks); k++) {
+		assert_int_equal(tj_run(&t, MK_DT_COUNT, v, chunks[k], b, k & 1, NULL, NULL, &err), 0);
+		assert_memory_equal(a, b, sizeof(a));
+	}
+	/* another seed, another tensor (another expert's), other noise */
+	t.d.seed = 43;
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, b, NULL), 0);
+	assert_memory_not_equal(a, b, sizeof(a));
+	t.d.seed = 42;
+	t.d.tensor = "model.layers.0.mlp.experts.1.w2.weight";
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 0, b, NULL), 0);
+	assert_memory_not_equal(a, b, sizeof(a));
+	t.d.tensor = "model.layers.0.mlp.down_proj.weight";
+
+	/* with a scale (residual_scale): (x + noise) * scale, in float32 */
+	for (size_t i = 0; i < NOISE_N; i++)
+		x[i] = (float)i / NOISE_N - 0.5f;
+	v[0] = x;
+	set_in(&t, 0, "scale", mk_pval_float(0.5));
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 1000, b, NULL), 0);
+	for (size_t i = 0; i < NOISE_N; i++)
+		assert_true(b[i] == (x[i] + a[i]) * 0.5f);
+
+	/* noise_scale 0 is no noise: the copy path, the input's bits */
+	set_in(&t, 0, "scale", (struct mk_pval){ 0 });
+	set_in(&t, 0, "noise_scale", mk_pval_float(0));
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+	assert_int_equal(job.copy_input, 0);
+	assert_true(job.byte_copy);
+	mk_job_release(&job);
+
+	/* float64 tensors: the same draws, added in float64 */
+	static double x64[NOISE_N], o64[NOISE_N];
+	t.in[0].dtype = MK_DT_F64;
+	v[0] = x64;
+	set_in(&t, 0, "noise_scale", mk_pval_float(s));
+	assert_int_equal(run_job(&t, MK_DT_COUNT, v, 333, o64, NULL), 0);
+	for (size_t i = 0; i < NOISE_N; i++)
+		assert_true((float)o64[i] == a[i]);
+}
+
 /* ------------------------------------------------------------ output rules */
 
 static void test_output_rules(void **st)
@@ -1023,6 +1106,7 @@ int main(void)
 		cmocka_unit_test(test_task_arithmetic_appendix),
 		cmocka_unit_test(test_task_arithmetic_shapes),
 		cmocka_unit_test(test_passthrough),
+		cmocka_unit_test(test_passthrough_noise),
 		cmocka_unit_test(test_output_rules),
 		cmocka_unit_test(test_chunk_independence),
 		cmocka_unit_test(test_slerp_large_values),
