@@ -49,7 +49,7 @@ struct mk_fetch_opts {
 	 * feed_refs[k] is not opened; its inputs' bytes are taken from the
 	 * DATA frames read from feed_fds[k] (another merge's mk-merge output),
 	 * cut again to this merge's chunk ranges.  The plan must read such a
-	 * model's tensors once each, whole, as stored, at most one per job,
+	 * model's tensors once each, in their stored order, at most one per job,
 	 * in the stream's order (mk_fetch_feed_check, and as the frames come); frames of tensors it
 	 * does not read are dropped, and the rest of the stream is read to
 	 * its end after the last job.  Anything else is an error naming the
@@ -104,9 +104,10 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label,
 /* Whether a plan can take model `model` (its index in the plan's model
  * table) from a stream whose HEAD is `stream` (mk_fetch_opts.feed_fds):
  * every input of that model is a tensor of the stream, of its dtype and
- * shape, read whole and as stored (no assembly, LoRA or vocabulary rows)
- * by a job that sends its inputs once, at most one such input per job,
- * each tensor once; and, with rank (the position of each stream tensor
+ * shape, read as stored (no assembly or LoRA; a vocabulary job's rows in
+ * their stored order, some perhaps left out, and none read for another
+ * token) by a job that sends its inputs once, at most one such input per
+ * job, each tensor once; and, with rank (the position of each stream tensor
  * in the stream: its job's in the plan making it), in the stream's
  * order.  Without rank the order is checked as the frames come.  0, or
  * MK_EINVAL with the first reason it cannot, naming the job and

@@ -119,59 +119,75 @@ struct pf {
 	struct tag fill_tag;
 };
 
-/* Elements [at, at + n) of stream tensor `ix` into dst, from the DATA
- * frames as they come; those of tensors not read are dropped.  A jump
- * back, a gap, or a frame of a tensor read later arriving first means
- * the plan does not read the stream in its order: an error. */
-static int feed_take(struct feed *fd, size_t ix, uint64_t at, uint64_t n, enum mk_dtype dt, uint8_t *dst,
-		     struct mk_err *err)
+/* The current DATA frame of stream tensor ix: frames of tensors no job
+ * reads, or done, dropped.  A frame of a tensor read later arriving
+ * before ix is whole means the plan does not read the stream in its
+ * order: an error. */
+static int feed_frame(struct feed *fd, size_t ix, struct mk_err *err)
 {
 	const char *name = fd->head->tensors[ix].name;
 
+	while (!fd->have) {
+		struct mk_frame f;
+		int rc = mk_sr_next(fd->r, &f, err);
+		if (rc < 0)
+			return mk_err_prefix(err, "streamed model '%s': ", fd->ref);
+		if (rc == 0)
+			return mk_err_set(err, MK_ECORRUPT, "streamed model '%s': its stream ended before tensor '%s' was read",
+					  fd->ref, name);
+		if (strcmp(f.type, MK_FT_DATA))
+			continue;             /* its files, notes: not read from a stream */
+		if ((rc = mk_chunk_decode(f.payload, f.payload_len, &fd->c, err)) ||
+		    (rc = mk_chunk_check_data(fd->head, &fd->c, err)))
+			return mk_err_prefix(err, "streamed model '%s': ", fd->ref);
+		if (!fd->wanted[fd->c.id] || fd->c.id < ix)
+			continue;             /* a tensor no job reads, or done */
+		if (fd->c.id > ix)
+			return mk_err_set(err, MK_EFORMAT,
+					  "streamed model '%s': tensor '%s' came before '%s' was read: the plan reads the stream in another order",
+					  fd->ref, fd->head->tensors[fd->c.id].name, name);
+		if (fd->c.elem_begin != fd->next_elem)
+			return mk_err_set(err, MK_EFORMAT, "streamed model '%s': tensor '%s': a chunk at element %llu, %llu expected",
+					  fd->ref, name, (unsigned long long)fd->c.elem_begin,
+					  (unsigned long long)fd->next_elem);
+		fd->have = true;
+		fd->used = 0;
+	}
+	return 0;
+}
+
+/* Elements [at, at + n) of stream tensor `ix` into dst, from the DATA
+ * frames as they come; the elements before `at` not taken yet are
+ * dropped (rows a vocabulary leaves out).  A jump back is an error. */
+static int feed_take(struct feed *fd, size_t ix, uint64_t at, uint64_t n, enum mk_dtype dt, uint8_t *dst,
+		     struct mk_err *err)
+{
 	if (fd->cur != (long)ix) {
 		fd->cur = (long)ix;
 		fd->next_elem = 0;
 	}
-	if (at != fd->next_elem)
+	if (at < fd->next_elem)
 		return mk_err_set(err, MK_EFORMAT,
-				  "streamed model '%s': tensor '%s' read from element %llu, the stream is at %llu",
-				  fd->ref, name, (unsigned long long)at, (unsigned long long)fd->next_elem);
-	while (n) {
-		if (!fd->have) {
-			struct mk_frame f;
-			int rc = mk_sr_next(fd->r, &f, err);
-			if (rc < 0)
-				return mk_err_prefix(err, "streamed model '%s': ", fd->ref);
-			if (rc == 0)
-				return mk_err_set(err, MK_ECORRUPT, "streamed model '%s': its stream ended before tensor '%s' was whole",
-						  fd->ref, name);
-			if (strcmp(f.type, MK_FT_DATA))
-				continue;     /* its files, notes: not read from a stream */
-			if ((rc = mk_chunk_decode(f.payload, f.payload_len, &fd->c, err)) ||
-			    (rc = mk_chunk_check_data(fd->head, &fd->c, err)))
-				return mk_err_prefix(err, "streamed model '%s': ", fd->ref);
-			if (!fd->wanted[fd->c.id] || fd->c.id < ix)
-				continue;     /* a tensor no job reads, or done */
-			if (fd->c.id > ix)
-				return mk_err_set(err, MK_EFORMAT,
-						  "streamed model '%s': tensor '%s' came before '%s' was whole: the plan reads the stream in another order",
-						  fd->ref, fd->head->tensors[fd->c.id].name, name);
-			if (fd->c.elem_begin != fd->next_elem)
-				return mk_err_set(err, MK_EFORMAT,
-						  "streamed model '%s': tensor '%s': a chunk at element %llu, %llu expected",
-						  fd->ref, name, (unsigned long long)fd->c.elem_begin,
-						  (unsigned long long)fd->next_elem);
-			fd->have = true;
-			fd->used = 0;
-		}
+				  "streamed model '%s': tensor '%s' read from element %llu, the stream is past it (%llu)",
+				  fd->ref, fd->head->tensors[ix].name, (unsigned long long)at,
+				  (unsigned long long)fd->next_elem);
+	while (n || fd->next_elem < at) {
+		int rc = feed_frame(fd, ix, err);
+		if (rc)
+			return rc;
 		uint64_t k = fd->c.elem_count - fd->used, off, len;
-		if (k > n)
+		bool skip = fd->next_elem < at;
+		if (skip && k > at - fd->next_elem)
+			k = at - fd->next_elem;
+		else if (!skip && k > n)
 			k = n;
-		(void)mk_dtype_nbytes(dt, fd->used, &off);
-		(void)mk_dtype_nbytes(dt, k, &len);
-		memcpy(dst, (const uint8_t *)fd->c.data + off, (size_t)len);
-		dst += len;
-		n -= k;
+		if (!skip) {
+			(void)mk_dtype_nbytes(dt, fd->used, &off);
+			(void)mk_dtype_nbytes(dt, k, &len);
+			memcpy(dst, (const uint8_t *)fd->c.data + off, (size_t)len);
+			dst += len;
+			n -= k;
+		}
 		fd->used += k;
 		fd->next_elem += k;
 		if (fd->used == fd->c.elem_count)
@@ -207,6 +223,16 @@ static long feed_of(const struct mk_fetch_opts *o, const char *ref)
 	return -1;
 }
 
+/* A vocabulary job's input whose stored rows are read in their order
+ * (some perhaps left out): read from a stream as it comes. */
+static bool runs_ascend(const struct mk_plan_input *in)
+{
+	for (size_t k = 1; k < in->nruns; k++)
+		if (in->runs[k].src < in->runs[k - 1].src + in->runs[k - 1].n)
+			return false;
+	return true;
+}
+
 int mk_fetch_feed_check(const struct mk_manifest *stream, const size_t *rank, size_t model,
 			struct mk_plan_job *const *jobs, size_t njobs, struct mk_err *err)
 {
@@ -233,8 +259,10 @@ int mk_fetch_feed_check(const struct mk_manifest *stream, const size_t *rank, si
 				why = "its dtype or shape is not the output's";
 			else if (in->nsources)
 				why = "it is assembled from several tensors";
-			else if (jb->vocab)
-				why = "its rows are aligned to another vocabulary";
+			else if (i >= jb->ninputs)
+				why = "the job reads some of its rows for other tokens' embeddings";
+			else if (jb->vocab && !runs_ascend(in))
+				why = "its rows are aligned to another vocabulary in another order";
 			else if (jb->sends != 1)
 				why = "the job reads its inputs more than once (statistics passes over the memory budget)";
 			else if (++reads > 1)
