@@ -203,7 +203,8 @@ static int feeds_open(const struct mk_fetch_opts *o, struct feed *fv, struct mk_
 	for (size_t k = 0; k < o->nfeeds; k++) {
 		struct mk_frame f;
 		fv[k] = (struct feed){ .ref = o->feed_refs[k], .cur = -1 };
-		int rc = mk_sr_open(&fv[k].r, o->feed_fds[k], o->feed_refs[k], 0, err);
+		/* FILE frames piecewise: skipped, never held whole */
+		int rc = mk_sr_open(&fv[k].r, o->feed_fds[k], o->feed_refs[k], MK_SR_PIECEWISE_FILE, err);
 		if (!rc)
 			rc = mk_sr_head(fv[k].r, o->feed_refs[k], "tensors", "a streamed model is a merge's output",
 					&fv[k].head, &f, err);

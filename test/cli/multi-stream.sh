@@ -133,6 +133,17 @@ if [ -f "$P" ] && [ "$MK_SAN" != 1 ]; then
 	no_out f/inter/s2
 fi
 
+# the middle merge fails as it merges (--strict: its float16 output
+# overflows): the chain stops, none of its outputs appears
+sed -e '/^name: s2/,/^---/{s/merge_method: slerp/merge_method: linear/;s/^  t: .*/  weight: 1000000\n  normalize: false/;s/^dtype: float32/dtype: float16/}' \
+	chain.yml > over.yml
+rm -rf f && mkdir f && ln -s ../a ../b ../c f/
+(cd f && mk-multi --strict --no-intermediates ../over.yml -I inter --out-path out 2> err.txt) && fail "an overflowing chain succeeded"
+grep -q "merge 's2': mk-merge: .*(--strict)" f/err.txt || { cat f/err.txt; fail "the failure is not s2's"; }
+no_out f/out
+no_out f/inter/s1
+no_out f/inter/s2
+
 # peak RSS: a chain over a 64 MiB tensor under --max-memory 48M stays
 # under it plus the process's own (code, the plan, thread stacks)
 if [ "$MK_SAN" != 1 ]; then
