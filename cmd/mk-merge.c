@@ -181,8 +181,7 @@ int main(int argc, char **argv)
 	if (cuda) {
 		/* MK_CUDA_EMULATE=1: the GPU kernels' element code on the host,
 		 * through the same batching (for tests without a GPU) */
-		const char *em = getenv("MK_CUDA_EMULATE");
-		struct mk_cuda_opts co = { .emulate = em && !strcmp(em, "1") };
+		struct mk_cuda_opts co = { .emulate = mk_cuda_emulate_requested() };
 		struct mk_err cerr = { 0 };
 		if (mk_cuda_open(&cx, &co, &cerr)) {
 			cli_info(2, "note: --cuda: %s; merging on the CPU", cerr.msg);

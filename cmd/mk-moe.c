@@ -34,6 +34,8 @@ static void usage(void)
 	       "  --i-understand-this-is-not-useful-without-training\n"
 	       "                            allow experts that are all the same model\n"
 	       "  --force                   replace an existing OUT\n"
+	       "  --cuda / --no-cuda        the hidden gates' forward pass: matrix products on\n"
+	       "                            the GPU (without one: a warning, the CPU)\n"
 	       "  -j, --num-threads N       mk-merge worker threads\n"
 	       "  --print-pipeline          plan, print the stages' command line and exit (the\n"
 	       "                            plan's work directory is kept for it; remove it after)\n"
@@ -82,7 +84,7 @@ static void rm_work(void)
 int main(int argc, char **argv)
 {
 	enum { O_MEM = 256, O_SHARD, O_SEED, O_COPY, O_NOCOPY, O_CARD, O_NOCARD, O_SAME, O_FORCE, O_PRINT,
-	       O_IGN0, O_IGN1 };
+	       O_IGN0, O_IGN1, O_CUDA, O_NOCUDA };
 	static const struct option lo[] = {
 		{ "max-memory", 1, 0, O_MEM }, { "out-shard-size", 1, 0, O_SHARD }, { "random-seed", 1, 0, O_SEED },
 		{ "copy-tokenizer", 0, 0, O_COPY }, { "no-copy-tokenizer", 0, 0, O_NOCOPY },
@@ -93,7 +95,7 @@ int main(int argc, char **argv)
 		{ "load-in-4bit", 0, 0, O_IGN0 }, { "load-in-8bit", 0, 0, O_IGN0 },
 		{ "lazy-unpickle", 0, 0, O_IGN0 }, { "no-lazy-unpickle", 0, 0, O_IGN0 },
 		{ "low-cpu-memory", 0, 0, O_IGN0 }, { "clone-tensors", 0, 0, O_IGN0 },
-		{ "trust-remote-code", 0, 0, O_IGN0 }, { "cuda", 0, 0, O_IGN0 }, { "no-cuda", 0, 0, O_IGN0 },
+		{ "trust-remote-code", 0, 0, O_IGN0 }, { "cuda", 0, 0, O_CUDA }, { "no-cuda", 0, 0, O_NOCUDA },
 		{ "safe-serialization", 0, 0, O_IGN0 }, { "async-write", 0, 0, O_IGN0 },
 		{ "allow-crimes", 0, 0, O_IGN0 }, { "device", 1, 0, O_IGN1 }, { "write-threads", 1, 0, O_IGN1 },
 		{ 0 },
@@ -141,6 +143,8 @@ int main(int argc, char **argv)
 		case O_SAME: mo.allow_all_same = true; break;
 		case O_FORCE: push(&pack, "--force"); break;
 		case O_PRINT: print = true; break;
+		case O_CUDA: mo.cuda = true; break;
+		case O_NOCUDA: mo.cuda = false; break;
 		case 'j':
 			if (mk_size_parse(optarg, &v) || v < 1)
 				cli_usage_error("--num-threads: expected a positive integer, not '%s'", optarg);

@@ -24,9 +24,13 @@
 #       for fused multiply-adds, runs test/unit/test_cuda (GPU against CPU,
 #       bit for bit, every method with a kernel; the timings: device copy
 #       rate, linear kernel rate and its ratio, ties and dare_ties rates),
-#       and mk-merge --cuda against the CPU end to end on generated models,
-#       then prints a summary.  Each step has a timeout; all of it finishes
-#       in under 5 minutes.  Exit 0: all passed; 1: a failure; 77: no GPU
+#       mk-merge --cuda against the CPU end to end on generated models, and
+#       the forward pass's --cuda (mk-forward-bench --cuda --compare: the
+#       hidden states of a generated llama-like model, the layers' matrix
+#       products on the GPU, against OpenBLAS's; max abs difference and
+#       both times) and test_forward (the hidden states against
+#       transformers', on the device too), then prints a summary.  Each step
+#       has a timeout; all of it finishes in under 5 minutes.  Exit 0: all passed; 1: a failure; 77: no GPU
 #       (the emulated half of test_cuda still ran).
 #
 # With the device tool: run --pack here, then
@@ -103,7 +107,7 @@ pack() {
 	libs="$libs -lpthread -ldl -lm -static-libgcc"
 	pbb=$(basename "$pb")-static
 	echo "gpu-check --pack: linking the fallback binaries (BUILD=$pbb)"
-	progs="bin/mk-plan bin/mk-fetch bin/mk-merge bin/mk-pack bin/mk-cat tools/mk-gen-model tools/mk-st-compare test/test_cuda"
+	progs="bin/mk-plan bin/mk-fetch bin/mk-merge bin/mk-pack bin/mk-cat tools/mk-gen-model tools/mk-st-compare tools/mk-forward-bench test/test_cuda"
 	make -s -j2 BUILD="$pbb" PKG_CFLAGS="-I$dir/include" PKG_LIBS="" LIBS="$libs" LDFLAGS="-L$tmp/lib" \
 		$(for p in $progs; do printf '%s/%s ' "$pbb" "$p"; done) >"$tmp/make2.log" 2>&1 ||
 		{ tail -n 30 "$tmp/make2.log"; echo "gpu-check --pack: static build failed" >&2; exit 1; }
@@ -207,7 +211,7 @@ check() {
 		# compile device.cu again
 		rm -f $B/src/cuda/device.o
 		t=$(date +%s)
-		if timeout "$(left 170)" make -j"$(nproc)" "$@" all $B/test/test_cuda >"$work/build.log" 2>&1; then
+		if timeout "$(left 170)" make -j"$(nproc)" "$@" all $B/test/test_cuda $B/test/test_forward >"$work/build.log" 2>&1; then
 			bin=$top/$B/bin test=$top/$B/test/test_cuda
 			note "build: ok in $(($(date +%s) - t)) s ($([ -n "$nvcc" ] && echo "with CUDA, ${nvflags:-the Makefile's NVCCFLAGS}" || echo "WITHOUT CUDA: no nvcc"); $([ "$have_carry" = 1 ] && echo "carried libraries" || echo "system libraries"))"
 			grep -q "NVCC" "$work/build.log" || [ -z "$nvcc" ] || [ -f $B/src/cuda/device.o ] ||
@@ -268,6 +272,17 @@ $(tail -n 8 "$work/build.log" | sed 's/^/      | /')"
 				note "PTX: mkcu_kernel has $nfma fma and $nplain contractible float ops: FAILED"
 				fails=$((fails + 1))
 			fi
+			# the forward pass's product: fma.rn only (the emulation's fmaf)
+			awk '/\.entry/ { k = ($0 ~ /gemm_nt_kernel/) } k' "$work/device.ptx" >"$work/gemm.ptx"
+			gfma=$(grep -c 'fma\.rn\.f32' "$work/gemm.ptx")
+			gall=$(grep -c 'fma\.' "$work/gemm.ptx")
+			gops=$(grep -Ec '(add|sub|mul|div)(\.r[nzmp])?\.f32' "$work/gemm.ptx")
+			if [ "$gfma" -gt 0 ] && [ "$gfma" = "$gall" ] && [ "$gops" = 0 ]; then
+				note "PTX: gemm_nt_kernel has $gfma fma.rn.f32 and no other float op: ok"
+			else
+				note "PTX: gemm_nt_kernel has $gfma fma.rn.f32 of $gall fma, $gops other float ops: FAILED"
+				fails=$((fails + 1))
+			fi
 		else
 			note "PTX check: nvcc -ptx failed"
 		fi
@@ -291,12 +306,37 @@ $(tail -n 8 "$work/build.log" | sed 's/^/      | /')"
 	esac
 	dev_rc=$rc
 
+	# the forward pass's cases against transformers' hidden states: on the
+	# CPU, through the emulated GPU, and on the device (a build here only:
+	# the prebuilt binaries have no test_forward)
+	tf=$(dirname "$test")/test_forward
+	if [ -x "$tf" ] && [ "$(left 60)" -gt 30 ]; then
+		t=$(date +%s)
+		MK_TOP=$top timeout "$(left 60)" "$tf" >"$work/test_forward.log" 2>&1
+		rc=$?
+		grep -E '^(worst over|emulated cuda: worst|cuda device: (worst|none))' "$work/test_forward.log" |
+			while IFS= read -r x; do echo "    $x"; done
+		case $rc in
+		0) note "test_forward: PASSED in $(($(date +%s) - t)) s: $(grep -E '^(cuda device: (worst|none))' "$work/test_forward.log" | head -n 1)" ;;
+		124 | 137) note "test_forward: TIMED OUT"; fails=$((fails + 1)) ;;
+		*) note "test_forward: FAILED (rc $rc)"; fails=$((fails + 1))
+		   grep -E "ERROR|FAIL|error:" "$work/test_forward.log" | head -n 8 | while IFS= read -r x; do echo "      | $x"; done ;;
+		esac
+	elif [ ! -x "$tf" ]; then
+		note "test_forward: not built (prebuilt binaries?): skipped"
+	fi
+
 	# mk-merge --cuda against the CPU, end to end
 	# (MK_GPUCHECK_E2E=1: also without a device, to try this script)
 	if { [ "$dev_rc" = 0 ] || [ "${MK_GPUCHECK_E2E:-0}" = 1 ]; } && [ -x "$bin/mk-merge" ]; then
 		e2e "$bin"
 	elif [ "$dev_rc" = 0 ]; then
 		note "end to end: skipped (no mk-merge)"
+	fi
+	# the forward pass's --cuda against its CPU path (MK_GPUCHECK_E2E=1
+	# without a device: the emulated device, on a small model)
+	if [ "$dev_rc" = 0 ] || [ "${MK_GPUCHECK_E2E:-0}" = 1 ]; then
+		fwd "$bin"
 	fi
 
 	# the logs come back with the device tool ($OUT)
@@ -383,8 +423,80 @@ EOF
 	cd "$top" || return
 }
 
+# fwd BIN: mk-forward-bench --cuda --compare on a generated model: every
+# hidden state within 2e-4 of max |h| of the CPU's (the products are summed
+# in another order than OpenBLAS's, each within in * 2^-24 sum |x w| of the
+# exact one (test_cuda checks it), grown through the layers: 3.5e-5 was
+# measured through the emulation on this model, 2 x 8 tokens); prints the
+# max abs difference and both times.  On a device, a small model's hidden
+# states too, on the device and emulated: the same bits (their last-token
+# norms printed to 9 digits).
+fwd() {
+	b=$1
+	tools=$(dirname "$b")/tools
+	[ -x "$tools/mk-forward-bench" ] || tools=$b
+	if [ ! -x "$tools/mk-forward-bench" ] || [ ! -x "$tools/mk-gen-model" ]; then
+		note "forward --cuda: skipped (no mk-forward-bench)"
+		return
+	fi
+	if [ "$(left 120)" -lt 40 ]; then
+		note "forward --cuda: skipped (time)"
+		return
+	fi
+	d=$work/fwd
+	mkdir -p "$d"
+	if [ "$dev_rc" = 0 ]; then
+		emu=0 model="--hidden 2048 --heads 32 --kv-heads 8 --inter 5632 --vocab 2048 --layers 4"
+		shapes="4x32 16x128" desc="llama, 4 layers, hidden 2048, MLP 5632"
+	else
+		emu=1 model="--hidden 128 --heads 4 --kv-heads 2 --inter 256 --vocab 256 --layers 2"
+		shapes="4x32" desc="llama, 2 layers, hidden 128 (EMULATED: no device)"
+	fi
+	# shellcheck disable=SC2086 # the options split on spaces
+	if ! timeout "$(left 60)" "$tools/mk-gen-model" --arch llama --dtype BF16 $model --weight-scale 8 --unit-norms \
+		"$d/m" >"$work/forward-gen.log" 2>&1; then
+		note "forward --cuda: mk-gen-model failed: $(tail -n 1 "$work/forward-gen.log")"
+		fails=$((fails + 1))
+		return
+	fi
+	for bt in $shapes; do
+		[ "$(left 120)" -gt 25 ] || { note "forward --cuda $bt and after: skipped (time)"; break; }
+		log=$work/forward-$bt.log
+		MK_CUDA_EMULATE=$emu timeout "$(left 120)" "$tools/mk-forward-bench" --cuda --compare --tolerance 2e-4 \
+			"$d/m" "${bt%x*}" "${bt#*x}" >"$log" 2>&1
+		rc=$?
+		what="forward --cuda, $desc, $bt tokens"
+		res=$(sed -n 's/^cuda vs cpu: max abs diff/max abs diff/p' "$log" | head -n 1)
+		case $rc in
+		0) note "$what: $res" ;;
+		124 | 137) note "$what: TIMED OUT"; fails=$((fails + 1)) ;;
+		*) note "$what: FAILED (rc $rc): ${res:-$(tail -n 1 "$log")}"; fails=$((fails + 1)) ;;
+		esac
+	done
+	if [ "$emu" = 0 ] && [ "$(left 60)" -gt 20 ]; then
+		if timeout "$(left 30)" "$tools/mk-gen-model" --arch qwen2 --dtype F32 --hidden 128 --heads 4 --kv-heads 2 \
+			--inter 320 --vocab 256 --layers 3 --weight-scale 8 --unit-norms "$d/s" >/dev/null 2>&1 &&
+			timeout "$(left 30)" "$tools/mk-forward-bench" --cuda "$d/s" 5 33 >"$work/forward-small-dev.log" 2>&1 &&
+			MK_CUDA_EMULATE=1 timeout "$(left 30)" "$tools/mk-forward-bench" --cuda "$d/s" 5 33 \
+				>"$work/forward-small-emu.log" 2>&1; then
+			grep '^hidden' "$work/forward-small-dev.log" >"$d/dev.h"
+			grep '^hidden' "$work/forward-small-emu.log" >"$d/emu.h"
+			if [ -s "$d/dev.h" ] && cmp -s "$d/dev.h" "$d/emu.h"; then
+				note "forward --cuda, qwen2 3 layers of 128, 5 x 33 tokens: device = emulation ($(wc -l <"$d/dev.h") states' norms to 9 digits)"
+			else
+				note "forward --cuda, qwen2 3 layers of 128: device and emulation DIFFER: $(paste -d '|' "$d/dev.h" "$d/emu.h" | head -n 2 | tr '\n' ' ')"
+				fails=$((fails + 1))
+			fi
+		else
+			note "forward --cuda, small model: FAILED: $(tail -n 1 "$work/forward-small-dev.log" 2>/dev/null)"
+			fails=$((fails + 1))
+		fi
+	fi
+	rm -rf "$d"
+}
+
 case ${1:-} in
 --pack) shift; pack "$@" ;;
--h | --help) sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+-h | --help) sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 *) check "$@" ;;
 esac

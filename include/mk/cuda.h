@@ -159,6 +159,40 @@ struct mk_cuda_stats {
 };
 void mk_cuda_get_stats(const struct mk_cuda_ctx *cx, struct mk_cuda_stats *st);
 
+/* -------------------------------------------------------- matrix products */
+
+/* For the forward pass (mk/forward.h): float32 arrays in the context's
+ * device memory (host memory when emulated) and one product,
+ *   y[n][outd] = x[n][in] w[outd][in]^T     (row-major; a linear layer)
+ * each output summed over k = 0 .. in-1 in order from 0, one fused
+ * multiply-add per step (fmaf: one rounding each), on the device and in
+ * the emulation alike, so the two give the same bits.  OpenBLAS's sgemm
+ * sums in another order (blocked, vectorised): the results differ from
+ * it by float32 rounding, about in * 2^-24 of sum_k |x_k w_k| at worst and
+ * sqrt(in) * 2^-24 typically.  The copies and the product are
+ * synchronous: each call returns with its work done (an error of the
+ * product may surface at the next mk_cuda_mat_get).  A failed CUDA call
+ * is MK_EIO and leaves the context unusable, as for the merge kernels.
+ * The staging buffers of mk_cuda_opts are not used: open the context
+ * with a small max_bytes for this alone. */
+struct mk_cuda_mat;
+/* nfloat floats (contents undefined).  MK_ENOMEM when the device has not
+ * that much memory free. */
+int mk_cuda_mat_new(struct mk_cuda_ctx *cx, size_t nfloat, struct mk_cuda_mat **out, struct mk_err *err);
+/* NULL is allowed; cx must be the context it was made in. */
+void mk_cuda_mat_free(struct mk_cuda_ctx *cx, struct mk_cuda_mat *m);
+/* The first n floats: host to device, device to host. */
+int mk_cuda_mat_put(struct mk_cuda_ctx *cx, struct mk_cuda_mat *m, const float *src, size_t n, struct mk_err *err);
+int mk_cuda_mat_get(struct mk_cuda_ctx *cx, const struct mk_cuda_mat *m, float *dst, size_t n, struct mk_err *err);
+/* y = x w^T as above; y is neither x nor w.  MK_EINVAL when an array is
+ * smaller than the shapes say. */
+int mk_cuda_gemm_nt(struct mk_cuda_ctx *cx, const struct mk_cuda_mat *x, size_t n, size_t in,
+		    const struct mk_cuda_mat *w, size_t outd, struct mk_cuda_mat *y, struct mk_err *err);
+
+/* Whether MK_CUDA_EMULATE=1 is set: the programs' --cuda then opens an
+ * emulated context (for tests without a GPU). */
+bool mk_cuda_emulate_requested(void);
+
 /* ------------------------------------------------------- older entry point */
 
 /* The batch form of linear on the GPU: B outputs of nelem float32

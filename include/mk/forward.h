@@ -46,7 +46,19 @@
  * prompts.  Any padding pattern works here (left or right, as the
  * tokenizer's padding_side says).
  *
- * No CUDA path yet: float32 on the CPU only.
+ * On a GPU (opts.cuda, a context of mk/cuda.h): the seven matrix
+ * products of each layer (q, k, v and o projections, the MLP's gate, up
+ * and down) run on the device; the layer's seven matrices are copied to
+ * it as the layer is read, into device arrays made once per run (so the
+ * device holds one layer's matrices and two activation arrays), and the
+ * activations go there and back around each product.  Embeddings, norms,
+ * biases, the rotation, attention (its two small products per head
+ * included: OpenBLAS) and the MLP's activation stay on the host.  The
+ * device sums each product in another order than OpenBLAS (mk/cuda.h's
+ * mk_cuda_gemm_nt), so the hidden states differ from the CPU path's by
+ * float32 rounding: both stay within the same tolerance of transformers'
+ * (test/unit/test_forward.c); an emulated context gives the device's
+ * bits on the host.
  */
 #ifndef MK_FORWARD_H
 #define MK_FORWARD_H
@@ -55,6 +67,7 @@
 #include "mk/err.h"
 
 struct mk_forward;
+struct mk_cuda_ctx;
 
 struct mk_forward_opts {
 	uint64_t max_memory; /* bytes a run may hold (one layer's float32
@@ -63,6 +76,11 @@ struct mk_forward_opts {
 				contiguous is read through its whole span);
 				0: no bound.  A run that needs more fails
 				before it reads anything, saying how much */
+	struct mk_cuda_ctx *cuda; /* the matrix products on this context's
+				     device (mk_cuda_open; an emulated one
+				     too); NULL: OpenBLAS.  Borrowed: it
+				     must outlive the handle, and is used
+				     by one thread at a time */
 };
 
 struct mk_forward_info {

@@ -91,6 +91,11 @@ struct mk_moe_opts {
 	uint64_t seed;               /* random and uniform_random gates */
 	uint64_t max_memory;         /* what the base model's forward pass may
 					hold (hidden gates; 0: no bound) */
+	bool cuda;                   /* the hidden gates' forward pass: its
+					matrix products on the GPU (mk/cuda.h,
+					MK_CUDA_EMULATE=1 honoured); without
+					a usable one, a warning through note
+					and the CPU, as mk-merge --cuda */
 	/* what happened, for the caller to print: the architecture chosen and
 	 * warnings (a count of experts not a power of two, ...) */
 	void (*note)(void *ctx, const char *msg);
@@ -119,8 +124,11 @@ int mk_moe_gates_random(enum mk_moe_gate g, uint64_t seed, size_t nlayers, size_
  * position, hidden_avg: its mean over every position (padding included),
  * each averaged over the prompts.  Float32, in that order. */
 struct mk_moe_expert;
+struct mk_forward_opts;
+/* fo: the forward pass's options (its memory budget, a CUDA context);
+ * NULL: the defaults. */
 int mk_moe_gates_prompts(enum mk_moe_gate mode, const char *base_ref, const struct mk_moe_expert *const *ex,
-			 size_t nex, size_t nlayers, size_t hidden, uint64_t max_memory, float *out,
+			 size_t nex, size_t nlayers, size_t hidden, const struct mk_forward_opts *fo, float *out,
 			 struct mk_err *err);
 
 /* The 2-norm condition number of a rows x cols matrix (sigma_max /

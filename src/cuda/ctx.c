@@ -598,7 +598,8 @@ int mk_cuda_submit(struct mk_cuda_ctx *cx, const struct mk_job *job, const struc
 	return submit_prep(cx, &pr, err);
 }
 
-int mk_cuda_flush(struct mk_cuda_ctx *cx, struct mk_err *err)
+/* A context that can be used: its device made current for this thread. */
+static int ctx_ready(struct mk_cuda_ctx *cx, struct mk_err *err)
 {
 	int rc;
 
@@ -608,6 +609,15 @@ int mk_cuda_flush(struct mk_cuda_ctx *cx, struct mk_err *err)
 		return mk_err_set(err, MK_EIO, "CUDA: the context failed earlier");
 	if (!cx->emulate && (rc = mkcu_dev_use(cx->device)))
 		return cuda_err(cx, err, rc, "cudaSetDevice");
+	return 0;
+}
+
+int mk_cuda_flush(struct mk_cuda_ctx *cx, struct mk_err *err)
+{
+	int rc;
+
+	if ((rc = ctx_ready(cx, err)))
+		return rc;
 	if ((rc = launch(cx, &cx->s[cx->cur], err)))
 		return rc;
 	for (unsigned i = 1; i <= cx->nslots; i++)
@@ -672,4 +682,116 @@ int mk_cuda_linear(const float *const *in, size_t n, const float *w, size_t B, u
 out:
 	mk_cuda_close(cx);
 	return rc;
+}
+
+/* -------------------------------------------------------- matrix products */
+
+struct mk_cuda_mat {
+	float *p;                   /* device memory (emulated: host) */
+	size_t n;                   /* floats */
+};
+
+bool mk_cuda_emulate_requested(void)
+{
+	const char *em = getenv("MK_CUDA_EMULATE");
+
+	return em && !strcmp(em, "1");
+}
+
+int mk_cuda_mat_new(struct mk_cuda_ctx *cx, size_t nfloat, struct mk_cuda_mat **out, struct mk_err *err)
+{
+	struct mk_cuda_mat *m;
+	int rc;
+
+	*out = NULL;
+	if ((rc = ctx_ready(cx, err)))
+		return rc;
+	if (nfloat > SIZE_MAX / sizeof(float))
+		return mk_err_set(err, MK_EINVAL, "CUDA: an array of %zu floats is too large", nfloat);
+	if (!(m = calloc(1, sizeof(*m))))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	m->n = nfloat;
+	m->p = cx->emulate ? malloc(nfloat ? nfloat * sizeof(float) : 1) : mkcu_dev_alloc(nfloat * sizeof(float));
+	if (!m->p) {
+		free(m);
+		return mk_err_set(err, MK_ENOMEM, "CUDA: cannot allocate %zu bytes of %s memory", nfloat * sizeof(float),
+				  cx->emulate ? "host" : "device");
+	}
+	*out = m;
+	return 0;
+}
+
+void mk_cuda_mat_free(struct mk_cuda_ctx *cx, struct mk_cuda_mat *m)
+{
+	if (!m)
+		return;
+	if (cx && cx->emulate)
+		free(m->p);
+	else
+		mkcu_dev_free(m->p);
+	free(m);
+}
+
+static int mat_span(const struct mk_cuda_mat *m, size_t n, const char *what, struct mk_err *err)
+{
+	if (!m || n > m->n)
+		return mk_err_set(err, MK_EINVAL, "CUDA: %s of %zu floats into an array of %zu", what, n, m ? m->n : 0);
+	return 0;
+}
+
+int mk_cuda_mat_put(struct mk_cuda_ctx *cx, struct mk_cuda_mat *m, const float *src, size_t n, struct mk_err *err)
+{
+	int rc;
+
+	if ((rc = ctx_ready(cx, err)) || (rc = mat_span(m, n, "a copy", err)) || !n)
+		return rc;
+	if (cx->emulate) {
+		memcpy(m->p, src, n * sizeof(float));
+		return 0;
+	}
+	if ((rc = mkcu_dev_put(m->p, src, n * sizeof(float))))
+		return cuda_err(cx, err, rc, "copy to the device");
+	cx->st.bytes_in += n * sizeof(float);
+	return 0;
+}
+
+int mk_cuda_mat_get(struct mk_cuda_ctx *cx, const struct mk_cuda_mat *m, float *dst, size_t n, struct mk_err *err)
+{
+	int rc;
+
+	if ((rc = ctx_ready(cx, err)) || (rc = mat_span(m, n, "a copy", err)) || !n)
+		return rc;
+	if (cx->emulate) {
+		memcpy(dst, m->p, n * sizeof(float));
+		return 0;
+	}
+	if ((rc = mkcu_dev_get(dst, m->p, n * sizeof(float))))
+		return cuda_err(cx, err, rc, "matrix product or copy from the device");
+	cx->st.bytes_out += n * sizeof(float);
+	return 0;
+}
+
+int mk_cuda_gemm_nt(struct mk_cuda_ctx *cx, const struct mk_cuda_mat *x, size_t n, size_t in,
+		    const struct mk_cuda_mat *w, size_t outd, struct mk_cuda_mat *y, struct mk_err *err)
+{
+	int rc;
+
+	if ((rc = ctx_ready(cx, err)))
+		return rc;
+	if ((in && n > SIZE_MAX / in) || (in && outd > SIZE_MAX / in) || (outd && n > SIZE_MAX / outd))
+		return mk_err_set(err, MK_EINVAL, "CUDA: a %zu x %zu by %zu x %zu product is too large", n, in, outd, in);
+	if ((rc = mat_span(x, n * in, "a matrix product's input", err)) ||
+	    (rc = mat_span(w, outd * in, "a matrix product's weights", err)) ||
+	    (rc = mat_span(y, n * outd, "a matrix product's output", err)))
+		return rc;
+	if (x == y || w == y)
+		return mk_err_set(err, MK_EINVAL, "CUDA: a matrix product's output is one of its inputs");
+	cx->st.launches++;
+	if (cx->emulate) {
+		mkcu_host_gemm_nt(x->p, w->p, y->p, n, in, outd);
+		return 0;
+	}
+	if ((rc = mkcu_dev_gemm_nt(x->p, w->p, y->p, n, in, outd)))
+		return cuda_err(cx, err, rc, "matrix product launch");
+	return 0;
 }

@@ -101,6 +101,24 @@ int mkcu_dev_sync(void *s)
 	return NO_CUDA;
 }
 
+int mkcu_dev_put(void *dst, const void *src, size_t n)
+{
+	(void)dst, (void)src, (void)n;
+	return NO_CUDA;
+}
+
+int mkcu_dev_get(void *dst, const void *src, size_t n)
+{
+	(void)dst, (void)src, (void)n;
+	return NO_CUDA;
+}
+
+int mkcu_dev_gemm_nt(const float *x, const float *w, float *y, uint64_t n, uint64_t in, uint64_t outd)
+{
+	(void)x, (void)w, (void)y, (void)n, (void)in, (void)outd;
+	return NO_CUDA;
+}
+
 const char *mkcu_dev_errstr(int rc)
 {
 	(void)rc;

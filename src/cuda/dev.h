@@ -54,6 +54,13 @@ int mkcu_dev_d2h(void *dst, const void *src, size_t n, void *s);
 int mkcu_dev_launch(const struct mkcu_piece *P, const struct mkcu_in *I, size_t np, uint64_t maxcount,
 		    int resident, void *s);
 int mkcu_dev_sync(void *s);
+/* Synchronous copies on the default stream (any host memory), after the
+ * work queued there before them. */
+int mkcu_dev_put(void *dst, const void *src, size_t n);
+int mkcu_dev_get(void *dst, const void *src, size_t n);
+/* y[n][outd] = x[n][in] w[outd][in]^T on the default stream (device
+ * pointers), each element summed as mkcu_host_gemm_nt (kern.h) sums it. */
+int mkcu_dev_gemm_nt(const float *x, const float *w, float *y, uint64_t n, uint64_t in, uint64_t outd);
 const char *mkcu_dev_errstr(int rc);
 /* mkcu_host_run compiled by nvcc's host compiler (device.cu): the
  * emulated launches of a CUDA build use it. */

@@ -73,6 +73,91 @@ static int launch_kernel(const struct mkcu_piece *P, const struct mkcu_in *I, si
 	return (int)cudaGetLastError();
 }
 
+/* ------------------------------------------------------ matrix product */
+
+/* y = x w^T (mkcu_host_gemm_nt's arithmetic): a block computes a tile of
+ * GT_M rows of x by GT_N rows of w, staging GT_K columns of both at a
+ * time in shared memory; a thread owns 4 x 4 outputs (rows ty + 16 i,
+ * columns tx + 16 j) and adds k in ascending order, one __fmaf_rn each,
+ * from 0, so every output is summed in the host loop's order. */
+#define GT_M 64
+#define GT_N 64
+#define GT_K 16
+#define GT_THREADS 256
+/* one loop stages both tiles; 16 x 16 threads of 4 x 4 outputs each */
+static_assert(GT_M == GT_N && GT_M == 64 && GT_THREADS == 256, "gemm_nt_kernel's tiling");
+
+__global__ static void __launch_bounds__(GT_THREADS)
+gemm_nt_kernel(const float *__restrict__ x, const float *__restrict__ w, float *__restrict__ y, uint64_t n,
+	       uint64_t in, uint64_t outd)
+{
+	__shared__ float xs[GT_K][GT_M + 1], ws[GT_K][GT_N + 1];
+	const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+	const uint64_t r0 = (uint64_t)blockIdx.y * GT_M, c0 = (uint64_t)blockIdx.x * GT_N;
+	float acc[4][4];
+
+	for (int i = 0; i < 4; i++)
+		for (int j = 0; j < 4; j++)
+			acc[i][j] = 0.0f;
+	for (uint64_t k0 = 0; k0 < in; k0 += GT_K) {
+		const int kn = in - k0 < GT_K ? (int)(in - k0) : GT_K;
+		for (int e = threadIdx.x; e < GT_M * GT_K; e += GT_THREADS) {
+			const int r = e / GT_K, kk = e % GT_K;
+			const uint64_t gr = r0 + r, gc = c0 + r;
+			xs[kk][r] = gr < n && kk < kn ? x[gr * in + k0 + kk] : 0.0f;
+			ws[kk][r] = gc < outd && kk < kn ? w[gc * in + k0 + kk] : 0.0f;
+		}
+		__syncthreads();
+		for (int kk = 0; kk < kn; kk++) {
+			float a[4], b[4];
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+				a[i] = xs[kk][ty + 16 * i];
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+				b[j] = ws[kk][tx + 16 * j];
+#pragma unroll
+			for (int i = 0; i < 4; i++)
+#pragma unroll
+				for (int j = 0; j < 4; j++)
+					acc[i][j] = __fmaf_rn(a[i], b[j], acc[i][j]);
+		}
+		__syncthreads();
+	}
+	for (int i = 0; i < 4; i++) {
+		const uint64_t r = r0 + ty + 16 * i;
+		if (r >= n)
+			continue;
+		for (int j = 0; j < 4; j++) {
+			const uint64_t c = c0 + tx + 16 * j;
+			if (c < outd)
+				y[r * outd + c] = acc[i][j];
+		}
+	}
+}
+
+extern "C" int mkcu_dev_gemm_nt(const float *x, const float *w, float *y, uint64_t n, uint64_t in, uint64_t outd)
+{
+	const uint64_t gx = (outd + GT_N - 1) / GT_N, gy = (n + GT_M - 1) / GT_M;
+
+	if (!n || !outd)
+		return 0;
+	if (gx > 0x7fffffffu || gy > 65535u)
+		return (int)cudaErrorInvalidConfiguration;
+	gemm_nt_kernel<<<dim3((unsigned)gx, (unsigned)gy), GT_THREADS>>>(x, w, y, n, in, outd);
+	return (int)cudaGetLastError();
+}
+
+extern "C" int mkcu_dev_put(void *dst, const void *src, size_t n)
+{
+	return (int)cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice);
+}
+
+extern "C" int mkcu_dev_get(void *dst, const void *src, size_t n)
+{
+	return (int)cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost);
+}
+
 /* -------------------------------------------------------------- runtime */
 
 extern "C" int mkcu_dev_open(int device, struct mkcu_dev_info *info, const char **why)

@@ -21,6 +21,9 @@
  * operators with floating-point contraction off.  Results are therefore
  * bit-identical to those apply()s (NaNs aside: a NaN result may carry
  * another payload).
+ *
+ * The matrix product of the forward pass (mkcu_host_gemm_nt, below) is the
+ * one place that fuses: each step is an explicit fma, on both sides.
  */
 #ifndef MK_CUDA_KERN_H
 #define MK_CUDA_KERN_H
@@ -48,11 +51,13 @@
 #define MKCU_SUB(a, b) __fsub_rn((a), (b))
 #define MKCU_MUL(a, b) __fmul_rn((a), (b))
 #define MKCU_DIV(a, b) __fdiv_rn((a), (b))
+#define MKCU_FMA(a, b, c) __fmaf_rn((a), (b), (c))
 #else
 #define MKCU_ADD(a, b) ((float)(a) + (float)(b))
 #define MKCU_SUB(a, b) ((float)(a) - (float)(b))
 #define MKCU_MUL(a, b) ((float)(a) * (float)(b))
 #define MKCU_DIV(a, b) ((float)(a) / (float)(b))
+#define MKCU_FMA(a, b, c) fmaf((a), (b), (c))
 #endif
 
 /* Elements per thread and loop turn (independent loads in flight). */
@@ -296,6 +301,27 @@ MKCU_HD void mkcu_run(const struct mkcu_piece *p, const struct mkcu_in *I, uint6
 		}
 		break;
 	}
+}
+
+/* --------------------------------------------------- matrix products */
+
+/* The matrix product of mk_cuda_gemm_nt: y[n][outd] = x[n][in] w[outd][in]^T,
+ * each output a float32 sum over k = 0, 1, ..., in - 1 in that order,
+ * acc = fma(x[r][k], w[c][k], acc) from acc = 0, one rounding per step.
+ * The device kernel (device.cu: tiles of x and w in shared memory, 4 x 4
+ * outputs per thread) sums every output in exactly this order with
+ * __fmaf_rn, so this host loop (the emulation) gives its bits. */
+static inline void mkcu_host_gemm_nt(const float *x, const float *w, float *y, uint64_t n, uint64_t in,
+				     uint64_t outd)
+{
+	for (uint64_t r = 0; r < n; r++)
+		for (uint64_t c = 0; c < outd; c++) {
+			const float *a = x + r * in, *b = w + c * in;
+			float acc = 0.0f;
+			for (uint64_t k = 0; k < in; k++)
+				acc = MKCU_FMA(a[k], b[k], acc);
+			y[r * outd + c] = acc;
+		}
 }
 
 /* A launch on the host: the GPU's threads one after another, each piece

@@ -1,11 +1,13 @@
 /* forward.c - the decoder forward pass (forward.h): weights read layer by
  * layer from the checkpoint, converted to float32, applied to the whole
- * batch with OpenBLAS, freed. */
+ * batch with OpenBLAS (or, the layers' matrix products, on a CUDA device),
+ * freed. */
 #include <cblas.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include "mk/cuda.h"
 #include "mk/dtype.h"
 #include "mk/forward.h"
 #include "mk/fsutil.h"
@@ -21,6 +23,7 @@ struct mk_forward {
 	struct mk_fwd_config c;
 	size_t inter;            /* intermediate_size, from layer 0's gate_proj */
 	uint64_t max_memory;
+	struct mk_cuda_ctx *cuda;  /* borrowed; NULL: the CPU */
 	uint64_t layer_bytes;    /* the largest layer's float32 weights */
 	uint64_t held, peak;     /* weight bytes held now, at most */
 	uint8_t *rbuf, *gbuf;    /* read and gather buffers */
@@ -225,6 +228,7 @@ int mk_forward_open(const char *ref, const struct mk_forward_opts *opts, struct 
 	if (!f)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	f->max_memory = opts ? opts->max_memory : 0;
+	f->cuda = opts ? opts->cuda : NULL;
 	if ((rc = mk_model_open(ref, &f->m, err)))
 		goto fail;
 	if (mk_model_has_remote(f->m)) {
@@ -310,17 +314,92 @@ uint64_t mk_forward_need(const struct mk_forward *f, size_t nseq, size_t len)
 	return f->layer_bytes + act_floats(f, nseq, len) * sizeof(float) + 2 * (uint64_t)READ_CHUNK;
 }
 
+/* ---- the device's part: the layers' seven matrices ---- */
+
+/* the 2-D tensors of layer_shapes, in its order */
+enum { WQ, WK, WV, WO, WG, WU, WD, NMAT };
+
+struct gpu {
+	struct mk_cuda_ctx *cx;
+	struct mk_cuda_mat *w[NMAT];  /* one layer's matrices */
+	struct mk_cuda_mat *in, *out; /* a product's input and output */
+};
+
+static void gpu_free(struct gpu *g)
+{
+	for (size_t i = 0; i < NMAT; i++)
+		mk_cuda_mat_free(g->cx, g->w[i]);
+	mk_cuda_mat_free(g->cx, g->in);
+	mk_cuda_mat_free(g->cx, g->out);
+	memset(g, 0, sizeof(*g));
+}
+
+static size_t max2(size_t a, size_t b)
+{
+	return a > b ? a : b;
+}
+
+/* The device arrays of a run of N rows: made once, reused by every layer. */
+static int gpu_setup(struct mk_forward *f, size_t N, struct gpu *g, struct mk_err *err)
+{
+	const struct mk_fwd_config *c = &f->c;
+	const size_t qd = c->heads * c->head_dim, kvd = c->kv_heads * c->head_dim;
+	const size_t widest = max2(max2(c->hidden, qd), max2(kvd, f->inter));
+	struct shape s[24];
+	size_t n = layer_shapes(f, s), j = 0;
+	int rc;
+
+	memset(g, 0, sizeof(*g));
+	g->cx = f->cuda;
+	for (size_t i = 0; i < n && j < NMAT; i++)
+		if (s[i].d1 && (rc = mk_cuda_mat_new(g->cx, s[i].d0 * s[i].d1, &g->w[j++], err)))
+			goto fail;
+	if (j != NMAT)
+		MK_BUG("forward: %zu matrices in a layer, expected %d", j, NMAT);
+	if ((rc = mk_cuda_mat_new(g->cx, N * widest, &g->in, err)) ||
+	    (rc = mk_cuda_mat_new(g->cx, N * widest, &g->out, err)))
+		goto fail;
+	return 0;
+fail:
+	mk_err_prefix(err, "forward pass on %s: one layer's matrices and the activations (%zu rows): ",
+		      mk_cuda_describe(g->cx), N);
+	gpu_free(g);
+	return rc;
+}
+
+/* Copy the layer's matrices to the device. */
+static int gpu_upload(struct mk_forward *f, const struct layer *w, struct gpu *g, struct mk_err *err)
+{
+	struct shape s[24];
+	size_t n = layer_shapes(f, s), j = 0;
+	int rc;
+
+	for (size_t i = 0; i < n && j < NMAT; i++) {
+		if (!s[i].d1)
+			continue;
+		const float *m = *(float *const *)((const char *)w + s[i].off);
+		if ((rc = mk_cuda_mat_put(g->cx, g->w[j++], m, s[i].d0 * s[i].d1, err)))
+			return rc;
+	}
+	return 0;
+}
+
 /* ---- the arithmetic ---- */
+
+static void add_bias(float *y, size_t n, size_t outd, const float *b)
+{
+	if (b)
+		for (size_t i = 0; i < n; i++)
+			for (size_t j = 0; j < outd; j++)
+				y[i * outd + j] += b[j];
+}
 
 /* y = x W^T (+ b): x [n, in], W [out, in], y [n, out] */
 static void linear(const float *x, size_t n, size_t in, const float *w, const float *b, size_t outd, float *y)
 {
 	cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, (blasint)outd, (blasint)in, 1.0f, x,
 		    (blasint)in, w, (blasint)in, 0.0f, y, (blasint)outd);
-	if (b)
-		for (size_t i = 0; i < n; i++)
-			for (size_t j = 0; j < outd; j++)
-				y[i * outd + j] += b[j];
+	add_bias(y, n, outd, b);
 }
 
 /* RMSNorm of n rows of d: y = w * (x / sqrt(mean(x^2) + eps)); y may be x */
@@ -356,19 +435,41 @@ static void rope(float *x, size_t n, size_t len, size_t ld, size_t nh, size_t hd
 	}
 }
 
-static int run_layer(struct mk_forward *f, size_t l, const struct layer *w, float *h, float *x, float *q, float *k,
-		     float *v, float *att, float *g, float *u, float *sc, const float *cs, const float *sn,
-		     const int64_t *mask, size_t nseq, size_t len)
+/* y = x W^T (+ b): with OpenBLAS (gpu NULL), or on the device with its
+ * copy of matrix `wi`; put_x false: the device's input is x already (the
+ * previous product's). */
+static int proj(struct gpu *gpu, int wi, bool put_x, const float *x, size_t n, size_t in, const float *w,
+		const float *b, size_t outd, float *y, struct mk_err *err)
+{
+	int rc;
+
+	if (!gpu) {
+		linear(x, n, in, w, b, outd, y);
+		return 0;
+	}
+	if ((put_x && (rc = mk_cuda_mat_put(gpu->cx, gpu->in, x, n * in, err))) ||
+	    (rc = mk_cuda_gemm_nt(gpu->cx, gpu->in, n, in, gpu->w[wi], outd, gpu->out, err)) ||
+	    (rc = mk_cuda_mat_get(gpu->cx, gpu->out, y, n * outd, err)))
+		return rc;
+	add_bias(y, n, outd, b);
+	return 0;
+}
+
+static int run_layer(struct mk_forward *f, size_t l, const struct layer *w, struct gpu *gpu, float *h, float *x,
+		     float *q, float *k, float *v, float *att, float *g, float *u, float *sc, const float *cs,
+		     const float *sn, const int64_t *mask, size_t nseq, size_t len, struct mk_err *err)
 {
 	const struct mk_fwd_config *c = &f->c;
 	const size_t N = nseq * len, H = c->hidden, hd = c->head_dim, qd = c->heads * hd, kvd = c->kv_heads * hd;
 	const size_t NI = f->inter, rep = c->heads / c->kv_heads, win = c->window[l];
 	const float scale = (float)(1.0 / sqrt((double)hd));
+	int rc;
 
 	rmsnorm(h, N, H, w->in_norm, c->eps, x);
-	linear(x, N, H, w->wq, w->bq, qd, q);
-	linear(x, N, H, w->wk, w->bk, kvd, k);
-	linear(x, N, H, w->wv, w->bv, kvd, v);
+	if ((rc = proj(gpu, WQ, true, x, N, H, w->wq, w->bq, qd, q, err)) ||
+	    (rc = proj(gpu, WK, false, x, N, H, w->wk, w->bk, kvd, k, err)) ||
+	    (rc = proj(gpu, WV, false, x, N, H, w->wv, w->bv, kvd, v, err)))
+		return rc;
 	if (c->qk_norm) {
 		rmsnorm(q, N * c->heads, hd, w->qn, c->eps, q);
 		rmsnorm(k, N * c->kv_heads, hd, w->kn, c->eps, k);
@@ -407,15 +508,18 @@ static int run_layer(struct mk_forward *f, size_t l, const struct layer *w, floa
 				    sc, (blasint)len, vb, (blasint)kvd, 0.0f, att + b * len * qd + hh * hd, (blasint)qd);
 		}
 	}
-	linear(att, N, qd, w->wo, w->bo, H, x);
+	if ((rc = proj(gpu, WO, true, att, N, qd, w->wo, w->bo, H, x, err)))
+		return rc;
 	for (size_t i = 0; i < N * H; i++)
 		h[i] += x[i];
 	rmsnorm(h, N, H, w->post_norm, c->eps, x);
-	linear(x, N, H, w->wg, w->bg, NI, g);
-	linear(x, N, H, w->wu, w->bu, NI, u);
+	if ((rc = proj(gpu, WG, true, x, N, H, w->wg, w->bg, NI, g, err)) ||
+	    (rc = proj(gpu, WU, false, x, N, H, w->wu, w->bu, NI, u, err)))
+		return rc;
 	for (size_t i = 0; i < N * NI; i++)
 		g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
-	linear(g, N, NI, w->wd, w->bd, H, x);
+	if ((rc = proj(gpu, WD, true, g, N, NI, w->wd, w->bd, H, x, err)))
+		return rc;
 	for (size_t i = 0; i < N * H; i++)
 		h[i] += x[i];
 	return 0;
@@ -428,6 +532,7 @@ int mk_forward_run(struct mk_forward *f, const int64_t *ids, const int64_t *mask
 	const size_t N = nseq * len, H = c->hidden, hd = c->head_dim, qd = c->heads * hd, kvd = c->kv_heads * hd;
 	float *buf = NULL, *nw = NULL;
 	struct layer w;
+	struct gpu gpu = { 0 };
 	int rc = 0;
 
 	memset(&w, 0, sizeof(w));
@@ -469,12 +574,19 @@ int mk_forward_run(struct mk_forward *f, const int64_t *ids, const int64_t *mask
 			cs[p * hd + j] = cs[p * hd + j + hd / 2] = cosf(fr) * ascale;
 			sn[p * hd + j] = sn[p * hd + j + hd / 2] = sinf(fr) * ascale;
 		}
+	if (f->cuda && (rc = gpu_setup(f, N, &gpu, err)))
+		goto out;
 	if ((rc = fn(ctx, 0, h, nseq, len, H, err)))
 		goto out;
 	for (size_t l = 0; l < c->layers; l++) {
 		if ((rc = layer_load(f, l, &w, err)))
 			goto out;
-		run_layer(f, l, &w, h, x, q, k, v, att, g, u, sc, cs, sn, mask, nseq, len);
+		if ((f->cuda && (rc = gpu_upload(f, &w, &gpu, err))) ||
+		    (rc = run_layer(f, l, &w, f->cuda ? &gpu : NULL, h, x, q, k, v, att, g, u, sc, cs, sn, mask, nseq,
+				    len, err))) {
+			mk_err_prefix(err, "forward pass, layer %zu, on %s: ", l, mk_cuda_describe(f->cuda));
+			goto out;
+		}
 		layer_free(f, &w);
 		if (l + 1 == c->layers) {
 			if ((rc = load(f, "model.norm.weight", H, 0, true, &nw, err)))
@@ -486,6 +598,7 @@ int mk_forward_run(struct mk_forward *f, const int64_t *ids, const int64_t *mask
 			goto out;
 	}
 out:
+	gpu_free(&gpu);
 	layer_free(f, &w);
 	unload(f, &nw, H);
 	free(buf);

@@ -112,10 +112,9 @@ out:
 }
 
 int mk_moe_gates_prompts(enum mk_moe_gate mode, const char *base_ref, const struct mk_moe_expert *const *ex,
-			 size_t nex, size_t nlayers, size_t hidden, uint64_t max_memory, float *out,
+			 size_t nex, size_t nlayers, size_t hidden, const struct mk_forward_opts *fo, float *out,
 			 struct mk_err *err)
 {
-	struct mk_forward_opts fo = { .max_memory = max_memory };
 	struct mk_forward *fw = NULL;
 	struct mk_tokenizer *tk = NULL;
 	char *dir = NULL;
@@ -130,7 +129,7 @@ int mk_moe_gates_prompts(enum mk_moe_gate mode, const char *base_ref, const stru
 		mk_err_prefix(err, "base model '%s': tokenizer (for the prompts): ", base_ref);
 		goto out;
 	}
-	if ((rc = mk_forward_open(base_ref, &fo, &fw, err))) {
+	if ((rc = mk_forward_open(base_ref, fo, &fw, err))) {
 		mk_err_prefix(err, "base model '%s': ", base_ref);
 		goto out;
 	}

@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "mk/cuda.h"
+#include "mk/forward.h"
 #include "mk/fsutil.h"
 #include "mk/jsondoc.h"
 #include "mk/manifest.h"
@@ -326,6 +328,23 @@ static void note(const struct mk_moe_opts *o, const char *fmt, ...)
 	o->note(o->note_ctx, buf);
 }
 
+/* --cuda: a context for the base model's forward pass, or NULL (the CPU)
+ * with a warning saying why, as mk-merge --cuda falls back. */
+static struct mk_cuda_ctx *open_cuda(const struct mk_moe_opts *o)
+{
+	/* the forward pass uses no staging: the smallest */
+	struct mk_cuda_opts co = { .max_bytes = 64u << 10, .streams = 2, .emulate = mk_cuda_emulate_requested() };
+	struct mk_cuda_ctx *cx = NULL;
+	struct mk_err cerr = { 0 };
+
+	if (mk_cuda_open(&cx, &co, &cerr)) {
+		note(o, "warning: --cuda: %s; the base model's forward pass runs on the CPU", cerr.msg);
+		return NULL;
+	}
+	note(o, "--cuda: the base model's matrix products on %s", mk_cuda_describe(cx));
+	return cx;
+}
+
 /* the tokenizer files mk-moe copies from the base */
 static const char *const tok_files[] = {
 	"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
@@ -412,7 +431,11 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out,
 		for (size_t i = 0; i < ngate; i++)
 			ex[i] = i < c->nexperts ? &c->experts[i] : &c->shared[i - c->nexperts];
 		note(o, "router weights (%s): tokenising the prompts, running the base model", mk_moe_gate_name(c->gate));
-		rc = mk_moe_gates_prompts(c->gate, c->base_model, ex, ngate, nl, hid, o->max_memory, gates, err);
+		struct mk_forward_opts fo = { .max_memory = o->max_memory };
+		if (o->cuda && c->gate != MK_MOE_GATE_CHEAP_EMBED)
+			fo.cuda = open_cuda(o);
+		rc = mk_moe_gates_prompts(c->gate, c->base_model, ex, ngate, nl, hid, &fo, gates, err);
+		mk_cuda_close(fo.cuda);
 		free(ex);
 	}
 	if (rc)

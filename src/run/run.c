@@ -331,8 +331,7 @@ static int run_plan(struct run *r, bool raw, enum mk_raw_missing missing, bool s
 		r->fo.skip_done = r->partial;
 	}
 	if (o->cuda) {
-		const char *em = getenv("MK_CUDA_EMULATE");
-		struct mk_cuda_opts co = { .emulate = em && !strcmp(em, "1") };
+		struct mk_cuda_opts co = { .emulate = mk_cuda_emulate_requested() };
 		struct mk_err cerr = { 0 };
 		if (mk_cuda_open(&r->cx, &co, &cerr) == 0)
 			r->mo.cuda = r->cx;   /* else: on the CPU, as mk-merge --cuda */

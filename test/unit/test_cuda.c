@@ -25,6 +25,7 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <cblas.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -721,6 +722,165 @@ static void test_hooks(void **state)
 	free(fwd);
 }
 
+/* ------------------------------------------------------- matrix products */
+
+/* mk_cuda_gemm_nt's contract: each output summed over k in order from 0,
+ * one fmaf per step. */
+static void gemm_ref(const float *x, const float *w, float *y, size_t n, size_t in, size_t outd)
+{
+	for (size_t r = 0; r < n; r++)
+		for (size_t c = 0; c < outd; c++) {
+			float acc = 0.0f;
+			for (size_t k = 0; k < in; k++)
+				acc = fmaf(x[r * in + k], w[c * in + k], acc);
+			y[r * outd + c] = acc;
+		}
+}
+
+/* y = x w^T through the context; returns the GPU's output (malloc'd). */
+static float *gemm_on(struct mk_cuda_ctx *cx, const float *x, const float *w, size_t n, size_t in, size_t outd)
+{
+	struct mk_cuda_mat *dx, *dw, *dy;
+	struct mk_err err = { 0 };
+	float *y = malloc(n * outd * sizeof(float) + 1);
+
+	assert_non_null(y);
+	if (mk_cuda_mat_new(cx, n * in, &dx, &err) || mk_cuda_mat_new(cx, outd * in, &dw, &err) ||
+	    mk_cuda_mat_new(cx, n * outd, &dy, &err) || mk_cuda_mat_put(cx, dx, x, n * in, &err) ||
+	    mk_cuda_mat_put(cx, dw, w, outd * in, &err) || mk_cuda_gemm_nt(cx, dx, n, in, dw, outd, dy, &err) ||
+	    mk_cuda_mat_get(cx, dy, y, n * outd, &err))
+		fail_msg("gemm %zu x %zu x %zu: %s", n, in, outd, err.msg);
+	mk_cuda_mat_free(cx, dx);
+	mk_cuda_mat_free(cx, dw);
+	mk_cuda_mat_free(cx, dy);
+	return y;
+}
+
+/* Shapes around the kernel's tiles (64 x 64, k by 16) and off them: the
+ * GPU's product = the contract's bit for bit, and within the float32 error
+ * bound of the exact product (|d| <= in * 2^-24 * sum |x w|, a float64
+ * reference). */
+static void test_gemm(void **state)
+{
+	static const size_t shapes[][3] = { { 1, 1, 1 },   { 7, 16, 64 },   { 64, 64, 64 }, { 37, 131, 70 },
+					    { 130, 300, 200 }, { 3, 1000, 5 }, { 65, 17, 129 } };
+	struct mk_cuda_ctx *cx = open_ctx(64u << 10, 0, 2);
+	double worst = 0;
+
+	for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+		const size_t n = shapes[si][0], in = shapes[si][1], outd = shapes[si][2];
+		float *x = malloc(n * in * sizeof(float)), *w = malloc(outd * in * sizeof(float));
+		float *ref = malloc(n * outd * sizeof(float));
+		assert_true(x && w && ref);
+		for (size_t i = 0; i < n * in; i++)
+			x[i] = frand() * 4.0f;
+		for (size_t i = 0; i < outd * in; i++)
+			w[i] = frand();
+		if (n * in > 2)
+			x[1] = 0.0f, x[2] = -0.0f;
+		gemm_ref(x, w, ref, n, in, outd);
+		float *got = gemm_on(cx, x, w, n, in, outd);
+		assert_same(got, ref, n * outd, "gemm");
+		for (size_t r = 0; r < n; r++)
+			for (size_t c = 0; c < outd; c++) {
+				double e = 0, a = 0;
+				for (size_t k = 0; k < in; k++) {
+					e += (double)x[r * in + k] * w[c * in + k];
+					a += fabs((double)x[r * in + k] * w[c * in + k]);
+				}
+				double d = fabs(got[r * outd + c] - e), bound = (double)in * 0x1p-24 * a;
+				if (d > bound)
+					fail_msg("gemm %zu x %zu x %zu [%zu][%zu]: |%.9g - %.9g| > %.3g", n, in, outd, r, c,
+						 got[r * outd + c], e, bound);
+				if (a > 0)
+					worst = fmax(worst, d / (0x1p-24 * a * sqrt((double)in)));
+			}
+		n_elems += n * outd;
+		free(x), free(w), free(ref), free(got);
+	}
+	printf("gemm: %zu shapes bit for bit with the fmaf loop; worst |d| = %.2f sqrt(in) 2^-24 sum|xw|\n",
+	       sizeof(shapes) / sizeof(shapes[0]), worst);
+	/* misuse: arrays smaller than the shapes, the output an input */
+	{
+		struct mk_cuda_mat *a, *b;
+		struct mk_err err = { 0 };
+		assert_int_equal(mk_cuda_mat_new(cx, 12, &a, &err), 0);
+		assert_int_equal(mk_cuda_mat_new(cx, 12, &b, &err), 0);
+		assert_int_equal(mk_cuda_gemm_nt(cx, a, 3, 4, a, 3, a, &err), -MK_EINVAL);
+		assert_int_equal(mk_cuda_gemm_nt(cx, a, 4, 4, a, 3, b, &err), -MK_EINVAL);
+		assert_non_null(strstr(err.msg, "16 floats into an array of 12"));
+		assert_int_equal(mk_cuda_mat_put(cx, a, (const float[13]){ 0 }, 13, &err), -MK_EINVAL);
+		assert_int_equal(mk_cuda_gemm_nt(cx, a, 3, 4, a, 3, b, &err), 0);
+		mk_cuda_mat_free(cx, a);
+		mk_cuda_mat_free(cx, b);
+	}
+	close_ctx(cx);
+	(void)state;
+}
+
+/* The forward pass's shapes on the device, against OpenBLAS: a 4096 x
+ * 4096 projection and a 14336 x 4096 MLP matrix (7B-like), 32 and 512
+ * rows; the product alone (device-resident operands, synchronised by a
+ * one-float read) and the copies of the activations counted apart. */
+static void test_gemm_timings(void **state)
+{
+	static const size_t shapes[][3] = { { 32, 4096, 4096 }, { 512, 4096, 4096 }, { 32, 4096, 14336 },
+					    { 512, 4096, 14336 } };
+	struct mk_cuda_ctx *cx = open_ctx(64u << 10, 0, 2);
+	struct mk_err err = { 0 };
+
+	for (size_t si = 0; si < sizeof(shapes) / sizeof(shapes[0]); si++) {
+		const size_t n = shapes[si][0], in = shapes[si][1], outd = shapes[si][2];
+		float *x = malloc(n * in * 4), *w = malloc(outd * in * 4), *y = malloc(n * outd * 4), *yc = malloc(n * outd * 4);
+		struct mk_cuda_mat *dx, *dw, *dy;
+		float one;
+		double t0, t1, t2, t3, t4, best = 1e30;
+		assert_true(x && w && y && yc);
+		for (size_t i = 0; i < n * in; i++)
+			x[i] = frand();
+		for (size_t i = 0; i < outd * in; i++)
+			w[i] = frand() * 0.05f;
+		if (mk_cuda_mat_new(cx, n * in, &dx, &err) || mk_cuda_mat_new(cx, outd * in, &dw, &err) ||
+		    mk_cuda_mat_new(cx, n * outd, &dy, &err))
+			fail_msg("%s", err.msg);
+		assert_int_equal(mk_cuda_mat_put(cx, dx, x, n * in, &err), 0);
+		t0 = now();
+		assert_int_equal(mk_cuda_mat_put(cx, dw, w, outd * in, &err), 0);
+		t1 = now();
+		for (int rep = 0; rep < 4; rep++) {
+			double a = now();
+			assert_int_equal(mk_cuda_gemm_nt(cx, dx, n, in, dw, outd, dy, &err), 0);
+			assert_int_equal(mk_cuda_mat_get(cx, dy, &one, 1, &err), 0);
+			if (rep && now() - a < best)
+				best = now() - a;
+		}
+		t2 = now();
+		assert_int_equal(mk_cuda_mat_put(cx, dx, x, n * in, &err), 0);
+		assert_int_equal(mk_cuda_gemm_nt(cx, dx, n, in, dw, outd, dy, &err), 0);
+		assert_int_equal(mk_cuda_mat_get(cx, dy, y, n * outd, &err), 0);
+		t3 = now();
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)n, (blasint)outd, (blasint)in, 1.0f, x,
+			    (blasint)in, w, (blasint)in, 0.0f, yc, (blasint)outd);
+		t4 = now();
+		double md = 0, mr = 0;
+		for (size_t i = 0; i < n * outd; i++) {
+			md = fmax(md, fabs((double)y[i] - yc[i]));
+			mr = fmax(mr, fabs((double)yc[i]));
+		}
+		printf("timing gemm %zu x %zu x %zu: product %.3f ms (%.0f GFLOP/s), with the activations' copies %.3f ms; "
+		       "weights up %.1f ms (%.1f GB/s); OpenBLAS %.1f ms; max |gpu - blas| %.2g of max %.2g\n",
+		       n, in, outd, best * 1e3, 2.0 * n * in * outd / best / 1e9, (t3 - t2) * 1e3, (t1 - t0) * 1e3,
+		       (double)outd * in * 4 / (t1 - t0) / 1e9, (t4 - t3) * 1e3, md, mr);
+		assert_true(md <= 1e-5 * mr);
+		mk_cuda_mat_free(cx, dx);
+		mk_cuda_mat_free(cx, dw);
+		mk_cuda_mat_free(cx, dy);
+		free(x), free(w), free(y), free(yc);
+	}
+	close_ctx(cx);
+	(void)state;
+}
+
 /* A build without CUDA: no device context, and says why. */
 static void test_no_device(void **state)
 {
@@ -888,6 +1048,7 @@ int main(void)
 		cmocka_unit_test(test_batches),
 		cmocka_unit_test(test_unsupported),
 		cmocka_unit_test(test_hooks),
+		cmocka_unit_test(test_gemm),
 	};
 	const struct CMUnitTest emu_only[] = {
 		cmocka_unit_test(test_no_device),
@@ -895,6 +1056,7 @@ int main(void)
 	const struct CMUnitTest dev_only[] = {
 		cmocka_unit_test(test_linear_legacy),
 		cmocka_unit_test(test_timings),
+		cmocka_unit_test(test_gemm_timings),
 	};
 	int rc;
 

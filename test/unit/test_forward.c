@@ -32,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
+#include "mk/cuda.h"
 #include "mk/forward.h"
 #include "mk/fsutil.h"
 #include "mk/safetensors.h"
@@ -201,10 +202,12 @@ static int compare(void *ctx, size_t index, const float *h, size_t nseq, size_t 
 	return 0;
 }
 
-/* every case: the hidden states, one layer's weights held at most */
-static void test_cases(void **state)
+/* every case: the hidden states, one layer's weights held at most; with a
+ * CUDA context (cx), the layers' products on it */
+static void run_cases(struct mk_cuda_ctx *cx, const char *label)
 {
 	char path[PATH_MAX + 64], line[4096], dir[PATH_MAX + 128];
+	struct mk_forward_opts o = { .cuda = cx };
 	FILE *cf;
 	size_t ncases = 0;
 	double worst = 0;
@@ -224,7 +227,7 @@ static void test_cases(void **state)
 		snprintf(dir, sizeof(dir), "%s/%s", work, name);
 		gen(args ? args : "", dir);
 		ref_load(name, &r);
-		if (mk_forward_open(dir, NULL, &f, &err))
+		if (mk_forward_open(dir, &o, &f, &err))
 			fail_msg("%s: %s", name, err.msg);
 		mk_forward_info(f, &info);
 		assert_int_equal(info.layers + 1, r.layers1);
@@ -236,9 +239,9 @@ static void test_cases(void **state)
 		/* one layer at a time: never more than the largest layer */
 		assert_true(mk_forward_peak_weights(f) > 0);
 		assert_true(mk_forward_peak_weights(f) <= info.layer_bytes);
-		print_message("%-17s %-7s rope %-7s max|d|/max|ref| %.2e (per token %.2e), weights held at most %llu bytes "
+		print_message("%s%-17s %-7s rope %-7s max|d|/max|ref| %.2e (per token %.2e), weights held at most %llu bytes "
 			      "(one layer %llu)\n",
-			      name, info.model_type, info.rope_type, c.worst, c.worst_row,
+			      label, name, info.model_type, info.rope_type, c.worst, c.worst_row,
 			      (unsigned long long)mk_forward_peak_weights(f), (unsigned long long)info.layer_bytes);
 		if (c.worst > worst)
 			worst = c.worst;
@@ -248,7 +251,43 @@ static void test_cases(void **state)
 	}
 	fclose(cf);
 	assert_true(ncases >= 10);
-	print_message("worst over %zu cases: %.2e (tolerance %.0e)\n", ncases, worst, TOL);
+	print_message("%sworst over %zu cases: %.2e (tolerance %.0e)\n", label, ncases, worst, TOL);
+}
+
+static void test_cases(void **state)
+{
+	run_cases(NULL, "");
+	(void)state;
+}
+
+/* The same through a CUDA context: the emulated device (the GPU's
+ * products, summed in its order, on the host) everywhere, and the device
+ * itself where there is one.  The same tolerance against transformers
+ * holds: the products' order is one more float32 rounding difference of
+ * the kind TOL allows for. */
+static void test_cases_cuda(void **state)
+{
+	struct mk_cuda_opts co = { .max_bytes = 64u << 10, .streams = 2, .emulate = true };
+	struct mk_cuda_ctx *cx = NULL;
+	struct mk_err err = { 0 };
+	struct mk_cuda_stats st;
+	const char *why = NULL;
+
+	if (mk_cuda_open(&cx, &co, &err))
+		fail_msg("emulated CUDA context: %s", err.msg);
+	run_cases(cx, "emulated cuda: ");
+	mk_cuda_get_stats(cx, &st);
+	assert_true(st.launches > 0); /* the products went through the context */
+	mk_cuda_close(cx);
+	if (!mk_cuda_available(&why)) {
+		print_message("cuda device: none (%s): that half skipped\n", why);
+		return;
+	}
+	co.emulate = false;
+	if (mk_cuda_open(&cx, &co, &err))
+		fail_msg("CUDA context: %s", err.msg);
+	run_cases(cx, "cuda device: ");
+	mk_cuda_close(cx);
 	(void)state;
 }
 
@@ -509,6 +548,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_cases),
+		cmocka_unit_test(test_cases_cuda),
 		cmocka_unit_test(test_rope_matters),
 		cmocka_unit_test(test_window_matters),
 		cmocka_unit_test(test_refusals),
