@@ -2,7 +2,8 @@
 # test/conformance-multi/*.yml recipe run by mk-multi, each merge's
 # tensors against the golden ones scripts/conformance stored from
 # mergekit-multi (testdata/golden/multi/CASE/STEP), with the tolerance
-# the case's first line states; config.json with mergekit's values.
+# the case's first line states; config.json with mergekit's values; and
+# the final merge run with --no-intermediates, the same bytes.
 . "$MK_TOP/test/cli/lib.inc"
 cd "$MK_TOP"
 out=$(mktemp -d "${TMPDIR:-/tmp}/mk-conf-multi.XXXXXX")
@@ -24,6 +25,12 @@ bad = [k for k in mk if k not in ("torch_dtype", "dtype") and mk[k] != ref.get(k
 sys.exit(f"keys differing from mergekit's: {bad}" if bad else 0)
 PY
 		n=$((n + 1))
+	done
+	# streamed where it can be (--no-intermediates): the final merge's
+	# bytes are those above, so mergekit-multi's too
+	mk-multi --quiet --no-intermediates "$cfg" -I "$out/$case-s" --out-path "$out/$case-s/final"
+	for f in "$out/$case/final"/*.safetensors "$out/$case/final/config.json"; do
+		cmp "$f" "$out/$case-s/final/${f##*/}" || fail "$case: --no-intermediates: ${f##*/} differs"
 	done
 done
 [ $n -ge 3 ] || fail "only $n merges"
