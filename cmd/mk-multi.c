@@ -59,6 +59,8 @@ static void on_step(void *ctx, const struct mk_multi_step *s, size_t i, enum mk_
 	cli_progress_end();
 	if (how == MK_MULTI_STREAMING)
 		cli_info(3, "streaming '%s' (not written to %s)", s->name, s->out_dir);
+	else if (how == MK_MULTI_NOT_NEEDED)
+		cli_info(2, "skipped, not needed: '%s' (every merge reading it is there)", s->name);
 	else
 		cli_info(how == MK_MULTI_SKIPPED ? 2 : 3, "%s '%s' (%s)",
 			 how == MK_MULTI_SKIPPED ? "skipped, already there:" : "merging", s->name ? s->name : "final",

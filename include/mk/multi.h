@@ -71,6 +71,8 @@ enum mk_multi_how {
 	MK_MULTI_MERGING,         /* merged into its output directory */
 	MK_MULTI_STREAMING,       /* streamed into the step that reads it
 				     (unless a later note says otherwise) */
+	MK_MULTI_NOT_NEEDED,      /* streaming and --lazy: every step that
+				     reads it (through others) is skipped */
 };
 
 struct mk_multi_run_opts {
@@ -81,7 +83,9 @@ struct mk_multi_run_opts {
 	 * alone), whose reader is not skipped, is streamed into that reader
 	 * instead of written to DIR/NAME, where the reader's plan can take it
 	 * so (mk_fetch_feed_check); otherwise it is written, and on_note says
-	 * why.  A chain A -> B -> C streams every link that can be. */
+	 * why.  A chain A -> B -> C streams every link that can be.  With
+	 * lazy too, a named step whose readers are all skipped (and theirs,
+	 * and so on) is not made either: its output is not wanted. */
 	bool stream;
 	/* told as each step is planned (i: its index in m->steps) */
 	void (*on_step)(void *ctx, const struct mk_multi_step *s, size_t i, enum mk_multi_how how);
@@ -104,6 +108,11 @@ struct mk_multi_run_opts {
  * chain: no OUT of the chain appears). */
 int mk_multi_run(const struct mk_multi *m, const struct mk_run_opts *base, const struct mk_multi_run_opts *ro,
 		 struct mk_diags *d, struct mk_err *err);
+
+/* Streaming and --lazy: unneeded[i] is true when step i is named, read
+ * by others, not finished (done[i] false), and every step reading it is
+ * finished or itself unneeded.  Arrays of m->nsteps. */
+void mk_multi_unneeded(const struct mk_multi *m, const bool *done, bool *unneeded);
 
 /* The streamability of the recipe's links, before anything is planned:
  * cand[i] is true when step i may be streamed into the one step that

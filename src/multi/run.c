@@ -89,6 +89,21 @@ void mk_multi_stream_plan(const struct mk_multi *m, bool lazy, const bool *done,
 	}
 }
 
+void mk_multi_unneeded(const struct mk_multi *m, const bool *done, bool *unneeded)
+{
+	/* from the last step back: the readers of a step come after it */
+	for (size_t i = m->nsteps; i-- > 0;) {
+		bool want = false;
+		unneeded[i] = false;
+		if (done[i] || !m->steps[i].name || !m->steps[i].nusers)
+			continue;
+		for (size_t k = i + 1; k < m->nsteps && !want; k++)
+			for (size_t q = 0; q < m->steps[k].ndeps; q++)
+				want |= m->steps[k].deps[q] == i && !done[k] && !unneeded[k];
+		unneeded[i] = !want;
+	}
+}
+
 /* ------------------------------------------------------------ descriptions */
 
 /* A plan's HEAD and jobs, read back from its stream; with dir, its FILE
@@ -222,7 +237,7 @@ struct mrun {
 	const struct mk_multi *m;
 	const struct mk_run_opts *base;
 	const struct mk_multi_run_opts *ro;
-	bool *done, *cand;
+	bool *done, *cand, *unneeded;
 	size_t *user, *group;
 	struct pending *pd;
 	char *scratch;                    /* $TMPDIR/mk-multi-XXXXXX, or NULL */
@@ -485,10 +500,18 @@ int mk_multi_run(const struct mk_multi *m, const struct mk_run_opts *base, const
 	}
 	for (size_t i = 0; i < n; i++)
 		x.done[i] = ro->lazy && mk_multi_done(m->steps[i].out_dir);
+	if (!(x.unneeded = calloc(n + 1, sizeof(*x.unneeded)))) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	if (ro->lazy)
+		mk_multi_unneeded(m, x.done, x.unneeded);
+	for (size_t i = 0; i < n; i++)
+		x.done[i] |= x.unneeded[i];
 	mk_multi_stream_plan(m, ro->lazy, x.done, x.cand, x.user, x.group);
 	for (size_t i = 0; i < n; i++) {
 		any |= x.cand[i];
-		if (m->steps[i].name && !x.cand[i] && !x.done[i])
+		if (m->steps[i].name && !x.cand[i] && !x.done[i] && !x.unneeded[i])
 			note(&x, "'%s' is written to %s: %s", m->steps[i].name, m->steps[i].out_dir,
 			     m->steps[i].nusers != 1 ? (m->steps[i].nusers ? "more than one merge reads it" : "no merge reads it") :
 			     !m->steps[i].plain_refs ? "a reference to it has a revision, an adapter or an architecture" :
@@ -508,8 +531,8 @@ int mk_multi_run(const struct mk_multi *m, const struct mk_run_opts *base, const
 	for (size_t i = 0; i < n && !rc; i++) {
 		const struct mk_multi_step *s = &m->steps[i];
 		if (ro->on_step)
-			ro->on_step(ro->ctx, s, i, x.done[i] ? MK_MULTI_SKIPPED : x.cand[i] ? MK_MULTI_STREAMING :
-				    MK_MULTI_MERGING);
+			ro->on_step(ro->ctx, s, i, x.unneeded[i] ? MK_MULTI_NOT_NEEDED : x.done[i] ? MK_MULTI_SKIPPED :
+				    x.cand[i] ? MK_MULTI_STREAMING : MK_MULTI_MERGING);
 		if (!x.done[i])
 			rc = step_make(&x, i, d, err);
 	}
@@ -523,6 +546,7 @@ out:
 		free(x.scratch);
 	}
 	free(x.done);
+	free(x.unneeded);
 	free(x.cand);
 	free(x.user);
 	free(x.group);

@@ -68,6 +68,18 @@ grep -q "is written" s/err.txt && { cat s/err.txt; fail "a link of the chain was
 [ -d s/inter ] && [ -z "$(ls -A s/inter)" ] || { ls -R s/inter; fail "a streamed merge wrote DIR/NAME"; }
 [ -f w/inter/s1/model.safetensors ] && [ -f w/inter/s2/model.safetensors ] || fail "the written run lacks its intermediates"
 ls "${TMPDIR:-/tmp}" | grep -q '^mk-multi-' && fail "the descriptions' scratch directory was left in TMPDIR" || true
+# --lazy (the default) again: the final merge is there, so s1 and s2
+# are not needed and nothing is made (nor written)
+(cd s && mk-multi --no-intermediates r.yml -I inter --out-path out 2> err2.txt)
+grep -q "skipped, not needed: 's1'" s/err2.txt && grep -q "skipped, not needed: 's2'" s/err2.txt &&
+	grep -q "skipped, already there: 'final'" s/err2.txt || { cat s/err2.txt; fail "--lazy: not skipped"; }
+[ -z "$(ls -A s/inter)" ] || fail "--lazy: an unneeded merge was written"
+(cd s/out && sha256sum -- *) | cmp - s.sum || fail "--lazy: the output changed"
+# the final merge gone: the chain is made again, streamed
+rm -rf s/out
+(cd s && mk-multi -v --no-intermediates r.yml -I inter --out-path out 2> err2.txt)
+grep -q "streaming 's1'" s/err2.txt || { cat s/err2.txt; fail "the chain was not streamed again"; }
+(cd s/out && sha256sum -- *) | cmp - s.sum || fail "the chain made again differs"
 # one thread and a small chunk size: the stream cut differently than
 # the reader wants (mk-merge writes at its own chunk ranges)
 run_both chain.yml -j 1 --max-memory 3M

@@ -204,6 +204,18 @@ static void test_stream_plan(void **state)
 	/* without lazy nothing is skipped */
 	mk_multi_stream_plan(m, false, done, cand, user, group);
 	assert_true(cand[0] && cand[1]);
+	/* streaming and lazy: with the final merge there, s1 and s2 are not
+	 * needed; with s2 there, s1 is not; with nothing there, all are */
+	bool un[3];
+	bool fin[3] = { false, false, true };
+	mk_multi_unneeded(m, fin, un);
+	assert_true(un[0] && un[1] && !un[2]);
+	bool mid[3] = { false, true, false };
+	mk_multi_unneeded(m, mid, un);
+	assert_true(un[0] && !un[1] && !un[2]);
+	bool none[3] = { false, false, false };
+	mk_multi_unneeded(m, none, un);
+	assert_true(!un[0] && !un[1] && !un[2]);
 	/* a finished s1, s2 not: s1 is read from its output, s2 streams */
 	done[1] = false;
 	done[0] = true;
