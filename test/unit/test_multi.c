@@ -299,7 +299,7 @@ static void test_feed_check(void **state)
 
 	assert_non_null(h);
 	for (int k = 0; k < 3; k++) {
-		char name[8];
+		char name[16];
 		snprintf(name, sizeof(name), "t%d", k);
 		assert_int_equal(mk_manifest_add_tensor(h, name, MK_DT_F16, 2, shape, &err), 0);
 	}
