@@ -150,23 +150,43 @@ static int write_file(const char *dir, const char *name, const void *data, size_
 	return rc;
 }
 
-static int describe_weights(const struct mk_manifest *h, const char *dir, struct mk_err *err)
+static void place(const struct mk_manifest *h, size_t i, bool *placed, struct mk_st_out_tensor *ot, size_t *n)
 {
+	if (placed[i])
+		return;
+	placed[i] = true;
+	ot[(*n)++] = (struct mk_st_out_tensor){ .name = h->tensors[i].name, .dtype = h->tensors[i].desc.dtype,
+						.ndim = h->tensors[i].desc.ndim, .shape = h->tensors[i].desc.shape };
+}
+
+/* The description's weights: its tensors laid out in the order the
+ * merge makes them (its jobs'), so a plan reading it in file order (as
+ * plans order their jobs) reads the stream in its order. */
+static int describe_weights(const struct plan_view *v, const char *dir, struct mk_err *err)
+{
+	const struct mk_manifest *h = v->head;
 	struct mk_st_out_tensor *ot = calloc(h->ntensors + 1, sizeof(*ot));
+	bool *placed = calloc(h->ntensors + 1, sizeof(*placed));
 	uint8_t *hdr = NULL;
-	size_t hlen = 0;
+	size_t hlen = 0, n = 0;
 	uint64_t size = 0;
 	int rc;
 
-	if (!ot)
+	if (!ot || !placed) {
+		free(ot);
+		free(placed);
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	/* the jobs' outputs in their order, then any tensor no job makes */
+	for (size_t k = 0; k < v->njobs; k++)
+		place(h, v->jobs[k]->output, placed, ot, &n);
 	for (size_t i = 0; i < h->ntensors; i++)
-		ot[i] = (struct mk_st_out_tensor){ .name = h->tensors[i].name, .dtype = h->tensors[i].desc.dtype,
-						   .ndim = h->tensors[i].desc.ndim, .shape = h->tensors[i].desc.shape };
-	rc = mk_st_header_build(ot, h->ntensors, 8, &hdr, &hlen, NULL, err);
+		place(h, i, placed, ot, &n);
+	free(placed);
+	rc = mk_st_header_build_as_given(ot, n, 8, &hdr, &hlen, err);
 	if (!rc) {
 		size = hlen;
-		for (size_t i = 0; i < h->ntensors; i++)
+		for (size_t i = 0; i < n; i++)
 			size += ot[i].nbytes;
 		rc = write_file(dir, "model.safetensors", hdr, hlen, size, err);
 	}
@@ -215,7 +235,7 @@ static int plan_read(const struct mk_plan *plan, const char *dir, struct plan_vi
 	for (size_t k = 0; !rc && k < v->njobs; k++)
 		v->rank[v->jobs[k]->output] = k;
 	if (!rc && dir)
-		rc = describe_weights(v->head, dir, err);
+		rc = describe_weights(v, dir, err);
 	mk_sr_free(r);
 	if (fd >= 0)
 		close(fd);
@@ -429,6 +449,12 @@ static int step_make(struct mrun *x, size_t i, struct mk_diags *d, struct mk_err
 			if (mi >= 0 && !mk_fetch_feed_check(x->pd[f].view.head, x->pd[f].view.rank, (size_t)mi, view.jobs,
 							    view.njobs, &why))
 				continue;
+			if (why.code == MK_ENOMEM) {
+				mk_run_step_free(step);
+				plan_view_clear(&view);
+				free(desc);
+				return mk_err_set(err, MK_ENOMEM, "%s", why.msg);
+			}
 			note(x, "'%s' is written to %s, not streamed into '%s': %s", x->m->steps[f].name,
 			     x->m->steps[f].out_dir, step_name(s), mi < 0 ? "it is not one of its models" : why.msg);
 			bad = (long)f;

@@ -591,13 +591,14 @@ int mk_run_steps(struct mk_run_step *const *steps, size_t n, const struct mk_run
 		}
 	}
 out:
-	for (size_t k = 0; v && k < n; k++) {
-		v[k]->out = NULL;
-		free(v[k]->feeds);
-		v[k]->feeds = NULL;
-		v[k]->nfeeds = 0;
-		v[k]->fo.nfeeds = 0;
-		v[k]->fail_clock = &steps[k]->clock;
+	for (size_t k = 0; k < n; k++) {
+		struct run *r = &steps[k]->r;
+		r->out = NULL;
+		free(r->feeds);
+		r->feeds = NULL;
+		r->nfeeds = 0;
+		r->fo.nfeeds = 0;
+		r->fail_clock = &steps[k]->clock;
 	}
 	for (size_t l = 0; ch && l < nlinks; l++)
 		mk_chan_free(ch[l]);

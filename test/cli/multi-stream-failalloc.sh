@@ -15,6 +15,11 @@ else
 	P=$MK_BUILD/preload/failalloc.so
 	[ -f "$P" ] || fail "no $P"
 fi
+# the descriptions go to TMPDIR: a private one (one whose removal failed
+# for want of memory may be left there)
+mkdir tmp
+TMPDIR=$(pwd)/tmp
+export TMPDIR
 gen() { mk-gen-model --dtype F32 --layers 1 --hidden 16 --vocab 16 --seed "$2" "$1" > /dev/null; }
 gen a 1
 gen b 2

@@ -8,6 +8,10 @@
 # output of the chain; the chain's peak RSS stays under --max-memory plus
 # the process's own.
 . "$MK_TOP/test/cli/lib.inc"
+# the descriptions go to TMPDIR: a private one, to see that none is left
+mkdir tmp
+TMPDIR=$(pwd)/tmp
+export TMPDIR
 gen() { mk-gen-model --dtype F32 --layers 2 --hidden 16 --vocab "$3" --seed "$2" --bpe-tokenizer${4:+="$4"} "$1" > /dev/null; }
 gen a 1 32
 gen b 2 32
@@ -50,7 +54,7 @@ run_both() {
 	rm -rf w s
 	mkdir w s
 	for d in w s; do
-		for m in a b c d e ta tb tc; do [ ! -e $m ] || ln -s ../$m $d/; done
+		for m in a b c d e ha hb hc ta tb tc; do [ ! -e $m ] || ln -s ../$m $d/; done
 		cp "$r" $d/r.yml
 	done
 	(cd w && mk-multi "$@" r.yml -I inter --out-path out 2> err.txt) || { cat w/err.txt; fail "$r: the written run failed"; }
@@ -67,7 +71,18 @@ grep -q "streaming 's2'" s/err.txt || fail "s2 not streamed"
 grep -q "is written" s/err.txt && { cat s/err.txt; fail "a link of the chain was written"; }
 [ -d s/inter ] && [ -z "$(ls -A s/inter)" ] || { ls -R s/inter; fail "a streamed merge wrote DIR/NAME"; }
 [ -f w/inter/s1/model.safetensors ] && [ -f w/inter/s2/model.safetensors ] || fail "the written run lacks its intermediates"
-ls "${TMPDIR:-/tmp}" | grep -q '^mk-multi-' && fail "the descriptions' scratch directory was left in TMPDIR" || true
+[ -z "$(ls -A tmp)" ] || { ls -R tmp; fail "the descriptions' scratch directory was left in TMPDIR"; }
+# inputs in three shards, twelve layers (layers.10 sorts before
+# layers.2): the merges make their tensors in their base's file order,
+# the description lays them out so, and both links still stream
+for m in a b c; do
+	mk-gen-model --dtype F32 --layers 12 --hidden 16 --vocab 32 --shards 3 --seed $(printf %d "'$m") h$m > /dev/null
+done
+sed -e 's/model: \([abc]\)$/model: h\1/' chain.yml > sharded.yml
+run_both sharded.yml
+grep -q "streaming 's1'" s/err.txt && grep -q "streaming 's2'" s/err.txt && [ -z "$(ls -A s/inter)" ] ||
+	{ cat s/err.txt; fail "sharded inputs: the chain was not streamed"; }
+run_both chain.yml
 # --lazy (the default) again: the final merge is there, so s1 and s2
 # are not needed and nothing is made (nor written)
 (cd s && mk-multi --no-intermediates r.yml -I inter --out-path out 2> err2.txt)
@@ -143,6 +158,7 @@ if [ -f "$P" ] && [ "$MK_SAN" != 1 ]; then
 	no_out f/out
 	no_out f/inter/s1
 	no_out f/inter/s2
+	[ -z "$(ls -A tmp)" ] || { ls -R tmp; fail "a failed chain left its descriptions in TMPDIR"; }
 fi
 
 # the middle merge fails as it merges (--strict: its float16 output
