@@ -24,6 +24,9 @@ static void usage(void)
 	       "  --out-path OUT            where the unnamed merge goes\n"
 	       "  --lazy / --no-lazy        skip a merge whose output is finished (default);\n"
 	       "                            --no-lazy: every merge again, replacing its output\n"
+	       "  --no-intermediates        stream a merge that one later merge reads into it,\n"
+	       "                            without writing DIR/NAME, where that merge can take\n"
+	       "                            it so (else it is written, and a note says why)\n"
 	       "  --print-order             print the merges in the order they run, and exit\n"
 	       "  --out-shard-size SIZE     shard size (default 5B)\n"
 	       "  --copy-tokenizer / --no-copy-tokenizer      (default on)\n"
@@ -47,24 +50,38 @@ static void usage(void)
 	exit(EXIT_OK);
 }
 
-static void on_step(void *ctx, const struct mk_multi_step *s, size_t i, bool skipped)
+static void on_step(void *ctx, const struct mk_multi_step *s, size_t i, enum mk_multi_how how)
 {
 	struct mk_run_opts *o = ctx;
 
 	o->progress_ctx = s->name ? s->name : "final";
 
 	cli_progress_end();
-	cli_info(skipped ? 2 : 3, "%s '%s' (%s)", skipped ? "skipped, already there:" : "merging",
-		 s->name ? s->name : "final", s->out_dir);
+	if (how == MK_MULTI_STREAMING)
+		cli_info(3, "streaming '%s' (not written to %s)", s->name, s->out_dir);
+	else if (how == MK_MULTI_NOT_NEEDED)
+		cli_info(2, "skipped, not needed: '%s' (every merge reading it is there)", s->name);
+	else
+		cli_info(how == MK_MULTI_SKIPPED ? 2 : 3, "%s '%s' (%s)",
+			 how == MK_MULTI_SKIPPED ? "skipped, already there:" : "merging", s->name ? s->name : "final",
+			 s->out_dir);
 	(void)i;
+}
+
+static void on_note(void *ctx, const char *msg)
+{
+	(void)ctx;
+	cli_progress_end();
+	cli_info(2, "%s", msg);
 }
 
 int main(int argc, char **argv)
 {
-	enum { O_OUT = 256, O_LAZY, O_NOLAZY, O_ORDER };
+	enum { O_OUT = 256, O_LAZY, O_NOLAZY, O_ORDER, O_NOINTER };
 	static const struct option lo[] = {
 		{ "intermediate-dir", 1, 0, 'I' }, { "out-path", 1, 0, O_OUT },
 		{ "lazy", 0, 0, O_LAZY }, { "no-lazy", 0, 0, O_NOLAZY }, { "print-order", 0, 0, O_ORDER },
+		{ "no-intermediates", 0, 0, O_NOINTER },
 		{ "help", 0, 0, 'h' }, { "version", 0, 0, 'V' },
 		CLI_RUN_OPTIONS,
 		{ 0 },
@@ -73,7 +90,7 @@ int main(int argc, char **argv)
 	 * --lazy run makes it again) and ends mk-multi by that signal */
 	struct mk_run_opts o = { .progress = cli_run_progress, .cancel = &cli_cancel };
 	const char *dir = NULL, *out = NULL;
-	bool lazy = true, quiet = false, print_order = false;
+	bool lazy = true, quiet = false, print_order = false, stream = false;
 	struct mk_multi *m = NULL;
 	struct mk_diags d = { 0 };
 	struct mk_err err = { 0 };
@@ -93,6 +110,7 @@ int main(int argc, char **argv)
 		case O_LAZY: lazy = true; break;
 		case O_NOLAZY: lazy = false; break;
 		case O_ORDER: print_order = true; break;
+		case O_NOINTER: stream = true; break;
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
 		default: cli_usage_hint();
@@ -136,7 +154,9 @@ int main(int argc, char **argv)
 	cli_run_draw = !quiet && cli_progress_enabled(-1);
 	cli_cancel_on_signals();
 	o.progress_ctx = "mk-multi";
-	rc = mk_multi_run(m, &o, lazy, on_step, &o, &d, &err);
+	struct mk_multi_run_opts ro = { .lazy = lazy, .stream = stream, .on_step = on_step, .on_note = on_note,
+					.ctx = &o };
+	rc = mk_multi_run(m, &o, &ro, &d, &err);
 	cli_progress_end();
 	cli_print_diags(&d);
 	if (rc && cli_cancel)

@@ -25,6 +25,9 @@ struct mk_card_input {
 	size_t nmodels;
 	long base_index;           /* index in models[] of the base_model, or -1 */
 	const char *config_text;   /* the YAML as given */
+	const bool *local;         /* per model: a local directory, whatever the
+				    * file system says (a merge that mk-multi
+				    * streams, not written); NULL: none */
 };
 
 /* Does a model path look like a hub repo id?  mergekit's offline rule:

@@ -43,6 +43,20 @@ struct mk_fetch_opts {
 	 * the HEAD goes out (0: MK_FETCH_HOLD_DEFAULT); the rest wait in an
 	 * unlinked scratch file in $TMPDIR (or /tmp) */
 	uint64_t hold_bytes;
+	/* plan mode: models whose tensors come from a live "tensors" stream
+	 * instead of their files (mk-multi streaming one merge into the
+	 * next, in one process): the model whose plan reference is
+	 * feed_refs[k] is not opened; its inputs' bytes are taken from the
+	 * DATA frames read from feed_fds[k] (another merge's mk-merge output),
+	 * cut again to this merge's chunk ranges.  The plan must read such a
+	 * model's tensors once each, in their stored order, at most one per job,
+	 * in the stream's order (mk_fetch_feed_check, and as the frames come); frames of tensors it
+	 * does not read are dropped, and the rest of the stream is read to
+	 * its end after the last job.  Anything else is an error naming the
+	 * job. */
+	const char *const *feed_refs;
+	const int *feed_fds;
+	size_t nfeeds;
 	/* called after each chunk is written, may be NULL */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
@@ -86,5 +100,21 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
  * chunk range past an input's end is not sent for that input. */
 int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label,
 		  int out_fd, struct mk_fetch_stats *st, struct mk_err *err);
+
+/* Whether a plan can take model `model` (its index in the plan's model
+ * table) from a stream whose HEAD is `stream` (mk_fetch_opts.feed_fds):
+ * every input of that model is a tensor of the stream, of its dtype and
+ * shape, read as stored (no assembly or LoRA; a vocabulary job's rows in
+ * their stored order, some perhaps left out, and none read for another
+ * token) by a job that sends its inputs once, at most one such input per
+ * job, each tensor once; and, with rank (the position of each stream tensor
+ * in the stream: its job's in the plan making it), in the stream's
+ * order.  Without rank the order is checked as the frames come.  0, or
+ * MK_EINVAL with the first reason it cannot, naming the job and
+ * tensor. */
+struct mk_manifest;
+struct mk_plan_job;
+int mk_fetch_feed_check(const struct mk_manifest *stream, const size_t *rank, size_t model,
+			struct mk_plan_job *const *jobs, size_t njobs, struct mk_err *err);
 
 #endif

@@ -55,6 +55,14 @@ struct mk_plan_opts {
 	 * raw_missing says what becomes of one that some files lack. */
 	bool raw;
 	enum mk_raw_missing raw_missing;
+	/* Models read from another directory than their reference names:
+	 * a reference whose "path[@rev]" is alias_refs[k] is opened from
+	 * alias_dirs[k], and the plan keeps the reference (its model table,
+	 * card and messages).  mk-multi plans a merge that reads one not made
+	 * yet so, from a description of that merge's output (multi.h). */
+	const char *const *alias_refs;
+	const char *const *alias_dirs;
+	size_t naliases;
 };
 
 struct mk_plan;

@@ -133,5 +133,10 @@ struct mk_st_out_tensor {            /* input to mk_st_header_build */
 int mk_st_header_build(struct mk_st_out_tensor *t, size_t n, size_t align,
 		       uint8_t **hdr, size_t *hdr_len, size_t *order,
 		       struct mk_err *err);
+/* The same with the tensors' data in the order given (t[0] first), for
+ * a file whose layout says an order (mk-multi's description of a
+ * streamed merge: its tensors as the merge makes them). */
+int mk_st_header_build_as_given(struct mk_st_out_tensor *t, size_t n, size_t align, uint8_t **hdr,
+				size_t *hdr_len, struct mk_err *err);
 
 #endif

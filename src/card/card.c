@@ -73,9 +73,9 @@ static void yaml_scalar(struct mk_sbuf *b, const char *s)
 	mk_sbuf_add(b, "'", 1);
 }
 
-static void ref_md(struct mk_sbuf *b, const char *path)
+static void ref_md(struct mk_sbuf *b, const char *path, bool local)
 {
-	if (mk_card_looks_like_hub(path)) {
+	if (!local && mk_card_looks_like_hub(path)) {
 		mk_sbuf_add(b, "[", 1);
 		mk_sbuf_str(b, path);
 		mk_sbuf_str(b, "](" CARD_HUB_URL);
@@ -88,10 +88,10 @@ static void ref_md(struct mk_sbuf *b, const char *path)
 
 static void model_md(struct mk_sbuf *b, const struct mk_card_input *in, size_t i)
 {
-	ref_md(b, in->models[i]);
+	ref_md(b, in->models[i], in->local && in->local[i]);
 	if (in->loras && in->loras[i]) {
 		mk_sbuf_str(b, " + ");
-		ref_md(b, in->loras[i]);
+		ref_md(b, in->loras[i], false);
 	}
 }
 
@@ -116,7 +116,7 @@ int mk_card_render(const struct mk_card_input *in, char **out, size_t *len,
 	/* front matter: yaml.dump of {base_model, library_name, tags}, sorted */
 	mk_sbuf_str(&b, "---\n");
 	for (size_t i = 0; i < in->nmodels; i++) {
-		nhub += mk_card_looks_like_hub(in->models[i]);
+		nhub += !(in->local && in->local[i]) && mk_card_looks_like_hub(in->models[i]);
 		nhub += in->loras && in->loras[i] && mk_card_looks_like_hub(in->loras[i]);
 	}
 	if (!nhub) {
@@ -125,8 +125,9 @@ int mk_card_render(const struct mk_card_input *in, char **out, size_t *len,
 		mk_sbuf_str(&b, "base_model:\n");
 		for (size_t i = 0; i < in->nmodels; i++) {
 			const char *two[2] = { in->models[i], in->loras ? in->loras[i] : NULL };
+			bool local[2] = { in->local && in->local[i], false };
 			for (int k = 0; k < 2; k++)
-				if (two[k] && mk_card_looks_like_hub(two[k])) {
+				if (two[k] && !local[k] && mk_card_looks_like_hub(two[k])) {
 					mk_sbuf_str(&b, "- ");
 					yaml_scalar(&b, two[k]);
 					mk_sbuf_add(&b, "\n", 1);

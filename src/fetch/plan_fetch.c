@@ -50,6 +50,22 @@ struct src {                     /* an input tensor's place on disk: one run,
 	enum mk_dtype rdt;       /* the dtype read: the input's, or that of the
 				    adapter tensor that replaces it */
 	struct mk__held held;    /* storage bytes of a strided source */
+	long feed;               /* its bytes from feeds[feed], or -1 */
+	size_t feed_tensor;      /* (that stream's tensor index) */
+};
+
+/* A model's tensors from a live tensors stream (mk_fetch_opts.feed_fds):
+ * the DATA frame being taken apart, and which tensors the plan reads. */
+struct feed {
+	const char *ref;
+	struct mk_stream_reader *r;
+	struct mk_manifest *head;
+	bool *wanted;            /* per stream tensor: a job reads it */
+	struct mk_chunk c;       /* the current DATA frame (have) */
+	bool have;
+	uint64_t used;           /* its elements already taken */
+	uint64_t next_elem;      /* of the tensor being taken: the next element */
+	long cur;                /* that tensor, or -1 */
 };
 
 struct tag {                     /* what an extent is */
@@ -102,6 +118,206 @@ struct pf {
 	struct mk__gfill fill;   /* a strided chunk's reads being asked */
 	struct tag fill_tag;
 };
+
+/* The current DATA frame of stream tensor ix: frames of tensors no job
+ * reads, or done, dropped.  A frame of a tensor read later arriving
+ * before ix is whole means the plan does not read the stream in its
+ * order: an error. */
+static int feed_frame(struct feed *fd, size_t ix, struct mk_err *err)
+{
+	const char *name = fd->head->tensors[ix].name;
+
+	while (!fd->have) {
+		struct mk_frame f;
+		int rc = mk_sr_next(fd->r, &f, err);
+		if (rc < 0)
+			return mk_err_prefix(err, "streamed model '%s': ", fd->ref);
+		if (rc == 0)
+			return mk_err_set(err, MK_ECORRUPT, "streamed model '%s': its stream ended before tensor '%s' was read",
+					  fd->ref, name);
+		if (strcmp(f.type, MK_FT_DATA))
+			continue;             /* its files, notes: not read from a stream */
+		if ((rc = mk_chunk_decode(f.payload, f.payload_len, &fd->c, err)) ||
+		    (rc = mk_chunk_check_data(fd->head, &fd->c, err)))
+			return mk_err_prefix(err, "streamed model '%s': ", fd->ref);
+		if (!fd->wanted[fd->c.id] || fd->c.id < ix)
+			continue;             /* a tensor no job reads, or done */
+		if (fd->c.id > ix)
+			return mk_err_set(err, MK_EFORMAT,
+					  "streamed model '%s': tensor '%s' came before '%s' was read: the plan reads the stream in another order",
+					  fd->ref, fd->head->tensors[fd->c.id].name, name);
+		if (fd->c.elem_begin != fd->next_elem)
+			return mk_err_set(err, MK_EFORMAT, "streamed model '%s': tensor '%s': a chunk at element %llu, %llu expected",
+					  fd->ref, name, (unsigned long long)fd->c.elem_begin,
+					  (unsigned long long)fd->next_elem);
+		fd->have = true;
+		fd->used = 0;
+	}
+	return 0;
+}
+
+/* Elements [at, at + n) of stream tensor `ix` into dst, from the DATA
+ * frames as they come; the elements before `at` not taken yet are
+ * dropped (rows a vocabulary leaves out).  A jump back is an error. */
+static int feed_take(struct feed *fd, size_t ix, uint64_t at, uint64_t n, enum mk_dtype dt, uint8_t *dst,
+		     struct mk_err *err)
+{
+	if (fd->cur != (long)ix) {
+		fd->cur = (long)ix;
+		fd->next_elem = 0;
+	}
+	if (at < fd->next_elem)
+		return mk_err_set(err, MK_EFORMAT,
+				  "streamed model '%s': tensor '%s' read from element %llu, the stream is past it (%llu)",
+				  fd->ref, fd->head->tensors[ix].name, (unsigned long long)at,
+				  (unsigned long long)fd->next_elem);
+	while (n || fd->next_elem < at) {
+		int rc = feed_frame(fd, ix, err);
+		if (rc)
+			return rc;
+		uint64_t k = fd->c.elem_count - fd->used, off, len;
+		bool skip = fd->next_elem < at;
+		if (skip && k > at - fd->next_elem)
+			k = at - fd->next_elem;
+		else if (!skip && k > n)
+			k = n;
+		if (!skip) {
+			(void)mk_dtype_nbytes(dt, fd->used, &off);
+			(void)mk_dtype_nbytes(dt, k, &len);
+			memcpy(dst, (const uint8_t *)fd->c.data + off, (size_t)len);
+			dst += len;
+			n -= k;
+		}
+		fd->used += k;
+		fd->next_elem += k;
+		if (fd->used == fd->c.elem_count)
+			fd->have = false;
+	}
+	return 0;
+}
+
+/* Open the feeds of the plan's models; a fed model's inputs checked
+ * against its stream's HEAD when they are placed. */
+static int feeds_open(const struct mk_fetch_opts *o, struct feed *fv, struct mk_err *err)
+{
+	for (size_t k = 0; k < o->nfeeds; k++) {
+		struct mk_frame f;
+		fv[k] = (struct feed){ .ref = o->feed_refs[k], .cur = -1 };
+		/* FILE frames piecewise: skipped, never held whole */
+		int rc = mk_sr_open(&fv[k].r, o->feed_fds[k], o->feed_refs[k], MK_SR_PIECEWISE_FILE, err);
+		if (!rc)
+			rc = mk_sr_head(fv[k].r, o->feed_refs[k], "tensors", "a streamed model is a merge's output",
+					&fv[k].head, &f, err);
+		if (rc)
+			return mk_err_prefix(err, "streamed model '%s': ", o->feed_refs[k]);
+		if (!(fv[k].wanted = calloc(fv[k].head->ntensors + 1, sizeof(bool))))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	return 0;
+}
+
+static long feed_of(const struct mk_fetch_opts *o, const char *ref)
+{
+	for (size_t k = 0; k < o->nfeeds; k++)
+		if (!strcmp(o->feed_refs[k], ref))
+			return (long)k;
+	return -1;
+}
+
+/* A vocabulary job's input whose stored rows are read in their order
+ * (some perhaps left out): read from a stream as it comes. */
+static bool runs_ascend(const struct mk_plan_input *in)
+{
+	for (size_t k = 1; k < in->nruns; k++)
+		if (in->runs[k].src < in->runs[k - 1].src + in->runs[k - 1].n)
+			return false;
+	return true;
+}
+
+int mk_fetch_feed_check(const struct mk_manifest *stream, const size_t *rank, size_t model,
+			struct mk_plan_job *const *jobs, size_t njobs, struct mk_err *err)
+{
+	bool *seen = calloc(stream->ntensors + 1, sizeof(*seen));
+	long last = -1;
+	int rc = 0;
+
+	if (!seen)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t j = 0; j < njobs && !rc; j++) {
+		const struct mk_plan_job *jb = jobs[j];
+		size_t nin = jb->ninputs + (jb->vocab ? jb->vocab->naux : 0), reads = 0;
+		for (size_t i = 0; i < nin && !rc; i++) {
+			const struct mk_plan_input *in = mk_plan_job_input(jb, i);
+			if (in->model != model && !(in->lora && in->lora->model == model))
+				continue;
+			long ix = mk_manifest_find(stream, in->tensor);
+			const char *why = NULL;
+			if (in->model != model || in->lora)
+				why = "a LoRA adapter is applied to it";
+			else if (ix < 0)
+				why = "the merge making it has no such output tensor";
+			else if (!mk_tensor_desc_equal(&stream->tensors[ix].desc, &in->desc))
+				why = "its dtype or shape is not the output's";
+			else if (in->nsources)
+				why = "it is assembled from several tensors";
+			else if (i >= jb->ninputs)
+				why = "the job reads some of its rows for other tokens' embeddings";
+			else if (jb->vocab && !runs_ascend(in))
+				why = "its rows are aligned to another vocabulary in another order";
+			else if (jb->sends != 1)
+				why = "the job reads its inputs more than once (statistics passes over the memory budget)";
+			else if (++reads > 1)
+				why = "the job reads two of its tensors at once";
+			else if (seen[ix])
+				why = "it is read twice";
+			else if (rank && (long)rank[ix] <= last)
+				why = "it is read before a tensor the merge making it writes earlier";
+			if (why) {
+				rc = mk_err_set(err, MK_EINVAL, "job %u (%s): %s", jb->id, in->tensor, why);
+				break;
+			}
+			seen[ix] = true;
+			if (rank)
+				last = (long)rank[ix];
+		}
+	}
+	free(seen);
+	return rc;
+}
+
+/* A fed model's input placed (mk_fetch_feed_check passed): which tensor
+ * of its stream it is. */
+static void feed_place(struct feed *fd, const struct mk_plan_input *in, struct src *sr)
+{
+	long ix = mk_manifest_find(fd->head, in->tensor);
+
+	fd->wanted[ix] = true;
+	sr->feed_tensor = (size_t)ix;
+}
+
+/* After the last job: the rest of each stream read, so its producer ends. */
+static int feeds_drain(struct feed *fv, size_t n, struct mk_err *err)
+{
+	for (size_t k = 0; k < n; k++) {
+		struct mk_frame f;
+		int rc;
+		while ((rc = mk_sr_next(fv[k].r, &f, err)) > 0)
+			;
+		if (rc < 0)
+			return mk_err_prefix(err, "streamed model '%s': ", fv[k].ref);
+	}
+	return 0;
+}
+
+static void feeds_free(struct feed *fv, size_t n)
+{
+	for (size_t k = 0; fv && k < n; k++) {
+		mk_sr_free(fv[k].r);
+		mk_manifest_free(fv[k].head);
+		free(fv[k].wanted);
+	}
+	free(fv);
+}
 
 static void track(struct pf *p, const struct mk_read_req *req)
 {
@@ -267,6 +483,12 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 			req->off = sr->seg[k].data_off + boff;
 			req->len = (size_t)blen;
 			req->tag = t;
+			if (sr->feed >= 0) {
+				/* bytes from a stream: the read, of a placeholder,
+				 * keeps the chunk's place in the order */
+				req->off = 0;
+				return 1;
+			}
 			track(p, req);
 			return 1;
 		}
@@ -380,6 +602,8 @@ static int check_models(const struct mk_fetch_opts *o, const struct mk_manifest 
 
 	for (size_t i = 0; i < head->nmodels; i++) {
 		struct mk_model_open_opts mo;
+		if (feed_of(o, pm[i].ref) >= 0)
+			continue;         /* its tensors come from a stream */
 		mk_fetch_model_opts(o, pm[i].commit, &mo);
 		mo.adapter = pm[i].adapter;
 		if (mo.adapter)
@@ -582,8 +806,10 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	char *hjson = NULL;
 	size_t hlen;
 	uint64_t done = 0, total = 0, sent = 0;
-	uint8_t *gbuf = NULL;
-	size_t gcap = 0, held_job = 0;
+	uint8_t *gbuf = NULL, *fbuf = NULL;
+	size_t gcap = 0, fcap = 0, held_job = 0;
+	struct feed *feeds = NULL;
+	int placeholder = -1;
 	int rc;
 
 	memset(st, 0, sizeof(*st));
@@ -603,7 +829,20 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
+	feeds = calloc(o->nfeeds + 1, sizeof(*feeds));
+	if (!feeds) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
 	rc = check_models(o, head, models, err);
+	if (!rc)
+		rc = feeds_open(o, feeds, err);
+	if (!rc && o->nfeeds) {
+		/* what a fed input's read reads: chunk_bytes of a hole */
+		rc = mk_tmpfile_open(mk_tmpdir(), "a streamed model's placeholder", &placeholder, err);
+		if (!rc && ftruncate(placeholder, (off_t)p.chunk_bytes))
+			rc = mk_err_sys(err, errno, "a streamed model's placeholder");
+	}
 	if (rc)
 		goto out;
 	/* the rest of the plan: files, jobs, notes */
@@ -677,8 +916,18 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		if (rc)
 			goto out;
 	}
+	/* the fed models: read as their streams come */
+	for (size_t m = 0; m < head->nmodels; m++) {
+		long k = models[m] ? -1 : feed_of(o, head->models[m].ref);
+		if (k >= 0 && (rc = mk_fetch_feed_check(feeds[k].head, NULL, m, p.jobs, p.njobs, err))) {
+			mk_err_prefix(err, "streamed model '%s': ", feeds[k].ref);
+			goto out;
+		}
+	}
 	/* open shards once; place every job input */
 	for (size_t m = 0; m < head->nmodels; m++) {
+		if (!models[m])
+			continue;     /* fed */
 		rc = mk_model_open_fds(models[m], &fds[m], err);
 		if (rc)
 			goto out;
@@ -708,6 +957,15 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 			}
 			sr->nseg = ns;
 			sr->rdt = in->desc.dtype;
+			sr->feed = models[in->model] ? -1 : feed_of(o, head->models[in->model].ref);
+			if (sr->feed >= 0) {
+				uint64_t tb = 0;
+				feed_place(&feeds[sr->feed], in, sr);
+				sr->seg[0] = (struct seg){ .fd = placeholder };
+				mk_dtype_nbytes(in->desc.dtype, in->nelem, &tb);
+				total += tb * jb->sends;
+				continue;
+			}
 			for (size_t k = 0; k < ns; k++) {
 				const char *name = in->nsources ? in->sources[k] : in->tensor;
 				const struct mk_model_tensor *mt = mk_model_find(models[in->model], name);
@@ -819,6 +1077,20 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 				continue;
 		}
 		as_read = !t->g.t && !req.remote;
+		const struct src *tsr = &p.src[t->job][t->input];
+		if (tsr->feed >= 0) {
+			as_read = false;   /* the placeholder's bytes replaced */
+			if (grow((void **)&fbuf, &fcap, req.len + 1, 1)) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				goto out;
+			}
+			rc = feed_take(&feeds[tsr->feed], tsr->feed_tensor, t->at, t->c.elem_count, t->c.dtype, fbuf, err);
+			if (rc) {
+				mk_err_prefix(err, "job %u: ", t->c.id);
+				goto out;
+			}
+			t->c.data = fbuf;
+		}
 		if (mk_plan_job_input(p.jobs[t->job], t->input)->lora) {
 			uint64_t wb;
 			as_read = false;   /* sent as changed */
@@ -845,7 +1117,9 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		if (rc)
 			goto out;
 	}
-	rc = mk_sw_end(w, err);
+	rc = feeds_drain(feeds, o->nfeeds, err);
+	if (!rc)
+		rc = mk_sw_end(w, err);
 	if (rc)
 		goto out;
 	st->tensors = p.njobs;
@@ -877,6 +1151,10 @@ out:
 		free(jobframes[i].wire);
 	free(jobframes);
 	free(gbuf);
+	free(fbuf);
+	feeds_free(feeds, o->nfeeds);
+	if (placeholder >= 0)
+		close(placeholder);
 	for (size_t j = 0; j < p.njobs; j++) {
 		for (size_t i = 0; p.src && p.src[j] && i < njob_inputs(p.jobs[j]); i++) {
 			free(p.src[j][i].seg);

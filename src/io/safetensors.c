@@ -689,9 +689,8 @@ static int cmp_out_order(const void *a, const void *b, void *ctx)
 	return strcmp(x->name, y->name);
 }
 
-int mk_st_header_build(struct mk_st_out_tensor *t, size_t n, size_t align,
-		       uint8_t **hdr, size_t *hdr_len, size_t *order,
-		       struct mk_err *err)
+static int header_build(struct mk_st_out_tensor *t, size_t n, size_t align, bool as_given, uint8_t **hdr,
+			size_t *hdr_len, size_t *order, struct mk_err *err)
 {
 	struct sbuf b = { 0 };
 	size_t *perm = NULL;
@@ -751,7 +750,11 @@ int mk_st_header_build(struct mk_st_out_tensor *t, size_t n, size_t align,
 					t[perm[i]].name);
 			goto out;
 		}
-	qsort_r(perm, n, sizeof(*perm), cmp_out_order, t);
+	if (as_given)
+		for (size_t i = 0; i < n; i++)
+			perm[i] = i;
+	else
+		qsort_r(perm, n, sizeof(*perm), cmp_out_order, t);
 
 	sb_put(&b, "\0\0\0\0\0\0\0\0", 8);
 	sb_str(&b, "{\"__metadata__\":{\"format\":\"pt\"}");
@@ -809,4 +812,17 @@ out:
 	free(b.p);
 	free(perm);
 	return rc;
+}
+
+int mk_st_header_build(struct mk_st_out_tensor *t, size_t n, size_t align,
+		       uint8_t **hdr, size_t *hdr_len, size_t *order,
+		       struct mk_err *err)
+{
+	return header_build(t, n, align, false, hdr, hdr_len, order, err);
+}
+
+int mk_st_header_build_as_given(struct mk_st_out_tensor *t, size_t n, size_t align, uint8_t **hdr,
+				size_t *hdr_len, struct mk_err *err)
+{
+	return header_build(t, n, align, true, hdr, hdr_len, NULL, err);
 }

@@ -40,6 +40,8 @@ struct doc {
 	struct scalar *scalars;
 	struct mk_config *cfg;
 	size_t *deps, ndeps;
+	bool ref_unplain;                 /* a reference to it has a revision,
+					     an adapter or an architecture */
 };
 
 static void doc_clear(struct doc *dc)
@@ -293,6 +295,8 @@ static void on_ref(void *ctx, struct mk_model_ref *r)
 
 	if (dep < 0 || w->nomem)
 		return;
+	if (r->model.revision || r->lora.path || r->override_arch)
+		w->docs[dep].ref_unplain = true;
 	/* the scalar the reference was written as */
 	const struct scalar *sc = NULL;
 	for (size_t i = 0; i < dc->nscalars; i++)
@@ -605,6 +609,7 @@ int mk_multi_parse(const char *text, size_t len, const char *label, const char *
 			struct mk_multi_step *st = &m->steps[k];
 			m->nsteps = k + 1;
 			st->first_line = dc->first_line;
+			st->plain_refs = !dc->ref_unplain;
 			st->text = texts[order[k]];
 			texts[order[k]] = NULL;
 			if (dc->name) {
@@ -652,59 +657,3 @@ out:
 	return rc;
 }
 
-/* ------------------------------------------------------------ running */
-
-static bool file_exists(const char *dir, const char *name)
-{
-	char *p;
-	struct stat st;
-	bool ok;
-
-	if (asprintf(&p, "%s/%s", dir, name) < 0)
-		return false;
-	ok = stat(p, &st) == 0 && S_ISREG(st.st_mode);
-	free(p);
-	return ok;
-}
-
-bool mk_multi_done(const char *out_dir)
-{
-	static const char *const weights[] = { "model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
-					       "pytorch_model.bin.index.json" };
-
-	if (!file_exists(out_dir, "config.json"))
-		return false;
-	for (size_t i = 0; i < sizeof(weights) / sizeof(*weights); i++)
-		if (file_exists(out_dir, weights[i]))
-			return true;
-	return false;
-}
-
-int mk_multi_run(const struct mk_multi *m, const struct mk_run_opts *base, bool lazy,
-		 void (*on_step)(void *ctx, const struct mk_multi_step *s, size_t i, bool skipped), void *ctx,
-		 struct mk_diags *d, struct mk_err *err)
-{
-	memset(d, 0, sizeof(*d));
-	for (size_t i = 0; i < m->nsteps; i++) {
-		const struct mk_multi_step *s = &m->steps[i];
-		bool skip = lazy && mk_multi_done(s->out_dir);
-		if (on_step)
-			on_step(ctx, s, i, skip);
-		if (skip)
-			continue;
-		struct mk_run_opts o = *base;
-		o.config = NULL;
-		o.config_path = NULL;
-		o.text = s->text;
-		o.len = strlen(s->text);
-		o.label = s->label;
-		o.out_dir = s->out_dir;
-		if (!lazy)
-			o.force = true;           /* --no-lazy: every merge again, over its output */
-		mk_diags_free(d);
-		int rc = mk_run_merge(&o, d, err);
-		if (rc)
-			return mk_err_prefix(err, "merge '%s': ", s->name ? s->name : "final");
-	}
-	return 0;
-}

@@ -275,7 +275,11 @@ static int open_models(struct mk_plan *p, const struct mk_arch_registry *reg, st
 				continue;
 			}
 		}
-		if (mk_model_open_with(pm->refstr, &headers, &pm->m, &e)) {
+		const char *open_ref = pm->refstr;
+		for (size_t k = 0; k < p->o->naliases; k++)
+			if (!strcmp(pm->refstr, p->o->alias_refs[k]))
+				open_ref = p->o->alias_dirs[k];
+		if (mk_model_open_with(open_ref, &headers, &pm->m, &e)) {
 			diag(d, MK_DIAG_ERROR, &refs[i]->loc, "%s", e.msg);
 			continue;
 		}
@@ -1759,15 +1763,19 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 	if (p->o->write_card) {
 		const char **paths = calloc(p->nmodels + 1, sizeof(*paths));
 		const char **loras = calloc(p->nmodels + 1, sizeof(*loras));
+		bool *local = calloc(p->nmodels + 1, sizeof(*local));
 		long base = -1;
-		if (!paths || !loras) {
+		if (!paths || !loras || !local) {
 			free(paths);
 			free(loras);
+			free(local);
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
 		}
 		for (size_t i = 0; i < p->nmodels; i++) {
 			paths[i] = p->models[i].ref->model.path;
 			loras[i] = p->models[i].ref->lora.path;
+			for (size_t k = 0; k < p->o->naliases; k++)
+				local[i] |= !strcmp(p->models[i].refstr, p->o->alias_refs[k]);
 			if (p->cfg->base_model && mk_model_ref_equal(p->models[i].ref, p->cfg->base_model))
 				base = (long)i;
 		}
@@ -1775,10 +1783,11 @@ static int make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_
 					    .pretty_name = p->method->pretty_name,
 					    .reference_url = p->method->reference_url, .models = paths,
 					    .loras = loras, .nmodels = p->nmodels, .base_index = base,
-					    .config_text = p->cfg->text };
+					    .config_text = p->cfg->text, .local = local };
 		rc = mk_card_render(&ci, &p->card, &len, err);
 		free(paths);
 		free(loras);
+		free(local);
 		if (rc)
 			return rc;
 		uint8_t *copy = malloc(len + 1), *yml = malloc(p->cfg->len + 1);

@@ -106,23 +106,36 @@ static const char *const stage_name[NSTAGES] = { "mk-plan", "mk-fetch", "mk-merg
 
 struct run {
 	const struct mk_run_opts *o;
+	struct mk_run_opts own;        /* (a step's copy of its options) */
 	struct mk_plan *plan;
 	struct mk_fetch_opts fo;
 	struct mk_merge_opts mo;
 	struct mk_pack_opts pko;
+	struct mk_budget_split bs;
+	struct mk_cuda_ctx *cx;
+	uint8_t *owned;
+	char *partial;
+	bool streamed;                 /* no mk-pack: the merge's output goes
+					  to another merge's fetch (out) */
+	struct mk_chan *out;           /* (that channel, the runner's) */
+	int out_fd;
+	struct mk_chan **feeds;        /* the channels its fetch reads models from */
+	size_t nfeeds;
 	struct mk_chan *ch[NSTAGES - 1]; /* stage i writes ch[i], i+1 reads it */
 	int fd[NSTAGES - 1][2];      /* their ends: [i][0] written, [i][1] read */
 	pthread_t th[NSTAGES];
 	bool started[NSTAGES];
 	int rc[NSTAGES];
 	struct mk_err err[NSTAGES];
-	volatile int done;             /* the stages have all returned */
 	pthread_mutex_t mu;
+	bool mu_live;
 	int finished;
 	volatile int cancelled;        /* a cancel was acted on */
 	int first_fail;                /* the stage that failed first, or -1:
 					  the others then failed for want of
 					  its stream (an end, EPIPE) */
+	uint64_t fail_seq;             /* when it failed, in *fail_clock's count */
+	uint64_t *fail_clock;          /* shared by merges run together */
 };
 
 /* Stop every stream: each stage sees an end (a reader) or EPIPE (a
@@ -132,6 +145,10 @@ static void shut_all(struct run *r)
 	for (int k = 0; k < NSTAGES - 1; k++)
 		if (r->ch[k])
 			mk_chan_close_read(r->ch[k]);
+	if (r->out)
+		mk_chan_close_read(r->out);
+	for (size_t k = 0; k < r->nfeeds; k++)
+		mk_chan_close_read(r->feeds[k]);
 }
 
 /* A stage ends: its ends of the streams are shut, so its neighbours see
@@ -140,7 +157,12 @@ static void stage_end(struct run *r, int i)
 {
 	if (i > 0)
 		mk_chan_close_read(r->ch[i - 1]);
-	if (i < NSTAGES - 1)
+	if (i == S_FETCH)
+		for (size_t k = 0; k < r->nfeeds; k++)
+			mk_chan_close_read(r->feeds[k]);
+	if (i == S_MERGE && r->streamed)
+		mk_chan_close_write(r->out);
+	else if (i < NSTAGES - 1)
 		mk_chan_close_write(r->ch[i]);
 	pthread_mutex_lock(&r->mu);
 	r->finished++;
@@ -186,7 +208,8 @@ static void *stage_main(void *p)
 	}
 	case S_MERGE: {
 		struct mk_merge_stats st;
-		r->rc[i] = mk_merge_run(&r->mo, r->fd[1][1], "inputs", r->fd[2][0], &st, &r->err[i]);
+		r->rc[i] = mk_merge_run(&r->mo, r->fd[1][1], "inputs", r->streamed ? r->out_fd : r->fd[2][0], &st,
+					&r->err[i]);
 		break;
 	}
 	case S_PACK: {
@@ -198,8 +221,10 @@ static void *stage_main(void *p)
 	}
 	}
 	pthread_mutex_lock(&r->mu);
-	if (r->rc[i] && r->first_fail < 0)
+	if (r->rc[i] && r->first_fail < 0) {
 		r->first_fail = i;
+		r->fail_seq = __atomic_add_fetch(r->fail_clock, 1, __ATOMIC_SEQ_CST);
+	}
 	pthread_mutex_unlock(&r->mu);
 	stage_end(r, i);
 	return NULL;
@@ -223,136 +248,212 @@ static void pack_progress(void *ctx, uint64_t done, uint64_t total, size_t tenso
 	}
 }
 
-/* raw: mk-pytorch's plan of state dicts (mk_plan_opts.raw) */
-static int run_merge(const struct mk_run_opts *o, bool raw, enum mk_raw_missing missing, struct mk_diags *d,
-		     struct mk_err *err)
+static void run_init(struct run *r, const struct mk_run_opts *o, uint64_t *clock)
 {
-	struct run r = { .o = o, .first_fail = -1 };
-	struct stage_arg args[NSTAGES];
-	struct mk_budget_split bs = { 0 };
+	*r = (struct run){ .o = o, .first_fail = -1, .out_fd = -1, .fail_clock = clock };
+	pthread_mutex_init(&r->mu, NULL);
+	r->mu_live = true;
+}
+
+static void run_clear(struct run *r)
+{
+	for (int i = 0; i < NSTAGES - 1; i++)
+		mk_chan_free(r->ch[i]);
+	if (r->cx)
+		mk_cuda_close(r->cx);
+	if (r->mu_live)
+		pthread_mutex_destroy(&r->mu);
+	mk_plan_free(r->plan);
+	free(r->feeds);
+	free(r->partial);
+	free(r->owned);
+}
+
+/* Plan the merge and set its stages' options.  raw: mk-pytorch's plan
+ * of state dicts (mk_plan_opts.raw); streamed: no OUT (its output goes
+ * to another merge); the aliases as mk_plan_opts has them. */
+static int run_plan(struct run *r, bool raw, enum mk_raw_missing missing, bool streamed,
+		    const char *const *alias_refs, const char *const *alias_dirs, size_t naliases,
+		    struct mk_diags *d, struct mk_err *err)
+{
+	const struct mk_run_opts *o = r->o;
 	struct mk_plan_opts po;
-	struct mk_cuda_ctx *cx = NULL;
-	uint8_t *owned = NULL;
-	char *partial = NULL;
 	const char *text = NULL;
 	size_t len = 0;
 	int rc;
 
-	pthread_mutex_init(&r.mu, NULL);
-	if (!o->out_dir || !o->out_dir[0]) {
-		rc = mk_err_set(err, MK_EINVAL, "no output directory given");
-		goto out;
-	}
+	r->streamed = streamed;
+	if (!o->out_dir || !o->out_dir[0])
+		return mk_err_set(err, MK_EINVAL, "no output directory given");
 	/* OUT refused before any work, as mk-pack would */
-	r.pko = (struct mk_pack_opts){ .out_dir = o->out_dir, .force = o->force, .resume = o->resume,
-				       .keep_partial = o->resume,
-				       .shard_size = o->out_shard_size ? o->out_shard_size : MK_PACK_DEFAULT_SHARD,
-				       .progress = pack_progress, .progress_ctx = &r };
-	if ((rc = mk_pack_check_out(&r.pko, err)))
-		goto out;
-	if ((rc = read_config(o, &owned, &text, &len, err)))
-		goto out;
+	r->pko = (struct mk_pack_opts){ .out_dir = o->out_dir, .force = o->force, .resume = o->resume,
+					.keep_partial = o->resume,
+					.shard_size = o->out_shard_size ? o->out_shard_size : MK_PACK_DEFAULT_SHARD,
+					.progress = pack_progress, .progress_ctx = r };
+	if (!streamed && (rc = mk_pack_check_out(&r->pko, err)))
+		return rc;
+	if ((rc = read_config(o, &r->owned, &text, &len, err)))
+		return rc;
 	if (o->max_memory)
-		mk_budget_split(o->max_memory, &bs);
-	plan_opts(o, &bs, text, len, &po);
+		mk_budget_split(o->max_memory, &r->bs);
+	plan_opts(o, &r->bs, text, len, &po);
 	po.raw = raw;
 	po.raw_missing = missing;
-	rc = mk_plan_build(&po, &r.plan, d, err);
+	po.alias_refs = alias_refs;
+	po.alias_dirs = alias_dirs;
+	po.naliases = naliases;
+	rc = mk_plan_build(&po, &r->plan, d, err);
 	if (rc) {
 		if (d->nerrors)
 			mk_err_set(err, MK_EINVAL, "%s: %zu error%s in the configuration", po.label, d->nerrors,
 				   d->nerrors == 1 ? "" : "s");
-		goto out;
+		return rc;
 	}
 	/* the other stages' options, as mk-yaml gives the programs them */
-	r.fo = (struct mk_fetch_opts){ .remote = o->remote, .no_cache = o->no_cache };
-	r.mo = (struct mk_merge_opts){ .threads = o->threads ? o->threads : mk_merge_default_threads(),
-				       .spill_dir = o->spill_dir, .strict = o->strict,
-				       .warn = o->warn ? stage_warn : NULL, .warn_ctx = &r };
+	r->fo = (struct mk_fetch_opts){ .remote = o->remote, .no_cache = o->no_cache };
+	r->mo = (struct mk_merge_opts){ .threads = o->threads ? o->threads : mk_merge_default_threads(),
+					.spill_dir = o->spill_dir, .strict = o->strict,
+					.warn = o->warn ? stage_warn : NULL, .warn_ctx = r };
 	if (o->max_memory) {
-		mk_budget_fetch_fit(bs.fetch, &r.fo.chunk_bytes, &r.fo.qdepth);
-		r.fo.hold_bytes = bs.fetch / 4;
-		r.mo.budget = bs.merge;
-		r.pko.budget = bs.pack;
+		mk_budget_fetch_fit(r->bs.fetch, &r->fo.chunk_bytes, &r->fo.qdepth);
+		r->fo.hold_bytes = r->bs.fetch / 4;
+		r->mo.budget = r->bs.merge;
+		r->pko.budget = r->bs.pack;
 	}
 	if (o->resume) {
 		size_t ol = strlen(o->out_dir);
 		while (ol > 1 && o->out_dir[ol - 1] == '/')
 			ol--;
-		if (asprintf(&partial, "%.*s.mk-partial", (int)ol, o->out_dir) < 0) {
-			partial = NULL;
-			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-			goto out;
+		if (asprintf(&r->partial, "%.*s.mk-partial", (int)ol, o->out_dir) < 0) {
+			r->partial = NULL;
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
 		}
-		r.fo.skip_done = partial;
+		r->fo.skip_done = r->partial;
 	}
 	if (o->cuda) {
 		struct mk_cuda_opts co = { .emulate = mk_cuda_emulate_requested() };
 		struct mk_err cerr = { 0 };
-		if (mk_cuda_open(&cx, &co, &cerr) == 0)
-			r.mo.cuda = cx;       /* else: on the CPU, as mk-merge --cuda */
+		if (mk_cuda_open(&r->cx, &co, &cerr) == 0)
+			r->mo.cuda = r->cx;   /* else: on the CPU, as mk-merge --cuda */
 	}
 	/* the queues between the stages, in the budget (mk_budget_split) */
 	if (!o->max_memory)
-		mk_budget_split(0, &bs);
-	for (int i = 0; i < NSTAGES - 1; i++)
-		if ((rc = mk_chan_open(&r.ch[i], bs.queue, r.fd[i], err)))
-			goto out;
-	for (int i = 0; i < NSTAGES; i++) {
-		args[i] = (struct stage_arg){ &r, i };
-		if (pthread_create(&r.th[i], NULL, stage_main, &args[i])) {
-			rc = mk_err_set(err, MK_ENOMEM, "cannot start the %s thread", stage_name[i]);
-			shut_all(&r);
-			break;
+		mk_budget_split(0, &r->bs);
+	return 0;
+}
+
+static int run_nstages(const struct run *r)
+{
+	return r->streamed ? S_PACK : NSTAGES;
+}
+
+/* Open the queues and start the stages (args: NSTAGES of them, the
+ * caller's until the stages are joined). */
+static int run_start(struct run *r, struct stage_arg *args, struct mk_err *err)
+{
+	int rc;
+
+	for (int i = 0; i < run_nstages(r) - 1; i++)
+		if ((rc = mk_chan_open(&r->ch[i], r->bs.queue, r->fd[i], err)))
+			return rc;
+	for (int i = 0; i < run_nstages(r); i++) {
+		args[i] = (struct stage_arg){ r, i };
+		if (pthread_create(&r->th[i], NULL, stage_main, &args[i])) {
+			shut_all(r);
+			return mk_err_set(err, MK_ENOMEM, "cannot start the %s thread", stage_name[i]);
 		}
-		r.started[i] = true;
+		r->started[i] = true;
 	}
-	/* wait; a cancel shuts every stream, and each stage stops */
-	for (;;) {
-		pthread_mutex_lock(&r.mu);
-		int fin = r.finished;
-		pthread_mutex_unlock(&r.mu);
-		int nstarted = 0;
-		for (int i = 0; i < NSTAGES; i++)
-			nstarted += r.started[i];
-		if (fin >= nstarted)
-			break;
-		if (o->cancel && *o->cancel && !__atomic_load_n(&r.cancelled, __ATOMIC_SEQ_CST)) {
-			__atomic_store_n(&r.cancelled, 1, __ATOMIC_SEQ_CST);
-			/* set before the streams stop: mk-pack reads it after
-			 * its input ends (the channel's lock orders the two) */
-			if (o->keep_partial_on_cancel)
-				r.pko.keep_partial = true;
-			shut_all(&r);
-		}
-		struct timespec ts = { 0, 20 * 1000 * 1000 };
-		nanosleep(&ts, NULL);
-	}
+	return 0;
+}
+
+/* Whether every started stage has returned. */
+static bool run_finished(struct run *r)
+{
+	int nstarted = 0;
+
+	pthread_mutex_lock(&r->mu);
+	int fin = r->finished;
+	pthread_mutex_unlock(&r->mu);
 	for (int i = 0; i < NSTAGES; i++)
-		if (r.started[i])
-			pthread_join(r.th[i], NULL);
-	if (rc)
-		goto out;
+		nstarted += r->started[i];
+	return fin >= nstarted;
+}
+
+/* A cancel: every stream shut, and each stage stops. */
+static void run_cancel(struct run *r)
+{
+	const struct mk_run_opts *o = r->o;
+
+	if (__atomic_load_n(&r->cancelled, __ATOMIC_SEQ_CST))
+		return;
+	__atomic_store_n(&r->cancelled, 1, __ATOMIC_SEQ_CST);
+	/* set before the streams stop: mk-pack reads it after its input
+	 * ends (the channel's lock orders the two) */
+	if (o->keep_partial_on_cancel)
+		r->pko.keep_partial = true;
+	shut_all(r);
+}
+
+static void run_join(struct run *r)
+{
+	for (int i = 0; i < NSTAGES; i++)
+		if (r->started[i])
+			pthread_join(r->th[i], NULL);
+}
+
+/* The merge's outcome once joined. */
+static int run_result(struct run *r, struct mk_err *err)
+{
+	const struct mk_run_opts *o = r->o;
+
 	/* a cancel that came after every stage had done its part (mk-pack
 	 * past the stream's end, renaming OUT into place) undoes nothing:
 	 * the merge succeeded */
-	if (r.cancelled && r.first_fail >= 0) {
-		rc = mk_err_set(err, MK_EIO, "cancelled%s", o->resume || o->keep_partial_on_cancel ? " (OUT.mk-partial is kept for --resume)" : "");
-		goto out;
+	if (r->cancelled && r->first_fail >= 0)
+		return mk_err_set(err, MK_EIO, "cancelled%s", o->resume || o->keep_partial_on_cancel ? " (OUT.mk-partial is kept for --resume)" : "");
+	if (r->first_fail >= 0) {
+		*err = r->err[r->first_fail];
+		return mk_err_prefix(err, "%s: ", stage_name[r->first_fail]);
 	}
-	if (r.first_fail >= 0) {
-		*err = r.err[r.first_fail];
-		rc = mk_err_prefix(err, "%s: ", stage_name[r.first_fail]);
+	return 0;
+}
+
+static void wait_all(struct run *const *v, size_t n)
+{
+	for (;;) {
+		bool all = true;
+		for (size_t k = 0; k < n; k++)
+			all &= run_finished(v[k]);
+		if (all)
+			break;
+		for (size_t k = 0; k < n; k++)
+			if (v[k]->o->cancel && *v[k]->o->cancel)
+				run_cancel(v[k]);
+		struct timespec ts = { 0, 20 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
 	}
-out:
-	for (int i = 0; i < NSTAGES - 1; i++)
-		mk_chan_free(r.ch[i]);
-	if (cx)
-		mk_cuda_close(cx);
-	pthread_mutex_destroy(&r.mu);
-	mk_plan_free(r.plan);
-	free(partial);
-	free(owned);
+	for (size_t k = 0; k < n; k++)
+		run_join(v[k]);
+}
+
+static int run_merge(const struct mk_run_opts *o, bool raw, enum mk_raw_missing missing, struct mk_diags *d,
+		     struct mk_err *err)
+{
+	struct run r, *rp = &r;
+	struct stage_arg args[NSTAGES];
+	uint64_t clock = 0;
+	int rc;
+
+	run_init(&r, o, &clock);
+	rc = run_plan(&r, raw, missing, false, NULL, NULL, 0, d, err);
+	if (!rc) {
+		rc = run_start(&r, args, err);
+		wait_all(&rp, 1);
+		if (!rc)
+			rc = run_result(&r, err);
+	}
+	run_clear(&r);
 	return rc;
 }
 
@@ -365,4 +466,147 @@ int mk_run_state_dicts(const struct mk_run_opts *o, enum mk_raw_missing missing,
 		       struct mk_err *err)
 {
 	return run_merge(o, true, missing, d, err);
+}
+
+/* ---- merges streamed into merges ---- */
+
+struct mk_run_step {
+	struct run r;
+	uint64_t clock;                /* (the step's own until run together) */
+};
+
+int mk_run_step_plan(const struct mk_run_opts *o, bool streamed, const char *const *alias_refs,
+		     const char *const *alias_dirs, size_t naliases, struct mk_run_step **out, struct mk_diags *d,
+		     struct mk_err *err)
+{
+	struct mk_run_step *s = calloc(1, sizeof(*s));
+	int rc;
+
+	*out = NULL;
+	if (!s)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	run_init(&s->r, o, &s->clock);
+	s->r.own = *o;
+	s->r.o = &s->r.own;
+	rc = run_plan(&s->r, false, MK_RAW_MISSING_ERROR, streamed, alias_refs, alias_dirs, naliases, d, err);
+	if (rc) {
+		mk_run_step_free(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+const struct mk_plan *mk_run_step_plan_of(const struct mk_run_step *s)
+{
+	return s->r.plan;
+}
+
+void mk_run_step_free(struct mk_run_step *s)
+{
+	if (!s)
+		return;
+	run_clear(&s->r);
+	free(s);
+}
+
+int mk_run_steps(struct mk_run_step *const *steps, size_t n, const struct mk_run_link *links, size_t nlinks,
+		 size_t *failed, struct mk_err *err)
+{
+	struct mk_chan **ch = calloc(nlinks + 1, sizeof(*ch));
+	int (*fds)[2] = calloc(nlinks + 1, sizeof(*fds));
+	const char **refs = calloc(n * (nlinks + 1) + 1, sizeof(*refs));
+	int *ffds = calloc(n * (nlinks + 1) + 1, sizeof(*ffds));
+	struct stage_arg *args = calloc(n * NSTAGES + 1, sizeof(*args));
+	struct run **v = calloc(n + 1, sizeof(*v));
+	uint64_t clock = 0;
+	size_t nrun = 0;
+	int rc = 0;
+
+	*failed = 0;
+	if (!ch || !fds || !refs || !ffds || !args || !v) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (size_t k = 0; k < n; k++) {
+		v[k] = &steps[k]->r;
+		v[k]->fail_clock = &clock;
+	}
+	/* each link a channel: its producer's merge writes it, its
+	 * consumer's fetch reads it as the model `ref` */
+	for (size_t l = 0; l < nlinks && !rc; l++) {
+		struct run *from = v[links[l].from], *to = v[links[l].to];
+		struct mk_chan **q = realloc(to->feeds, (to->nfeeds + 1) * sizeof(*q));
+		if (!from->streamed || from->out || !q) {
+			if (q)
+				to->feeds = q;
+			rc = q ? mk_err_set(err, MK_EINVAL, "step %zu: not planned as streamed, or streamed twice",
+					    links[l].from) : mk_err_set(err, MK_ENOMEM, "out of memory");
+			break;
+		}
+		to->feeds = q;
+		if ((rc = mk_chan_open(&ch[l], from->bs.queue, fds[l], err)))
+			break;
+		from->out = ch[l];
+		from->out_fd = fds[l][0];
+		to->feeds[to->nfeeds++] = ch[l];
+	}
+	for (size_t k = 0; k < n && !rc; k++) {
+		struct run *r = v[k];
+		size_t nf = 0;
+		if (r->streamed && !r->out) {
+			rc = mk_err_set(err, MK_EINVAL, "step %zu is streamed into none", k);
+			break;
+		}
+		for (size_t l = 0; l < nlinks; l++)
+			if (links[l].to == k) {
+				refs[k * (nlinks + 1) + nf] = links[l].ref;
+				ffds[k * (nlinks + 1) + nf++] = fds[l][1];
+			}
+		r->fo.feed_refs = &refs[k * (nlinks + 1)];
+		r->fo.feed_fds = &ffds[k * (nlinks + 1)];
+		r->fo.nfeeds = nf;
+	}
+	for (size_t k = 0; k < n && !rc; k++) {
+		rc = run_start(v[k], &args[k * NSTAGES], err);
+		nrun = k + 1;
+	}
+	if (rc)
+		for (size_t k = 0; k < nrun; k++)
+			shut_all(v[k]);
+	wait_all(v, nrun);
+	if (!rc) {
+		/* the step that failed first; the others failed for want of
+		 * its stream */
+		long first = -1;
+		for (size_t k = 0; k < n; k++)
+			if (v[k]->first_fail >= 0 && (first < 0 || v[k]->fail_seq < v[first]->fail_seq))
+				first = (long)k;
+		for (size_t k = 0; k < n && first < 0; k++)
+			if (v[k]->cancelled)
+				first = (long)k;
+		if (first >= 0) {
+			*failed = (size_t)first;
+			rc = run_result(v[first], err);
+		}
+	}
+out:
+	for (size_t k = 0; k < n; k++) {
+		struct run *r = &steps[k]->r;
+		r->out = NULL;
+		free(r->feeds);
+		r->feeds = NULL;
+		r->nfeeds = 0;
+		r->fo.nfeeds = 0;
+		r->fail_clock = &steps[k]->clock;
+	}
+	for (size_t l = 0; ch && l < nlinks; l++)
+		mk_chan_free(ch[l]);
+	free(ch);
+	free(fds);
+	free(refs);
+	free(ffds);
+	free(args);
+	free(v);
+	return rc;
 }

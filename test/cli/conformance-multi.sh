@@ -2,7 +2,8 @@
 # test/conformance-multi/*.yml recipe run by mk-multi, each merge's
 # tensors against the golden ones scripts/conformance stored from
 # mergekit-multi (testdata/golden/multi/CASE/STEP), with the tolerance
-# the case's first line states; config.json with mergekit's values.
+# the case's first line states; config.json with mergekit's values; and
+# the final merge run with --no-intermediates, the same bytes.
 . "$MK_TOP/test/cli/lib.inc"
 cd "$MK_TOP"
 out=$(mktemp -d "${TMPDIR:-/tmp}/mk-conf-multi.XXXXXX")
@@ -25,6 +26,16 @@ sys.exit(f"keys differing from mergekit's: {bad}" if bad else 0)
 PY
 		n=$((n + 1))
 	done
+	# streamed where it can be (--no-intermediates): the final merge's
+	# bytes are those above, so mergekit-multi's too
+	mk-multi --quiet --no-intermediates "$cfg" -I "$out/$case-s" --out-path "$out/$case-s/final"
+	for f in "$out/$case/final"/*.safetensors "$out/$case/final/config.json"; do
+		cmp "$f" "$out/$case-s/final/${f##*/}" || fail "$case: --no-intermediates: ${f##*/} differs"
+	done
+	# a chain whose every merge is read once: nothing written but OUT
+	case $case in
+	*-chain-*) [ "$(ls "$out/$case-s")" = final ] || { ls "$out/$case-s"; fail "$case: --no-intermediates wrote an intermediate"; } ;;
+	esac
 done
-[ $n -ge 3 ] || fail "only $n merges"
+[ $n -ge 6 ] || fail "only $n merges"
 echo "conformance-multi: $n merges agree with mergekit-multi"

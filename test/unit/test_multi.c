@@ -11,7 +11,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "mk/fetch.h"
+#include "mk/manifest.h"
 #include "mk/multi.h"
+#include "mk/plan.h"
 
 static struct mk_multi *parse_ok(const char *text, const char *out)
 {
@@ -174,6 +177,192 @@ static void test_done(void **state)
 	rmdir(dir);
 }
 
+/* Which links may stream, from the recipe alone: a named merge read by
+ * one merge, by its name alone, neither skipped; the chain's size. */
+static void test_stream_plan(void **state)
+{
+	(void)state;
+	static const char chain[] =
+		"name: s1\nmerge_method: linear\nmodels:\n  - model: a\n    parameters: {weight: 1}\n---\n"
+		"name: s2\nmerge_method: linear\nmodels:\n  - model: s1\n    parameters: {weight: 1}\n---\n"
+		"merge_method: linear\nmodels:\n  - model: s2\n    parameters: {weight: 1}\n";
+	struct mk_multi *m = parse_ok(chain, "O");
+	bool cand[3], done[3] = { false, false, false };
+	size_t user[3], group[3];
+
+	mk_multi_stream_plan(m, true, NULL, cand, user, group);
+	assert_true(cand[0] && cand[1] && !cand[2]);
+	assert_int_equal(user[0], 1);
+	assert_int_equal(user[1], 2);
+	assert_true(group[0] == 3 && group[1] == 3 && group[2] == 3);
+	/* lazy: a finished s2 is skipped, so s1 has no reader to stream to
+	 * and s2 none to be streamed from */
+	done[1] = true;
+	mk_multi_stream_plan(m, true, done, cand, user, group);
+	assert_true(!cand[0] && !cand[1] && !cand[2]);
+	assert_true(group[0] == 1 && group[2] == 1);
+	/* without lazy nothing is skipped */
+	mk_multi_stream_plan(m, false, done, cand, user, group);
+	assert_true(cand[0] && cand[1]);
+	/* streaming and lazy: with the final merge there, s1 and s2 are not
+	 * needed; with s2 there, s1 is not; with nothing there, all are */
+	bool un[3];
+	bool fin[3] = { false, false, true };
+	mk_multi_unneeded(m, fin, un);
+	assert_true(un[0] && un[1] && !un[2]);
+	bool mid[3] = { false, true, false };
+	mk_multi_unneeded(m, mid, un);
+	assert_true(un[0] && !un[1] && !un[2]);
+	bool none[3] = { false, false, false };
+	mk_multi_unneeded(m, none, un);
+	assert_true(!un[0] && !un[1] && !un[2]);
+	/* a finished s1, s2 not: s1 is read from its output, s2 streams */
+	done[1] = false;
+	done[0] = true;
+	mk_multi_stream_plan(m, true, done, cand, user, group);
+	assert_true(!cand[0] && cand[1]);
+	assert_true(group[1] == 2 && group[2] == 2 && group[0] == 1);
+	mk_multi_free(m);
+
+	/* s1 read by two merges; s1 read with a revision */
+	static const char two[] =
+		"name: s1\nmerge_method: linear\nmodels:\n  - model: a\n    parameters: {weight: 1}\n---\n"
+		"name: s2\nmerge_method: linear\nmodels:\n  - model: s1\n    parameters: {weight: 1}\n---\n"
+		"merge_method: linear\nmodels:\n  - model: s2\n    parameters: {weight: 1}\n  - model: s1\n    parameters: {weight: 1}\n";
+	m = parse_ok(two, "O");
+	assert_int_equal(m->steps[0].nusers, 2);
+	mk_multi_stream_plan(m, false, NULL, cand, user, group);
+	assert_true(!cand[0] && cand[1] && !cand[2]);
+	assert_true(group[1] == 2 && group[2] == 2);
+	mk_multi_free(m);
+	static const char rev[] =
+		"name: s1\nmerge_method: linear\nmodels:\n  - model: a\n    parameters: {weight: 1}\n---\n"
+		"merge_method: linear\nmodels:\n  - model: s1@main\n    parameters: {weight: 1}\n";
+	m = parse_ok(rev, "O");
+	assert_false(m->steps[0].plain_refs);
+	mk_multi_stream_plan(m, false, NULL, cand, user, group);
+	assert_false(cand[0]);
+	mk_multi_free(m);
+	/* a named merge nobody reads is written */
+	static const char alone[] =
+		"name: s1\nmerge_method: linear\nmodels:\n  - model: a\n    parameters: {weight: 1}\n";
+	m = parse_ok(alone, NULL);
+	mk_multi_stream_plan(m, false, NULL, cand, user, group);
+	assert_false(cand[0]);
+	mk_multi_free(m);
+}
+
+/* ---- mk_fetch_feed_check: what a plan can take from a stream ---- */
+
+static struct mk_plan_job *job1(uint32_t id, size_t model, const char *tensor, unsigned sends)
+{
+	struct mk_plan_job *j = mk_plan_job_new(1);
+
+	assert_non_null(j);
+	j->id = id;
+	j->sends = sends;
+	j->passes = sends - 1;
+	j->base = -1;
+	j->inputs[0].model = model;
+	j->inputs[0].tensor = strdup(tensor);
+	j->inputs[0].desc = (struct mk_tensor_desc){ .dtype = MK_DT_F16, .ndim = 2, .shape = { 4, 8 } };
+	j->inputs[0].load_dtype = MK_DT_F16;
+	j->inputs[0].nelem = 32;
+	return j;
+}
+
+static void feed_check(const struct mk_manifest *h, const size_t *rank, struct mk_plan_job **jobs, size_t n,
+		       const char *why)
+{
+	struct mk_err err = { 0 };
+	int rc = mk_fetch_feed_check(h, rank, 1, jobs, n, &err);
+
+	if (!why) {
+		if (rc)
+			fail_msg("refused: %s", err.msg);
+		return;
+	}
+	assert_int_equal(rc, -MK_EINVAL);
+	if (!strstr(err.msg, why))
+		fail_msg("'%s' lacks '%s'", err.msg, why);
+}
+
+static void test_feed_check(void **state)
+{
+	(void)state;
+	struct mk_manifest *h = mk_manifest_new("tensors", "test");
+	struct mk_err err = { 0 };
+	const uint64_t shape[2] = { 4, 8 };
+	/* the stream writes t2 first, then t0, then t1 (its plan's jobs) */
+	const size_t rank[3] = { 1, 2, 0 };
+	struct mk_plan_job *j[4];
+
+	assert_non_null(h);
+	for (int k = 0; k < 3; k++) {
+		char name[16];
+		snprintf(name, sizeof(name), "t%d", k);
+		assert_int_equal(mk_manifest_add_tensor(h, name, MK_DT_F16, 2, shape, &err), 0);
+	}
+	/* in the stream's order, model 0's inputs not counted */
+	j[0] = job1(0, 1, "t2", 1);
+	j[1] = job1(1, 0, "t9", 2);
+	j[2] = job1(2, 1, "t0", 1);
+	j[3] = job1(3, 1, "t1", 1);
+	feed_check(h, rank, j, 4, NULL);
+	/* t1 not read: fine; the manifest's order is not the stream's */
+	feed_check(h, rank, j, 3, NULL);
+	feed_check(h, NULL, j, 4, NULL);
+	/* t0 before t2: out of the stream's order (checked only with rank) */
+	struct mk_plan_job *sw[2] = { j[2], j[0] };
+	feed_check(h, rank, sw, 2, "before a tensor the merge making it writes earlier");
+	feed_check(h, NULL, sw, 2, NULL);
+	/* read twice */
+	struct mk_plan_job *tw[2] = { j[0], j[0] };
+	feed_check(h, NULL, tw, 2, "read twice");
+	/* a job sending its inputs again (statistics passes not held) */
+	j[2]->sends = 2;
+	feed_check(h, rank, j, 4, "more than once");
+	j[2]->sends = 1;
+	/* not a tensor of the stream; another dtype */
+	free(j[3]->inputs[0].tensor);
+	j[3]->inputs[0].tensor = strdup("t7");
+	feed_check(h, rank, j, 4, "no such output tensor");
+	free(j[3]->inputs[0].tensor);
+	j[3]->inputs[0].tensor = strdup("t1");
+	j[3]->inputs[0].desc.dtype = MK_DT_BF16;
+	feed_check(h, rank, j, 4, "dtype or shape");
+	j[3]->inputs[0].desc.dtype = MK_DT_F16;
+	/* two tensors of the stream in one job */
+	struct mk_plan_job *two = mk_plan_job_new(2);
+	assert_non_null(two);
+	two->sends = 1;
+	two->base = -1;
+	for (int i = 0; i < 2; i++) {
+		two->inputs[i] = j[2 + i]->inputs[0];
+		two->inputs[i].tensor = strdup(i ? "t1" : "t0");
+	}
+	feed_check(h, rank, &two, 1, "two of its tensors at once");
+	mk_plan_job_free(two);
+	/* a vocabulary job: rows in their stored order (some left out)
+	 * stream; rows out of it do not */
+	j[0]->vocab = calloc(1, sizeof(*j[0]->vocab));
+	assert_non_null(j[0]->vocab);
+	j[0]->vocab->rows = 5;
+	j[0]->vocab->tokens = 5;
+	struct mk_plan_input *in = &j[0]->inputs[0];
+	in->runs = calloc(2, sizeof(*in->runs));
+	assert_non_null(in->runs);
+	in->nruns = 2;
+	in->runs[0] = (struct mk_vocab_run){ 0, 1, 2 };
+	in->runs[1] = (struct mk_vocab_run){ 2, 3, 1 };
+	feed_check(h, rank, j, 4, NULL);
+	in->runs[1] = (struct mk_vocab_run){ 2, 0, 1 };
+	feed_check(h, rank, j, 4, "in another order");
+	for (int k = 0; k < 4; k++)
+		mk_plan_job_free(j[k]);
+	mk_manifest_free(h);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -183,6 +372,8 @@ int main(void)
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_config_errors),
 		cmocka_unit_test(test_done),
+		cmocka_unit_test(test_stream_plan),
+		cmocka_unit_test(test_feed_check),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
