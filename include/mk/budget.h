@@ -21,6 +21,9 @@
 #define MK_BUDGET_PACK_MIN (8u << 20)         /* the least mk-pack is given */
 #define MK_BUDGET_FETCH_QDEPTH_MIN 2u         /* mk_budget_fetch_fit goes no lower ... */
 #define MK_BUDGET_FETCH_CHUNK_MIN (64u << 10) /* ... than these (unless asked for less) */
+#define MK_BUDGET_HOLD_DEFAULT (256u << 20)   /* with no --max-memory, the most one
+						 job held in memory may take (its
+						 inputs as sent); see mk_budget_hold_max */
 
 /* A pipeline's budget among its stages.  A stage's own --max-memory
  * bounds the data it holds; the pipeline's bounds the four processes
@@ -48,6 +51,20 @@ struct mk_budget_split {
  * minimums (from 80 MiB); under that the minimums win and the sum is
  * more. */
 void mk_budget_split(uint64_t total, struct mk_budget_split *out);
+
+/* The most one job with statistics passes may take held in memory (its
+ * used inputs as sent, which mk-merge keeps and replays for the later
+ * passes); a larger one is streamed once per pass, or spilled.  With a
+ * budget (--max-memory, `budget` > 0) that budget, as given.  By default
+ * (`budget` 0) the default budget, a quarter of `phys` (the machine's
+ * memory in bytes; 0 when unknown: 1 GiB), and at most
+ * MK_BUDGET_HOLD_DEFAULT: the largest tensors (embeddings) are then
+ * re-read once per pass, from the page cache, instead of setting the peak
+ * resident size at their whole size times the inputs. */
+uint64_t mk_budget_hold_max(uint64_t budget, uint64_t phys);
+
+/* The merge budget when none is given: a quarter of `phys` (0: 1 GiB). */
+uint64_t mk_budget_merge_default(uint64_t phys);
 
 /* Fit mk-fetch's reads in half of `budget`: the reads in flight (queue
  * depth + 1 chunks) and the frame being written, (*qdepth + 2) * *chunk

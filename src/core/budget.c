@@ -14,6 +14,21 @@ void mk_budget_split(uint64_t total, struct mk_budget_split *out)
 	out->pack = rest / 4 > MK_BUDGET_PACK_MIN ? rest / 4 : MK_BUDGET_PACK_MIN;
 }
 
+uint64_t mk_budget_merge_default(uint64_t phys)
+{
+	return phys ? phys / 4 : (1ull << 30);
+}
+
+uint64_t mk_budget_hold_max(uint64_t budget, uint64_t phys)
+{
+	uint64_t d;
+
+	if (budget)
+		return budget;
+	d = mk_budget_merge_default(phys);
+	return d < MK_BUDGET_HOLD_DEFAULT ? d : MK_BUDGET_HOLD_DEFAULT;
+}
+
 void mk_budget_fetch_fit(uint64_t budget, size_t *chunk, unsigned *qdepth)
 {
 	size_t c = *chunk ? *chunk : MK_READER_DEFAULT_CHUNK;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 #include <jansson.h>
 #include "mk/arch.h"
+#include "mk/budget.h"
 #include "mk/card.h"
 #include "mk/fsutil.h"
 #include "mk/hash.h"
@@ -82,6 +83,8 @@ struct mk_plan {
 	char base_copy_unset[128];        /* its parameters with no value and no default */
 	const struct mk_plan_opts *o;
 	uint64_t seed, budget;
+	uint64_t hold_max;                /* the most one held job may take
+					     (mk_budget_hold_max) */
 	size_t tok_donor;                 /* the model whose tokenizer files are copied */
 	/* a tokenizer source: the merged vocabulary (build_tokenizer) */
 	struct mk_tokmerge *tok;          /* NULL: none */
@@ -1134,8 +1137,10 @@ static int tplan_job_inputs(struct tplan *t, struct mk_err *err)
 
 /* How the inputs are sent: once per pass (streamed), or, for a method
  * with statistics passes under a budget, once: held in memory when every
- * used input, as sent, fits the merge budget (mk-merge replays the later
- * passes from memory), else spilled with --spill (replayed from a file). */
+ * used input, as sent, fits what one held job may take (the merge budget
+ * given, else the default's MK_BUDGET_HOLD_DEFAULT; mk-merge replays the
+ * later passes from memory), else spilled with --spill (replayed from a
+ * file). */
 static void tplan_sends(struct tplan *t)
 {
 	struct mk_plan *p = t->p;
@@ -1152,7 +1157,7 @@ static void tplan_sends(struct tplan *t)
 	for (size_t i = 0; i < t->n + (j->vocab ? j->vocab->naux : 0); i++)
 		if (j->vocab || t->used[i])
 			ws += mk_plan_input_sent_bytes(j, i);
-	if (ws <= p->budget) {
+	if (ws <= p->hold_max) {
 		j->sends = 1;
 		if (ws > p->held_max)
 			p->held_max = ws;
@@ -2259,11 +2264,13 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	p->o = o;
 	p->seed = o->seed;
-	p->budget = o->budget;
-	if (!p->budget) {
-		/* default: a quarter of the machine's memory */
+	{
+		/* default: a quarter of the machine's memory, and a held job
+		 * at most MK_BUDGET_HOLD_DEFAULT */
 		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-		p->budget = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : (1ull << 30);
+		uint64_t phys = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
+		p->budget = o->budget ? o->budget : mk_budget_merge_default(phys);
+		p->hold_max = mk_budget_hold_max(o->budget, phys);
 	}
 	rc = mk_config_parse_partial(o->text, o->len, o->label, &p->cfg, d, err);
 	if (rc && !p->cfg)
@@ -2444,11 +2451,17 @@ int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
 		fprintf(f, "\n%s %s [", t->name, mk_dtype_name(t->desc.dtype));
 		for (unsigned dd = 0; dd < t->desc.ndim; dd++)
 			fprintf(f, "%s%llu", dd ? ", " : "", (unsigned long long)t->desc.shape[dd]);
+		/* how the inputs are sent; by default, why one is streamed */
+		char sent[160] = "";
+		if (j->passes && (j->spill || j->sends == 1 || p->o->budget))
+			snprintf(sent, sizeof(sent), "%s", j->spill ? " (replayed from mk-merge's spill file)" :
+				 j->sends == 1 ? " (held in memory)" : " (inputs streamed once per pass)");
+		else if (j->passes)
+			snprintf(sent, sizeof(sent),
+				 " (inputs streamed once per pass: over the %.0f MiB a job is held in by default)",
+				 (double)p->hold_max / (1 << 20));
 		fprintf(f, "]\n  %s, %u statistics pass%s%s, parameters %s\n", j->method, j->passes,
-			j->passes == 1 ? "" : "es",
-			j->passes ? (j->spill ? " (replayed from mk-merge's spill file)" :
-				     j->sends == 1 ? " (held in memory)" : " (inputs streamed once per pass)") : "",
-			g);
+			j->passes == 1 ? "" : "es", sent, g);
 		for (size_t i = 0; i < j->ninputs; i++) {
 			char ip[512];
 			format_params(&j->input_params[i], ip, sizeof(ip));

@@ -176,8 +176,37 @@ python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["vocab_size"] =
 together 256000000 vocab-ties.yml spill
 rm -rf w1 w2 w3 memout spill
 
+# By default (no --max-memory) a job is held in memory only when its
+# inputs come to at most 256 MiB: ties' embeddings here (two inputs of
+# 256 MiB) are streamed once per pass, its layers held, and --explain says
+# which and why; a budget given holds what fits it, however large.
+mk-plan --explain ties.yml > explain.txt
+job_sent() { grep -A1 "^$2 " "$1" | sed -n 2p; }
+job_sent explain.txt model.embed_tokens.weight |
+	grep -q "(inputs streamed once per pass: over the [0-9]* MiB a job is held in by default)" ||
+	{ cat explain.txt; fail "by default, a 512 MiB job is not streamed for the reason documented"; }
+job_sent explain.txt lm_head.weight | grep -q "over the [0-9]* MiB a job is held in by default" ||
+	fail "by default, lm_head (512 MiB) is held"
+job_sent explain.txt model.layers.0.mlp.up_proj.weight | grep -q "(held in memory)" ||
+	fail "by default, a 32 MiB job is not held"
+mk-plan --max-memory 1G --explain ties.yml > explain.txt
+job_sent explain.txt model.embed_tokens.weight | grep -q "(held in memory)" ||
+	fail "--max-memory 1G does not hold a 512 MiB job"
+mk-plan --max-memory 100M --explain ties.yml > explain.txt
+job_sent explain.txt model.embed_tokens.weight | grep -q "(inputs streamed once per pass), " ||
+	fail "--max-memory 100M: a 512 MiB job is not streamed as over the budget given"
+# ... so mk-yaml's one process peaks under what holding them would take
+# (512 MiB), with the bytes of a merge that holds them
+rm -rf one held
+mk-rss one.rss mk-yaml --quiet ties.yml one
+echo "ties, default budget: mk-yaml in one process $(cat one.rss) KiB (the embeddings streamed)"
+[ "$(cat one.rss)" -lt $((256 * 1024)) ] || fail "ties by default: mk-yaml peaks at $(cat one.rss) KiB"
+mk-yaml --quiet --max-memory 2G ties.yml held
+for f in held/*.safetensors; do cmp "$f" "one/$(basename "$f")" || fail "ties: held and streamed by default differ"; done
+rm -rf one held explain.txt
+
 # mk-merge refuses a held job larger than its own budget
-mk-plan slerp.yml > held.mks
+mk-plan --max-memory 1G slerp.yml > held.mks
 mk-fetch < held.mks > heldin.mks
 expect_fail 1 "more than --max-memory" mk-merge --max-memory 100M -i heldin.mks -o x.mks
 grep -q "the plan holds jobs of up to" err.txt || fail "mk-merge did not refuse at the HEAD"

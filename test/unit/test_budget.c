@@ -1,6 +1,7 @@
 /* test_budget.c - the memory-budget policy: mk-yaml's split among the
  * stages and mk-fetch's reads fitted to its share, against the numbers
- * the stages were given and chose before the policy moved into libmk. */
+ * the stages were given and chose before the policy moved into libmk; and
+ * what one job held in memory may take, as mk-plan(1) documents it. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
@@ -130,6 +131,35 @@ static void test_fetch_invariant(void **state)
 			}
 }
 
+/* What one held job may take: an explicit budget as given, whatever its
+ * size; by default a quarter of the machine's memory (1 GiB when unknown),
+ * at most 256 MiB. */
+static void test_hold_values(void **state)
+{
+	const uint64_t Mi = 1ull << 20, Gi = 1ull << 30;
+
+	assert_int_equal(MK_BUDGET_HOLD_DEFAULT, 256 * Mi);
+	/* --max-memory: the budget, above or below the default's cap */
+	assert_int_equal(mk_budget_hold_max(4 * Gi, 64 * Gi), 4 * Gi);
+	assert_int_equal(mk_budget_hold_max(1, 64 * Gi), 1);
+	assert_int_equal(mk_budget_hold_max(100 * Mi, 0), 100 * Mi);
+	/* the default: capped on machines whose quarter is more */
+	assert_int_equal(mk_budget_hold_max(0, 64 * Gi), 256 * Mi);
+	assert_int_equal(mk_budget_hold_max(0, 1 * Gi), 256 * Mi);
+	assert_int_equal(mk_budget_hold_max(0, 0), 256 * Mi);
+	/* ... the quarter where that is less */
+	assert_int_equal(mk_budget_hold_max(0, 512 * Mi), 128 * Mi);
+	assert_int_equal(mk_budget_hold_max(0, 1000), 250);
+	/* the default merge budget itself is the quarter, uncapped */
+	assert_int_equal(mk_budget_merge_default(64 * Gi), 16 * Gi);
+	assert_int_equal(mk_budget_merge_default(0), Gi);
+	for (uint64_t phys = 1; phys < (1ull << 46); phys = phys * 3 + 1) {
+		uint64_t h = mk_budget_hold_max(0, phys);
+		assert_true(h <= MK_BUDGET_HOLD_DEFAULT && h <= mk_budget_merge_default(phys));
+		assert_true(h == MK_BUDGET_HOLD_DEFAULT || h == mk_budget_merge_default(phys));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -137,6 +167,7 @@ int main(void)
 		cmocka_unit_test(test_split_adds_up),
 		cmocka_unit_test(test_fetch_values),
 		cmocka_unit_test(test_fetch_invariant),
+		cmocka_unit_test(test_hold_values),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
