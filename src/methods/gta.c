@@ -1785,11 +1785,127 @@ static inline float sgnf(float x)
 	return (float)((x > 0) - (x < 0));
 }
 
+/* The merge of one tile's weighted task vectors v[j * TILE + k] (k in
+ * [k0, cnt)) into o[k] = b[k] + mix: the consensus, the sum, the
+ * normalisation and lambda, each a loop over the tile (sw, mix, div:
+ * TILE floats each). */
 MK_HOT_CLONES
+static void mix_tile_c(const struct state *s, uint64_t k0, uint64_t cnt, const float *v,
+		       const float *bt, float *o, float *sw, float *mix, float *div)
+{
+	const enum mk_gta_consensus cons = s->cfg->cons;
+
+	if (cons != MK_GTA_CONS_NONE) {
+		if (cons == MK_GTA_CONS_SUM) {
+			for (uint64_t k = k0; k < cnt; k++)
+				sw[k] = v[k];
+			for (size_t j = 1; j < s->n; j++)
+				for (uint64_t k = k0; k < cnt; k++)
+					sw[k] = sw[k] + v[j * TILE + k];
+		} else {
+			for (uint64_t k = k0; k < cnt; k++)
+				sw[k] = sgnf(v[k]);
+			for (size_t j = 1; j < s->n; j++)
+				for (uint64_t k = k0; k < cnt; k++)
+					sw[k] = sw[k] + sgnf(v[j * TILE + k]);
+		}
+		for (uint64_t k = k0; k < cnt; k++)
+			sw[k] = sw[k] >= 0 ? 1.0f : -1.0f;      /* the majority sign */
+		for (size_t j = 0; j < s->n; j++) {
+			const float *vj = v + j * TILE, wj = s->g[j].wf;
+			for (uint64_t k = k0; k < cnt; k++) {
+				float kk = sgnf(vj[k]) == sw[k] ? 1.0f : 0.0f;
+				float tm = vj[k] * kk, tw = wj * kk;
+				mix[k] = j ? mix[k] + tm : tm;
+				div[k] = j ? div[k] + tw : tw;
+			}
+		}
+		for (uint64_t k = k0; k < cnt; k++)
+			div[k] = div[k] == 0 ? 1.0f : div[k];
+	} else {
+		for (uint64_t k = k0; k < cnt; k++)
+			mix[k] = v[k];
+		for (size_t j = 1; j < s->n; j++)
+			for (uint64_t k = k0; k < cnt; k++)
+				mix[k] = mix[k] + v[j * TILE + k];
+		for (uint64_t k = k0; k < cnt; k++)
+			div[k] = s->divf;
+	}
+	if (s->normalize)
+		for (uint64_t k = k0; k < cnt; k++)
+			mix[k] = mix[k] / div[k];
+	if (s->scale_lam)
+		for (uint64_t k = k0; k < cnt; k++)
+			mix[k] = mix[k] * s->lamf;
+	for (uint64_t k = k0; k < cnt; k++)
+		o[k] = bt[k] + mix[k];
+}
+
+#if MK_GTA_X86
+/* sgnf of sixteen floats: 1, -1, or 0 (zeros and NaN). */
+__attribute__((target("avx512f"))) static inline __m512 sgn16(__m512 x)
+{
+	const __m512 zero = _mm512_setzero_ps();
+	__m512 r = _mm512_mask_mov_ps(zero, _mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ), _mm512_set1_ps(1.0f));
+	return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), _mm512_set1_ps(-1.0f));
+}
+
+/* mix_tile_c with AVX-512 in one pass: sixteen elements through all the
+ * inputs at a time, the same operations on each element in the same
+ * order (so the same bits); the rest of the tile by mix_tile_c. */
+__attribute__((target("avx512f")))
+static void mix_tile_avx512(const struct state *s, uint64_t cnt, const float *v, const float *bt,
+			    float *o, float *sw, float *mix, float *div)
+{
+	const enum mk_gta_consensus cons = s->cfg->cons;
+	const size_t n = s->n;
+	const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f), mone = _mm512_set1_ps(-1.0f);
+	const __m512 lam = _mm512_set1_ps(s->lamf), divf = _mm512_set1_ps(s->divf);
+	const bool normalize = s->normalize, scale_lam = s->scale_lam;
+	uint64_t k = 0;
+
+	for (; k + 16 <= cnt; k += 16) {
+		__m512 m, d;
+		if (cons != MK_GTA_CONS_NONE) {
+			__m512 t = _mm512_loadu_ps(v + k), maj;
+			if (cons == MK_GTA_CONS_SUM) {
+				for (size_t j = 1; j < n; j++)
+					t = _mm512_add_ps(t, _mm512_loadu_ps(v + j * TILE + k));
+			} else {
+				t = sgn16(t);
+				for (size_t j = 1; j < n; j++)
+					t = _mm512_add_ps(t, sgn16(_mm512_loadu_ps(v + j * TILE + k)));
+			}
+			maj = _mm512_mask_mov_ps(mone, _mm512_cmp_ps_mask(t, zero, _CMP_GE_OQ), one);
+			m = d = zero;
+			for (size_t j = 0; j < n; j++) {
+				__m512 x = _mm512_loadu_ps(v + j * TILE + k);
+				__m512 kk = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(sgn16(x), maj, _CMP_EQ_OQ), one);
+				__m512 tm = _mm512_mul_ps(x, kk), tw = _mm512_mul_ps(_mm512_set1_ps(s->g[j].wf), kk);
+				m = j ? _mm512_add_ps(m, tm) : tm;
+				d = j ? _mm512_add_ps(d, tw) : tw;
+			}
+			d = _mm512_mask_mov_ps(d, _mm512_cmp_ps_mask(d, zero, _CMP_EQ_OQ), one);
+		} else {
+			m = _mm512_loadu_ps(v + k);
+			for (size_t j = 1; j < n; j++)
+				m = _mm512_add_ps(m, _mm512_loadu_ps(v + j * TILE + k));
+			d = divf;
+		}
+		if (normalize)
+			m = _mm512_div_ps(m, d);
+		if (scale_lam)
+			m = _mm512_mul_ps(m, lam);
+		_mm512_storeu_ps(o + k, _mm512_add_ps(_mm512_loadu_ps(bt + k), m));
+	}
+	if (k < cnt)
+		mix_tile_c(s, k, cnt, v, bt, o, sw, mix, div);
+}
+#endif
+
 static void apply_f32(const struct state *s, const struct mk_job_chunk *c, const float *b,
 		      float *o, float *v)
 {
-	const enum mk_gta_consensus cons = s->cfg->cons;
 	float *sw = v + s->n * TILE, *mix = sw + TILE, *div = mix + TILE;
 
 	for (uint64_t t0 = 0; t0 < c->count; t0 += TILE) {
@@ -1798,50 +1914,13 @@ static void apply_f32(const struct state *s, const struct mk_job_chunk *c, const
 		for (size_t j = 0; j < s->n; j++)
 			tile_f32(s, &s->g[j], c->elem_begin + t0, cnt, (const float *)c->in[s->g[j].idx] + t0,
 				 bt, v + j * TILE);
-		if (cons != MK_GTA_CONS_NONE) {
-			if (cons == MK_GTA_CONS_SUM) {
-				for (uint64_t k = 0; k < cnt; k++)
-					sw[k] = v[k];
-				for (size_t j = 1; j < s->n; j++)
-					for (uint64_t k = 0; k < cnt; k++)
-						sw[k] = sw[k] + v[j * TILE + k];
-			} else {
-				for (uint64_t k = 0; k < cnt; k++)
-					sw[k] = sgnf(v[k]);
-				for (size_t j = 1; j < s->n; j++)
-					for (uint64_t k = 0; k < cnt; k++)
-						sw[k] = sw[k] + sgnf(v[j * TILE + k]);
-			}
-			for (uint64_t k = 0; k < cnt; k++)
-				sw[k] = sw[k] >= 0 ? 1.0f : -1.0f;      /* the majority sign */
-			for (size_t j = 0; j < s->n; j++) {
-				const float *vj = v + j * TILE, wj = s->g[j].wf;
-				for (uint64_t k = 0; k < cnt; k++) {
-					float kk = sgnf(vj[k]) == sw[k] ? 1.0f : 0.0f;
-					float tm = vj[k] * kk, tw = wj * kk;
-					mix[k] = j ? mix[k] + tm : tm;
-					div[k] = j ? div[k] + tw : tw;
-				}
-			}
-			for (uint64_t k = 0; k < cnt; k++)
-				div[k] = div[k] == 0 ? 1.0f : div[k];
-		} else {
-			for (uint64_t k = 0; k < cnt; k++)
-				mix[k] = v[k];
-			for (size_t j = 1; j < s->n; j++)
-				for (uint64_t k = 0; k < cnt; k++)
-					mix[k] = mix[k] + v[j * TILE + k];
-			for (uint64_t k = 0; k < cnt; k++)
-				div[k] = s->divf;
+#if MK_GTA_X86
+		if (have_avx512) {
+			mix_tile_avx512(s, cnt, v, bt, o + t0, sw, mix, div);
+			continue;
 		}
-		if (s->normalize)
-			for (uint64_t k = 0; k < cnt; k++)
-				mix[k] = mix[k] / div[k];
-		if (s->scale_lam)
-			for (uint64_t k = 0; k < cnt; k++)
-				mix[k] = mix[k] * s->lamf;
-		for (uint64_t k = 0; k < cnt; k++)
-			o[t0 + k] = bt[k] + mix[k];
+#endif
+		mix_tile_c(s, 0, cnt, v, bt, o + t0, sw, mix, div);
 	}
 }
 
