@@ -1304,6 +1304,15 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 			if (done)
 				return;
 		}
+		if (g->kind == K_DELLA && e0 % s->slab + cnt <= s->slab) {
+			/* the tile within one slab: its keys straight into it */
+			uint64_t p = e0 % s->slab;
+			tile_abs_f32(x + t0, b + t0, cnt, a, g->key32 + p);
+			fsum_run_f32(&g->before, e0, a, cnt);
+			if (p + cnt == s->slab)
+				della_slab32(s, g, e0 + cnt - s->slab);
+			continue;
+		}
 		tile_abs_f32(x + t0, b + t0, cnt, a, key);
 		if (g->kind == K_DELLA) {
 			fsum_run_f32(&g->before, e0, a, cnt);
