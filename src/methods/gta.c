@@ -436,22 +436,36 @@ struct state {
 static float byte_f32[256][8];
 static pthread_once_t byte_once = PTHREAD_ONCE_INIT;
 
-/* Whether this CPU runs the AVX-512 paths (set with byte_f32). */
-static bool have_avx512;
-/* ... and those that need AVX-512 DQ and VL too. */
-static bool have_avx512dq;
+/* Whether the AVX-512 paths run (set with byte_f32: this CPU has them;
+ * mk_gta_simd_enable may turn them off), and those that need AVX-512 DQ
+ * and VL too. */
+static bool have_avx512, have_avx512dq;
+static bool cpu_avx512, cpu_avx512dq, simd_on = true;
 
 static void byte_f32_make(void)
 {
 #if MK_GTA_X86
 	__builtin_cpu_init();
-	have_avx512 = __builtin_cpu_supports("avx512f");
-	have_avx512dq = have_avx512 && __builtin_cpu_supports("avx512dq") &&
-			__builtin_cpu_supports("avx512vl");
+	cpu_avx512 = __builtin_cpu_supports("avx512f");
+	cpu_avx512dq = cpu_avx512 && __builtin_cpu_supports("avx512dq") &&
+		       __builtin_cpu_supports("avx512vl");
+	have_avx512 = cpu_avx512 && simd_on;
+	have_avx512dq = cpu_avx512dq && simd_on;
 #endif
 	for (unsigned v = 0; v < 256; v++)
 		for (unsigned q = 0; q < 8; q++)
 			byte_f32[v][q] = (v >> q) & 1 ? 1.0f : 0.0f;
+}
+
+bool mk_gta_simd_enable(bool on)
+{
+	bool was = simd_on;
+
+	pthread_once(&byte_once, byte_f32_make);
+	simd_on = on;
+	have_avx512 = cpu_avx512 && on;
+	have_avx512dq = cpu_avx512dq && on;
+	return was;
 }
 
 static void free_state(struct state *s)
