@@ -1926,6 +1926,176 @@ static void mix_tile_avx512(const struct state *s, uint64_t cnt, const float *v,
 }
 #endif
 
+/* The fused apply of one tile with AVX-512, for up to FUSE_MAX inputs
+ * whose masks in this tile are plain: per sixteen elements, each input's
+ * delta, mask, rescale and weight (tile_f32's operations, in its order)
+ * in registers, then the merge of mix_tile_avx512 on them, so that the
+ * tile is read once and nothing goes through memory in between.  What
+ * each input's mask is for the tile: */
+#define FUSE_MAX 8
+enum fuse_kind { FU_DENSE, FU_ZERO, FU_RANGE, FU_BITS };
+struct fuse_in {
+	enum fuse_kind kind;
+	const float *x;
+	const uint8_t *mask;        /* FU_BITS */
+	uint32_t lo, hi;            /* FU_RANGE: kept when lo <= key <= hi */
+	bool none;                  /* FU_RANGE: the range is empty */
+	bool scale;
+	float f, w;
+};
+
+/* Whether input g's mask is plain over elements e0 .. e0 + cnt (no cut
+ * inside, no draw in apply), and how; false: tile_f32 takes it. */
+static bool fuse_of(const struct gin *g, uint64_t e0, uint64_t cnt, const float *x, struct fuse_in *fi)
+{
+	*fi = (struct fuse_in){ .x = x, .scale = g->scale, .f = g->ff, .w = g->wf };
+	switch (g->kind) {
+	case K_DENSE:
+		fi->kind = FU_DENSE;
+		return true;
+	case K_ZERO:
+		fi->kind = FU_ZERO;
+		return true;
+	case K_MAG: {
+		const uint32_t P = (uint32_t)g->t[0].prefix;
+		const uint64_t cut = g->t[0].cut1;
+		if (e0 < cut && cut < e0 + cnt)
+			return false;
+		fi->kind = FU_RANGE;
+		if (e0 + cnt <= cut)
+			fi->lo = P;
+		else if (P == UINT32_MAX)
+			fi->none = true;
+		else
+			fi->lo = P + 1;
+		fi->hi = UINT32_MAX;
+		return true;
+	}
+	case K_OUTL: {
+		const uint32_t A = (uint32_t)g->t[0].prefix, Z = (uint32_t)g->t[1].prefix;
+		const uint64_t ca = g->t[0].cut1, cz = g->t[1].cut1;
+		uint64_t lo;
+		int64_t hi;
+		if ((e0 < ca && ca < e0 + cnt) || (e0 < cz && cz < e0 + cnt))
+			return false;
+		lo = e0 >= ca ? A : (uint64_t)A + 1;
+		hi = e0 + cnt <= cz ? (int64_t)Z : (int64_t)Z - 1;
+		fi->kind = FU_RANGE;
+		if (hi < 0 || lo > UINT32_MAX || (int64_t)lo > hi) {
+			fi->none = true;
+		} else {
+			fi->lo = (uint32_t)lo;
+			fi->hi = (uint32_t)hi;
+		}
+		return true;
+	}
+	case K_RAND:
+		if (!g->mask)
+			return false;
+		__attribute__((fallthrough));
+	case K_DELLA:
+		fi->kind = FU_BITS;
+		fi->mask = g->mask;
+		return true;
+	}
+	return false;
+}
+
+#if MK_GTA_X86
+/* K: the kind of every input, or -1 for each its own (a constant where
+ * this is inlined, so that the common tiles have no switch). */
+__attribute__((target("avx512f"), always_inline))
+static inline void fused_tile_k(const struct state *s, const struct fuse_in *fi, uint64_t e0, uint64_t cnt,
+				const float *bt, float *o, const int K)
+{
+	const enum mk_gta_consensus cons = s->cfg->cons;
+	const size_t n = s->n;
+	const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f), mone = _mm512_set1_ps(-1.0f);
+	const __m512 lam = _mm512_set1_ps(s->lamf), divf = _mm512_set1_ps(s->divf);
+	const __m512i absm = _mm512_set1_epi32(0x7fffffff);
+	const bool normalize = s->normalize, scale_lam = s->scale_lam;
+
+	for (uint64_t k = 0; k < cnt; k += 16) {
+		const __mmask16 live = cnt - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cnt - k)) - 1);
+		const __m512 b = _mm512_maskz_loadu_ps(live, bt + k);
+		__m512 vv[FUSE_MAX], m, d;
+		vv[0] = zero;
+		for (size_t j = 0; j < n; j++) {
+			const struct fuse_in *f = &fi[j];
+			__m512 dl = _mm512_sub_ps(_mm512_maskz_loadu_ps(live, f->x + k), b), v;
+			__mmask16 keep = 0;
+			switch (K >= 0 ? (enum fuse_kind)K : f->kind) {
+			case FU_DENSE:
+				vv[j] = _mm512_mul_ps(dl, _mm512_set1_ps(f->w));
+				continue;
+			case FU_ZERO:
+				vv[j] = _mm512_mul_ps(zero, _mm512_set1_ps(f->w));
+				continue;
+			case FU_RANGE:
+				if (!f->none) {
+					__m512i key = _mm512_and_si512(_mm512_castps_si512(dl), absm);
+					keep = _mm512_cmpge_epu32_mask(key, _mm512_set1_epi32((int)f->lo)) &
+					       _mm512_cmple_epu32_mask(key, _mm512_set1_epi32((int)f->hi));
+				}
+				break;
+			case FU_BITS: {
+				uint64_t e = e0 + k;
+				uint32_t w32;
+				memcpy(&w32, f->mask + (e >> 3), sizeof(w32));
+				keep = (__mmask16)(w32 >> (e & 7));
+				break;
+			}
+			}
+			v = _mm512_mul_ps(dl, _mm512_maskz_mov_ps(keep, one));
+			if (f->scale)
+				v = _mm512_mul_ps(v, _mm512_set1_ps(f->f));
+			vv[j] = _mm512_mul_ps(v, _mm512_set1_ps(f->w));
+		}
+		if (cons != MK_GTA_CONS_NONE) {
+			__m512 t = cons == MK_GTA_CONS_SUM ? vv[0] : sgn16(vv[0]), maj;
+			for (size_t j = 1; j < n; j++)
+				t = _mm512_add_ps(t, cons == MK_GTA_CONS_SUM ? vv[j] : sgn16(vv[j]));
+			maj = _mm512_mask_mov_ps(mone, _mm512_cmp_ps_mask(t, zero, _CMP_GE_OQ), one);
+			m = d = zero;
+			for (size_t j = 0; j < n; j++) {
+				__m512 kk = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(sgn16(vv[j]), maj, _CMP_EQ_OQ), one);
+				__m512 tm = _mm512_mul_ps(vv[j], kk), tw = _mm512_mul_ps(_mm512_set1_ps(s->g[j].wf), kk);
+				m = j ? _mm512_add_ps(m, tm) : tm;
+				d = j ? _mm512_add_ps(d, tw) : tw;
+			}
+			d = _mm512_mask_mov_ps(d, _mm512_cmp_ps_mask(d, zero, _CMP_EQ_OQ), one);
+		} else {
+			m = vv[0];
+			for (size_t j = 1; j < n; j++)
+				m = _mm512_add_ps(m, vv[j]);
+			d = divf;
+		}
+		if (normalize)
+			m = _mm512_div_ps(m, d);
+		if (scale_lam)
+			m = _mm512_mul_ps(m, lam);
+		_mm512_mask_storeu_ps(o + k, live, _mm512_add_ps(b, m));
+	}
+}
+
+__attribute__((target("avx512f")))
+static void fused_tile_avx512(const struct state *s, const struct fuse_in *fi, uint64_t e0, uint64_t cnt,
+			      const float *bt, float *o)
+{
+	int k = (int)fi[0].kind;
+
+	for (size_t j = 1; j < s->n; j++)
+		if ((int)fi[j].kind != k)
+			k = -1;
+	switch (k) {
+	case FU_DENSE: fused_tile_k(s, fi, e0, cnt, bt, o, FU_DENSE); break;
+	case FU_RANGE: fused_tile_k(s, fi, e0, cnt, bt, o, FU_RANGE); break;
+	case FU_BITS: fused_tile_k(s, fi, e0, cnt, bt, o, FU_BITS); break;
+	default: fused_tile_k(s, fi, e0, cnt, bt, o, -1); break;
+	}
+}
+#endif
+
 static void apply_f32(const struct state *s, const struct mk_job_chunk *c, const float *b,
 		      float *o, float *v)
 {
@@ -1934,6 +2104,19 @@ static void apply_f32(const struct state *s, const struct mk_job_chunk *c, const
 	for (uint64_t t0 = 0; t0 < c->count; t0 += TILE) {
 		uint64_t cnt = c->count - t0 < TILE ? c->count - t0 : TILE;
 		const float *bt = b + t0;
+#if MK_GTA_X86
+		if (have_avx512 && s->n <= FUSE_MAX) {
+			struct fuse_in fi[FUSE_MAX];
+			bool fuse = true;
+			for (size_t j = 0; j < s->n && fuse; j++)
+				fuse = fuse_of(&s->g[j], c->elem_begin + t0, cnt,
+					       (const float *)c->in[s->g[j].idx] + t0, &fi[j]);
+			if (fuse) {
+				fused_tile_avx512(s, fi, c->elem_begin + t0, cnt, bt, o + t0);
+				continue;
+			}
+		}
+#endif
 		for (size_t j = 0; j < s->n; j++)
 			tile_f32(s, &s->g[j], c->elem_begin + t0, cnt, (const float *)c->in[s->g[j].idx] + t0,
 				 bt, v + j * TILE);
