@@ -993,14 +993,14 @@ static void bucket_sort32(uint64_t *x, uint64_t *w, uint32_t nb)
 /* The ranks of a row's float32 keys key[0..L) (contiguous) in the order
  * (key, index), rank_sort32's order, into g->rank.  When the keys' upper
  * halves span at most RANK_TABLE - 1 values (bfloat16 models' deltas: a
- * few octaves, few mantissa bits) and L < 2^31, by counting on the
- * classes of row_classes: one pass gives each element its place among
- * its class's (index order) and counts the classes, the two halves of
- * the row into two tables (two chains of increments, not one, where runs
- * of one class are common); the classes' starts then make the ranks.  A
- * class of nonzero lower halves may hold several keys: its words are
- * sorted (most hold one key, already in order) and their ranks set
- * again.  Else rank_sort32 on the whole row. */
+ * few octaves, few mantissa bits), not many more than L, and L < 2^31,
+ * by counting on the classes of row_classes: one pass gives each element
+ * its place among its class's (index order) and counts the classes, the
+ * two halves of the row into two tables (two chains of increments, not
+ * one, where runs of one class are common); the classes' starts then
+ * make the ranks.  A class of nonzero lower halves may hold several
+ * keys: its words alone are sorted (most hold one key, already in
+ * order) and their ranks set again.  Else rank_sort32 on the whole row. */
 static void rank_row32(struct gin *g, const uint32_t *restrict key, uint64_t L)
 {
 	uint64_t *w = g->w64, *tmp = w + L;
@@ -1010,7 +1010,9 @@ static void rank_row32(struct gin *g, const uint32_t *restrict key, uint64_t L)
 
 	row_span16(key, L, &lo, &hi);
 	span = lo > hi ? 1 : hi - lo + 2;
-	if (span > RANK_TABLE || L > INT32_MAX) {
+	if (span > RANK_TABLE || span > L + 1024 || L > INT32_MAX) {
+		/* (a short row of keys spread wide: its classes would cost
+		 * more than the row) */
 		const uint64_t *r;
 		for (uint64_t j = 0; j < L; j++)
 			w[j] = (uint64_t)key[j] << 32 | j;
