@@ -442,6 +442,14 @@ static pthread_once_t byte_once = PTHREAD_ONCE_INIT;
 static bool have_avx512, have_avx512dq;
 static bool cpu_avx512, cpu_avx512dq, simd_on = true;
 
+/* F_avx512(...) when HAVE, else F_c(...): the one dispatch of the paths
+ * written twice. */
+#if MK_GTA_X86
+#define SIMD_OR_C(HAVE, F, ...) ((HAVE) ? F##_avx512(__VA_ARGS__) : F##_c(__VA_ARGS__))
+#else
+#define SIMD_OR_C(HAVE, F, ...) ((void)(HAVE), F##_c(__VA_ARGS__))
+#endif
+
 static void byte_f32_make(void)
 {
 #if MK_GTA_X86
@@ -936,26 +944,6 @@ static uint32_t class_starts_avx512(uint32_t *restrict c0, uint32_t *restrict c1
 }
 #endif
 
-static uint64_t row_classes(const uint32_t *restrict key, uint64_t L, uint32_t lo,
-			    uint32_t *restrict bix, uint32_t *restrict dl)
-{
-#if MK_GTA_X86
-	if (have_avx512)
-		return row_classes_avx512(key, L, lo, bix, dl);
-#endif
-	return row_classes_c(key, L, lo, bix, dl);
-}
-
-static uint32_t class_starts(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t nc,
-			     uint32_t *restrict mixed)
-{
-#if MK_GTA_X86
-	if (have_avx512)
-		return class_starts_avx512(c0, c1, nc, mixed);
-#endif
-	return class_starts_c(c0, c1, nc, mixed);
-}
-
 /* rank[j] += start[bix[j]]. */
 MK_HOT_CLONES
 static void row_rank_add(uint32_t *restrict rank, const uint32_t *restrict bix,
@@ -1024,7 +1012,7 @@ static void rank_row32(struct gin *g, const uint32_t *restrict key, uint64_t L)
 	nc = (2 * span + 15) & ~15u;     /* class_starts takes 16 at a time */
 	c1 = c0 + nc;
 	mixed = c1 + nc;
-	nd = row_classes(key, L, lo, bix, dl);
+	nd = SIMD_OR_C(have_avx512, row_classes, key, L, lo, bix, dl);
 	memset(c0, 0, 2 * nc * sizeof(uint32_t));
 	for (uint64_t j = 0; j < h; j++) {
 		uint32_t a = bix[j], b = bix[h + j];
@@ -1033,7 +1021,7 @@ static void rank_row32(struct gin *g, const uint32_t *restrict key, uint64_t L)
 	}
 	if (L % 2)
 		rank[L - 1] = c1[bix[L - 1]]++;
-	nmixed = class_starts(c0, c1, nc, mixed);
+	nmixed = SIMD_OR_C(have_avx512, class_starts, c0, c1, nc, mixed);
 	row_rank_add(rank, bix, c0, h);
 	row_rank_add(rank + h, bix + h, c1, L - h);
 	if (!nmixed)
@@ -1107,17 +1095,6 @@ static void della_draw_row_avx512(uint64_t stream, uint64_t e0, uint64_t L, cons
 }
 #endif
 
-static void della_draw_row(uint64_t stream, uint64_t e0, uint64_t L, const uint32_t *restrict rank,
-			   const uint64_t *restrict thr, const uint32_t *restrict key, uint8_t *restrict mask,
-			   float *restrict m)
-{
-#if MK_GTA_X86
-	if (have_avx512dq)
-		return della_draw_row_avx512(stream, e0, L, rank, thr, key, mask, m);
-#endif
-	della_draw_row_c(stream, e0, L, rank, thr, key, mask, m);
-}
-
 
 /* DELLA float32: rank the slab's rows, draw the mask, sum |kept delta|
  * (in element order). */
@@ -1127,7 +1104,8 @@ static void della_slab32(struct state *s, struct gin *g, uint64_t start)
 
 	if (S == 1) {
 		rank_row32(g, g->key32, L);
-		della_draw_row(g->stream, start, L, g->rank, g->dthr, g->key32, g->mask, g->mf);
+		SIMD_OR_C(have_avx512dq, della_draw_row, g->stream, start, L, g->rank, g->dthr, g->key32,
+			  g->mask, g->mf);
 		fsum_run_f32(&g->after, start, g->mf, L);   /* x + 0.0 is x: terms >= 0 */
 		return;
 	}
@@ -1278,16 +1256,6 @@ static uint64_t tile_under_prefix_c(const uint32_t *restrict key, uint64_t cnt, 
 	return n;
 }
 
-static uint64_t tile_under_prefix(const uint32_t *restrict key, uint64_t cnt, uint32_t P,
-				  uint16_t *restrict lo)
-{
-#if MK_GTA_X86
-	if (have_avx512)
-		return tile_under_prefix_avx512(key, cnt, P, lo);
-#endif
-	return tile_under_prefix_c(key, cnt, P, lo);
-}
-
 /* How many of a tile's keys equal P. */
 MK_HOT_CLONES
 static uint64_t tile_count_eq(const uint32_t *restrict key, uint64_t cnt, uint32_t P)
@@ -1378,7 +1346,8 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 					/* the low digits of the keys under the prefix,
 					 * gathered without a branch, then counted */
 					uint16_t lo[TILE + 16];
-					uint64_t nl = tile_under_prefix(key, cnt, (uint32_t)tg->prefix, lo);
+					uint64_t nl = SIMD_OR_C(have_avx512, tile_under_prefix, key, cnt,
+								 (uint32_t)tg->prefix, lo);
 					for (; k + 4 <= nl; k += 4) {
 						h0[lo[k]]++;
 						h1[lo[k + 1]]++;
