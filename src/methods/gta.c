@@ -400,11 +400,18 @@ struct gin {
 	double pd;
 	uint64_t thr;               /* RAND: kept when (mk_rng_u64 >> 11) < thr */
 	uint8_t *mask;              /* DELLA, RAND with rescale: kept bits [N] (+ 8 bytes) */
-	uint64_t *slab;             /* DELLA: keys of the current slab */
+	uint64_t *slab;             /* DELLA float64: keys of the current slab */
+	uint32_t *key32;            /* DELLA float32: keys of the current slab */
 	double *prob;               /* DELLA: keep probability by rank [L] */
 	struct rk *rk;              /* DELLA: one row being ranked, and room to sort [2L] */
 	uint64_t *dthr;             /* DELLA float32: kept when (mk_rng_u64 >> 11) < thr[rank] [L] */
-	uint32_t *cnt;              /* DELLA float32: rank_row32's counts [RANK_TABLE] */
+	uint32_t *cnt;              /* DELLA float32: rank_row32's two count tables and
+				     * mixed classes [3][2 * RANK_TABLE] */
+	uint64_t *w64;              /* DELLA float32: words to sort [2L + 1] */
+	uint32_t *rank;             /* DELLA float32: each row element's rank [L] */
+	uint32_t *bix;              /* DELLA float32: each row element's class [L], then
+				     * the indices of the nonzero lower halves [L + 16] */
+	float *mf;                  /* DELLA float32: a row's keys, kept |delta| [L] */
 };
 
 struct rk {
@@ -429,18 +436,44 @@ struct state {
 static float byte_f32[256][8];
 static pthread_once_t byte_once = PTHREAD_ONCE_INIT;
 
-/* Whether this CPU runs the AVX-512 paths (set with byte_f32). */
-static bool have_avx512;
+/* Whether the AVX-512 paths run (set with byte_f32: this CPU has them;
+ * mk_gta_simd_enable may turn them off), and those that need AVX-512 DQ
+ * and VL too. */
+static bool have_avx512, have_avx512dq;
+static bool cpu_avx512, cpu_avx512dq, simd_on = true;
+
+/* F_avx512(...) when HAVE, else F_c(...): the one dispatch of the paths
+ * written twice. */
+#if MK_GTA_X86
+#define SIMD_OR_C(HAVE, F, ...) ((HAVE) ? F##_avx512(__VA_ARGS__) : F##_c(__VA_ARGS__))
+#else
+#define SIMD_OR_C(HAVE, F, ...) ((void)(HAVE), F##_c(__VA_ARGS__))
+#endif
 
 static void byte_f32_make(void)
 {
 #if MK_GTA_X86
 	__builtin_cpu_init();
-	have_avx512 = __builtin_cpu_supports("avx512f");
+	cpu_avx512 = __builtin_cpu_supports("avx512f");
+	cpu_avx512dq = cpu_avx512 && __builtin_cpu_supports("avx512dq") &&
+		       __builtin_cpu_supports("avx512vl");
+	have_avx512 = cpu_avx512 && simd_on;
+	have_avx512dq = cpu_avx512dq && simd_on;
 #endif
 	for (unsigned v = 0; v < 256; v++)
 		for (unsigned q = 0; q < 8; q++)
 			byte_f32[v][q] = (v >> q) & 1 ? 1.0f : 0.0f;
+}
+
+bool mk_gta_simd_enable(bool on)
+{
+	bool was = simd_on;
+
+	pthread_once(&byte_once, byte_f32_make);
+	simd_on = on;
+	have_avx512 = cpu_avx512 && on;
+	have_avx512dq = cpu_avx512dq && on;
+	return was;
 }
 
 static void free_state(struct state *s)
@@ -458,6 +491,11 @@ static void free_state(struct state *s)
 		free(s->g[j].rk);
 		free(s->g[j].dthr);
 		free(s->g[j].cnt);
+		free(s->g[j].key32);
+		free(s->g[j].w64);
+		free(s->g[j].rank);
+		free(s->g[j].bix);
+		free(s->g[j].mf);
 	}
 	free(s->g);
 	free(s->ex);
@@ -552,9 +590,15 @@ static int init(struct mk_job *job, struct mk_err *err)
 			g->kind = K_DELLA;
 			g->stream = mk_rng_stream(d->seed, d->tensor, (uint64_t)i);
 			if (!(g->mask = calloc(N / 8 + 8, 1)) ||
-			    !(g->slab = malloc((s->slab ? s->slab : 1) * sizeof(uint64_t))) ||
-			    !(g->prob = malloc((s->L ? s->L : 1) * sizeof(double))) ||
-			    !(g->rk = malloc(2 * (s->L ? s->L : 1) * sizeof(*g->rk))))
+			    !(g->prob = malloc((s->L ? s->L : 1) * sizeof(double))))
+				goto nomem;
+			if (s->f64 ? !(g->slab = malloc((s->slab ? s->slab : 1) * sizeof(uint64_t))) ||
+				     !(g->rk = malloc(2 * (s->L ? s->L : 1) * sizeof(*g->rk)))
+				   : !(g->key32 = malloc((s->slab ? s->slab : 1) * sizeof(uint32_t))) ||
+				     !(g->w64 = malloc((2 * (s->L ? s->L : 1) + 1) * sizeof(uint64_t))) ||
+				     !(g->rank = malloc((s->L ? s->L : 1) * sizeof(uint32_t))) ||
+				     !(g->bix = malloc((2 * (s->L ? s->L : 1) + 16) * sizeof(uint32_t))) ||
+				     !(g->mf = malloc((s->L ? s->L : 1) * sizeof(float))))
 				goto nomem;
 			for (uint64_t r = 0; r < s->L; r++)
 				g->prob[r] = s->f64 ? mk_gta_della_prob_f64(r, s->L, g->density, g->extra)
@@ -562,7 +606,7 @@ static int init(struct mk_job *job, struct mk_err *err)
 			if (!s->f64) {
 				/* u < p with u = r * 2^-53 is r < ceil(p * 2^53), as RAND's thr */
 				if (!(g->dthr = malloc((s->L ? s->L : 1) * sizeof(uint64_t))) ||
-				    !(g->cnt = malloc(RANK_TABLE * sizeof(uint32_t))))
+				    !(g->cnt = malloc(6 * RANK_TABLE * sizeof(uint32_t))))
 					goto nomem;
 				for (uint64_t r = 0; r < s->L; r++)
 					g->dthr[r] = (uint64_t)ceil(g->prob[r] * 0x1p53);
@@ -750,7 +794,6 @@ static const struct rk *rank_sort(struct rk *r, struct rk *tmp, uint64_t L, unsi
 }
 
 static void fsum_run_f32(struct lsum *s, uint64_t e0, const float *a, uint64_t cnt);
-static void tile_setbits(uint8_t *mask, uint64_t e0, uint64_t cnt, const uint8_t *m);
 
 /* The float32 rows: (key << 32 | index) sorted as one 64-bit word on its
  * upper half (rank_sort's order), the mask then drawn in index order. */
@@ -782,133 +825,314 @@ static const uint64_t *rank_sort32(uint64_t *r, uint64_t *tmp, uint64_t L)
 /* The least nonzero and the greatest upper halves (key >> 16) of a
  * row's float32 keys (lo > hi when all keys are 0). */
 MK_HOT_CLONES
-static void row_span16(const uint64_t *restrict key, uint64_t L, uint32_t *lo, uint32_t *hi)
+static void row_span16(const uint32_t *restrict key, uint64_t L, uint32_t *lo, uint32_t *hi)
 {
 	uint32_t mn = UINT32_MAX, mx = 0;
 
 	for (uint64_t j = 0; j < L; j++) {
-		uint32_t k = (uint32_t)key[j], u = k >> 16, v = k ? u : UINT32_MAX;
+		uint32_t k = key[j], u = k >> 16, v = u | (0u - (uint32_t)(k == 0));
 		mn = v < mn ? v : mn;
 		mx = u > mx ? u : mx;
 	}
 	*lo = mn, *hi = mx;
 }
 
-/* The words key << 32 | index of a row's float32 keys (key[j * S] for
- * index j, all distinct) in ascending order, as rank_sort32 puts them,
- * in w or tmp (the one returned).  When the keys' upper halves span at
- * most RANK_TABLE - 1 values (bfloat16 models' deltas: a few octaves,
- * few mantissa bits), a counting pass places the words by upper half
- * (the zero keys first), keeping index order within a bucket; a bucket
- * whose keys differ in their lower halves is then sorted (insertion, or
- * rank_sort32 when large); most hold one key, already in order.  Else
- * rank_sort32 on the whole row. */
-static const uint64_t *rank_row32(uint32_t *cnt, const uint64_t *key, uint64_t S, uint64_t *w,
-				  uint64_t *tmp, uint64_t L)
+/* Each key's class: 2v + d for bucket v (0 for the zero keys, else its
+ * upper half's place above lo, from 1) and d = 1 when its lower half is
+ * nonzero.  Within a bucket the keys of d = 0 all equal (upper << 16) and
+ * lie below those of d = 1, so the classes in order are the keys' order.
+ * The indices of d = 1 (few in a bfloat16 model's deltas) go to dl;
+ * returns how many. */
+static uint64_t row_classes_c(const uint32_t *restrict key, uint64_t L, uint32_t lo,
+			      uint32_t *restrict bix, uint32_t *restrict dl)
 {
-	uint32_t lo = UINT32_MAX, hi = 0, span, pos = 0;
+	uint64_t nd = 0;
 
-	if (S == 1)
-		row_span16(key, L, &lo, &hi);
-	else
-		for (uint64_t j = 0; j < L; j++) {
-			uint32_t k = (uint32_t)key[j * S], u = k >> 16;
-			lo = k && u < lo ? u : lo;
-			hi = u > hi ? u : hi;
-		}
+	for (uint64_t j = 0; j < L; j++) {
+		uint32_t k = key[j], d = ((k & 0xffff) + 0xffff) >> 16;
+		bix[j] = k ? 2 * ((k >> 16) - lo + 1) + d : 0;
+		dl[nd] = (uint32_t)j;
+		nd += d;
+	}
+	return nd;
+}
+
+/* The exclusive starts of the classes (x in order: the counts c0[x] of
+ * the row's first half, then c1[x] of its second) into c0 and c1; the
+ * classes of nonzero lower halves (x odd) holding more than one element
+ * into mixed; returns how many. */
+static uint32_t class_starts_c(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t nc,
+			       uint32_t *restrict mixed)
+{
+	uint32_t pos = 0, nmixed = 0;
+
+	for (uint32_t x = 0; x < nc; x += 2) {
+		uint32_t n0 = c0[x], n = n0 + c1[x], d0 = c0[x + 1], d = d0 + c1[x + 1];
+		c0[x] = pos;
+		c1[x] = pos + n0;
+		pos += n;
+		c0[x + 1] = pos;
+		c1[x + 1] = pos + d0;
+		pos += d;
+		mixed[nmixed] = x + 1;
+		nmixed += d > 1;
+	}
+	return nmixed;
+}
+
+#if MK_GTA_X86
+/* row_classes_c with AVX-512, sixteen keys at a time, the indices of
+ * d = 1 packed with vpcompressd (dl has room for 16 more). */
+__attribute__((target("avx512f")))
+static uint64_t row_classes_avx512(const uint32_t *restrict key, uint64_t L, uint32_t lo,
+				   uint32_t *restrict bix, uint32_t *restrict dl)
+{
+	const __m512i one = _mm512_set1_epi32(1), lom = _mm512_set1_epi32((int)(1 - lo));
+	const __m512i low = _mm512_set1_epi32(0xffff), step = _mm512_set1_epi32(16);
+	__m512i idx = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+	uint64_t nd = 0, j = 0;
+
+	for (; j + 16 <= L; j += 16) {
+		__m512i k = _mm512_loadu_si512((const void *)(key + j));
+		__mmask16 nz = _mm512_test_epi32_mask(k, k), d = _mm512_test_epi32_mask(k, low);
+		__m512i v = _mm512_add_epi32(_mm512_srli_epi32(k, 16), lom);
+		v = _mm512_mask_add_epi32(_mm512_add_epi32(v, v), d, _mm512_add_epi32(v, v), one);
+		_mm512_storeu_si512((void *)(bix + j), _mm512_maskz_mov_epi32(nz, v));
+		_mm512_storeu_si512((void *)(dl + nd), _mm512_maskz_compress_epi32(d, idx));
+		nd += (unsigned)__builtin_popcount(d);
+		idx = _mm512_add_epi32(idx, step);
+	}
+	for (; j < L; j++) {
+		uint32_t k = key[j], d = ((k & 0xffff) + 0xffff) >> 16;
+		bix[j] = k ? 2 * ((k >> 16) - lo + 1) + d : 0;
+		dl[nd] = (uint32_t)j;
+		nd += d;
+	}
+	return nd;
+}
+
+/* class_starts_c with AVX-512: sixteen classes at a time, their counts
+ * summed by a scan in the register (shifts by 1, 2, 4, 8 lanes), the
+ * mixed classes packed with vpcompressd (mixed has room for 16 more);
+ * nc a multiple of 16. */
+__attribute__((target("avx512f")))
+static uint32_t class_starts_avx512(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t nc,
+				    uint32_t *restrict mixed)
+{
+	const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
+	const __m512i last = _mm512_set1_epi32(15), step = _mm512_set1_epi32(16);
+	__m512i carry = zero, idx = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+	uint32_t nmixed = 0;
+
+	for (uint32_t x = 0; x < nc; x += 16) {
+		__m512i a = _mm512_loadu_si512((const void *)(c0 + x));
+		__m512i n = _mm512_add_epi32(a, _mm512_loadu_si512((const void *)(c1 + x))), t = n, ex;
+		__mmask16 mx = _mm512_cmpgt_epu32_mask(n, one) & 0xaaaa;
+		t = _mm512_add_epi32(t, _mm512_alignr_epi32(t, zero, 15));
+		t = _mm512_add_epi32(t, _mm512_alignr_epi32(t, zero, 14));
+		t = _mm512_add_epi32(t, _mm512_alignr_epi32(t, zero, 12));
+		t = _mm512_add_epi32(t, _mm512_alignr_epi32(t, zero, 8));
+		ex = _mm512_add_epi32(_mm512_sub_epi32(t, n), carry);
+		_mm512_storeu_si512((void *)(c0 + x), ex);
+		_mm512_storeu_si512((void *)(c1 + x), _mm512_add_epi32(ex, a));
+		carry = _mm512_add_epi32(carry, _mm512_permutexvar_epi32(last, t));
+		_mm512_storeu_si512((void *)(mixed + nmixed), _mm512_maskz_compress_epi32(mx, idx));
+		nmixed += (unsigned)__builtin_popcount(mx);
+		idx = _mm512_add_epi32(idx, step);
+	}
+	return nmixed;
+}
+#endif
+
+/* rank[j] += start[bix[j]]. */
+MK_HOT_CLONES
+static void row_rank_add(uint32_t *restrict rank, const uint32_t *restrict bix,
+			 const uint32_t *restrict start, uint64_t L)
+{
+	for (uint64_t j = 0; j < L; j++)
+		rank[j] += start[bix[j]];
+}
+
+/* Sort the words x[0..nb) (key << 32 | index) ascending: insertion when
+ * few, else rank_sort32 (w: room for nb). */
+static void bucket_sort32(uint64_t *x, uint64_t *w, uint32_t nb)
+{
+	uint32_t i = 1;
+
+	while (i < nb && x[i - 1] < x[i])
+		i++;
+	if (i >= nb)
+		return;
+	if (nb > 64) {
+		const uint64_t *r = rank_sort32(x, w, nb);
+		if (r != x)
+			memcpy(x, r, nb * sizeof(uint64_t));
+		return;
+	}
+	for (; i < nb; i++) {
+		uint64_t y = x[i];
+		uint32_t q = i;
+		for (; q && x[q - 1] > y; q--)
+			x[q] = x[q - 1];
+		x[q] = y;
+	}
+}
+
+/* The ranks of a row's float32 keys key[0..L) (contiguous) in the order
+ * (key, index), rank_sort32's order, into g->rank.  When the keys' upper
+ * halves span at most RANK_TABLE - 1 values (bfloat16 models' deltas: a
+ * few octaves, few mantissa bits), not many more than L, and L < 2^31,
+ * by counting on the classes of row_classes: one pass gives each element
+ * its place among its class's (index order) and counts the classes, the
+ * two halves of the row into two tables (two chains of increments, not
+ * one, where runs of one class are common); the classes' starts then
+ * make the ranks.  A class of nonzero lower halves may hold several
+ * keys: its words alone are sorted (most hold one key, already in
+ * order) and their ranks set again.  Else rank_sort32 on the whole row. */
+static void rank_row32(struct gin *g, const uint32_t *restrict key, uint64_t L)
+{
+	uint64_t *w = g->w64, *tmp = w + L;
+	uint32_t *rank = g->rank, *bix = g->bix, *c0 = g->cnt, *c1, *mixed;
+	uint32_t lo, hi, span, nc, nmixed, *dl = g->bix + L;
+	uint64_t h = L / 2, nd;
+
+	row_span16(key, L, &lo, &hi);
 	span = lo > hi ? 1 : hi - lo + 2;
-	if (span > RANK_TABLE) {
+	if (span > RANK_TABLE || span > L + 1024 || L > INT32_MAX) {
+		/* (a short row of keys spread wide: its classes would cost
+		 * more than the row) */
+		const uint64_t *r;
 		for (uint64_t j = 0; j < L; j++)
-			w[j] = key[j * S] << 32 | j;
-		return rank_sort32(w, tmp, L);
+			w[j] = (uint64_t)key[j] << 32 | j;
+		r = rank_sort32(w, tmp, L);
+		for (uint64_t i = 0; i < L; i++)
+			rank[(uint32_t)r[i]] = (uint32_t)i;
+		return;
 	}
-	memset(cnt, 0, span * sizeof(uint32_t));
-	for (uint64_t j = 0; j < L; j++) {
-		uint32_t k = (uint32_t)key[j * S];
-		cnt[k ? (k >> 16) - lo + 1 : 0]++;
+	nc = (2 * span + 15) & ~15u;     /* class_starts takes 16 at a time */
+	c1 = c0 + nc;
+	mixed = c1 + nc;
+	nd = SIMD_OR_C(have_avx512, row_classes, key, L, lo, bix, dl);
+	memset(c0, 0, 2 * nc * sizeof(uint32_t));
+	for (uint64_t j = 0; j < h; j++) {
+		uint32_t a = bix[j], b = bix[h + j];
+		rank[j] = c0[a]++;
+		rank[h + j] = c1[b]++;
 	}
-	for (uint32_t v = 0; v < span; v++) {
-		uint32_t x = cnt[v];
-		cnt[v] = pos;
-		pos += x;
+	if (L % 2)
+		rank[L - 1] = c1[bix[L - 1]]++;
+	nmixed = SIMD_OR_C(have_avx512, class_starts, c0, c1, nc, mixed);
+	row_rank_add(rank, bix, c0, h);
+	row_rank_add(rank + h, bix + h, c1, L - h);
+	if (!nmixed)
+		return;
+	/* the words of the nonzero lower halves in their classes' places */
+	for (uint64_t q = 0; q < nd; q++) {
+		uint32_t j = dl[q];
+		tmp[rank[j]] = (uint64_t)key[j] << 32 | j;
 	}
-	for (uint64_t j = 0; j < L; j++) {
-		uint32_t k = (uint32_t)key[j * S];
-		tmp[cnt[k ? (k >> 16) - lo + 1 : 0]++] = (uint64_t)k << 32 | j;
-	}
-	/* bucket v now ends at cnt[v]; bucket 0 (the zero keys) is in order */
-	for (uint32_t v = 1, b0 = cnt[0]; v < span; b0 = cnt[v++]) {
-		uint32_t nb = cnt[v] - b0, i = 1;
-		uint64_t *x = tmp + b0;
-		while (i < nb && x[i - 1] < x[i])
-			i++;
-		if (i >= nb)
+	for (uint32_t q = 0; q < nmixed; q++) {
+		uint32_t x = mixed[q], b0 = c0[x], nb = (x + 1 < nc ? c0[x + 1] : (uint32_t)L) - b0;
+		uint64_t *y = tmp + b0;
+		if (nb < 2)
 			continue;
-		if (nb > 64) {
-			const uint64_t *r = rank_sort32(x, w, nb);
-			if (r != x)
-				memcpy(x, r, nb * sizeof(uint64_t));
-			continue;
-		}
-		for (; i < nb; i++) {
-			uint64_t y = x[i];
-			uint32_t q = i;
-			for (; q && x[q - 1] > y; q--)
-				x[q] = x[q - 1];
-			x[q] = y;
-		}
+		bucket_sort32(y, w, nb);
+		for (uint32_t i = 0; i < nb; i++)
+			rank[(uint32_t)y[i]] = b0 + i;
 	}
-	return tmp;
 }
 
-/* DELLA's draw for one row of float32 keys ranked: element k (index
- * e0 + k * step) kept when its 53 random bits are below thr[rank[k]]. */
-MK_HOT_CLONES
-static void della_draw_u8(uint64_t stream, uint64_t e0, uint64_t step, uint64_t cnt,
-			  const uint32_t *restrict rank, const uint64_t *restrict thr, uint8_t *restrict m)
+/* DELLA's draw for one float32 row of elements e0 .. e0 + L, ranked:
+ * element j kept when its 53 random bits are below thr[rank[j]]; its
+ * bit set in the mask (all zero before) and m[j] = |delta| (the key's
+ * value) when kept, else 0. */
+static void della_draw_row_c(uint64_t stream, uint64_t e0, uint64_t L, const uint32_t *restrict rank,
+			     const uint64_t *restrict thr, const uint32_t *restrict key, uint8_t *restrict mask,
+			     float *restrict m)
 {
-	for (uint64_t k = 0; k < cnt; k++)
-		m[k] = (mk_rng_u64(stream, e0 + k * step) >> 11) < thr[rank[k]];
-}
-
-/* The kept keys of a slab as float32 (0 where not kept). */
-MK_HOT_CLONES
-static void slab_kept_f32(const uint64_t *restrict key, const uint8_t *restrict kb, uint64_t cnt,
-			  float *restrict m)
-{
-	for (uint64_t k = 0; k < cnt; k++) {
-		uint32_t u = (uint32_t)key[k];
+	for (uint64_t j = 0; j < L; j++) {
+		uint64_t e = e0 + j;
+		bool keep = (mk_rng_u64(stream, e) >> 11) < thr[rank[j]];
 		float a;
-		memcpy(&a, &u, sizeof(a));
-		m[k] = kb[k] ? a : 0.0f;
+		memcpy(&a, &key[j], sizeof(a));
+		mask[e >> 3] |= (uint8_t)((unsigned)keep << (e & 7));
+		m[j] = keep ? a : 0.0f;
 	}
 }
 
+#if MK_GTA_X86
+/* The same with AVX-512 (DQ for the 64-bit multiplies): eight elements
+ * at a time, their eight bits one mask byte (e0 a multiple of 8). */
+__attribute__((target("avx512f,avx512dq,avx512vl")))
+static void della_draw_row_avx512(uint64_t stream, uint64_t e0, uint64_t L, const uint32_t *restrict rank,
+				  const uint64_t *restrict thr, const uint32_t *restrict key,
+				  uint8_t *restrict mask, float *restrict m)
+{
+	const __m512i c1 = _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ull);
+	const __m512i c2 = _mm512_set1_epi64((long long)0x94D049BB133111EBull);
+	const __m512i step = _mm512_set1_epi64((long long)(8 * MK_RNG_GOLDEN));
+	__m512i z0 = _mm512_set1_epi64((long long)(stream + (e0 + 1) * MK_RNG_GOLDEN));
+	uint64_t j = 0;
+
+	z0 = _mm512_add_epi64(z0, _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
+						      _mm512_set1_epi64((long long)MK_RNG_GOLDEN)));
+	if (e0 % 8 == 0) {
+		for (; j + 8 <= L; j += 8) {
+			__m512i z = z0, t;
+			__mmask8 k;
+			z0 = _mm512_add_epi64(z0, step);
+			z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), c1);
+			z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), c2);
+			z = _mm512_srli_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 31)), 11);
+			t = _mm512_i32gather_epi64(_mm256_loadu_si256((const __m256i *)(const void *)(rank + j)),
+						   (const void *)thr, 8);
+			k = _mm512_cmplt_epu64_mask(z, t);
+			mask[(e0 + j) >> 3] = (uint8_t)k;
+			_mm256_storeu_ps(m + j, _mm256_maskz_mov_ps(k, _mm256_loadu_ps((const float *)(const void *)(key + j))));
+		}
+	}
+	della_draw_row_c(stream, e0 + j, L - j, rank + j, thr, key + j, mask, m + j);
+}
+#endif
+
+
+/* DELLA float32: rank the slab's rows, draw the mask, sum |kept delta|
+ * (in element order). */
+static void della_slab32(struct state *s, struct gin *g, uint64_t start)
+{
+	const uint64_t L = s->L, S = s->S;
+
+	if (S == 1) {
+		rank_row32(g, g->key32, L);
+		SIMD_OR_C(have_avx512dq, della_draw_row, g->stream, start, L, g->rank, g->dthr, g->key32,
+			  g->mask, g->mf);
+		fsum_run_f32(&g->after, start, g->mf, L);   /* x + 0.0 is x: terms >= 0 */
+		return;
+	}
+	for (uint64_t c = 0; c < S; c++) {
+		uint32_t *row = (uint32_t *)(void *)g->mf;
+		for (uint64_t j = 0; j < L; j++)
+			row[j] = g->key32[j * S + c];
+		rank_row32(g, row, L);
+		for (uint64_t j = 0; j < L; j++) {
+			uint64_t e = start + j * S + c;
+			if ((mk_rng_u64(g->stream, e) >> 11) < g->dthr[g->rank[j]])
+				g->mask[e >> 3] |= (uint8_t)(1u << (e & 7));
+		}
+	}
+	for (uint64_t p = 0; p < s->slab; p += TILE) {
+		uint64_t cnt = s->slab - p < TILE ? s->slab - p : TILE;
+		float m[TILE];
+		for (uint64_t k = 0; k < cnt; k++)
+			m[k] = getbit(g->mask, start + p + k) ? (float)key_value(false, g->key32[p + k]) : 0.0f;
+		fsum_run_f32(&g->after, start + p, m, cnt);
+	}
+}
+
+/* DELLA float64: the same with rank_sort on (key, index) pairs and the
+ * probabilities as doubles. */
 static void della_slab(struct state *s, struct gin *g, uint64_t start)
 {
-	if (!s->f64 && s->L <= UINT32_MAX) {
-		/* g->rk's 32 bytes per row element: two words to sort, a
-		 * rank, a keep byte */
-		uint64_t *w = (uint64_t *)g->rk, *tmp = w + s->L;
-		uint32_t *rank = (uint32_t *)(tmp + s->L);
-		uint8_t *kb = (uint8_t *)(rank + 2 * s->L);
-		for (uint64_t c = 0; c < s->S; c++) {
-			const uint64_t *r;
-			r = rank_row32(g->cnt, g->slab + c, s->S, w, tmp, s->L);
-			for (uint64_t i = 0; i < s->L; i++)
-				rank[(uint32_t)r[i]] = (uint32_t)i;
-			della_draw_u8(g->stream, start + c, s->S, s->L, rank, g->dthr, kb);
-			if (s->S == 1) {
-				tile_setbits(g->mask, start, s->L, kb);
-				break;
-			}
-			for (uint64_t j = 0; j < s->L; j++) {
-				uint64_t e = start + j * s->S + c;
-				g->mask[e >> 3] |= (uint8_t)(kb[j] << (e & 7));
-			}
-		}
-		goto sums;
-	}
 	for (uint64_t c = 0; c < s->S; c++) {
 		const struct rk *r;
 		for (uint64_t j = 0; j < s->L; j++) {
@@ -922,28 +1146,10 @@ static void della_slab(struct state *s, struct gin *g, uint64_t start)
 				g->mask[e >> 3] |= (uint8_t)(1u << (e & 7));
 		}
 	}
-sums:
-	if (s->f64) {
-		for (uint64_t p = 0; p < s->slab; p++)
-			if (getbit(g->mask, start + p))
-				fsum_add(&g->after, start + p, key_value(s->f64, g->slab[p]));
-		return;
-	}
-	for (uint64_t p = 0; p < s->slab; p += TILE) {
-		uint64_t cnt = s->slab - p < TILE ? s->slab - p : TILE;
-		float m[TILE];
-		if (s->S == 1 && s->L <= UINT32_MAX) {
-			/* the keep bytes of the one row, in element order */
-			const uint8_t *kb = (const uint8_t *)((const uint32_t *)((const uint64_t *)g->rk + 2 * s->L) + 2 * s->L);
-			slab_kept_f32(g->slab + p, kb + p, cnt, m);
-		} else {
-			for (uint64_t k = 0; k < cnt; k++)
-				m[k] = getbit(g->mask, start + p + k) ? (float)key_value(false, g->slab[p + k]) : 0.0f;
-		}
-		fsum_run_f32(&g->after, start + p, m, cnt);   /* x + 0.0 is x: terms >= 0 */
-	}
+	for (uint64_t p = 0; p < s->slab; p++)
+		if (getbit(g->mask, start + p))
+			fsum_add(&g->after, start + p, key_value(s->f64, g->slab[p]));
 }
-
 /* ------------------------------------------------------------- passes */
 
 /* Add a[0..cnt) (terms of elements e0, e0+1, ...) to a lane sum,
@@ -1050,16 +1256,6 @@ static uint64_t tile_under_prefix_c(const uint32_t *restrict key, uint64_t cnt, 
 	return n;
 }
 
-static uint64_t tile_under_prefix(const uint32_t *restrict key, uint64_t cnt, uint32_t P,
-				  uint16_t *restrict lo)
-{
-#if MK_GTA_X86
-	if (have_avx512)
-		return tile_under_prefix_avx512(key, cnt, P, lo);
-#endif
-	return tile_under_prefix_c(key, cnt, P, lo);
-}
-
 /* How many of a tile's keys equal P. */
 MK_HOT_CLONES
 static uint64_t tile_count_eq(const uint32_t *restrict key, uint64_t cnt, uint32_t P)
@@ -1092,6 +1288,15 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 			if (done)
 				return;
 		}
+		if (g->kind == K_DELLA && e0 % s->slab + cnt <= s->slab) {
+			/* the tile within one slab: its keys straight into it */
+			uint64_t p = e0 % s->slab;
+			tile_abs_f32(x + t0, b + t0, cnt, a, g->key32 + p);
+			fsum_run_f32(&g->before, e0, a, cnt);
+			if (p + cnt == s->slab)
+				della_slab32(s, g, e0 + cnt - s->slab);
+			continue;
+		}
 		tile_abs_f32(x + t0, b + t0, cnt, a, key);
 		if (g->kind == K_DELLA) {
 			fsum_run_f32(&g->before, e0, a, cnt);
@@ -1099,11 +1304,10 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 				uint64_t e = e0 + k, p = e % s->slab, r = s->slab - p;
 				if (r > cnt - k)
 					r = cnt - k;
-				for (uint64_t q = 0; q < r; q++)
-					g->slab[p + q] = key[k + q];
+				memcpy(g->key32 + p, key + k, r * sizeof(uint32_t));
 				k += r;
 				if (p + r == s->slab)
-					della_slab(s, g, e + r - s->slab);
+					della_slab32(s, g, e + r - s->slab);
 			}
 			continue;
 		}
@@ -1142,7 +1346,8 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 					/* the low digits of the keys under the prefix,
 					 * gathered without a branch, then counted */
 					uint16_t lo[TILE + 16];
-					uint64_t nl = tile_under_prefix(key, cnt, (uint32_t)tg->prefix, lo);
+					uint64_t nl = SIMD_OR_C(have_avx512, tile_under_prefix, key, cnt,
+								 (uint32_t)tg->prefix, lo);
 					for (; k + 4 <= nl; k += 4) {
 						h0[lo[k]]++;
 						h1[lo[k + 1]]++;
@@ -1574,63 +1779,325 @@ static inline float sgnf(float x)
 	return (float)((x > 0) - (x < 0));
 }
 
+/* The merge of one tile's weighted task vectors v[j * TILE + k] (k in
+ * [k0, cnt)) into o[k] = b[k] + mix: the consensus, the sum, the
+ * normalisation and lambda, each a loop over the tile (sw, mix, div:
+ * TILE floats each). */
 MK_HOT_CLONES
+static void mix_tile_c(const struct state *s, uint64_t k0, uint64_t cnt, const float *v,
+		       const float *bt, float *o, float *sw, float *mix, float *div)
+{
+	const enum mk_gta_consensus cons = s->cfg->cons;
+
+	if (cons != MK_GTA_CONS_NONE) {
+		if (cons == MK_GTA_CONS_SUM) {
+			for (uint64_t k = k0; k < cnt; k++)
+				sw[k] = v[k];
+			for (size_t j = 1; j < s->n; j++)
+				for (uint64_t k = k0; k < cnt; k++)
+					sw[k] = sw[k] + v[j * TILE + k];
+		} else {
+			for (uint64_t k = k0; k < cnt; k++)
+				sw[k] = sgnf(v[k]);
+			for (size_t j = 1; j < s->n; j++)
+				for (uint64_t k = k0; k < cnt; k++)
+					sw[k] = sw[k] + sgnf(v[j * TILE + k]);
+		}
+		for (uint64_t k = k0; k < cnt; k++)
+			sw[k] = sw[k] >= 0 ? 1.0f : -1.0f;      /* the majority sign */
+		for (size_t j = 0; j < s->n; j++) {
+			const float *vj = v + j * TILE, wj = s->g[j].wf;
+			for (uint64_t k = k0; k < cnt; k++) {
+				float kk = sgnf(vj[k]) == sw[k] ? 1.0f : 0.0f;
+				float tm = vj[k] * kk, tw = wj * kk;
+				mix[k] = j ? mix[k] + tm : tm;
+				div[k] = j ? div[k] + tw : tw;
+			}
+		}
+		for (uint64_t k = k0; k < cnt; k++)
+			div[k] = div[k] == 0 ? 1.0f : div[k];
+	} else {
+		for (uint64_t k = k0; k < cnt; k++)
+			mix[k] = v[k];
+		for (size_t j = 1; j < s->n; j++)
+			for (uint64_t k = k0; k < cnt; k++)
+				mix[k] = mix[k] + v[j * TILE + k];
+		for (uint64_t k = k0; k < cnt; k++)
+			div[k] = s->divf;
+	}
+	if (s->normalize)
+		for (uint64_t k = k0; k < cnt; k++)
+			mix[k] = mix[k] / div[k];
+	if (s->scale_lam)
+		for (uint64_t k = k0; k < cnt; k++)
+			mix[k] = mix[k] * s->lamf;
+	for (uint64_t k = k0; k < cnt; k++)
+		o[k] = bt[k] + mix[k];
+}
+
+#if MK_GTA_X86
+/* sgnf of sixteen floats: 1, -1, or 0 (zeros and NaN). */
+__attribute__((target("avx512f"))) static inline __m512 sgn16(__m512 x)
+{
+	const __m512 zero = _mm512_setzero_ps();
+	__m512 r = _mm512_mask_mov_ps(zero, _mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ), _mm512_set1_ps(1.0f));
+	return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), _mm512_set1_ps(-1.0f));
+}
+
+/* mix_tile_c with AVX-512 in one pass: sixteen elements through all the
+ * inputs at a time, the same operations on each element in the same
+ * order (so the same bits); the rest of the tile by mix_tile_c. */
+__attribute__((target("avx512f")))
+static void mix_tile_avx512(const struct state *s, uint64_t cnt, const float *v, const float *bt,
+			    float *o, float *sw, float *mix, float *div)
+{
+	const enum mk_gta_consensus cons = s->cfg->cons;
+	const size_t n = s->n;
+	const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f), mone = _mm512_set1_ps(-1.0f);
+	const __m512 lam = _mm512_set1_ps(s->lamf), divf = _mm512_set1_ps(s->divf);
+	const bool normalize = s->normalize, scale_lam = s->scale_lam;
+	uint64_t k = 0;
+
+	for (; k + 16 <= cnt; k += 16) {
+		__m512 m, d;
+		if (cons != MK_GTA_CONS_NONE) {
+			__m512 t = _mm512_loadu_ps(v + k), maj;
+			if (cons == MK_GTA_CONS_SUM) {
+				for (size_t j = 1; j < n; j++)
+					t = _mm512_add_ps(t, _mm512_loadu_ps(v + j * TILE + k));
+			} else {
+				t = sgn16(t);
+				for (size_t j = 1; j < n; j++)
+					t = _mm512_add_ps(t, sgn16(_mm512_loadu_ps(v + j * TILE + k)));
+			}
+			maj = _mm512_mask_mov_ps(mone, _mm512_cmp_ps_mask(t, zero, _CMP_GE_OQ), one);
+			m = d = zero;
+			for (size_t j = 0; j < n; j++) {
+				__m512 x = _mm512_loadu_ps(v + j * TILE + k);
+				__m512 kk = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(sgn16(x), maj, _CMP_EQ_OQ), one);
+				__m512 tm = _mm512_mul_ps(x, kk), tw = _mm512_mul_ps(_mm512_set1_ps(s->g[j].wf), kk);
+				m = j ? _mm512_add_ps(m, tm) : tm;
+				d = j ? _mm512_add_ps(d, tw) : tw;
+			}
+			d = _mm512_mask_mov_ps(d, _mm512_cmp_ps_mask(d, zero, _CMP_EQ_OQ), one);
+		} else {
+			m = _mm512_loadu_ps(v + k);
+			for (size_t j = 1; j < n; j++)
+				m = _mm512_add_ps(m, _mm512_loadu_ps(v + j * TILE + k));
+			d = divf;
+		}
+		if (normalize)
+			m = _mm512_div_ps(m, d);
+		if (scale_lam)
+			m = _mm512_mul_ps(m, lam);
+		_mm512_storeu_ps(o + k, _mm512_add_ps(_mm512_loadu_ps(bt + k), m));
+	}
+	if (k < cnt)
+		mix_tile_c(s, k, cnt, v, bt, o, sw, mix, div);
+}
+#endif
+
+/* The fused apply of one tile with AVX-512, for up to FUSE_MAX inputs
+ * whose masks in this tile are plain: per sixteen elements, each input's
+ * delta, mask, rescale and weight (tile_f32's operations, in its order)
+ * in registers, then the merge of mix_tile_avx512 on them, so that the
+ * tile is read once and nothing goes through memory in between.  What
+ * each input's mask is for the tile: */
+#define FUSE_MAX 8
+enum fuse_kind { FU_DENSE, FU_ZERO, FU_RANGE, FU_BITS };
+struct fuse_in {
+	enum fuse_kind kind;
+	const float *x;
+	const uint8_t *mask;        /* FU_BITS */
+	uint32_t lo, hi;            /* FU_RANGE: kept when lo <= key <= hi */
+	bool none;                  /* FU_RANGE: the range is empty */
+	bool scale;
+	float f, w;
+};
+
+/* Whether input g's mask is plain over elements e0 .. e0 + cnt (no cut
+ * inside, no draw in apply), and how; false: tile_f32 takes it. */
+static bool fuse_of(const struct gin *g, uint64_t e0, uint64_t cnt, const float *x, struct fuse_in *fi)
+{
+	*fi = (struct fuse_in){ .x = x, .scale = g->scale, .f = g->ff, .w = g->wf };
+	switch (g->kind) {
+	case K_DENSE:
+		fi->kind = FU_DENSE;
+		return true;
+	case K_ZERO:
+		fi->kind = FU_ZERO;
+		return true;
+	case K_MAG: {
+		const uint32_t P = (uint32_t)g->t[0].prefix;
+		const uint64_t cut = g->t[0].cut1;
+		if (e0 < cut && cut < e0 + cnt)
+			return false;
+		fi->kind = FU_RANGE;
+		if (e0 + cnt <= cut)
+			fi->lo = P;
+		else if (P == UINT32_MAX)
+			fi->none = true;
+		else
+			fi->lo = P + 1;
+		fi->hi = UINT32_MAX;
+		return true;
+	}
+	case K_OUTL: {
+		const uint32_t A = (uint32_t)g->t[0].prefix, Z = (uint32_t)g->t[1].prefix;
+		const uint64_t ca = g->t[0].cut1, cz = g->t[1].cut1;
+		uint64_t lo;
+		int64_t hi;
+		if ((e0 < ca && ca < e0 + cnt) || (e0 < cz && cz < e0 + cnt))
+			return false;
+		lo = e0 >= ca ? A : (uint64_t)A + 1;
+		hi = e0 + cnt <= cz ? (int64_t)Z : (int64_t)Z - 1;
+		fi->kind = FU_RANGE;
+		if (hi < 0 || lo > UINT32_MAX || (int64_t)lo > hi) {
+			fi->none = true;
+		} else {
+			fi->lo = (uint32_t)lo;
+			fi->hi = (uint32_t)hi;
+		}
+		return true;
+	}
+	case K_RAND:
+		if (!g->mask)
+			return false;
+		__attribute__((fallthrough));
+	case K_DELLA:
+		fi->kind = FU_BITS;
+		fi->mask = g->mask;
+		return true;
+	}
+	return false;
+}
+
+#if MK_GTA_X86
+/* K: the kind of every input, or -1 for each its own (a constant where
+ * this is inlined, so that the common tiles have no switch). */
+__attribute__((target("avx512f"), always_inline))
+static inline void fused_tile_k(const struct state *s, const struct fuse_in *fi, uint64_t e0, uint64_t cnt,
+				const float *bt, float *o, const int K)
+{
+	const enum mk_gta_consensus cons = s->cfg->cons;
+	const size_t n = s->n;
+	const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f), mone = _mm512_set1_ps(-1.0f);
+	const __m512 lam = _mm512_set1_ps(s->lamf), divf = _mm512_set1_ps(s->divf);
+	const __m512i absm = _mm512_set1_epi32(0x7fffffff);
+	const bool normalize = s->normalize, scale_lam = s->scale_lam;
+
+	for (uint64_t k = 0; k < cnt; k += 16) {
+		const __mmask16 live = cnt - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cnt - k)) - 1);
+		const __m512 b = _mm512_maskz_loadu_ps(live, bt + k);
+		__m512 vv[FUSE_MAX], m, d;
+		vv[0] = zero;
+		for (size_t j = 0; j < n; j++) {
+			const struct fuse_in *f = &fi[j];
+			__m512 dl = _mm512_sub_ps(_mm512_maskz_loadu_ps(live, f->x + k), b), v;
+			__mmask16 keep = 0;
+			switch (K >= 0 ? (enum fuse_kind)K : f->kind) {
+			case FU_DENSE:
+				vv[j] = _mm512_mul_ps(dl, _mm512_set1_ps(f->w));
+				continue;
+			case FU_ZERO:
+				vv[j] = _mm512_mul_ps(zero, _mm512_set1_ps(f->w));
+				continue;
+			case FU_RANGE:
+				if (!f->none) {
+					__m512i key = _mm512_and_si512(_mm512_castps_si512(dl), absm);
+					keep = _mm512_cmpge_epu32_mask(key, _mm512_set1_epi32((int)f->lo)) &
+					       _mm512_cmple_epu32_mask(key, _mm512_set1_epi32((int)f->hi));
+				}
+				break;
+			case FU_BITS: {
+				uint64_t e = e0 + k;
+				uint32_t w32;
+				memcpy(&w32, f->mask + (e >> 3), sizeof(w32));
+				keep = (__mmask16)(w32 >> (e & 7));
+				break;
+			}
+			}
+			v = _mm512_mul_ps(dl, _mm512_maskz_mov_ps(keep, one));
+			if (f->scale)
+				v = _mm512_mul_ps(v, _mm512_set1_ps(f->f));
+			vv[j] = _mm512_mul_ps(v, _mm512_set1_ps(f->w));
+		}
+		if (cons != MK_GTA_CONS_NONE) {
+			__m512 t = cons == MK_GTA_CONS_SUM ? vv[0] : sgn16(vv[0]), maj;
+			for (size_t j = 1; j < n; j++)
+				t = _mm512_add_ps(t, cons == MK_GTA_CONS_SUM ? vv[j] : sgn16(vv[j]));
+			maj = _mm512_mask_mov_ps(mone, _mm512_cmp_ps_mask(t, zero, _CMP_GE_OQ), one);
+			m = d = zero;
+			for (size_t j = 0; j < n; j++) {
+				__m512 kk = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(sgn16(vv[j]), maj, _CMP_EQ_OQ), one);
+				__m512 tm = _mm512_mul_ps(vv[j], kk), tw = _mm512_mul_ps(_mm512_set1_ps(s->g[j].wf), kk);
+				m = j ? _mm512_add_ps(m, tm) : tm;
+				d = j ? _mm512_add_ps(d, tw) : tw;
+			}
+			d = _mm512_mask_mov_ps(d, _mm512_cmp_ps_mask(d, zero, _CMP_EQ_OQ), one);
+		} else {
+			m = vv[0];
+			for (size_t j = 1; j < n; j++)
+				m = _mm512_add_ps(m, vv[j]);
+			d = divf;
+		}
+		if (normalize)
+			m = _mm512_div_ps(m, d);
+		if (scale_lam)
+			m = _mm512_mul_ps(m, lam);
+		_mm512_mask_storeu_ps(o + k, live, _mm512_add_ps(b, m));
+	}
+}
+
+__attribute__((target("avx512f")))
+static void fused_tile_avx512(const struct state *s, const struct fuse_in *fi, uint64_t e0, uint64_t cnt,
+			      const float *bt, float *o)
+{
+	int k = (int)fi[0].kind;
+
+	for (size_t j = 1; j < s->n; j++)
+		if ((int)fi[j].kind != k)
+			k = -1;
+	switch (k) {
+	case FU_DENSE: fused_tile_k(s, fi, e0, cnt, bt, o, FU_DENSE); break;
+	case FU_RANGE: fused_tile_k(s, fi, e0, cnt, bt, o, FU_RANGE); break;
+	case FU_BITS: fused_tile_k(s, fi, e0, cnt, bt, o, FU_BITS); break;
+	default: fused_tile_k(s, fi, e0, cnt, bt, o, -1); break;
+	}
+}
+#endif
+
 static void apply_f32(const struct state *s, const struct mk_job_chunk *c, const float *b,
 		      float *o, float *v)
 {
-	const enum mk_gta_consensus cons = s->cfg->cons;
 	float *sw = v + s->n * TILE, *mix = sw + TILE, *div = mix + TILE;
 
 	for (uint64_t t0 = 0; t0 < c->count; t0 += TILE) {
 		uint64_t cnt = c->count - t0 < TILE ? c->count - t0 : TILE;
 		const float *bt = b + t0;
+#if MK_GTA_X86
+		if (have_avx512 && s->n <= FUSE_MAX) {
+			struct fuse_in fi[FUSE_MAX];
+			bool fuse = true;
+			for (size_t j = 0; j < s->n && fuse; j++)
+				fuse = fuse_of(&s->g[j], c->elem_begin + t0, cnt,
+					       (const float *)c->in[s->g[j].idx] + t0, &fi[j]);
+			if (fuse) {
+				fused_tile_avx512(s, fi, c->elem_begin + t0, cnt, bt, o + t0);
+				continue;
+			}
+		}
+#endif
 		for (size_t j = 0; j < s->n; j++)
 			tile_f32(s, &s->g[j], c->elem_begin + t0, cnt, (const float *)c->in[s->g[j].idx] + t0,
 				 bt, v + j * TILE);
-		if (cons != MK_GTA_CONS_NONE) {
-			if (cons == MK_GTA_CONS_SUM) {
-				for (uint64_t k = 0; k < cnt; k++)
-					sw[k] = v[k];
-				for (size_t j = 1; j < s->n; j++)
-					for (uint64_t k = 0; k < cnt; k++)
-						sw[k] = sw[k] + v[j * TILE + k];
-			} else {
-				for (uint64_t k = 0; k < cnt; k++)
-					sw[k] = sgnf(v[k]);
-				for (size_t j = 1; j < s->n; j++)
-					for (uint64_t k = 0; k < cnt; k++)
-						sw[k] = sw[k] + sgnf(v[j * TILE + k]);
-			}
-			for (uint64_t k = 0; k < cnt; k++)
-				sw[k] = sw[k] >= 0 ? 1.0f : -1.0f;      /* the majority sign */
-			for (size_t j = 0; j < s->n; j++) {
-				const float *vj = v + j * TILE, wj = s->g[j].wf;
-				for (uint64_t k = 0; k < cnt; k++) {
-					float kk = sgnf(vj[k]) == sw[k] ? 1.0f : 0.0f;
-					float tm = vj[k] * kk, tw = wj * kk;
-					mix[k] = j ? mix[k] + tm : tm;
-					div[k] = j ? div[k] + tw : tw;
-				}
-			}
-			for (uint64_t k = 0; k < cnt; k++)
-				div[k] = div[k] == 0 ? 1.0f : div[k];
-		} else {
-			for (uint64_t k = 0; k < cnt; k++)
-				mix[k] = v[k];
-			for (size_t j = 1; j < s->n; j++)
-				for (uint64_t k = 0; k < cnt; k++)
-					mix[k] = mix[k] + v[j * TILE + k];
-			for (uint64_t k = 0; k < cnt; k++)
-				div[k] = s->divf;
+#if MK_GTA_X86
+		if (have_avx512) {
+			mix_tile_avx512(s, cnt, v, bt, o + t0, sw, mix, div);
+			continue;
 		}
-		if (s->normalize)
-			for (uint64_t k = 0; k < cnt; k++)
-				mix[k] = mix[k] / div[k];
-		if (s->scale_lam)
-			for (uint64_t k = 0; k < cnt; k++)
-				mix[k] = mix[k] * s->lamf;
-		for (uint64_t k = 0; k < cnt; k++)
-			o[t0 + k] = bt[k] + mix[k];
+#endif
+		mix_tile_c(s, 0, cnt, v, bt, o + t0, sw, mix, div);
 	}
 }
 

@@ -4,6 +4,7 @@
 #ifndef MK_METHODS_GTA_H
 #define MK_METHODS_GTA_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include "mk/method.h"
 
@@ -19,6 +20,12 @@ enum mk_gta_consensus {
  * gets density. */
 float mk_gta_della_prob_f32(uint64_t rank0, uint64_t len, double density, double epsilon);
 double mk_gta_della_prob_f64(uint64_t rank0, uint64_t len, double density, double epsilon);
+
+/* Whether the AVX-512 paths run where the CPU has them (default true);
+ * false: the portable C everywhere, for the tests that compare the two.
+ * Returns the previous setting.  Not thread-safe: set it while no job
+ * runs. */
+bool mk_gta_simd_enable(bool on);
 
 /* `ties` with count consensus (mergekit's ConsensusMethod.count, which no
  * registered method uses); not registered. */

@@ -891,9 +891,9 @@ static int rank_ref_cmp(const void *pa, const void *pb)
 	return x->j < y->j ? -1 : x->j > y->j;
 }
 
-static void test_della_rank_sort(void **st)
+static void della_rank_sort(int L)
 {
-	enum { R = 6, L = 301, S3 = 7, N = R * L * S3 };
+	const int R = 6, S3 = 7, N = R * L * S3;
 	const double rho = 0.4, eps = 0.1;
 	float *zf = calloc(N, 4), *xf = malloc(N * 4), *of = malloc(N * 4);
 	double *zd = calloc(N, 8), *xd = malloc(N * 8), *od = malloc(N * 8);
@@ -945,13 +945,13 @@ static void test_della_rank_sort(void **st)
 			for (uint64_t g = 0; g < rows; g++) {
 				for (uint64_t c = 0; c < S; c++) {
 					uint64_t base = g * L * S + c;
-					for (uint64_t j = 0; j < L; j++) {
+					for (uint64_t j = 0; j < (uint64_t)L; j++) {
 						uint64_t e = base + j * S;
 						r[j].a = f64 ? fabs(xd[e]) : (double)fabsf(xf[e]);
 						r[j].j = j;
 					}
 					qsort(r, L, sizeof(*r), rank_ref_cmp);
-					for (uint64_t i = 0; i < L; i++) {
+					for (uint64_t i = 0; i < (uint64_t)L; i++) {
 						uint64_t e = base + r[i].j * S;
 						double p = f64 ? mk_gta_della_prob_f64(i, L, rho, eps)
 							       : (double)mk_gta_della_prob_f32(i, L, rho, eps);
@@ -981,6 +981,27 @@ static void test_della_rank_sort(void **st)
 	free(xd);
 	free(od);
 	free(r);
+}
+
+/* rows of odd length (row starts anywhere), and of a multiple of 16 (the
+ * vector draws whole mask bytes) */
+static void test_della_rank_sort(void **st)
+{
+	(void)st;
+	della_rank_sort(301);
+	della_rank_sort(512);
+}
+
+/* The same bits from the portable C as from the AVX-512 paths: the
+ * vector-edge and rank tests again with the AVX-512 paths off (on a CPU
+ * without AVX-512 both runs take the C paths). */
+static void test_portable_paths(void **st)
+{
+	bool was = mk_gta_simd_enable(false);
+
+	test_vector_edges(st);
+	test_della_rank_sort(st);
+	mk_gta_simd_enable(was);
 }
 
 /* ------------------------------------------------------ random statistics */
@@ -1235,6 +1256,7 @@ int main(void)
 		cmocka_unit_test(test_export),
 		cmocka_unit_test(test_vector_edges),
 		cmocka_unit_test(test_della_rank_sort),
+		cmocka_unit_test(test_portable_paths),
 		cmocka_unit_test(test_random_statistics),
 		cmocka_unit_test(test_della_ranks),
 		cmocka_unit_test(test_dare_ties_election),
