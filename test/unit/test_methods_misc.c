@@ -557,6 +557,37 @@ static void test_arcee_fusion_sampled(void **st)
 	free(imp);
 }
 
+/* A row a chunk holds whole has its KL summed in pass 0, reusing the
+ * softmax's exp terms; a row split over chunks takes passes 0 and 1 one
+ * element at a time.  Both must give the same bits, also for rows with a
+ * NaN first, an infinite maximum, a repeated maximum or the maximum last. */
+static void test_arcee_fusion_rows_nonfinite(void **st)
+{
+	enum { R = 6, C = 9, N = R * C };
+	float a[N], b[N], whole[N], split[N];
+	const void *v[2] = { a, b };
+	static const uint64_t chunks[] = { 1, 4, 13 };
+	struct tj t;
+
+	for (int i = 0; i < N; i++) {
+		a[i] = ((float)(rnd() % 2001) - 1000.0f) * 1e-3f;
+		b[i] = a[i] + ((float)(rnd() % 2001) - 1000.0f) * 1e-4f;
+	}
+	a[0] = NAN;                  /* row 0: NaN first */
+	b[C + 3] = INFINITY;         /* row 1: infinite maximum */
+	a[2 * C + 5] = -INFINITY;
+	a[3 * C + 2] = a[3 * C + 6] = 3.0f;   /* row 3: repeated maximum */
+	b[4 * C + C - 1] = 5.0f;     /* row 4: maximum last */
+	tj_init(&t, "arcee_fusion", 2, 0);
+	t.in[0] = t.in[1] = td(MK_DT_F32, 2, R, C);
+	assert_int_equal(run_job(&t, MK_DT_F32, v, 0, whole, NULL), 0);
+	for (size_t k = 0; k < sizeof(chunks) / sizeof(chunks[0]); k++) {
+		memset(split, 0x55, sizeof(split));
+		assert_int_equal(run_job(&t, MK_DT_F32, v, chunks[k], split, NULL), 0);
+		assert_memory_equal(whole, split, sizeof(split));
+	}
+}
+
 /* ---------------------------------------------- rules, errors, chunking */
 
 static void test_output_rules_misc(void **st)
@@ -792,6 +823,7 @@ int main(void)
 		cmocka_unit_test(test_arcee_fusion_appendix),
 		cmocka_unit_test(test_arcee_fusion_random),
 		cmocka_unit_test(test_arcee_fusion_sampled),
+		cmocka_unit_test(test_arcee_fusion_rows_nonfinite),
 		cmocka_unit_test(test_output_rules_misc),
 		cmocka_unit_test(test_errors_misc),
 		cmocka_unit_test(test_chunk_independence_misc),
