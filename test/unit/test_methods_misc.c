@@ -284,6 +284,73 @@ static void test_sce_topk_ties(void **st)
 	free(vi);
 }
 
+/* Two models, nothing selected (sce's fast path): bitwise the
+ * description's arithmetic, written out here element by element (tau^2
+ * sums over mk_fsum's blocks, omega, the sign election, num / den), on
+ * deltas with zeros, both signs and opposite pairs, for any chunking. */
+static void test_sce_two_models_bits(void **st)
+{
+	enum { N = 3 * 4096 + 77 };
+	float *b = malloc(N * 4), *x[2] = { malloc(N * 4), malloc(N * 4) };
+	float *ref = malloc(N * 4), *got = malloc(N * 4), om[2];
+	const void *v[3] = { b, x[0], x[1] };
+	struct mk_fsum q[2] = { { 0 } };
+	double od[2], E = 0.0;
+	struct tj t;
+
+	assert_true(b && x[0] && x[1] && ref && got);
+	for (int e = 0; e < N; e++) {
+		b[e] = ((float)(rnd() % 2001) - 1000.0f) * 1e-3f;
+		for (int j = 0; j < 2; j++) {
+			unsigned r = rnd() % 8;
+			x[j][e] = r == 0 ? b[e] : b[e] + ((float)(rnd() % 2001) - 1000.0f) * 1e-4f;
+		}
+		if (e % 97 == 0)   /* opposite deltas: sum 0 */
+			x[1][e] = b[e] - (x[0][e] - b[e]);
+	}
+	for (int e = 0; e < N; e++) {
+		for (int j = 0; j < 2; j++) {
+			float d = x[j][e] - b[e], sq = d * d;
+			q[j].part += (double)sq;
+			mk_fsum_step(&q[j], (uint64_t)e + 1);
+		}
+	}
+	for (int j = 0; j < 2; j++) {
+		od[j] = mk_fsum_value(&q[j]) / (double)N;
+		E += od[j];
+	}
+	for (int j = 0; j < 2; j++)
+		om[j] = fabs(E) < 1e-6 ? 0.5f : (float)(od[j] / E);
+	for (int e = 0; e < N; e++) {
+		float d[2], sw = 0, num = 0, den = 0;
+		for (int j = 0; j < 2; j++) {
+			d[j] = x[j][e] - b[e];
+			sw = sw + d[j];
+		}
+		for (int j = 0; j < 2; j++) {
+			bool agree = sw >= 0 ? d[j] > 0 : d[j] < 0;
+			float ew = om[j] * (agree ? 1.0f : 0.0f), p = d[j] * ew;
+			num = num + p;
+			den = den + ew;
+		}
+		if (den < 1e-6f)
+			den = 1e-6f;
+		ref[e] = b[e] + num / den;
+	}
+	sce_job(&t, 3, 1.0);
+	for (int i = 0; i < 3; i++)
+		t.in[i] = td(MK_DT_F32, 2, N, 1);
+	assert_int_equal(run_job(&t, MK_DT_F32, v, 0, got, NULL), 0);
+	assert_memory_equal(ref, got, N * 4);
+	assert_int_equal(run_job(&t, MK_DT_F32, v, 1001, got, NULL), 0);
+	assert_memory_equal(ref, got, N * 4);
+	free(b);
+	free(x[0]);
+	free(x[1]);
+	free(ref);
+	free(got);
+}
+
 /* ------------------------------------------------------- ram, ramplus_tl */
 
 static void test_ram_appendix(void **st)
@@ -818,6 +885,7 @@ int main(void)
 		cmocka_unit_test(test_sce_appendix),
 		cmocka_unit_test(test_sce_degenerate),
 		cmocka_unit_test(test_sce_topk_ties),
+		cmocka_unit_test(test_sce_two_models_bits),
 		cmocka_unit_test(test_ram_appendix),
 		cmocka_unit_test(test_ramplus_eps0),
 		cmocka_unit_test(test_arcee_fusion_appendix),
