@@ -413,6 +413,52 @@ static void test_ramplus_eps0(void **st)
 	}
 }
 
+/* Two models (ram's fast path, the base in the middle): bitwise the
+ * description's per-element rule written out here, over every triple of
+ * (base, model, model) values from a set with signed zeros, values on
+ * both sides of epsilon, infinities and NaN, for three epsilons. */
+static void test_ram_two_models_bits(void **st)
+{
+	static const float vals[] = { 0.0f, -0.0f, 1e-6f, -1e-6f, 3e-5f, 0.5f, -0.5f,
+				      INFINITY, -INFINITY, NAN };
+	static const double epss[] = { 1e-5, 0.0, -1.0 };
+	enum { V = sizeof(vals) / sizeof(vals[0]), N = V * V * V };
+	float b[N], x0[N], x1[N], ref[N], got[N];
+	const void *v[3] = { x0, b, x1 };
+	struct tj t;
+
+	for (int e = 0; e < N; e++) {
+		b[e] = vals[e % V];
+		x0[e] = vals[e / V % V];
+		x1[e] = vals[e / (V * V)];
+	}
+	for (size_t k = 0; k < sizeof(epss) / sizeof(epss[0]); k++) {
+		float eps = (float)epss[k];
+		for (int e = 0; e < N; e++) {
+			float d[2] = { x0[e] - b[e], x1[e] - b[e] }, acc = 0, first = 0;
+			unsigned c = 0;
+			for (int j = 0; j < 2; j++)
+				if (fabsf(d[j]) > eps) {
+					if (!c)
+						first = d[j];
+					c++;
+				}
+			if (c == 1)
+				acc = first;
+			else if (c == 2)
+				for (int j = 0; j < 2; j++)
+					acc = acc + d[j] / 2.0f;
+			ref[e] = b[e] + acc;
+		}
+		tj_init(&t, "ram", 3, 1);
+		for (int i = 0; i < 3; i++)
+			t.in[i] = td(MK_DT_F32, 1, N, 0);
+		set_g(&t, "epsilon", mk_pval_float(epss[k]));
+		assert_int_equal(run_job(&t, MK_DT_F32, v, 0, got, NULL), 0);
+		assert_memory_equal(ref, got, sizeof(got));
+	}
+}
+
 /* -------------------------------------------------------- arcee_fusion */
 
 /* mergekit's importance in float32 (softmax by torch's max-subtract,
@@ -887,6 +933,7 @@ int main(void)
 		cmocka_unit_test(test_sce_topk_ties),
 		cmocka_unit_test(test_sce_two_models_bits),
 		cmocka_unit_test(test_ram_appendix),
+		cmocka_unit_test(test_ram_two_models_bits),
 		cmocka_unit_test(test_ramplus_eps0),
 		cmocka_unit_test(test_arcee_fusion_appendix),
 		cmocka_unit_test(test_arcee_fusion_random),
