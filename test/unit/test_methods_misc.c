@@ -100,6 +100,44 @@ static void test_nearswap_appendix(void **st)
 	}
 }
 
+/* nearswap's element loop (branch-free, vectorised): bitwise the rule
+ * written out here, over every pair of values from a set with signed
+ * zeros, near-equal values, infinities and NaN, for several t. */
+static void test_nearswap_bits(void **st)
+{
+	static const float vals[] = { 0.0f, -0.0f, 1e-7f, -1e-7f, 0.25f, 0.2500001f, -3.0f,
+				      INFINITY, -INFINITY, NAN };
+	static const double ts[] = { 0.001, 0.0, -1.0, 1e30 };
+	enum { V = sizeof(vals) / sizeof(vals[0]), N = V * V };
+	float a[N], b[N], ref[N], got[N];
+	const void *v[2] = { a, b };
+	struct tj t;
+
+	for (int e = 0; e < N; e++) {
+		a[e] = vals[e % V];
+		b[e] = vals[e / V];
+	}
+	for (size_t k = 0; k < sizeof(ts) / sizeof(ts[0]); k++) {
+		float tf = (float)ts[k];
+		for (int e = 0; e < N; e++) {
+			float d = fabsf(a[e] - b[e]), w;
+			if (d < 1e-6f)
+				d = 1e-6f;
+			w = (1.0f / d) * tf;
+			if (w < 0)
+				w = 0;
+			if (w > 1)
+				w = 1;
+			ref[e] = w * b[e] + (1.0f - w) * a[e];
+		}
+		tj_init(&t, "nearswap", 2, 0);
+		t.in[0] = t.in[1] = td(MK_DT_F32, 1, N, 0);
+		set_g(&t, "t", mk_pval_float(ts[k]));
+		assert_int_equal(run_job(&t, MK_DT_F32, v, 0, got, NULL), 0);
+		assert_memory_equal(ref, got, sizeof(got));
+	}
+}
+
 /* ----------------------------------------------------------------- sce */
 
 static void sce_job(struct tj *t, size_t n, double topk)
@@ -928,6 +966,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_nearswap_appendix),
+		cmocka_unit_test(test_nearswap_bits),
 		cmocka_unit_test(test_sce_appendix),
 		cmocka_unit_test(test_sce_degenerate),
 		cmocka_unit_test(test_sce_topk_ties),
