@@ -5,7 +5,10 @@
  *      p = softmax(b_row) + 1e-8, q = softmax(a_row) + 1e-8,
  *      KL_row = sum p * ln(p / q)  (float64, each row summed in element
  *      order: the softmax statistics by the online max/sum update in
- *      pass 0, KL in pass 1); I is rounded to float32 as mergekit's.
+ *      pass 0, KL in pass 1, or in pass 0 already for a row that one
+ *      chunk holds whole, reusing the exp(x - max) terms the online sum
+ *      added after the row's last new maximum); I is rounded to float32
+ *      as mergekit's.
  *   2. threshold = Q(0.5) + 1.5 * (Q(0.75) - Q(0.25)) (float32), Q(q) =
  *      sorted[int(float32(q) * (n - 1))] over the flattened I, or, for a
  *      tensor of more than 1,000,000 elements, over 1,000,000 elements
@@ -19,9 +22,10 @@
  *
  * The sample is drawn from the counter-based generator of rng.h keyed by
  * (--random-seed, tensor name, the other input's index): sample s is
- * element floor(u64(s) * N / 2^64); the sorted sample indices (8 MB) are
- * walked alongside the ordered chunks of passes 2 and 3, an element
- * counting once per time it was drawn.
+ * element floor(u64(s) * N / 2^64); the sample indices (8 MB), sorted by
+ * radix passes, are walked alongside the ordered chunks of passes 2 and
+ * 3, which look at the drawn elements only, an element counting once per
+ * time it was drawn.
  *
  * Deliberate differences: mergekit computes the softmaxes and KL in
  * float32, mk in float64, so masks may differ on elements whose
@@ -46,12 +50,20 @@
 struct row {
 	double ma, sa, mb, sb;     /* softmax max and sum of exp(x - max) */
 	double kl;
+	bool done;                 /* kl summed in pass 0: the row was whole in a chunk */
 };
+
+/* Rows up to this long, when a chunk holds the whole row, have their KL
+ * summed in pass 0: the exp(x - max) that the softmax sum added after the
+ * row's last new maximum are the very terms the KL needs again (same
+ * arguments), so they are kept in ea/eb and not computed twice. */
+#define ROW_CACHE 65536u
 
 struct state {
 	int other;                 /* -1: copy the single input */
 	uint64_t L, nrows;
 	struct row *rows;
+	double *ea, *eb;           /* [L] one row's exp(x - max) in pass 0, or NULL */
 	uint64_t *samp;            /* sorted sample indices, or NULL: all elements */
 	uint64_t nsamp, cur;       /* sample size (n), cursor of this pass */
 	uint64_t *hist;            /* [MISC_NBUCKET] pass 2 */
@@ -104,6 +116,8 @@ static void free_state(struct state *s)
 	if (!s)
 		return;
 	free(s->rows);
+	free(s->ea);
+	free(s->eb);
 	free(s->samp);
 	free(s->hist);
 	for (int t = 0; t < 3; t++)
@@ -112,10 +126,30 @@ static void free_state(struct state *s)
 	free(s);
 }
 
-static int cmp_u64(const void *x, const void *y)
+/* Sort v[n] ascending (values below 2^bits) by least-significant-digit
+ * radix passes of 11 bits through tmp[n]; the result is in v. */
+static void sort_u64(uint64_t *v, uint64_t *tmp, uint64_t n, unsigned bits)
 {
-	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-	return a < b ? -1 : a > b;
+	static const unsigned D = 11;
+	uint64_t *src = v, *dst = tmp;
+
+	for (unsigned sh = 0; sh < bits; sh += D) {
+		uint64_t cnt[1u << 11] = { 0 }, pos = 0;
+		for (uint64_t i = 0; i < n; i++)
+			cnt[(src[i] >> sh) & ((1u << D) - 1)]++;
+		for (unsigned d = 0; d < (1u << D); d++) {
+			uint64_t c = cnt[d];
+			cnt[d] = pos;
+			pos += c;
+		}
+		for (uint64_t i = 0; i < n; i++)
+			dst[cnt[(src[i] >> sh) & ((1u << D) - 1)]++] = src[i];
+		uint64_t *t = src;
+		src = dst;
+		dst = t;
+	}
+	if (src != v)
+		memcpy(v, src, n * sizeof(*v));
 }
 
 static int init(struct mk_job *job, struct mk_err *err)
@@ -136,13 +170,23 @@ static int init(struct mk_job *job, struct mk_err *err)
 	if (!(s->rows = calloc(s->nrows + 1, sizeof(*s->rows))) ||
 	    !(s->hist = calloc(MISC_NBUCKET, sizeof(uint64_t))))
 		goto nomem;
+	if (s->L > 1 && s->L <= ROW_CACHE &&
+	    (!(s->ea = malloc(s->L * sizeof(double))) || !(s->eb = malloc(s->L * sizeof(double)))))
+		goto nomem;
 	if (n > SAMPLE_SIZE) {
 		uint64_t st = mk_rng_stream(job->d.seed, job->d.tensor, (uint64_t)s->other);
-		if (!(s->samp = malloc(SAMPLE_SIZE * sizeof(uint64_t))))
+		uint64_t *tmp = malloc(SAMPLE_SIZE * sizeof(uint64_t));
+		unsigned bits = 0;
+		if (!tmp || !(s->samp = malloc(SAMPLE_SIZE * sizeof(uint64_t)))) {
+			free(tmp);
 			goto nomem;
+		}
 		for (uint64_t i = 0; i < SAMPLE_SIZE; i++)
 			s->samp[i] = (uint64_t)(((unsigned __int128)mk_rng_u64(st, i) * n) >> 64);
-		qsort(s->samp, SAMPLE_SIZE, sizeof(uint64_t), cmp_u64);
+		while (bits < 64 && (n - 1) >> bits)
+			bits++;
+		sort_u64(s->samp, tmp, SAMPLE_SIZE, bits);
+		free(tmp);
 		s->nsamp = SAMPLE_SIZE;
 	} else {
 		s->nsamp = n;
@@ -161,24 +205,7 @@ nomem:
 	return mk_err_set(err, MK_ENOMEM, "out of memory");
 }
 
-/* How many times element g was drawn (1 without sampling).  Elements
- * arrive in increasing order within a pass. */
-static uint64_t mult(struct state *s, uint64_t g)
-{
-	uint64_t m = 0;
-
-	if (!s->samp)
-		return 1;
-	while (s->cur < s->nsamp && s->samp[s->cur] < g)
-		s->cur++;
-	while (s->cur < s->nsamp && s->samp[s->cur] == g) {
-		s->cur++;
-		m++;
-	}
-	return m;
-}
-
-static void softmax_step(double x, bool first, double *m, double *sum)
+static inline void softmax_step(double x, bool first, double *m, double *sum)
 {
 	if (first) {
 		*m = x;
@@ -191,41 +218,117 @@ static void softmax_step(double x, bool first, double *m, double *sum)
 	}
 }
 
-#define AF_IMP(T, FABS)								\
-	((float)((double)FABS(b[e] - a[e]) * s->rows[(e0 + e) / s->L].kl))
+/* The histogram passes' step for one drawn element of importance imp,
+ * counted m times. */
+static inline void count_key(struct state *s, unsigned pass, float imp, uint64_t m)
+{
+	uint32_t key = misc_fkey(imp);
 
+	if (pass == 2) {
+		s->hist[key >> 16] += m;
+		return;
+	}
+	for (int t = 0; t < 3; t++)
+		if (key >> 16 == s->bucket[t] && (t == 0 || s->lo[t] != s->lo[t - 1]))
+			s->lo[t][key & 0xffffu] += m;
+}
+
+/* Each pass walks the chunk by row segments [k0, k1) of row `ri` (no
+ * division per element).  Pass 0 of a row whole in the chunk also sums
+ * its KL (the same terms in the same order as pass 1 would); pass 1 then
+ * skips it.  With a sample, passes 2 and 3 walk the drawn elements of the
+ * chunk only. */
 #define AF_PASS(NAME, T, FABS)							\
+static void NAME##_row(struct state *s, struct row *r, const T *a, const T *b)	\
+{										\
+	uint64_t L = s->L, la = 0, lb = 0;					\
+	double ma = (double)a[0], mb = (double)b[0], sa = 1.0, sb = 1.0;	\
+	double kl = 0.0;							\
+	for (uint64_t k = 1; k < L; k++) {					\
+		double x = (double)a[k], y = (double)b[k];			\
+		if (x > ma) {							\
+			sa = sa * exp(ma - x) + 1.0;				\
+			ma = x;							\
+			la = k;							\
+		} else {							\
+			double e = exp(x - ma);					\
+			s->ea[k] = e;						\
+			sa = sa + e;						\
+		}								\
+		if (y > mb) {							\
+			sb = sb * exp(mb - y) + 1.0;				\
+			mb = y;							\
+			lb = k;							\
+		} else {							\
+			double e = exp(y - mb);					\
+			s->eb[k] = e;						\
+			sb = sb + e;						\
+		}								\
+	}									\
+	for (uint64_t k = 0; k < L; k++) {					\
+		double xa = k > la ? s->ea[k] : exp((double)a[k] - ma);		\
+		double xb = k > lb ? s->eb[k] : exp((double)b[k] - mb);		\
+		double p = xb / sb + KL_EPS;					\
+		double q = xa / sa + KL_EPS;					\
+		double t = p * log(p / q);					\
+		kl = kl + t;							\
+	}									\
+	r->ma = ma;								\
+	r->sa = sa;								\
+	r->mb = mb;								\
+	r->sb = sb;								\
+	r->kl = kl;								\
+	r->done = true;								\
+}										\
 static void NAME(struct state *s, unsigned pass, const T *a, const T *b,	\
 		 uint64_t e0, uint64_t n)					\
 {										\
 	if (e0 == 0)								\
 		s->cur = 0;							\
-	for (uint64_t e = 0; e < n; e++) {					\
-		uint64_t g = e0 + e;						\
+	if (pass >= 2 && s->samp) {						\
+		while (s->cur < s->nsamp && s->samp[s->cur] < e0 + n) {		\
+			uint64_t g = s->samp[s->cur], m = 0, e = g - e0;	\
+			while (s->cur < s->nsamp && s->samp[s->cur] == g) {	\
+				s->cur++;					\
+				m++;						\
+			}							\
+			count_key(s, pass, (float)((double)FABS(b[e] - a[e]) *	\
+						   s->rows[g / s->L].kl), m);	\
+		}								\
+		return;								\
+	}									\
+	for (uint64_t e = 0; e < n;) {						\
+		uint64_t g = e0 + e, off = g % s->L, len = s->L - off;		\
 		struct row *r = &s->rows[g / s->L];				\
+		const T *ra = a + e, *rb = b + e;				\
+		if (len > n - e)						\
+			len = n - e;						\
+		e += len;							\
 		if (pass == 0) {						\
-			bool first = g % s->L == 0;				\
-			softmax_step((double)a[e], first, &r->ma, &r->sa);	\
-			softmax_step((double)b[e], first, &r->mb, &r->sb);	\
-		} else if (pass == 1) {						\
-			double p = exp((double)b[e] - r->mb) / r->sb + KL_EPS;	\
-			double q = exp((double)a[e] - r->ma) / r->sa + KL_EPS;	\
-			double t = p * log(p / q);				\
-			r->kl = r->kl + t;					\
-		} else {							\
-			uint64_t m = mult(s, g);				\
-			uint32_t key;						\
-			if (!m)							\
-				continue;					\
-			key = misc_fkey(AF_IMP(T, FABS));			\
-			if (pass == 2) {					\
-				s->hist[key >> 16] += m;			\
+			if (!off && len == s->L && s->ea) {			\
+				NAME##_row(s, r, ra, rb);			\
 				continue;					\
 			}							\
-			for (int t = 0; t < 3; t++)				\
-				if (key >> 16 == s->bucket[t] &&		\
-				    (t == 0 || s->lo[t] != s->lo[t - 1]))	\
-					s->lo[t][key & 0xffffu] += m;		\
+			for (uint64_t k = 0; k < len; k++) {			\
+				bool first = off + k == 0;			\
+				softmax_step((double)ra[k], first, &r->ma, &r->sa); \
+				softmax_step((double)rb[k], first, &r->mb, &r->sb); \
+			}							\
+		} else if (pass == 1) {						\
+			double kl = r->kl;					\
+			if (r->done)						\
+				continue;					\
+			for (uint64_t k = 0; k < len; k++) {			\
+				double p = exp((double)rb[k] - r->mb) / r->sb + KL_EPS; \
+				double q = exp((double)ra[k] - r->ma) / r->sa + KL_EPS; \
+				double t = p * log(p / q);			\
+				kl = kl + t;					\
+			}							\
+			r->kl = kl;						\
+		} else {							\
+			double kl = r->kl;					\
+			for (uint64_t k = 0; k < len; k++)			\
+				count_key(s, pass, (float)((double)FABS(rb[k] - ra[k]) * kl), 1); \
 		}								\
 	}									\
 }
@@ -290,12 +393,19 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 static void NAME(const struct state *s, const T *a, const T *b, uint64_t e0,	\
 		 uint64_t n, T *o)						\
 {										\
-	for (uint64_t e = 0; e < n; e++) {					\
-		float imp = AF_IMP(T, FABS);					\
-		T mask = imp >= s->thr ? (T)1 : (T)0;				\
-		T d = b[e] - a[e];						\
-		T p = d * mask;							\
-		o[e] = a[e] + p;						\
+	for (uint64_t e = 0; e < n;) {						\
+		uint64_t g = e0 + e, len = s->L - g % s->L;			\
+		double kl = s->rows[g / s->L].kl;				\
+		if (len > n - e)						\
+			len = n - e;						\
+		for (uint64_t k = e; k < e + len; k++) {			\
+			float imp = (float)((double)FABS(b[k] - a[k]) * kl);	\
+			T mask = imp >= s->thr ? (T)1 : (T)0;			\
+			T d = b[k] - a[k];					\
+			T p = d * mask;						\
+			o[k] = a[k] + p;					\
+		}								\
+		e += len;							\
 	}									\
 }
 AF_APPLY(apply_f32, float, fabsf)

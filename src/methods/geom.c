@@ -148,6 +148,39 @@ static void gather_##SUF(struct mk_geom *g, const void *const *in, uint64_t e,	\
 				d[i] = (double)x[i];				\
 	}									\
 }										\
+/* scalar_run for two signals: the same sums, same order, in registers. */	\
+static void pair_run_##SUF(struct mk_geom *g, const struct mk_job_chunk *c,	\
+			   uint64_t e, uint64_t run)				\
+{										\
+	uint64_t o = e - c->elem_begin;						\
+	const T *x0 = (const T *)c->in[g->idx[0]] + o;				\
+	const T *x1 = (const T *)c->in[g->idx[1]] + o;				\
+	double p00 = g->acc[0].part, p01 = g->acc[1].part, p11 = g->acc[2].part; \
+	if (g->base >= 0) {							\
+		const T *b = (const T *)c->in[g->base] + o;			\
+		for (uint64_t i = 0; i < run; i++) {				\
+			double s0 = (double)(T)(x0[i] - b[i]);			\
+			double s1 = (double)(T)(x1[i] - b[i]);			\
+			double t00 = s0 * s0, t01 = s0 * s1, t11 = s1 * s1;	\
+			p00 += t00;						\
+			p01 += t01;						\
+			p11 += t11;						\
+		}								\
+	} else {								\
+		for (uint64_t i = 0; i < run; i++) {				\
+			double s0 = (double)x0[i], s1 = (double)x1[i];		\
+			double t00 = s0 * s0, t01 = s0 * s1, t11 = s1 * s1;	\
+			p00 += t00;						\
+			p01 += t01;						\
+			p11 += t11;						\
+		}								\
+	}									\
+	g->acc[0].part = p00;							\
+	g->acc[1].part = p01;							\
+	g->acc[2].part = p11;							\
+	for (size_t p = 0; p < 3; p++)						\
+		mk_fsum_step(&g->acc[p], e + run);				\
+}										\
 /* Elements [e, e + run) of the chunk, in one block and one vector, added	\
  * to the open block sums in element order. */					\
 static void scalar_run_##SUF(struct mk_geom *g, const struct mk_job_chunk *c,	\
@@ -155,6 +188,10 @@ static void scalar_run_##SUF(struct mk_geom *g, const struct mk_job_chunk *c,	\
 {										\
 	size_t k = g->k, np = g->npairs;					\
 	double *sig = g->sig, *part = g->part;					\
+	if (k == 2) {								\
+		pair_run_##SUF(g, c, e, run);					\
+		return;								\
+	}									\
 	for (size_t p = 0; p < np; p++)						\
 		part[p] = g->acc[p].part;					\
 	for (uint64_t i = 0; i < run; i++) {					\

@@ -70,18 +70,15 @@ static int init(struct mk_job *job, struct mk_err *err)
 }
 
 #define NS_KERNEL(NAME, T, FABS, EPS)						\
-static void NAME(const T *a, const T *b, T t, uint64_t n, T *o)			\
+MISC_SELECT_LOOP static void NAME(const T *a, const T *b, T t, uint64_t n, T *o) \
 {										\
 	for (uint64_t e = 0; e < n; e++) {					\
 		T d = FABS(a[e] - b[e]);					\
 		T w, u, p, q;							\
-		if (d < (T)EPS)							\
-			d = (T)EPS;						\
+		d = d < (T)EPS ? (T)EPS : d;					\
 		w = ((T)1 / d) * t;						\
-		if (w < 0)							\
-			w = 0;							\
-		if (w > 1)							\
-			w = 1;							\
+		w = w < 0 ? (T)0 : w;						\
+		w = w > 1 ? (T)1 : w;						\
 		p = w * b[e];							\
 		u = (T)1 - w;							\
 		q = u * a[e];							\

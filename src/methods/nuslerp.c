@@ -199,6 +199,25 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 }
 
 #define NUSLERP_APPLY(NAME, T)							\
+/* One vector's elements [0, n) with its coefficients (a loop that	\
+ * vectorises). */								\
+static void NAME##_seg(T a0, T a1, const T *x0, const T *x1, const T *b,	\
+		       uint64_t n, T *o)					\
+{										\
+	if (b) {								\
+		for (uint64_t e = 0; e < n; e++) {				\
+			T d0 = x0[e] - b[e], d1 = x1[e] - b[e];			\
+			T p = a0 * d0, q = a1 * d1;				\
+			T r = p + q;						\
+			o[e] = b[e] + r;					\
+		}								\
+	} else {								\
+		for (uint64_t e = 0; e < n; e++) {				\
+			T p = a0 * x0[e], q = a1 * x1[e];			\
+			o[e] = p + q;						\
+		}								\
+	}									\
+}										\
 static void NAME(const struct state *s, const struct mk_job_chunk *c, T *o)	\
 {										\
 	const T *x0 = c->in[s->idx[0]], *x1 = c->in[s->idx[1]];			\
@@ -206,6 +225,18 @@ static void NAME(const struct state *s, const struct mk_job_chunk *c, T *o)	\
 	uint64_t v = mk_geom_vec_of(s->mode, s->nvec, s->veclen, c->elem_begin); \
 	uint64_t left = s->mode == MK_GEOM_ROWS ? (v + 1) * s->veclen - c->elem_begin : 0; \
 	T a0 = (T)s->c0[v], a1 = (T)s->c1[v];					\
+	if (s->mode != MK_GEOM_COLS) {	/* whole vectors' runs */		\
+		if (s->mode != MK_GEOM_ROWS)					\
+			left = c->count;					\
+		for (uint64_t e = 0; e < c->count; v++) {			\
+			uint64_t len = left < c->count - e ? left : c->count - e; \
+			NAME##_seg((T)s->c0[v], (T)s->c1[v], x0 + e, x1 + e,	\
+				   b ? b + e : NULL, len, o + e);		\
+			e += len;						\
+			left = s->veclen;					\
+		}								\
+		return;								\
+	}									\
 	for (uint64_t e = 0; e < c->count; e++) {				\
 		if (s->mode == MK_GEOM_ROWS && left-- == 0) {			\
 			v++;							\

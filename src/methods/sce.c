@@ -186,6 +186,28 @@ static bool kept(const struct state *s, uint32_t key, uint64_t e)
 }
 
 #define SCE_PASS(NAME, T, VAR)							\
+/* The sums of tau^2 of two inputs, nothing selected: the same terms in	\
+ * the same order, in registers. */						\
+static void NAME##_sq2(struct state *s, const T *b, const void *const *in,	\
+		       uint64_t e0, uint64_t n)					\
+{										\
+	const T *x0 = in[s->idx[0]], *x1 = in[s->idx[1]];			\
+	for (uint64_t i = 0; i < n;) {						\
+		uint64_t run = mk_fsum_run(e0 + i, n - i);			\
+		double q0 = s->sq[0].part, q1 = s->sq[1].part;			\
+		for (uint64_t e = i; e < i + run; e++) {			\
+			T t0 = x0[e] - b[e], t1 = x1[e] - b[e];			\
+			T sq0 = t0 * t0, sq1 = t1 * t1;				\
+			q0 += (double)sq0;					\
+			q1 += (double)sq1;					\
+		}								\
+		s->sq[0].part = q0;						\
+		s->sq[1].part = q1;						\
+		i += run;							\
+		mk_fsum_step(&s->sq[0], e0 + i);				\
+		mk_fsum_step(&s->sq[1], e0 + i);				\
+	}									\
+}										\
 static void NAME(struct state *s, unsigned pass, int base, const void *const *in, \
 		 uint64_t e0, uint64_t n)					\
 {										\
@@ -202,6 +224,10 @@ static void NAME(struct state *s, unsigned pass, int base, const void *const *in
 				s->hist[key & 0xffffu]++;			\
 			}							\
 		}								\
+		return;								\
+	}									\
+	if (s->mode != M_SELECT && s->nn == 2) {				\
+		NAME##_sq2(s, b, in, e0, n);					\
 		return;								\
 	}									\
 	for (uint64_t i = 0; i < n;) {						\
@@ -294,10 +320,41 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 }
 
 #define SCE_APPLY(NAME, T, VAR, OMEGA)						\
+/* apply for two inputs, nothing selected: the same operations in the	\
+ * same order, on hoisted pointers and weights. */				\
+static void NAME##_2(const struct state *s, const T *b, const void *const *in, \
+		     uint64_t n, T *o)						\
+{										\
+	const T *x0 = in[s->idx[0]], *x1 = in[s->idx[1]];			\
+	const T w0 = s->OMEGA[0], w1 = s->OMEGA[1];				\
+	for (uint64_t e = 0; e < n; e++) {					\
+		T t0 = x0[e] - b[e], t1 = x1[e] - b[e];				\
+		T sw = (T)0 + t0, num, den, e0w, e1w, p0, p1;			\
+		int pos, a0, a1;						\
+		sw = sw + t1;							\
+		pos = sw >= 0;	/* branch-free, so the loop vectorises */	\
+		a0 = (pos & (t0 > 0)) | (!pos & (t0 < 0));			\
+		a1 = (pos & (t1 > 0)) | (!pos & (t1 < 0));			\
+		e0w = w0 * (T)a0;						\
+		e1w = w1 * (T)a1;						\
+		p0 = t0 * e0w;							\
+		p1 = t1 * e1w;							\
+		num = (T)0 + p0;						\
+		num = num + p1;							\
+		den = (T)0 + e0w;						\
+		den = den + e1w;						\
+		den = den < (T)1e-6 ? (T)1e-6 : den;				\
+		o[e] = b[e] + num / den;					\
+	}									\
+}										\
 static void NAME(const struct state *s, int base, const void *const *in,	\
 		 uint64_t e0, uint64_t n, T *o)					\
 {										\
 	const T *b = in[base];							\
+	if (s->mode != M_SELECT && s->nn == 2) {				\
+		NAME##_2(s, b, in, n, o);					\
+		return;								\
+	}									\
 	for (uint64_t e = 0; e < n; e++) {					\
 		T tv[64], sw = 0, num = 0, den = 0;				\
 		bool keep = true;						\

@@ -100,6 +100,44 @@ static void test_nearswap_appendix(void **st)
 	}
 }
 
+/* nearswap's element loop (branch-free, vectorised): bitwise the rule
+ * written out here, over every pair of values from a set with signed
+ * zeros, near-equal values, infinities and NaN, for several t. */
+static void test_nearswap_bits(void **st)
+{
+	static const float vals[] = { 0.0f, -0.0f, 1e-7f, -1e-7f, 0.25f, 0.2500001f, -3.0f,
+				      INFINITY, -INFINITY, NAN };
+	static const double ts[] = { 0.001, 0.0, -1.0, 1e30 };
+	enum { V = sizeof(vals) / sizeof(vals[0]), N = V * V };
+	float a[N], b[N], ref[N], got[N];
+	const void *v[2] = { a, b };
+	struct tj t;
+
+	for (int e = 0; e < N; e++) {
+		a[e] = vals[e % V];
+		b[e] = vals[e / V];
+	}
+	for (size_t k = 0; k < sizeof(ts) / sizeof(ts[0]); k++) {
+		float tf = (float)ts[k];
+		for (int e = 0; e < N; e++) {
+			float d = fabsf(a[e] - b[e]), w;
+			if (d < 1e-6f)
+				d = 1e-6f;
+			w = (1.0f / d) * tf;
+			if (w < 0)
+				w = 0;
+			if (w > 1)
+				w = 1;
+			ref[e] = w * b[e] + (1.0f - w) * a[e];
+		}
+		tj_init(&t, "nearswap", 2, 0);
+		t.in[0] = t.in[1] = td(MK_DT_F32, 1, N, 0);
+		set_g(&t, "t", mk_pval_float(ts[k]));
+		assert_int_equal(run_job(&t, MK_DT_F32, v, 0, got, NULL), 0);
+		assert_memory_equal(ref, got, sizeof(got));
+	}
+}
+
 /* ----------------------------------------------------------------- sce */
 
 static void sce_job(struct tj *t, size_t n, double topk)
@@ -284,6 +322,73 @@ static void test_sce_topk_ties(void **st)
 	free(vi);
 }
 
+/* Two models, nothing selected (sce's fast path): bitwise the
+ * description's arithmetic, written out here element by element (tau^2
+ * sums over mk_fsum's blocks, omega, the sign election, num / den), on
+ * deltas with zeros, both signs and opposite pairs, for any chunking. */
+static void test_sce_two_models_bits(void **st)
+{
+	enum { N = 3 * 4096 + 77 };
+	float *b = malloc(N * 4), *x[2] = { malloc(N * 4), malloc(N * 4) };
+	float *ref = malloc(N * 4), *got = malloc(N * 4), om[2];
+	const void *v[3] = { b, x[0], x[1] };
+	struct mk_fsum q[2] = { { 0 } };
+	double od[2], E = 0.0;
+	struct tj t;
+
+	assert_true(b && x[0] && x[1] && ref && got);
+	for (int e = 0; e < N; e++) {
+		b[e] = ((float)(rnd() % 2001) - 1000.0f) * 1e-3f;
+		for (int j = 0; j < 2; j++) {
+			unsigned r = rnd() % 8;
+			x[j][e] = r == 0 ? b[e] : b[e] + ((float)(rnd() % 2001) - 1000.0f) * 1e-4f;
+		}
+		if (e % 97 == 0)   /* opposite deltas: sum 0 */
+			x[1][e] = b[e] - (x[0][e] - b[e]);
+	}
+	for (int e = 0; e < N; e++) {
+		for (int j = 0; j < 2; j++) {
+			float d = x[j][e] - b[e], sq = d * d;
+			q[j].part += (double)sq;
+			mk_fsum_step(&q[j], (uint64_t)e + 1);
+		}
+	}
+	for (int j = 0; j < 2; j++) {
+		od[j] = mk_fsum_value(&q[j]) / (double)N;
+		E += od[j];
+	}
+	for (int j = 0; j < 2; j++)
+		om[j] = fabs(E) < 1e-6 ? 0.5f : (float)(od[j] / E);
+	for (int e = 0; e < N; e++) {
+		float d[2], sw = 0, num = 0, den = 0;
+		for (int j = 0; j < 2; j++) {
+			d[j] = x[j][e] - b[e];
+			sw = sw + d[j];
+		}
+		for (int j = 0; j < 2; j++) {
+			bool agree = sw >= 0 ? d[j] > 0 : d[j] < 0;
+			float ew = om[j] * (agree ? 1.0f : 0.0f), p = d[j] * ew;
+			num = num + p;
+			den = den + ew;
+		}
+		if (den < 1e-6f)
+			den = 1e-6f;
+		ref[e] = b[e] + num / den;
+	}
+	sce_job(&t, 3, 1.0);
+	for (int i = 0; i < 3; i++)
+		t.in[i] = td(MK_DT_F32, 2, N, 1);
+	assert_int_equal(run_job(&t, MK_DT_F32, v, 0, got, NULL), 0);
+	assert_memory_equal(ref, got, N * 4);
+	assert_int_equal(run_job(&t, MK_DT_F32, v, 1001, got, NULL), 0);
+	assert_memory_equal(ref, got, N * 4);
+	free(b);
+	free(x[0]);
+	free(x[1]);
+	free(ref);
+	free(got);
+}
+
 /* ------------------------------------------------------- ram, ramplus_tl */
 
 static void test_ram_appendix(void **st)
@@ -343,6 +448,52 @@ static void test_ramplus_eps0(void **st)
 		assert_false(isnan(out[i]));
 		/* x1: shared 0, unique 6 -> rho 0 -> lambda 1 */
 		assert_true(out[i] == W0[i] + (i < 6 ? 0.5f : 0.0f));
+	}
+}
+
+/* Two models (ram's fast path, the base in the middle): bitwise the
+ * description's per-element rule written out here, over every triple of
+ * (base, model, model) values from a set with signed zeros, values on
+ * both sides of epsilon, infinities and NaN, for three epsilons. */
+static void test_ram_two_models_bits(void **st)
+{
+	static const float vals[] = { 0.0f, -0.0f, 1e-6f, -1e-6f, 3e-5f, 0.5f, -0.5f,
+				      INFINITY, -INFINITY, NAN };
+	static const double epss[] = { 1e-5, 0.0, -1.0 };
+	enum { V = sizeof(vals) / sizeof(vals[0]), N = V * V * V };
+	float b[N], x0[N], x1[N], ref[N], got[N];
+	const void *v[3] = { x0, b, x1 };
+	struct tj t;
+
+	for (int e = 0; e < N; e++) {
+		b[e] = vals[e % V];
+		x0[e] = vals[e / V % V];
+		x1[e] = vals[e / (V * V)];
+	}
+	for (size_t k = 0; k < sizeof(epss) / sizeof(epss[0]); k++) {
+		float eps = (float)epss[k];
+		for (int e = 0; e < N; e++) {
+			float d[2] = { x0[e] - b[e], x1[e] - b[e] }, acc = 0, first = 0;
+			unsigned c = 0;
+			for (int j = 0; j < 2; j++)
+				if (fabsf(d[j]) > eps) {
+					if (!c)
+						first = d[j];
+					c++;
+				}
+			if (c == 1)
+				acc = first;
+			else if (c == 2)
+				for (int j = 0; j < 2; j++)
+					acc = acc + d[j] / 2.0f;
+			ref[e] = b[e] + acc;
+		}
+		tj_init(&t, "ram", 3, 1);
+		for (int i = 0; i < 3; i++)
+			t.in[i] = td(MK_DT_F32, 1, N, 0);
+		set_g(&t, "epsilon", mk_pval_float(epss[k]));
+		assert_int_equal(run_job(&t, MK_DT_F32, v, 0, got, NULL), 0);
+		assert_memory_equal(ref, got, sizeof(got));
 	}
 }
 
@@ -555,6 +706,37 @@ static void test_arcee_fusion_sampled(void **st)
 	free(o1);
 	free(o2);
 	free(imp);
+}
+
+/* A row a chunk holds whole has its KL summed in pass 0, reusing the
+ * softmax's exp terms; a row split over chunks takes passes 0 and 1 one
+ * element at a time.  Both must give the same bits, also for rows with a
+ * NaN first, an infinite maximum, a repeated maximum or the maximum last. */
+static void test_arcee_fusion_rows_nonfinite(void **st)
+{
+	enum { R = 6, C = 9, N = R * C };
+	float a[N], b[N], whole[N], split[N];
+	const void *v[2] = { a, b };
+	static const uint64_t chunks[] = { 1, 4, 13 };
+	struct tj t;
+
+	for (int i = 0; i < N; i++) {
+		a[i] = ((float)(rnd() % 2001) - 1000.0f) * 1e-3f;
+		b[i] = a[i] + ((float)(rnd() % 2001) - 1000.0f) * 1e-4f;
+	}
+	a[0] = NAN;                  /* row 0: NaN first */
+	b[C + 3] = INFINITY;         /* row 1: infinite maximum */
+	a[2 * C + 5] = -INFINITY;
+	a[3 * C + 2] = a[3 * C + 6] = 3.0f;   /* row 3: repeated maximum */
+	b[4 * C + C - 1] = 5.0f;     /* row 4: maximum last */
+	tj_init(&t, "arcee_fusion", 2, 0);
+	t.in[0] = t.in[1] = td(MK_DT_F32, 2, R, C);
+	assert_int_equal(run_job(&t, MK_DT_F32, v, 0, whole, NULL), 0);
+	for (size_t k = 0; k < sizeof(chunks) / sizeof(chunks[0]); k++) {
+		memset(split, 0x55, sizeof(split));
+		assert_int_equal(run_job(&t, MK_DT_F32, v, chunks[k], split, NULL), 0);
+		assert_memory_equal(whole, split, sizeof(split));
+	}
 }
 
 /* ---------------------------------------------- rules, errors, chunking */
@@ -784,14 +966,18 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_nearswap_appendix),
+		cmocka_unit_test(test_nearswap_bits),
 		cmocka_unit_test(test_sce_appendix),
 		cmocka_unit_test(test_sce_degenerate),
 		cmocka_unit_test(test_sce_topk_ties),
+		cmocka_unit_test(test_sce_two_models_bits),
 		cmocka_unit_test(test_ram_appendix),
+		cmocka_unit_test(test_ram_two_models_bits),
 		cmocka_unit_test(test_ramplus_eps0),
 		cmocka_unit_test(test_arcee_fusion_appendix),
 		cmocka_unit_test(test_arcee_fusion_random),
 		cmocka_unit_test(test_arcee_fusion_sampled),
+		cmocka_unit_test(test_arcee_fusion_rows_nonfinite),
 		cmocka_unit_test(test_output_rules_misc),
 		cmocka_unit_test(test_errors_misc),
 		cmocka_unit_test(test_chunk_independence_misc),
