@@ -61,6 +61,7 @@ struct feed {
 	struct mk_stream_reader *r;
 	struct mk_manifest *head;
 	bool *wanted;            /* per stream tensor: a job reads it */
+	bool *done;              /* per stream tensor: read (in wanted's block) */
 	struct mk_chunk c;       /* the current DATA frame (have) */
 	bool have;
 	uint64_t used;           /* its elements already taken */
@@ -119,41 +120,47 @@ struct pf {
 	struct tag fill_tag;
 };
 
-/* The current DATA frame of stream tensor ix: frames of tensors no job
- * reads, or done, dropped.  A frame of a tensor read later arriving
- * before ix is whole means the plan does not read the stream in its
- * order: an error. */
+/* The current DATA frame of stream tensor ix, its elements from
+ * next_elem on: frames of tensors no job reads, or read already (the
+ * rest of a frame whose last rows a vocabulary left out), dropped.  A
+ * frame of any other tensor while ix is not whole means the plan does
+ * not read the stream in its order: an error. */
 static int feed_frame(struct feed *fd, size_t ix, struct mk_err *err)
 {
 	const char *name = fd->head->tensors[ix].name;
 
-	while (!fd->have) {
-		struct mk_frame f;
-		int rc = mk_sr_next(fd->r, &f, err);
-		if (rc < 0)
-			return mk_err_prefix(err, "streamed model '%s': ", fd->ref);
-		if (rc == 0)
-			return mk_err_set(err, MK_ECORRUPT, "streamed model '%s': its stream ended before tensor '%s' was read",
-					  fd->ref, name);
-		if (strcmp(f.type, MK_FT_DATA))
-			continue;             /* its files, notes: not read from a stream */
-		if ((rc = mk_chunk_decode(f.payload, f.payload_len, &fd->c, err)) ||
-		    (rc = mk_chunk_check_data(fd->head, &fd->c, err)))
-			return mk_err_prefix(err, "streamed model '%s': ", fd->ref);
-		if (!fd->wanted[fd->c.id] || fd->c.id < ix)
-			continue;             /* a tensor no job reads, or done */
-		if (fd->c.id > ix)
+	for (;;) {
+		if (!fd->have) {
+			struct mk_frame f;
+			int rc = mk_sr_next(fd->r, &f, err);
+			if (rc < 0)
+				return mk_err_prefix(err, "streamed model '%s': ", fd->ref);
+			if (rc == 0)
+				return mk_err_set(err, MK_ECORRUPT,
+						  "streamed model '%s': its stream ended before tensor '%s' was read",
+						  fd->ref, name);
+			if (strcmp(f.type, MK_FT_DATA))
+				continue;     /* its files, notes: not read from a stream */
+			if ((rc = mk_chunk_decode(f.payload, f.payload_len, &fd->c, err)) ||
+			    (rc = mk_chunk_check_data(fd->head, &fd->c, err)))
+				return mk_err_prefix(err, "streamed model '%s': ", fd->ref);
+			fd->have = true;
+			fd->used = 0;
+		}
+		if (!fd->wanted[fd->c.id] || fd->done[fd->c.id]) {
+			fd->have = false;     /* a tensor no job reads, or read */
+			continue;
+		}
+		if (fd->c.id != ix)
 			return mk_err_set(err, MK_EFORMAT,
 					  "streamed model '%s': tensor '%s' came before '%s' was read: the plan reads the stream in another order",
 					  fd->ref, fd->head->tensors[fd->c.id].name, name);
-		if (fd->c.elem_begin != fd->next_elem)
+		if (fd->c.elem_begin + fd->used != fd->next_elem)
 			return mk_err_set(err, MK_EFORMAT, "streamed model '%s': tensor '%s': a chunk at element %llu, %llu expected",
-					  fd->ref, name, (unsigned long long)fd->c.elem_begin,
+					  fd->ref, name, (unsigned long long)(fd->c.elem_begin + fd->used),
 					  (unsigned long long)fd->next_elem);
-		fd->have = true;
-		fd->used = 0;
+		return 0;
 	}
-	return 0;
 }
 
 /* Elements [at, at + n) of stream tensor `ix` into dst, from the DATA
@@ -163,6 +170,8 @@ static int feed_take(struct feed *fd, size_t ix, uint64_t at, uint64_t n, enum m
 		     struct mk_err *err)
 {
 	if (fd->cur != (long)ix) {
+		if (fd->cur >= 0)
+			fd->done[fd->cur] = true; /* each tensor is read once (mk_fetch_feed_check) */
 		fd->cur = (long)ix;
 		fd->next_elem = 0;
 	}
@@ -210,8 +219,9 @@ static int feeds_open(const struct mk_fetch_opts *o, struct feed *fv, struct mk_
 					&fv[k].head, &f, err);
 		if (rc)
 			return mk_err_prefix(err, "streamed model '%s': ", o->feed_refs[k]);
-		if (!(fv[k].wanted = calloc(fv[k].head->ntensors + 1, sizeof(bool))))
+		if (!(fv[k].wanted = calloc(2 * (fv[k].head->ntensors + 1), sizeof(bool))))
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		fv[k].done = fv[k].wanted + fv[k].head->ntensors + 1;
 	}
 	return 0;
 }

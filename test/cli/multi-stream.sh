@@ -54,7 +54,7 @@ run_both() {
 	rm -rf w s
 	mkdir w s
 	for d in w s; do
-		for m in a b c d e ha hb hc ta tb tc; do [ ! -e $m ] || ln -s ../$m $d/; done
+		for m in a b c d e ha hb hc ta tb tc va vb vc; do [ ! -e $m ] || ln -s ../$m $d/; done
 		cp "$r" $d/r.yml
 	done
 	(cd w && mk-multi "$@" r.yml -I inter --out-path out 2> err.txt) || { cat w/err.txt; fail "$r: the written run failed"; }
@@ -126,6 +126,37 @@ cmp s/out/tokenizer.json a/tokenizer.json || fail "tokenizer_source: not s1's (a
 sed -e '/^name: s2/a tokenizer_source: union' -e '/^name: s2/,/^---/s/  - model: c$/  - model: d/' chain.yml > union.yml
 run_both union.yml
 grep -q "streaming 's1'" s/err.txt && [ -z "$(ls -A s/inter)" ] || { cat s/err.txt; fail "union: s1 not streamed"; }
+# the final merge takes a's vocabulary (tokenizer_source: a), which
+# leaves out s1's last row: the rest of that embedding's last frame is
+# dropped, not handed to the next tensor read from the stream (tied
+# models: the embedding is the only tensor with a vocabulary)
+for m in va:1:32: vb:2:33:'<|im_start|>' vc:3:33:'<|im_start|>'; do
+	IFS=: read -r n sd v x <<EOT
+$m
+EOT
+	mk-gen-model --dtype F32 --layers 2 --hidden 16 --vocab "$v" --seed "$sd" --tied --bpe-tokenizer${x:+="$x"} "$n" > /dev/null
+done
+cat > vocab-drop.yml <<'Y'
+name: s1
+merge_method: linear
+models:
+  - model: vb
+    parameters: {weight: 0.4}
+  - model: vc
+    parameters: {weight: 0.6}
+dtype: float32
+---
+merge_method: linear
+models:
+  - model: s1
+    parameters: {weight: 0.5}
+  - model: va
+    parameters: {weight: 0.5}
+tokenizer_source: va
+dtype: float32
+Y
+run_both vocab-drop.yml
+grep -q "streaming 's1'" s/err.txt && [ -z "$(ls -A s/inter)" ] || { cat s/err.txt; fail "vocab-drop: s1 not streamed"; }
 # a union led by a vocabulary that has s1's tokens in another order
 # (from its 11th on): s1's rows read out of their order, so s1 is
 # written (said)
