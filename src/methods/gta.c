@@ -588,6 +588,14 @@ static int init(struct mk_job *job, struct mk_err *err)
 				break;
 			}
 			g->kind = K_DELLA;
+			if (!s->f64 && s->L > INT32_MAX) {
+				/* the float32 ranks are 32-bit words (rank_row32,
+				 * della_draw_row's gather) */
+				free_state(s);
+				return mk_err_set(err, MK_EINVAL,
+						  "tensor '%s': della ranks rows of at most 2147483647 elements in float32, its rows have %llu (merge it with dtype: float64)",
+						  d->tensor ? d->tensor : "?", (unsigned long long)s->L);
+			}
 			g->stream = mk_rng_stream(d->seed, d->tensor, (uint64_t)i);
 			if (!(g->mask = calloc(N / 8 + 8, 1)) ||
 			    !(g->prob = malloc((s->L ? s->L : 1) * sizeof(double))))
@@ -1844,6 +1852,44 @@ __attribute__((target("avx512f"))) static inline __m512 sgn16(__m512 x)
 	return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), _mm512_set1_ps(-1.0f));
 }
 
+/* The merge of sixteen elements' weighted deltas vv[0 .. s->n): the
+ * consensus (majority sign, each delta kept where its sign is the
+ * majority's, the kept weights summed, 0 made 1) or the plain sum, then
+ * the normalisation and lambda; mix_tile_c's operations in its order. */
+__attribute__((target("avx512f"), always_inline)) static inline __m512 merge16(const struct state *s,
+									       const __m512 *vv)
+{
+	const enum mk_gta_consensus cons = s->cfg->cons;
+	const size_t n = s->n;
+	const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+	__m512 m, d;
+
+	if (cons != MK_GTA_CONS_NONE) {
+		__m512 t = cons == MK_GTA_CONS_SUM ? vv[0] : sgn16(vv[0]), maj;
+		for (size_t j = 1; j < n; j++)
+			t = _mm512_add_ps(t, cons == MK_GTA_CONS_SUM ? vv[j] : sgn16(vv[j]));
+		maj = _mm512_mask_mov_ps(_mm512_set1_ps(-1.0f), _mm512_cmp_ps_mask(t, zero, _CMP_GE_OQ), one);
+		m = d = zero;
+		for (size_t j = 0; j < n; j++) {
+			__m512 kk = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(sgn16(vv[j]), maj, _CMP_EQ_OQ), one);
+			__m512 tm = _mm512_mul_ps(vv[j], kk), tw = _mm512_mul_ps(_mm512_set1_ps(s->g[j].wf), kk);
+			m = j ? _mm512_add_ps(m, tm) : tm;
+			d = j ? _mm512_add_ps(d, tw) : tw;
+		}
+		d = _mm512_mask_mov_ps(d, _mm512_cmp_ps_mask(d, zero, _CMP_EQ_OQ), one);
+	} else {
+		m = vv[0];
+		for (size_t j = 1; j < n; j++)
+			m = _mm512_add_ps(m, vv[j]);
+		d = _mm512_set1_ps(s->divf);
+	}
+	if (s->normalize)
+		m = _mm512_div_ps(m, d);
+	if (s->scale_lam)
+		m = _mm512_mul_ps(m, _mm512_set1_ps(s->lamf));
+	return m;
+}
+
 /* mix_tile_c with AVX-512 in one pass: sixteen elements through all the
  * inputs at a time, the same operations on each element in the same
  * order (so the same bits); the rest of the tile by mix_tile_c. */
@@ -1851,46 +1897,14 @@ __attribute__((target("avx512f")))
 static void mix_tile_avx512(const struct state *s, uint64_t cnt, const float *v, const float *bt,
 			    float *o, float *sw, float *mix, float *div)
 {
-	const enum mk_gta_consensus cons = s->cfg->cons;
 	const size_t n = s->n;
-	const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f), mone = _mm512_set1_ps(-1.0f);
-	const __m512 lam = _mm512_set1_ps(s->lamf), divf = _mm512_set1_ps(s->divf);
-	const bool normalize = s->normalize, scale_lam = s->scale_lam;
+	__m512 vv[n ? n : 1];
 	uint64_t k = 0;
 
 	for (; k + 16 <= cnt; k += 16) {
-		__m512 m, d;
-		if (cons != MK_GTA_CONS_NONE) {
-			__m512 t = _mm512_loadu_ps(v + k), maj;
-			if (cons == MK_GTA_CONS_SUM) {
-				for (size_t j = 1; j < n; j++)
-					t = _mm512_add_ps(t, _mm512_loadu_ps(v + j * TILE + k));
-			} else {
-				t = sgn16(t);
-				for (size_t j = 1; j < n; j++)
-					t = _mm512_add_ps(t, sgn16(_mm512_loadu_ps(v + j * TILE + k)));
-			}
-			maj = _mm512_mask_mov_ps(mone, _mm512_cmp_ps_mask(t, zero, _CMP_GE_OQ), one);
-			m = d = zero;
-			for (size_t j = 0; j < n; j++) {
-				__m512 x = _mm512_loadu_ps(v + j * TILE + k);
-				__m512 kk = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(sgn16(x), maj, _CMP_EQ_OQ), one);
-				__m512 tm = _mm512_mul_ps(x, kk), tw = _mm512_mul_ps(_mm512_set1_ps(s->g[j].wf), kk);
-				m = j ? _mm512_add_ps(m, tm) : tm;
-				d = j ? _mm512_add_ps(d, tw) : tw;
-			}
-			d = _mm512_mask_mov_ps(d, _mm512_cmp_ps_mask(d, zero, _CMP_EQ_OQ), one);
-		} else {
-			m = _mm512_loadu_ps(v + k);
-			for (size_t j = 1; j < n; j++)
-				m = _mm512_add_ps(m, _mm512_loadu_ps(v + j * TILE + k));
-			d = divf;
-		}
-		if (normalize)
-			m = _mm512_div_ps(m, d);
-		if (scale_lam)
-			m = _mm512_mul_ps(m, lam);
-		_mm512_storeu_ps(o + k, _mm512_add_ps(_mm512_loadu_ps(bt + k), m));
+		for (size_t j = 0; j < n; j++)
+			vv[j] = _mm512_loadu_ps(v + j * TILE + k);
+		_mm512_storeu_ps(o + k, _mm512_add_ps(_mm512_loadu_ps(bt + k), merge16(s, vv)));
 	}
 	if (k < cnt)
 		mix_tile_c(s, k, cnt, v, bt, o, sw, mix, div);
@@ -1979,17 +1993,14 @@ __attribute__((target("avx512f"), always_inline))
 static inline void fused_tile_k(const struct state *s, const struct fuse_in *fi, uint64_t e0, uint64_t cnt,
 				const float *bt, float *o, const int K)
 {
-	const enum mk_gta_consensus cons = s->cfg->cons;
 	const size_t n = s->n;
-	const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f), mone = _mm512_set1_ps(-1.0f);
-	const __m512 lam = _mm512_set1_ps(s->lamf), divf = _mm512_set1_ps(s->divf);
+	const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
 	const __m512i absm = _mm512_set1_epi32(0x7fffffff);
-	const bool normalize = s->normalize, scale_lam = s->scale_lam;
 
 	for (uint64_t k = 0; k < cnt; k += 16) {
 		const __mmask16 live = cnt - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cnt - k)) - 1);
 		const __m512 b = _mm512_maskz_loadu_ps(live, bt + k);
-		__m512 vv[FUSE_MAX], m, d;
+		__m512 vv[FUSE_MAX];
 		vv[0] = zero;
 		for (size_t j = 0; j < n; j++) {
 			const struct fuse_in *f = &fi[j];
@@ -2022,30 +2033,7 @@ static inline void fused_tile_k(const struct state *s, const struct fuse_in *fi,
 				v = _mm512_mul_ps(v, _mm512_set1_ps(f->f));
 			vv[j] = _mm512_mul_ps(v, _mm512_set1_ps(f->w));
 		}
-		if (cons != MK_GTA_CONS_NONE) {
-			__m512 t = cons == MK_GTA_CONS_SUM ? vv[0] : sgn16(vv[0]), maj;
-			for (size_t j = 1; j < n; j++)
-				t = _mm512_add_ps(t, cons == MK_GTA_CONS_SUM ? vv[j] : sgn16(vv[j]));
-			maj = _mm512_mask_mov_ps(mone, _mm512_cmp_ps_mask(t, zero, _CMP_GE_OQ), one);
-			m = d = zero;
-			for (size_t j = 0; j < n; j++) {
-				__m512 kk = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(sgn16(vv[j]), maj, _CMP_EQ_OQ), one);
-				__m512 tm = _mm512_mul_ps(vv[j], kk), tw = _mm512_mul_ps(_mm512_set1_ps(s->g[j].wf), kk);
-				m = j ? _mm512_add_ps(m, tm) : tm;
-				d = j ? _mm512_add_ps(d, tw) : tw;
-			}
-			d = _mm512_mask_mov_ps(d, _mm512_cmp_ps_mask(d, zero, _CMP_EQ_OQ), one);
-		} else {
-			m = vv[0];
-			for (size_t j = 1; j < n; j++)
-				m = _mm512_add_ps(m, vv[j]);
-			d = divf;
-		}
-		if (normalize)
-			m = _mm512_div_ps(m, d);
-		if (scale_lam)
-			m = _mm512_mul_ps(m, lam);
-		_mm512_mask_storeu_ps(o + k, live, _mm512_add_ps(b, m));
+		_mm512_mask_storeu_ps(o + k, live, _mm512_add_ps(b, merge16(s, vv)));
 	}
 }
 

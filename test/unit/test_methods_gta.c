@@ -995,6 +995,25 @@ static void test_della_rank_sort(void **st)
 /* The same bits from the portable C as from the AVX-512 paths: the
  * vector-edge and rank tests again with the AVX-512 paths off (on a CPU
  * without AVX-512 both runs take the C paths). */
+/* DELLA's float32 ranks are 32-bit: a row of 2^31 elements is refused
+ * by name before anything its size is allocated (float64 takes it). */
+static void test_della_long_rows(void **st)
+{
+	const uint64_t shape[1] = { 1ull << 31 };
+	struct tj t;
+	struct mk_job job;
+	struct mk_err err = { 0 };
+
+	(void)st;
+	tj_init(&t, "della", 2, 0);
+	set_shape(&t, MK_DT_F32, 1, shape);
+	set_all(&t, "weight", 1.0);
+	set_all(&t, "density", 0.5);
+	set_all(&t, "epsilon", 0.1);
+	assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), -MK_EINVAL);
+	assert_non_null(strstr(err.msg, "della ranks rows of at most 2147483647"));
+}
+
 static void test_portable_paths(void **st)
 {
 	bool was = mk_gta_simd_enable(false);
@@ -1261,6 +1280,7 @@ int main(void)
 		cmocka_unit_test(test_della_ranks),
 		cmocka_unit_test(test_dare_ties_election),
 		cmocka_unit_test(test_rng),
+		cmocka_unit_test(test_della_long_rows),
 	};
 	return cmocka_run_group_tests(tests, setup_inputs, NULL);
 }
