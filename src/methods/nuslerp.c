@@ -223,11 +223,9 @@ static void NAME(const struct state *s, const struct mk_job_chunk *c, T *o)	\
 	const T *x0 = c->in[s->idx[0]], *x1 = c->in[s->idx[1]];			\
 	const T *b = s->base >= 0 ? c->in[s->base] : NULL;			\
 	uint64_t v = mk_geom_vec_of(s->mode, s->nvec, s->veclen, c->elem_begin); \
-	uint64_t left = s->mode == MK_GEOM_ROWS ? (v + 1) * s->veclen - c->elem_begin : 0; \
-	T a0 = (T)s->c0[v], a1 = (T)s->c1[v];					\
 	if (s->mode != MK_GEOM_COLS) {	/* whole vectors' runs */		\
-		if (s->mode != MK_GEOM_ROWS)					\
-			left = c->count;					\
+		uint64_t left = s->mode == MK_GEOM_ROWS ? (v + 1) * s->veclen - c->elem_begin \
+							 : c->count;	\
 		for (uint64_t e = 0; e < c->count; v++) {			\
 			uint64_t len = left < c->count - e ? left : c->count - e; \
 			NAME##_seg((T)s->c0[v], (T)s->c1[v], x0 + e, x1 + e,	\
@@ -237,18 +235,11 @@ static void NAME(const struct state *s, const struct mk_job_chunk *c, T *o)	\
 		}								\
 		return;								\
 	}									\
+	/* columns: the coefficients change every element */			\
 	for (uint64_t e = 0; e < c->count; e++) {				\
-		if (s->mode == MK_GEOM_ROWS && left-- == 0) {			\
-			v++;							\
-			left = s->veclen - 1;					\
-			a0 = (T)s->c0[v];					\
-			a1 = (T)s->c1[v];					\
-		} else if (s->mode == MK_GEOM_COLS) {				\
-			a0 = (T)s->c0[v];					\
-			a1 = (T)s->c1[v];					\
-			if (++v == s->nvec)					\
-				v = 0;						\
-		}								\
+		T a0 = (T)s->c0[v], a1 = (T)s->c1[v];				\
+		if (++v == s->nvec)						\
+			v = 0;							\
 		if (b) {							\
 			T d0 = x0[e] - b[e], d1 = x1[e] - b[e];			\
 			T p = a0 * d0, q = a1 * d1;				\
