@@ -144,8 +144,10 @@ int main(int argc, char **argv)
 		case 'V': cli_version(); break;
 		default:
 			c = c == 'q' ? CLI_RUN_QUIET : c == 'v' ? CLI_RUN_VERBOSE : c;
-			if (c == CLI_RUN_QUIET || c == CLI_RUN_NOQUIET)
-				cli_verbose = c == CLI_RUN_QUIET ? 1 : 2;
+			if (c == CLI_RUN_QUIET)
+				cli_verbose = 1;
+			else if (c == CLI_RUN_NOQUIET && cli_verbose == 1)
+				cli_verbose = 2;      /* -q undone; a -v kept */
 			if (!cli_run_option(run_option_ignored(c) ? CLI_RUN_IGN0 : c, optarg, lo[li].name, false, &ro,
 					    &quiet))
 				cli_usage_hint();

@@ -10,7 +10,8 @@
  * normal from rng.h's generator, stream (seed, output tensor name, input
  * 0), element e of the output's flat index (mk_rng_normal), the product
  * taken in float64 and rounded to the compute dtype, so the noise of an
- * element is the same for any chunking, thread count and machine; 0 is
+ * element is the same for any chunking and thread count (and machine,
+ * where libm's log, sqrt and cos give the same bits); 0 is
  * no noise.  Any dtype may pass through plain; scale and noise need a
  * float tensor.
  */

@@ -54,7 +54,9 @@ static inline double mk_rng_uniform(uint64_t stream, uint64_t e)
 }
 
 /* A standard normal value for element `e` of a stream, by Box-Muller
- * (the cosine branch) from the element's two counters 2e and 2e + 1. */
+ * (the cosine branch) from the element's two counters 2e and 2e + 1.
+ * Unlike the uniforms, its last bits are libm's (log, sqrt, cos): the
+ * same on machines whose libm rounds those alike. */
 static inline double mk_rng_normal(uint64_t stream, uint64_t e)
 {
 	double u1 = 1.0 - mk_rng_uniform(stream, 2 * e), u2 = mk_rng_uniform(stream, 2 * e + 1);
