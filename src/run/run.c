@@ -483,6 +483,10 @@ int mk_run_step_plan(const struct mk_run_opts *o, bool streamed, const char *con
 	int rc;
 
 	*out = NULL;
+	if (streamed && o->resume) {
+		free(s);  /* a streamed merge writes no OUT: nothing to resume */
+		return mk_err_set(err, MK_EINVAL, "%s: a merge streamed into another cannot be resumed", o->out_dir);
+	}
 	if (!s)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	run_init(&s->r, o, &s->clock);
