@@ -363,6 +363,22 @@ static void test_feed_check(void **state)
 	mk_manifest_free(h);
 }
 
+/* A streamed step writes no OUT, so there is nothing to resume: refused,
+ * naming the step's OUT, before anything is planned. */
+static void test_streamed_resume(void **st)
+{
+	struct mk_run_opts o = { .out_dir = "inter/s1", .resume = true };
+	struct mk_run_step *s = (struct mk_run_step *)&o;
+	struct mk_diags d = { 0 };
+	struct mk_err err = { 0 };
+
+	(void)st;
+	assert_int_equal(mk_run_step_plan(&o, true, NULL, NULL, 0, &s, &d, &err), -MK_EINVAL);
+	assert_null(s);
+	assert_non_null(strstr(err.msg, "inter/s1: a merge streamed into another cannot be resumed"));
+	mk_diags_free(&d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -372,6 +388,7 @@ int main(void)
 		cmocka_unit_test(test_names),
 		cmocka_unit_test(test_config_errors),
 		cmocka_unit_test(test_done),
+		cmocka_unit_test(test_streamed_resume),
 		cmocka_unit_test(test_stream_plan),
 		cmocka_unit_test(test_feed_check),
 	};
