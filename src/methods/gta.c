@@ -591,10 +591,11 @@ static int init(struct mk_job *job, struct mk_err *err)
 			if (!s->f64 && s->L > INT32_MAX) {
 				/* the float32 ranks are 32-bit words (rank_row32,
 				 * della_draw_row's gather) */
+				rc = mk_err_set(err, MK_EINVAL,
+						"tensor '%s': della ranks rows of at most 2147483647 elements in float32, its rows have %llu (merge it with dtype: float64)",
+						d->tensor ? d->tensor : "?", (unsigned long long)s->L);
 				free_state(s);
-				return mk_err_set(err, MK_EINVAL,
-						  "tensor '%s': della ranks rows of at most 2147483647 elements in float32, its rows have %llu (merge it with dtype: float64)",
-						  d->tensor ? d->tensor : "?", (unsigned long long)s->L);
+				return rc;
 			}
 			g->stream = mk_rng_stream(d->seed, d->tensor, (uint64_t)i);
 			if (!(g->mask = calloc(N / 8 + 8, 1)) ||
