@@ -155,6 +155,9 @@ struct mk_contract {
  * caller owns every pointer. */
 struct mk_job_desc {
 	const char *tensor;        /* output tensor name (messages, RNG keys) */
+	uint64_t elem_base;        /* the job's first element in that tensor: 0,
+				    * or a part's begin (mk_plan_job.has_part);
+				    * element-keyed random draws count from it */
 	uint64_t seed;             /* --random-seed of the merge (RNG key) */
 	bool is_embed;             /* embed_tokens / lm_head (mk_rectify_shapes) */
 	size_t ninputs;            /* inputs in plan order: base first, then YAML order */

@@ -68,7 +68,8 @@ int mk__gpuq_emit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uin
 	int rc = mk__gpuq_drain(w, r->gq, r->pool, r->cuda, st, err);
 
 	r->next_out = begin + count;
-	return rc ? rc : emit_at(w, r->gq, r->out_index, r->out_row_len, begin, count, dt, data, len, st, err);
+	return rc ? rc : emit_at(w, r->gq, r->out_index, r->emit_row_len, r->out_at + begin, count, dt, data, len, st,
+				 err);
 }
 
 /* Submit job elements [b, b + n) to the GPU, its inputs the converted
@@ -79,7 +80,7 @@ int mk__gpuq_submit(struct mk_stream_writer *w, struct run *r, uint64_t b, uint6
 {
 	struct gpu_queue *gq = r->gq;
 	const void **ptrs = calloc(r->d.ninputs + 1, sizeof(*ptrs));
-	struct gpu_out g = { .index = r->out_index, .row_len = r->out_row_len, .begin = b, .n = n,
+	struct gpu_out g = { .index = r->out_index, .row_len = r->emit_row_len, .begin = r->out_at + b, .n = n,
 			     .dt = r->job.out.dtype };
 	int rc;
 

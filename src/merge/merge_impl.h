@@ -54,8 +54,10 @@ struct run {                     /* the job being merged */
 	struct mk_tensor_desc *in;
 	struct mk_pval *gvals, *ivals;
 	const char *name;
-	uint64_t out_nelem, out_row_len;
+	uint64_t out_nelem, out_row_len;   /* the job's output (a part's) */
 	size_t out_index;
+	uint64_t out_at;         /* its first element in the output tensor (a part's begin, else 0) */
+	uint64_t emit_row_len;   /* the output tensor's row length, for DATA frames */
 	struct inbuf *ib;
 	/* the INPT frame being taken in, and its reader (mk_sr_trade) */
 	struct mk_stream_reader *rd;

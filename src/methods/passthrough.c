@@ -74,7 +74,7 @@ static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 				  "passthrough, tensor '%s': %s data is copied as bytes, not through apply",
 				  job->d.tensor ? job->d.tensor : "?", mk_dtype_name(job->d.in[0].dtype));
 	double ns = noise_of(mk_job_input_param(job, 0, P_NOISE));
-	uint64_t st = ns != 0 ? mk_rng_stream(job->d.seed, job->d.tensor, 0) : 0, e0 = c->elem_begin;
+	uint64_t st = ns != 0 ? mk_rng_stream(job->d.seed, job->d.tensor, 0) : 0, e0 = job->d.elem_base + c->elem_begin;
 	if (job->compute == MK_DT_F64) {
 		const double *x = c->in[0];
 		double *o = out, sc = scale->set ? scale->f : 1.0;

@@ -91,7 +91,7 @@ static void edit_job(struct mk_plan_job *j, struct in *in)
 	static const char *const methods[] = { "linear", "slerp", "ties", "passthrough", "nope", "task_arithmetic",
 					       "karcher", "dare_ties" };
 	static const char *const names[] = { "weight", "t", "density", "nope", "normalize", "epsilon" };
-	unsigned what = take(in) % 14, v = take(in);
+	unsigned what = take(in) % 15, v = take(in);
 	size_t i = v % (j->ninputs ? j->ninputs : 1);
 	struct mk_plan_input *pi = &j->inputs[i];
 	struct mk_err err;
@@ -118,6 +118,13 @@ static void edit_job(struct mk_plan_job *j, struct in *in)
 	case 11: j->spill = !j->spill; break;
 	case 12: j->is_embed = !j->is_embed; break;
 	case 13: j->id = take(in) % 4; break;
+	case 14: /* a part of the output: where, and of what shape */
+		j->has_part = !j->has_part;
+		j->part_begin = take(in) % 13;
+		j->part_ndim = take(in) % 3;
+		j->part_shape[0] = take(in) % 5;
+		j->part_shape[1] = take(in) % 4;
+		break;
 	}
 	/* what the encoder writes must be nameable */
 	if (pi->desc.dtype >= MK_DT_COUNT)

@@ -1965,6 +1965,60 @@ static void test_job_roundtrip(void **state)
 }
 
 static void expect_bad_job(const struct mk_manifest *head, const char *json, const char *sub);
+/* a part of output "a" ([4, 3], 12 elements): its rows 2-3 from a [2, 3]
+ * input, as mk-moe writes one expert's tensor into a fused one */
+#define PART_IN "{\"model\":1,\"tensor\":\"e1\",\"dtype\":\"BF16\",\"shape\":[2,3],\"load_dtype\":\"F32\"}"
+#define PART_JOB(method, part) "{\"id\":5,\"output\":0,\"method\":\"" method "\",\"inputs\":[" PART_IN "]," part "}"
+static void test_job_part(void **state)
+{
+	struct mk_manifest *head = job_head();
+	const char *good = PART_JOB("passthrough", "\"part\":{\"begin\":6,\"shape\":[2,3]}");
+	struct mk_plan_job *j, *k;
+	struct mk_err err;
+	char *s;
+	size_t len;
+
+	(void)state;
+	assert_int_equal(mk_plan_job_decode(good, strlen(good), head, &j, &err), 0);
+	for (int round = 0; round < 2; round++) {
+		assert_true(j->has_part);
+		assert_int_equal(j->part_begin, 6);
+		assert_int_equal(j->part_ndim, 2);
+		assert_int_equal(j->part_shape[0], 2);
+		assert_int_equal(j->part_shape[1], 3);
+		assert_null(j->extra); /* "part" is a key of the format, not kept as unknown */
+		assert_int_equal(mk_plan_job_encode(j, &s, &len, &err), 0);
+		assert_non_null(strstr(s, "\"part\":{\"begin\":6,\"shape\":[2,3]}"));
+		assert_int_equal(mk_plan_job_decode(s, len, head, &k, &err), 0);
+		free(s);
+		mk_plan_job_free(j);
+		j = k;
+	}
+	mk_plan_job_free(j);
+	/* a job without one makes the whole tensor, and says nothing of parts */
+	assert_int_equal(mk_plan_job_decode(GOOD_JOB, strlen(GOOD_JOB), head, &j, &err), 0);
+	assert_false(j->has_part);
+	assert_int_equal(mk_plan_job_encode(j, &s, &len, &err), 0);
+	assert_null(strstr(s, "\"part\""));
+	free(s);
+	mk_plan_job_free(j);
+	/* the last six elements fit; one further does not */
+	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{\"begin\":7,\"shape\":[2,3]}"),
+		       "part [7, +6) is outside tensor 'a' (12 elements)");
+	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{\"begin\":9223372036854775807,\"shape\":[2,3]}"),
+		       "is outside tensor 'a'");
+	expect_bad_job(head, PART_JOB("linear", "\"part\":{\"begin\":0,\"shape\":[2,3]}"),
+		       "made by passthrough of one input, not by linear");
+	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{\"begin\":0,\"shape\":[5]}"),
+		       "its part has 5 elements, its input 6");
+	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{\"begin\":0,\"shape\":[0,3]}"), "bad \"part\"");
+	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{\"shape\":[2,3]}"), "bad \"part\"");
+	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{\"begin\":0,\"shape\":[1,1,1,1,1,1,1,1,6]}"),
+		       "bad \"part\"");
+	expect_bad_job(head, PART_JOB("passthrough", "\"part\":[0,2,3]"), "bad \"part\"");
+	mk_manifest_free(head);
+}
+
 /* a vocabulary job: 6 output rows (5 tokens + 1 padding); input 0 has
  * rows 0-1 and 3, input 1 rows 0-3; row 4 is filled from aux 0 (model 0's
  * stored row 2), row 2 averaged... by the fill list */
@@ -2212,6 +2266,7 @@ int main(void)
 		cmocka_unit_test(test_manifest_errors),
 		cmocka_unit_test(test_job_roundtrip),
 		cmocka_unit_test(test_job_vocab),
+		cmocka_unit_test(test_job_part),
 		cmocka_unit_test(test_job_errors),
 		cmocka_unit_test(test_chunk_checks),
 	};
