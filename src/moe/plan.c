@@ -271,19 +271,28 @@ struct plan {
 	enum mk_dtype odt;
 };
 
+/* Where a job's output goes: a part of an output tensor already in the
+ * manifest (a fused expert tensor), from element `begin`. */
+struct part {
+	size_t output;
+	uint64_t begin;
+};
+
 /* A passthrough job: output `out` (dtype odt, or the stored one) from
  * model table entry `mi`'s tensor `src`, plus normal noise of standard
  * deviation `noise` (0: none; passthrough's noise_scale, seeded by the
- * plan's seed and `out`), times `scale`. */
+ * plan's seed, the output tensor and the element), times `scale`.  With
+ * `pt`, the job makes that part of an existing output, cast on load to
+ * its dtype; else it makes a new output tensor of the source's shape. */
 static int add_job(struct plan *p, const struct pm *m, const char *src, const char *out, double scale,
-		   double noise, struct mk_err *err)
+		   double noise, const struct part *pt, struct mk_err *err)
 {
 	const struct mk_model_tensor *mt = mk_model_find(m->m, src);
 	if (!mt)
 		return mk_err_set(err, MK_ENOENT, "model '%s' has no tensor '%s' (for %s)", m->ref, src, out);
 	const struct mk_tensor_desc *d = &mt->t->desc;
-	enum mk_dtype odt = p->odt != MK_DT_COUNT ? p->odt : d->dtype;
-	int rc = mk_manifest_add_tensor(p->man, out, odt, d->ndim, d->shape, err);
+	enum mk_dtype odt = pt ? p->man->tensors[pt->output].desc.dtype : p->odt != MK_DT_COUNT ? p->odt : d->dtype;
+	int rc = pt ? 0 : mk_manifest_add_tensor(p->man, out, odt, d->ndim, d->shape, err);
 	if (rc)
 		return rc;
 	struct mk_plan_job *j = mk_plan_job_new(1), **nj = realloc(p->jobs, (p->njobs + 1) * sizeof(*nj));
@@ -296,7 +305,13 @@ static int add_job(struct plan *p, const struct pm *m, const char *src, const ch
 	p->jobs = nj;
 	p->jobs[p->njobs++] = j;
 	j->id = (uint32_t)(p->njobs - 1);
-	j->output = p->man->ntensors - 1;
+	j->output = pt ? pt->output : p->man->ntensors - 1;
+	if (pt) {
+		j->has_part = true;
+		j->part_begin = pt->begin;
+		j->part_ndim = d->ndim;
+		memcpy(j->part_shape, d->shape, sizeof(j->part_shape));
+	}
 	j->method = strdup("passthrough");
 	j->inputs[0].model = m->index;
 	j->inputs[0].tensor = strdup(src);
@@ -315,7 +330,67 @@ static int add_job(struct plan *p, const struct pm *m, const char *src, const ch
 }
 
 static const char *const mlp_parts[] = { "gate_proj", "up_proj", "down_proj" };
-static const char *const mixtral_parts[] = { "w1", "w3", "w2" };
+
+/* mergekit-moe's order: the noise (every MLP tensor), then residual_scale
+ * (down_proj, part 2) */
+static double part_scale(const struct mk_moe_expert *ex, int q)
+{
+	return q == 2 && ex->has_residual ? ex->residual_scale : 1.0;
+}
+
+/* Mixtral's and Qwen3-MoE's experts of layer l in transformers 5's fused
+ * layout, as mergekit-moe writes them: mlp.experts.gate_up_proj
+ * [E, 2I, H] (expert e's gate_proj rows, then its up_proj rows) and
+ * mlp.experts.down_proj [E, H, I]; each expert's tensor one job that
+ * makes its part.  Every expert's tensor must have the first expert's
+ * shape. */
+static int add_fused(struct plan *p, struct pm *ms, const struct mk_moe_config *c, uint64_t l, struct mk_err *err)
+{
+	for (int f = 0; f < 2; f++) {
+		/* f 0: gate_up_proj from parts 0 and 1; f 1: down_proj from part 2 */
+		int q0 = f ? 2 : 0, nq = f ? 1 : 2;
+		struct mk_tensor_desc d0 = { 0 };
+		char src[160], dst[192];
+		int rc;
+
+		for (size_t e = 0; e < c->nexperts; e++)
+			for (int q = q0; q < q0 + nq; q++) {
+				snprintf(src, sizeof(src), "model.layers.%llu.mlp.%s.weight", (unsigned long long)l,
+					 mlp_parts[q]);
+				const struct mk_model_tensor *mt = mk_model_find(ms[1 + e].m, src);
+				if (!mt)
+					return mk_err_set(err, MK_ENOENT, "model '%s' has no tensor '%s' (expert %zu)",
+							  ms[1 + e].ref, src, e);
+				const struct mk_tensor_desc *d = &mt->t->desc;
+				if (!d0.ndim)
+					d0 = *d;
+				if (d->ndim != 2 || d0.ndim != 2 || d->shape[0] != d0.shape[0] || d->shape[1] != d0.shape[1])
+					return mk_err_set(err, MK_EINVAL,
+							  "model '%s': %s is [%llu, %llu], not 2-dimensional like the first expert's [%llu, %llu]: the experts' MLPs must have one shape to be stacked",
+							  ms[1 + e].ref, src, (unsigned long long)d->shape[0],
+							  (unsigned long long)(d->ndim > 1 ? d->shape[1] : 0),
+							  (unsigned long long)d0.shape[0], (unsigned long long)d0.shape[1]);
+			}
+		uint64_t per = d0.shape[0] * d0.shape[1];
+		uint64_t shape[3] = { c->nexperts, d0.shape[0] * (uint64_t)nq, d0.shape[1] };
+		snprintf(dst, sizeof(dst), "model.layers.%llu.mlp.experts.%s", (unsigned long long)l,
+			 f ? "down_proj" : "gate_up_proj");
+		if ((rc = mk_manifest_add_tensor(p->man, dst, p->odt != MK_DT_COUNT ? p->odt : d0.dtype, 3, shape, err)))
+			return rc;
+		struct part pt = { .output = p->man->ntensors - 1 };
+		for (size_t e = 0; e < c->nexperts; e++) {
+			const struct mk_moe_expert *ex = &c->experts[e];
+			for (int q = q0; q < q0 + nq; q++, pt.begin += per) {
+				snprintf(src, sizeof(src), "model.layers.%llu.mlp.%s.weight", (unsigned long long)l,
+					 mlp_parts[q]);
+				if ((rc = add_job(p, &ms[1 + e], src, dst, part_scale(ex, q),
+						  ex->has_noise ? ex->noise_scale : 0.0, &pt, err)))
+					return rc;
+			}
+		}
+	}
+	return 0;
+}
 
 static void note(const struct mk_moe_opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void note(const struct mk_moe_opts *o, const char *fmt, ...)
@@ -516,16 +591,17 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out,
 	for (size_t t = 0; t < bm->ntensors && !rc; t++) {
 		const char *name = bm->tensors[t].t->name;
 		if (!strstr(name, ".mlp."))
-			rc = add_job(&p, &ms[0], name, name, 1.0, 0.0, err);
+			rc = add_job(&p, &ms[0], name, name, 1.0, 0.0, NULL, err);
 	}
+	bool fused = a == MK_MOE_MIXTRAL || a == MK_MOE_QWEN3;
 	for (uint64_t l = 0; l < nl && !rc; l++) {
-		for (size_t e = 0; e < c->nexperts + c->nshared && !rc; e++) {
+		if (fused && (rc = add_fused(&p, ms, c, l, err)))
+			break;
+		for (size_t e = fused ? c->nexperts : 0; e < c->nexperts + c->nshared && !rc; e++) {
 			const struct mk_moe_expert *ex = e < c->nexperts ? &c->experts[e] : &c->shared[e - c->nexperts];
 			for (int q = 0; q < 3 && !rc; q++) {
 				char src[160], dst[192];
-				/* mergekit-moe's order: the noise (every MLP
-				 * tensor), then residual_scale (down_proj) */
-				double s = q == 2 && ex->has_residual ? ex->residual_scale : 1.0;
+				double s = part_scale(ex, q);
 				double ns = ex->has_noise ? ex->noise_scale : 0.0;
 				snprintf(src, sizeof(src), "model.layers.%llu.mlp.%s.weight", (unsigned long long)l,
 					 mlp_parts[q]);
@@ -533,18 +609,15 @@ int mk_moe_plan(const struct mk_moe_opts *o, int fd, enum mk_moe_arch *arch_out,
 					snprintf(dst, sizeof(dst), "model.layers.%llu.mlp.%s.%s.weight",
 						 (unsigned long long)l, a == MK_MOE_QWEN2 ? "shared_expert" : "shared_experts",
 						 mlp_parts[q]);
-				else if (a == MK_MOE_MIXTRAL)
-					snprintf(dst, sizeof(dst), "model.layers.%llu.mlp.experts.%zu.%s.weight",
-						 (unsigned long long)l, e, mixtral_parts[q]);
-				else
+				else /* DeepSeek MoE, Qwen2-MoE: per-expert names, as mergekit-moe */
 					snprintf(dst, sizeof(dst), "model.layers.%llu.mlp.experts.%zu.%s.weight",
 						 (unsigned long long)l, e, mlp_parts[q]);
-				rc = add_job(&p, &ms[1 + e], src, dst, s, ns, err);
+				rc = add_job(&p, &ms[1 + e], src, dst, s, ns, NULL, err);
 			}
 		}
 	}
 	for (size_t g = 0; g < ng && !rc; g++)
-		rc = add_job(&p, &ms[nm], nt[g].name, nt[g].name, 1.0, 0.0, err);
+		rc = add_job(&p, &ms[nm], nt[g].name, nt[g].name, 1.0, 0.0, NULL, err);
 	if (rc)
 		goto out;
 

@@ -1,11 +1,9 @@
 """moe_compare.py MK_OUT MERGEKIT_OUT [--random | --router-tol T] [--load]
 
 Compare an mk-moe output with mergekit-moe's for the same configuration,
-tensor by tensor, bit for bit.  mk writes each expert's weights under
-per-expert names (transformers converts them on load); where mergekit
-wrote the fused transformers-v5 layout (experts.gate_up_proj [E, 2I, H],
-experts.down_proj [E, H, I]) mk's tensors are stacked the same way before
-comparing.  --random: the router weights come from different generators
+tensor by tensor and by name, bit for bit (Mixtral's and Qwen3-MoE's
+experts in the fused transformers-v5 layout both write,
+experts.gate_up_proj [E, 2I, H] and experts.down_proj [E, H, I]).  --random: the router weights come from different generators
 (mk's counter RNG, torch's), so only their shapes and dtypes are compared; --router-tol T: the routers
 agree within max|mk - mergekit| <= T (computed in float32 in another
 order, or from mergekit's bfloat16 forward pass).
@@ -146,25 +144,8 @@ def main():
     mk, mg = load(args[0]), load(args[1])
     used, bad = set(), 0
     for name, ref in mg.items():
-        m = re.match(r"(.*\.mlp)\.experts\.(gate_up_proj|down_proj)$", name)
-        if m:
-            pre, kind = m.groups()
-            e, parts = 0, []
-            while True:
-                names = [f"{pre}.experts.{e}.{p}.weight" for p in
-                         (("w1", "w3") if kind == "gate_up_proj" else ("w2",))]
-                if names[0] not in mk:
-                    names = [f"{pre}.experts.{e}.{p}.weight" for p in
-                             (("gate_proj", "up_proj") if kind == "gate_up_proj" else ("down_proj",))]
-                if names[0] not in mk:
-                    break
-                parts.append(torch.cat([mk[n] for n in names], 0))
-                used.update(names)
-                e += 1
-            got = torch.stack(parts) if parts else None
-        else:
-            got = mk.get(name)
-            used.add(name)
+        got = mk.get(name)
+        used.add(name)
         if got is None:
             print(f"MISSING {name}")
             bad += 1

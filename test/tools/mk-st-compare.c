@@ -3,7 +3,7 @@
  *
  *   mk-st-compare [--tol T] [--only SUBSTR] [--rename FROM=TO]
  *                 [--lin W1,W2,...[/D]] [--bf16-ulps N --inputs D1,D2,..] [--by-token]
- *                 GOT REF1 [REF2 ...]
+ *                 [--slice K/N] GOT REF1 [REF2 ...]
  *
  * For every float tensor of GOT whose name contains SUBSTR (all when not
  * given): the reference is REF1's tensor of the same name (after
@@ -18,7 +18,9 @@
  * union order is a hash set's): the rows of the embeddings (embed_tokens,
  * lm_head, wte with GOT's config.json vocab_size rows) are compared token
  * by token, padding rows
- * past them by position.  One line per tensor; exit 0 pass,
+ * past them by position.  --slice K/N: GOT's tensor is cut into N equal
+ * runs of elements and run K (from 0) is compared (one expert's part of a
+ * stacked MoE tensor).  One line per tensor; exit 0 pass,
  * 1 fail, 2 usage or I/O error. */
 #include <fcntl.h>
 #include <stdbool.h>
@@ -166,7 +168,9 @@ int main(int argc, char **argv)
 {
 	static const struct option lo[] = { { "tol", 1, 0, 't' }, { "only", 1, 0, 'o' }, { "rename", 1, 0, 'r' },
 					    { "lin", 1, 0, 'l' }, { "bf16-ulps", 1, 0, 'u' },
-					    { "inputs", 1, 0, 'i' }, { "by-token", 0, 0, 'k' }, { 0 } };
+					    { "inputs", 1, 0, 'i' }, { "by-token", 0, 0, 'k' }, { "slice", 1, 0, 's' },
+					    { 0 } };
+	unsigned long slice_k = 0, slice_n = 0;
 	struct mk_vocab *gv = NULL, *rv0 = NULL;
 	bool by_token = false;
 	double ulps = 0;
@@ -206,6 +210,10 @@ int main(int argc, char **argv)
 		}
 		case 'u': ulps = atof(optarg); break;
 		case 'k': by_token = true; break;
+		case 's':
+			if (sscanf(optarg, "%lu/%lu", &slice_k, &slice_n) != 2 || !slice_n || slice_k >= slice_n)
+				return 2;
+			break;
 		case 'i': {
 			char *s2 = strdup(optarg), *tok;
 			for (tok = strtok(s2, ","); tok && ninp < 16; tok = strtok(NULL, ","))
@@ -251,7 +259,18 @@ int main(int argc, char **argv)
 				snprintf(at, sizeof(name) - (size_t)(at - name), "%s%s", to, rest);
 			}
 		}
-		double *g = load(got, gt), *r = calloc(gt->t->nelem + 1, sizeof(double));
+		double *g = load(got, gt), *r = NULL;
+		uint64_t n = gt->t->nelem;
+		if (slice_n) {
+			if (!g || n % slice_n) {
+				printf("%s: %llu elements, not %lu equal runs\n", gt->t->name, (unsigned long long)n, slice_n);
+				fails++;
+				goto next;
+			}
+			n /= slice_n;
+			memmove(g, g + slice_k * n, n * sizeof(*g));
+		}
+		r = calloc(n + 1, sizeof(double));
 		if (by_token && gt->t->desc.ndim == 2 && gt->t->desc.shape[0] == vrows &&
 		    (strstr(gt->t->name, "embed_tokens") || strstr(gt->t->name, "lm_head") || strstr(gt->t->name, "wte")) &&
 		    permute_rows(g, gt->t->desc.shape[0], gt->t->desc.shape[1], gv, rv0)) {
@@ -261,32 +280,32 @@ int main(int argc, char **argv)
 		}
 		for (int i = 0; i < (nw ? nref : 1); i++) {
 			const struct mk_model_tensor *rt = mk_model_find(ref[i], name);
-			if (!rt || rt->t->nelem != gt->t->nelem) {
+			if (!rt || rt->t->nelem != n) {
 				printf("%s: not in reference %d (or another size)\n", name, i + 1);
 				fails++;
 				goto next;
 			}
 			double *x = load(ref[i], rt);
-			for (uint64_t e = 0; e < gt->t->nelem; e++)
+			for (uint64_t e = 0; e < n; e++)
 				r[e] += (nw ? w[i] : 1.0) * x[e];
 			free(x);
 		}
 		double maxd = 0, maxr = 0, *mx = NULL;
 		bool ulp_fail = false;
 		if (ulps > 0) {
-			mx = calloc(gt->t->nelem + 1, sizeof(double));
+			mx = calloc(n + 1, sizeof(double));
 			for (size_t i = 0; i < ninp; i++) {
 				const struct mk_model_tensor *it = mk_model_find(inp[i], name);
-				if (!it || it->t->nelem != gt->t->nelem)
+				if (!it || it->t->nelem != n)
 					continue;
 				double *x = load(inp[i], it);
-				for (uint64_t e = 0; e < gt->t->nelem; e++)
+				for (uint64_t e = 0; e < n; e++)
 					if (fabs(x[e]) > mx[e])
 						mx[e] = fabs(x[e]);
 				free(x);
 			}
 		}
-		for (uint64_t e = 0; e < gt->t->nelem; e++) {
+		for (uint64_t e = 0; e < n; e++) {
 			double rv = r[e] / (nw ? div : 1.0);
 			double dd = fabs(g[e] - rv);
 			if (isnan(g[e]) != isnan(rv))
