@@ -64,7 +64,7 @@
 
 /* Bumped whenever struct mk_method, the job structs or the kernels'
  * signatures change incompatibly.  mk_method_register refuses others. */
-#define MK_METHOD_ABI 2
+#define MK_METHOD_ABI 3
 
 /* ------------------------------------------------------------ parameters */
 
@@ -155,9 +155,6 @@ struct mk_contract {
  * caller owns every pointer. */
 struct mk_job_desc {
 	const char *tensor;        /* output tensor name (messages, RNG keys) */
-	uint64_t elem_base;        /* the job's first element in that tensor: 0,
-				    * or a part's begin (mk_plan_job.has_part);
-				    * element-keyed random draws count from it */
 	uint64_t seed;             /* --random-seed of the merge (RNG key) */
 	bool is_embed;             /* embed_tokens / lm_head (mk_rectify_shapes) */
 	size_t ninputs;            /* inputs in plan order: base first, then YAML order */
@@ -170,6 +167,11 @@ struct mk_job_desc {
 	 * be NULL: all absent. */
 	const struct mk_pval *global;
 	const struct mk_pval *input;
+	/* The job's first element in the output tensor: 0, or a part's begin
+	 * (mk_plan_job.has_part); element-keyed random draws count from it.
+	 * Last, so that a plugin built before it reads the fields above where
+	 * they were. */
+	uint64_t elem_base;
 };
 
 /* The output rule's answer (see mk_method_plan). */
