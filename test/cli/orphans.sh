@@ -35,7 +35,13 @@ for sig in TERM HUP KILL; do
 		rm -rf "$out"
 		continue
 	fi
-	wait $y 2>/dev/null && fail "mk-yaml killed by SIG$sig exited 0"
+	if wait $y 2>/dev/null; then
+		# the signal came as it was ending: its merge must be whole
+		[ -e "$out" ] || fail "mk-yaml killed by SIG$sig exited 0 and wrote no $out"
+		echo "the merge finished as the kill came; SIG$sig not tested"
+		rm -rf "$out"
+		continue
+	fi
 	sleep 1
 	# (a dead stage may linger as a zombie until its new parent reaps it)
 	left=$(ps -o pid=,stat=,args= -p "${kids%,}" | awk '$2 !~ /^Z/' || true)
