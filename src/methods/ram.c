@@ -74,7 +74,7 @@ MISC_SELECT_LOOP static void NAME##_2(const T *b, const T *x0, const T *x1, T ep
 		T h0 = d0 / (T)2, h1 = d1 / (T)2;				\
 		T two = (T)0 + h0, one = a0 ? d0 : d1, acc;			\
 		two = two + h1;							\
-		acc = a0 & a1 ? two : (a0 | a1 ? one : (T)0);			\
+		acc = (a0 & a1) ? two : ((a0 | a1) ? one : (T)0);		\
 		o[e] = b[e] + acc;						\
 	}									\
 }										\
