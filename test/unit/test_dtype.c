@@ -1346,6 +1346,48 @@ static void test_convert_f8_long(void **state)
 	free(back);
 }
 
+/* mk_dtype_count_nonfinite: NaN and infinity of each width counted, finite
+ * extremes not, across the 65535-element blocks the 16-bit count sums over
+ * (placed at a block's first, last and the next block's first element) */
+static void test_count_nonfinite(void **state)
+{
+	const uint64_t n = 3 * 65535 + 7, at[] = { 0, 65534, 65535, 131069, 131070, 3 * 65535 + 6 };
+	uint16_t *h = calloc(n, 2), *f16 = calloc(n, 2);
+	uint32_t *f = calloc(n, 4);
+	uint64_t *d = calloc(n, 8);
+
+	(void)state;
+	assert_non_null(h);
+	assert_non_null(f16);
+	assert_non_null(f);
+	assert_non_null(d);
+	for (uint64_t i = 0; i < n; i++) {  /* finite, the largest among them */
+		h[i] = i & 1 ? 0x7f7f : 0xff7f;
+		f16[i] = i & 1 ? 0x7bff : 0x8001;
+		f[i] = i & 1 ? 0x7f7fffffu : 0x80800000u;
+		d[i] = i & 1 ? 0x7fefffffffffffffull : 1;
+	}
+	for (size_t k = 0; k < sizeof(at) / sizeof(at[0]); k++) {
+		uint64_t i = at[k];
+		h[i] = k & 1 ? 0x7fc1 : 0xff80;        /* NaN, -inf */
+		f16[i] = k & 1 ? 0x7c00 : 0xfe01;
+		f[i] = k & 1 ? 0x7f800000u : 0xffc00001u;
+		d[i] = k & 1 ? 0xfff0000000000000ull : 0x7ff8000000000000ull;
+	}
+	assert_int_equal(mk_dtype_count_nonfinite(MK_DT_BF16, h, n), 6);
+	assert_int_equal(mk_dtype_count_nonfinite(MK_DT_F16, f16, n), 6);
+	assert_int_equal(mk_dtype_count_nonfinite(MK_DT_F32, f, n), 6);
+	assert_int_equal(mk_dtype_count_nonfinite(MK_DT_F64, d, n), 6);
+	/* a prefix ending just before the third block's nonfinite element */
+	assert_int_equal(mk_dtype_count_nonfinite(MK_DT_BF16, h, 131070), 4);
+	assert_int_equal(mk_dtype_count_nonfinite(MK_DT_F32, f, 131070), 4);
+	assert_int_equal(mk_dtype_count_nonfinite(MK_DT_BF16, h, 0), 0);
+	free(h);
+	free(f16);
+	free(f);
+	free(d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1369,6 +1411,7 @@ int main(void)
 		cmocka_unit_test(test_convert_narrow_cases),
 		cmocka_unit_test(test_convert_16bit_lengths),
 		cmocka_unit_test(test_convert_narrow_exhaustive),
+		cmocka_unit_test(test_count_nonfinite),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
