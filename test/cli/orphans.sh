@@ -14,7 +14,10 @@ mk-gen-model --dtype F32 --hidden 1024 --layers 1 --big-rows 65536 --seed 9 b
 slerp_config slerp.yml a b
 for sig in TERM HUP KILL; do
 	out=$PWD/out-$sig
-	mk-yaml --processes --quiet slerp.yml "$out" &
+	# env gives mk-yaml the signals' default actions back: a shell started
+	# under nohup (or another parent that ignores SIGHUP) passes them on
+	# ignored, and mk-yaml then rightly leaves them ignored
+	env --default-signal=HUP,TERM mk-yaml --processes --quiet slerp.yml "$out" &
 	y=$!
 	# kill it once its stages run (before mk-pack finishes)
 	t=0
@@ -56,8 +59,9 @@ done
 mkdir ref
 mk-yaml --quiet slerp.yml ref/one
 for sig in INT TERM HUP KILL; do
-	# env gives mk-yaml SIGINT back (sh ignores it in background jobs)
-	env --default-signal=INT mk-yaml --quiet slerp.yml one 2> err.txt &
+	# env gives mk-yaml SIGINT back (sh ignores it in background jobs), and
+	# SIGHUP and SIGTERM as above
+	env --default-signal=INT,HUP,TERM mk-yaml --quiet slerp.yml one 2> err.txt &
 	y=$!
 	# kill it once its stage threads run (before the merge finishes)
 	t=0
