@@ -112,6 +112,14 @@ $(file >$(BUILD)/lib-flags,$(LIB_FLAGS))
 endif
 $(LIB_OBJ): CFLAGS += $(LIB_CFLAGS)
 $(LIB_OBJ): $(BUILD)/lib-flags
+# The methods' kernels select values by float comparisons (keep a delta
+# or not, the majority sign, the nearer input); GCC makes such a loop
+# branchy and scalar unless it may assume no floating-point traps, which
+# mk never enables or tests (no fenv).  Per file, not per function, so
+# their inline helpers still inline (GCC inlines nothing across an
+# optimize attribute).  No value changes: contraction stays off, nothing
+# is reassociated, NaNs and signed zeros are honoured.
+$(filter $(BUILD)/src/methods/%,$(LIB_OBJ)): CFLAGS += -fno-trapping-math
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(@D)
