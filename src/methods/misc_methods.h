@@ -21,15 +21,6 @@
 
 #define MISC_NBUCKET 65536u
 
-/* For an element loop that selects between values (a ? x : y): GCC
- * vectorises it only when it may assume floating-point operations do not
- * trap (mk never looks at the exception flags; no result changes).
- * Contraction stays off. */
-#if defined(__GNUC__) && !defined(__clang__)
-#define MISC_SELECT_LOOP __attribute__((optimize("no-trapping-math", "fp-contract=off")))
-#else
-#define MISC_SELECT_LOOP
-#endif
 
 static inline uint32_t misc_fkey(float f)
 {

@@ -70,7 +70,7 @@ static int init(struct mk_job *job, struct mk_err *err)
 }
 
 #define NS_KERNEL(NAME, T, FABS, EPS)						\
-MISC_SELECT_LOOP static void NAME(const T *a, const T *b, T t, uint64_t n, T *o) \
+static void NAME(const T *a, const T *b, T t, uint64_t n, T *o) \
 {										\
 	for (uint64_t e = 0; e < n; e++) {					\
 		T d = FABS(a[e] - b[e]);					\

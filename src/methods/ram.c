@@ -65,7 +65,7 @@ static int init(struct mk_job *job, struct mk_err *err)
 #define RAM_KERNEL(NAME, T, FABS)						\
 /* Two non-base inputs x0, x1 (input order): the same results as the	\
  * general loop, chosen without branches so the loop vectorises. */	\
-MISC_SELECT_LOOP static void NAME##_2(const T *b, const T *x0, const T *x1, T eps, \
+static void NAME##_2(const T *b, const T *x0, const T *x1, T eps, \
 				      uint64_t n, T *o)				\
 {										\
 	for (uint64_t e = 0; e < n; e++) {					\
