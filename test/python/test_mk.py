@@ -159,8 +159,15 @@ def test_ctrl_c_cancels(tmp_path):
             # milliseconds: without the pause the merge would end first)
             time.sleep(0.5)
 
-    with pytest.raises(KeyboardInterrupt):
-        mk.run_merge(slerp(), str(out), options=mk.MergeOptions(quiet=True, progress_callback=progress))
+    # Python raises KeyboardInterrupt only with its own SIGINT handler, which
+    # it does not install when it starts with SIGINT ignored (a background
+    # job of a shell, as some CI runners start the suite): install it here
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            mk.run_merge(slerp(), str(out), options=mk.MergeOptions(quiet=True, progress_callback=progress))
+    finally:
+        signal.signal(signal.SIGINT, old)
     assert not out.exists() and not (tmp_path / "out.mk-partial").exists()
 
 
