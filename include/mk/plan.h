@@ -142,16 +142,13 @@ struct mk_plan_job {
 	struct mk_job_params *input_params; /* ninputs entries ("inputs") */
 	struct mk_plan_vocab *vocab; /* NULL: inputs as stored */
 	/* A part of the output tensor (mk-moe's fused experts, each expert's
-	 * tensor one job): "part": {"begin": B, "shape": [...]}.  The job
-	 * makes elements [B, B + count(part_shape)) of output `output`, as a
-	 * tensor of that shape (what the method's output rule must give);
-	 * the jobs of one output follow each other in the plan, their parts
-	 * in element order.  Only with passthrough, not with vocab.
-	 * has_part false: the whole tensor. */
+	 * tensor one job): "part": {"begin": B}.  The job (passthrough of
+	 * one input, not a vocabulary job) makes elements [B, B + N) of
+	 * output `output`, N its input's elements, in its input's shape; the
+	 * jobs of one output follow each other in the plan, their parts in
+	 * element order.  has_part false: the whole tensor. */
 	bool has_part;
 	uint64_t part_begin;
-	unsigned part_ndim;
-	uint64_t part_shape[MK_MAX_DIMS];
 	void *extra;                 /* unknown keys (json_t *), owned */
 };
 

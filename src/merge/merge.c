@@ -141,22 +141,20 @@ static int run_prepare(struct run *r, const struct mk_manifest *man, struct mk_e
 	if (rc)
 		return mk_err_prefix(err, "job %u: ", r->pj->id);
 	r->live = true;
-	/* the plan's manifest (or the job's part of it) and the method's
-	 * output rule must agree */
-	unsigned ond = r->pj->has_part ? r->pj->part_ndim : t->desc.ndim;
-	const uint64_t *osh = r->pj->has_part ? r->pj->part_shape : t->desc.shape;
-	if (r->job.out.ndim != ond || memcmp(r->job.out.shape, osh, ond * sizeof(uint64_t)))
-		return mk_err_set(err, MK_EFORMAT, "job %u (%s): %s gives a shape other than the %s", r->pj->id,
-				  r->name, r->m->name, r->pj->has_part ? "job's part" : "manifest's");
-	r->out_nelem = mk_shape_count(ond, osh);
-	r->out_row_len = mk_shape_row_len(ond, osh);
+	/* the plan's manifest and the method's output rule must agree; a
+	 * part (passthrough: its input's shape) was placed in the tensor
+	 * when the JOB was decoded */
+	const struct mk_tensor_desc *od = r->pj->has_part ? &r->job.out : &t->desc;
+	if (r->job.out.ndim != od->ndim || memcmp(r->job.out.shape, od->shape, od->ndim * sizeof(uint64_t)))
+		return mk_err_set(err, MK_EFORMAT, "job %u (%s): %s gives a shape other than the manifest's", r->pj->id,
+				  r->name, r->m->name);
+	r->out_nelem = mk_shape_count(od->ndim, od->shape);
+	r->out_row_len = mk_shape_row_len(od->ndim, od->shape);
 	r->out_at = r->pj->part_begin;
 	r->emit_row_len = mk_shape_row_len(t->desc.ndim, t->desc.shape);
-	if (r->out_at > t->nelem || r->out_nelem > t->nelem - r->out_at)
-		return mk_err_set(err, MK_EFORMAT, "job %u (%s): its part is outside the tensor", r->pj->id, r->name);
 	for (size_t i = 0; i < r->pj->ninputs; i++) {
 		uint64_t rl = mk_shape_row_len(r->in[i].ndim, r->in[i].shape);
-		if (r->job.used[i] && r->in[i].ndim > 1 && ond > 1 && rl != r->out_row_len)
+		if (r->job.used[i] && r->in[i].ndim > 1 && od->ndim > 1 && rl != r->out_row_len)
 			return mk_err_set(err, MK_EUNSUPPORTED,
 					  "job %u (%s): input %zu has rows of %llu elements, the output %llu (not supported yet)",
 					  r->pj->id, r->name, i, (unsigned long long)rl,

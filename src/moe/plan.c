@@ -306,12 +306,8 @@ static int add_job(struct plan *p, const struct pm *m, const char *src, const ch
 	p->jobs[p->njobs++] = j;
 	j->id = (uint32_t)(p->njobs - 1);
 	j->output = pt ? pt->output : p->man->ntensors - 1;
-	if (pt) {
-		j->has_part = true;
-		j->part_begin = pt->begin;
-		j->part_ndim = d->ndim;
-		memcpy(j->part_shape, d->shape, sizeof(j->part_shape));
-	}
+	j->has_part = pt != NULL;
+	j->part_begin = pt ? pt->begin : 0;
 	j->method = strdup("passthrough");
 	j->inputs[0].model = m->index;
 	j->inputs[0].tensor = strdup(src);

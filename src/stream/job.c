@@ -317,40 +317,27 @@ static int check_inputs_agree(const struct mk_plan_job *j, struct mk_err *err)
 static const char *const job_keys[] = { "id", "output", "method", "inputs", "base", "passes", "sends", "spill",
 					"is_embed", "check_equal", "params", "vocab", "part", NULL };
 
-/* "part": {"begin": B, "shape": [...]} (mk_plan_job.has_part): a
- * passthrough job's, not a vocabulary job's; its elements as many as the
- * input's and, against the HEAD, within the output tensor. */
+/* "part": {"begin": B} (mk_plan_job.has_part): a passthrough job's of
+ * one input, not a vocabulary job's; against the HEAD, its input's
+ * elements from B lie within the output tensor. */
 static int decode_part(json_t *o, struct mk_plan_job *j, const struct mk_manifest *head, struct mk_err *err)
 {
-	json_t *pt = json_object_get(o, "part"), *sh = json_object_get(pt, "shape"), *v;
-	struct mk_tensor_desc d = { 0 };
-	uint64_t n = 0, b = 0;
-	size_t k;
-	bool bad = !json_is_object(pt) || sj_u64(json_object_get(pt, "begin"), &b) || !json_is_array(sh) ||
-		   json_array_size(sh) > MK_MAX_DIMS;
+	json_t *pt = json_object_get(o, "part");
+	uint64_t b, n = j->inputs[0].nelem;
 
 	if (!pt)
 		return 0;
-	d.ndim = bad ? 0 : (unsigned)json_array_size(sh);
-	json_array_foreach(sh, k, v)
-		bad = bad || k >= MK_MAX_DIMS || sj_u64(v, &d.shape[k]);
-	if (bad || mk_shape_nelem(d.ndim, d.shape, &n) || !n)
-		return mk_err_set(err, MK_EFORMAT, "JOB %u: bad \"part\" (an object with \"begin\" and a non-empty \"shape\")",
-				  j->id);
+	if (!json_is_object(pt) || sj_u64(json_object_get(pt, "begin"), &b))
+		return mk_err_set(err, MK_EFORMAT, "JOB %u: bad \"part\" (an object with \"begin\")", j->id);
 	if (strcmp(j->method, "passthrough") || j->vocab || j->ninputs != 1)
 		return mk_err_set(err, MK_EFORMAT, "JOB %u: a part of a tensor is made by passthrough of one input, not by %s%s",
 				  j->id, j->method, j->vocab ? " with a vocabulary" : "");
-	if (n != j->inputs[0].nelem)
-		return mk_err_set(err, MK_EFORMAT, "JOB %u: its part has %llu elements, its input %llu", j->id,
-				  (unsigned long long)n, (unsigned long long)j->inputs[0].nelem);
 	if (head && (b > head->tensors[j->output].nelem || n > head->tensors[j->output].nelem - b))
 		return mk_err_set(err, MK_EFORMAT, "JOB %u: part [%llu, +%llu) is outside tensor '%s' (%llu elements)", j->id,
 				  (unsigned long long)b, (unsigned long long)n, head->tensors[j->output].name,
 				  (unsigned long long)head->tensors[j->output].nelem);
 	j->has_part = true;
 	j->part_begin = b;
-	j->part_ndim = d.ndim;
-	memcpy(j->part_shape, d.shape, sizeof(j->part_shape));
 	return 0;
 }
 
@@ -565,8 +552,7 @@ int mk_plan_job_encode(const struct mk_plan_job *j, char **out, size_t *len, str
 	if (j->check_equal)
 		json_object_set_new(o, "check_equal", json_true());
 	if (j->has_part)
-		json_object_set_new(o, "part", json_pack("{s:I,s:o}", "begin", (json_int_t)j->part_begin, "shape",
-							 sj_shape(j->part_ndim, j->part_shape)));
+		json_object_set_new(o, "part", json_pack("{s:I}", "begin", (json_int_t)j->part_begin));
 	json_object_set_new(ps, "global", params_json(&j->global));
 	json_object_set_new(ps, "inputs", pin);
 	json_object_set_new(o, "params", ps);

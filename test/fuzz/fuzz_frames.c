@@ -118,12 +118,9 @@ static void edit_job(struct mk_plan_job *j, struct in *in)
 	case 11: j->spill = !j->spill; break;
 	case 12: j->is_embed = !j->is_embed; break;
 	case 13: j->id = take(in) % 4; break;
-	case 14: /* a part of the output: where, and of what shape */
+	case 14: /* a part of the output, and where */
 		j->has_part = !j->has_part;
 		j->part_begin = take(in) % 13;
-		j->part_ndim = take(in) % 3;
-		j->part_shape[0] = take(in) % 5;
-		j->part_shape[1] = take(in) % 4;
 		break;
 	}
 	/* what the encoder writes must be nameable */

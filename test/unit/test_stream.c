@@ -1972,7 +1972,7 @@ static void expect_bad_job(const struct mk_manifest *head, const char *json, con
 static void test_job_part(void **state)
 {
 	struct mk_manifest *head = job_head();
-	const char *good = PART_JOB("passthrough", "\"part\":{\"begin\":6,\"shape\":[2,3]}");
+	const char *good = PART_JOB("passthrough", "\"part\":{\"begin\":6}");
 	struct mk_plan_job *j, *k;
 	struct mk_err err;
 	char *s;
@@ -1983,12 +1983,9 @@ static void test_job_part(void **state)
 	for (int round = 0; round < 2; round++) {
 		assert_true(j->has_part);
 		assert_int_equal(j->part_begin, 6);
-		assert_int_equal(j->part_ndim, 2);
-		assert_int_equal(j->part_shape[0], 2);
-		assert_int_equal(j->part_shape[1], 3);
 		assert_null(j->extra); /* "part" is a key of the format, not kept as unknown */
 		assert_int_equal(mk_plan_job_encode(j, &s, &len, &err), 0);
-		assert_non_null(strstr(s, "\"part\":{\"begin\":6,\"shape\":[2,3]}"));
+		assert_non_null(strstr(s, "\"part\":{\"begin\":6}"));
 		assert_int_equal(mk_plan_job_decode(s, len, head, &k, &err), 0);
 		free(s);
 		mk_plan_job_free(j);
@@ -2003,19 +2000,14 @@ static void test_job_part(void **state)
 	free(s);
 	mk_plan_job_free(j);
 	/* the last six elements fit; one further does not */
-	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{\"begin\":7,\"shape\":[2,3]}"),
+	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{\"begin\":7}"),
 		       "part [7, +6) is outside tensor 'a' (12 elements)");
-	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{\"begin\":9223372036854775807,\"shape\":[2,3]}"),
+	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{\"begin\":9223372036854775807}"),
 		       "is outside tensor 'a'");
-	expect_bad_job(head, PART_JOB("linear", "\"part\":{\"begin\":0,\"shape\":[2,3]}"),
-		       "made by passthrough of one input, not by linear");
-	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{\"begin\":0,\"shape\":[5]}"),
-		       "its part has 5 elements, its input 6");
-	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{\"begin\":0,\"shape\":[0,3]}"), "bad \"part\"");
-	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{\"shape\":[2,3]}"), "bad \"part\"");
-	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{\"begin\":0,\"shape\":[1,1,1,1,1,1,1,1,6]}"),
-		       "bad \"part\"");
-	expect_bad_job(head, PART_JOB("passthrough", "\"part\":[0,2,3]"), "bad \"part\"");
+	expect_bad_job(head, PART_JOB("linear", "\"part\":{\"begin\":0}"), "made by passthrough of one input, not by linear");
+	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{\"begin\":-1}"), "bad \"part\"");
+	expect_bad_job(head, PART_JOB("passthrough", "\"part\":{}"), "bad \"part\"");
+	expect_bad_job(head, PART_JOB("passthrough", "\"part\":[6]"), "bad \"part\"");
 	mk_manifest_free(head);
 }
 
