@@ -141,11 +141,12 @@ static int run_prepare(struct run *r, const struct mk_manifest *man, struct mk_e
 	if (rc)
 		return mk_err_prefix(err, "job %u: ", r->pj->id);
 	r->live = true;
-	/* the plan's manifest and the method's output rule must agree; a
-	 * part (passthrough: its input's shape) was placed in the tensor
-	 * when the JOB was decoded */
-	const struct mk_tensor_desc *od = r->pj->has_part ? &r->job.out : &t->desc;
-	if (r->job.out.ndim != od->ndim || memcmp(r->job.out.shape, od->shape, od->ndim * sizeof(uint64_t)))
+	/* the plan's manifest and the method's output rule must agree (a
+	 * part, passthrough in its input's shape, was placed in the tensor
+	 * when the JOB was decoded); from here the output is job.out */
+	const struct mk_tensor_desc *od = &r->job.out;
+	if (!r->pj->has_part &&
+	    (od->ndim != t->desc.ndim || memcmp(od->shape, t->desc.shape, od->ndim * sizeof(uint64_t))))
 		return mk_err_set(err, MK_EFORMAT, "job %u (%s): %s gives a shape other than the manifest's", r->pj->id,
 				  r->name, r->m->name);
 	r->out_nelem = mk_shape_count(od->ndim, od->shape);

@@ -323,7 +323,7 @@ static const char *const job_keys[] = { "id", "output", "method", "inputs", "bas
 static int decode_part(json_t *o, struct mk_plan_job *j, const struct mk_manifest *head, struct mk_err *err)
 {
 	json_t *pt = json_object_get(o, "part");
-	uint64_t b, n = j->inputs[0].nelem;
+	uint64_t b, n;
 
 	if (!pt)
 		return 0;
@@ -332,6 +332,7 @@ static int decode_part(json_t *o, struct mk_plan_job *j, const struct mk_manifes
 	if (strcmp(j->method, "passthrough") || j->vocab || j->ninputs != 1)
 		return mk_err_set(err, MK_EFORMAT, "JOB %u: a part of a tensor is made by passthrough of one input, not by %s%s",
 				  j->id, j->method, j->vocab ? " with a vocabulary" : "");
+	n = j->inputs[0].nelem;
 	if (head && (b > head->tensors[j->output].nelem || n > head->tensors[j->output].nelem - b))
 		return mk_err_set(err, MK_EFORMAT, "JOB %u: part [%llu, +%llu) is outside tensor '%s' (%llu elements)", j->id,
 				  (unsigned long long)b, (unsigned long long)n, head->tensors[j->output].name,
