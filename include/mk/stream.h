@@ -9,7 +9,8 @@
  *                           upper case (unknown -> error), ancillary if
  *                           lower case (unknown -> passed through)
  *              4  u8 flags  bit 0: payload is one zstd frame
- *              5  u8 csum   checksum algorithm: 1 = crc32c
+ *              5  u8 csum   checksum algorithm: 1 = crc32c; 0 = none,
+ *                           only on a channel (mk/chan.h), for its chunks
  *              6  u16 reserved (0)
  *              8  u64 len      payload bytes as transmitted
  *             16  u64 raw_len  payload bytes after decompression
@@ -39,6 +40,7 @@
 #define MK_FRAME_HDR 32
 #define MK_FRAME_MAX (1ull << 31)   /* largest payload a reader accepts */
 #define MK_FRAME_F_ZSTD 0x01
+#define MK_CSUM_NONE 0     /* in-process chunks only (mk-stream(5)) */
 #define MK_CSUM_CRC32C 1
 
 /* Frame types of v1.  Payload formats are in mk-stream(5). */
@@ -250,7 +252,8 @@ int mk_sw_chunk_splice(struct mk_stream_writer *w, const char *type, const struc
 /* A FILE frame; name validated with mk_file_name_check. */
 int mk_sw_file(struct mk_stream_writer *w, const char *name, uint32_t mode,
 	       const void *data, size_t len, struct mk_err *err);
-/* Pass a frame through byte for byte. */
+/* Pass a frame through byte for byte; a chunk without a checksum (from
+ * a channel, MK_CSUM_NONE) gets its CRC-32C when w is a descriptor. */
 int mk_sw_pass(struct mk_stream_writer *w, const struct mk_frame *f,
 	       struct mk_err *err);
 /* Write the END frame with this writer's counts; flushes. */
@@ -259,7 +262,8 @@ int mk_sw_pass(struct mk_stream_writer *w, const struct mk_frame *f,
  * mk_sr_read_wire, or from where a caller kept them.  The bytes are
  * copied, not checked (the reader downstream checks them): more or fewer
  * than MK_FRAME_HDR + f->len is an error, and so is an error from next,
- * after which the stream written so far ends inside the frame. */
+ * after which the stream written so far ends inside the frame; so is a
+ * frame without a checksum (MK_CSUM_NONE) when w is a descriptor. */
 int mk_sw_pass_pieces(struct mk_stream_writer *w, const struct mk_frame *f,
 		      int (*next)(void *ctx, void *buf, size_t cap, size_t *got, struct mk_err *err),
 		      void *ctx, struct mk_err *err);

@@ -252,6 +252,7 @@ struct mk_stream_reader {
 		uint64_t left;       /* payload bytes as transmitted not read yet */
 		uint64_t out;        /* decoded bytes delivered */
 		uint32_t want, crc;
+		bool nosum;          /* MK_CSUM_NONE: nothing to check */
 		ZSTD_inBuffer in;    /* over r->wire */
 	} pw;
 	ZSTD_DStream *ds;
@@ -450,7 +451,8 @@ static int pw_read(struct mk_stream_reader *r, uint8_t *buf, size_t n, struct mk
 				  r->label, (unsigned long long)r->pw.idx, r->pw.type,
 				  (unsigned long long)(r->pw.len - r->pw.left + (uint64_t)got),
 				  (unsigned long long)r->pw.len);
-	r->pw.crc = mk_crc32c(r->pw.crc, buf, n);
+	if (!r->pw.nosum)
+		r->pw.crc = mk_crc32c(r->pw.crc, buf, n);
 	r->pw.left -= n;
 	return 0;
 }
@@ -464,7 +466,7 @@ static int pw_finish(struct mk_stream_reader *r, struct mk_err *err)
 				  r->label, idx, r->pw.type, (unsigned long long)r->pw.out,
 				  r->pw.zdone ? "" : " and stops inside its zstd frame",
 				  (unsigned long long)r->pw.raw_len);
-	if (r->pw.crc != r->pw.want)
+	if (!r->pw.nosum && r->pw.crc != r->pw.want)
 		return mk_err_set(err, MK_ECORRUPT,
 				  "%s: frame #%llu (%s) at offset %llu: checksum mismatch (crc32c %08x, expected %08x)",
 				  r->label, idx, r->pw.type, (unsigned long long)r->offset, r->pw.crc, r->pw.want);
@@ -669,7 +671,8 @@ static int splice_payload(struct mk_stream_reader *r, int out_fd, const char *ou
 	} else {
 		*view = (const uint8_t *)r->view + (off - a);
 	}
-	r->pw.crc = mk_crc32c(r->pw.crc, *view, n);
+	if (!r->pw.nosum)
+		r->pw.crc = mk_crc32c(r->pw.crc, *view, n);
 	r->pw.out += n;
 	return pw_finish(r, err);
 }
@@ -710,6 +713,7 @@ static int pw_start(struct mk_stream_reader *r, const uint8_t *h, struct mk_fram
 	r->pw.raw_len = f->raw_len;
 	r->pw.zstd = f->flags & MK_FRAME_F_ZSTD;
 	r->pw.want = get32(h + 24);
+	r->pw.nosum = f->csum == MK_CSUM_NONE;
 	memcpy(r->pw.hdr, h, MK_FRAME_HDR);
 	memcpy(hz, h, MK_FRAME_HDR);
 	put32(hz + 24, 0);
@@ -829,7 +833,8 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 	if (f->flags & ~MK_FRAME_F_ZSTD)
 		return mk_err_set(err, MK_EFORMAT, "%s: frame #%llu (%s): unknown flags 0x%02x",
 				  r->label, (unsigned long long)idx, f->type, f->flags);
-	if (f->csum != MK_CSUM_CRC32C)
+	/* algorithm 0 only between the threads of one process (a channel) */
+	if (f->csum != MK_CSUM_CRC32C && !(f->csum == MK_CSUM_NONE && r->ch))
 		return mk_err_set(err, MK_EFORMAT, "%s: frame #%llu (%s): unknown checksum algorithm %u",
 				  r->label, (unsigned long long)idx, f->type, f->csum);
 	if (len > MK_FRAME_MAX || raw_len > MK_FRAME_MAX ||
@@ -898,9 +903,9 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 					  (unsigned long long)len);
 	}
 	want = get32(h + 24);
-	if (taken) {
-		/* the buffer its writer checksummed, handed over in this
-		 * process's memory: no transmission to check */
+	if (taken || f->csum == MK_CSUM_NONE) {
+		/* the buffer its writer checksummed, or one it did not, handed
+		 * over in this process's memory: no transmission to check */
 		have = want;
 	} else {
 		put32(h + 24, 0);
@@ -992,6 +997,14 @@ struct mk_stream_writer {
 	bool ended;
 	int splice;   /* mk_sw_chunk_splice: 0 untried, 1 works, -1 not here */
 };
+
+/* Whether a frame of this type gets a checksum from this writer: all do,
+ * but the chunks (DATA, INPT: the bulk of the bytes) a channel carries,
+ * which stay in this process's memory (algorithm 0, mk-stream(5)). */
+static bool sw_sums(const struct mk_stream_writer *w, const char *type)
+{
+	return !w->ch || (memcmp(type, MK_FT_DATA, 4) && memcmp(type, MK_FT_INPT, 4));
+}
 
 static int write_iov(struct mk_stream_writer *w, struct iovec *iov, int n, struct mk_err *err)
 {
@@ -1089,7 +1102,7 @@ int mk_sw_frame(struct mk_stream_writer *w, const char *type,
 		return mk_err_set(err, MK_EINVAL, "frame payload of %llu bytes is too large",
 				  (unsigned long long)raw_len);
 	memcpy(h, type, 4);
-	h[5] = MK_CSUM_CRC32C;
+	h[5] = sw_sums(w, type) ? MK_CSUM_CRC32C : MK_CSUM_NONE;
 	len = raw_len;
 	iov[niov++] = (struct iovec){ h, MK_FRAME_HDR };
 	if (w->level > 0 && raw_len >= 64) {
@@ -1125,7 +1138,7 @@ int mk_sw_frame(struct mk_stream_writer *w, const char *type,
 	put64(h + 8, len);
 	put64(h + 16, raw_len);
 	crc = 0;
-	for (int i = 0; i < niov; i++)
+	for (int i = 0; h[5] == MK_CSUM_CRC32C && i < niov; i++)
 		crc = mk_crc32c(crc, iov[i].iov_base, iov[i].iov_len);
 	put32(h + 24, crc);
 	count_frame(&w->n, type, type[0] >= 'A' && type[0] <= 'Z', raw_len);
@@ -1231,16 +1244,29 @@ int mk_sw_file(struct mk_stream_writer *w, const char *name, uint32_t mode,
 
 int mk_sw_pass(struct mk_stream_writer *w, const struct mk_frame *f, struct mk_err *err)
 {
-	struct iovec iov = { (void *)f->wire, f->wire_len };
+	struct iovec iov[2] = { { (void *)f->wire, f->wire_len } };
+	uint8_t h[MK_FRAME_HDR];
+	int n = 1;
 
 	if (!f->wire)
 		MK_BUG("a piecewise frame cannot be passed through");
 	if (w->ended)
 		MK_BUG("frame after END");
+	if (f->wire_len >= MK_FRAME_HDR && f->wire[5] == MK_CSUM_NONE && !w->ch) {
+		/* a chunk from a channel leaves the process: its checksum now,
+		 * the bytes a descriptor would have carried from the start */
+		memcpy(h, f->wire, MK_FRAME_HDR);
+		h[5] = MK_CSUM_CRC32C;
+		put32(h + 24, mk_crc32c(mk_crc32c(0, h, MK_FRAME_HDR), f->wire + MK_FRAME_HDR,
+					f->wire_len - MK_FRAME_HDR));
+		iov[0] = (struct iovec){ h, MK_FRAME_HDR };
+		iov[1] = (struct iovec){ (void *)(f->wire + MK_FRAME_HDR), f->wire_len - MK_FRAME_HDR };
+		n = 2;
+	}
 	count_frame(&w->n, f->type, f->critical, f->raw_len);
 	if (!memcmp(f->type, MK_FT_END, 4))
 		w->ended = true;
-	return write_iov(w, &iov, 1, err);
+	return write_iov(w, iov, n, err);
 }
 
 int mk_sw_pass_pieces(struct mk_stream_writer *w, const struct mk_frame *f,
@@ -1266,6 +1292,13 @@ int mk_sw_pass_pieces(struct mk_stream_writer *w, const struct mk_frame *f,
 		if (got > want - sent) {
 			rc = mk_err_set(err, MK_ECORRUPT, "frame #%llu (%s): more than its %llu bytes came to pass on",
 					(unsigned long long)f->index, f->type, (unsigned long long)want);
+			break;
+		}
+		if (sent <= 5 && sent + got > 5 && buf[5 - sent] == MK_CSUM_NONE && !w->ch) {
+			/* its checksum would be needed before its payload is had */
+			rc = mk_err_set(err, MK_EINVAL,
+					"frame #%llu (%s): a chunk from an in-process channel cannot leave the process in pieces",
+					(unsigned long long)f->index, f->type);
 			break;
 		}
 		iov = (struct iovec){ buf, got };

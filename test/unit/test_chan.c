@@ -19,7 +19,8 @@
 #include "mk/stream.h"
 
 /* The frames the writer sends: sizes around the bound, an empty one, a
- * compressible one (zstd), a FILE, then END. */
+ * compressible one (zstd), each also as an INPT chunk (which a channel
+ * carries without a checksum), a FILE, then END. */
 static const size_t sizes[] = { 0, 1, 100, 4096, 65536, 65535, 200000, 3, 150000, 7, 65504 };
 #define NSIZES (sizeof(sizes) / sizeof(*sizes))
 
@@ -51,6 +52,11 @@ static int write_all(struct writer *a)
 		for (size_t i = 0; !rc && i < NSIZES; i++) {
 			fill(buf, sizes[i], i + r);
 			rc = mk_sw_frame1(w, (i & 1) ? "note" : MK_FT_JOB, buf, sizes[i], &a->err);
+			if (!rc) {
+				struct mk_chunk c = { .id = (uint32_t)i, .dtype = MK_DT_U8, .row_count = 1,
+						      .elem_count = sizes[i], .data = buf, .data_len = sizes[i] };
+				rc = mk_sw_chunk(w, MK_FT_INPT, &c, &a->err);
+			}
 		}
 	if (!rc) {
 		fill(buf, 120000, 99);
@@ -109,12 +115,15 @@ static void roundtrip(int level, size_t cap, bool slow)
 	struct mk_stream_reader *r = NULL;
 	struct mk_frame f;
 	struct mk_err err = { 0 };
-	int fd[2], rc;
+	int fd[2], rc, out = memfd_create("test_chan_out", 0);
 	pthread_t th;
 	struct writer a = { .level = level, .nrepeat = 3 };
-	size_t largest = 0;
+	struct mk_stream_writer *w = NULL;
+	size_t largest = 0, unsummed = 0;
 
 	assert_non_null(got);
+	assert_true(out >= 0);
+	assert_int_equal(mk_sw_open(&w, out, 0, &err), 0);
 	assert_int_equal(mk_chan_open(&c, cap, fd, &err), 0);
 	a.fd = fd[0];
 	a.c = c;
@@ -122,10 +131,15 @@ static void roundtrip(int level, size_t cap, bool slow)
 	assert_int_equal(mk_sr_open(&r, fd[1], "chan", 0, &err), 0);
 	memcpy(got, ref, MK_STREAM_PRELUDE); /* the prelude was checked by mk_sr_open */
 	while ((rc = mk_sr_next(r, &f, &err)) == 1) {
+		bool chunk = !strcmp(f.type, MK_FT_INPT);
 		assert_true(f.csum_ok);
+		/* chunks alone come without a checksum */
+		assert_int_equal(f.csum, chunk ? MK_CSUM_NONE : MK_CSUM_CRC32C);
+		unsummed += chunk;
 		assert_true(got_len + f.wire_len <= ref_len);
 		memcpy(got + got_len, f.wire, f.wire_len);
 		got_len += f.wire_len;
+		assert_int_equal(mk_sw_pass(w, &f, &err), 0);
 		if (f.wire_len > largest)
 			largest = f.wire_len;
 		if (slow)
@@ -135,9 +149,29 @@ static void roundtrip(int level, size_t cap, bool slow)
 	mk_chan_close_read(c);
 	pthread_join(th, NULL);
 	assert_int_equal(a.rc, 0);
-	/* the same bytes as over a descriptor */
+	assert_int_equal(unsummed, 3 * NSIZES);
+	/* the same frames as over a descriptor, but the chunks' checksum
+	 * fields (bytes 5 and 24..27) */
 	assert_int_equal(got_len, ref_len);
+	for (size_t o = MK_STREAM_PRELUDE; o < ref_len;) {
+		uint64_t len;
+		memcpy(&len, ref + o + 8, 8);
+		if (!memcmp(ref + o, MK_FT_INPT, 4)) {
+			assert_int_equal(got[o + 5], MK_CSUM_NONE);
+			assert_memory_equal(got + o + 24, "\0\0\0\0", 4);
+			memcpy(got + o + 5, ref + o + 5, 1);
+			memcpy(got + o + 24, ref + o + 24, 4);
+		}
+		assert_memory_equal(got + o, ref + o, MK_FRAME_HDR + len);
+		o += MK_FRAME_HDR + len;
+	}
+	/* passed on to a descriptor, the bytes a descriptor carries from the
+	 * start: the chunks' checksums computed on the way out */
+	mk_sw_free(w);
+	assert_int_equal(lseek(out, 0, SEEK_END), (off_t)ref_len);
+	assert_int_equal(pread(out, got, ref_len, 0), (ssize_t)ref_len);
 	assert_memory_equal(got, ref, ref_len);
+	close(out);
 	/* the bound: cap, or one frame larger than it */
 	size_t bound = cap ? cap : MK_CHAN_DEFAULT_CAP;
 	assert_true(mk_chan_peak(c) <= (bound > largest ? bound : largest));
@@ -199,6 +233,72 @@ static void test_piecewise(void **state)
 	mk_sr_free(r);
 	mk_chan_free(c);
 	free(buf);
+}
+
+struct wire_src {
+	const uint8_t *p;
+	size_t left;
+};
+
+static int wire_piece(void *ctx, void *buf, size_t cap, size_t *got, struct mk_err *err)
+{
+	struct wire_src *s = ctx;
+	size_t n = s->left < cap ? s->left : cap;
+
+	(void)err;
+	if (n > 3)
+		n = 3;   /* the header in pieces too */
+	memcpy(buf, s->p, n);
+	s->p += n;
+	s->left -= n;
+	*got = n;
+	return 0;
+}
+
+/* A chunk from a channel passed on in pieces to a descriptor: refused
+ * (its checksum would be needed first); to another channel: passed. */
+static void test_pieces_unsummed(void **state)
+{
+	struct mk_chan *c, *c2;
+	struct mk_stream_reader *r = NULL;
+	struct mk_stream_writer *w = NULL, *w2 = NULL;
+	struct mk_frame f;
+	struct mk_err err = { 0 };
+	struct writer a = { .nrepeat = 1 };
+	int fd[2], fd2[2], rc, out = memfd_create("test_chan_out", 0);
+	pthread_t th;
+	bool seen = false;
+
+	(void)state;
+	assert_true(out >= 0);
+	assert_int_equal(mk_chan_open(&c, 0, fd, &err), 0);
+	assert_int_equal(mk_chan_open(&c2, 1 << 30, fd2, &err), 0);
+	a.fd = fd[0];
+	a.c = c;
+	assert_int_equal(pthread_create(&th, NULL, writer_main, &a), 0);
+	assert_int_equal(mk_sr_open(&r, fd[1], "chan", 0, &err), 0);
+	assert_int_equal(mk_sw_open(&w, out, 0, &err), 0);
+	assert_int_equal(mk_sw_open(&w2, fd2[0], 0, &err), 0);
+	while ((rc = mk_sr_next(r, &f, &err)) == 1) {
+		struct wire_src s = { f.wire, f.wire_len };
+		if (strcmp(f.type, MK_FT_INPT) || f.len < 100)
+			continue;
+		seen = true;
+		assert_int_equal(mk_sw_pass_pieces(w, &f, wire_piece, &s, &err), -MK_EINVAL);
+		assert_non_null(strstr(err.msg, "cannot leave the process in pieces"));
+		s = (struct wire_src){ f.wire, f.wire_len };
+		assert_int_equal(mk_sw_pass_pieces(w2, &f, wire_piece, &s, &err), 0);
+		break;
+	}
+	assert_true(seen);
+	mk_chan_close_read(c);
+	pthread_join(th, NULL);
+	mk_sw_free(w);
+	mk_sw_free(w2);
+	mk_sr_free(r);
+	mk_chan_free(c);
+	mk_chan_free(c2);
+	close(out);
 }
 
 /* The reader goes: the writer's next write fails (EPIPE), and a writer
@@ -293,6 +393,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_roundtrip),
 		cmocka_unit_test(test_piecewise),
+		cmocka_unit_test(test_pieces_unsummed),
 		cmocka_unit_test(test_reader_gone),
 		cmocka_unit_test(test_writer_gone),
 		cmocka_unit_test(test_fds),

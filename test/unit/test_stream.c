@@ -975,6 +975,13 @@ static void test_err_header_fields(void **state)
 	raw_frame(buf, &o, "HEAD", 0, 2, "{}", 2, 2);
 	assert_int_equal(read_stream(buf, o, 0, &nf, &err), -MK_EFORMAT);
 	assert_msg(&err, "unknown checksum algorithm 2");
+	/* none (0) is for a channel's chunks: refused from a descriptor,
+	 * chunk or not */
+	write_prelude(buf, &o);
+	raw_frame(buf, &o, "note", 0, 1, "x", 1, 1);
+	raw_frame(buf, &o, "INPT", 0, MK_CSUM_NONE, "x", 1, 1);
+	assert_int_equal(read_stream(buf, o, 0, &nf, &err), -MK_EFORMAT);
+	assert_msg(&err, "frame #1 (INPT): unknown checksum algorithm 0");
 
 	/* raw frame whose lengths disagree */
 	write_prelude(buf, &o);
