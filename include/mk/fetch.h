@@ -15,6 +15,8 @@
 #include "mk/model.h"
 #include "mk/reader.h"
 
+struct mk_stream_writer;
+
 struct mk_fetch_opts {
 	const char *const *models;   /* references, as given */
 	size_t nmodels;
@@ -81,10 +83,12 @@ extern const char *const mk_fetch_copy_files[];
 void mk_fetch_model_opts(const struct mk_fetch_opts *o, const char *commit,
 			 struct mk_model_open_opts *mo);
 
-/* The reader for these models: MK_IO_HTTP when a shard is remote, else
- * the options' kind. */
-enum mk_io_kind mk_fetch_reader_kind(const struct mk_fetch_opts *o, struct mk_model *const *models,
-				     size_t n);
+/* The reader for these models, writing to w: kind MK_IO_HTTP when a shard
+ * is remote, else the options' kind; and, for AUTO, the mmap reader when
+ * w is an in-process channel (mk/chan.h), where no pipe write faults the
+ * mapped pages in. */
+void mk_fetch_reader_pick(const struct mk_fetch_opts *o, struct mk_model *const *models, size_t n,
+			  const struct mk_stream_writer *w, struct mk_reader_opts *ro);
 
 int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 		  struct mk_fetch_stats *st, struct mk_err *err);

@@ -52,9 +52,12 @@ typedef int (*mk_read_next_fn)(void *ctx, struct mk_read_req *req,
 			       struct mk_err *err);
 
 struct mk_reader_opts {
-	enum mk_io_kind kind;  /* MK_IO_AUTO: $MK_IO, then the default */
+	enum mk_io_kind kind;  /* MK_IO_AUTO: $MK_IO, then prefer */
 	size_t chunk_bytes;    /* 0: MK_READER_DEFAULT_CHUNK */
 	unsigned qdepth;       /* 0: MK_READER_DEFAULT_QDEPTH */
+	enum mk_io_kind prefer; /* what AUTO opens when $MK_IO is unset:
+				   MK_IO_AUTO for the default (uring), or
+				   MK_IO_MMAP (mk_fetch_reader_pick) */
 };
 
 struct mk_reader;

@@ -275,6 +275,8 @@ int mk_sw_pass_from(struct mk_stream_writer *w, struct mk_stream_reader *r, cons
 int mk_sw_end(struct mk_stream_writer *w, struct mk_err *err);
 void mk_sw_free(struct mk_stream_writer *w);
 uint64_t mk_sw_bytes(const struct mk_stream_writer *w);
+/* Whether w writes to an in-process channel (mk/chan.h), not a descriptor. */
+bool mk_sw_in_process(const struct mk_stream_writer *w);
 
 /* ---- FILE frames ---- */
 /* A relative name: not empty, not absolute, no empty, "." or ".."

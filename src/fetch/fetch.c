@@ -41,12 +41,19 @@ void mk_fetch_model_opts(const struct mk_fetch_opts *o, const char *commit,
 					   .commit = commit, .cache = !o->no_cache };
 }
 
-enum mk_io_kind mk_fetch_reader_kind(const struct mk_fetch_opts *o, struct mk_model *const *models, size_t n)
+void mk_fetch_reader_pick(const struct mk_fetch_opts *o, struct mk_model *const *models, size_t n,
+			  const struct mk_stream_writer *w, struct mk_reader_opts *ro)
 {
+	ro->kind = o->io;
 	for (size_t i = 0; i < n; i++)
 		if (models[i] && mk_model_has_remote(models[i]))
-			return MK_IO_HTTP;
-	return o->io;
+			ro->kind = MK_IO_HTTP;
+	/* Into a pipe the mapped pages fault as the pipe copies them, and
+	 * uring is faster (reader.c); into a channel the one copy is ours,
+	 * and mmap saves the kernel's: mk-yaml on three 300 MB BF16 models
+	 * (page cache warm, medians of 3 interleaved runs), linear 0.56 ->
+	 * 0.46 s, ties 1.88 -> 1.73 s. */
+	ro->prefer = mk_sw_in_process(w) ? MK_IO_MMAP : MK_IO_AUTO;
 }
 
 struct pending {               /* a chunk whose read is in flight */
@@ -174,7 +181,7 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 	struct mk_stream_writer *w = NULL;
 	struct mk_reader *rd = NULL;
 	struct fetch f = { .last_fd = -1 };
-	struct mk_reader_opts ropts = { o->io, o->chunk_bytes, o->qdepth };
+	struct mk_reader_opts ropts = { .kind = o->io, .chunk_bytes = o->chunk_bytes, .qdepth = o->qdepth };
 	int **fds = NULL;
 	uint8_t **fbuf = NULL, *gbuf = NULL;
 	size_t gcap = 0;
@@ -330,7 +337,7 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	ropts.kind = mk_fetch_reader_kind(o, models, o->nmodels);
+	mk_fetch_reader_pick(o, models, o->nmodels, w, &ropts);
 	rc = mk_reader_open(&rd, &ropts, next_extent, &f, err);
 	if (rc)
 		goto out;

@@ -811,7 +811,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	int **fds = NULL;
 	struct pf p = { 0 };
 	struct lora_work lw = { 0 };
-	struct mk_reader_opts ropts = { o->io, o->chunk_bytes, o->qdepth };
+	struct mk_reader_opts ropts = { .kind = o->io, .chunk_bytes = o->chunk_bytes, .qdepth = o->qdepth };
 	struct mk_frame f;
 	char *hjson = NULL;
 	size_t hlen;
@@ -1043,7 +1043,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	ropts.kind = mk_fetch_reader_kind(o, models, head->nmodels);
+	mk_fetch_reader_pick(o, models, head->nmodels, w, &ropts);
 	rc = mk_reader_open(&rd, &ropts, next_extent, &p, err);
 	if (rc)
 		goto out;

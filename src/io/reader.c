@@ -269,7 +269,8 @@ out:
 	return rc;
 }
 
-/* Which backend to open: opts->kind, else $MK_IO, else the default. */
+/* Which backend to open: opts->kind, else $MK_IO, else opts->prefer, else
+ * the default. */
 static int pick_kind(const struct mk_reader_opts *opts, enum mk_io_kind *kind,
 		     int *automatic, struct mk_err *err)
 {
@@ -287,7 +288,8 @@ static int pick_kind(const struct mk_reader_opts *opts, enum mk_io_kind *kind,
 		}
 	}
 	if (*kind == MK_IO_AUTO) {
-		*kind = MK_READER_DEFAULT_KIND;
+		*kind = opts && (opts->prefer == MK_IO_URING || opts->prefer == MK_IO_MMAP ||
+				 opts->prefer == MK_IO_PREAD) ? opts->prefer : MK_READER_DEFAULT_KIND;
 		*automatic = 1;
 	} else if (*kind != MK_IO_URING && *kind != MK_IO_MMAP &&
 		   *kind != MK_IO_PREAD && *kind != MK_IO_HTTP) {

@@ -1039,6 +1039,11 @@ static int write_iov(struct mk_stream_writer *w, struct iovec *iov, int n, struc
 	return 0;
 }
 
+bool mk_sw_in_process(const struct mk_stream_writer *w)
+{
+	return w->ch != NULL;
+}
+
 int mk_sw_open(struct mk_stream_writer **out, int fd, int level, struct mk_err *err)
 {
 	struct mk_stream_writer *w = calloc(1, sizeof(*w));

@@ -80,7 +80,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-	struct mk_reader_opts o = { MK_IO_AUTO, 0, 0 };
+	struct mk_reader_opts o = { .kind = MK_IO_AUTO };
 	struct walk w = { 0 };
 	struct mk_reader *r = NULL;
 	struct mk_read_req req;

@@ -98,7 +98,7 @@ static int plan_next(void *ctx, struct mk_read_req *req, struct mk_err *err)
 static struct mk_reader *open_kind(enum mk_io_kind kind, size_t chunk,
 				   unsigned qd, struct plan *p)
 {
-	struct mk_reader_opts o = { kind, chunk, qd };
+	struct mk_reader_opts o = { .kind = kind, .chunk_bytes = chunk, .qdepth = qd };
 	struct mk_reader *r = NULL;
 	struct mk_err err;
 	int rc;
@@ -534,7 +534,7 @@ static void test_parse(void **state)
 
 static void test_bad_opts(void **state)
 {
-	struct mk_reader_opts o = { MK_IO_PREAD, (size_t)2 << 30, 8 };
+	struct mk_reader_opts o = { .kind = MK_IO_PREAD, .chunk_bytes = (size_t)2 << 30, .qdepth = 8 };
 	struct plan p = { .fail_at = -1 };
 	struct mk_reader *r = (struct mk_reader *)&o;
 	struct mk_err err;
@@ -576,7 +576,7 @@ static void env_restore(void)
 static int open_env(enum mk_io_kind kind, const char *env,
 		    struct mk_reader **r, struct mk_err *err)
 {
-	struct mk_reader_opts o = { kind, 4096, 4 };
+	struct mk_reader_opts o = { .kind = kind, .chunk_bytes = 4096, .qdepth = 4 };
 	static struct plan empty = { .fail_at = -1 };
 
 	if (env)
@@ -623,6 +623,28 @@ static void test_env(void **state)
 	expect_backend(MK_IO_PREAD, "mmap", "pread");
 	expect_backend(MK_IO_MMAP, "bogus", "mmap");
 
+	/* what AUTO prefers, when MK_IO does not say: opened; MK_IO and an
+	 * explicit kind beat it */
+	{
+		static struct plan empty = { .fail_at = -1 };
+		struct mk_reader_opts o = { .kind = MK_IO_AUTO, .chunk_bytes = 4096, .qdepth = 4, .prefer = MK_IO_MMAP };
+		struct { const char *env; enum mk_io_kind kind; const char *want; } c[] = {
+			{ NULL, MK_IO_AUTO, "mmap" }, { "", MK_IO_AUTO, "mmap" }, { "auto", MK_IO_AUTO, "mmap" },
+			{ "pread", MK_IO_AUTO, "pread" }, { NULL, MK_IO_PREAD, "pread" },
+		};
+		for (size_t i = 0; i < sizeof(c) / sizeof(*c); i++) {
+			if (c[i].env)
+				setenv("MK_IO", c[i].env, 1);
+			else
+				unsetenv("MK_IO");
+			o.kind = c[i].kind;
+			empty.at = 0;
+			assert_int_equal(mk_reader_open(&r, &o, plan_next, &empty, &err), 0);
+			assert_string_equal(mk_reader_backend(r), c[i].want);
+			mk_reader_free(r);
+		}
+	}
+
 	r = (struct mk_reader *)&err;
 	assert_int_equal(open_env(MK_IO_AUTO, "bogus", &r, &err), -MK_EINVAL);
 	assert_null(r);
@@ -653,7 +675,7 @@ static void test_fallback(void **state)
 	char path[512], want[256];
 	int fd = make_file("fb", 210000, 8, path, sizeof(path));
 	struct plan p = { .fail_at = -1 };
-	struct mk_reader_opts o = { MK_IO_AUTO, 8192, 8 };
+	struct mk_reader_opts o = { .kind = MK_IO_AUTO, .chunk_bytes = 8192, .qdepth = 8 };
 	struct mk_reader *r;
 	struct mk_err err;
 	size_t i;
