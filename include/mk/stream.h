@@ -124,6 +124,7 @@ struct mk_frame {
 #define MK_SR_SPLICE_DATA 0x04 /* raw DATA frames from a pipe come piecewise,
 				  for mk_sr_splice_payload (below) */
 #define MK_SPLICE_MIN 4096     /* fewer data bytes than this: never spliced */
+#define MK_MAP_MIN (256u << 10) /* fewer than this: not mapped onto a channel */
 
 /* ---- bounds ----
  * Before a payload byte is read or inflated, the sizes a frame header
@@ -214,6 +215,20 @@ int mk_sr_splice_payload(struct mk_stream_reader *r, int out_fd, const char *out
  * False (a compressed or piecewise frame): nothing changes.  A caller
  * that keeps a payload past the next frame saves copying it. */
 bool mk_sr_trade(struct mk_stream_reader *r, const struct mk_frame *f, uint8_t **buf, size_t *cap);
+/* Frame bytes kept past the reader's next call (mk_sr_keep). */
+struct mk_frame_keep {
+	void *map;
+	size_t len;
+};
+/* When frame f, just returned by mk_sr_next(r), lies in a mapping that a
+ * channel lent (a chunk whose writer mapped it from its file,
+ * mk_sw_chunk_splice), hand the mapping to *k: f->wire and f->payload stay
+ * valid until mk_frame_keep_release(k), and the reader is done with them.
+ * Else false, and *k is empty.  The lent frame's counterpart of
+ * mk_sr_trade. */
+bool mk_sr_keep(struct mk_stream_reader *r, const struct mk_frame *f, struct mk_frame_keep *k);
+/* Unmap what k keeps, if anything; k is empty after. */
+void mk_frame_keep_release(struct mk_frame_keep *k);
 void mk_sr_free(struct mk_stream_reader *r);
 /* Frames returned and bytes consumed so far (the prelude included). */
 void mk_sr_position(const struct mk_stream_reader *r, uint64_t *frames, uint64_t *bytes);
@@ -246,7 +261,13 @@ int mk_sw_chunk(struct mk_stream_writer *w, const char *type,
  * is not a pipe, the source's file system cannot) the data are written
  * from c->data, and this writer does not try splice again.  A source file
  * that changed since c->data was read makes a frame whose checksum fails
- * downstream. */
+ * downstream.  On a channel (mk/chan.h) an uncompressed INPT or DATA
+ * chunk of at least MK_MAP_MIN bytes is not copied either: a private
+ * mapping of the file's bytes becomes the frame's buffer, its headers
+ * written over the bytes before the data (copy on write), and the reader
+ * lends it (mk_sr_keep); the bytes are the file's as mapped, so src_fd
+ * must not change while the stream runs (a truncated file raises SIGBUS
+ * in the reader). */
 int mk_sw_chunk_splice(struct mk_stream_writer *w, const char *type, const struct mk_chunk *c,
 		       int src_fd, uint64_t off, struct mk_err *err);
 /* A FILE frame; name validated with mk_file_name_check. */

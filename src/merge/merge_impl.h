@@ -33,6 +33,7 @@ struct inbuf {                   /* one input's piece of the current range */
 	size_t conv_cap;
 	void *raw;               /* as received, copied */
 	size_t raw_cap, raw_len;
+	struct mk_frame_keep keep; /* or where a channel lent it (mk_sr_keep) */
 	const void *data;        /* the bytes to convert: raw, or a replay
 				    record's (in memory, stable for the job),
 				    or fill ... */
@@ -204,5 +205,10 @@ int mk__gpuq_submit(struct mk_stream_writer *w, struct run *r, uint64_t b, uint6
  * compute dtype on up to r->threads threads, and (apply) run the method
  * and convert its output into r->outc. */
 int mk__workers_run(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk_err *err);
+/* A statistics pass over the range's elements [b, b + n): its inputs
+ * converted and accumulated block by block on this thread (in element
+ * order, as accumulate wants, and in the core's cache), the blocks past
+ * what the method still wants counted unconverted. */
+int mk__workers_stats(struct run *r, uint64_t b, uint64_t n, struct mk_err *err);
 
 #endif

@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include "chan_impl.h"
 #include "mk/stream.h"
@@ -12,7 +13,24 @@ struct blk {
 	struct blk *next;
 	uint8_t *buf;
 	size_t len, cap, off;   /* bytes, allocated, read so far */
+	void *map;              /* buf lies in this mapping (cap bytes), or NULL */
 };
+
+void mk_frame_keep_release(struct mk_frame_keep *k)
+{
+	if (k->map)
+		munmap(k->map, k->len);
+	*k = (struct mk_frame_keep){ 0 };
+}
+
+static void blk_free(struct blk *b)
+{
+	if (b->map)
+		munmap(b->map, b->cap);
+	else
+		free(b->buf);
+	free(b);
+}
 
 struct mk_chan {
 	struct mk_chan *next;   /* in the list of open channels */
@@ -80,8 +98,7 @@ static void drop_queue(struct mk_chan *c)
 		struct blk *b = c->head;
 		c->head = b->next;
 		c->held -= b->cap;
-		free(b->buf);
-		free(b);
+		blk_free(b);
 	}
 	c->tail = NULL;
 }
@@ -205,6 +222,37 @@ int mk__chan_write(struct mk_chan *c, const struct iovec *iov, int n)
 	return 0;
 }
 
+int mk__chan_write_map(struct mk_chan *c, uint8_t *frame, size_t len, void *map, size_t map_len)
+{
+	struct blk *b = malloc(sizeof(*b));
+
+	if (!b) {
+		munmap(map, map_len);
+		return -ENOMEM;
+	}
+	*b = (struct blk){ .buf = frame, .len = len, .cap = map_len, .map = map };
+	pthread_mutex_lock(&c->mu);
+	/* as mk__chan_write: room for it, or an empty queue */
+	while (!c->rclosed && c->head && c->held + map_len > c->cap)
+		pthread_cond_wait(&c->can_write, &c->mu);
+	if (c->rclosed) {
+		pthread_mutex_unlock(&c->mu);
+		blk_free(b);
+		return -EPIPE;
+	}
+	c->held += map_len;
+	if (c->held > c->peak)
+		c->peak = c->held;
+	if (c->tail)
+		c->tail->next = b;
+	else
+		c->head = b;
+	c->tail = b;
+	pthread_cond_signal(&c->can_read);
+	pthread_mutex_unlock(&c->mu);
+	return 0;
+}
+
 /* Pop the head (its bytes all read), under the lock. */
 static void pop(struct mk_chan *c)
 {
@@ -214,8 +262,7 @@ static void pop(struct mk_chan *c)
 	if (!c->head)
 		c->tail = NULL;
 	c->held -= b->cap;
-	free(b->buf);
-	free(b);
+	blk_free(b);
 	pthread_cond_signal(&c->can_write);
 }
 
@@ -241,17 +288,30 @@ ssize_t mk__chan_read(struct mk_chan *c, void *buf, size_t len)
 	return (ssize_t)got;
 }
 
-bool mk__chan_take(struct mk_chan *c, size_t len, uint8_t **buf, size_t *cap)
+bool mk__chan_take(struct mk_chan *c, size_t len, uint8_t **buf, size_t *cap, struct mk__lent *lent)
 {
 	struct blk *b;
 	uint8_t *old = *buf;
 	size_t old_cap = *cap;
 
+	*lent = (struct mk__lent){ 0 };
 	pthread_mutex_lock(&c->mu);
 	b = c->head;
 	if (!b || b->off != MK_FRAME_HDR || b->len - b->off != len) {
 		pthread_mutex_unlock(&c->mu);
 		return false;
+	}
+	if (b->map) {
+		/* lent: the reader munmaps it when done (mk__lent_release) */
+		*lent = (struct mk__lent){ .frame = b->buf, .keep = { b->map, b->cap } };
+		c->head = b->next;
+		if (!c->head)
+			c->tail = NULL;
+		c->held -= b->cap;
+		free(b);
+		pthread_cond_signal(&c->can_write);
+		pthread_mutex_unlock(&c->mu);
+		return true;
 	}
 	*buf = b->buf;
 	*cap = b->cap;

@@ -8,21 +8,36 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 #include "mk/chan.h"
+#include "mk/stream.h"
 
 enum { MK__CHAN_W = 0, MK__CHAN_R = 1 };
+
+/* A frame whose bytes lie in a private mapping (mk__chan_write_map):
+ * the frame at `frame`, the mapping to release when done. */
+struct mk__lent {
+	uint8_t *frame;
+	struct mk_frame_keep keep;
+};
 /* The channel whose `end` fd is, else NULL. */
 struct mk_chan *mk__chan_find(int fd, int end);
 /* Queue the bytes of iov as one buffer: 0, or -EPIPE when the reader is
  * gone, -ENOMEM. */
 int mk__chan_write(struct mk_chan *c, const struct iovec *iov, int n);
+/* Queue the frame of len bytes at `frame`, inside the private mapping
+ * [map, map + map_len), without a copy: the channel owns the mapping
+ * from the call on (munmaps it on every path).  The reader takes it as
+ * lent (mk__chan_take) or reads its bytes.  0, or -EPIPE. */
+int mk__chan_write_map(struct mk_chan *c, uint8_t *frame, size_t len, void *map, size_t map_len);
 /* Read exactly len bytes: the count read (less only at the end), as
  * read_full does on a descriptor. */
 ssize_t mk__chan_read(struct mk_chan *c, void *buf, size_t len);
 /* When the queue's next buffer is the rest of a frame whose header the
  * reader has just read from it and holds exactly `len` more bytes, give
  * that buffer (header and payload) to the reader in place of *buf
- * (which the channel keeps for a later write, or frees): true.  Else
- * false, and the reader reads the payload by mk__chan_read. */
-bool mk__chan_take(struct mk_chan *c, size_t len, uint8_t **buf, size_t *cap);
+ * (which the channel keeps for a later write, or frees): true.  A
+ * mapped frame (mk__chan_write_map) is lent instead, in *lent, and *buf
+ * stays the reader's.  Else false (lent->map NULL), and the reader reads
+ * the payload by mk__chan_read. */
+bool mk__chan_take(struct mk_chan *c, size_t len, uint8_t **buf, size_t *cap, struct mk__lent *lent);
 
 #endif

@@ -235,6 +235,7 @@ struct mk_stream_reader {
 	bool broken;             /* a piecewise read failed */
 	uint8_t *wire;           /* header + payload */
 	size_t wire_cap;
+	struct mk__lent lent;    /* or the last frame, lent by a channel */
 	uint8_t *raw;            /* decompressed payload */
 	size_t raw_cap;
 	ZSTD_DCtx *dctx;
@@ -780,6 +781,7 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 	bool taken = false;
 
 	memset(f, 0, sizeof(*f));
+	mk_frame_keep_release(&r->lent.keep);   /* the last frame's, unless kept */
 	if (r->broken)
 		return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu: the stream is unusable after an error in it",
 				  r->label, (unsigned long long)idx);
@@ -878,7 +880,7 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 	{
 		uint64_t have_n = 0;
 		/* from a channel, the frame's buffer itself when it can be had */
-		if (r->ch && len && mk__chan_take(r->ch, (size_t)len, &r->wire, &r->wire_cap)) {
+		if (r->ch && len && mk__chan_take(r->ch, (size_t)len, &r->wire, &r->wire_cap, &r->lent)) {
 			have_n = len;
 			taken = true;
 		}
@@ -896,7 +898,7 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 			if (have_n < target)
 				break;
 		}
-		h = r->wire;
+		h = r->lent.keep.map ? r->lent.frame : r->wire;
 		if (have_n < len)
 			return mk_err_set(err, MK_ECORRUPT, "%s: frame #%llu (%s): truncated payload (%llu of %llu bytes)",
 					  r->label, (unsigned long long)idx, f->type, (unsigned long long)have_n,
@@ -955,6 +957,16 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 	return 1;
 }
 
+bool mk_sr_keep(struct mk_stream_reader *r, const struct mk_frame *f, struct mk_frame_keep *k)
+{
+	*k = (struct mk_frame_keep){ 0 };
+	if (!r->lent.keep.map || f->wire != r->lent.frame)
+		return false;
+	*k = r->lent.keep;
+	r->lent = (struct mk__lent){ 0 };
+	return true;
+}
+
 bool mk_sr_trade(struct mk_stream_reader *r, const struct mk_frame *f, uint8_t **buf, size_t *cap)
 {
 	uint8_t *b = r->wire;
@@ -974,6 +986,7 @@ void mk_sr_free(struct mk_stream_reader *r)
 	if (!r)
 		return;
 	free(r->label);
+	mk_frame_keep_release(&r->lent.keep);
 	free(r->wire);
 	free(r->raw);
 	ZSTD_freeDCtx(r->dctx);
@@ -1203,6 +1216,43 @@ static int splice_data(struct mk_stream_writer *w, const struct mk_chunk *c, int
 	return 0;
 }
 
+/* The chunk's frame for a channel in a private mapping of its file's
+ * bytes: the headers written over the bytes before the data (on the
+ * page or two they share, which copy on write; the rest stay the page
+ * cache's), the mapping queued as the frame's buffer.  1 when queued,
+ * 0 when it cannot be (the caller copies), or an error. */
+static int map_chunk(struct mk_stream_writer *w, const char *type, const struct mk_chunk *c, int src_fd,
+		     uint64_t off, struct mk_err *err)
+{
+	const uint64_t pre = MK_FRAME_HDR + MK_CHUNK_HDR;
+	uint64_t raw_len = MK_CHUNK_HDR + (uint64_t)c->data_len;
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t a, len;
+	uint8_t *m, *h;
+	int rc;
+
+	if (pg <= 0 || off < pre)
+		return 0;
+	a = (off - pre) & ~(uint64_t)(pg - 1);
+	len = off + c->data_len - a;
+	m = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_PRIVATE, src_fd, (off_t)a);
+	if (m == MAP_FAILED)
+		return 0;
+	h = m + (off - pre - a);
+	memset(h, 0, MK_FRAME_HDR);
+	memcpy(h, type, 4);
+	h[5] = MK_CSUM_NONE;   /* a chunk on a channel (sw_sums) */
+	put64(h + 8, raw_len);
+	put64(h + 16, raw_len);
+	mk_chunk_encode(c, h + MK_FRAME_HDR);
+	count_frame(&w->n, type, type[0] >= 'A' && type[0] <= 'Z', raw_len);
+	rc = mk__chan_write_map(w->ch, h, (size_t)(pre + c->data_len), m, (size_t)len);
+	if (rc < 0)
+		return mk_err_sys(err, -rc, "writing the stream");
+	w->bytes += pre + c->data_len;
+	return 1;
+}
+
 int mk_sw_chunk_splice(struct mk_stream_writer *w, const char *type, const struct mk_chunk *c, int src_fd,
 		       uint64_t off, struct mk_err *err)
 {
@@ -1212,6 +1262,13 @@ int mk_sw_chunk_splice(struct mk_stream_writer *w, const char *type, const struc
 	struct stat sb;
 	int rc;
 
+	if (w->ch && w->level <= 0 && src_fd >= 0 && c->data_len >= MK_MAP_MIN && raw_len <= MK_FRAME_MAX &&
+	    !sw_sums(w, type)) {
+		if (w->ended)
+			MK_BUG("frame after END");
+		if ((rc = map_chunk(w, type, c, src_fd, off, err)))
+			return rc < 0 ? rc : 0;
+	}
 	if (!w->splice) /* a channel's stand-in descriptor is no pipe: never spliced */
 		w->splice = !w->ch && fstat(w->fd, &sb) == 0 && S_ISFIFO(sb.st_mode) ? 1 : -1;
 	if (w->level > 0 || w->splice < 0 || src_fd < 0 || c->data_len < MK_SPLICE_MIN ||

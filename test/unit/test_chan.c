@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include <errno.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -388,12 +389,195 @@ static void test_fds(void **state)
 	mk_chan_free(c);
 }
 
+/* ---- chunks mapped from their file (mk_sw_chunk_splice on a channel) */
+
+/* Chunks of a file: (offset, bytes) with offsets at and off page bounds,
+ * one too near the file's start to carry its headers before it (copied),
+ * one under MK_MAP_MIN (copied), and two on one page (mapped twice). */
+static const struct { uint64_t off; size_t len; } mchunks[] = {
+	{ 4096, 300000 }, { 5000, 400000 }, { 10, 300000 }, { 900001, 262144 },
+	{ 1200000, 1000 }, { 1300000, 500000 }, { 1300080, 262144 }, { 8192 * 3 + 79, 600000 },
+};
+#define NMCHUNKS (sizeof(mchunks) / sizeof(*mchunks))
+#define MFILE (2u << 20)
+
+struct mwriter {
+	int fd, src;
+	struct mk_chan *c;
+	const uint8_t *bytes;  /* the file's, for c.data */
+	bool pipe_like;        /* to a descriptor: the reference */
+	int rc;
+	struct mk_err err;
+};
+
+static int mwrite_all(struct mwriter *a)
+{
+	struct mk_stream_writer *w = NULL;
+	int rc = mk_sw_open(&w, a->fd, 0, &a->err);
+
+	for (size_t i = 0; !rc && i < NMCHUNKS; i++) {
+		struct mk_chunk c = { .id = (uint32_t)i, .dtype = MK_DT_U8, .row_count = 1,
+				      .elem_count = mchunks[i].len, .data = a->bytes + mchunks[i].off,
+				      .data_len = mchunks[i].len };
+		rc = mk_sw_chunk_splice(w, i & 1 ? MK_FT_DATA : MK_FT_INPT, &c, a->src, mchunks[i].off, &a->err);
+	}
+	if (!rc)
+		rc = mk_sw_end(w, &a->err);
+	mk_sw_free(w);
+	return rc;
+}
+
+static void *mwriter_main(void *p)
+{
+	struct mwriter *a = p;
+
+	a->rc = mwrite_all(a);
+	if (a->c)
+		mk_chan_close_write(a->c);
+	return NULL;
+}
+
+/* Mappings of the file this process has. */
+static int maps_of(const char *path)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[4096];
+	int n = 0;
+
+	assert_non_null(f);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, path) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* Each chunk arrives with the file's bytes, lent where it was mapped; a
+ * kept one stays valid past later frames and until released; passed on
+ * to a descriptor, the stream is the bytes a descriptor carries; no
+ * mapping is left, read to the end or dropped by the reader going. */
+static void test_mapped(void **state)
+{
+	char path[] = "/tmp/test_chan_mapXXXXXX";
+	int src = mkstemp(path), out = memfd_create("test_chan_ref", 0), out2 = memfd_create("test_chan_out", 0);
+	uint8_t *bytes = malloc(MFILE), *ref, *got;
+	struct mk_err err = { 0 };
+	off_t ref_len;
+
+	(void)state;
+	assert_true(src >= 0 && out >= 0 && out2 >= 0);
+	assert_non_null(bytes);
+	fill(bytes, MFILE, 5);
+	assert_int_equal(write(src, bytes, MFILE), (ssize_t)MFILE);
+	/* the reference: over a descriptor */
+	{
+		struct mwriter a = { .fd = out, .src = src, .bytes = bytes };
+		assert_int_equal(mwrite_all(&a), 0);
+		ref_len = lseek(out, 0, SEEK_END);
+		ref = malloc((size_t)ref_len);
+		got = malloc((size_t)ref_len);
+		assert_non_null(ref);
+		assert_non_null(got);
+		assert_int_equal(pread(out, ref, (size_t)ref_len, 0), ref_len);
+	}
+	for (int round = 0; round < 2; round++) {
+		struct mk_chan *c;
+		struct mk_stream_reader *r = NULL;
+		struct mk_stream_writer *w = NULL;
+		struct mk_frame f;
+		struct mk_frame_keep keep[NMCHUNKS] = { 0 };
+		const uint8_t *kept_data[NMCHUNKS] = { 0 };
+		size_t i = 0, nkept = 0;
+		int fd[2], rc;
+		pthread_t th;
+		struct mwriter a = { .src = src, .bytes = bytes };
+
+		/* a queue of 1 MiB: the writer waits for the reader */
+		assert_int_equal(mk_chan_open(&c, 1 << 20, fd, &err), 0);
+		a.fd = fd[0];
+		a.c = c;
+		assert_int_equal(pthread_create(&th, NULL, mwriter_main, &a), 0);
+		assert_int_equal(mk_sr_open(&r, fd[1], "chan", 0, &err), 0);
+		assert_int_equal(ftruncate(out2, 0), 0);
+		assert_int_equal(mk_sw_open(&w, out2, 0, &err), 0);
+		while ((rc = mk_sr_next(r, &f, &err)) == 1) {
+			struct mk_chunk ch;
+			if (!strcmp(f.type, MK_FT_END)) {
+				assert_int_equal(mk_sw_pass(w, &f, &err), 0);
+				continue;
+			}
+			assert_true(f.csum_ok);
+			assert_int_equal(f.csum, MK_CSUM_NONE);
+			assert_int_equal(mk_chunk_decode(f.payload, f.payload_len, &ch, &err), 0);
+			assert_int_equal(ch.id, i);
+			assert_int_equal(ch.data_len, mchunks[i].len);
+			assert_memory_equal(ch.data, bytes + mchunks[i].off, mchunks[i].len);
+			assert_int_equal(mk_sw_pass(w, &f, &err), 0);
+			/* lent when mapped: at least MK_MAP_MIN bytes, room before */
+			bool mapped = mchunks[i].len >= MK_MAP_MIN && mchunks[i].off >= MK_FRAME_HDR + MK_CHUNK_HDR;
+			if (mapped) {
+				/* not in the file's pages: the headers' copy */
+				assert_true(ch.data != bytes + mchunks[i].off);
+			}
+			if (i % 3 == 0 || round == 1) {
+				bool k = mk_sr_keep(r, &f, &keep[i]);
+				assert_int_equal(k, mapped);
+				assert_int_equal(keep[i].map != NULL, mapped);
+				if (k) {
+					kept_data[i] = ch.data;
+					nkept++;
+				}
+			}
+			i++;
+			if (round == 1 && i == 4)
+				break;   /* the reader goes, frames still queued */
+		}
+		if (round == 0) {
+			assert_int_equal(rc, 0);
+			assert_int_equal(i, NMCHUNKS);
+			assert_true(nkept >= 2);
+		} else {
+			assert_int_equal(nkept, 3);   /* chunks 0, 1 and 3 mapped */
+		}
+		/* the kept chunks are still there */
+		for (size_t k = 0; k < NMCHUNKS; k++)
+			if (kept_data[k])
+				assert_memory_equal(kept_data[k], bytes + mchunks[k].off, mchunks[k].len);
+		mk_chan_close_read(c);
+		pthread_join(th, NULL);
+		if (round == 0) {
+			assert_int_equal(a.rc, 0);
+			/* passed on to a descriptor: the reference's bytes */
+			assert_int_equal(lseek(out2, 0, SEEK_END), ref_len);
+			assert_int_equal(pread(out2, got, (size_t)ref_len, 0), ref_len);
+			assert_memory_equal(got, ref, (size_t)ref_len);
+		} else {
+			assert_true(a.rc < 0);   /* its write failed: the reader went */
+			assert_non_null(strstr(a.err.msg, "writing the stream"));
+		}
+		mk_sw_free(w);
+		mk_sr_free(r);
+		assert_true(maps_of(path) == (int)nkept);
+		for (size_t k = 0; k < NMCHUNKS; k++)
+			mk_frame_keep_release(&keep[k]);
+		assert_int_equal(maps_of(path), 0);
+		mk_chan_free(c);
+	}
+	close(src);
+	unlink(path);
+	close(out);
+	close(out2);
+	free(bytes);
+	free(ref);
+	free(got);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_roundtrip),
 		cmocka_unit_test(test_piecewise),
 		cmocka_unit_test(test_pieces_unsummed),
+		cmocka_unit_test(test_mapped),
 		cmocka_unit_test(test_reader_gone),
 		cmocka_unit_test(test_writer_gone),
 		cmocka_unit_test(test_fds),
