@@ -206,6 +206,11 @@ struct mk_job {
 	int copy_input;
 	bool byte_copy;
 	void *state;               /* method-private */
+	/* Set by the kernels when the pass in progress needs no more input
+	 * (in accumulate), or the next one none at all (in finish of the one
+	 * before): mk_job_wants then says false and mk_job_accumulate takes
+	 * chunks without looking at them.  Cleared as each pass ends. */
+	bool pass_enough;
 	/* bookkeeping of the mk_job_* wrappers */
 	unsigned pass_done;        /* passes finished */
 	uint64_t next_elem;        /* next element accumulate expects */
@@ -350,6 +355,12 @@ int mk_job_init(struct mk_job *job, const struct mk_method *m,
 int mk_job_accumulate(struct mk_job *job, unsigned pass,
 		      const struct mk_job_chunk *c, struct mk_err *err);
 int mk_job_finish(struct mk_job *job, unsigned pass, struct mk_err *err);
+/* Whether the statistics pass in progress still reads its inputs: false
+ * once the kernel has what it gathers (a selection's cut found, or found
+ * by the pass before).  The caller may then pass the rest of the pass's
+ * chunks to mk_job_accumulate with in = NULL, unconverted: they are
+ * counted, not read.  The output does not depend on whether it does. */
+bool mk_job_wants(const struct mk_job *job);
 /* Output for c's elements into out (c->count elements of job->compute);
  * all passes must be finished. */
 int mk_job_apply(struct mk_job *job, const struct mk_job_chunk *c, void *out,

@@ -84,6 +84,7 @@ static void run_release(struct run *r)
 	if (r->live)
 		mk_job_release(&r->job);
 	for (size_t i = 0; r->ib && r->pj && i < run_nin(r); i++) {
+		mk_frame_keep_release(&r->ib[i].keep);
 		mk__pool_put(r->pool, r->ib[i].conv, r->ib[i].conv_cap);
 		mk__pool_put(r->pool, r->ib[i].raw, r->ib[i].raw_cap);
 		mk__pool_put(r->pool, r->ib[i].fill, r->ib[i].fill_cap);
@@ -270,11 +271,12 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 		uint64_t ob;
 		bool apply = r->send >= r->job.npasses;
 		mk_dtype_nbytes(r->job.out.dtype, n, &ob);
-		/* a statistics pass reads the converted range afterwards; the
-		 * output is converted tile by tile in the workers */
-		for (size_t i = 0; !apply && i < r->d.ninputs; i++)
-			if (r->job.used[i] && grow(&r->ib[i].conv, &r->ib[i].conv_cap, (size_t)n * es + 1))
-				return mk_err_set(err, MK_ENOMEM, "out of memory");
+		/* a statistics pass block by block on this thread; the output
+		 * converted tile by tile in the workers */
+		if (!apply) {
+			rc = mk__workers_stats(r, b, n, err);
+			goto clear;
+		}
 		if (apply && grow(&r->outc, &r->outc_cap, (size_t)ob + 1))
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
 		if (apply && r->gpu) {
@@ -289,23 +291,15 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 			goto clear;
 		}
 		rc = mk__workers_run(r, b, n, apply, err);
-		if (!rc && !apply) {
-			/* statistics: in element order, on this thread */
-			const void **ptrs = calloc(r->d.ninputs + 1, sizeof(*ptrs));
-			if (!ptrs)
-				return mk_err_set(err, MK_ENOMEM, "out of memory");
-			for (size_t i = 0; i < r->d.ninputs; i++)
-				ptrs[i] = r->job.used[i] ? r->ib[i].conv : NULL;
-			struct mk_job_chunk c = { .elem_begin = b, .count = n, .in = ptrs };
-			rc = mk_job_accumulate(&r->job, r->send, &c, err);
-			free(ptrs);
-		} else if (!rc) {
+		if (!rc) {
 			rc = mk__gpuq_emit(w, r, b, n, r->job.out.dtype, r->outc, (size_t)ob, st, err);
 		}
 	}
 clear:
-	for (size_t i = 0; i < run_nin(r); i++)
+	for (size_t i = 0; i < run_nin(r); i++) {
 		r->ib[i].have = false;
+		mk_frame_keep_release(&r->ib[i].keep);   /* converted, or failed */
+	}
 	return rc;
 }
 
@@ -419,7 +413,7 @@ static int run_input(struct mk_stream_writer *w, struct run *r, const struct mk_
 	if (r->check_equal && c.input > 0) {
 		struct inbuf *first = &r->ib[0];
 		if (!first->have || first->begin != c.elem_begin || first->raw_len != c.data_len ||
-		    memcmp(first->raw, c.data, c.data_len))
+		    memcmp(first->data, c.data, c.data_len))
 			return mk_err_set(err, MK_EMISMATCH,
 					  "tensor '%s' (%s) differs between input 0 and input %u: tensors that are not floats are not merged, their inputs must agree",
 					  r->name, mk_dtype_name(c.dtype), c.input);
@@ -441,8 +435,15 @@ static int run_input(struct mk_stream_writer *w, struct run *r, const struct mk_
 	/* keep the bytes (or where they stay); range_done converts them */
 	in->dtype = c.dtype;
 	in->raw_len = c.data_len;
+	mk_frame_keep_release(&in->keep);
 	if (stable) {
 		in->data = c.data;
+		return 0;
+	}
+	/* a frame a channel lent, kept where it lies: no copy */
+	if (r->frame && mk_sr_keep(r->rd, r->frame, &in->keep)) {
+		in->data = c.data;
+		r->frame = NULL;
 		return 0;
 	}
 	if (grow(&in->raw, &in->raw_cap, c.data_len ? c.data_len : 1))

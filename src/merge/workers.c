@@ -106,6 +106,42 @@ out:
 	return NULL;
 }
 
+/* Elements per block of a statistics pass: the inputs' converted blocks
+ * stay in the core's cache until accumulate reads them.  (Converting the
+ * next block on a second thread meanwhile was slower here: ties on three
+ * 300 MB BF16 models, 1.43 s against 1.30 s.) */
+#define STAT_BLOCK 32768u
+
+int mk__workers_stats(struct run *r, uint64_t b, uint64_t n, struct mk_err *err)
+{
+	size_t es = mk_dtype_bits(r->job.compute) / 8, nin = r->d.ninputs;
+	const void **ptrs = calloc(nin + 1, sizeof(*ptrs));
+	int rc = 0;
+
+	if (!ptrs)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t i = 0; i < nin && !rc; i++)
+		if (r->job.used[i] && grow(&r->ib[i].conv, &r->ib[i].conv_cap, (size_t)STAT_BLOCK * es + 1))
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (uint64_t t = 0; t < n && !rc; t += STAT_BLOCK) {
+		uint64_t k = n - t < STAT_BLOCK ? n - t : STAT_BLOCK;
+		struct mk_job_chunk c = { .elem_begin = b + t, .count = k, .in = ptrs };
+		if (mk_job_wants(&r->job)) {
+			for (size_t i = 0; i < nin && !rc; i++) {
+				ptrs[i] = r->job.used[i] ? r->ib[i].conv : NULL;
+				if (r->job.used[i])
+					rc = convert_input(r, i, t, k, r->ib[i].conv, err);
+			}
+		} else {
+			c.in = NULL;   /* counted, not read */
+		}
+		if (!rc)
+			rc = mk_job_accumulate(&r->job, r->send, &c, err);
+	}
+	free(ptrs);
+	return rc;
+}
+
 /* Run work() over the range's elements [b, b + n) on up to r->threads
  * threads. */
 int mk__workers_run(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk_err *err)

@@ -1414,6 +1414,8 @@ static inline bool fast_f32(const struct state *s, const struct gin *g)
 	return !s->f64 && (g->kind == K_MAG || g->kind == K_OUTL || g->kind == K_RAND || g->kind == K_DELLA);
 }
 
+static bool cuts_found(const struct state *s);
+
 static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c,
 		      struct mk_err *err)
 {
@@ -1506,6 +1508,9 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 			break;
 		}
 	}
+	/* the rest of the cut pass has nothing to find */
+	if (pass == s->nlevels && cuts_found(s))
+		job->pass_enough = true;
 	return 0;
 }
 
@@ -1523,6 +1528,23 @@ static void set_factor(struct state *s, struct gin *g)
 		g->scale = !(bf < (float)1e-7 || af < (float)1e-7);
 		g->ff = bf / af;
 	}
+}
+
+/* Whether the cut pass (no rescale) has what it looks for: every
+ * selection's cuts found, or known without it. */
+static bool cuts_found(const struct state *s)
+{
+	if (s->rescale)
+		return false;
+	for (size_t j = 0; j < s->n; j++) {
+		const struct gin *g = &s->g[j];
+		if (g->kind != K_MAG && g->kind != K_OUTL)
+			continue;
+		for (unsigned t = 0; t < g->nt; t++)
+			if (g->t[t].seen < g->t[t].need)
+				return false;
+	}
+	return true;
 }
 
 static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
@@ -1567,10 +1589,19 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 						z->need = z->rank - z->below + 1;   /* ties kept */
 					}
 					for (unsigned t = 0; t < g->nt; t++) {
-						free(g->t[t].hist);
-						free(g->t[t].sub);
-						g->t[t].hist = NULL;
-						g->t[t].sub = NULL;
+						struct target *tg = &g->t[t];
+						/* all ties on the cut's side: the cut is past
+						 * the last one, found without a pass (the one
+						 * the pass would find, as no later tie is);
+						 * with a rescale the pass counts them anew */
+						if (!s->rescale && tg->need == tg->eq && tg->need) {
+							tg->cut1 = UINT64_MAX;
+							tg->seen = tg->need;
+						}
+						free(tg->hist);
+						free(tg->sub);
+						tg->hist = NULL;
+						tg->sub = NULL;
 					}
 				}
 			} else {
@@ -1585,6 +1616,9 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 			break;
 		}
 	}
+	/* the cut pass, when it is next and has nothing to find */
+	if (pass + 1 == s->nlevels && cuts_found(s))
+		job->pass_enough = true;
 	(void)err;
 	return 0;
 }

@@ -609,7 +609,14 @@ int mk_job_accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 	if (!c->count)
 		return 0;
 	job->next_elem += c->count;
+	if (job->pass_enough)
+		return 0;   /* the kernel has what this pass gathers */
 	return job->method->accumulate(job, pass, c, err);
+}
+
+bool mk_job_wants(const struct mk_job *job)
+{
+	return job->pass_done < job->npasses && !job->pass_enough;
 }
 
 int mk_job_finish(struct mk_job *job, unsigned pass, struct mk_err *err)
@@ -623,6 +630,7 @@ int mk_job_finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 		return mk_err_set(err, MK_EINVAL, "tensor '%s': pass %u saw %llu of %llu elements",
 				  job->d.tensor ? job->d.tensor : "?", pass,
 				  (unsigned long long)job->next_elem, (unsigned long long)job->nelem);
+	job->pass_enough = false;   /* finish may say the next pass needs none */
 	rc = job->method->finish(job, pass, err);
 	if (rc)
 		return rc;

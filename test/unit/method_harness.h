@@ -100,6 +100,10 @@ static inline void set_in(struct tj *t, size_t i, const char *name, struct mk_pv
  * rule).  Returns the first failure with `err` filled.  On success *keep
  * (if not NULL) receives the job, which the caller releases, and *npasses
  * (if not NULL) its pass count. */
+/* Statistics-pass chunks tj_run passed unread (in = NULL, as mk-merge
+ * does once mk_job_wants says false), over all runs. */
+static uint64_t tj_skipped;
+
 static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *const *views, uint64_t chunk,
 			 void *out, bool reverse, struct mk_job *keep, unsigned *npasses, struct mk_err *err)
 {
@@ -126,6 +130,10 @@ static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *cons
 			c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
 			for (size_t i = 0; i < t->d.ninputs; i++)
 				ptr[i] = views[i] && job.used[i] ? (const char *)views[i] + e * esz : NULL;
+			if (pass < job.npasses && !mk_job_wants(&job)) {
+				c.in = NULL;   /* the method has what the pass gathers */
+				tj_skipped++;
+			}
 			/* a statistic may be judged when its last element arrives:
 			 * errors can come from accumulate */
 			rc = pass < job.npasses ? mk_job_accumulate(&job, pass, &c, err) :

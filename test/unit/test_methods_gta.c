@@ -327,6 +327,47 @@ static void test_tie_rule(void **st)
 	}
 }
 
+/* The cut pass is not read past the cut it finds, nor at all when every
+ * tie is kept (the cut after the last one), with the same output. */
+static void test_cut_pass_skipped(void **st)
+{
+	static const float z[12] = { 0 };
+	/* ties at 1 (indices 0 1 2 4 5 6 8 9 10 11), 3 and -2 larger: keep 6,
+	 * so the 4 lowest-index ties: the cut at index 4 */
+	static const float x1[12] = { 1, -1, 1, 3, -1, 1, 1, -2, 1, -1, 1, 1 };
+	static const float w1[12] = { 1, -1, 1, 3, -1, 0, 0, -2, 0, 0, 0, 0 };
+	/* the 4 ties at 1 all kept with 3 and -2 */
+	static const float x2[12] = { 1, -1, 3, -2, 1, 1, 0.5f, 0.5f, 0.25f, 0.25f, 0.25f, 0.25f };
+	static const float w2[12] = { 1, -1, 3, -2, 1, 1, 0, 0, 0, 0, 0, 0 };
+	struct { const float *x, *want; uint64_t skipped; } c[] = {
+		{ x1, w1, 7 },    /* chunks 5..11 of the cut pass */
+		{ x2, w2, 12 },   /* all of it */
+	};
+	float out[12];
+
+	(void)st;
+	for (size_t k = 0; k < 2; k++) {
+		const void *v[2] = { z, c[k].x };
+		struct tj t;
+		unsigned np;
+		uint64_t before = tj_skipped;
+		tj_init(&t, "ties", 2, 0);
+		set_in(&t, 1, "weight", mk_pval_float(1.0));
+		set_in(&t, 1, "density", mk_pval_float(0.5));
+		assert_int_equal(run_job(&t, v, 1, out, &np), 0);
+		assert_int_equal(np, 3);
+		for (int i = 0; i < 12; i++)
+			if (out[i] != c[k].want[i])
+				fail_msg("case %zu element %d: %g want %g", k, i, out[i], c[k].want[i]);
+		assert_int_equal(tj_skipped - before, c[k].skipped);
+		/* with a rescale the cut pass sums what it keeps: all read */
+		before = tj_skipped;
+		set_g(&t, "rescale", mk_pval_bool(true));
+		assert_int_equal(run_job(&t, v, 1, out, &np), 0);
+		assert_int_equal(tj_skipped - before, 0);
+	}
+}
+
 /* ------------------------------------------------------ parameters, plan */
 
 static void expect_error(struct tj *t, const char *n1, const char *n2)
@@ -1269,6 +1310,7 @@ int main(void)
 		cmocka_unit_test(test_consensus_masks),
 		cmocka_unit_test(test_della_probs),
 		cmocka_unit_test(test_tie_rule),
+		cmocka_unit_test(test_cut_pass_skipped),
 		cmocka_unit_test(test_params),
 		cmocka_unit_test(test_output_rules),
 		cmocka_unit_test(test_chunk_independence),
