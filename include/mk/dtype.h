@@ -114,5 +114,10 @@ uint8_t mk_f32_to_f8(enum mk_dtype dt, float f);        /* any F8 variant */
  * convertible float type. */
 int mk_dtype_convert(enum mk_dtype dst_dt, void *dst,
 		     enum mk_dtype src_dt, const void *src, size_t n);
+/* mk_dtype_convert, and add to *nonfinite how many of the n source
+ * elements are NaN or infinite (mk_dtype_count_nonfinite's count), in the
+ * same pass over them where there is a kernel for it (BF16 -> F32). */
+int mk_dtype_convert_count(enum mk_dtype dst_dt, void *dst, enum mk_dtype src_dt, const void *src, size_t n,
+			   uint64_t *nonfinite);
 
 #endif

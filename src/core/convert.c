@@ -396,8 +396,11 @@ static inline uint16_t vbits_to_f16(uint32_t u)
 typedef void kern_fn(unsigned char *restrict d, const unsigned char *restrict s,
 		     size_t n);
 
+typedef uint64_t kern_count_fn(unsigned char *restrict d, const unsigned char *restrict s, size_t n);
+
 struct kern16 {
 	kern_fn *enc_bf16, *dec_bf16, *enc_f16, *dec_f16;
+	kern_count_fn *dec_bf16_count;
 };
 
 #define KERN16(isa, attr)						\
@@ -413,6 +416,25 @@ struct kern16 {
 	{								\
 		BLOCKED(n, st32(d + 4 * i, bf16_to_bits(ld16(s + 2 * i)))); \
 	}								\
+	/* dec_bf16, and how many are NaN or infinite (exponent all	\
+	 * ones), counted in 32-bit sums of blocks that cannot overflow */ \
+	attr static uint64_t dec_bf16_count_##isa(unsigned char *restrict d, \
+						  const unsigned char *restrict s, \
+						  size_t n)		\
+	{								\
+		uint64_t bad = 0;					\
+		for (size_t b_ = 0; b_ < n; b_ += 65536) {		\
+			size_t m_ = n - b_ < 65536 ? n - b_ : 65536;	\
+			uint32_t c_ = 0;				\
+			for (size_t i = b_; i < b_ + m_; i++) {		\
+				uint16_t v_ = ld16(s + 2 * i);		\
+				st32(d + 4 * i, bf16_to_bits(v_));	\
+				c_ += (v_ & 0x7F80u) == 0x7F80u;	\
+			}						\
+			bad += c_;					\
+		}							\
+		return bad;						\
+	}								\
 	attr static void enc_f16_##isa(unsigned char *restrict d,	\
 				       const unsigned char *restrict s,	\
 				       size_t n)			\
@@ -427,6 +449,7 @@ struct kern16 {
 	}								\
 	static const struct kern16 kern16_##isa = {			\
 		enc_bf16_##isa, dec_bf16_##isa, enc_f16_##isa, dec_f16_##isa, \
+		dec_bf16_count_##isa,					\
 	};
 
 KERN16(base, )
@@ -606,6 +629,22 @@ int mk_dtype_convert(enum mk_dtype dst_dt, void *dst,
 		     enum mk_dtype src_dt, const void *src, size_t n)
 {
 	return convert(kern16_best(), dst_dt, dst, src_dt, src, n);
+}
+
+int mk_dtype_convert_count(enum mk_dtype dst_dt, void *dst, enum mk_dtype src_dt, const void *src, size_t n,
+			   uint64_t *nonfinite)
+{
+	const struct kern16 *k = kern16_best();
+	int rc;
+
+	if (dst_dt == MK_DT_F32 && src_dt == MK_DT_BF16) {
+		*nonfinite += k->dec_bf16_count(dst, src, n);   /* one pass */
+		return 0;
+	}
+	rc = convert(k, dst_dt, dst, src_dt, src, n);
+	if (!rc)
+		*nonfinite += mk_dtype_count_nonfinite(src_dt, src, n);
+	return rc;
 }
 
 /* For test_dtype and mk-corebench (not in dtype.h): mk_dtype_convert with

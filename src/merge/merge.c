@@ -359,7 +359,7 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 	if ((rc = mk_chunk_check_input(r->pj, &c, err)))
 		return mk_err_prefix(err, "frame #%llu: ", (unsigned long long)f->index);
 	st->chunks_in++;
-	if (c.pass == 0 && run_keeps(r, c.input) && r->gq->nonfinite_in)
+	if (c.pass == 0 && run_keeps(r, c.input) && r->gq->nonfinite_in && !mk__counts_on_convert(r))
 		r->gq->nonfinite_in[r->out_index] += mk_dtype_count_nonfinite(c.dtype, c.data, c.elem_count);
 	const void *stored = NULL;
 	if (r->rp && run_keeps(r, c.input) && (rc = mk__spill_put(r->rp, &c, &stored, err)))

@@ -10,13 +10,17 @@ struct slice {                   /* one worker's share of a range */
 	uint64_t b, n;           /* job elements [b, b + n) */
 	uint64_t off;            /* offset of b in the range */
 	bool apply;              /* also run the method and convert out */
+	uint64_t nonfinite;      /* in the inputs converted (mk__counts_on_convert) */
 	int rc;
 	struct mk_err err;
 };
 
 /* Convert n elements of input i's raw bytes from element `off` of the
- * range (cast on load when asked) into dst, in the compute dtype. */
-static int convert_input(struct run *r, size_t i, uint64_t off, uint64_t n, void *dst, struct mk_err *err)
+ * range (cast on load when asked) into dst, in the compute dtype; add
+ * the raw elements that are NaN or infinite to *nonfinite (if not NULL),
+ * counted while they are in cache. */
+static int convert_input(struct run *r, size_t i, uint64_t off, uint64_t n, void *dst, uint64_t *nonfinite,
+			 struct mk_err *err)
 {
 	size_t es = mk_dtype_bits(r->job.compute) / 8;
 	enum mk_dtype st = r->ib[i].dtype, load = r->pj->inputs[i].load_dtype;
@@ -26,6 +30,8 @@ static int convert_input(struct run *r, size_t i, uint64_t off, uint64_t n, void
 	 * conversion goes through float32 either way, so converting the
 	 * load-dtype value again is exact */
 	if (load != st && mk_dtype_is_float(load) && mk_dtype_bits(load) < 32) {
+		if (nonfinite)
+			*nonfinite += mk_dtype_count_nonfinite(st, src, n);
 		for (uint64_t e = 0; e < n; e += 1024) {
 			uint64_t k = n - e < 1024 ? n - e : 1024;
 			uint16_t tmp[1024 * 4];
@@ -36,7 +42,8 @@ static int convert_input(struct run *r, size_t i, uint64_t off, uint64_t n, void
 		}
 		return 0;
 	}
-	if (mk_dtype_convert(r->job.compute, dst, st, src, n))
+	if (nonfinite ? mk_dtype_convert_count(r->job.compute, dst, st, src, n, nonfinite) :
+			mk_dtype_convert(r->job.compute, dst, st, src, n))
 		return mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): input %zu is %s, which %s cannot merge", r->pj->id,
 				  r->name, i, mk_dtype_name(st), r->m->name);
 	return 0;
@@ -73,6 +80,7 @@ static void *work(void *arg)
 	size_t es = mk_dtype_bits(r->job.compute) / 8, nin = r->d.ninputs;
 	const void **ptrs = calloc(nin + 1, sizeof(*ptrs));
 	char *tile = NULL;
+	uint64_t *count = mk__counts_on_convert(r) ? &sl->nonfinite : NULL;
 
 	if (!ptrs) {
 		sl->rc = mk_err_set(&sl->err, MK_ENOMEM, "out of memory");
@@ -89,7 +97,7 @@ static void *work(void *arg)
 				if (!r->job.used[i])
 					continue;
 				ptrs[i] = tile + i * (size_t)WORK_TILE * es;
-				sl->rc = convert_input(r, i, sl->off + t, k, (void *)ptrs[i], &sl->err);
+				sl->rc = convert_input(r, i, sl->off + t, k, (void *)ptrs[i], count, &sl->err);
 			}
 			if (!sl->rc)
 				sl->rc = apply_out(r, sl->b + t, sl->off + t, k, ptrs,
@@ -99,7 +107,8 @@ static void *work(void *arg)
 	}
 	for (size_t i = 0; i < nin && !sl->rc; i++)
 		if (r->job.used[i])
-			sl->rc = convert_input(r, i, sl->off, sl->n, (char *)r->ib[i].conv + sl->off * es, &sl->err);
+			sl->rc = convert_input(r, i, sl->off, sl->n, (char *)r->ib[i].conv + sl->off * es, count,
+					       &sl->err);
 out:
 	free(tile);
 	free(ptrs);
@@ -116,6 +125,7 @@ int mk__workers_stats(struct run *r, uint64_t b, uint64_t n, struct mk_err *err)
 {
 	size_t es = mk_dtype_bits(r->job.compute) / 8, nin = r->d.ninputs;
 	const void **ptrs = calloc(nin + 1, sizeof(*ptrs));
+	uint64_t nonfinite = 0, *count = mk__counts_on_convert(r) ? &nonfinite : NULL;
 	int rc = 0;
 
 	if (!ptrs)
@@ -130,7 +140,7 @@ int mk__workers_stats(struct run *r, uint64_t b, uint64_t n, struct mk_err *err)
 			for (size_t i = 0; i < nin && !rc; i++) {
 				ptrs[i] = r->job.used[i] ? r->ib[i].conv : NULL;
 				if (r->job.used[i])
-					rc = convert_input(r, i, t, k, r->ib[i].conv, err);
+					rc = convert_input(r, i, t, k, r->ib[i].conv, count, err);
 			}
 		} else {
 			c.in = NULL;   /* counted, not read */
@@ -138,6 +148,8 @@ int mk__workers_stats(struct run *r, uint64_t b, uint64_t n, struct mk_err *err)
 		if (!rc)
 			rc = mk_job_accumulate(&r->job, r->send, &c, err);
 	}
+	if (count)
+		r->gq->nonfinite_in[r->out_index] += nonfinite;
 	free(ptrs);
 	return rc;
 }
@@ -172,6 +184,8 @@ int mk__workers_run(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk
 	for (unsigned k = 0; k < t; k++) {
 		if (started[k])
 			pthread_join(th[k], NULL);
+		if (mk__counts_on_convert(r))
+			r->gq->nonfinite_in[r->out_index] += sl[k].nonfinite;
 		if (sl[k].n && sl[k].rc && !rc) {
 			rc = sl[k].rc;
 			*err = sl[k].err;

@@ -51,6 +51,11 @@
  *     tied element kept (apply then decides any chunk alone) and sums
  *     |kept delta| for the rescale (without one it stops at the last cut).  sum|delta| is taken in pass 0.
  *     -> 3 passes (float32) / 5 (float64) when some input has density < 1.
+ *     Without a rescale the cut pass is often not read (mk_job_wants):
+ *     when every tie is kept or none, and, for float32, when the last
+ *     digit's bucket holds at most a sixteenth of the elements (4 Mi at
+ *     most): the last digit pass records them (index, low digit) and
+ *     finds the cut itself.
  *   dare_*: the mask is a pure function of the element, so only the rescale
  *     needs a pass: 1 when rescale and some density < 1, else 0.  That
  *     pass keeps the mask it draws as a bitmap (N bits per input) for
@@ -380,6 +385,13 @@ struct target {
 	 * end of the pass, or before a count could pass 2^32 */
 	uint32_t *sub;      /* [4][NBUCKET] */
 	uint64_t since;     /* elements counted into sub since it was added */
+	/* float32 without a rescale, when the last digit's bucket is small:
+	 * its elements (index, low digit) in order, recorded by the last
+	 * digit pass so that it finds the cut itself and the cut pass has
+	 * nothing to do.  NULL: none (the cut pass finds it) */
+	uint32_t *ridx;     /* [rcap + TILE + 16] */
+	uint16_t *rlo;      /* [rcap + TILE + 16] */
+	uint64_t nrec, rcap;
 };
 
 struct gin {
@@ -485,6 +497,10 @@ static void free_state(struct state *s)
 		free(s->g[j].t[1].hist);
 		free(s->g[j].t[0].sub);
 		free(s->g[j].t[1].sub);
+		for (unsigned t = 0; t < 2; t++) {
+			free(s->g[j].t[t].ridx);
+			free(s->g[j].t[t].rlo);
+		}
 		free(s->g[j].mask);
 		free(s->g[j].slab);
 		free(s->g[j].prob);
@@ -759,6 +775,20 @@ static inline bool sel_keep_scan(struct gin *g, uint64_t key, uint64_t e)
 }
 
 /* Add a target's four float32 histograms into its hist, and clear them. */
+/* No record: the cut pass finds the cut. */
+static void rec_drop(struct target *tg)
+{
+	free(tg->ridx);
+	free(tg->rlo);
+	tg->ridx = NULL;
+	tg->rlo = NULL;
+	tg->nrec = tg->rcap = 0;
+}
+
+/* The most elements a selection records (6 bytes each): a sixteenth of
+ * the tensor's, at most 4 Mi (24 MiB). */
+#define REC_MAX (4ull << 20)
+
 static void sub_flush(struct target *tg)
 {
 	uint32_t *h = tg->sub;
@@ -1265,6 +1295,45 @@ static uint64_t tile_under_prefix_c(const uint32_t *restrict key, uint64_t cnt, 
 	return n;
 }
 
+/* The indices (e0 + k) of a tile's keys under the prefix P, in order,
+ * into idx (which has room for 16 more than there are). */
+#if MK_GTA_X86
+__attribute__((target("avx512f")))
+static uint64_t tile_index_under_prefix_avx512(const uint32_t *restrict key, uint64_t cnt, uint32_t P, uint32_t e0,
+					       uint32_t *restrict idx)
+{
+	const __m512i vp = _mm512_set1_epi32((int)P), step = _mm512_set1_epi32(16);
+	__m512i vi = _mm512_add_epi32(_mm512_set1_epi32((int)e0),
+				      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+	uint64_t n = 0, k = 0;
+
+	for (; k + 16 <= cnt; k += 16) {
+		__m512i x = _mm512_loadu_si512((const void *)(key + k));
+		__mmask16 m = _mm512_cmpeq_epi32_mask(_mm512_srli_epi32(x, 16), vp);
+		_mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(m, vi));
+		n += (unsigned)__builtin_popcount(m);
+		vi = _mm512_add_epi32(vi, step);
+	}
+	for (; k < cnt; k++) {
+		idx[n] = e0 + (uint32_t)k;
+		n += key[k] >> 16 == P;
+	}
+	return n;
+}
+#endif
+
+static uint64_t tile_index_under_prefix_c(const uint32_t *restrict key, uint64_t cnt, uint32_t P, uint32_t e0,
+					  uint32_t *restrict idx)
+{
+	uint64_t n = 0;
+
+	for (uint64_t k = 0; k < cnt; k++) {
+		idx[n] = e0 + (uint32_t)k;
+		n += key[k] >> 16 == P;
+	}
+	return n;
+}
+
 /* How many of a tile's keys equal P. */
 MK_HOT_CLONES
 static uint64_t tile_count_eq(const uint32_t *restrict key, uint64_t cnt, uint32_t P)
@@ -1354,9 +1423,18 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 				} else {
 					/* the low digits of the keys under the prefix,
 					 * gathered without a branch, then counted */
-					uint16_t lo[TILE + 16];
+					/* recorded: the low digits straight into the
+					 * record, counted from there */
+					uint16_t lo_tile[TILE + 16], *lo = tg->ridx ? tg->rlo + tg->nrec : lo_tile;
 					uint64_t nl = SIMD_OR_C(have_avx512, tile_under_prefix, key, cnt,
 								 (uint32_t)tg->prefix, lo);
+					if (tg->ridx) {
+						(void)SIMD_OR_C(have_avx512, tile_index_under_prefix, key, cnt,
+								(uint32_t)tg->prefix, (uint32_t)e0, tg->ridx + tg->nrec);
+						tg->nrec += nl;
+						if (tg->nrec > tg->rcap)
+							rec_drop(tg);   /* more than pass 0 counted */
+					}
 					for (; k + 4 <= nl; k += 4) {
 						h0[lo[k]]++;
 						h1[lo[k + 1]]++;
@@ -1578,6 +1656,17 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 					tg->prefix = (tg->prefix << 16) | bk;
 					tg->eq = tg->hist[bk];
 					memset(tg->hist, 0, NBUCKET * sizeof(uint64_t));
+					/* before the last digit pass: record its elements
+					 * when they are few (else the cut pass runs) */
+					if (pass + 2 == s->nlevels && !s->f64 && !s->rescale && N <= UINT32_MAX &&
+					    tg->eq && tg->eq <= REC_MAX && tg->eq <= N / 16) {
+						tg->ridx = malloc((tg->eq + TILE + 16) * sizeof(uint32_t));
+						tg->rlo = malloc((tg->eq + TILE + 16) * sizeof(uint16_t));
+						tg->rcap = tg->eq;
+						tg->nrec = 0;
+						if (!tg->ridx || !tg->rlo)
+							rec_drop(tg);
+					}
 				}
 				if (pass + 1 == s->nlevels) {
 					struct target *a = &g->t[0], *z = &g->t[1];
@@ -1590,6 +1679,19 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 					}
 					for (unsigned t = 0; t < g->nt; t++) {
 						struct target *tg = &g->t[t];
+						/* the cut from the record: the need-th tie
+						 * in element order */
+						if (tg->ridx && tg->nrec == tg->rcap) {
+							uint16_t L = (uint16_t)tg->prefix;
+							uint64_t ties = 0;
+							tg->cut1 = 0;
+							for (uint64_t q = 0; q < tg->nrec && ties < tg->need; q++)
+								if (tg->rlo[q] == L && ++ties == tg->need)
+									tg->cut1 = (uint64_t)tg->ridx[q] + 1;
+							if (ties == tg->need)
+								tg->seen = tg->need;
+						}
+						rec_drop(tg);
 						/* all ties on the cut's side: the cut is past
 						 * the last one, found without a pass (the one
 						 * the pass would find, as no later tie is);

@@ -51,5 +51,25 @@ PY
 	sed "s|$a|$PWD/nan-a|" sound.yml > nan.yml
 	mk-yaml --strict nan.yml out4 2> nan.err || { cat nan.err; fail "an inherited NaN failed --strict"; }
 	! grep -q 'NaN' nan.err || { cat nan.err; fail "an inherited NaN was reported as new"; }
+	# and through a method with statistics passes (inputs counted as
+	# their first pass converts them), which carries the NaN over
+	cat > nan-ties.yml <<YML
+merge_method: ties
+base_model: $b
+models:
+  - model: $PWD/nan-a
+    parameters: {weight: 1, density: 0.5}
+YML
+	mk-yaml --strict nan-ties.yml out5 2> nan-ties.err || { cat nan-ties.err; fail "ties: an inherited NaN failed --strict"; }
+	! grep -q 'NaN' nan-ties.err || { cat nan-ties.err; fail "ties: an inherited NaN was reported as new"; }
+	python3 - out5/model.safetensors <<'PY' || fail "ties: the NaN did not reach the output (the case tests nothing)"
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+t = json.loads(b[8:8 + n])['model.norm.weight']
+o, e = t['data_offsets']
+v = [struct.unpack('<H', b[8 + n + i:8 + n + i + 2])[0] for i in range(o, e, 2)]
+sys.exit(0 if any((x & 0x7f80) == 0x7f80 and x & 0x7f for x in v) else 1)
+PY
 fi
 echo "non-finite outputs reported, inherited ones not"

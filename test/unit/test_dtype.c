@@ -1388,6 +1388,56 @@ static void test_count_nonfinite(void **state)
 	free(d);
 }
 
+/* mk_dtype_convert_count: mk_dtype_convert's bytes and
+ * mk_dtype_count_nonfinite's count, added: every bf16 code (the fused
+ * kernel), across its 65536-element blocks, and the other dtypes (convert
+ * then count). */
+static void test_convert_count(void **state)
+{
+	const size_t n = 3 * 65536 + 11;
+	uint16_t *h = malloc(n * 2);
+	float *got = malloc(n * 4), *want = malloc(n * 4);
+	double *d = malloc(n * 8);
+	uint64_t c = 5;
+
+	(void)state;
+	assert_non_null(h);
+	assert_non_null(got);
+	assert_non_null(want);
+	assert_non_null(d);
+	for (size_t i = 0; i < n; i++)
+		h[i] = (uint16_t)(i * 40503u);   /* every code, in a scrambled order */
+	assert_int_equal(mk_dtype_convert(MK_DT_F32, want, MK_DT_BF16, h, n), 0);
+	assert_int_equal(mk_dtype_convert_count(MK_DT_F32, got, MK_DT_BF16, h, n, &c), 0);
+	assert_memory_equal(got, want, n * 4);
+	assert_int_equal(c, 5 + mk_dtype_count_nonfinite(MK_DT_BF16, h, n));
+	assert_true(c >= 5 + 3 * 2 * 128);   /* the 2 x 128 codes with exponent 0xff, thrice */
+	for (size_t len = 0; len < 40; len++) {
+		c = 0;
+		assert_int_equal(mk_dtype_convert_count(MK_DT_F32, got, MK_DT_BF16, h + 0x7f70, len, &c), 0);
+		assert_int_equal(c, mk_dtype_count_nonfinite(MK_DT_BF16, h + 0x7f70, len));
+	}
+	/* the other way, and other dtypes: converted, then counted */
+	c = 0;
+	assert_int_equal(mk_dtype_convert_count(MK_DT_F64, d, MK_DT_BF16, h, n, &c), 0);
+	assert_int_equal(c, mk_dtype_count_nonfinite(MK_DT_BF16, h, n));
+	c = 0;
+	assert_int_equal(mk_dtype_convert_count(MK_DT_F32, got, MK_DT_F16, h, n, &c), 0);
+	assert_int_equal(c, mk_dtype_count_nonfinite(MK_DT_F16, h, n));
+	assert_int_equal(mk_dtype_convert(MK_DT_F32, want, MK_DT_F16, h, n), 0);
+	assert_memory_equal(got, want, n * 4);
+	c = 0;
+	assert_int_equal(mk_dtype_convert_count(MK_DT_F32, want, MK_DT_F64, d, n, &c), 0);
+	assert_int_equal(c, mk_dtype_count_nonfinite(MK_DT_F64, d, n));
+	c = 7;
+	assert_int_equal(mk_dtype_convert_count(MK_DT_I32, got, MK_DT_BF16, h, 4, &c), -1);
+	assert_int_equal(c, 7);
+	free(h);
+	free(got);
+	free(want);
+	free(d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1410,6 +1460,7 @@ int main(void)
 		cmocka_unit_test(test_convert_widen_all_codes),
 		cmocka_unit_test(test_convert_narrow_cases),
 		cmocka_unit_test(test_convert_16bit_lengths),
+		cmocka_unit_test(test_convert_count),
 		cmocka_unit_test(test_convert_narrow_exhaustive),
 		cmocka_unit_test(test_count_nonfinite),
 	};

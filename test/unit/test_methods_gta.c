@@ -368,6 +368,55 @@ static void test_cut_pass_skipped(void **st)
 	}
 }
 
+/* A selection whose last bucket is small records its elements in the
+ * last digit pass and finds the cut there (float32, no rescale): the cut
+ * pass is not read at all, and the elements kept are those of the
+ * float64 job (no record, the cut pass finds the cut), whose keys order
+ * the same values the same way. */
+static void test_cut_recorded(void **st)
+{
+	enum { N = 4096, CH = 256 };
+	static float z32[N], x32[N], o32[N];
+	static double z64[N], x64[N], o64[N];
+	static const char *methods[] = { "ties", "breadcrumbs", "breadcrumbs_ties" };
+
+	(void)st;
+	/* 1000 values in [1, 2), each about 4 times (ties), signs mixed: a
+	 * 16-bit bucket holds some 30 elements */
+	for (int i = 0; i < N; i++) {
+		x32[i] = (1.0f + (float)((i * 7919) % 1000) * 0.001f) * (i % 3 ? 1.0f : -1.0f);
+		x64[i] = x32[i];
+	}
+	for (size_t m = 0; m < 3; m++)
+		for (int d = 0; d < 3; d++) {
+			static const double dens[] = { 0.5, 0.3, 0.77 };
+			struct tj t;
+			const void *v32[2] = { z32, x32 }, *v64[2] = { z64, x64 };
+			uint64_t before;
+			tj_init(&t, methods[m], 2, 0);
+			set_in(&t, 1, "weight", mk_pval_float(1.0));
+			set_in(&t, 1, "density", mk_pval_float(dens[d]));
+			if (m)
+				set_in(&t, 1, "gamma", mk_pval_float(0.1));
+			t.in[0] = t.in[1] = td(MK_DT_F32, 2, N / 64, 64);
+			before = tj_skipped;
+			assert_int_equal(run_job(&t, v32, CH, o32, NULL), 0);
+			/* the cut pass, all its chunks, unread */
+			assert_int_equal(tj_skipped - before, N / CH);
+			t.in[0] = t.in[1] = td(MK_DT_F64, 2, N / 64, 64);
+			before = tj_skipped;
+			assert_int_equal(run_job(&t, v64, CH, o64, NULL), 0);
+			uint64_t kept = 0;
+			for (int i = 0; i < N; i++) {
+				if ((double)o32[i] != o64[i])
+					fail_msg("%s density %g element %d: %g (float32) %g (float64)", methods[m], dens[d],
+						 i, (double)o32[i], o64[i]);
+				kept += o32[i] != 0;
+			}
+			assert_true(kept > 0 && kept < N);
+		}
+}
+
 /* ------------------------------------------------------ parameters, plan */
 
 static void expect_error(struct tj *t, const char *n1, const char *n2)
@@ -1061,6 +1110,7 @@ static void test_portable_paths(void **st)
 
 	test_vector_edges(st);
 	test_della_rank_sort(st);
+	test_cut_recorded(st);
 	mk_gta_simd_enable(was);
 }
 
@@ -1311,6 +1361,7 @@ int main(void)
 		cmocka_unit_test(test_della_probs),
 		cmocka_unit_test(test_tie_rule),
 		cmocka_unit_test(test_cut_pass_skipped),
+		cmocka_unit_test(test_cut_recorded),
 		cmocka_unit_test(test_params),
 		cmocka_unit_test(test_output_rules),
 		cmocka_unit_test(test_chunk_independence),
