@@ -211,6 +211,10 @@ struct mk_job {
 	 * before): mk_job_wants then says false and mk_job_accumulate takes
 	 * chunks without looking at them.  Cleared as each pass ends. */
 	bool pass_enough;
+	/* Set by init, or 0: the elements per mk_job_accumulate call its
+	 * kernel works best with (one that splits a chunk over threads wants
+	 * large ones); mk-merge's statistics passes go by it. */
+	uint64_t accumulate_chunk;
 	/* bookkeeping of the mk_job_* wrappers */
 	unsigned pass_done;        /* passes finished */
 	uint64_t next_elem;        /* next element accumulate expects */
