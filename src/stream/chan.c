@@ -147,6 +147,19 @@ void mk_chan_free(struct mk_chan *c)
 	free(c);
 }
 
+/* Append b (its bytes counted in held) for the reader, under the lock. */
+static void enqueue(struct mk_chan *c, struct blk *b)
+{
+	if (c->held > c->peak)
+		c->peak = c->held;
+	if (c->tail)
+		c->tail->next = b;
+	else
+		c->head = b;
+	c->tail = b;
+	pthread_cond_signal(&c->can_read);
+}
+
 int mk__chan_write(struct mk_chan *c, const struct iovec *iov, int n)
 {
 	size_t total = 0, o = 0;
@@ -202,8 +215,6 @@ int mk__chan_write(struct mk_chan *c, const struct iovec *iov, int n)
 	}
 	*b = (struct blk){ .buf = buf, .len = total, .cap = bcap };
 	pthread_mutex_lock(&c->mu);
-	if (c->held > c->peak)
-		c->peak = c->held;
 	if (c->rclosed) {
 		/* the reader went while this was copied */
 		c->held -= bcap;
@@ -212,12 +223,7 @@ int mk__chan_write(struct mk_chan *c, const struct iovec *iov, int n)
 		free(b);
 		return -EPIPE;
 	}
-	if (c->tail)
-		c->tail->next = b;
-	else
-		c->head = b;
-	c->tail = b;
-	pthread_cond_signal(&c->can_read);
+	enqueue(c, b);
 	pthread_mutex_unlock(&c->mu);
 	return 0;
 }
@@ -241,14 +247,7 @@ int mk__chan_write_map(struct mk_chan *c, uint8_t *frame, size_t len, void *map,
 		return -EPIPE;
 	}
 	c->held += map_len;
-	if (c->held > c->peak)
-		c->peak = c->held;
-	if (c->tail)
-		c->tail->next = b;
-	else
-		c->head = b;
-	c->tail = b;
-	pthread_cond_signal(&c->can_read);
+	enqueue(c, b);
 	pthread_mutex_unlock(&c->mu);
 	return 0;
 }
