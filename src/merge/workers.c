@@ -70,9 +70,9 @@ static int apply_out(struct run *r, uint64_t b, uint64_t off, uint64_t n, const 
 #define WORK_TILE 16384u
 
 /* Convert the used inputs' raw bytes into the compute dtype, then (apply)
- * run the method and convert the output, tile by tile; or (a statistics
- * pass, which reads them next) convert the whole slice into the range's
- * buffers. */
+ * run the method and convert the output, tile by tile; or (the GPU's
+ * apply, which reads them next) convert the whole slice into the range's
+ * buffers.  Statistics passes go by mk__workers_stats instead. */
 static void *work(void *arg)
 {
 	struct slice *sl = arg;

@@ -252,8 +252,9 @@ int mk__chan_write_map(struct mk_chan *c, uint8_t *frame, size_t len, void *map,
 	return 0;
 }
 
-/* Pop the head (its bytes all read), under the lock. */
-static void pop(struct mk_chan *c)
+/* Take the head off the queue, its bytes no longer counted, under the
+ * lock; the caller frees or hands it on, then wakes the writer. */
+static struct blk *unlink_head(struct mk_chan *c)
 {
 	struct blk *b = c->head;
 
@@ -261,7 +262,13 @@ static void pop(struct mk_chan *c)
 	if (!c->head)
 		c->tail = NULL;
 	c->held -= b->cap;
-	blk_free(b);
+	return b;
+}
+
+/* Pop the head (its bytes all read), under the lock. */
+static void pop(struct mk_chan *c)
+{
+	blk_free(unlink_head(c));
 	pthread_cond_signal(&c->can_write);
 }
 
@@ -300,28 +307,21 @@ bool mk__chan_take(struct mk_chan *c, size_t len, uint8_t **buf, size_t *cap, st
 		pthread_mutex_unlock(&c->mu);
 		return false;
 	}
+	unlink_head(c);
 	if (b->map) {
-		/* lent: the reader munmaps it when done (mk__lent_release) */
+		/* lent: the reader unmaps it when done (mk_frame_keep_release) */
 		*lent = (struct mk__lent){ .frame = b->buf, .keep = { b->map, b->cap } };
-		c->head = b->next;
-		if (!c->head)
-			c->tail = NULL;
-		c->held -= b->cap;
-		free(b);
+		free(b);   /* the block; its buffer is the reader's */
 		pthread_cond_signal(&c->can_write);
 		pthread_mutex_unlock(&c->mu);
 		return true;
 	}
 	*buf = b->buf;
 	*cap = b->cap;
+	free(b);
 	/* the reader holds this buffer now (its frame, as it would hold one
 	 * read from a descriptor); its old one is kept for the writer while
 	 * that keeps the channel within cap */
-	c->head = b->next;
-	if (!c->head)
-		c->tail = NULL;
-	c->held -= b->cap;
-	free(b);
 	if (old && !c->spare && c->held + old_cap <= c->cap) {
 		c->spare = old;
 		c->spare_cap = old_cap;
