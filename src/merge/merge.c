@@ -277,9 +277,9 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 			rc = mk__workers_stats(r, b, n, err);
 			goto clear;
 		}
-		if (apply && grow(&r->outc, &r->outc_cap, (size_t)ob + 1))
+		if (grow(&r->outc, &r->outc_cap, (size_t)ob + 1))
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
-		if (apply && r->gpu) {
+		if (r->gpu) {
 			/* inputs converted on the workers into the range's buffers,
 			 * the method on the GPU, the output converted back here */
 			for (size_t i = 0; i < r->d.ninputs; i++)
@@ -290,7 +290,7 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 				rc = mk__gpuq_submit(w, r, b, n, b, st, err);
 			goto clear;
 		}
-		rc = mk__workers_run(r, b, n, apply, err);
+		rc = mk__workers_run(r, b, n, true, err);
 		if (!rc) {
 			rc = mk__gpuq_emit(w, r, b, n, r->job.out.dtype, r->outc, (size_t)ob, st, err);
 		}

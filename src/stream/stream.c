@@ -1011,6 +1011,18 @@ struct mk_stream_writer {
 	int splice;   /* mk_sw_chunk_splice: 0 untried, 1 works, -1 not here */
 };
 
+/* A frame header without its checksum field (0 until it is known). */
+static void frame_hdr(uint8_t h[MK_FRAME_HDR], const char *type, uint8_t flags, uint8_t csum, uint64_t len,
+		      uint64_t raw_len)
+{
+	memset(h, 0, MK_FRAME_HDR);
+	memcpy(h, type, 4);
+	h[4] = flags;
+	h[5] = csum;
+	put64(h + 8, len);
+	put64(h + 16, raw_len);
+}
+
 /* Whether a frame of this type gets a checksum from this writer: all do,
  * but the chunks (DATA, INPT: the bulk of the bytes) a channel carries,
  * which stay in this process's memory (algorithm 0, mk-stream(5)). */
@@ -1104,7 +1116,7 @@ int mk_sw_frame(struct mk_stream_writer *w, const char *type,
 		const void *const *piece, const size_t *piece_len, size_t n,
 		struct mk_err *err)
 {
-	uint8_t h[MK_FRAME_HDR] = { 0 };
+	uint8_t h[MK_FRAME_HDR], flags = 0, csum = sw_sums(w, type) ? MK_CSUM_CRC32C : MK_CSUM_NONE;
 	struct iovec iov[9];
 	uint64_t raw_len = 0, len;
 	uint32_t crc;
@@ -1119,8 +1131,6 @@ int mk_sw_frame(struct mk_stream_writer *w, const char *type,
 	if (raw_len > MK_FRAME_MAX)
 		return mk_err_set(err, MK_EINVAL, "frame payload of %llu bytes is too large",
 				  (unsigned long long)raw_len);
-	memcpy(h, type, 4);
-	h[5] = sw_sums(w, type) ? MK_CSUM_CRC32C : MK_CSUM_NONE;
 	len = raw_len;
 	iov[niov++] = (struct iovec){ h, MK_FRAME_HDR };
 	if (w->level > 0 && raw_len >= 64) {
@@ -1144,19 +1154,18 @@ int mk_sw_frame(struct mk_stream_writer *w, const char *type,
 		if (ZSTD_isError(z))
 			return mk_err_set(err, MK_EIO, "zstd: %s", ZSTD_getErrorName(z));
 		if (z < raw_len) {
-			h[4] = MK_FRAME_F_ZSTD;
+			flags = MK_FRAME_F_ZSTD;
 			len = z;
 			iov[niov++] = (struct iovec){ w->zbuf, z };
 		}
 	}
-	if (!(h[4] & MK_FRAME_F_ZSTD))
+	if (!flags)
 		for (size_t i = 0; i < n; i++)
 			if (piece_len[i])
 				iov[niov++] = (struct iovec){ (void *)piece[i], piece_len[i] };
-	put64(h + 8, len);
-	put64(h + 16, raw_len);
+	frame_hdr(h, type, flags, csum, len, raw_len);
 	crc = 0;
-	for (int i = 0; h[5] == MK_CSUM_CRC32C && i < niov; i++)
+	for (int i = 0; csum == MK_CSUM_CRC32C && i < niov; i++)
 		crc = mk_crc32c(crc, iov[i].iov_base, iov[i].iov_len);
 	put32(h + 24, crc);
 	count_frame(&w->n, type, type[0] >= 'A' && type[0] <= 'Z', raw_len);
@@ -1239,11 +1248,7 @@ static int map_chunk(struct mk_stream_writer *w, const char *type, const struct 
 	if (m == MAP_FAILED)
 		return 0;
 	h = m + (off - pre - a);
-	memset(h, 0, MK_FRAME_HDR);
-	memcpy(h, type, 4);
-	h[5] = MK_CSUM_NONE;   /* a chunk on a channel (sw_sums) */
-	put64(h + 8, raw_len);
-	put64(h + 16, raw_len);
+	frame_hdr(h, type, 0, MK_CSUM_NONE, raw_len, raw_len);   /* a chunk on a channel (sw_sums) */
 	mk_chunk_encode(c, h + MK_FRAME_HDR);
 	count_frame(&w->n, type, type[0] >= 'A' && type[0] <= 'Z', raw_len);
 	rc = mk__chan_write_map(w->ch, h, (size_t)(pre + c->data_len), m, (size_t)len);
@@ -1278,10 +1283,7 @@ int mk_sw_chunk_splice(struct mk_stream_writer *w, const char *type, const struc
 		MK_BUG("frame after END");
 	/* the header as mk_sw_frame writes it for a raw payload */
 	mk_chunk_encode(c, hdr);
-	memcpy(h, type, 4);
-	h[5] = MK_CSUM_CRC32C;
-	put64(h + 8, raw_len);
-	put64(h + 16, raw_len);
+	frame_hdr(h, type, 0, MK_CSUM_CRC32C, raw_len, raw_len);
 	put32(h + 24, mk_crc32c(mk_crc32c(mk_crc32c(0, h, MK_FRAME_HDR), hdr, MK_CHUNK_HDR), c->data, c->data_len));
 	count_frame(&w->n, type, type[0] >= 'A' && type[0] <= 'Z', raw_len);
 	rc = write_iov(w, iov, 2, err);
