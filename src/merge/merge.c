@@ -362,8 +362,16 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 	if (c.pass == 0 && run_keeps(r, c.input) && r->gq->nonfinite_in && !mk__counts_on_convert(r))
 		r->gq->nonfinite_in[r->out_index] += mk_dtype_count_nonfinite(c.dtype, c.data, c.elem_count);
 	const void *stored = NULL;
-	if (r->rp && run_keeps(r, c.input) && (rc = mk__spill_put(r->rp, &c, &stored, err)))
-		return rc;
+	if (r->rp && run_keeps(r, c.input)) {
+		/* held: a frame a channel lent stays where it lies */
+		struct mk_frame_keep k = { 0 };
+		if (r->rp->fd < 0)
+			mk_sr_keep(r->rd, f, &k);
+		rc = mk__spill_put(r->rp, &c, &k, &stored, err);
+		mk_frame_keep_release(&k);
+		if (rc)
+			return rc;
+	}
 	if (stored)
 		c.data = stored;
 	r->frame = stored ? NULL : f;

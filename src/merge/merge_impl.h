@@ -120,9 +120,11 @@ void mk__pool_free(struct pool *pl);
  * each job.  Pass 0 thus overlaps the reading, and memory holds the raw
  * inputs once, not converted. */
 struct spill_rec {
-	struct mk_chunk c;       /* data = NULL; where: off */
+	struct mk_chunk c;       /* data = NULL; where: off, or at */
 	uint64_t off;
 	uint32_t crc;
+	const void *at;          /* in memory: where the bytes stay */
+	struct mk_frame_keep keep; /* a lent frame kept whole instead of copied */
 };
 
 struct spill {
@@ -142,8 +144,13 @@ struct spill {
 int mk__spill_open(struct spill *sp, const char *dir, struct mk_err *err);
 void mk__spill_close(struct spill *sp);
 /* Record chunk c of the current job; in memory, *stored is where its
- * bytes now stay (for the rest of the job), else NULL. */
-int mk__spill_put(struct spill *sp, const struct mk_chunk *c, const void **stored, struct mk_err *err);
+ * bytes now stay (for the rest of the job), else NULL.  In memory, a
+ * non-NULL keep holds a frame a channel lent (mk_sr_keep) with c's bytes
+ * in it: the record takes it over (emptying *keep) and keeps the bytes
+ * where they lie instead of copying them; it is released with the
+ * record. */
+int mk__spill_put(struct spill *sp, const struct mk_chunk *c, struct mk_frame_keep *keep, const void **stored,
+		  struct mk_err *err);
 /* Record i of the current job, read back and checked; c->data stays
  * valid until the next call. */
 int mk__spill_get(struct spill *sp, size_t i, struct mk_chunk *c, struct mk_err *err);

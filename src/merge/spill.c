@@ -21,6 +21,7 @@ int mk__spill_open(struct spill *sp, const char *dir, struct mk_err *err)
 
 void mk__spill_close(struct spill *sp)
 {
+	mk__spill_reset(sp);
 	if (sp->fd >= 0)
 		close(sp->fd);
 	sp->fd = -1;
@@ -29,7 +30,8 @@ void mk__spill_close(struct spill *sp)
 	free(sp->m);
 }
 
-int mk__spill_put(struct spill *sp, const struct mk_chunk *c, const void **stored, struct mk_err *err)
+int mk__spill_put(struct spill *sp, const struct mk_chunk *c, struct mk_frame_keep *keep, const void **stored,
+		  struct mk_err *err)
 {
 	*stored = NULL;
 	if (sp->n == sp->cap) {
@@ -44,14 +46,23 @@ int mk__spill_put(struct spill *sp, const struct mk_chunk *c, const void **store
 	e->c = *c;
 	e->c.data = NULL;
 	e->off = sp->end;
-	if (sp->fd < 0) {
-		/* reserved for the job's inputs (spill_reserve): never moves, so
-		 * the job may keep pointers into it */
-		if (sp->end + c->data_len > sp->mcap)
-			return mk_err_set(err, MK_EFORMAT, "a held job's inputs came to more than their %llu bytes",
-					  (unsigned long long)sp->mcap);
+	e->at = NULL;
+	e->keep = (struct mk_frame_keep){ 0 };
+	/* reserved for the job's inputs (spill_reserve): never moves, so the
+	 * job may keep pointers into it */
+	if (sp->fd < 0 && sp->end + c->data_len > sp->mcap)
+		return mk_err_set(err, MK_EFORMAT, "a held job's inputs came to more than their %llu bytes",
+				  (unsigned long long)sp->mcap);
+	if (sp->fd < 0 && keep && keep->map) {
+		/* lent: the mapping is the record's until the job ends */
+		e->keep = *keep;
+		*keep = (struct mk_frame_keep){ 0 };
+		e->at = c->data;
+		*stored = c->data;
+	} else if (sp->fd < 0) {
 		memcpy(sp->m + sp->end, c->data, c->data_len);
-		*stored = sp->m + sp->end;
+		e->at = sp->m + sp->end;
+		*stored = e->at;
 	} else {
 		e->crc = mk_crc32c(0, c->data, c->data_len);
 		int rc = mk_pwrite_all(sp->fd, c->data, c->data_len, sp->end, sp->dir, err);
@@ -73,7 +84,7 @@ int mk__spill_get(struct spill *sp, size_t i, struct mk_chunk *c, struct mk_err 
 
 	if (sp->fd < 0) {
 		*c = e->c;
-		c->data = sp->m + e->off;
+		c->data = e->at;
 		return 0;
 	}
 	if (len > sp->buf_cap) {
@@ -109,6 +120,8 @@ int mk__spill_reserve(struct spill *sp, uint64_t need, struct mk_err *err)
 /* Empty the file for the next job. */
 void mk__spill_reset(struct spill *sp)
 {
+	for (size_t i = 0; i < sp->n; i++)
+		mk_frame_keep_release(&sp->rec[i].keep);
 	sp->n = 0;
 	sp->end = 0;
 	if (sp->fd >= 0 && ftruncate(sp->fd, 0)) {

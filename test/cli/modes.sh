@@ -2,7 +2,7 @@
 # same files with the same bytes (sha256 of each, and the list of files):
 # every bundled configuration, a tokenizer merge, a LoRA merge, and
 # embedding-heavy BF16 models (a 65536-token vocabulary) with three
-# inputs, plain, under --max-memory, in small shards and spilled.
+# inputs, plain, held, under --max-memory, in small shards and spilled.
 . "$MK_TOP/test/cli/lib.inc"
 W=$PWD
 # same ARGS... CONFIG: both modes into $W/one/out and $W/procs/out, compared
@@ -29,7 +29,12 @@ for s in 1 2 3; do
 done
 printf 'merge_method: linear\nmodels:\n  - model: e1\n    parameters: {weight: 0.5}\n  - model: e2\n    parameters: {weight: 0.3}\n  - model: e3\n    parameters: {weight: 0.2}\n' > lin.yml
 printf 'merge_method: ties\nbase_model: e1\nmodels:\n  - model: e2\n    parameters: {weight: 0.6, density: 0.5}\n  - model: e3\n    parameters: {weight: 0.4, density: 0.5}\n' > ties.yml
+printf 'merge_method: slerp\nbase_model: e1\nmodels:\n  - model: e2\nparameters: {t: 0.3}\n' > slerp.yml
 same lin.yml
+# held jobs (the embeddings): in one process the frames mk-fetch maps
+# are kept as they lie, as processes their bytes are copied
+same ties.yml
+same slerp.yml
 same --max-memory 64M lin.yml
 same --out-shard-size 20M -j 1 lin.yml
 [ "$(ls one/out/*.safetensors | wc -l)" -ge 2 ] || fail "--out-shard-size 20M: not in shards"
