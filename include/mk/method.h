@@ -433,6 +433,12 @@ static inline double mk_fsum_value(const struct mk_fsum *s)
 {
 	return s->total + s->part;
 }
+/* The three fixed-order sums of two float32 vectors' elements [e0, e0+n)
+ * (x[k] at element e0 + k): sum[0] of x*x, sum[1] of y*y, sum[2] of x*y,
+ * each product exact in float64.  The same bits as adding the terms in
+ * element order as above; whole blocks go several at once (each block's
+ * additions are a chain, so one block at a time waits on their latency). */
+void mk_fsum_dots(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const float *x, const float *y);
 
 /* MK_EUNSUPPORTED naming the input unless every used input of d has a
  * float dtype mk computes with (mk_dtype_is_float). */

@@ -115,31 +115,36 @@ static int init(struct mk_job *job, struct mk_err *err)
 	return 0;
 }
 
+/* float64 inputs: the sums of n elements from element e0, one block run
+ * at a time in element order (mk_fsum); float32 ones go by mk_fsum_dots,
+ * the same sums several blocks at once. */
 #define SLERP_SUMS(NAME, T)							\
-static void NAME(struct state *s, uint64_t e0, uint64_t n, const T *x0, const T *x1) \
+static uint64_t NAME(struct state *s, uint64_t e0, uint64_t n, const T *x0, const T *x1) \
 {										\
-	uint64_t i = 0;								\
-	while (i < n) {								\
-		uint64_t run = mk_fsum_run(e0 + i, n - i);			\
-		double a = s->s00.part, b = s->s11.part, c = s->s01.part;	\
-		for (uint64_t k = i; k < i + run; k++) {			\
-			double p = (double)x0[k], q = (double)x1[k];		\
-			double pp = p * p, qq = q * q, pq = p * q;		\
-			a += pp;						\
-			b += qq;						\
-			c += pq;						\
-		}								\
-		s->s00.part = a;						\
-		s->s11.part = b;						\
-		s->s01.part = c;						\
-		i += run;							\
-		mk_fsum_step(&s->s00, e0 + i);					\
-		mk_fsum_step(&s->s11, e0 + i);					\
-		mk_fsum_step(&s->s01, e0 + i);					\
+	uint64_t run = mk_fsum_run(e0, n);					\
+	double a = s->s00.part, b = s->s11.part, c = s->s01.part;		\
+	for (uint64_t k = 0; k < run; k++) {					\
+		double p = (double)x0[k], q = (double)x1[k];			\
+		double pp = p * p, qq = q * q, pq = p * q;			\
+		a += pp;							\
+		b += qq;							\
+		c += pq;							\
 	}									\
+	s->s00.part = a;							\
+	s->s11.part = b;							\
+	s->s01.part = c;							\
+	mk_fsum_step(&s->s00, e0 + run);					\
+	mk_fsum_step(&s->s11, e0 + run);					\
+	mk_fsum_step(&s->s01, e0 + run);					\
+	return run;								\
 }
-SLERP_SUMS(sums_f32, float)
-SLERP_SUMS(sums_f64, double)
+SLERP_SUMS(run_f64, double)
+
+static void sums_f64(struct state *s, uint64_t e0, uint64_t n, const double *x0, const double *x1)
+{
+	for (uint64_t i = 0; i < n;)
+		i += run_f64(s, e0 + i, n - i, x0 + i, x1 + i);
+}
 
 static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c,
 		      struct mk_err *err)
@@ -147,10 +152,15 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 	struct state *s = job->state;
 	const void *x0 = c->in[job->d.base], *x1 = c->in[s->other];
 
-	if (job->compute == MK_DT_F64)
+	if (job->compute == MK_DT_F64) {
 		sums_f64(s, c->elem_begin, c->count, x0, x1);
-	else
-		sums_f32(s, c->elem_begin, c->count, x0, x1);
+	} else {
+		struct mk_fsum sum[3] = { s->s00, s->s11, s->s01 };
+		mk_fsum_dots(sum, c->elem_begin, c->count, x0, x1);
+		s->s00 = sum[0];
+		s->s11 = sum[1];
+		s->s01 = sum[2];
+	}
 	return 0;
 }
 

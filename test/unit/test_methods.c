@@ -606,6 +606,78 @@ static void test_slerp_embed(void **st)
 	assert_int_equal(po.npasses, 1);
 }
 
+/* mk_fsum_dots gives the bits of the order method.h defines (each block
+ * of MK_SUM_BLOCK summed in element order, blocks in block order), however
+ * the elements are split into calls: whole, at odd places, from mid-block
+ * starts, with its several-blocks-at-once path (AVX-512) taken or not.
+ * The terms span 2^-30 .. 2^30 with both signs, so another order of the
+ * additions gives other bits; the test checks that it does. */
+static void fsum_ref(const float *x, const float *y, uint64_t n, double out[3])
+{
+	double tot[3] = { 0 }, part[3] = { 0 };
+
+	for (uint64_t e = 0; e < n; e++) {
+		double p = x[e], q = y[e];
+		part[0] += p * p;
+		part[1] += q * q;
+		part[2] += p * q;
+		if ((e + 1) % MK_SUM_BLOCK == 0 || e + 1 == n)
+			for (unsigned j = 0; j < 3; j++) {
+				tot[j] += part[j];
+				part[j] = 0.0;
+			}
+	}
+	memcpy(out, tot, sizeof(tot));
+}
+
+static void test_fsum_dots(void **st)
+{
+	const uint64_t n = 21 * MK_SUM_BLOCK + 777;
+	float *x = malloc(n * sizeof(*x)), *y = malloc(n * sizeof(*y));
+	uint64_t seed = 12345;
+	double want[3];
+	/* call boundaries: whole; odd places; a start mid-block; a run of
+	 * exactly 8 and of 16 aligned blocks */
+	static const uint64_t cuts[][4] = {
+		{ 0 }, { 1, 4095, 40000, 0 }, { 12345, 0 }, { 8 * MK_SUM_BLOCK, 16 * MK_SUM_BLOCK, 0 },
+		{ 3 * MK_SUM_BLOCK + 5, 11 * MK_SUM_BLOCK + 5, 19 * MK_SUM_BLOCK, 0 },
+	};
+
+	(void)st;
+	assert_non_null(x);
+	assert_non_null(y);
+	for (uint64_t e = 0; e < n; e++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		int ex = (int)((seed >> 33) % 61) - 30;
+		float m = 1.0f + (float)((seed >> 40) & 0xffff) / 65536.0f;
+		x[e] = ldexpf((seed >> 20) & 1 ? -m : m, ex);
+		y[e] = ldexpf((seed >> 21) & 1 ? -m : m, (int)((seed >> 22) % 61) - 30);
+	}
+	fsum_ref(x, y, n, want);
+	for (size_t c = 0; c < sizeof(cuts) / sizeof(cuts[0]); c++) {
+		struct mk_fsum sum[3] = { { 0 } };
+		uint64_t b = 0;
+		for (size_t k = 0; k <= 4; k++) {
+			uint64_t e = k < 4 && cuts[c][k] ? cuts[c][k] : n;
+			mk_fsum_dots(sum, b, e - b, x + b, y + b);
+			b = e;
+			if (e == n)
+				break;
+		}
+		for (unsigned j = 0; j < 3; j++) {
+			double got = mk_fsum_value(&sum[j]);
+			assert_memory_equal(&got, &want[j], sizeof(got));
+		}
+	}
+	/* the order matters for these terms: summed backwards, other bits */
+	double back = 0.0;
+	for (uint64_t e = n; e-- > 0;)
+		back += (double)x[e] * (double)y[e];
+	assert_true(back != want[2]);
+	free(x);
+	free(y);
+}
+
 /* -------------------------------------- reference values: task arithmetic */
 
 static void test_task_arithmetic_appendix(void **st)
@@ -1103,6 +1175,7 @@ int main(void)
 		cmocka_unit_test(test_slerp_base_position),
 		cmocka_unit_test(test_slerp_t_unset),
 		cmocka_unit_test(test_slerp_embed),
+		cmocka_unit_test(test_fsum_dots),
 		cmocka_unit_test(test_task_arithmetic_appendix),
 		cmocka_unit_test(test_task_arithmetic_shapes),
 		cmocka_unit_test(test_passthrough),
