@@ -215,6 +215,13 @@ struct mk_job {
 	 * kernel works best with (one that splits a chunk over threads wants
 	 * large ones); mk-merge's statistics passes go by it. */
 	uint64_t accumulate_chunk;
+	/* Set by init: accumulate takes BF16 inputs as they are (chunk.bf16).
+	 * A caller whose used inputs are all BF16 may then pass their raw
+	 * elements in statistics passes instead of converting them to the
+	 * float32 compute dtype; BF16 -> float32 is exact, so a kernel that
+	 * widens on load sees the same values.  apply always gets the
+	 * compute dtype. */
+	bool accumulate_bf16;
 	/* bookkeeping of the mk_job_* wrappers */
 	unsigned pass_done;        /* passes finished */
 	uint64_t next_elem;        /* next element accumulate expects */
@@ -222,11 +229,13 @@ struct mk_job {
 
 /* Elements [elem_begin, elem_begin + count) of the output; in[i] holds
  * the same elements of input i's view in the job's compute dtype (NULL
- * allowed for unused inputs). */
+ * allowed for unused inputs), or, when bf16 is set (only in statistics
+ * passes of a job with accumulate_bf16), as BF16. */
 struct mk_job_chunk {
 	uint64_t elem_begin;
 	uint64_t count;
 	const void *const *in;     /* [ninputs] */
+	bool bf16;
 };
 
 /* ------------------------------------------------------------ batch form */

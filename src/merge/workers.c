@@ -123,23 +123,46 @@ out:
  * 1.30 s.) */
 #define STAT_BLOCK 32768u
 
+/* Are the range's used inputs all BF16 as sent (no cast on load), and
+ * does the job's accumulate take them so (accumulate_bf16)? */
+static bool stats_bf16(const struct run *r)
+{
+	if (!r->job.accumulate_bf16 || r->job.compute != MK_DT_F32 || r->pj->vocab)
+		return false;
+	for (size_t i = 0; i < r->d.ninputs; i++) {
+		enum mk_dtype load = r->pj->inputs[i].load_dtype;
+		if (r->job.used[i] && (r->ib[i].dtype != MK_DT_BF16 || (load != MK_DT_BF16 && mk_dtype_is_float(load) &&
+									 mk_dtype_bits(load) < 32)))
+			return false;
+	}
+	return true;
+}
+
 int mk__workers_stats(struct run *r, uint64_t b, uint64_t n, struct mk_err *err)
 {
 	size_t es = mk_dtype_bits(r->job.compute) / 8, nin = r->d.ninputs;
 	const void **ptrs = calloc(nin + 1, sizeof(*ptrs));
 	uint64_t nonfinite = 0, *count = mk__counts_on_convert(r) ? &nonfinite : NULL;
 	uint64_t blk = r->job.accumulate_chunk ? r->job.accumulate_chunk : STAT_BLOCK;
+	bool raw = stats_bf16(r);
 	int rc = 0;
 
 	if (!ptrs)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	for (size_t i = 0; i < nin && !rc; i++)
+	for (size_t i = 0; i < nin && !rc && !raw; i++)
 		if (r->job.used[i] && grow(&r->ib[i].conv, &r->ib[i].conv_cap, (size_t)(blk < n ? blk : n) * es + 1))
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 	for (uint64_t t = 0; t < n && !rc; t += blk) {
 		uint64_t k = n - t < blk ? n - t : blk;
-		struct mk_job_chunk c = { .elem_begin = b + t, .count = k, .in = ptrs };
-		if (mk_job_wants(&r->job)) {
+		struct mk_job_chunk c = { .elem_begin = b + t, .count = k, .in = ptrs, .bf16 = raw };
+		if (mk_job_wants(&r->job) && raw) {
+			/* the raw BF16, counted here as a conversion would */
+			for (size_t i = 0; i < nin; i++) {
+				ptrs[i] = r->job.used[i] ? (const uint16_t *)r->ib[i].data + t : NULL;
+				if (count && ptrs[i])
+					*count += mk_dtype_count_nonfinite(MK_DT_BF16, ptrs[i], k);
+			}
+		} else if (mk_job_wants(&r->job)) {
 			for (size_t i = 0; i < nin && !rc; i++) {
 				ptrs[i] = r->job.used[i] ? r->ib[i].conv : NULL;
 				if (r->job.used[i])

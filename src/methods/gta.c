@@ -518,6 +518,8 @@ static void free_state(struct state *s)
 	free(s);
 }
 
+static inline bool fast_f32(const struct state *s, const struct gin *g);
+
 static int init(struct mk_job *job, struct mk_err *err)
 {
 	const struct mk_method *m = job->method;
@@ -657,6 +659,11 @@ static int init(struct mk_job *job, struct mk_err *err)
 	for (size_t j = 0; j < s->n; j++)
 		if (s->g[j].kind == K_DELLA || s->g[j].kind == K_RAND)
 			job->accumulate_chunk = 1u << 20;
+	/* the float32 kernels widen BF16 inputs as they make each tile's
+	 * |x - base| (tile_abs_bf16): no conversion pass before them */
+	job->accumulate_bf16 = !s->f64 && job->compute == MK_DT_F32;
+	for (size_t j = 0; j < s->n; j++)
+		job->accumulate_bf16 &= fast_f32(s, &s->g[j]);
 	job->state = s;
 	return 0;
 nomem:
@@ -1236,6 +1243,34 @@ static void tile_abs_f32(const float *restrict x, const float *restrict b, uint6
 	}
 }
 
+/* tile_abs_f32 of BF16 inputs, each widened to float32 (exact) first. */
+MK_HOT_CLONES
+static void tile_abs_bf16(const uint16_t *restrict x, const uint16_t *restrict b, uint64_t cnt,
+			  float *restrict a, uint32_t *restrict key)
+{
+	for (uint64_t k = 0; k < cnt; k++) {
+		uint32_t ux = (uint32_t)x[k] << 16, ub = (uint32_t)b[k] << 16, u;
+		float fx, fb, d;
+		memcpy(&fx, &ux, sizeof(fx));
+		memcpy(&fb, &ub, sizeof(fb));
+		d = fabsf(fx - fb);
+		memcpy(&u, &d, sizeof(u));
+		a[k] = d;
+		key[k] = u;
+	}
+}
+
+/* |x - b| of elements [t0, t0 + cnt) of a chunk's inputs, float32 or
+ * (bf16) BF16. */
+static inline void tile_abs(const void *x, const void *b, bool bf16, uint64_t t0, uint64_t cnt, float *a,
+			    uint32_t *key)
+{
+	if (bf16)
+		tile_abs_bf16((const uint16_t *)x + t0, (const uint16_t *)b + t0, cnt, a, key);
+	else
+		tile_abs_f32((const float *)x + t0, (const float *)b + t0, cnt, a, key);
+}
+
 /* RAND's keep decision for a tile: 1 or 0 per element. */
 MK_HOT_CLONES
 static void tile_rand_u8(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t cnt, uint8_t *restrict m)
@@ -1358,7 +1393,7 @@ static uint64_t tile_count_eq(const uint32_t *restrict key, uint64_t cnt, uint32
  * reads (L1 norms only for the rescale) and, once a cut is found, without
  * looking at the rest. */
 static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const struct mk_job_chunk *c,
-			   const float *x, const float *b)
+			   const void *x, const void *b)
 {
 	float a[TILE], m[TILE];
 	uint32_t key[TILE];
@@ -1377,13 +1412,13 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 		if (g->kind == K_DELLA && e0 % s->slab + cnt <= s->slab) {
 			/* the tile within one slab: its keys straight into it */
 			uint64_t p = e0 % s->slab;
-			tile_abs_f32(x + t0, b + t0, cnt, a, g->key32 + p);
+			tile_abs(x, b, c->bf16, t0, cnt, a, g->key32 + p);
 			fsum_run_f32(&g->before, e0, a, cnt);
 			if (p + cnt == s->slab)
 				della_slab32(s, g, e0 + cnt - s->slab);
 			continue;
 		}
-		tile_abs_f32(x + t0, b + t0, cnt, a, key);
+		tile_abs(x, b, c->bf16, t0, cnt, a, key);
 		if (g->kind == K_DELLA) {
 			fsum_run_f32(&g->before, e0, a, cnt);
 			for (uint64_t k = 0; k < cnt;) {
@@ -1485,7 +1520,7 @@ struct acc_arg {
 	struct gin *g;
 	unsigned pass;
 	const struct mk_job_chunk *c;
-	const float *b;
+	const void *b;
 };
 
 static void *acc_thread(void *p)

@@ -686,6 +686,9 @@ int mk_job_accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 	job->next_elem += c->count;
 	if (job->pass_enough)
 		return 0;   /* the kernel has what this pass gathers */
+	if (c->bf16 && c->in && !job->accumulate_bf16)
+		return mk_err_set(err, MK_EINVAL, "tensor '%s': BF16 inputs passed to a %s statistics pass, which takes %s",
+				  job->d.tensor ? job->d.tensor : "?", job->method->name, mk_dtype_name(job->compute));
 	return job->method->accumulate(job, pass, c, err);
 }
 

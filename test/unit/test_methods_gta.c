@@ -417,6 +417,67 @@ static void test_cut_recorded(void **st)
 		}
 }
 
+/* BF16 inputs passed to the statistics passes as they are (mk-merge does
+ * so for a job that takes them, accumulate_bf16) give the bits they give
+ * widened to float32 first: every method with statistics passes, three
+ * inputs over a base, NaN and infinities among them, chunks that do and
+ * do not split DELLA's rows and DARE's 1 Mi blocks. */
+static void test_stats_bf16(void **st)
+{
+	enum { R = 96, C = 200, N = R * C };
+	static uint16_t raw[4][N];
+	static float f[4][N], o32[N], obf[N];
+	static const char *methods[] = { "ties", "dare_ties", "dare_linear", "breadcrumbs", "breadcrumbs_ties",
+					 "della", "della_linear" };
+	static const uint64_t chunks[] = { 0, 777, C * 3 };
+	uint64_t seed = 99;
+
+	(void)st;
+	for (int i = 0; i < 4; i++)
+		for (int e = 0; e < N; e++) {
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			/* near the base's values, as fine-tunes are: small deltas,
+			 * many ties among them */
+			uint16_t v = (uint16_t)(0x3f00 + (seed >> 58) * (i ? 1 : 0) + ((e * 31) % 64));
+			if ((seed >> 40) & 1)
+				v |= 0x8000;
+			if (i == 2 && e == 1234)
+				v = 0x7fc0;   /* NaN */
+			if (i == 3 && e == 4321)
+				v = 0xff80;   /* -inf */
+			raw[i][e] = v;
+			uint32_t u = (uint32_t)v << 16;
+			memcpy(&f[i][e], &u, sizeof(u));
+		}
+	const void *vf[4] = { f[0], f[1], f[2], f[3] }, *vb[4] = { raw[0], raw[1], raw[2], raw[3] };
+	for (size_t m = 0; m < sizeof(methods) / sizeof(methods[0]); m++)
+		for (size_t k = 0; k < sizeof(chunks) / sizeof(chunks[0]); k++) {
+			struct tj t;
+			tj_init(&t, methods[m], 4, 0);
+			for (size_t i = 0; i < 4; i++)
+				t.in[i] = td(MK_DT_BF16, 2, R, C);
+			set_all(&t, "weight", 0.4);
+			set_all(&t, "density", 0.45);
+			if (strstr(methods[m], "breadcrumbs"))
+				set_all(&t, "gamma", 0.05);
+			if (strstr(methods[m], "della"))
+				set_all(&t, "epsilon", 0.1);
+			assert_int_equal(run_job(&t, vf, chunks[k], o32, NULL), 0);
+			uint64_t before = tj_bf16_chunks;
+			tj_bf16 = vb;
+			int rc = run_job(&t, vf, chunks[k], obf, NULL);
+			tj_bf16 = NULL;
+			assert_int_equal(rc, 0);
+			assert_true(tj_bf16_chunks > before);
+			if (memcmp(o32, obf, sizeof(o32))) {
+				for (int e = 0; e < N; e++)
+					if (memcmp(&o32[e], &obf[e], 4))
+						fail_msg("%s chunk %llu element %d: %a (float32) %a (BF16)", methods[m],
+							 (unsigned long long)chunks[k], e, (double)o32[e], (double)obf[e]);
+			}
+		}
+}
+
 /* ------------------------------------------------------ parameters, plan */
 
 static void expect_error(struct tj *t, const char *n1, const char *n2)
@@ -1111,6 +1172,7 @@ static void test_portable_paths(void **st)
 	test_vector_edges(st);
 	test_della_rank_sort(st);
 	test_cut_recorded(st);
+	test_stats_bf16(st);
 	mk_gta_simd_enable(was);
 }
 
@@ -1368,6 +1430,7 @@ int main(void)
 		cmocka_unit_test(test_export),
 		cmocka_unit_test(test_vector_edges),
 		cmocka_unit_test(test_della_rank_sort),
+		cmocka_unit_test(test_stats_bf16),
 		cmocka_unit_test(test_portable_paths),
 		cmocka_unit_test(test_random_statistics),
 		cmocka_unit_test(test_della_ranks),
