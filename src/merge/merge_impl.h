@@ -212,18 +212,20 @@ int mk__gpuq_submit(struct mk_stream_writer *w, struct run *r, uint64_t b, uint6
  * compute dtype on up to r->threads threads, and (apply) run the method
  * and convert its output into r->outc. */
 int mk__workers_run(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk_err *err);
-/* Whether the used inputs' non-finite elements are counted as their
- * first send is converted (in cache, on the workers), not as they come:
- * every job whose inputs are converted range by range. */
+/* Whether the used inputs' non-finite elements are counted as the
+ * output's pass converts them (in cache, on the workers: every element
+ * once), not as they come: every job whose inputs are converted range by
+ * range.  A job-wide answer; the statistics passes before count nothing. */
 static inline bool mk__counts_on_convert(const struct run *r)
 {
-	return !r->pj->vocab && !r->job.byte_copy && !r->check_equal && r->send == 0 && r->gq->nonfinite_in;
+	return !r->pj->vocab && !r->job.byte_copy && !r->check_equal && r->gq->nonfinite_in;
 }
 
 /* A statistics pass over the range's elements [b, b + n): its inputs
- * converted and accumulated block by block on this thread (in element
- * order, as accumulate wants, and in the core's cache), the blocks past
- * what the method still wants counted unconverted. */
+ * converted (or, to a job that takes them, passed as BF16) and
+ * accumulated block by block on this thread (in element order, as
+ * accumulate wants, and in the core's cache), the blocks past what the
+ * method still wants passed unread. */
 int mk__workers_stats(struct run *r, uint64_t b, uint64_t n, struct mk_err *err);
 
 #endif

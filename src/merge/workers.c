@@ -142,7 +142,6 @@ int mk__workers_stats(struct run *r, uint64_t b, uint64_t n, struct mk_err *err)
 {
 	size_t es = mk_dtype_bits(r->job.compute) / 8, nin = r->d.ninputs;
 	const void **ptrs = calloc(nin + 1, sizeof(*ptrs));
-	uint64_t nonfinite = 0, *count = mk__counts_on_convert(r) ? &nonfinite : NULL;
 	uint64_t blk = r->job.accumulate_chunk ? r->job.accumulate_chunk : STAT_BLOCK;
 	bool raw = stats_bf16(r);
 	int rc = 0;
@@ -156,17 +155,13 @@ int mk__workers_stats(struct run *r, uint64_t b, uint64_t n, struct mk_err *err)
 		uint64_t k = n - t < blk ? n - t : blk;
 		struct mk_job_chunk c = { .elem_begin = b + t, .count = k, .in = ptrs, .bf16 = raw };
 		if (mk_job_wants(&r->job) && raw) {
-			/* the raw BF16, counted here as a conversion would */
-			for (size_t i = 0; i < nin; i++) {
+			for (size_t i = 0; i < nin; i++)
 				ptrs[i] = r->job.used[i] ? (const uint16_t *)r->ib[i].data + t : NULL;
-				if (count && ptrs[i])
-					*count += mk_dtype_count_nonfinite(MK_DT_BF16, ptrs[i], k);
-			}
 		} else if (mk_job_wants(&r->job)) {
 			for (size_t i = 0; i < nin && !rc; i++) {
 				ptrs[i] = r->job.used[i] ? r->ib[i].conv : NULL;
 				if (r->job.used[i])
-					rc = convert_input(r, i, t, k, r->ib[i].conv, count, err);
+					rc = convert_input(r, i, t, k, r->ib[i].conv, NULL, err);
 			}
 		} else {
 			c.in = NULL;   /* counted, not read */
@@ -174,8 +169,6 @@ int mk__workers_stats(struct run *r, uint64_t b, uint64_t n, struct mk_err *err)
 		if (!rc)
 			rc = mk_job_accumulate(&r->job, r->send, &c, err);
 	}
-	if (count)
-		r->gq->nonfinite_in[r->out_index] += nonfinite;
 	free(ptrs);
 	return rc;
 }

@@ -52,7 +52,7 @@ PY
 	mk-yaml --strict nan.yml out4 2> nan.err || { cat nan.err; fail "an inherited NaN failed --strict"; }
 	! grep -q 'NaN' nan.err || { cat nan.err; fail "an inherited NaN was reported as new"; }
 	# and through a method with statistics passes (inputs counted as
-	# their first pass converts them), which carries the NaN over
+	# the output's pass converts them), which carries the NaN over
 	cat > nan-ties.yml <<YML
 merge_method: ties
 base_model: $b
@@ -71,5 +71,37 @@ o, e = t['data_offsets']
 v = [struct.unpack('<H', b[8 + n + i:8 + n + i + 2])[0] for i in range(o, e, 2)]
 sys.exit(0 if any((x & 0x7f80) == 0x7f80 and x & 0x7f for x in v) else 1)
 PY
+	# the same with the inputs streamed once per pass (an embedding over
+	# what --max-memory 64M holds), in one process and as processes
+	mk-gen-model --dtype BF16 --hidden 256 --inter 512 --layers 1 --vocab 65536 --seed 1 big1 > /dev/null
+	mk-gen-model --dtype BF16 --hidden 256 --inter 512 --layers 1 --vocab 65536 --seed 2 big2 > /dev/null
+	python3 - big2/model.safetensors <<'PY'
+import json, struct, sys
+p = sys.argv[1]
+b = bytearray(open(p, 'rb').read())
+n = struct.unpack('<Q', b[:8])[0]
+t = json.loads(b[8:8 + n])['model.embed_tokens.weight']
+off = 8 + n + t['data_offsets'][0] + 2 * 5000000
+b[off:off + 2] = struct.pack('<H', 0x7fc0)   # one NaN, far into the tensor
+open(p, 'wb').write(bytes(b))
+PY
+	printf 'merge_method: ties\nbase_model: big1\nmodels:\n  - model: big2\n    parameters: {weight: 1, density: 0.5}\n' > big-ties.yml
+	mk-plan --explain --max-memory 64M big-ties.yml | grep -A1 '^model.embed_tokens.weight' | grep -q 'streamed once per pass' ||
+		fail "the embedding is not streamed once per pass (the case tests nothing)"
+	for mode in "" --processes; do
+		rm -rf out6
+		mk-yaml --strict --max-memory 64M $mode big-ties.yml out6 2> big.err ||
+			{ cat big.err; fail "ties, streamed $mode: an inherited NaN failed --strict"; }
+		! grep -q 'NaN' big.err || { cat big.err; fail "ties, streamed $mode: an inherited NaN was reported as new"; }
+		python3 - out6/model.safetensors <<'PY' || fail "ties, streamed $mode: the NaN did not reach the output"
+import json, struct, sys
+b = open(sys.argv[1], 'rb').read()
+n = struct.unpack('<Q', b[:8])[0]
+t = json.loads(b[8:8 + n])['model.embed_tokens.weight']
+o = 8 + n + t['data_offsets'][0] + 2 * 5000000
+x = struct.unpack('<H', b[o:o + 2])[0]
+sys.exit(0 if (x & 0x7f80) == 0x7f80 and x & 0x7f else 1)
+PY
+	done
 fi
 echo "non-finite outputs reported, inherited ones not"
