@@ -346,6 +346,14 @@ static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, 
 #define TILE 1024u
 #define RANK_TABLE 4096u        /* DELLA: rank_row32's buckets */
 
+/* The window (struct target): opened once the first digit pass reaches
+ * an eighth of tensors of at least WIN_MIN elements; its buckets hold the
+ * ranks within WIN_FRAC of the target's, as the first eighth has them
+ * (for about 2 * WIN_FRAC of the elements; at most what a record may
+ * hold, else it is dropped and the last digit pass reads everything). */
+#define WIN_MIN (1ull << 18)
+#define WIN_FRAC (1.0 / 64)
+
 enum kind { K_DENSE, K_ZERO, K_MAG, K_OUTL, K_RAND, K_DELLA };
 
 /* The L1 sums of the rescale, in float64 over the fixed blocks of
@@ -392,6 +400,18 @@ struct target {
 	uint32_t *ridx;     /* [rcap + TILE + 16] */
 	uint16_t *rlo;      /* [rcap + TILE + 16] */
 	uint64_t nrec, rcap;
+	/* float32 without a rescale, the first digit pass: from element w0
+	 * on, the elements whose key's upper half lies in [wlo, whi] (the
+	 * buckets around where the histogram of [0, w0) puts the rank), index
+	 * and key in order.  When the cut's bucket is among them (wuse), the
+	 * last digit pass reads only [0, w0) and takes [w0, N) from here
+	 * (wdone).  w0 0: not opened yet; widx NULL: none */
+	uint64_t w0;
+	uint32_t wlo, whi;
+	uint32_t *widx;     /* [wcap + TILE + 16] */
+	uint32_t *wkey;     /* [wcap + TILE + 16] */
+	uint64_t nw, wcap;
+	bool wuse, wdone;
 };
 
 struct gin {
@@ -439,6 +459,7 @@ struct state {
 	float lamf, divf;
 	double lamd, divd;
 	unsigned nlevels, keybits;
+	bool win;                   /* the selections open windows (struct target) */
 	uint64_t nelem;
 	uint64_t L, S, slab;        /* DELLA rows: length, stride, slab = L*S */
 	struct mk_device_input *ex;       /* the device hook's inputs [n] */
@@ -500,6 +521,8 @@ static void free_state(struct state *s)
 		for (unsigned t = 0; t < 2; t++) {
 			free(s->g[j].t[t].ridx);
 			free(s->g[j].t[t].rlo);
+			free(s->g[j].t[t].widx);
+			free(s->g[j].t[t].wkey);
 		}
 		free(s->g[j].mask);
 		free(s->g[j].slab);
@@ -660,6 +683,11 @@ static int init(struct mk_job *job, struct mk_err *err)
 	for (size_t j = 0; j < s->n; j++)
 		if (s->g[j].kind == K_DELLA || s->g[j].kind == K_RAND)
 			job->accumulate_chunk = 1u << 20;
+	/* the selections' windows: float32, no rescale, the keys' two digits
+	 * (every selection's input on the fast path) */
+	s->win = !s->f64 && !s->rescale && s->nlevels == 2 && s->nelem >= WIN_MIN && s->nelem <= UINT32_MAX;
+	for (size_t j = 0; j < s->n; j++)
+		s->win &= fast_f32(s, &s->g[j]) || (s->g[j].kind != K_MAG && s->g[j].kind != K_OUTL);
 	/* the float32 kernels widen BF16 inputs as they make each tile's
 	 * |x - base| (tile_abs_bf16): no conversion pass before them */
 	job->accumulate_bf16 = !s->f64 && job->compute == MK_DT_F32;
@@ -812,6 +840,16 @@ static void rec_drop(struct target *tg)
 /* The most elements a selection records (6 bytes each): a sixteenth of
  * the tensor's, at most 4 Mi (24 MiB). */
 #define REC_MAX (4ull << 20)
+
+static void win_drop(struct target *tg)
+{
+	free(tg->widx);
+	free(tg->wkey);
+	tg->widx = tg->wkey = NULL;
+	tg->nw = tg->wcap = 0;
+	tg->wuse = false;
+}
+
 
 static void sub_flush(struct target *tg)
 {
@@ -1397,6 +1435,116 @@ static uint64_t tile_count_eq(const uint32_t *restrict key, uint64_t cnt, uint32
 	return n;
 }
 
+/* The indices and keys of a tile's keys whose upper half lies in
+ * [lo, hi], in order, into idx and kv (each with room for 16 more than
+ * there are). */
+#if MK_GTA_X86
+__attribute__((target("avx512f")))
+static uint64_t tile_window_avx512(const uint32_t *restrict key, uint64_t cnt, uint32_t lo, uint32_t hi, uint32_t e0,
+				   uint32_t *restrict idx, uint32_t *restrict kv)
+{
+	const __m512i vlo = _mm512_set1_epi32((int)lo), vspan = _mm512_set1_epi32((int)(hi - lo));
+	const __m512i step = _mm512_set1_epi32(16);
+	__m512i vi = _mm512_add_epi32(_mm512_set1_epi32((int)e0),
+				      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+	uint64_t n = 0, k = 0;
+
+	for (; k + 16 <= cnt; k += 16) {
+		__m512i x = _mm512_loadu_si512((const void *)(key + k));
+		__mmask16 m = _mm512_cmple_epu32_mask(_mm512_sub_epi32(_mm512_srli_epi32(x, 16), vlo), vspan);
+		_mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(m, vi));
+		_mm512_storeu_si512((void *)(kv + n), _mm512_maskz_compress_epi32(m, x));
+		n += (unsigned)__builtin_popcount(m);
+		vi = _mm512_add_epi32(vi, step);
+	}
+	for (; k < cnt; k++) {
+		idx[n] = e0 + (uint32_t)k;
+		kv[n] = key[k];
+		n += (key[k] >> 16) - lo <= hi - lo;
+	}
+	return n;
+}
+#endif
+
+static uint64_t tile_window_c(const uint32_t *restrict key, uint64_t cnt, uint32_t lo, uint32_t hi, uint32_t e0,
+			      uint32_t *restrict idx, uint32_t *restrict kv)
+{
+	uint64_t n = 0;
+
+	for (uint64_t k = 0; k < cnt; k++) {
+		idx[n] = e0 + (uint32_t)k;
+		kv[n] = key[k];
+		n += (key[k] >> 16) - lo <= hi - lo;
+	}
+	return n;
+}
+
+/* The first bucket whose running total of t0's counts (hist and the four
+ * sub-histograms) passes rank r. */
+static uint32_t bucket_of_rank(const struct target *t0, uint64_t r)
+{
+	const uint32_t *h = t0->sub;
+	uint64_t below = 0;
+
+	for (uint32_t b = 0; b < NBUCKET; b++) {
+		below += t0->hist[b] + (uint64_t)h[b] + h[b + NBUCKET] + h[b + 2 * NBUCKET] + h[b + 3 * NBUCKET];
+		if (below > r)
+			return b;
+	}
+	return NBUCKET - 1;
+}
+
+/* Open target tg's window at element e0 of the first digit pass, from the
+ * histogram of [0, e0) that t0 (the gin's first target) has counted. */
+static void win_open(const struct state *s, struct target *tg, const struct target *t0, uint64_t e0)
+{
+	uint64_t N = s->nelem, cap = N / 16 < REC_MAX ? N / 16 : REC_MAX;
+	double at = (double)tg->rank * (double)e0 / (double)N, d = WIN_FRAC * (double)e0;
+	uint64_t rlo = at - d > 0 ? (uint64_t)(at - d) : 0, rhi = (uint64_t)(at + d);
+
+	tg->w0 = e0;
+	if (rhi >= e0)
+		rhi = e0 - 1;
+	tg->wlo = bucket_of_rank(t0, rlo);
+	tg->whi = bucket_of_rank(t0, rhi);
+	if (!(tg->widx = malloc((cap + TILE + 16) * sizeof(uint32_t))) ||
+	    !(tg->wkey = malloc((cap + TILE + 16) * sizeof(uint32_t)))) {
+		win_drop(tg);
+		return;
+	}
+	tg->wcap = cap;
+	tg->nw = 0;
+}
+
+/* The last digit pass has read [0, w0): take the window's elements of the
+ * bucket in, as the pass would have counted and recorded them. */
+static void win_take(struct target *tg)
+{
+	uint32_t P = (uint32_t)tg->prefix;
+	uint32_t *h0 = tg->sub;
+
+	if (tg->since + tg->nw > UINT32_MAX)
+		sub_flush(tg);
+	tg->since += tg->nw;
+	for (uint64_t q = 0; q < tg->nw; q++) {
+		uint32_t k = tg->wkey[q];
+		if (k >> 16 != P)
+			continue;
+		h0[k & 0xffff]++;
+		if (tg->ridx) {
+			if (tg->nrec == tg->rcap) {
+				rec_drop(tg);   /* more than pass 0 counted */
+				continue;
+			}
+			tg->ridx[tg->nrec] = tg->widx[q];
+			tg->rlo[tg->nrec++] = (uint16_t)k;
+		}
+	}
+	win_drop(tg);
+	tg->wuse = true;   /* (win_drop cleared it) */
+	tg->wdone = true;
+}
+
 /* The float32 statistics of the selections and of RAND, tile by tile: the
  * same counts and sums as the generic loop below, without a sum nobody
  * reads (L1 norms only for the rescale) and, once a cut is found, without
@@ -1454,15 +1602,31 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 		if (pass < s->nlevels) {
 			if (pass == 0 && s->rescale)
 				fsum_run_f32(&g->before, e0, a, cnt);
+			/* the windows open on the histogram of the elements
+			 * before this tile */
+			for (unsigned t = 0; pass == 0 && s->win && t < g->nt; t++)
+				if (!g->t[t].w0 && e0 >= s->nelem / 8)
+					win_open(s, &g->t[t], &g->t[0], e0);
 			/* pass 0's histogram is the same for both ends of OUTL:
 			 * counted once, copied in finish */
 			for (unsigned t = 0; t < (pass == 0 ? 1 : g->nt); t++) {
 				struct target *tg = &g->t[t];
 				uint32_t *h0 = tg->sub, *h1 = h0 + NBUCKET, *h2 = h1 + NBUCKET, *h3 = h2 + NBUCKET;
-				uint64_t k = 0;
-				if (tg->since + cnt > UINT32_MAX)
+				uint64_t k = 0, ct = cnt;
+				if (pass && tg->wuse) {
+					/* the window has [w0, N) */
+					if (tg->wdone)
+						continue;
+					if (e0 >= tg->w0) {
+						win_take(tg);
+						continue;
+					}
+					if (e0 + cnt > tg->w0)
+						ct = tg->w0 - e0;
+				}
+				if (tg->since + ct > UINT32_MAX)
 					sub_flush(tg);
-				tg->since += cnt;
+				tg->since += ct;
 				if (pass == 0) {
 					for (; k + 4 <= cnt; k += 4) {
 						h0[key[k] >> 16]++;
@@ -1472,16 +1636,25 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 					}
 					for (; k < cnt; k++)
 						h0[key[k] >> 16]++;
+					for (unsigned u = 0; u < g->nt; u++) {
+						struct target *tw = &g->t[u];
+						if (!tw->widx || e0 < tw->w0)
+							continue;
+						tw->nw += SIMD_OR_C(have_avx512, tile_window, key, cnt, tw->wlo, tw->whi,
+								    (uint32_t)e0, tw->widx + tw->nw, tw->wkey + tw->nw);
+						if (tw->nw > tw->wcap)
+							win_drop(tw);   /* more than a record holds */
+					}
 				} else {
 					/* the low digits of the keys under the prefix,
 					 * gathered without a branch, then counted */
 					/* recorded: the low digits straight into the
 					 * record, counted from there */
 					uint16_t lo_tile[TILE + 16], *lo = tg->ridx ? tg->rlo + tg->nrec : lo_tile;
-					uint64_t nl = SIMD_OR_C(have_avx512, tile_under_prefix, key, cnt,
+					uint64_t nl = SIMD_OR_C(have_avx512, tile_under_prefix, key, ct,
 								 (uint32_t)tg->prefix, lo);
 					if (tg->ridx) {
-						(void)SIMD_OR_C(have_avx512, tile_index_under_prefix, key, cnt,
+						(void)SIMD_OR_C(have_avx512, tile_index_under_prefix, key, ct,
 								(uint32_t)tg->prefix, (uint32_t)e0, tg->ridx + tg->nrec);
 						tg->nrec += nl;
 						if (tg->nrec > tg->rcap)
@@ -1495,6 +1668,8 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 					}
 					for (; k < nl; k++)
 						h0[lo[k]]++;
+					if (tg->wuse && e0 + ct == tg->w0)
+						win_take(tg);
 				}
 			}
 		} else if (s->rescale) {
@@ -1638,6 +1813,15 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 			break;
 		}
 	}
+	/* the rest of the last digit pass is in the windows */
+	if (s->win && pass + 1 == s->nlevels) {
+		bool all = true;
+		for (size_t j = 0; j < s->n; j++)
+			for (unsigned t = 0; (s->g[j].kind == K_MAG || s->g[j].kind == K_OUTL) && t < s->g[j].nt; t++)
+				all &= s->g[j].t[t].wdone;
+		if (all)
+			job->pass_enough = true;
+	}
 	/* the rest of the cut pass has nothing to find */
 	if (pass == s->nlevels && cuts_found(s))
 		job->pass_enough = true;
@@ -1707,6 +1891,12 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 						       (unsigned long long)tg->rank);
 					tg->prefix = (tg->prefix << 16) | bk;
 					tg->eq = tg->hist[bk];
+					/* the window holds the bucket's elements from w0 on,
+					 * or is of no use */
+					if (tg->widx && pass == 0 && bk >= tg->wlo && bk <= tg->whi)
+						tg->wuse = true;
+					else
+						win_drop(tg);
 					memset(tg->hist, 0, NBUCKET * sizeof(uint64_t));
 					/* before the last digit pass: record its elements
 					 * when they are few (else the cut pass runs) */

@@ -417,6 +417,67 @@ static void test_cut_recorded(void **st)
 		}
 }
 
+/* The selections' windows (tensors of 2^18 elements and more, float32, no
+ * rescale): the first digit pass records the elements around where its
+ * first eighth puts each cut, and the last digit pass then reads only
+ * that eighth.  The same output as float64 (which has no window) when
+ * the window holds the cut (most of the last digit pass unread), when it
+ * misses it (a first eighth unlike the rest: the pass reads everything)
+ * and when it overflows (a few distinct values: one bucket holds them). */
+static void test_window(void **st)
+{
+	enum { N = 1 << 20, CH = 1 << 14 };
+	static float z32[N], x32[N], o32[N];
+	static double z64[N], x64[N], o64[N];
+	static const char *methods[] = { "ties", "breadcrumbs", "breadcrumbs_ties" };
+
+	(void)st;
+	for (int shape = 0; shape < 3; shape++) {
+		for (int i = 0; i < N; i++) {
+			float v = 1.0f + (float)((uint32_t)i * 7919u % 100003u) * 1e-5f;
+			if (shape == 1 && i < N / 8)
+				v *= 64.0f;            /* the first eighth larger */
+			if (shape == 2)
+				v = (float)(1 + i % 3); /* three values */
+			x32[i] = v * (i % 3 ? 1.0f : -1.0f);
+			x64[i] = x32[i];
+		}
+		for (size_t m = 0; m < 3; m++) {
+			struct tj t;
+			const void *v32[2] = { z32, x32 }, *v64[2] = { z64, x64 };
+			tj_init(&t, methods[m], 2, 0);
+			set_in(&t, 1, "weight", mk_pval_float(1.0));
+			set_in(&t, 1, "density", mk_pval_float(0.4));
+			if (m)
+				set_in(&t, 1, "gamma", mk_pval_float(0.05));
+			t.in[0] = t.in[1] = td(MK_DT_F32, 2, N / 1024, 1024);
+			uint64_t before = tj_skipped;
+			assert_int_equal(run_job(&t, v32, CH, o32, NULL), 0);
+			uint64_t skipped = tj_skipped - before;
+			t.in[0] = t.in[1] = td(MK_DT_F64, 2, N / 1024, 1024);
+			assert_int_equal(run_job(&t, v64, CH, o64, NULL), 0);
+			uint64_t kept = 0;
+			for (int i = 0; i < N; i++) {
+				if ((double)o32[i] != o64[i])
+					fail_msg("%s, data %d, element %d: %g (float32) %g (float64)", methods[m], shape, i,
+						 (double)o32[i], o64[i]);
+				kept += o32[i] != 0;
+			}
+			assert_true(kept > 0 && kept < N);
+			/* the last digit pass: all but its first eighth unread
+			 * when the window held the cut, read whole when not; the
+			 * cut pass unread (its cuts from the record) but in the
+			 * last case, whose bucket is too large to record */
+			if (shape == 0)
+				assert_true(skipped >= 2 * (N / CH) - N / 8 / CH - 1);
+			else if (shape == 1)
+				assert_int_equal(skipped, N / CH);
+			else
+				assert_true(skipped < N / CH);
+		}
+	}
+}
+
 /* BF16 inputs passed to the statistics passes as they are (mk-merge does
  * so for a job that takes them, accumulate_bf16) give the bits they give
  * widened to float32 first: every method with statistics passes, three
@@ -1173,6 +1234,7 @@ static void test_portable_paths(void **st)
 	test_della_rank_sort(st);
 	test_cut_recorded(st);
 	test_stats_bf16(st);
+	test_window(st);
 	mk_gta_simd_enable(was);
 }
 
@@ -1431,6 +1493,7 @@ int main(void)
 		cmocka_unit_test(test_vector_edges),
 		cmocka_unit_test(test_della_rank_sort),
 		cmocka_unit_test(test_stats_bf16),
+		cmocka_unit_test(test_window),
 		cmocka_unit_test(test_portable_paths),
 		cmocka_unit_test(test_random_statistics),
 		cmocka_unit_test(test_della_ranks),
