@@ -222,6 +222,9 @@ struct mk_job {
 	 * widens on load sees the same values.  apply always gets the
 	 * compute dtype. */
 	bool accumulate_bf16;
+	/* Set by init: apply takes BF16 inputs as they are too (chunk.bf16),
+	 * on the same terms; never with copy_input. */
+	bool apply_bf16;
 	/* bookkeeping of the mk_job_* wrappers */
 	unsigned pass_done;        /* passes finished */
 	uint64_t next_elem;        /* next element accumulate expects */
@@ -230,7 +233,8 @@ struct mk_job {
 /* Elements [elem_begin, elem_begin + count) of the output; in[i] holds
  * the same elements of input i's view in the job's compute dtype (NULL
  * allowed for unused inputs), or, when bf16 is set (only in statistics
- * passes of a job with accumulate_bf16), as BF16. */
+ * passes of a job with accumulate_bf16, in apply of one with apply_bf16),
+ * as BF16. */
 struct mk_job_chunk {
 	uint64_t elem_begin;
 	uint64_t count;

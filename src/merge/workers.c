@@ -50,11 +50,12 @@ static int convert_input(struct run *r, size_t i, uint64_t off, uint64_t n, void
 }
 
 /* Run the method over job elements [b, b + n) (at `off` in the range's
- * buffers) from inputs in ptrs, and convert the output into outc. */
-static int apply_out(struct run *r, uint64_t b, uint64_t off, uint64_t n, const void **ptrs, void *out,
+ * buffers) from inputs in ptrs (bf16: as BF16), and convert the output
+ * into outc. */
+static int apply_out(struct run *r, uint64_t b, uint64_t off, uint64_t n, const void **ptrs, bool bf16, void *out,
 		     struct mk_err *err)
 {
-	struct mk_job_chunk c = { .elem_begin = b, .count = n, .in = ptrs };
+	struct mk_job_chunk c = { .elem_begin = b, .count = n, .in = ptrs, .bf16 = bf16 };
 	int rc = mk_job_apply(&r->job, &c, out, err);
 
 	if (!rc && mk_dtype_convert(r->job.out.dtype, (char *)r->outc + off * mk_dtype_bits(r->job.out.dtype) / 8,
@@ -62,6 +63,22 @@ static int apply_out(struct run *r, uint64_t b, uint64_t off, uint64_t n, const 
 		rc = mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): cannot write %s output", r->pj->id, r->name,
 				mk_dtype_name(r->job.out.dtype));
 	return rc;
+}
+
+/* Are the range's used inputs all BF16 as sent (no cast on load), with
+ * float32 computing?  Then a job that takes them so (accumulate_bf16,
+ * apply_bf16) gets them unconverted. */
+static bool inputs_bf16(const struct run *r)
+{
+	if (r->job.compute != MK_DT_F32 || r->pj->vocab)
+		return false;
+	for (size_t i = 0; i < r->d.ninputs; i++) {
+		enum mk_dtype load = r->pj->inputs[i].load_dtype;
+		if (r->job.used[i] && (r->ib[i].dtype != MK_DT_BF16 || (load != MK_DT_BF16 && mk_dtype_is_float(load) &&
+									 mk_dtype_bits(load) < 32)))
+			return false;
+	}
+	return true;
 }
 
 /* Elements per step when converting, merging and converting back in one
@@ -87,6 +104,9 @@ static void *work(void *arg)
 		return NULL;
 	}
 	if (sl->apply) {
+		/* BF16 to a job that takes it: the method widens it (counted
+		 * here, as a conversion would) */
+		bool raw = r->job.apply_bf16 && inputs_bf16(r);
 		if (!(tile = malloc((nin + 1) * (size_t)WORK_TILE * es))) {
 			sl->rc = mk_err_set(&sl->err, MK_ENOMEM, "out of memory");
 			goto out;
@@ -96,11 +116,17 @@ static void *work(void *arg)
 			for (size_t i = 0; i < nin && !sl->rc; i++) {
 				if (!r->job.used[i])
 					continue;
+				if (raw) {
+					ptrs[i] = (const uint16_t *)r->ib[i].data + sl->off + t;
+					if (count)
+						*count += mk_dtype_count_nonfinite(MK_DT_BF16, ptrs[i], k);
+					continue;
+				}
 				ptrs[i] = tile + i * (size_t)WORK_TILE * es;
 				sl->rc = convert_input(r, i, sl->off + t, k, (void *)ptrs[i], count, &sl->err);
 			}
 			if (!sl->rc)
-				sl->rc = apply_out(r, sl->b + t, sl->off + t, k, ptrs,
+				sl->rc = apply_out(r, sl->b + t, sl->off + t, k, ptrs, raw,
 						   tile + nin * (size_t)WORK_TILE * es, &sl->err);
 		}
 		goto out;
@@ -123,27 +149,12 @@ out:
  * 1.30 s.) */
 #define STAT_BLOCK 32768u
 
-/* Are the range's used inputs all BF16 as sent (no cast on load), and
- * does the job's accumulate take them so (accumulate_bf16)? */
-static bool stats_bf16(const struct run *r)
-{
-	if (!r->job.accumulate_bf16 || r->job.compute != MK_DT_F32 || r->pj->vocab)
-		return false;
-	for (size_t i = 0; i < r->d.ninputs; i++) {
-		enum mk_dtype load = r->pj->inputs[i].load_dtype;
-		if (r->job.used[i] && (r->ib[i].dtype != MK_DT_BF16 || (load != MK_DT_BF16 && mk_dtype_is_float(load) &&
-									 mk_dtype_bits(load) < 32)))
-			return false;
-	}
-	return true;
-}
-
 int mk__workers_stats(struct run *r, uint64_t b, uint64_t n, struct mk_err *err)
 {
 	size_t es = mk_dtype_bits(r->job.compute) / 8, nin = r->d.ninputs;
 	const void **ptrs = calloc(nin + 1, sizeof(*ptrs));
 	uint64_t blk = r->job.accumulate_chunk ? r->job.accumulate_chunk : STAT_BLOCK;
-	bool raw = stats_bf16(r);
+	bool raw = r->job.accumulate_bf16 && inputs_bf16(r);
 	int rc = 0;
 
 	if (!ptrs)

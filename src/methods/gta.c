@@ -472,8 +472,8 @@ static pthread_once_t byte_once = PTHREAD_ONCE_INIT;
 /* Whether the AVX-512 paths run (set with byte_f32: this CPU has them;
  * mk_gta_simd_enable may turn them off), and those that need AVX-512 DQ
  * and VL too. */
-static bool have_avx512, have_avx512dq;
-static bool cpu_avx512, cpu_avx512dq, simd_on = true;
+static bool have_avx512, have_avx512dq, have_avx512bw;
+static bool cpu_avx512, cpu_avx512dq, cpu_avx512bw, simd_on = true;
 
 /* F_avx512(...) when HAVE, else F_c(...): the one dispatch of the paths
  * written twice. */
@@ -490,8 +490,10 @@ static void byte_f32_make(void)
 	cpu_avx512 = __builtin_cpu_supports("avx512f");
 	cpu_avx512dq = cpu_avx512 && __builtin_cpu_supports("avx512dq") &&
 		       __builtin_cpu_supports("avx512vl");
+	cpu_avx512bw = cpu_avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
 	have_avx512 = cpu_avx512 && simd_on;
 	have_avx512dq = cpu_avx512dq && simd_on;
+	have_avx512bw = cpu_avx512bw && simd_on;
 #endif
 	for (unsigned v = 0; v < 256; v++)
 		for (unsigned q = 0; q < 8; q++)
@@ -506,6 +508,7 @@ bool mk_gta_simd_enable(bool on)
 	simd_on = on;
 	have_avx512 = cpu_avx512 && on;
 	have_avx512dq = cpu_avx512dq && on;
+	have_avx512bw = cpu_avx512bw && on;
 	return was;
 }
 
@@ -696,6 +699,9 @@ static int init(struct mk_job *job, struct mk_err *err)
 	/* BF16 inputs read as they are: no conversion buffer to keep in
 	 * cache, so the histograms too run the inputs on threads (mk-yaml ties
 	 * on three 300 MB BF16 models, six runs each: 0.90-1.09 -> 0.80-0.82 s) */
+	/* and apply, every kind: its fused tiles widen on load, the others
+	 * a tile at a time (tile_in) */
+	job->apply_bf16 = !s->f64 && job->compute == MK_DT_F32 && s->n;
 	bool raw = job->accumulate_bf16;
 	for (size_t i = 0; i < d->ninputs; i++)
 		raw &= !job->used[i] || d->in[i].dtype == MK_DT_BF16;
@@ -2300,7 +2306,7 @@ static void mix_tile_avx512(const struct state *s, uint64_t cnt, const float *v,
 enum fuse_kind { FU_DENSE, FU_ZERO, FU_RANGE, FU_BITS };
 struct fuse_in {
 	enum fuse_kind kind;
-	const float *x;
+	const void *x;              /* float32, or BF16 (fused_tile's B) */
 	const uint8_t *mask;        /* FU_BITS */
 	uint32_t lo, hi;            /* FU_RANGE: kept when lo <= key <= hi */
 	bool none;                  /* FU_RANGE: the range is empty */
@@ -2310,7 +2316,7 @@ struct fuse_in {
 
 /* Whether input g's mask is plain over elements e0 .. e0 + cnt (no cut
  * inside, no draw in apply), and how; false: tile_f32 takes it. */
-static bool fuse_of(const struct gin *g, uint64_t e0, uint64_t cnt, const float *x, struct fuse_in *fi)
+static bool fuse_of(const struct gin *g, uint64_t e0, uint64_t cnt, const void *x, struct fuse_in *fi)
 {
 	*fi = (struct fuse_in){ .x = x, .scale = g->scale, .f = g->ff, .w = g->wf };
 	switch (g->kind) {
@@ -2366,11 +2372,23 @@ static bool fuse_of(const struct gin *g, uint64_t e0, uint64_t cnt, const float 
 }
 
 #if MK_GTA_X86
+/* Sixteen float32 at element k of p, or (B) sixteen BF16 widened: the
+ * same values. */
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline))
+static inline __m512 load16(const void *p, uint64_t k, __mmask16 live, const bool B)
+{
+	if (!B)
+		return _mm512_maskz_loadu_ps(live, (const float *)p + k);
+	__m256i h = _mm256_maskz_loadu_epi16(live, (const uint16_t *)p + k);
+	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 /* K: the kind of every input, or -1 for each its own (a constant where
- * this is inlined, so that the common tiles have no switch). */
-__attribute__((target("avx512f"), always_inline))
+ * this is inlined, so that the common tiles have no switch); B: the
+ * inputs are BF16. */
+__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline))
 static inline void fused_tile_k(const struct state *s, const struct fuse_in *fi, uint64_t e0, uint64_t cnt,
-				const float *bt, float *o, const int K)
+				const void *bt, float *o, const int K, const bool B)
 {
 	const size_t n = s->n;
 	const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
@@ -2378,12 +2396,12 @@ static inline void fused_tile_k(const struct state *s, const struct fuse_in *fi,
 
 	for (uint64_t k = 0; k < cnt; k += 16) {
 		const __mmask16 live = cnt - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cnt - k)) - 1);
-		const __m512 b = _mm512_maskz_loadu_ps(live, bt + k);
+		const __m512 b = load16(bt, k, live, B);
 		__m512 vv[FUSE_MAX];
 		vv[0] = zero;
 		for (size_t j = 0; j < n; j++) {
 			const struct fuse_in *f = &fi[j];
-			__m512 dl = _mm512_sub_ps(_mm512_maskz_loadu_ps(live, f->x + k), b), v;
+			__m512 dl = _mm512_sub_ps(load16(f->x, k, live, B), b), v;
 			__mmask16 keep = 0;
 			switch (K >= 0 ? (enum fuse_kind)K : f->kind) {
 			case FU_DENSE:
@@ -2416,48 +2434,70 @@ static inline void fused_tile_k(const struct state *s, const struct fuse_in *fi,
 	}
 }
 
-__attribute__((target("avx512f")))
+__attribute__((target("avx512f,avx512bw,avx512vl")))
 static void fused_tile_avx512(const struct state *s, const struct fuse_in *fi, uint64_t e0, uint64_t cnt,
-			      const float *bt, float *o)
+			      const void *bt, float *o, bool bf16)
 {
 	int k = (int)fi[0].kind;
 
 	for (size_t j = 1; j < s->n; j++)
 		if ((int)fi[j].kind != k)
 			k = -1;
+	if (bf16) {
+		switch (k) {
+		case FU_DENSE: fused_tile_k(s, fi, e0, cnt, bt, o, FU_DENSE, true); break;
+		case FU_RANGE: fused_tile_k(s, fi, e0, cnt, bt, o, FU_RANGE, true); break;
+		case FU_BITS: fused_tile_k(s, fi, e0, cnt, bt, o, FU_BITS, true); break;
+		default: fused_tile_k(s, fi, e0, cnt, bt, o, -1, true); break;
+		}
+		return;
+	}
 	switch (k) {
-	case FU_DENSE: fused_tile_k(s, fi, e0, cnt, bt, o, FU_DENSE); break;
-	case FU_RANGE: fused_tile_k(s, fi, e0, cnt, bt, o, FU_RANGE); break;
-	case FU_BITS: fused_tile_k(s, fi, e0, cnt, bt, o, FU_BITS); break;
-	default: fused_tile_k(s, fi, e0, cnt, bt, o, -1); break;
+	case FU_DENSE: fused_tile_k(s, fi, e0, cnt, bt, o, FU_DENSE, false); break;
+	case FU_RANGE: fused_tile_k(s, fi, e0, cnt, bt, o, FU_RANGE, false); break;
+	case FU_BITS: fused_tile_k(s, fi, e0, cnt, bt, o, FU_BITS, false); break;
+	default: fused_tile_k(s, fi, e0, cnt, bt, o, -1, false); break;
 	}
 }
 #endif
 
-static void apply_f32(const struct state *s, const struct mk_job_chunk *c, const float *b,
+/* Elements [t0, t0 + cnt) of a chunk's input p as float32: where they
+ * are, or (bf16) widened into w. */
+static const float *tile_in(const void *p, bool bf16, uint64_t t0, uint64_t cnt, float *w)
+{
+	if (!bf16)
+		return (const float *)p + t0;
+	mk_dtype_convert(MK_DT_F32, w, MK_DT_BF16, (const uint16_t *)p + t0, cnt);
+	return w;
+}
+
+/* v: (n + 3) tiles of scratch, and with BF16 inputs n + 1 more. */
+static void apply_f32(const struct state *s, const struct mk_job_chunk *c, const void *b,
 		      float *o, float *v)
 {
-	float *sw = v + s->n * TILE, *mix = sw + TILE, *div = mix + TILE;
+	float *sw = v + s->n * TILE, *mix = sw + TILE, *div = mix + TILE, *wide = div + TILE;
+	const size_t es = c->bf16 ? 2 : 4;
 
 	for (uint64_t t0 = 0; t0 < c->count; t0 += TILE) {
 		uint64_t cnt = c->count - t0 < TILE ? c->count - t0 : TILE;
-		const float *bt = b + t0;
 #if MK_GTA_X86
-		if (have_avx512 && s->n <= FUSE_MAX) {
+		if (have_avx512 && (!c->bf16 || have_avx512bw) && s->n <= FUSE_MAX) {
 			struct fuse_in fi[FUSE_MAX];
 			bool fuse = true;
 			for (size_t j = 0; j < s->n && fuse; j++)
 				fuse = fuse_of(&s->g[j], c->elem_begin + t0, cnt,
-					       (const float *)c->in[s->g[j].idx] + t0, &fi[j]);
+					       (const char *)c->in[s->g[j].idx] + t0 * es, &fi[j]);
 			if (fuse) {
-				fused_tile_avx512(s, fi, c->elem_begin + t0, cnt, bt, o + t0);
+				fused_tile_avx512(s, fi, c->elem_begin + t0, cnt, (const char *)b + t0 * es, o + t0,
+						  c->bf16);
 				continue;
 			}
 		}
 #endif
+		const float *bt = tile_in(b, c->bf16, t0, cnt, wide + s->n * TILE);
 		for (size_t j = 0; j < s->n; j++)
-			tile_f32(s, &s->g[j], c->elem_begin + t0, cnt, (const float *)c->in[s->g[j].idx] + t0,
-				 bt, v + j * TILE);
+			tile_f32(s, &s->g[j], c->elem_begin + t0, cnt,
+				 tile_in(c->in[s->g[j].idx], c->bf16, t0, cnt, wide + j * TILE), bt, v + j * TILE);
 #if MK_GTA_X86
 		if (have_avx512) {
 			mix_tile_avx512(s, cnt, v, bt, o + t0, sw, mix, div);
@@ -2474,7 +2514,7 @@ static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 	const void *b = c->in[job->d.base];
 	void *v;
 
-	v = malloc((s->n + 3) * TILE * (s->f64 ? 8 : 4) + 64);
+	v = malloc((2 * s->n + 4) * TILE * (s->f64 ? 8 : 4) + 64);
 	if (!v)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	if (s->f64)

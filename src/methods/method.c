@@ -729,6 +729,9 @@ int mk_job_apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 				  (unsigned long long)job->nelem);
 	if (!c->count)
 		return 0;
+	if (c->bf16 && !job->apply_bf16)
+		return mk_err_set(err, MK_EINVAL, "tensor '%s': BF16 inputs passed to %s's apply, which takes %s",
+				  job->d.tensor ? job->d.tensor : "?", job->method->name, mk_dtype_name(job->compute));
 	/* the output is one input as it is (the method said so in init) */
 	if (job->copy_input >= 0 && c->in[job->copy_input]) {
 		memcpy(out, c->in[job->copy_input], c->count * (job->compute == MK_DT_F64 ? 8 : 4));

@@ -104,9 +104,9 @@ static inline void set_in(struct tj *t, size_t i, const char *name, struct mk_pv
  * does once mk_job_wants says false), over all runs. */
 static uint64_t tj_skipped;
 /* When set: the inputs as BF16 (the views' values, which must be BF16
- * values widened), passed as they are to the statistics passes of a job
- * that takes them (accumulate_bf16), as mk-merge does; tj_bf16_chunks
- * counts those chunks. */
+ * values widened), passed as they are to the statistics passes and the
+ * apply of a job that takes them (accumulate_bf16, apply_bf16), as
+ * mk-merge does; tj_bf16_chunks counts those chunks. */
 static const void *const *tj_bf16;
 static uint64_t tj_bf16_chunks;
 
@@ -136,7 +136,7 @@ static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *cons
 			c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
 			for (size_t i = 0; i < t->d.ninputs; i++)
 				ptr[i] = views[i] && job.used[i] ? (const char *)views[i] + e * esz : NULL;
-			if (pass < job.npasses && tj_bf16 && job.accumulate_bf16) {
+			if (tj_bf16 && (pass < job.npasses ? job.accumulate_bf16 : job.apply_bf16)) {
 				for (size_t i = 0; i < t->d.ninputs; i++)
 					ptr[i] = tj_bf16[i] && job.used[i] ? (const char *)tj_bf16[i] + e * 2 : NULL;
 				c.bf16 = true;

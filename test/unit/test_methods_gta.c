@@ -478,18 +478,20 @@ static void test_window(void **st)
 	}
 }
 
-/* BF16 inputs passed to the statistics passes as they are (mk-merge does
- * so for a job that takes them, accumulate_bf16) give the bits they give
- * widened to float32 first: every method with statistics passes, three
- * inputs over a base, NaN and infinities among them, chunks that do and
- * do not split DELLA's rows and DARE's 1 Mi blocks. */
+/* BF16 inputs passed to the statistics passes and apply as they are
+ * (mk-merge does so for a job that takes them, accumulate_bf16 and
+ * apply_bf16) give the bits they give widened to float32 first: the
+ * methods of the family (DARE with and without the rescale, whose draws
+ * are then apply's), three inputs over a base, NaN and infinities among
+ * them, chunks that do and do not split DELLA's rows, DARE's 1 Mi blocks
+ * and apply's tiles. */
 static void test_stats_bf16(void **st)
 {
 	enum { R = 96, C = 200, N = R * C };
 	static uint16_t raw[4][N];
 	static float f[4][N], o32[N], obf[N];
 	static const char *methods[] = { "ties", "dare_ties", "dare_linear", "breadcrumbs", "breadcrumbs_ties",
-					 "della", "della_linear" };
+					 "della", "della_linear", "task_arithmetic", "dare_ties" };
 	static const uint64_t chunks[] = { 0, 777, C * 3 };
 	uint64_t seed = 99;
 
@@ -523,6 +525,8 @@ static void test_stats_bf16(void **st)
 				set_all(&t, "gamma", 0.05);
 			if (strstr(methods[m], "della"))
 				set_all(&t, "epsilon", 0.1);
+			if (m == 1)
+				set_g(&t, "rescale", mk_pval_bool(false));
 			assert_int_equal(run_job(&t, vf, chunks[k], o32, NULL), 0);
 			uint64_t before = tj_bf16_chunks;
 			tj_bf16 = vb;
