@@ -22,8 +22,10 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 #include <stdlib.h>
+#include <string.h>
 #include "mk/device.h"
 #include "mk/method.h"
+#include "../core/simd.h"
 
 enum { P_WEIGHT, P_NORMALIZE, NPARAMS };
 
@@ -65,6 +67,37 @@ static void NAME(uint64_t n, size_t ninputs, const void *const *in,		\
 }
 LINEAR_KERNEL(linear_f32, float)
 LINEAR_KERNEL(linear_f64, double)
+
+static inline float bf16_widen(uint16_t v)
+{
+	uint32_t u = (uint32_t)v << 16;
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+/* linear_f32 of BF16 inputs, each widened (exactly) as it is read. */
+MK_HOT_CLONES
+static void linear_bf16(uint64_t n, size_t ninputs, const void *const *in, const float *w, bool normalize,
+			float sum, float *out)
+{
+	const uint16_t *x = in[0];
+
+	for (uint64_t e = 0; e < n; e++)
+		out[e] = w[0] * bf16_widen(x[e]);
+	for (size_t i = 1; i < ninputs; i++) {
+		float wi = w[i];
+		x = in[i];
+		for (uint64_t e = 0; e < n; e++) {
+			float p = wi * bf16_widen(x[e]);
+			out[e] = out[e] + p;
+		}
+	}
+	if (normalize)
+		for (uint64_t e = 0; e < n; e++)
+			out[e] = out[e] / sum;
+}
 
 static int output(const struct mk_method *m, const struct mk_job_desc *d,
 		  struct mk_plan_out *po, bool *used, struct mk_err *err)
@@ -112,6 +145,7 @@ static int init(struct mk_job *job, struct mk_err *err)
 		goto out;
 	}
 	s->normalize = mk_job_param(job, P_NORMALIZE)->b;
+	job->apply_bf16 = job->compute == MK_DT_F32;   /* linear_bf16 */
 	for (size_t i = 0; i < n; i++) {
 		double w = mk_job_input_param(job, i, P_WEIGHT)->f;
 		s->wf[i] = (float)w;
@@ -134,6 +168,8 @@ static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 
 	if (job->compute == MK_DT_F64)
 		linear_f64(c->count, job->d.ninputs, c->in, s->wd, s->normalize, s->sumd, out);
+	else if (c->bf16)
+		linear_bf16(c->count, job->d.ninputs, c->in, s->wf, s->normalize, s->sumf, out);
 	else
 		linear_f32(c->count, job->d.ninputs, c->in, s->wf, s->normalize, s->sumf, out);
 	return 0;

@@ -346,6 +346,54 @@ static void test_linear_bf16(void **st)
 	assert_true(ref_mergekit_bf16[0] == 0.52734375f);
 }
 
+/* BF16 inputs passed to linear as they are (apply_bf16: mk-merge does so)
+ * give the bits of widening them first: three inputs with a NaN and an
+ * infinity, normalised and not, whole and in odd chunks. */
+static void test_linear_bf16_raw(void **st)
+{
+	enum { N = 5000 };
+	static uint16_t raw[3][N];
+	static float f[3][N], o32[N], obf[N];
+	uint64_t seed = 7;
+
+	(void)st;
+	for (int i = 0; i < 3; i++)
+		for (int e = 0; e < N; e++) {
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			raw[i][e] = (uint16_t)(seed >> 48);
+			if ((raw[i][e] & 0x7f80) == 0x7f80)
+				raw[i][e] &= 0xbfff;     /* finite, but for the two below */
+			if (i == 1 && e == 99)
+				raw[i][e] = 0x7fc1;       /* NaN */
+			if (i == 2 && e == 4000)
+				raw[i][e] = 0x7f80;       /* inf */
+			f[i][e] = mk_bf16_to_f32(raw[i][e]);
+		}
+	const void *vf[3] = { f[0], f[1], f[2] }, *vb[3] = { raw[0], raw[1], raw[2] };
+	for (int norm = 0; norm < 2; norm++)
+		for (uint64_t chunk = 0; chunk < 2000; chunk += 777) {
+			struct tj t;
+			struct mk_job job;
+			tj_init(&t, "linear", 3, -1);
+			for (int i = 0; i < 3; i++) {
+				t.in[i] = td(MK_DT_BF16, 1, N, 0);
+				set_in(&t, (size_t)i, "weight", mk_pval_float(0.3 + 0.1 * i));
+			}
+			set_g(&t, "normalize", mk_pval_bool(norm));
+			assert_int_equal(run_job(&t, MK_DT_COUNT, vf, chunk, o32, NULL), 0);
+			uint64_t before = tj_bf16_chunks;
+			tj_bf16 = vb;
+			int rc = run_job(&t, MK_DT_COUNT, vf, chunk, obf, &job);
+			tj_bf16 = NULL;
+			assert_int_equal(rc, 0);
+			assert_true(job.apply_bf16);
+			mk_job_release(&job);
+			assert_true(tj_bf16_chunks > before);
+			assert_memory_equal(o32, obf, sizeof(o32));
+			assert_true(isnan(o32[99]) && isinf(o32[4000]));
+		}
+}
+
 static void test_linear_embed(void **st)
 {
 	static const float ref[6] = { 0.5078125f, -0.421875f, 1.0859375f,
@@ -1168,6 +1216,7 @@ int main(void)
 		cmocka_unit_test(test_contract),
 		cmocka_unit_test(test_linear_appendix),
 		cmocka_unit_test(test_linear_bf16),
+		cmocka_unit_test(test_linear_bf16_raw),
 		cmocka_unit_test(test_linear_embed),
 		cmocka_unit_test(test_linear_zero_sum),
 		cmocka_unit_test(test_linear_f64),
