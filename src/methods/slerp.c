@@ -36,6 +36,7 @@
 #include <string.h>
 #include "mk/device.h"
 #include "mk/method.h"
+#include "../core/simd.h"
 
 #define DOT_THRESHOLD 0.9995
 #define EPS 1e-8
@@ -111,6 +112,7 @@ static int init(struct mk_job *job, struct mk_err *err)
 		s->c0 = 1.0;
 		job->copy_input = job->d.base;
 	}
+	job->apply_bf16 = s->other >= 0 && job->compute == MK_DT_F32;   /* apply_bf16 */
 	job->state = s;
 	return 0;
 }
@@ -190,11 +192,34 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 	return 0;
 }
 
+static inline float bf16_widen(uint16_t v)
+{
+	uint32_t u = (uint32_t)v << 16;
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+/* apply's float32 branch on BF16 inputs, each widened (exactly) as read. */
+MK_HOT_CLONES
+static void apply_bf16(uint64_t n, const uint16_t *x0, const uint16_t *x1, float a, float b, float *o)
+{
+	for (uint64_t e = 0; e < n; e++) {
+		float p = a * bf16_widen(x0[e]), q = b * bf16_widen(x1[e]);
+		o[e] = p + q;
+	}
+}
+
 static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, struct mk_err *err)
 {
 	const struct state *s = job->state;
 	uint64_t n = c->count;
 
+	if (c->bf16) {
+		apply_bf16(n, c->in[job->d.base], c->in[s->other], (float)s->c0, (float)s->c1, out);
+		return 0;
+	}
 	if (job->compute == MK_DT_F64) {
 		const double *x0 = c->in[job->d.base], *x1;
 		double *o = out, a = s->c0, b = s->c1;

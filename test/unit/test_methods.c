@@ -394,6 +394,47 @@ static void test_linear_bf16_raw(void **st)
 		}
 }
 
+/* The same for slerp: the base first and second, t on the arc and near
+ * parallel inputs (the lerp branch). */
+static void test_slerp_bf16_raw(void **st)
+{
+	enum { N = 5000 };
+	static uint16_t raw[2][N];
+	static float f[2][N], o32[N], obf[N];
+	uint64_t seed = 11;
+
+	(void)st;
+	for (int near = 0; near < 2; near++) {
+		for (int e = 0; e < N; e++) {
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			raw[0][e] = (uint16_t)(0x3c00 + (seed >> 54));
+			raw[1][e] = near ? (uint16_t)(raw[0][e] + 1) : (uint16_t)(0x3c00 + ((seed >> 40) & 0x3ff));
+			if ((seed >> 20) & 1)
+				raw[1][e] |= 0x8000;
+			for (int i = 0; i < 2; i++)
+				f[i][e] = mk_bf16_to_f32(raw[i][e]);
+		}
+		const void *vf[2] = { f[0], f[1] }, *vb[2] = { raw[0], raw[1] };
+		for (int base = 0; base < 2; base++)
+			for (uint64_t chunk = 0; chunk < 2000; chunk += 999) {
+				struct tj t;
+				struct mk_job job;
+				tj_init(&t, "slerp", 2, base);
+				t.in[0] = t.in[1] = td(MK_DT_BF16, 1, N, 0);
+				set_g(&t, "t", mk_pval_float(0.3));
+				assert_int_equal(run_job(&t, MK_DT_COUNT, vf, chunk, o32, NULL), 0);
+				uint64_t before = tj_bf16_chunks;
+				tj_bf16 = vb;
+				int rc = run_job(&t, MK_DT_COUNT, vf, chunk, obf, &job);
+				tj_bf16 = NULL;
+				assert_int_equal(rc, 0);
+				mk_job_release(&job);
+				assert_true(tj_bf16_chunks > before);
+				assert_memory_equal(o32, obf, sizeof(o32));
+			}
+	}
+}
+
 static void test_linear_embed(void **st)
 {
 	static const float ref[6] = { 0.5078125f, -0.421875f, 1.0859375f,
@@ -1217,6 +1258,7 @@ int main(void)
 		cmocka_unit_test(test_linear_appendix),
 		cmocka_unit_test(test_linear_bf16),
 		cmocka_unit_test(test_linear_bf16_raw),
+		cmocka_unit_test(test_slerp_bf16_raw),
 		cmocka_unit_test(test_linear_embed),
 		cmocka_unit_test(test_linear_zero_sum),
 		cmocka_unit_test(test_linear_f64),
