@@ -13,8 +13,10 @@
  *              into a buffer that stays in cache (what mk-merge does)
  *   METHOD     the job run as mk-merge's workers run it: for each
  *              statistics pass, each tile of 16384 elements converted to
- *              float32 and accumulated; then each tile converted, applied
- *              and its output converted back to bfloat16
+ *              float32 (or, to a job that takes them, accumulate_bf16,
+ *              passed as they are) and accumulated; then each tile
+ *              converted (or passed so, apply_bf16), applied and its
+ *              output converted back to bfloat16
  *
  * Each runs REPS times (default 3); the line gives the median.  Times are
  * this thread's CPU time (CLOCK_THREAD_CPUTIME_ID), so that other load on
@@ -24,7 +26,7 @@
  * passes' accumulate calls and its apply calls (the method's whole work,
  * no conversion), "apply+cvt" the apply with the conversions around it,
  * "job" the passes and the apply with all conversions (each pass converts
- * the inputs again, as mk-merge does).  "crc" is a CRC-32C of the float32 outputs of apply, to
+ * the inputs again where it converts them, as mk-merge does).  "crc" is a CRC-32C of the float32 outputs of apply, to
  * compare two builds bit for bit.  Methods default to the task-arithmetic
  * family with weights 0.6 and 0.4 (1/(INPUTS-1) each beyond three inputs)
  * and density DENSITY (default 0.5).  Built by make, never run by make
@@ -125,7 +127,7 @@ static int run_method(struct bench *B, const char *name)
 				  .ninputs = B->k, .base = 0, .in = td, .labels = labels, .input = pin };
 	for (int r = 0; r < B->reps; r++) {
 		struct mk_job job;
-		const void *ptr[MAXK];
+		const void *ptr[MAXK], *raw[MAXK];
 		float *out = B->cv + B->k * TILE;
 		double t0 = now(), tapply = 0.0, tacc = 0.0, t1, a0;
 
@@ -141,7 +143,14 @@ static int run_method(struct bench *B, const char *name)
 			for (uint64_t e = 0; e < B->n; e += TILE) {
 				uint64_t cnt = B->n - e < TILE ? B->n - e : TILE;
 				struct mk_job_chunk c = { .elem_begin = e, .count = cnt, .in = ptr };
-				convert_tile(B, e, cnt);
+				for (size_t i = 0; i < B->k; i++)
+					raw[i] = B->in[i] + e;
+				if (job.accumulate_bf16) {
+					c.in = raw;
+					c.bf16 = true;
+				} else {
+					convert_tile(B, e, cnt);
+				}
 				a0 = now();
 				if (mk_job_accumulate(&job, p, &c, &err))
 					goto fail;
@@ -156,7 +165,14 @@ static int run_method(struct bench *B, const char *name)
 		for (uint64_t e = 0; e < B->n; e += TILE) {
 			uint64_t cnt = B->n - e < TILE ? B->n - e : TILE;
 			struct mk_job_chunk c = { .elem_begin = e, .count = cnt, .in = ptr };
-			convert_tile(B, e, cnt);
+			for (size_t i = 0; i < B->k; i++)
+				raw[i] = B->in[i] + e;
+			if (job.apply_bf16) {
+				c.in = raw;
+				c.bf16 = true;
+			} else {
+				convert_tile(B, e, cnt);
+			}
 			a0 = now();
 			if (mk_job_apply(&job, &c, out, &err))
 				goto fail;
