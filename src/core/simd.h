@@ -22,4 +22,18 @@
 #define MK_HOT_CLONES
 #endif
 
+#include <stdint.h>
+#include <string.h>
+
+/* A BF16 value widened to float32 (exact: its bits are the float's upper
+ * half), inline so that the loops that read BF16 as they go vectorise. */
+static inline float mk__bf16_widen(uint16_t v)
+{
+	uint32_t u = (uint32_t)v << 16;
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
 #endif

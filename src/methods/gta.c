@@ -1302,11 +1302,8 @@ static void tile_abs_bf16(const uint16_t *restrict x, const uint16_t *restrict b
 			  float *restrict a, uint32_t *restrict key)
 {
 	for (uint64_t k = 0; k < cnt; k++) {
-		uint32_t ux = (uint32_t)x[k] << 16, ub = (uint32_t)b[k] << 16, u;
-		float fx, fb, d;
-		memcpy(&fx, &ux, sizeof(fx));
-		memcpy(&fb, &ub, sizeof(fb));
-		d = fabsf(fx - fb);
+		float d = fabsf(mk__bf16_widen(x[k]) - mk__bf16_widen(b[k]));
+		uint32_t u;
 		memcpy(&u, &d, sizeof(u));
 		a[k] = d;
 		key[k] = u;

@@ -22,7 +22,6 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 #include <stdlib.h>
-#include <string.h>
 #include "mk/device.h"
 #include "mk/method.h"
 #include "../core/simd.h"
@@ -68,15 +67,6 @@ static void NAME(uint64_t n, size_t ninputs, const void *const *in,		\
 LINEAR_KERNEL(linear_f32, float)
 LINEAR_KERNEL(linear_f64, double)
 
-static inline float bf16_widen(uint16_t v)
-{
-	uint32_t u = (uint32_t)v << 16;
-	float f;
-
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
-
 /* linear_f32 of BF16 inputs, each widened (exactly) as it is read. */
 MK_HOT_CLONES
 static void linear_bf16(uint64_t n, size_t ninputs, const void *const *in, const float *w, bool normalize,
@@ -85,12 +75,12 @@ static void linear_bf16(uint64_t n, size_t ninputs, const void *const *in, const
 	const uint16_t *x = in[0];
 
 	for (uint64_t e = 0; e < n; e++)
-		out[e] = w[0] * bf16_widen(x[e]);
+		out[e] = w[0] * mk__bf16_widen(x[e]);
 	for (size_t i = 1; i < ninputs; i++) {
 		float wi = w[i];
 		x = in[i];
 		for (uint64_t e = 0; e < n; e++) {
-			float p = wi * bf16_widen(x[e]);
+			float p = wi * mk__bf16_widen(x[e]);
 			out[e] = out[e] + p;
 		}
 	}

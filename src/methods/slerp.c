@@ -192,21 +192,12 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 	return 0;
 }
 
-static inline float bf16_widen(uint16_t v)
-{
-	uint32_t u = (uint32_t)v << 16;
-	float f;
-
-	memcpy(&f, &u, sizeof(f));
-	return f;
-}
-
 /* apply's float32 branch on BF16 inputs, each widened (exactly) as read. */
 MK_HOT_CLONES
 static void apply_bf16(uint64_t n, const uint16_t *x0, const uint16_t *x1, float a, float b, float *o)
 {
 	for (uint64_t e = 0; e < n; e++) {
-		float p = a * bf16_widen(x0[e]), q = b * bf16_widen(x1[e]);
+		float p = a * mk__bf16_widen(x0[e]), q = b * mk__bf16_widen(x1[e]);
 		o[e] = p + q;
 	}
 }
