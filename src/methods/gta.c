@@ -349,10 +349,13 @@ static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, 
 /* The window (struct target): opened once the first digit pass reaches
  * an eighth of tensors of at least WIN_MIN elements; its buckets hold the
  * ranks within WIN_FRAC of the target's, as the first eighth has them
- * (for about 2 * WIN_FRAC of the elements; at most what a record may
- * hold, else it is dropped and the last digit pass reads everything). */
+ * (for about 2 * WIN_FRAC of the elements, 8 bytes each, the arrays grown
+ * as they fill; at most a sixteenth of them and WIN_CAP, else it is
+ * dropped and the last digit pass reads everything).  (1/64 held four times as many
+ * and took mk-merge over its budget in test/cli/memory.sh.) */
 #define WIN_MIN (1ull << 18)
-#define WIN_FRAC (1.0 / 64)
+#define WIN_FRAC (1.0 / 256)
+#define WIN_CAP (2ull << 20)    /* entries: 16 MiB */
 
 enum kind { K_DENSE, K_ZERO, K_MAG, K_OUTL, K_RAND, K_DELLA };
 
@@ -408,9 +411,9 @@ struct target {
 	 * (wdone).  w0 0: not opened yet; widx NULL: none */
 	uint64_t w0;
 	uint32_t wlo, whi;
-	uint32_t *widx;     /* [wcap + TILE + 16] */
-	uint32_t *wkey;     /* [wcap + TILE + 16] */
-	uint64_t nw, wcap;
+	uint32_t *widx;     /* [wroom] */
+	uint32_t *wkey;     /* [wroom] */
+	uint64_t nw, wcap, wroom;
 	bool wuse, wdone;
 };
 
@@ -852,7 +855,7 @@ static void win_drop(struct target *tg)
 	free(tg->widx);
 	free(tg->wkey);
 	tg->widx = tg->wkey = NULL;
-	tg->nw = tg->wcap = 0;
+	tg->nw = tg->wcap = tg->wroom = 0;
 	tg->wuse = false;
 }
 
@@ -1501,7 +1504,7 @@ static uint32_t bucket_of_rank(const struct target *t0, uint64_t r)
  * histogram of [0, e0) that t0 (the gin's first target) has counted. */
 static void win_open(const struct state *s, struct target *tg, const struct target *t0, uint64_t e0)
 {
-	uint64_t N = s->nelem, cap = N / 16 < REC_MAX ? N / 16 : REC_MAX;
+	uint64_t N = s->nelem, cap = N / 16 < WIN_CAP ? N / 16 : WIN_CAP;
 	double at = (double)tg->rank * (double)e0 / (double)N, d = WIN_FRAC * (double)e0;
 	uint64_t rlo = at - d > 0 ? (uint64_t)(at - d) : 0, rhi = (uint64_t)(at + d);
 
@@ -1510,13 +1513,34 @@ static void win_open(const struct state *s, struct target *tg, const struct targ
 		rhi = e0 - 1;
 	tg->wlo = bucket_of_rank(t0, rlo);
 	tg->whi = bucket_of_rank(t0, rhi);
-	if (!(tg->widx = malloc((cap + TILE + 16) * sizeof(uint32_t))) ||
-	    !(tg->wkey = malloc((cap + TILE + 16) * sizeof(uint32_t)))) {
+	tg->wroom = (cap < (1u << 16) ? cap : (1u << 16)) + TILE + 16;
+	if (!(tg->widx = malloc(tg->wroom * sizeof(uint32_t))) || !(tg->wkey = malloc(tg->wroom * sizeof(uint32_t)))) {
 		win_drop(tg);
 		return;
 	}
 	tg->wcap = cap;
 	tg->nw = 0;
+}
+
+/* Room in tg's window for a tile more (TILE + 16 entries past nw), or
+ * the window dropped. */
+static void win_room(struct target *tg)
+{
+	if (tg->nw + TILE + 16 <= tg->wroom)
+		return;
+	uint64_t room = tg->wroom * 2, top = tg->wcap + TILE + 16;
+	if (room > top)
+		room = top;
+	uint32_t *a = realloc(tg->widx, room * sizeof(uint32_t));
+	if (a)
+		tg->widx = a;
+	uint32_t *k = a ? realloc(tg->wkey, room * sizeof(uint32_t)) : NULL;
+	if (!k) {
+		win_drop(tg);
+		return;
+	}
+	tg->wkey = k;
+	tg->wroom = room;
 }
 
 /* The last digit pass has read [0, w0): take the window's elements of the
@@ -1642,6 +1666,9 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 					for (unsigned u = 0; u < g->nt; u++) {
 						struct target *tw = &g->t[u];
 						if (!tw->widx || e0 < tw->w0)
+							continue;
+						win_room(tw);
+						if (!tw->widx)
 							continue;
 						tw->nw += SIMD_OR_C(have_avx512, tile_window, key, cnt, tw->wlo, tw->whi,
 								    (uint32_t)e0, tw->widx + tw->nw, tw->wkey + tw->nw);
