@@ -15,6 +15,15 @@ struct slice {                   /* one worker's share of a range */
 	struct mk_err err;
 };
 
+/* Does input i go through a narrower float dtype on load (a cast that
+ * rounds, as torch's)? */
+static bool casts_on_load(const struct run *r, size_t i)
+{
+	enum mk_dtype st = r->ib[i].dtype, load = r->pj->inputs[i].load_dtype;
+
+	return load != st && mk_dtype_is_float(load) && mk_dtype_bits(load) < 32;
+}
+
 /* Convert n elements of input i's raw bytes from element `off` of the
  * range (cast on load when asked) into dst, in the compute dtype; add
  * the raw elements that are NaN or infinite to *nonfinite (if not NULL),
@@ -29,7 +38,7 @@ static int convert_input(struct run *r, size_t i, uint64_t off, uint64_t n, void
 	/* a cast on load rounds to the load dtype first, as torch; the
 	 * conversion goes through float32 either way, so converting the
 	 * load-dtype value again is exact */
-	if (load != st && mk_dtype_is_float(load) && mk_dtype_bits(load) < 32) {
+	if (casts_on_load(r, i)) {
 		if (nonfinite)
 			*nonfinite += mk_dtype_count_nonfinite(st, src, n);
 		for (uint64_t e = 0; e < n; e += 1024) {
@@ -72,12 +81,9 @@ static bool inputs_bf16(const struct run *r)
 {
 	if (r->job.compute != MK_DT_F32 || r->pj->vocab)
 		return false;
-	for (size_t i = 0; i < r->d.ninputs; i++) {
-		enum mk_dtype load = r->pj->inputs[i].load_dtype;
-		if (r->job.used[i] && (r->ib[i].dtype != MK_DT_BF16 || (load != MK_DT_BF16 && mk_dtype_is_float(load) &&
-									 mk_dtype_bits(load) < 32)))
+	for (size_t i = 0; i < r->d.ninputs; i++)
+		if (r->job.used[i] && (r->ib[i].dtype != MK_DT_BF16 || casts_on_load(r, i)))
 			return false;
-	}
 	return true;
 }
 

@@ -351,8 +351,8 @@ static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, 
  * ranks within WIN_FRAC of the target's, as the first eighth has them
  * (for about 2 * WIN_FRAC of the elements, 8 bytes each, the arrays grown
  * as they fill; at most a sixteenth of them and WIN_CAP, else it is
- * dropped and the last digit pass reads everything).  (1/64 held four times as many
- * and took mk-merge over its budget in test/cli/memory.sh.) */
+ * dropped and the last digit pass reads everything).  (1/64 held four
+ * times as many and took mk-merge over its budget in test/cli/memory.sh.) */
 #define WIN_MIN (1ull << 18)
 #define WIN_FRAC (1.0 / 256)
 #define WIN_CAP (2ull << 20)    /* entries: 16 MiB */
@@ -408,7 +408,8 @@ struct target {
 	 * buckets around where the histogram of [0, w0) puts the rank), index
 	 * and key in order.  When the cut's bucket is among them (wuse), the
 	 * last digit pass reads only [0, w0) and takes [w0, N) from here
-	 * (wdone).  w0 0: not opened yet; widx NULL: none */
+	 * (wdone).  w0 0: not opened yet; widx NULL: none (dropped, or taken
+	 * in); wuse is set by the first digit pass's finish */
 	uint64_t w0;
 	uint32_t wlo, whi;
 	uint32_t *widx;     /* [wroom] */
@@ -699,12 +700,12 @@ static int init(struct mk_job *job, struct mk_err *err)
 	job->accumulate_bf16 = !s->f64 && job->compute == MK_DT_F32;
 	for (size_t j = 0; j < s->n; j++)
 		job->accumulate_bf16 &= fast_f32(s, &s->g[j]);
-	/* BF16 inputs read as they are: no conversion buffer to keep in
-	 * cache, so the histograms too run the inputs on threads (mk-yaml ties
-	 * on three 300 MB BF16 models, six runs each: 0.90-1.09 -> 0.80-0.82 s) */
 	/* and apply, every kind: its fused tiles widen on load, the others
 	 * a tile at a time (tile_in) */
 	job->apply_bf16 = !s->f64 && job->compute == MK_DT_F32 && s->n;
+	/* BF16 inputs read as they are: no conversion buffer to keep in
+	 * cache, so the histograms too run the inputs on threads (mk-yaml ties
+	 * on three 300 MB BF16 models, six runs each: 0.90-1.09 -> 0.80-0.82 s) */
 	bool raw = job->accumulate_bf16;
 	for (size_t i = 0; i < d->ninputs; i++)
 		raw &= !job->used[i] || d->in[i].dtype == MK_DT_BF16;
@@ -856,9 +857,7 @@ static void win_drop(struct target *tg)
 	free(tg->wkey);
 	tg->widx = tg->wkey = NULL;
 	tg->nw = tg->wcap = tg->wroom = 0;
-	tg->wuse = false;
 }
-
 
 static void sub_flush(struct target *tg)
 {
@@ -1568,7 +1567,6 @@ static void win_take(struct target *tg)
 		}
 	}
 	win_drop(tg);
-	tg->wuse = true;   /* (win_drop cleared it) */
 	tg->wdone = true;
 }
 
@@ -1673,7 +1671,7 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 						tw->nw += SIMD_OR_C(have_avx512, tile_window, key, cnt, tw->wlo, tw->whi,
 								    (uint32_t)e0, tw->widx + tw->nw, tw->wkey + tw->nw);
 						if (tw->nw > tw->wcap)
-							win_drop(tw);   /* more than a record holds */
+							win_drop(tw);   /* more than the window may hold */
 					}
 				} else {
 					/* the low digits of the keys under the prefix,

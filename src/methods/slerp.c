@@ -51,7 +51,7 @@ static const struct mk_param_spec params[NPARAMS] = {
 
 struct state {
 	int other;                 /* index of the non-base input, -1: copy base */
-	struct mk_fsum s00, s11, s01;
+	struct mk_fsum sum[3];     /* |v0|^2, |v1|^2, <v0, v1> */
 	double c0, c1;             /* output = c0 * base + c1 * other */
 	bool lerp;                 /* finish took the lerp path (diagnostics) */
 };
@@ -120,32 +120,25 @@ static int init(struct mk_job *job, struct mk_err *err)
 /* float64 inputs: the sums of n elements from element e0, one block run
  * at a time in element order (mk_fsum); float32 ones go by mk_fsum_dots,
  * the same sums several blocks at once. */
-#define SLERP_SUMS(NAME, T)							\
-static uint64_t NAME(struct state *s, uint64_t e0, uint64_t n, const T *x0, const T *x1) \
-{										\
-	uint64_t run = mk_fsum_run(e0, n);					\
-	double a = s->s00.part, b = s->s11.part, c = s->s01.part;		\
-	for (uint64_t k = 0; k < run; k++) {					\
-		double p = (double)x0[k], q = (double)x1[k];			\
-		double pp = p * p, qq = q * q, pq = p * q;			\
-		a += pp;							\
-		b += qq;							\
-		c += pq;							\
-	}									\
-	s->s00.part = a;							\
-	s->s11.part = b;							\
-	s->s01.part = c;							\
-	mk_fsum_step(&s->s00, e0 + run);					\
-	mk_fsum_step(&s->s11, e0 + run);					\
-	mk_fsum_step(&s->s01, e0 + run);					\
-	return run;								\
-}
-SLERP_SUMS(run_f64, double)
-
-static void sums_f64(struct state *s, uint64_t e0, uint64_t n, const double *x0, const double *x1)
+static void sums_f64(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const double *x0, const double *x1)
 {
-	for (uint64_t i = 0; i < n;)
-		i += run_f64(s, e0 + i, n - i, x0 + i, x1 + i);
+	for (uint64_t i = 0; i < n;) {
+		uint64_t run = mk_fsum_run(e0 + i, n - i);
+		double a = sum[0].part, b = sum[1].part, c = sum[2].part;
+		for (uint64_t k = i; k < i + run; k++) {
+			double p = x0[k], q = x1[k];
+			double pp = p * p, qq = q * q, pq = p * q;
+			a += pp;
+			b += qq;
+			c += pq;
+		}
+		sum[0].part = a;
+		sum[1].part = b;
+		sum[2].part = c;
+		i += run;
+		for (unsigned j = 0; j < 3; j++)
+			mk_fsum_step(&sum[j], e0 + i);
+	}
 }
 
 static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c,
@@ -154,15 +147,10 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 	struct state *s = job->state;
 	const void *x0 = c->in[job->d.base], *x1 = c->in[s->other];
 
-	if (job->compute == MK_DT_F64) {
-		sums_f64(s, c->elem_begin, c->count, x0, x1);
-	} else {
-		struct mk_fsum sum[3] = { s->s00, s->s11, s->s01 };
-		mk_fsum_dots(sum, c->elem_begin, c->count, x0, x1);
-		s->s00 = sum[0];
-		s->s11 = sum[1];
-		s->s01 = sum[2];
-	}
+	if (job->compute == MK_DT_F64)
+		sums_f64(s->sum, c->elem_begin, c->count, x0, x1);
+	else
+		mk_fsum_dots(s->sum, c->elem_begin, c->count, x0, x1);
 	return 0;
 }
 
@@ -170,14 +158,14 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 {
 	struct state *s = job->state;
 	double t = mk_job_param(job, P_T)->f;
-	double n0 = sqrt(mk_fsum_value(&s->s00)), n1 = sqrt(mk_fsum_value(&s->s11));
+	double n0 = sqrt(mk_fsum_value(&s->sum[0])), n1 = sqrt(mk_fsum_value(&s->sum[1]));
 	double d, theta0, theta_t, sin0;
 
 	if (!(n0 > EPS))
 		n0 = 1.0;
 	if (!(n1 > EPS))
 		n1 = 1.0;
-	d = mk_fsum_value(&s->s01) / (n0 * n1);
+	d = mk_fsum_value(&s->sum[2]) / (n0 * n1);
 	if (fabs(d) > DOT_THRESHOLD) {
 		s->lerp = true;
 		s->c0 = 1.0 - t;

@@ -90,6 +90,25 @@ static void convert_tile(struct bench *B, uint64_t e, uint64_t cnt)
 		mk_dtype_convert(MK_DT_F32, B->cv + i * TILE, MK_DT_BF16, B->in[i] + e, cnt);
 }
 
+/* The chunk of elements [e, e + cnt) as mk-merge hands it over: the
+ * inputs as BF16 (in raw) to a job that takes them so, else converted
+ * (into B->cv, which ptr points at). */
+static struct mk_job_chunk tile_chunk(struct bench *B, uint64_t e, uint64_t cnt, bool bf16, const void **ptr,
+				      const void **raw)
+{
+	struct mk_job_chunk c = { .elem_begin = e, .count = cnt, .in = ptr };
+
+	if (!bf16) {
+		convert_tile(B, e, cnt);
+		return c;
+	}
+	for (size_t i = 0; i < B->k; i++)
+		raw[i] = B->in[i] + e;
+	c.in = raw;
+	c.bf16 = true;
+	return c;
+}
+
 /* One method: returns 0, or 1 with a message. */
 static int run_method(struct bench *B, const char *name)
 {
@@ -142,15 +161,7 @@ static int run_method(struct bench *B, const char *name)
 		for (unsigned p = 0; p < job.npasses; p++) {
 			for (uint64_t e = 0; e < B->n; e += TILE) {
 				uint64_t cnt = B->n - e < TILE ? B->n - e : TILE;
-				struct mk_job_chunk c = { .elem_begin = e, .count = cnt, .in = ptr };
-				for (size_t i = 0; i < B->k; i++)
-					raw[i] = B->in[i] + e;
-				if (job.accumulate_bf16) {
-					c.in = raw;
-					c.bf16 = true;
-				} else {
-					convert_tile(B, e, cnt);
-				}
+				struct mk_job_chunk c = tile_chunk(B, e, cnt, job.accumulate_bf16, ptr, raw);
 				a0 = now();
 				if (mk_job_accumulate(&job, p, &c, &err))
 					goto fail;
@@ -164,15 +175,7 @@ static int run_method(struct bench *B, const char *name)
 			crc = 0;
 		for (uint64_t e = 0; e < B->n; e += TILE) {
 			uint64_t cnt = B->n - e < TILE ? B->n - e : TILE;
-			struct mk_job_chunk c = { .elem_begin = e, .count = cnt, .in = ptr };
-			for (size_t i = 0; i < B->k; i++)
-				raw[i] = B->in[i] + e;
-			if (job.apply_bf16) {
-				c.in = raw;
-				c.bf16 = true;
-			} else {
-				convert_tile(B, e, cnt);
-			}
+			struct mk_job_chunk c = tile_chunk(B, e, cnt, job.apply_bf16, ptr, raw);
 			a0 = now();
 			if (mk_job_apply(&job, &c, out, &err))
 				goto fail;

@@ -346,6 +346,27 @@ static void test_linear_bf16(void **st)
 	assert_true(ref_mergekit_bf16[0] == 0.52734375f);
 }
 
+/* Job t over views vf (float32) into o32, then with vb (the same values as
+ * BF16) passed as they are where the job takes them, into obf: the job
+ * took them at least once, and both outputs (n floats) are the same bits. */
+static void raw_same_bits(struct tj *t, const void *const *vf, const void *const *vb, uint64_t chunk, float *o32,
+			  float *obf, size_t n)
+{
+	struct mk_job job;
+	uint64_t before = tj_bf16_chunks;
+	int rc;
+
+	assert_int_equal(run_job(t, MK_DT_COUNT, vf, chunk, o32, NULL), 0);
+	tj_bf16 = vb;
+	rc = run_job(t, MK_DT_COUNT, vf, chunk, obf, &job);
+	tj_bf16 = NULL;
+	assert_int_equal(rc, 0);
+	assert_true(job.apply_bf16);
+	mk_job_release(&job);
+	assert_true(tj_bf16_chunks > before);
+	assert_memory_equal(o32, obf, n * sizeof(float));
+}
+
 /* BF16 inputs passed to linear as they are (apply_bf16: mk-merge does so)
  * give the bits of widening them first: three inputs with a NaN and an
  * infinity, normalised and not, whole and in odd chunks. */
@@ -373,23 +394,13 @@ static void test_linear_bf16_raw(void **st)
 	for (int norm = 0; norm < 2; norm++)
 		for (uint64_t chunk = 0; chunk < 2000; chunk += 777) {
 			struct tj t;
-			struct mk_job job;
 			tj_init(&t, "linear", 3, -1);
 			for (int i = 0; i < 3; i++) {
 				t.in[i] = td(MK_DT_BF16, 1, N, 0);
 				set_in(&t, (size_t)i, "weight", mk_pval_float(0.3 + 0.1 * i));
 			}
 			set_g(&t, "normalize", mk_pval_bool(norm));
-			assert_int_equal(run_job(&t, MK_DT_COUNT, vf, chunk, o32, NULL), 0);
-			uint64_t before = tj_bf16_chunks;
-			tj_bf16 = vb;
-			int rc = run_job(&t, MK_DT_COUNT, vf, chunk, obf, &job);
-			tj_bf16 = NULL;
-			assert_int_equal(rc, 0);
-			assert_true(job.apply_bf16);
-			mk_job_release(&job);
-			assert_true(tj_bf16_chunks > before);
-			assert_memory_equal(o32, obf, sizeof(o32));
+			raw_same_bits(&t, vf, vb, chunk, o32, obf, N);
 			assert_true(isnan(o32[99]) && isinf(o32[4000]));
 		}
 }
@@ -418,19 +429,10 @@ static void test_slerp_bf16_raw(void **st)
 		for (int base = 0; base < 2; base++)
 			for (uint64_t chunk = 0; chunk < 2000; chunk += 999) {
 				struct tj t;
-				struct mk_job job;
 				tj_init(&t, "slerp", 2, base);
 				t.in[0] = t.in[1] = td(MK_DT_BF16, 1, N, 0);
 				set_g(&t, "t", mk_pval_float(0.3));
-				assert_int_equal(run_job(&t, MK_DT_COUNT, vf, chunk, o32, NULL), 0);
-				uint64_t before = tj_bf16_chunks;
-				tj_bf16 = vb;
-				int rc = run_job(&t, MK_DT_COUNT, vf, chunk, obf, &job);
-				tj_bf16 = NULL;
-				assert_int_equal(rc, 0);
-				mk_job_release(&job);
-				assert_true(tj_bf16_chunks > before);
-				assert_memory_equal(o32, obf, sizeof(o32));
+				raw_same_bits(&t, vf, vb, chunk, o32, obf, N);
 			}
 	}
 }
