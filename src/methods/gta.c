@@ -441,8 +441,10 @@ struct gin {
 	double *prob;               /* DELLA: keep probability by rank [L] */
 	struct rk *rk;              /* DELLA: one row being ranked, and room to sort [2L] */
 	uint64_t *dthr;             /* DELLA float32: kept when (mk_rng_u64 >> 11) < thr[rank] [L] */
-	uint32_t *cnt;              /* DELLA float32: rank_row32's two count tables and
-				     * mixed classes [3][2 * RANK_TABLE] */
+	uint64_t dstep;             /* DELLA float32: the largest |dthr[r + 1] - dthr[r]| */
+	uint32_t *cnt;              /* DELLA float32: rank_row32's two count tables, then
+				     * della_settle_row's sorted classes [3][2 * RANK_TABLE] */
+	uint32_t *flag;             /* DELLA float32: the row's draws to check [L + 8] */
 	uint64_t *w64;              /* DELLA float32: words to sort [2L + 1] */
 	uint32_t *rank;             /* DELLA float32: each row element's rank [L] */
 	uint32_t *bix;              /* DELLA float32: each row element's class [L], then
@@ -536,6 +538,7 @@ static void free_state(struct state *s)
 		free(s->g[j].prob);
 		free(s->g[j].rk);
 		free(s->g[j].dthr);
+		free(s->g[j].flag);
 		free(s->g[j].cnt);
 		free(s->g[j].key32);
 		free(s->g[j].w64);
@@ -663,10 +666,15 @@ static int init(struct mk_job *job, struct mk_err *err)
 			if (!s->f64) {
 				/* u < p with u = r * 2^-53 is r < ceil(p * 2^53), as RAND's thr */
 				if (!(g->dthr = malloc((s->L ? s->L : 1) * sizeof(uint64_t))) ||
-				    !(g->cnt = malloc(6 * RANK_TABLE * sizeof(uint32_t))))
+				    !(g->cnt = malloc(6 * RANK_TABLE * sizeof(uint32_t))) ||
+				    !(g->flag = malloc((s->L + 8) * sizeof(uint32_t))))
 					goto nomem;
-				for (uint64_t r = 0; r < s->L; r++)
-					g->dthr[r] = (uint64_t)ceil(g->prob[r] * 0x1p53);
+				g->dstep = 0;
+				for (uint64_t r = 0; r < s->L; r++) {
+					uint64_t t = g->dthr[r] = (uint64_t)ceil(g->prob[r] * 0x1p53);
+					uint64_t step = r ? (t > g->dthr[r - 1] ? t - g->dthr[r - 1] : g->dthr[r - 1] - t) : 0;
+					g->dstep = step > g->dstep ? step : g->dstep;
+				}
 			}
 			break;
 		}
@@ -967,13 +975,12 @@ static uint64_t row_classes_c(const uint32_t *restrict key, uint64_t L, uint32_t
 }
 
 /* The exclusive starts of the classes (x in order: the counts c0[x] of
- * the row's first half, then c1[x] of its second) into c0 and c1; the
- * classes of nonzero lower halves (x odd) holding more than one element
- * into mixed; returns how many. */
-static uint32_t class_starts_c(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t nc,
-			       uint32_t *restrict mixed)
+ * the row's first half, then c1[x] of its second) into c0 and c1;
+ * returns the most elements a class of nonzero lower halves (x odd)
+ * holds. */
+static uint32_t class_starts_c(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t nc)
 {
-	uint32_t pos = 0, nmixed = 0;
+	uint32_t pos = 0, most = 0;
 
 	for (uint32_t x = 0; x < nc; x += 2) {
 		uint32_t n0 = c0[x], n = n0 + c1[x], d0 = c0[x + 1], d = d0 + c1[x + 1];
@@ -983,10 +990,9 @@ static uint32_t class_starts_c(uint32_t *restrict c0, uint32_t *restrict c1, uin
 		c0[x + 1] = pos;
 		c1[x + 1] = pos + d0;
 		pos += d;
-		mixed[nmixed] = x + 1;
-		nmixed += d > 1;
+		most = d > most ? d : most;
 	}
-	return nmixed;
+	return most;
 }
 
 #if MK_GTA_X86
@@ -1021,22 +1027,18 @@ static uint64_t row_classes_avx512(const uint32_t *restrict key, uint64_t L, uin
 }
 
 /* class_starts_c with AVX-512: sixteen classes at a time, their counts
- * summed by a scan in the register (shifts by 1, 2, 4, 8 lanes), the
- * mixed classes packed with vpcompressd (mixed has room for 16 more);
- * nc a multiple of 16. */
+ * summed by a scan in the register (shifts by 1, 2, 4, 8 lanes); nc a
+ * multiple of 16. */
 __attribute__((target("avx512f")))
-static uint32_t class_starts_avx512(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t nc,
-				    uint32_t *restrict mixed)
+static uint32_t class_starts_avx512(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t nc)
 {
-	const __m512i zero = _mm512_setzero_si512(), one = _mm512_set1_epi32(1);
-	const __m512i last = _mm512_set1_epi32(15), step = _mm512_set1_epi32(16);
-	__m512i carry = zero, idx = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-	uint32_t nmixed = 0;
+	const __m512i zero = _mm512_setzero_si512(), last = _mm512_set1_epi32(15);
+	__m512i carry = zero, most = zero;
 
 	for (uint32_t x = 0; x < nc; x += 16) {
 		__m512i a = _mm512_loadu_si512((const void *)(c0 + x));
 		__m512i n = _mm512_add_epi32(a, _mm512_loadu_si512((const void *)(c1 + x))), t = n, ex;
-		__mmask16 mx = _mm512_cmpgt_epu32_mask(n, one) & 0xaaaa;
+		most = _mm512_mask_max_epu32(most, 0xaaaa, most, n);
 		t = _mm512_add_epi32(t, _mm512_alignr_epi32(t, zero, 15));
 		t = _mm512_add_epi32(t, _mm512_alignr_epi32(t, zero, 14));
 		t = _mm512_add_epi32(t, _mm512_alignr_epi32(t, zero, 12));
@@ -1045,11 +1047,8 @@ static uint32_t class_starts_avx512(uint32_t *restrict c0, uint32_t *restrict c1
 		_mm512_storeu_si512((void *)(c0 + x), ex);
 		_mm512_storeu_si512((void *)(c1 + x), _mm512_add_epi32(ex, a));
 		carry = _mm512_add_epi32(carry, _mm512_permutexvar_epi32(last, t));
-		_mm512_storeu_si512((void *)(mixed + nmixed), _mm512_maskz_compress_epi32(mx, idx));
-		nmixed += (unsigned)__builtin_popcount(mx);
-		idx = _mm512_add_epi32(idx, step);
 	}
-	return nmixed;
+	return _mm512_reduce_max_epu32(most);
 }
 #endif
 
@@ -1087,6 +1086,15 @@ static void bucket_sort32(uint64_t *x, uint64_t *w, uint32_t nb)
 	}
 }
 
+/* What rank_row32 leaves for the draw and della_settle_row: the row's
+ * nonzero lower halves (nd, their indices after bix[L]), its classes (nc,
+ * their starts in g->cnt) and the most elements a class of nonzero lower
+ * halves holds (most; 0 when every rank is exact). */
+struct row_ranked {
+	uint64_t nd;
+	uint32_t nc, most;
+};
+
 /* The ranks of a row's float32 keys key[0..L) (contiguous) in the order
  * (key, index), rank_sort32's order, into g->rank.  When the keys' upper
  * halves span at most RANK_TABLE - 1 values (bfloat16 models' deltas: a
@@ -1096,13 +1104,15 @@ static void bucket_sort32(uint64_t *x, uint64_t *w, uint32_t nb)
  * two halves of the row into two tables (two chains of increments, not
  * one, where runs of one class are common); the classes' starts then
  * make the ranks.  A class of nonzero lower halves may hold several
- * keys: its words alone are sorted (most hold one key, already in
- * order) and their ranks set again.  Else rank_sort32 on the whole row. */
-static void rank_row32(struct gin *g, const uint32_t *restrict key, uint64_t L)
+ * keys in another order than their indices': its elements' ranks are
+ * then places in the class's range, not yet their own, and
+ * della_settle_row sorts the class where its draws need that.  Else
+ * rank_sort32 on the whole row (every rank exact). */
+static struct row_ranked rank_row32(struct gin *g, const uint32_t *restrict key, uint64_t L)
 {
 	uint64_t *w = g->w64, *tmp = w + L;
-	uint32_t *rank = g->rank, *bix = g->bix, *c0 = g->cnt, *c1, *mixed;
-	uint32_t lo, hi, span, nc, nmixed, *dl = g->bix + L;
+	uint32_t *rank = g->rank, *bix = g->bix, *c0 = g->cnt, *c1;
+	uint32_t lo, hi, span, nc, most, *dl = g->bix + L;
 	uint64_t h = L / 2, nd;
 
 	row_span16(key, L, &lo, &hi);
@@ -1116,11 +1126,10 @@ static void rank_row32(struct gin *g, const uint32_t *restrict key, uint64_t L)
 		r = rank_sort32(w, tmp, L);
 		for (uint64_t i = 0; i < L; i++)
 			rank[(uint32_t)r[i]] = (uint32_t)i;
-		return;
+		return (struct row_ranked){ 0, 0, 0 };
 	}
 	nc = (2 * span + 15) & ~15u;     /* class_starts takes 16 at a time */
 	c1 = c0 + nc;
-	mixed = c1 + nc;
 	nd = SIMD_OR_C(have_avx512, row_classes, key, L, lo, bix, dl);
 	memset(c0, 0, 2 * nc * sizeof(uint32_t));
 	for (uint64_t j = 0; j < h; j++) {
@@ -1130,62 +1139,116 @@ static void rank_row32(struct gin *g, const uint32_t *restrict key, uint64_t L)
 	}
 	if (L % 2)
 		rank[L - 1] = c1[bix[L - 1]]++;
-	nmixed = SIMD_OR_C(have_avx512, class_starts, c0, c1, nc, mixed);
+	most = SIMD_OR_C(have_avx512, class_starts, c0, c1, nc);
 	row_rank_add(rank, bix, c0, h);
 	row_rank_add(rank + h, bix + h, c1, L - h);
-	if (!nmixed)
-		return;
-	/* the words of the nonzero lower halves in their classes' places */
-	for (uint64_t q = 0; q < nd; q++) {
-		uint32_t j = dl[q];
-		tmp[rank[j]] = (uint64_t)key[j] << 32 | j;
-	}
-	for (uint32_t q = 0; q < nmixed; q++) {
-		uint32_t x = mixed[q], b0 = c0[x], nb = (x + 1 < nc ? c0[x + 1] : (uint32_t)L) - b0;
-		uint64_t *y = tmp + b0;
-		if (nb < 2)
-			continue;
-		bucket_sort32(y, w, nb);
-		for (uint32_t i = 0; i < nb; i++)
-			rank[(uint32_t)y[i]] = b0 + i;
+	return (struct row_ranked){ nd, nc, most > 1 ? most : 0 };
+}
+
+/* How far a draw's threshold may be from the one of its element's own
+ * rank: the ranks of a class of rr.most elements differ by at most
+ * rr.most - 1, neighbouring thresholds by at most dstep (the bound holds
+ * for any thresholds, not only monotone ones); at least 2^54 (every
+ * draw checked) where it is larger than that. */
+static uint64_t della_margin(const struct gin *g, struct row_ranked rr)
+{
+	if (rr.most < 2 || !g->dstep)
+		return 0;
+	if (rr.most - 1 > (UINT64_C(1) << 54) / g->dstep)
+		return UINT64_C(1) << 54;
+	return (uint64_t)(rr.most - 1) * g->dstep;
+}
+
+/* The flagged draws of a row (flag[0..nf), indices into it; element j is
+ * element e0 + j * stride of the tensor), drawn against the threshold of
+ * a rank in its class's range: where the element's class holds several
+ * nonzero lower halves and its random number lies between the thresholds
+ * at the range's two ends, it is drawn again on its own rank (its class
+ * sorted, once, among the nonzero lower halves placed by their ranks),
+ * the mask bit set or cleared and m[j] (when m) set. */
+static void della_settle_row(struct gin *g, const uint32_t *restrict key, uint64_t L, struct row_ranked rr,
+			     uint64_t e0, uint64_t stride, const uint32_t *flag, uint32_t nf, float *m)
+{
+	const uint32_t *c0 = g->cnt, *bix = g->bix, *dl = g->bix + L;
+	const uint64_t *thr = g->dthr;
+	uint8_t *sorted = (uint8_t *)(void *)(g->cnt + 2 * rr.nc);
+	uint64_t *w = g->w64, *tmp = w + L;
+	uint32_t *rank = g->rank;
+	bool placed = false;
+
+	for (uint32_t q = 0; q < nf; q++) {
+		uint32_t j = flag[q], x = bix[j], b0 = c0[x], nb = (x + 1 < rr.nc ? c0[x + 1] : (uint32_t)L) - b0;
+		uint64_t e = e0 + j * stride, u = mk_rng_u64(g->stream, e) >> 11, ta, tb;
+		bool keep;
+		if (!(x & 1) || nb < 2)
+			continue;               /* its rank is its own */
+		ta = thr[b0], tb = thr[b0 + nb - 1];
+		if (u < (ta < tb ? ta : tb) || u >= (ta < tb ? tb : ta))
+			continue;               /* the same draw at every rank of the class */
+		if (!placed) {
+			for (uint64_t p = 0; p < rr.nd; p++)
+				tmp[rank[dl[p]]] = (uint64_t)key[dl[p]] << 32 | dl[p];
+			memset(sorted, 0, rr.nc);
+			placed = true;
+		}
+		if (!sorted[x]) {
+			bucket_sort32(tmp + b0, w, nb);
+			for (uint32_t i = 0; i < nb; i++)
+				rank[(uint32_t)tmp[b0 + i]] = b0 + i;
+			sorted[x] = 1;
+		}
+		keep = u < thr[rank[j]];
+		g->mask[e >> 3] = (uint8_t)((g->mask[e >> 3] & ~(1u << (e & 7))) | (unsigned)keep << (e & 7));
+		if (m) {
+			float a;
+			memcpy(&a, &key[j], sizeof(a));
+			m[j] = keep ? a : 0.0f;
+		}
 	}
 }
 
-/* DELLA's draw for one float32 row of elements e0 .. e0 + L, ranked:
- * element j kept when its 53 random bits are below thr[rank[j]]; its
- * bit set in the mask (all zero before) and m[j] = |delta| (the key's
- * value) when kept, else 0. */
-static void della_draw_row_c(uint64_t stream, uint64_t e0, uint64_t L, const uint32_t *restrict rank,
-			     const uint64_t *restrict thr, const uint32_t *restrict key, uint8_t *restrict mask,
-			     float *restrict m)
+/* DELLA's draw for elements j0 .. L of one float32 row of elements e0
+ * .. e0 + L, ranked: element j kept when its 53 random bits u are below
+ * t = thr[rank[j]]; its bit set in the mask (all zero before) and m[j] =
+ * |delta| (the key's value) when kept, else 0.  Where t - margin <= u <
+ * t + margin, j is flagged (into flag, from nf; returns the new count). */
+static uint32_t della_draw_row_c(uint64_t stream, uint64_t e0, uint64_t j0, uint64_t L,
+				 const uint32_t *restrict rank, const uint64_t *restrict thr,
+				 const uint32_t *restrict key, uint8_t *restrict mask, float *restrict m,
+				 uint64_t margin, uint32_t *restrict flag, uint32_t nf)
 {
-	for (uint64_t j = 0; j < L; j++) {
-		uint64_t e = e0 + j;
-		bool keep = (mk_rng_u64(stream, e) >> 11) < thr[rank[j]];
+	for (uint64_t j = j0; j < L; j++) {
+		uint64_t e = e0 + j, u = mk_rng_u64(stream, e) >> 11, t = thr[rank[j]];
+		bool keep = u < t;
 		float a;
 		memcpy(&a, &key[j], sizeof(a));
 		mask[e >> 3] |= (uint8_t)((unsigned)keep << (e & 7));
 		m[j] = keep ? a : 0.0f;
+		flag[nf] = (uint32_t)j;
+		nf += (u + margin >= t) & (u < t + margin);
 	}
+	return nf;
 }
 
 #if MK_GTA_X86
 /* The same with AVX-512 (DQ for the 64-bit multiplies): eight elements
  * at a time, their eight bits one mask byte (e0 a multiple of 8). */
 __attribute__((target("avx512f,avx512dq,avx512vl")))
-static void della_draw_row_avx512(uint64_t stream, uint64_t e0, uint64_t L, const uint32_t *restrict rank,
-				  const uint64_t *restrict thr, const uint32_t *restrict key,
-				  uint8_t *restrict mask, float *restrict m)
+static uint32_t della_draw_row_avx512(uint64_t stream, uint64_t e0, uint64_t j0, uint64_t L,
+				      const uint32_t *restrict rank, const uint64_t *restrict thr,
+				      const uint32_t *restrict key, uint8_t *restrict mask, float *restrict m,
+				      uint64_t margin, uint32_t *restrict flag, uint32_t nf)
 {
+	const __m512i mg = _mm512_set1_epi64((long long)margin);
 	const __m512i c1 = _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ull);
 	const __m512i c2 = _mm512_set1_epi64((long long)0x94D049BB133111EBull);
 	const __m512i step = _mm512_set1_epi64((long long)(8 * MK_RNG_GOLDEN));
-	__m512i z0 = _mm512_set1_epi64((long long)(stream + (e0 + 1) * MK_RNG_GOLDEN));
-	uint64_t j = 0;
+	__m512i z0 = _mm512_set1_epi64((long long)(stream + (e0 + j0 + 1) * MK_RNG_GOLDEN));
+	uint64_t j = j0;
 
 	z0 = _mm512_add_epi64(z0, _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
 						      _mm512_set1_epi64((long long)MK_RNG_GOLDEN)));
-	if (e0 % 8 == 0) {
+	if ((e0 + j0) % 8 == 0) {
 		for (; j + 8 <= L; j += 8) {
 			__m512i z = z0, t;
 			__mmask8 k;
@@ -1198,9 +1261,13 @@ static void della_draw_row_avx512(uint64_t stream, uint64_t e0, uint64_t L, cons
 			k = _mm512_cmplt_epu64_mask(z, t);
 			mask[(e0 + j) >> 3] = (uint8_t)k;
 			_mm256_storeu_ps(m + j, _mm256_maskz_mov_ps(k, _mm256_loadu_ps((const float *)(const void *)(key + j))));
+			for (__mmask8 f = _mm512_cmpge_epu64_mask(_mm512_add_epi64(z, mg), t) &
+					  _mm512_cmplt_epu64_mask(z, _mm512_add_epi64(t, mg));
+			     f; f &= (__mmask8)(f - 1))
+				flag[nf++] = (uint32_t)j + (uint32_t)__builtin_ctz(f);
 		}
 	}
-	della_draw_row_c(stream, e0 + j, L - j, rank + j, thr, key + j, mask, m + j);
+	return della_draw_row_c(stream, e0, j, L, rank, thr, key, mask, m, margin, flag, nf);
 }
 #endif
 
@@ -1212,9 +1279,10 @@ static void della_slab32(struct state *s, struct gin *g, uint64_t start)
 	const uint64_t L = s->L, S = s->S;
 
 	if (S == 1) {
-		rank_row32(g, g->key32, L);
-		SIMD_OR_C(have_avx512dq, della_draw_row, g->stream, start, L, g->rank, g->dthr, g->key32,
-			  g->mask, g->mf);
+		struct row_ranked rr = rank_row32(g, g->key32, L);
+		uint32_t nf = SIMD_OR_C(have_avx512dq, della_draw_row, g->stream, start, 0, L, g->rank, g->dthr,
+					g->key32, g->mask, g->mf, della_margin(g, rr), g->flag, 0);
+		della_settle_row(g, g->key32, L, rr, start, 1, g->flag, nf, g->mf);
 		fsum_run_f32(&g->after, start, g->mf, L);   /* x + 0.0 is x: terms >= 0 */
 		return;
 	}
@@ -1222,12 +1290,17 @@ static void della_slab32(struct state *s, struct gin *g, uint64_t start)
 		uint32_t *row = (uint32_t *)(void *)g->mf;
 		for (uint64_t j = 0; j < L; j++)
 			row[j] = g->key32[j * S + c];
-		rank_row32(g, row, L);
+		struct row_ranked rr = rank_row32(g, row, L);
+		uint64_t margin = della_margin(g, rr);
+		uint32_t nf = 0;
 		for (uint64_t j = 0; j < L; j++) {
-			uint64_t e = start + j * S + c;
-			if ((mk_rng_u64(g->stream, e) >> 11) < g->dthr[g->rank[j]])
+			uint64_t e = start + j * S + c, u = mk_rng_u64(g->stream, e) >> 11, t = g->dthr[g->rank[j]];
+			if (u < t)
 				g->mask[e >> 3] |= (uint8_t)(1u << (e & 7));
+			g->flag[nf] = (uint32_t)j;
+			nf += (u + margin >= t) & (u < t + margin);
 		}
+		della_settle_row(g, row, L, rr, start + c, S, g->flag, nf, NULL);
 	}
 	for (uint64_t p = 0; p < s->slab; p += TILE) {
 		uint64_t cnt = s->slab - p < TILE ? s->slab - p : TILE;
