@@ -299,6 +299,7 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 		return true;
 	case CLI_RUN_SPILL: o->spill_dir = arg; return true;
 	case CLI_RUN_STRICT: o->strict = true; return true;
+	case CLI_RUN_BUFFERED: o->buffered = true; return true;
 	case CLI_RUN_REMOTE: o->remote = true; return true;
 	case CLI_RUN_NOCACHE: o->no_cache = true; return true;
 	case CLI_RUN_QUIET: *quiet = true; return true;
@@ -475,6 +476,8 @@ void cli_run_stage_args(const struct mk_run_opts *o, struct cli_argv *plan, stru
 		cli_argv_push(merge, "--cuda");
 	if (o->strict)
 		cli_argv_push(merge, "--strict");
+	if (o->buffered)
+		cli_argv_push(pack, "--buffered");
 	if (o->threads) {
 		snprintf(b, sizeof(b), "%u", o->threads);
 		cli_argv_push(merge, "-j");

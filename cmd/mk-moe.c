@@ -39,6 +39,7 @@ static void usage(void)
 	       "  --cuda / --no-cuda        the hidden gates' forward pass: matrix products on\n"
 	       "                            the GPU (without one: a warning, the CPU)\n"
 	       "  --strict                  fail on an output tensor with NaN or infinite values\n"
+	       "  --buffered                write the output through the page cache, not O_DIRECT\n"
 	       "  --transformers-cache DIR  the Hugging Face cache to find models in (HF_HUB_CACHE)\n"
 	       "  -j, --num-threads N       mk-merge worker threads\n"
 	       "  --print-pipeline          plan, print the stages' command line and exit (the\n"

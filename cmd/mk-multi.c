@@ -42,6 +42,7 @@ static void usage(void)
 	       "  --remote, --no-cache      read Hub models' shards by range requests\n"
 	       "  --lora-merge-dtype D      a BASE+ADAPTER model's weights are loaded as D\n"
 	       "  --strict                  fail on an output that became NaN or infinite\n"
+	       "  --buffered                write the outputs through the page cache, not O_DIRECT\n"
 	       "  --quiet                   no progress\n"
 	       "  -v, --verbose             say more\n"
 	       "  -h, --help, -V, --version\n"

@@ -29,6 +29,8 @@ static void usage(void)
 	       "                           (and keep OUT.mk-partial if this run fails too)\n"
 	       "      --no-splice          read each tensor chunk into memory and write it from\n"
 	       "                           there, never by splice(2)\n"
+	       "      --buffered           write the tensors through the page cache (default: by\n"
+	       "                           O_DIRECT where the file system takes it)\n"
 	       "      --max-memory SIZE    refuse a stream whose chunks cannot fit; commit at most\n"
 	       "                           a quarter of SIZE to disk at a time\n"
 	       "      --progress           draw progress even when stderr is not a terminal\n"
@@ -57,7 +59,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, siz
 
 int main(int argc, char **argv)
 {
-	enum { O_SHARD = 256, O_FORCE, O_KEEP, O_RESUME, O_PROGRESS, O_NO_PROGRESS, O_MEM, O_NOSPLICE };
+	enum { O_SHARD = 256, O_FORCE, O_KEEP, O_RESUME, O_PROGRESS, O_NO_PROGRESS, O_MEM, O_NOSPLICE, O_BUFFERED };
 	static const struct option longopts[] = {
 		{ "input", required_argument, NULL, 'i' },
 		{ "out-shard-size", required_argument, NULL, O_SHARD },
@@ -66,6 +68,7 @@ int main(int argc, char **argv)
 		{ "keep-partial", no_argument, NULL, O_KEEP },
 		{ "resume", no_argument, NULL, O_RESUME },
 		{ "no-splice", no_argument, NULL, O_NOSPLICE },
+		{ "buffered", no_argument, NULL, O_BUFFERED },
 		{ "progress", no_argument, NULL, O_PROGRESS },
 		{ "no-progress", no_argument, NULL, O_NO_PROGRESS },
 		{ "verbose", no_argument, NULL, 'v' },
@@ -98,6 +101,7 @@ int main(int argc, char **argv)
 		case O_KEEP: o.keep_partial = true; break;
 		case O_RESUME: o.resume = true; break;
 		case O_NOSPLICE: o.no_splice = true; break;
+		case O_BUFFERED: o.buffered = true; break;
 		case O_PROGRESS: want_progress = 1; break;
 		case O_NO_PROGRESS: want_progress = 0; break;
 		case 'v': cli_verbose++; break;

@@ -33,6 +33,7 @@ static void usage(void)
 	       "  --plugin FILE.so           load merge methods from a shared object\n"
 	       "  --force                    replace an existing OUT\n"
 	       "  --strict                   fail on an output that became NaN or infinite\n"
+	       "  --buffered                 write the output through the page cache, not O_DIRECT\n"
 	       "  --resume                   continue an interrupted merge into OUT\n"
 	       "  --quiet                    no progress bar\n"
 	       "  -v, --verbose              say more\n"

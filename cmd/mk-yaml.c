@@ -47,6 +47,7 @@ static void usage(void)
 	       "                            reads (mk-fetch), with no merged copy on disk\n"
 	       "  --force                   replace an existing OUT (mk-pack)\n"
 	       "  --strict                  fail on an output that became NaN or infinite (mk-merge)\n"
+	       "  --buffered                write the output through the page cache, not O_DIRECT (mk-pack)\n"
 	       "  --resume                  continue an interrupted merge into OUT: the tensors\n"
 	       "                            OUT.mk-partial has are checked and not made again\n"
 	       "                            (mk-fetch --skip-done, mk-pack --resume)\n"

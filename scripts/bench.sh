@@ -40,7 +40,9 @@
 # fsynced), its throughput over the input bytes, each stage's peak RSS, and
 # the I/O floor measured run by run beside it: the inputs read once (cat to
 # /dev/null) plus the output's bytes written once from memory with mk-pack's
-# durability (dd of a page-cached file of the output's size, conv=fsync);
+# durability (dd of a page-cached file of the output's size, conv=fsync),
+# the faster of two ways of writing, both in every run (order alternating):
+# through the page cache, and O_DIRECT (oflag=direct) as mk-pack writes;
 # inputs in page cache for both.  "x floor" is the median of the per-run
 # ratios mk / floor.  mergekit-yaml on the same config, output fsynced too.
 set -eu
@@ -155,9 +157,21 @@ for shape in $SHAPES; do
 				rm -rf "$work/out" "$work/floor"; sync; warm; cat "$work/outsrc" > /dev/null
 				t0=$(now)
 				cat $files > /dev/null
-				dd if="$work/outsrc" of="$work/floor" bs=4M conv=fsync status=none
 				t1=$(now)
-				f1=$(echo "$t1 - $t0" | bc)
+				ways="direct buffered"
+				[ $((i % 2)) = 1 ] && ways="buffered direct"
+				w=""
+				for way in $ways; do
+					rm -f "$work/floor"; sync
+					of=""
+					[ $way = direct ] && of="oflag=direct"
+					t2=$(now)
+					# shellcheck disable=SC2086
+					dd if="$work/outsrc" of="$work/floor" bs=4M $of conv=fsync status=none
+					t3=$(now)
+					w="$w $(echo "$t3 - $t2" | bc)"
+				done
+				f1=$(echo "$t1 - $t0 + $(echo $w | tr ' ' '\n' | sort -n | head -n 1)" | bc)
 				fl="$fl $f1"
 				rm -f "$work/floor"; sync; warm
 				t0=$(now)

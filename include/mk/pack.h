@@ -54,6 +54,10 @@ struct mk_pack_opts {
 	 * checked as read back (mk_sr_splice_payload); no_splice reads each
 	 * frame into memory and writes it from there */
 	bool no_splice;
+	/* tensor data are written O_DIRECT where the file system takes it,
+	 * bypassing the page cache (the bytes and their durability are the
+	 * same); buffered writes everything through the page cache */
+	bool buffered;
 	void (*progress)(void *ctx, uint64_t done, uint64_t total,
 			 size_t tensors_done, size_t ntensors);
 	void *progress_ctx;

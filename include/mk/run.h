@@ -70,6 +70,7 @@ struct mk_run_opts {
 	 * thread; NULL: dropped */
 	void (*warn)(void *ctx, const char *msg);
 	void *warn_ctx;
+	bool buffered;               /* mk-pack --buffered (mk_pack_opts.buffered) */
 };
 
 /* Run the merge.  Diagnostics of the configuration go to *d (the caller

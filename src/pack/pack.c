@@ -23,9 +23,21 @@
 #define JOURNAL_NAME ".mk-journal"
 #define JOURNAL_MAGIC "mk-pack journal 2\n"
 
+/* Tensor data go into the shards by O_DIRECT writes (no copy into the
+ * page cache, whose fresh pages cost more than the copy on a busy host,
+ * and the inputs' cached pages stay) of whole DIRECT_ALIGN blocks from
+ * a bounce buffer of DIRECT_BOUNCE bytes; the blocks a tensor shares with
+ * its neighbours (or the header) are written through the page cache.
+ * Where the file system refuses O_DIRECT (tmpfs, some network file
+ * systems) or a write needs another alignment, everything goes through
+ * the page cache, as with --buffered. */
+#define DIRECT_ALIGN 4096u
+#define DIRECT_BOUNCE (2u << 20)
+
 struct shard {
 	char name[64];
 	int fd;
+	int dfd;                 /* the same file opened O_DIRECT, or -1 */
 	uint64_t size;           /* file size: header + data */
 	uint64_t data_start;
 };
@@ -37,6 +49,9 @@ struct slot {                    /* where a manifest tensor goes */
 	uint32_t crc;            /* CRC-32C of the bytes written so far */
 	bool done;
 	bool resumed;            /* done by an earlier run (its chunks skipped) */
+	uint64_t dpos;           /* the file offset of its next block to write O_DIRECT */
+	uint8_t *part;           /* the start of its next whole block [DIRECT_ALIGN] */
+	uint32_t npart;
 };
 
 /* The journal's group commits run on a thread of their own, so writing
@@ -66,6 +81,7 @@ struct pack {
 	struct syncer sy;
 	size_t ndone;
 	uint64_t done_bytes;
+	uint8_t *bounce;         /* O_DIRECT writes [DIRECT_BOUNCE], or NULL */
 	struct mk_pack_stats *st;
 };
 
@@ -332,6 +348,7 @@ static int assign_shards(struct pack *p, struct mk_err *err)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	for (size_t s = 0; s < n; s++) {
 		p->sh[s].fd = -1;
+		p->sh[s].dfd = -1;
 		if (n == 1)
 			snprintf(p->sh[s].name, sizeof(p->sh[s].name), "model.safetensors");
 		else
@@ -434,9 +451,130 @@ static int open_shards(struct pack *p, uint8_t **hdrs, size_t *hlens, bool resum
 			return rc;
 		}
 		rc = mk_pwrite_all(sh->fd, hdrs[s], hlens[s], 0, path, err);
+		if (!rc && p->bounce)
+			sh->dfd = open(path, O_WRONLY | O_DIRECT | O_CLOEXEC);   /* -1: through the page cache */
 		free(path);
 		if (rc)
 			return rc;
+	}
+	return 0;
+}
+
+/* From now on a shard is written through the page cache alone. */
+static void direct_off(struct shard *sh)
+{
+	if (sh->dfd >= 0)
+		close(sh->dfd);
+	sh->dfd = -1;
+}
+
+/* Write n bytes (a multiple of DIRECT_ALIGN) of p->bounce at off, which
+ * is aligned.  A write refused for its alignment turns the shard's direct
+ * writes off and is done through the page cache. */
+static int direct_write(struct pack *p, struct shard *sh, uint64_t off, size_t n, struct mk_err *err)
+{
+	size_t done = 0;
+
+	while (done < n) {
+		ssize_t w = pwrite(sh->dfd, p->bounce + done, n - done, (off_t)(off + done));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0 && errno == EINVAL) {
+			direct_off(sh);
+			return mk_pwrite_all(sh->fd, p->bounce + done, n - done, off + done, sh->name, err);
+		}
+		if (w < 0)
+			return mk_err_sys(err, errno, "%s/%s: writing %zu bytes at offset %llu", p->partial, sh->name,
+					  n - done, (unsigned long long)(off + done));
+		if (w == 0 || (size_t)w % DIRECT_ALIGN) {
+			/* (a short direct write: the rest through the page cache) */
+			direct_off(sh);
+			return mk_pwrite_all(sh->fd, p->bounce + done + (size_t)w, n - done - (size_t)w,
+					     off + done + (size_t)w, sh->name, err);
+		}
+		done += (size_t)w;
+	}
+	return 0;
+}
+
+/* Write the start of a block that tensor i keeps (slot part) through
+ * the page cache: before bytes of it that come another way (spliced). */
+static int part_flush(struct pack *p, size_t i, struct mk_err *err)
+{
+	struct slot *sl = &p->slot[i];
+	struct shard *sh = &p->sh[sl->shard];
+	int rc = 0;
+
+	if (sl->npart)
+		rc = mk_pwrite_all(sh->fd, sl->part, sl->npart, sl->dpos, sh->name, err);
+	sl->npart = 0;
+	return rc;
+}
+
+/* Tensor i's bytes [off, off + n) of its shard, the next ones of it: the
+ * parts in the tensor's first and last partial blocks through the page
+ * cache, its whole blocks (in order) by direct_write, the start of a
+ * block not yet whole kept in the slot until the next bytes complete it.
+ * Where bytes came another way since (off is not where the kept ones
+ * end), the kept ones and the rest of off's block go through the page
+ * cache, and whole blocks again from the next. */
+static int shard_write(struct pack *p, size_t i, uint64_t off, const uint8_t *data, size_t n,
+		       struct mk_err *err)
+{
+	struct slot *sl = &p->slot[i];
+	struct shard *sh = &p->sh[sl->shard];
+	uint64_t t0 = sl->off, t1 = sl->off + p->man->tensors[i].nbytes;
+	uint64_t a0 = (t0 + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN, a1 = t1 / DIRECT_ALIGN * DIRECT_ALIGN;
+	uint64_t end = off + n, m0, m1;
+	int rc;
+
+	if (sh->dfd < 0 || a0 >= a1 || (!sl->part && !(sl->part = malloc(DIRECT_ALIGN)))) {
+		if ((rc = part_flush(p, i, err)))   /* (direct writes turned off meanwhile) */
+			return rc;
+		return mk_pwrite_all(sh->fd, data, n, off, sh->name, err);
+	}
+	if (!sl->dpos)
+		sl->dpos = a0;
+	if (off < a0 && (rc = mk_pwrite_all(sh->fd, data, (size_t)((end < a0 ? end : a0) - off), off, sh->name, err)))
+		return rc;
+	if (end > a1 && (rc = mk_pwrite_all(sh->fd, data + (off > a1 ? 0 : a1 - off), (size_t)(end - (off > a1 ? off : a1)),
+					    off > a1 ? off : a1, sh->name, err)))
+		return rc;
+	m0 = off > a0 ? off : a0;
+	m1 = end < a1 ? end : a1;
+	if (m0 >= m1)
+		return 0;
+	data += m0 - off;
+	if (m0 != sl->dpos + sl->npart) {
+		uint64_t b = (m0 + DIRECT_ALIGN - 1) / DIRECT_ALIGN * DIRECT_ALIGN, k = (b < m1 ? b : m1) - m0;
+		if ((rc = part_flush(p, i, err)) || (rc = mk_pwrite_all(sh->fd, data, (size_t)k, m0, sh->name, err)))
+			return rc;
+		sl->dpos = b;
+		data += k;
+		m0 += k;
+	}
+	while (m0 < m1) {
+		/* the kept start, then as many of the new bytes as fill blocks */
+		size_t have = sl->npart, take = (size_t)(m1 - m0), whole;
+		if (take > DIRECT_BOUNCE - have)
+			take = DIRECT_BOUNCE - have;
+		whole = (have + take) / DIRECT_ALIGN * DIRECT_ALIGN;
+		if (!whole) {
+			memcpy(sl->part + have, data, take);
+			sl->npart += (uint32_t)take;
+			return 0;
+		}
+		memcpy(p->bounce, sl->part, have);
+		memcpy(p->bounce + have, data, whole - have);
+		rc = direct_write(p, sh, sl->dpos, whole, err);
+		if (rc)
+			return rc;
+		sl->dpos += whole;
+		data += whole - have;
+		m0 += whole - have;
+		sl->npart = 0;
+		if (sh->dfd < 0)
+			return m0 < m1 ? mk_pwrite_all(sh->fd, data, (size_t)(m1 - m0), m0, sh->name, err) : 0;
 	}
 	return 0;
 }
@@ -728,10 +866,12 @@ static int write_chunk(struct pack *p, struct mk_stream_reader *r, const struct 
 				  (unsigned long long)t->nelem);
 	sh = &p->sh[sl->shard];
 	boff = c.elem_begin * mk_dtype_bits(t->desc.dtype) / 8;
-	if (f->piecewise)
-		rc = mk_sr_splice_payload(r, sh->fd, sh->name, sl->off + boff, c.data_len, &c.data, err);
-	else
-		rc = mk_pwrite_all(sh->fd, c.data, c.data_len, sl->off + boff, sh->name, err);
+	if (f->piecewise) {
+		rc = part_flush(p, c.id, err);
+		if (!rc)
+			rc = mk_sr_splice_payload(r, sh->fd, sh->name, sl->off + boff, c.data_len, &c.data, err);
+	} else
+		rc = shard_write(p, c.id, sl->off + boff, c.data, c.data_len, err);
 	if (rc)
 		return rc;
 	sl->crc = mk_crc32c(sl->crc, c.data, c.data_len);
@@ -739,6 +879,8 @@ static int write_chunk(struct pack *p, struct mk_stream_reader *r, const struct 
 	p->done_bytes += c.data_len;
 	p->st->bytes_written += c.data_len;
 	if (sl->got == t->nelem) {
+		free(sl->part);          /* (its last whole block is written) */
+		sl->part = NULL;
 		sl->done = true;
 		p->ndone++;
 		rc = tensor_finished(p, c.id, err);
@@ -1125,6 +1267,9 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 			if (rc)
 				goto out;
 		}
+		/* (no bounce buffer: everything through the page cache) */
+		if (!o->buffered && posix_memalign((void **)&p.bounce, DIRECT_ALIGN, DIRECT_BOUNCE))
+			p.bounce = NULL;
 		rc = open_shards(&p, hdrs, hlens, resuming, err);
 		if (rc)
 			goto out;
@@ -1176,13 +1321,17 @@ out:
 	for (size_t s = 0; p.sh && s < p.nshards; s++) {
 		if (p.sh[s].fd >= 0)
 			close(p.sh[s].fd);
+		direct_off(&p.sh[s]);
 		if (hdrs)
 			free(hdrs[s]);
 	}
 	free(hdrs);
 	free(hlens);
 	free(p.sh);
+	for (size_t i = 0; p.slot && p.man && i < p.man->ntensors; i++)
+		free(p.slot[i].part);
 	free(p.slot);
+	free(p.bounce);
 	free(p.finished);
 	free(p.sy.batch);
 	free(parent);

@@ -3,12 +3,15 @@
  *
  *   MK_FAULT_IO=OP:N:KIND LD_PRELOAD=.../faultio.so mk-pack ...
  *
- * OP is one of read, pread, write, pwrite, writev, splice, fsync,
+ * OP is one of read, pread, write, pwrite, dpwrite (a pwrite on a file
+ * opened O_DIRECT; pwrite counts the others), writev, splice, fsync,
  * fdatasync, ftruncate, fallocate (posix_fallocate), rename; N counts that OP's calls
  * from 1; KIND is
  *   eio      the call fails with EIO (nothing done)
  *   enospc   the call fails with ENOSPC (nothing done)
  *   eintr    the call fails with EINTR (nothing done; a caller retries)
+ *   einval   the call fails with EINVAL (nothing done), as an O_DIRECT
+ *            write of an alignment the file system refuses
  *   short    the call moves half of what was asked (at least 1 byte;
  *            reads and writes only)
  *   shortall every call from the Nth on is short
@@ -31,10 +34,11 @@
 #include <unistd.h>
 #include "preload.h"
 
-enum op { READ, PREAD, WRITE, PWRITE, WRITEV, SPLICE, FSYNC, FDATASYNC, FTRUNCATE, FALLOCATE, RENAME, NOPS };
-static const char *const op_names[NOPS] = { "read", "pread", "write", "pwrite", "writev", "splice", "fsync",
-					    "fdatasync", "ftruncate", "fallocate", "rename" };
-enum kind { NONE, EIO_, ENOSPC_, EINTR_, SHORT, SHORTALL };
+enum op { READ, PREAD, WRITE, PWRITE, DPWRITE, WRITEV, SPLICE, FSYNC, FDATASYNC, FTRUNCATE, FALLOCATE, RENAME,
+	  NOPS };
+static const char *const op_names[NOPS] = { "read", "pread", "write", "pwrite", "dpwrite", "writev", "splice",
+					    "fsync", "fdatasync", "ftruncate", "fallocate", "rename" };
+enum kind { NONE, EIO_, ENOSPC_, EINTR_, EINVAL_, SHORT, SHORTALL };
 
 static unsigned long seen[NOPS];
 static int fault_op = -1;
@@ -68,7 +72,7 @@ __attribute__((constructor)) static void init(void)
 		if (!strcmp(op, op_names[i]))
 			fault_op = i;
 	fault_kind = !strcmp(kind, "eio") ? EIO_ : !strcmp(kind, "enospc") ? ENOSPC_ :
-		     !strcmp(kind, "eintr") ? EINTR_ : !strcmp(kind, "short") ? SHORT :
+		     !strcmp(kind, "eintr") ? EINTR_ : !strcmp(kind, "einval") ? EINVAL_ : !strcmp(kind, "short") ? SHORT :
 		     !strcmp(kind, "shortall") ? SHORTALL : NONE;
 	if (fault_op < 0 || fault_kind == NONE) {
 		fprintf(stderr, "faultio: bad MK_FAULT_IO '%s'\n", spec);
@@ -95,7 +99,7 @@ static enum kind fault(enum op op, int fd, void *caller)
 /* Fail with the kind's errno: -1, or (posix_fallocate) the error. */
 static int fail_errno(enum kind k)
 {
-	return k == EIO_ ? EIO : k == ENOSPC_ ? ENOSPC : EINTR;
+	return k == EIO_ ? EIO : k == ENOSPC_ ? ENOSPC : k == EINVAL_ ? EINVAL : EINTR;
 }
 
 static size_t shorter(size_t n)
@@ -124,8 +128,10 @@ RW(read, READ, void *)
 RW(pread, PREAD, void *, off_t off)
 RW(pread64, PREAD, void *, off_t off)
 RW(write, WRITE, const void *)
-RW(pwrite, PWRITE, const void *, off_t off)
-RW(pwrite64, PWRITE, const void *, off_t off)
+/* (pwrite on an O_DIRECT file counts as dpwrite) */
+#define PWRITE_OP (fcntl(fd, F_GETFL) & O_DIRECT ? DPWRITE : PWRITE)
+RW(pwrite, PWRITE_OP, const void *, off_t off)
+RW(pwrite64, PWRITE_OP, const void *, off_t off)
 
 ssize_t writev(int fd, const struct iovec *iov, int cnt)
 {

@@ -97,6 +97,15 @@ def test_options_reach_the_merge(tmp_path):
     assert "model.safetensors.index.json" in names and len([n for n in names if n.endswith(".safetensors")]) > 1
 
 
+def test_buffered_writes_the_same(tmp_path):
+    # mk's buffered=True (mk-pack --buffered, the last field of the
+    # options struct): the same bytes as the default O_DIRECT writes
+    a, b = tmp_path / "a" / "out", tmp_path / "b" / "out"
+    mk.run_merge(slerp(), str(a), options=mk.MergeOptions(out_shard_size="20K", quiet=True, buffered=True))
+    mk.run_merge(slerp(), str(b), options=mk.MergeOptions(out_shard_size="20K", quiet=True))
+    same_dirs(str(a), str(b))
+
+
 def test_unknown_option_warns():
     with pytest.warns(UserWarning, match="unknown option 'colour'"):
         mk.MergeOptions(colour=True)

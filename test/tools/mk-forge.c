@@ -33,6 +33,11 @@
  *   zstd-liar=N        the same announced and declaring 1 MiB: only
  *                      the inflating shows it is larger
  *   data-bomb=N        a zstd DATA frame declaring N bytes (of zeros)
+ *   interleaved=SEED   tensors of many sizes (a few bytes to some hundred
+ *                      KiB; 1-, 2- and 4-byte dtypes) sent in chunks of
+ *                      random lengths, the tensors' chunks interleaved at
+ *                      random (each tensor's in order); every byte a hash
+ *                      of its tensor and place
  * The three bombs are compressed in pieces (N may be larger than memory)
  * and written around the writer, so END does not count them: a reader
  * must refuse them before it gets there.
@@ -210,6 +215,73 @@ static int drop_input(const char *spec)
 	return 0;
 }
 
+static uint64_t forge_rand(uint64_t *s)
+{
+	uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+	return z ^ (z >> 31);
+}
+
+static int interleaved(uint64_t seed)
+{
+	enum { NT = 24 };
+	static const enum mk_dtype dts[3] = { MK_DT_I8, MK_DT_BF16, MK_DT_F32 };
+	struct mk_manifest *m = mk_manifest_new("tensors", "mk-forge");
+	struct mk_stream_writer *w;
+	uint64_t n[NT], sent[NT] = { 0 }, left = NT, st = seed;
+	unsigned es[NT];
+	uint8_t *data[NT];
+	char *head, name[32];
+	size_t hlen;
+
+	m->chunk_bytes = 1 << 20;
+	for (unsigned t = 0; t < NT; t++) {
+		uint64_t r = forge_rand(&st), shape[1];
+		enum mk_dtype dt = dts[r % 3];
+		es[t] = dt == MK_DT_I8 ? 1 : dt == MK_DT_BF16 ? 2 : 4;
+		/* a third under a 4 KiB block, the rest up to 400 KiB */
+		n[t] = shape[0] = 1 + (r >> 8) % (t % 3 ? 400000 / es[t] : 4096 / es[t]);
+		snprintf(name, sizeof(name), "t%02u", t);
+		check(mk_manifest_add_tensor(m, name, dt, 1, shape, &err));
+		data[t] = malloc(n[t] * es[t]);
+		if (!data[t])
+			return 1;
+		for (uint64_t b = 0; b < n[t] * es[t]; b++) {
+			uint64_t h = ((uint64_t)t << 40) ^ b;
+			data[t][b] = (uint8_t)(forge_rand(&h) >> 56);
+		}
+	}
+	check(mk_manifest_encode(m, &head, &hlen, &err));
+	check(mk_sw_open(&w, 1, 0, &err));
+	check(mk_sw_frame1(w, MK_FT_HEAD, head, hlen, &err));
+	while (left) {
+		uint64_t r = forge_rand(&st), t = r % NT, k;
+		struct mk_chunk c = { .dtype = m->tensors[t].desc.dtype };
+		if (sent[t] == n[t])
+			continue;
+		/* from one element to 150 KiB */
+		k = 1 + (r >> 8) % (150000 / es[t]);
+		k = k < n[t] - sent[t] ? k : n[t] - sent[t];
+		c.id = (uint32_t)t;
+		c.elem_begin = sent[t];
+		c.elem_count = k;
+		mk_chunk_set_rows(&c, 1);
+		c.data = data[t] + sent[t] * es[t];
+		c.data_len = k * es[t];
+		check(mk_sw_chunk(w, MK_FT_DATA, &c, &err));
+		sent[t] += k;
+		left -= sent[t] == n[t];
+	}
+	check(mk_sw_end(w, &err));
+	mk_sw_free(w);
+	mk_manifest_free(m);
+	free(head);
+	for (unsigned t = 0; t < NT; t++)
+		free(data[t]);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *kind = argc > 1 ? argv[1] : "ok";
@@ -234,6 +306,8 @@ int main(int argc, char **argv)
 		return job_edit(kind + 9);
 	if (!strncmp(kind, "drop-input=", 11))
 		return drop_input(kind + 11);
+	if (!strncmp(kind, "interleaved=", 12))
+		return interleaved(strtoull(kind + 12, NULL, 10));
 	bool plan = !strcmp(kind, "plan") || !strncmp(kind, "plan-file=", 10);
 	m = mk_manifest_new(plan ? "plan" : "tensors", "mk-forge");
 	m->planned = plan; /* a plan has a (here empty) model table */

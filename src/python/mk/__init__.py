@@ -71,7 +71,7 @@ class _RunOpts(ctypes.Structure):
         ("has_lora_dtype", ctypes.c_bool), ("lora_dtype", ctypes.c_int),
         ("progress", _PROGRESS), ("progress_ctx", ctypes.c_void_p),
         ("cancel", ctypes.POINTER(ctypes.c_int)), ("keep_partial_on_cancel", ctypes.c_bool),
-        ("warn", _WARN), ("warn_ctx", ctypes.c_void_p),
+        ("warn", _WARN), ("warn_ctx", ctypes.c_void_p), ("buffered", ctypes.c_bool),
     ]
 
 
@@ -215,6 +215,8 @@ class MergeOptions:
         # tensors_done, ntensors) from the merge's thread; cancel_event (a
         # threading.Event) set from anywhere stops the merge, no output
         "progress_callback": None, "cancel_event": None,
+        # mk's: write the output through the page cache, not O_DIRECT
+        "buffered": False,
     }
     # mergekit's own, meaningless to mk
     _IGNORED = {"lazy_unpickle", "low_cpu_memory", "clone_tensors", "trust_remote_code", "read_to_gpu",
@@ -289,7 +291,8 @@ def run_merge(merge_config, out_path, options=None, config_source=None):
                  max_memory=_size(opt.max_memory),
                  spill_dir=os.fsencode(opt.spill) if opt.spill else None, force=bool(opt.force),
                  resume=bool(opt.resume), strict=bool(opt.strict), remote=bool(opt.remote),
-                 no_cache=bool(opt.no_cache), progress=cb, cancel=ctypes.pointer(cancel), warn=wcb)
+                 no_cache=bool(opt.no_cache), progress=cb, cancel=ctypes.pointer(cancel), warn=wcb,
+                 buffered=bool(opt.buffered))
     if opt.lora_merge_dtype:
         dt = ctypes.c_int()
         if lib.mk_config_dtype_parse(str(opt.lora_merge_dtype).encode(), ctypes.byref(dt), None, None):
