@@ -141,6 +141,7 @@ static int run_prepare(struct run *r, const struct mk_manifest *man, struct mk_e
 	rc = mk_job_init(&r->job, r->m, &r->d, t->desc.dtype, err);
 	if (rc)
 		return mk_err_prefix(err, "job %u: ", r->pj->id);
+	r->job.threads = r->threads;   /* (the statistics passes run on this thread) */
 	r->live = true;
 	/* the plan's manifest and the method's output rule must agree (a
 	 * part, passthrough in its input's shape, was placed in the tensor

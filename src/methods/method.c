@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mk/method.h"
+#include "../core/simd.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define FSUM_X86 1
@@ -217,12 +218,11 @@ static uint64_t fsum_dots_run(struct mk_fsum sum[3], uint64_t e0, uint64_t n, co
 }
 
 #if FSUM_X86
-/* Eight whole blocks, the first at a block boundary (every part starts
- * from 0): lane j sums block j element by element in order, the additions
- * fsum_dots_run makes; the blocks are closed in order after.  Eight
- * chains at once instead of one. */
+/* Eight whole blocks' parts (part[3 * j + s], every part from 0): lane j
+ * sums block j element by element in order, the additions fsum_dots_run
+ * makes.  Eight chains at once instead of one. */
 __attribute__((target("avx2,avx512f")))
-static void fsum_dots_blocks8(struct mk_fsum sum[3], const float *x, const float *y)
+static void fsum_dots_blocks8(double *part8, const float *x, const float *y)
 {
 	const __m256i idx = _mm256_setr_epi32(0, MK_SUM_BLOCK, 2 * MK_SUM_BLOCK, 3 * MK_SUM_BLOCK, 4 * MK_SUM_BLOCK,
 					      5 * MK_SUM_BLOCK, 6 * MK_SUM_BLOCK, 7 * MK_SUM_BLOCK);
@@ -241,27 +241,148 @@ static void fsum_dots_blocks8(struct mk_fsum sum[3], const float *x, const float
 	_mm512_storeu_pd(part[2], c);
 	for (unsigned j = 0; j < 8; j++)
 		for (unsigned s = 0; s < 3; s++)
-			sum[s].total += part[s][j];
+			part8[3 * j + s] = part[s][j];
 }
 #endif
 
-void mk_fsum_dots(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const float *x, const float *y)
+static bool fsum_wide(void)
 {
 #if FSUM_X86
-	bool wide = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2");
+	return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2");
+#else
+	return false;
 #endif
+}
+
+void mk_fsum_dots_parts(double *part, uint64_t nb, const float *x, const float *y)
+{
+	bool wide = fsum_wide();
+	uint64_t j = 0;
+
+#if FSUM_X86
+	for (; wide && j + 8 <= nb; j += 8)
+		fsum_dots_blocks8(part + 3 * j, x + j * MK_SUM_BLOCK, y + j * MK_SUM_BLOCK);
+#else
+	(void)wide;
+#endif
+	for (; j < nb; j++) {
+		struct mk_fsum one[3] = { { 0 } };
+		fsum_dots_run(one, 0, MK_SUM_BLOCK, x + j * MK_SUM_BLOCK, y + j * MK_SUM_BLOCK);
+		for (unsigned s = 0; s < 3; s++)
+			part[3 * j + s] = one[s].total;
+	}
+}
+
+void mk_fsum_close3(struct mk_fsum sum[3], const double *part, uint64_t nb)
+{
+	for (uint64_t j = 0; j < nb; j++)
+		for (unsigned s = 0; s < 3; s++)
+			sum[s].total += part[3 * j + s];
+}
+
+void mk_fsum_dots(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const float *x, const float *y)
+{
+	bool wide = fsum_wide();
 	uint64_t i = 0;
 
 	while (i < n) {
-#if FSUM_X86
 		if (wide && (e0 + i) % MK_SUM_BLOCK == 0 && n - i >= 8 * MK_SUM_BLOCK) {
-			fsum_dots_blocks8(sum, x + i, y + i);
+			double part[3 * 8];
+			mk_fsum_dots_parts(part, 8, x + i, y + i);
+			mk_fsum_close3(sum, part, 8);
 			i += 8 * MK_SUM_BLOCK;
 			continue;
 		}
-#endif
 		i += fsum_dots_run(sum, e0 + i, n - i, x + i, y + i);
 	}
+}
+
+/* BF16 elements widened a tile of 8 blocks at a time (in the core's
+ * cache) for mk_fsum_dots_parts. */
+#define FSUM_TILE (8 * MK_SUM_BLOCK)
+
+struct fsum_arg {
+	const uint16_t *x, *y;     /* from a block boundary */
+	uint64_t nb;               /* whole blocks */
+	double *part;              /* their parts [3 * nb] */
+	float *t;                  /* [2 * FSUM_TILE] */
+};
+
+MK_HOT_CLONES
+static void fsum_widen(float *restrict f, const uint16_t *restrict v, uint64_t n)
+{
+	for (uint64_t k = 0; k < n; k++)
+		f[k] = mk__bf16_widen(v[k]);
+}
+
+static void *fsum_blocks_bf16(void *p)
+{
+	struct fsum_arg *a = p;
+
+	for (uint64_t j = 0; j < a->nb; j += 8) {
+		uint64_t k = a->nb - j < 8 ? a->nb - j : 8;
+		fsum_widen(a->t, a->x + j * MK_SUM_BLOCK, k * MK_SUM_BLOCK);
+		fsum_widen(a->t + FSUM_TILE, a->y + j * MK_SUM_BLOCK, k * MK_SUM_BLOCK);
+		mk_fsum_dots_parts(a->part + 3 * j, k, a->t, a->t + FSUM_TILE);
+	}
+	return NULL;
+}
+
+/* A partial block's run, widened into t. */
+static void fsum_run_bf16(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const uint16_t *x, const uint16_t *y,
+			  float *t)
+{
+	fsum_widen(t, x, n);
+	fsum_widen(t + FSUM_TILE, y, n);
+	mk_fsum_dots(sum, e0, n, t, t + FSUM_TILE);
+}
+
+int mk_fsum_dots_bf16(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const uint16_t *x, const uint16_t *y,
+		      unsigned threads, struct mk_err *err)
+{
+	uint64_t h = (MK_SUM_BLOCK - e0 % MK_SUM_BLOCK) % MK_SUM_BLOCK, nb, q;
+	unsigned nt = threads > 16 ? 16 : threads ? threads : 1;
+	struct fsum_arg a[16];
+	pthread_t th[16];
+	bool started[16] = { false };
+	float *tile;
+	double *part;
+
+	h = h < n ? h : n;
+	nb = (n - h) / MK_SUM_BLOCK;
+	nt = nb / 16 < nt ? (unsigned)(nb / 16) : nt;   /* 16 blocks a thread at the least */
+	nt = nt ? nt : 1;
+	tile = malloc((size_t)nt * 2 * FSUM_TILE * sizeof(float));
+	part = malloc((nb ? (size_t)nb : 1) * 3 * sizeof(double));
+	if (!tile || !part) {
+		free(tile);
+		free(part);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	if (h)
+		fsum_run_bf16(sum, e0, h, x, y, tile);
+	q = (nb + nt - 1) / nt;
+	for (unsigned t = 0; t < nt; t++) {
+		uint64_t j0 = (uint64_t)t * q < nb ? (uint64_t)t * q : nb;
+		a[t] = (struct fsum_arg){ .x = x + h + j0 * MK_SUM_BLOCK, .y = y + h + j0 * MK_SUM_BLOCK,
+					  .nb = nb - j0 < q ? nb - j0 : q, .part = part + 3 * j0,
+					  .t = tile + (size_t)t * 2 * FSUM_TILE };
+		if (t + 1 < nt && !pthread_create(&th[t], NULL, fsum_blocks_bf16, &a[t]))
+			started[t] = true;
+		else
+			fsum_blocks_bf16(&a[t]);
+	}
+	for (unsigned t = 0; t < nt; t++)
+		if (started[t])
+			pthread_join(th[t], NULL);
+	mk_fsum_close3(sum, part, nb);
+	if (n - h - nb * MK_SUM_BLOCK) {
+		uint64_t o = h + nb * MK_SUM_BLOCK;
+		fsum_run_bf16(sum, e0 + o, n - o, x + o, y + o, tile);
+	}
+	free(tile);
+	free(part);
+	return 0;
 }
 
 size_t mk_edit_distance(const char *a, const char *b)

@@ -113,6 +113,10 @@ static int init(struct mk_job *job, struct mk_err *err)
 		job->copy_input = job->d.base;
 	}
 	job->apply_bf16 = s->other >= 0 && job->compute == MK_DT_F32;   /* apply_bf16 */
+	/* the statistics pass on BF16 as it is, in large chunks that
+	 * mk_fsum_dots_bf16 splits over threads */
+	job->accumulate_bf16 = job->apply_bf16;
+	job->accumulate_chunk = job->apply_bf16 ? 1u << 20 : 0;
 	job->state = s;
 	return 0;
 }
@@ -147,6 +151,8 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 	struct state *s = job->state;
 	const void *x0 = c->in[job->d.base], *x1 = c->in[s->other];
 
+	if (c->bf16)
+		return mk_fsum_dots_bf16(s->sum, c->elem_begin, c->count, x0, x1, job->threads, err);
 	if (job->compute == MK_DT_F64)
 		sums_f64(s->sum, c->elem_begin, c->count, x0, x1);
 	else

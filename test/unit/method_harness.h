@@ -109,6 +109,8 @@ static uint64_t tj_skipped;
  * mk-merge does; tj_bf16_chunks counts those chunks. */
 static const void *const *tj_bf16;
 static uint64_t tj_bf16_chunks;
+/* mk_job.threads for the jobs tj_run runs (0: the default, one) */
+static unsigned tj_threads;
 
 static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *const *views, uint64_t chunk,
 			 void *out, bool reverse, struct mk_job *keep, unsigned *npasses, struct mk_err *err)
@@ -122,6 +124,7 @@ static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *cons
 	rc = mk_job_init(&job, t->m, &t->d, out_dtype, err);
 	if (rc)
 		return rc;
+	job.threads = tj_threads;
 	if (npasses)
 		*npasses = job.npasses;
 	esz = job.compute == MK_DT_F64 ? 8 : 4;

@@ -437,6 +437,94 @@ static void test_slerp_bf16_raw(void **st)
 	}
 }
 
+/* mk_fsum_dots_bf16: the bits of mk_fsum_dots on the widened values, on
+ * 1, 2, 3 and 7 threads, called whole and in pieces that start and end
+ * mid-block; magnitudes over many octaves make the order show (closing
+ * a thread's blocks out of order, or dropping a partial block's element,
+ * fails this). */
+static void test_fsum_dots_bf16(void **st)
+{
+	enum { N = 200 * MK_SUM_BLOCK + 999 };
+	uint16_t *x = malloc(N * 2), *y = malloc(N * 2);
+	float *fx = malloc(N * 4), *fy = malloc(N * 4);
+	uint64_t seed = 77;
+	struct mk_fsum want[3] = { { 0 } };
+	static const unsigned threads[] = { 1, 2, 3, 7 };
+	static const uint64_t cuts[][3] = { { N }, { 1, 150001, N }, { 17 * MK_SUM_BLOCK, 100 * MK_SUM_BLOCK + 5, N } };
+	struct mk_err err = { 0 };
+
+	(void)st;
+	assert_true(x && y && fx && fy);
+	for (uint64_t e = 0; e < N; e++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		x[e] = (uint16_t)(0x3000 + ((seed >> 33) & 0x1fff)) | (uint16_t)((seed >> 20) & 1) << 15;
+		y[e] = (uint16_t)(0x3000 + ((seed >> 47) & 0x1fff)) | (uint16_t)((seed >> 21) & 1) << 15;
+		fx[e] = mk_bf16_to_f32(x[e]);
+		fy[e] = mk_bf16_to_f32(y[e]);
+	}
+	mk_fsum_dots(want, 0, N, fx, fy);
+	for (size_t q = 0; q < 4; q++)
+		for (size_t c = 0; c < 3; c++) {
+			struct mk_fsum sum[3] = { { 0 } };
+			uint64_t b = 0;
+			for (size_t k = 0; k < 3 && b < N; k++) {
+				assert_int_equal(mk_fsum_dots_bf16(sum, b, cuts[c][k] - b, x + b, y + b, threads[q], &err), 0);
+				b = cuts[c][k];
+			}
+			for (unsigned j = 0; j < 3; j++) {
+				double got = mk_fsum_value(&sum[j]), w = mk_fsum_value(&want[j]);
+				assert_memory_equal(&got, &w, sizeof(got));
+			}
+		}
+	/* the order shows: summed backwards, other bits */
+	{
+		double back = 0.0, w = mk_fsum_value(&want[2]);
+		for (uint64_t e = N; e-- > 0;)
+			back += (double)fx[e] * (double)fy[e];
+		assert_true(back != w);
+	}
+	free(x);
+	free(y);
+	free(fx);
+	free(fy);
+}
+
+/* slerp's statistics pass on BF16 chunks as they are, its whole blocks
+ * on 1, 2, 3 and 7 threads: the output of widening first and one thread,
+ * for chunks of the size mk-merge passes, of odd sizes and the whole
+ * tensor at once (1.2 Mi elements: every thread has blocks).  (The
+ * output hardly ever shows a last bit of the sums: their order is
+ * checked bit for bit by test_fsum_dots_bf16.) */
+static void test_slerp_bf16_threads(void **st)
+{
+	enum { N = 300 * MK_SUM_BLOCK + 1234 };
+	static uint16_t raw[2][N];
+	static float f[2][N], o32[N], obf[N];
+	uint64_t seed = 29;
+
+	(void)st;
+	for (int e = 0; e < N; e++) {
+		seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+		raw[0][e] = (uint16_t)(0x3000 + (seed >> 53));
+		raw[1][e] = (uint16_t)(0x3000 + ((seed >> 30) & 0x7ff)) | (uint16_t)((seed >> 20) & 1) << 15;
+		for (int i = 0; i < 2; i++)
+			f[i][e] = mk_bf16_to_f32(raw[i][e]);
+	}
+	const void *vf[2] = { f[0], f[1] }, *vb[2] = { raw[0], raw[1] };
+	static const unsigned threads[] = { 1, 2, 3, 7 };
+	static const uint64_t chunks[] = { 1u << 20, 300001, 0 };
+	for (size_t k = 0; k < 3; k++)
+		for (size_t q = 0; q < 4; q++) {
+			struct tj t;
+			tj_init(&t, "slerp", 2, 0);
+			t.in[0] = t.in[1] = td(MK_DT_BF16, 1, N, 0);
+			set_g(&t, "t", mk_pval_float(0.3));
+			tj_threads = threads[q];
+			raw_same_bits(&t, vf, vb, chunks[k], o32, obf, N);
+			tj_threads = 0;
+		}
+}
+
 static void test_linear_embed(void **st)
 {
 	static const float ref[6] = { 0.5078125f, -0.421875f, 1.0859375f,
@@ -758,6 +846,29 @@ static void test_fsum_dots(void **st)
 		for (unsigned j = 0; j < 3; j++) {
 			double got = mk_fsum_value(&sum[j]);
 			assert_memory_equal(&got, &want[j], sizeof(got));
+		}
+	}
+	/* in two steps: whole blocks' parts (in pieces of 1, 5, 8, 5 blocks:
+	 * the 8-wide path and the one-block one), closed in order between a
+	 * partial first and last block */
+	{
+		struct mk_fsum sum[3] = { { 0 } };
+		static const uint64_t pieces[] = { 1, 5, 8, 5 };
+		double part[3 * 21];
+		uint64_t h = 3000, j = 0, o;
+		mk_fsum_dots(sum, 0, MK_SUM_BLOCK + h, x, y);   /* ends mid-block */
+		mk_fsum_dots(sum, MK_SUM_BLOCK + h, MK_SUM_BLOCK - h, x + MK_SUM_BLOCK + h, y + MK_SUM_BLOCK + h);
+		o = 2 * MK_SUM_BLOCK;
+		for (size_t p = 0; p < 4; p++) {
+			mk_fsum_dots_parts(part + 3 * j, pieces[p], x + o + j * MK_SUM_BLOCK, y + o + j * MK_SUM_BLOCK);
+			j += pieces[p];
+		}
+		mk_fsum_close3(sum, part, j);
+		o += j * MK_SUM_BLOCK;
+		mk_fsum_dots(sum, o, n - o, x + o, y + o);
+		for (unsigned k = 0; k < 3; k++) {
+			double got = mk_fsum_value(&sum[k]);
+			assert_memory_equal(&got, &want[k], sizeof(got));
 		}
 	}
 	/* the order matters for these terms: summed backwards, other bits */
@@ -1261,6 +1372,8 @@ int main(void)
 		cmocka_unit_test(test_linear_bf16),
 		cmocka_unit_test(test_linear_bf16_raw),
 		cmocka_unit_test(test_slerp_bf16_raw),
+		cmocka_unit_test(test_slerp_bf16_threads),
+		cmocka_unit_test(test_fsum_dots_bf16),
 		cmocka_unit_test(test_linear_embed),
 		cmocka_unit_test(test_linear_zero_sum),
 		cmocka_unit_test(test_linear_f64),
