@@ -442,6 +442,7 @@ struct gin {
 	struct rk *rk;              /* DELLA: one row being ranked, and room to sort [2L] */
 	uint64_t *dthr;             /* DELLA float32: kept when (mk_rng_u64 >> 11) < thr[rank] [L] */
 	uint64_t dstep;             /* DELLA float32: the largest |dthr[r + 1] - dthr[r]| */
+	bool dmono;                 /* DELLA float32: dthr monotone in rank (della_settle_row) */
 	uint32_t *cnt;              /* DELLA float32: rank_row32's two count tables, then
 				     * della_settle_row's sorted classes [3][2 * RANK_TABLE] */
 	uint32_t *flag;             /* DELLA float32: the row's draws to check [L + 8] */
@@ -669,12 +670,17 @@ static int init(struct mk_job *job, struct mk_err *err)
 				    !(g->cnt = malloc(6 * RANK_TABLE * sizeof(uint32_t))) ||
 				    !(g->flag = malloc((s->L + 8) * sizeof(uint32_t))))
 					goto nomem;
+				bool up = false, down = false;
 				g->dstep = 0;
 				for (uint64_t r = 0; r < s->L; r++) {
 					uint64_t t = g->dthr[r] = (uint64_t)ceil(g->prob[r] * 0x1p53);
 					uint64_t step = r ? (t > g->dthr[r - 1] ? t - g->dthr[r - 1] : g->dthr[r - 1] - t) : 0;
 					g->dstep = step > g->dstep ? step : g->dstep;
+					up |= r && t > g->dthr[r - 1];
+					down |= r && t < g->dthr[r - 1];
 				}
+				/* (linear in rank, so monotone; checked, not assumed) */
+				g->dmono = !(up && down);
 			}
 			break;
 		}
@@ -1162,10 +1168,11 @@ static uint64_t della_margin(const struct gin *g, struct row_ranked rr)
 /* The flagged draws of a row (flag[0..nf), indices into it; element j is
  * element e0 + j * stride of the tensor), drawn against the threshold of
  * a rank in its class's range: where the element's class holds several
- * nonzero lower halves and its random number lies between the thresholds
- * at the range's two ends, it is drawn again on its own rank (its class
+ * nonzero lower halves, it is drawn again on its own rank (its class
  * sorted, once, among the nonzero lower halves placed by their ranks),
- * the mask bit set or cleared and m[j] (when m) set. */
+ * the mask bit set or cleared and m[j] (when m) set -- unless the
+ * thresholds are monotone and its random number lies outside those at
+ * the range's two ends (then every rank of the range draws the same). */
 static void della_settle_row(struct gin *g, const uint32_t *restrict key, uint64_t L, struct row_ranked rr,
 			     uint64_t e0, uint64_t stride, const uint32_t *flag, uint32_t nf, float *m)
 {
@@ -1183,7 +1190,7 @@ static void della_settle_row(struct gin *g, const uint32_t *restrict key, uint64
 		if (!(x & 1) || nb < 2)
 			continue;               /* its rank is its own */
 		ta = thr[b0], tb = thr[b0 + nb - 1];
-		if (u < (ta < tb ? ta : tb) || u >= (ta < tb ? tb : ta))
+		if (g->dmono && (u < (ta < tb ? ta : tb) || u >= (ta < tb ? tb : ta)))
 			continue;               /* the same draw at every rank of the class */
 		if (!placed) {
 			for (uint64_t p = 0; p < rr.nd; p++)
