@@ -6,7 +6,8 @@
 # chunk from memory) and from a pipe (large chunks spliced among small
 # ones written from memory, within one tensor), into one shard and many;
 # the same on tmpfs; the O_DIRECT path is the one taken (strace), and
-# mk-yaml --buffered changes nothing.  (Write errors and refused
+# mk-yaml --buffered changes no byte and reaches mk-pack in one process
+# and as processes.  (Write errors and refused
 # alignments on that path: test/cli/faultio.sh, op dpwrite.)
 . "$MK_TOP/test/cli/lib.inc"
 for seed in 1 2 3 4 5; do
@@ -81,3 +82,17 @@ mk-yaml --out-shard-size 100K --processes --buffered t.yml y4/o
 for d in y2 y3 y4; do
 	diff -r y1/o $d/o > /dev/null || fail "mk-yaml output $d differs from the O_DIRECT one in one process"
 done
+# --buffered reaches mk-pack in both modes (mk_run_opts.buffered, the
+# stage's argument)
+if command -v strace > /dev/null 2>&1 && strace -f -o /dev/null true 2>/dev/null; then
+	ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+	export ASAN_OPTIONS
+	for mode in "" --processes; do
+		rm -rf y5 y6
+		strace -f -e trace=openat -o tr.txt mk-yaml $mode t.yml y5/o
+		grep -Eq 'safetensors", O_WRONLY\|O_DIRECT' tr.txt || fail "mk-yaml $mode: no shard opened O_DIRECT"
+		strace -f -e trace=openat -o tr.txt mk-yaml $mode --buffered t.yml y6/o
+		! grep -Eq 'O_DIRECT[|)]' tr.txt || fail "mk-yaml $mode --buffered: a file opened O_DIRECT"
+	done
+	ASAN_OPTIONS=${ASAN_OPTIONS%detect_leaks=0}
+fi
