@@ -455,14 +455,8 @@ static inline double mk_fsum_value(const struct mk_fsum *s)
  * element order as above; whole blocks go several at once (each block's
  * additions are a chain, so one block at a time waits on their latency). */
 void mk_fsum_dots(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const float *x, const float *y);
-/* mk_fsum_dots in two steps, so that whole blocks can be summed on
- * threads: the three sums' parts of nb whole blocks (x and y at a block
- * boundary) into part[3 * j + s] (block j, s as sum[s]); then, at a block
- * boundary (every sum[s].part 0), parts closed in block order.  Summing a
- * run of whole blocks so and closing them gives the bits mk_fsum_dots
- * gives. */
-void mk_fsum_dots_parts(double *part, uint64_t nb, const float *x, const float *y);
-void mk_fsum_close3(struct mk_fsum sum[3], const double *part, uint64_t nb);
+/* The same sums of float64 vectors, a block run at a time. */
+void mk_fsum_dots_f64(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const double *x, const double *y);
 /* mk_fsum_dots of BF16 vectors (widening is exact: the bits of
  * mk_fsum_dots on the widened values), the whole blocks split over up to
  * `threads` threads (at least 16 blocks each; 0: one).  0, or MK_ENOMEM. */

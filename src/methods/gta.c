@@ -1165,6 +1165,13 @@ static uint64_t della_margin(const struct gin *g, struct row_ranked rr)
 	return (uint64_t)(rr.most - 1) * g->dstep;
 }
 
+/* A draw of u against threshold t that a threshold within margin of t
+ * might decide otherwise (u, t < 2^53 + 1, margin <= 2^54: no overflow). */
+static inline bool della_near(uint64_t u, uint64_t t, uint64_t margin)
+{
+	return (u + margin >= t) & (u < t + margin);
+}
+
 /* The flagged draws of a row (flag[0..nf), indices into it; element j is
  * element e0 + j * stride of the tensor), drawn against the threshold of
  * a rank in its class's range: where the element's class holds several
@@ -1232,7 +1239,7 @@ static uint32_t della_draw_row_c(uint64_t stream, uint64_t e0, uint64_t j0, uint
 		mask[e >> 3] |= (uint8_t)((unsigned)keep << (e & 7));
 		m[j] = keep ? a : 0.0f;
 		flag[nf] = (uint32_t)j;
-		nf += (u + margin >= t) & (u < t + margin);
+		nf += della_near(u, t, margin);
 	}
 	return nf;
 }
@@ -1305,7 +1312,7 @@ static void della_slab32(struct state *s, struct gin *g, uint64_t start)
 			if (u < t)
 				g->mask[e >> 3] |= (uint8_t)(1u << (e & 7));
 			g->flag[nf] = (uint32_t)j;
-			nf += (u + margin >= t) & (u < t + margin);
+			nf += della_near(u, t, margin);
 		}
 		della_settle_row(g, row, L, rr, start + c, S, g->flag, nf, NULL);
 	}

@@ -196,25 +196,35 @@ const struct mk_method *mk_method_at(size_t i)
 	return i < nreg ? reg[i] : NULL;
 }
 
-/* One run of mk_fsum_dots inside a block, in element order. */
-static uint64_t fsum_dots_run(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const float *x, const float *y)
-{
-	uint64_t run = mk_fsum_run(e0, n);
-	double a = sum[0].part, b = sum[1].part, c = sum[2].part;
+/* One run of the three sums inside a block, in element order, over
+ * elements of type T. */
+#define FSUM_DOTS_RUN(NAME, T)								\
+static uint64_t NAME(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const T *x, const T *y)	\
+{											\
+	uint64_t run = mk_fsum_run(e0, n);						\
+	double a = sum[0].part, b = sum[1].part, c = sum[2].part;			\
+											\
+	for (uint64_t k = 0; k < run; k++) {						\
+		double p = (double)x[k], q = (double)y[k];				\
+		double pp = p * p, qq = q * q, pq = p * q;				\
+		a += pp;								\
+		b += qq;								\
+		c += pq;								\
+	}										\
+	sum[0].part = a;								\
+	sum[1].part = b;								\
+	sum[2].part = c;								\
+	for (unsigned j = 0; j < 3; j++)						\
+		mk_fsum_step(&sum[j], e0 + run);					\
+	return run;									\
+}
+FSUM_DOTS_RUN(fsum_dots_run, float)
+FSUM_DOTS_RUN(fsum_dots_run_f64, double)
 
-	for (uint64_t k = 0; k < run; k++) {
-		double p = (double)x[k], q = (double)y[k];
-		double pp = p * p, qq = q * q, pq = p * q;
-		a += pp;
-		b += qq;
-		c += pq;
-	}
-	sum[0].part = a;
-	sum[1].part = b;
-	sum[2].part = c;
-	for (unsigned j = 0; j < 3; j++)
-		mk_fsum_step(&sum[j], e0 + run);
-	return run;
+void mk_fsum_dots_f64(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const double *x, const double *y)
+{
+	for (uint64_t i = 0; i < n;)
+		i += fsum_dots_run_f64(sum, e0 + i, n - i, x + i, y + i);
 }
 
 #if FSUM_X86
@@ -254,7 +264,11 @@ static bool fsum_wide(void)
 #endif
 }
 
-void mk_fsum_dots_parts(double *part, uint64_t nb, const float *x, const float *y)
+/* The three sums' parts of nb whole blocks (x and y at a block boundary)
+ * into part[3 * j + s] (block j, s as sum[s]); fsum_close3 then closes
+ * them in block order at a block boundary (every sum[s].part 0): the bits
+ * of mk_fsum_dots, with the blocks summed wherever (on threads). */
+static void fsum_dots_parts(double *part, uint64_t nb, const float *x, const float *y)
 {
 	bool wide = fsum_wide();
 	uint64_t j = 0;
@@ -273,7 +287,7 @@ void mk_fsum_dots_parts(double *part, uint64_t nb, const float *x, const float *
 	}
 }
 
-void mk_fsum_close3(struct mk_fsum sum[3], const double *part, uint64_t nb)
+static void fsum_close3(struct mk_fsum sum[3], const double *part, uint64_t nb)
 {
 	for (uint64_t j = 0; j < nb; j++)
 		for (unsigned s = 0; s < 3; s++)
@@ -288,8 +302,8 @@ void mk_fsum_dots(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const float *x
 	while (i < n) {
 		if (wide && (e0 + i) % MK_SUM_BLOCK == 0 && n - i >= 8 * MK_SUM_BLOCK) {
 			double part[3 * 8];
-			mk_fsum_dots_parts(part, 8, x + i, y + i);
-			mk_fsum_close3(sum, part, 8);
+			fsum_dots_parts(part, 8, x + i, y + i);
+			fsum_close3(sum, part, 8);
 			i += 8 * MK_SUM_BLOCK;
 			continue;
 		}
@@ -298,7 +312,7 @@ void mk_fsum_dots(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const float *x
 }
 
 /* BF16 elements widened a tile of 8 blocks at a time (in the core's
- * cache) for mk_fsum_dots_parts. */
+ * cache) for fsum_dots_parts. */
 #define FSUM_TILE (8 * MK_SUM_BLOCK)
 
 struct fsum_arg {
@@ -323,7 +337,7 @@ static void *fsum_blocks_bf16(void *p)
 		uint64_t k = a->nb - j < 8 ? a->nb - j : 8;
 		fsum_widen(a->t, a->x + j * MK_SUM_BLOCK, k * MK_SUM_BLOCK);
 		fsum_widen(a->t + FSUM_TILE, a->y + j * MK_SUM_BLOCK, k * MK_SUM_BLOCK);
-		mk_fsum_dots_parts(a->part + 3 * j, k, a->t, a->t + FSUM_TILE);
+		fsum_dots_parts(a->part + 3 * j, k, a->t, a->t + FSUM_TILE);
 	}
 	return NULL;
 }
@@ -375,7 +389,7 @@ int mk_fsum_dots_bf16(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const uint
 	for (unsigned t = 0; t < nt; t++)
 		if (started[t])
 			pthread_join(th[t], NULL);
-	mk_fsum_close3(sum, part, nb);
+	fsum_close3(sum, part, nb);
 	if (n - h - nb * MK_SUM_BLOCK) {
 		uint64_t o = h + nb * MK_SUM_BLOCK;
 		fsum_run_bf16(sum, e0 + o, n - o, x + o, y + o, tile);

@@ -121,30 +121,6 @@ static int init(struct mk_job *job, struct mk_err *err)
 	return 0;
 }
 
-/* float64 inputs: the sums of n elements from element e0, one block run
- * at a time in element order (mk_fsum); float32 ones go by mk_fsum_dots,
- * the same sums several blocks at once. */
-static void sums_f64(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const double *x0, const double *x1)
-{
-	for (uint64_t i = 0; i < n;) {
-		uint64_t run = mk_fsum_run(e0 + i, n - i);
-		double a = sum[0].part, b = sum[1].part, c = sum[2].part;
-		for (uint64_t k = i; k < i + run; k++) {
-			double p = x0[k], q = x1[k];
-			double pp = p * p, qq = q * q, pq = p * q;
-			a += pp;
-			b += qq;
-			c += pq;
-		}
-		sum[0].part = a;
-		sum[1].part = b;
-		sum[2].part = c;
-		i += run;
-		for (unsigned j = 0; j < 3; j++)
-			mk_fsum_step(&sum[j], e0 + i);
-	}
-}
-
 static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c,
 		      struct mk_err *err)
 {
@@ -154,7 +130,7 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 	if (c->bf16)
 		return mk_fsum_dots_bf16(s->sum, c->elem_begin, c->count, x0, x1, job->threads, err);
 	if (job->compute == MK_DT_F64)
-		sums_f64(s->sum, c->elem_begin, c->count, x0, x1);
+		mk_fsum_dots_f64(s->sum, c->elem_begin, c->count, x0, x1);
 	else
 		mk_fsum_dots(s->sum, c->elem_begin, c->count, x0, x1);
 	return 0;

@@ -469,8 +469,9 @@ static void direct_off(struct shard *sh)
 }
 
 /* Write n bytes (a multiple of DIRECT_ALIGN) of p->bounce at off, which
- * is aligned.  A write refused for its alignment turns the shard's direct
- * writes off and is done through the page cache. */
+ * is aligned.  A write refused for its alignment (EINVAL) or cut short
+ * off a block boundary turns the shard's direct writes off, the rest
+ * written through the page cache. */
 static int direct_write(struct pack *p, struct shard *sh, uint64_t off, size_t n, struct mk_err *err)
 {
 	size_t done = 0;
@@ -479,18 +480,13 @@ static int direct_write(struct pack *p, struct shard *sh, uint64_t off, size_t n
 		ssize_t w = pwrite(sh->dfd, p->bounce + done, n - done, (off_t)(off + done));
 		if (w < 0 && errno == EINTR)
 			continue;
-		if (w < 0 && errno == EINVAL) {
-			direct_off(sh);
-			return mk_pwrite_all(sh->fd, p->bounce + done, n - done, off + done, sh->name, err);
-		}
-		if (w < 0)
+		if (w < 0 && errno != EINVAL)
 			return mk_err_sys(err, errno, "%s/%s: writing %zu bytes at offset %llu", p->partial, sh->name,
 					  n - done, (unsigned long long)(off + done));
-		if (w == 0 || (size_t)w % DIRECT_ALIGN) {
-			/* (a short direct write: the rest through the page cache) */
+		if (w <= 0 || (size_t)w % DIRECT_ALIGN) {
+			done += w > 0 ? (size_t)w : 0;
 			direct_off(sh);
-			return mk_pwrite_all(sh->fd, p->bounce + done + (size_t)w, n - done - (size_t)w,
-					     off + done + (size_t)w, sh->name, err);
+			return mk_pwrite_all(sh->fd, p->bounce + done, n - done, off + done, sh->name, err);
 		}
 		done += (size_t)w;
 	}
@@ -537,11 +533,13 @@ static int shard_write(struct pack *p, size_t i, uint64_t off, const uint8_t *da
 		sl->dpos = a0;
 	if (off < a0 && (rc = mk_pwrite_all(sh->fd, data, (size_t)((end < a0 ? end : a0) - off), off, sh->name, err)))
 		return rc;
-	if (end > a1 && (rc = mk_pwrite_all(sh->fd, data + (off > a1 ? 0 : a1 - off), (size_t)(end - (off > a1 ? off : a1)),
-					    off > a1 ? off : a1, sh->name, err)))
-		return rc;
 	m0 = off > a0 ? off : a0;
 	m1 = end < a1 ? end : a1;
+	if (end > a1) {
+		uint64_t b = off > a1 ? off : a1;   /* the tail block's bytes */
+		if ((rc = mk_pwrite_all(sh->fd, data + (b - off), (size_t)(end - b), b, sh->name, err)))
+			return rc;
+	}
 	if (m0 >= m1)
 		return 0;
 	data += m0 - off;

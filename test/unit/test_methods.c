@@ -848,28 +848,24 @@ static void test_fsum_dots(void **st)
 			assert_memory_equal(&got, &want[j], sizeof(got));
 		}
 	}
-	/* in two steps: whole blocks' parts (in pieces of 1, 5, 8, 5 blocks:
-	 * the 8-wide path and the one-block one), closed in order between a
-	 * partial first and last block */
+	/* mk_fsum_dots_f64 on the same values as doubles (exact): the same
+	 * bits, called whole and from mid-block */
 	{
-		struct mk_fsum sum[3] = { { 0 } };
-		static const uint64_t pieces[] = { 1, 5, 8, 5 };
-		double part[3 * 21];
-		uint64_t h = 3000, j = 0, o;
-		mk_fsum_dots(sum, 0, MK_SUM_BLOCK + h, x, y);   /* ends mid-block */
-		mk_fsum_dots(sum, MK_SUM_BLOCK + h, MK_SUM_BLOCK - h, x + MK_SUM_BLOCK + h, y + MK_SUM_BLOCK + h);
-		o = 2 * MK_SUM_BLOCK;
-		for (size_t p = 0; p < 4; p++) {
-			mk_fsum_dots_parts(part + 3 * j, pieces[p], x + o + j * MK_SUM_BLOCK, y + o + j * MK_SUM_BLOCK);
-			j += pieces[p];
+		double *dx = malloc(n * sizeof(*dx)), *dy = malloc(n * sizeof(*dy));
+		assert_true(dx && dy);
+		for (uint64_t e = 0; e < n; e++)
+			dx[e] = x[e], dy[e] = y[e];
+		for (uint64_t cut = 0; cut < n; cut += 3 * MK_SUM_BLOCK + 1001) {
+			struct mk_fsum sum[3] = { { 0 } };
+			mk_fsum_dots_f64(sum, 0, cut, dx, dy);
+			mk_fsum_dots_f64(sum, cut, n - cut, dx + cut, dy + cut);
+			for (unsigned k = 0; k < 3; k++) {
+				double got = mk_fsum_value(&sum[k]);
+				assert_memory_equal(&got, &want[k], sizeof(got));
+			}
 		}
-		mk_fsum_close3(sum, part, j);
-		o += j * MK_SUM_BLOCK;
-		mk_fsum_dots(sum, o, n - o, x + o, y + o);
-		for (unsigned k = 0; k < 3; k++) {
-			double got = mk_fsum_value(&sum[k]);
-			assert_memory_equal(&got, &want[k], sizeof(got));
-		}
+		free(dx);
+		free(dy);
 	}
 	/* the order matters for these terms: summed backwards, other bits */
 	double back = 0.0;
