@@ -477,18 +477,36 @@ static float byte_f32[256][8];
 static pthread_once_t byte_once = PTHREAD_ONCE_INIT;
 
 /* Whether the AVX-512 paths run (set with byte_f32: this CPU has them;
- * mk_gta_simd_enable may turn them off), and those that need AVX-512 DQ
- * and VL too. */
-static bool have_avx512, have_avx512dq, have_avx512bw;
-static bool cpu_avx512, cpu_avx512dq, cpu_avx512bw, simd_on = true;
+ * mk_gta_simd_limit may turn them off), those that need AVX-512 DQ, BW
+ * and VL too, and the AVX2 ones (taken where AVX-512 is not). */
+static bool have_avx512, have_avx512dq, have_avx512bw, have_avx2;
+static bool cpu_avx512, cpu_avx512dq, cpu_avx512bw, cpu_avx2;
+static int simd_top = MK_GTA_SIMD_AVX512;
+
+/* For the AVX2 paths' left-packing (AVX2 has no vpcompressd): comp8[m]
+ * lists the lanes of the set bits of m in order, for vpermd. */
+static uint32_t comp8[256][8];
 
 /* F_avx512(...) when HAVE, else F_c(...): the one dispatch of the paths
- * written twice. */
+ * written twice; SIMD3 the same for those written three times, with
+ * F_avx2 between. */
 #if MK_GTA_X86
 #define SIMD_OR_C(HAVE, F, ...) ((HAVE) ? F##_avx512(__VA_ARGS__) : F##_c(__VA_ARGS__))
+#define SIMD3(HAVE, F, ...) ((HAVE) ? F##_avx512(__VA_ARGS__) : have_avx2 ? F##_avx2(__VA_ARGS__) : F##_c(__VA_ARGS__))
 #else
 #define SIMD_OR_C(HAVE, F, ...) ((void)(HAVE), F##_c(__VA_ARGS__))
+#define SIMD3(HAVE, F, ...) ((void)(HAVE), F##_c(__VA_ARGS__))
 #endif
+
+/* The paths at most level top run, as far as the CPU has them. */
+static void simd_set(int top)
+{
+	simd_top = top;
+	have_avx512 = cpu_avx512 && top >= MK_GTA_SIMD_AVX512;
+	have_avx512dq = cpu_avx512dq && top >= MK_GTA_SIMD_AVX512;
+	have_avx512bw = cpu_avx512bw && top >= MK_GTA_SIMD_AVX512;
+	have_avx2 = cpu_avx2 && top >= MK_GTA_SIMD_AVX2;
+}
 
 static void byte_f32_make(void)
 {
@@ -498,24 +516,28 @@ static void byte_f32_make(void)
 	cpu_avx512dq = cpu_avx512 && __builtin_cpu_supports("avx512dq") &&
 		       __builtin_cpu_supports("avx512vl");
 	cpu_avx512bw = cpu_avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-	have_avx512 = cpu_avx512 && simd_on;
-	have_avx512dq = cpu_avx512dq && simd_on;
-	have_avx512bw = cpu_avx512bw && simd_on;
+	cpu_avx2 = __builtin_cpu_supports("avx2");
+	simd_set(simd_top);
 #endif
-	for (unsigned v = 0; v < 256; v++)
-		for (unsigned q = 0; q < 8; q++)
+	for (unsigned v = 0; v < 256; v++) {
+		unsigned n = 0;
+		for (unsigned q = 0; q < 8; q++) {
 			byte_f32[v][q] = (v >> q) & 1 ? 1.0f : 0.0f;
+			if ((v >> q) & 1)
+				comp8[v][n++] = q;
+		}
+		while (n < 8)
+			comp8[v][n++] = 0;
+	}
 }
 
-bool mk_gta_simd_enable(bool on)
+int mk_gta_simd_limit(int top)
 {
-	bool was = simd_on;
+	int was;
 
 	pthread_once(&byte_once, byte_f32_make);
-	simd_on = on;
-	have_avx512 = cpu_avx512 && on;
-	have_avx512dq = cpu_avx512dq && on;
-	have_avx512bw = cpu_avx512bw && on;
+	was = simd_top;
+	simd_set(top);
 	return was;
 }
 
@@ -966,18 +988,22 @@ static void row_span16(const uint32_t *restrict key, uint64_t L, uint32_t *lo, u
  * lie below those of d = 1, so the classes in order are the keys' order.
  * The indices of d = 1 (few in a bfloat16 model's deltas) go to dl;
  * returns how many. */
-static uint64_t row_classes_c(const uint32_t *restrict key, uint64_t L, uint32_t lo,
-			      uint32_t *restrict bix, uint32_t *restrict dl)
+static inline uint64_t row_classes_from(const uint32_t *restrict key, uint64_t j, uint64_t L, uint32_t lo,
+					uint32_t *restrict bix, uint32_t *restrict dl, uint64_t nd)
 {
-	uint64_t nd = 0;
-
-	for (uint64_t j = 0; j < L; j++) {
+	for (; j < L; j++) {
 		uint32_t k = key[j], d = ((k & 0xffff) + 0xffff) >> 16;
 		bix[j] = k ? 2 * ((k >> 16) - lo + 1) + d : 0;
 		dl[nd] = (uint32_t)j;
 		nd += d;
 	}
 	return nd;
+}
+
+static uint64_t row_classes_c(const uint32_t *restrict key, uint64_t L, uint32_t lo,
+			      uint32_t *restrict bix, uint32_t *restrict dl)
+{
+	return row_classes_from(key, 0, L, lo, bix, dl, 0);
 }
 
 /* The exclusive starts of the classes (x in order: the counts c0[x] of
@@ -1023,13 +1049,46 @@ static uint64_t row_classes_avx512(const uint32_t *restrict key, uint64_t L, uin
 		nd += (unsigned)__builtin_popcount(d);
 		idx = _mm512_add_epi32(idx, step);
 	}
-	for (; j < L; j++) {
-		uint32_t k = key[j], d = ((k & 0xffff) + 0xffff) >> 16;
-		bix[j] = k ? 2 * ((k >> 16) - lo + 1) + d : 0;
-		dl[nd] = (uint32_t)j;
-		nd += d;
+	return row_classes_from(key, j, L, lo, bix, dl, nd);
+}
+
+/* The lanes of x whose bits are set in m (8 bits) packed to the front. */
+__attribute__((target("avx2"), always_inline))
+static inline __m256i pack8(__m256i x, unsigned m)
+{
+	return _mm256_permutevar8x32_epi32(x, _mm256_loadu_si256((const __m256i *)(const void *)comp8[m]));
+}
+
+/* The lane mask (8 bits) of a 32-bit compare's result. */
+__attribute__((target("avx2"), always_inline))
+static inline unsigned lanes8(__m256i c)
+{
+	return (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(c));
+}
+
+/* row_classes_c with AVX2, eight keys at a time, the indices of d = 1
+ * packed by pack8. */
+__attribute__((target("avx2")))
+static uint64_t row_classes_avx2(const uint32_t *restrict key, uint64_t L, uint32_t lo,
+				 uint32_t *restrict bix, uint32_t *restrict dl)
+{
+	const __m256i one = _mm256_set1_epi32(1), lom = _mm256_set1_epi32((int)(1 - lo));
+	const __m256i low = _mm256_set1_epi32(0xffff), zero = _mm256_setzero_si256(), step = _mm256_set1_epi32(8);
+	__m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+	uint64_t nd = 0, j = 0;
+
+	for (; j + 8 <= L; j += 8) {
+		__m256i k = _mm256_loadu_si256((const __m256i *)(const void *)(key + j));
+		__m256i z = _mm256_cmpeq_epi32(k, zero), d0 = _mm256_cmpeq_epi32(_mm256_and_si256(k, low), zero);
+		__m256i v = _mm256_add_epi32(_mm256_srli_epi32(k, 16), lom);
+		unsigned d = ~lanes8(d0) & 0xffu;
+		v = _mm256_add_epi32(_mm256_add_epi32(v, v), _mm256_andnot_si256(d0, one));
+		_mm256_storeu_si256((__m256i *)(void *)(bix + j), _mm256_andnot_si256(z, v));
+		_mm256_storeu_si256((__m256i *)(void *)(dl + nd), pack8(idx, d));
+		nd += (unsigned)__builtin_popcount(d);
+		idx = _mm256_add_epi32(idx, step);
 	}
-	return nd;
+	return row_classes_from(key, j, L, lo, bix, dl, nd);
 }
 
 /* class_starts_c with AVX-512: sixteen classes at a time, their counts
@@ -1136,7 +1195,7 @@ static struct row_ranked rank_row32(struct gin *g, const uint32_t *restrict key,
 	}
 	nc = (2 * span + 15) & ~15u;     /* class_starts takes 16 at a time */
 	c1 = c0 + nc;
-	nd = SIMD_OR_C(have_avx512, row_classes, key, L, lo, bix, dl);
+	nd = SIMD3(have_avx512, row_classes, key, L, lo, bix, dl);
 	memset(c0, 0, 2 * nc * sizeof(uint32_t));
 	for (uint64_t j = 0; j < h; j++) {
 		uint32_t a = bix[j], b = bix[h + j];
@@ -1283,6 +1342,71 @@ static uint32_t della_draw_row_avx512(uint64_t stream, uint64_t e0, uint64_t j0,
 	}
 	return della_draw_row_c(stream, e0, j, L, rank, thr, key, mask, m, margin, flag, nf);
 }
+
+/* a * b for four 64-bit lanes (AVX2 multiplies 32 by 32 bits): bh is b's
+ * upper halves (b >> 32). */
+__attribute__((target("avx2"), always_inline))
+static inline __m256i mul64x4(__m256i a, __m256i b, __m256i bh)
+{
+	__m256i c = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b), _mm256_mul_epu32(a, bh));
+	return _mm256_add_epi64(_mm256_mul_epu32(a, b), _mm256_slli_epi64(c, 32));
+}
+
+/* mk_rng_u64 >> 11 of four counters' states z (mk_rng_mix64's steps). */
+__attribute__((target("avx2"), always_inline))
+static inline __m256i rng53x4(__m256i z)
+{
+	const __m256i c1 = _mm256_set1_epi64x((long long)0xBF58476D1CE4E5B9ull);
+	const __m256i c2 = _mm256_set1_epi64x((long long)0x94D049BB133111EBull);
+	z = mul64x4(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), c1, _mm256_srli_epi64(c1, 32));
+	z = mul64x4(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), c2, _mm256_srli_epi64(c2, 32));
+	return _mm256_srli_epi64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 31)), 11);
+}
+
+/* The same with AVX2: eight elements at a time in two sets of four, their
+ * eight bits one mask byte (e0 a multiple of 8).  Every value compared
+ * is below 2^63 (u < 2^53, t <= 2^53, margin <= 2^54), so the signed
+ * 64-bit compare orders them as unsigned. */
+__attribute__((target("avx2")))
+static uint32_t della_draw_row_avx2(uint64_t stream, uint64_t e0, uint64_t j0, uint64_t L,
+				    const uint32_t *restrict rank, const uint64_t *restrict thr,
+				    const uint32_t *restrict key, uint8_t *restrict mask, float *restrict m,
+				    uint64_t margin, uint32_t *restrict flag, uint32_t nf)
+{
+	const __m256i mg = _mm256_set1_epi64x((long long)margin);
+	const __m256i step = _mm256_set1_epi64x((long long)(8 * MK_RNG_GOLDEN));
+	const long long *tp = (const long long *)(const void *)thr;
+	uint64_t z = stream + (e0 + j0 + 1) * MK_RNG_GOLDEN, j = j0;
+	__m256i za = _mm256_setr_epi64x((long long)z, (long long)(z + MK_RNG_GOLDEN),
+					(long long)(z + 2 * MK_RNG_GOLDEN), (long long)(z + 3 * MK_RNG_GOLDEN));
+	__m256i zb = _mm256_add_epi64(za, _mm256_set1_epi64x((long long)(4 * MK_RNG_GOLDEN)));
+
+	if ((e0 + j0) % 8 == 0) {
+		for (; j + 8 <= L; j += 8) {
+			__m256i ua = rng53x4(za), ub = rng53x4(zb);
+			__m256i ta = _mm256_i32gather_epi64(tp, _mm_loadu_si128((const __m128i *)(const void *)(rank + j)), 8);
+			__m256i tb = _mm256_i32gather_epi64(tp, _mm_loadu_si128((const __m128i *)(const void *)(rank + j + 4)), 8);
+			__m256i ka = _mm256_cmpgt_epi64(ta, ua), kb = _mm256_cmpgt_epi64(tb, ub);
+			__m256 k32 = _mm256_castpd_ps(_mm256_permute4x64_pd(
+				_mm256_castps_pd(_mm256_shuffle_ps(_mm256_castsi256_ps(ka), _mm256_castsi256_ps(kb), 0x88)), 0xd8));
+			/* near: u + margin >= t and t + margin > u */
+			__m256i fa = _mm256_andnot_si256(_mm256_cmpgt_epi64(ta, _mm256_add_epi64(ua, mg)),
+							 _mm256_cmpgt_epi64(_mm256_add_epi64(ta, mg), ua));
+			__m256i fb = _mm256_andnot_si256(_mm256_cmpgt_epi64(tb, _mm256_add_epi64(ub, mg)),
+							 _mm256_cmpgt_epi64(_mm256_add_epi64(tb, mg), ub));
+			za = _mm256_add_epi64(za, step);
+			zb = _mm256_add_epi64(zb, step);
+			mask[(e0 + j) >> 3] = (uint8_t)(_mm256_movemask_pd(_mm256_castsi256_pd(ka)) |
+							_mm256_movemask_pd(_mm256_castsi256_pd(kb)) << 4);
+			_mm256_storeu_ps(m + j, _mm256_and_ps(k32, _mm256_loadu_ps((const float *)(const void *)(key + j))));
+			for (unsigned f = (unsigned)(_mm256_movemask_pd(_mm256_castsi256_pd(fa)) |
+						     _mm256_movemask_pd(_mm256_castsi256_pd(fb)) << 4);
+			     f; f &= f - 1)
+				flag[nf++] = (uint32_t)j + (uint32_t)__builtin_ctz(f);
+		}
+	}
+	return della_draw_row_c(stream, e0, j, L, rank, thr, key, mask, m, margin, flag, nf);
+}
 #endif
 
 
@@ -1294,7 +1418,7 @@ static void della_slab32(struct state *s, struct gin *g, uint64_t start)
 
 	if (S == 1) {
 		struct row_ranked rr = rank_row32(g, g->key32, L);
-		uint32_t nf = SIMD_OR_C(have_avx512dq, della_draw_row, g->stream, start, 0, L, g->rank, g->dthr,
+		uint32_t nf = SIMD3(have_avx512dq, della_draw_row, g->stream, start, 0, L, g->rank, g->dthr,
 					g->key32, g->mask, g->mf, della_margin(g, rr), g->flag, 0);
 		della_settle_row(g, g->key32, L, rr, start, 1, g->flag, nf, g->mf);
 		fsum_run_f32(&g->after, start, g->mf, L);   /* x + 0.0 is x: terms >= 0 */
@@ -1439,7 +1563,18 @@ static void tile_setbits(uint8_t *mask, uint64_t e0, uint64_t cnt, const uint8_t
 
 /* The low 16 bits of the keys whose high 16 bits are P, in order, into
  * lo; returns how many (each key stored, the count advanced only for
- * those that match: no branch to mispredict). */
+ * those that match: no branch to mispredict).  _from: from key k, n
+ * stored. */
+static inline uint64_t under_prefix_from(const uint32_t *restrict key, uint64_t k, uint64_t cnt, uint32_t P,
+					 uint16_t *restrict lo, uint64_t n)
+{
+	for (; k < cnt; k++) {
+		lo[n] = (uint16_t)key[k];
+		n += key[k] >> 16 == P;
+	}
+	return n;
+}
+
 #if MK_GTA_X86
 /* The same with AVX-512: sixteen keys compared at once, those that match
  * packed to the front (vpcompressd) and stored as 16-bit words (the
@@ -1457,28 +1592,50 @@ static uint64_t tile_under_prefix_avx512(const uint32_t *restrict key, uint64_t 
 		_mm256_storeu_si256((__m256i *)(void *)(lo + n), _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(m, x)));
 		n += (unsigned)__builtin_popcount(m);
 	}
-	for (; k < cnt; k++) {
-		lo[n] = (uint16_t)key[k];
-		n += key[k] >> 16 == P;
+	return under_prefix_from(key, k, cnt, P, lo, n);
+}
+
+/* The same with AVX2: eight keys at a time, packed by pack8, their low
+ * halves gathered into eight words (vpshufb, vpermq); the store writes 8
+ * words at lo + n. */
+__attribute__((target("avx2")))
+static uint64_t tile_under_prefix_avx2(const uint32_t *restrict key, uint64_t cnt, uint32_t P,
+				       uint16_t *restrict lo)
+{
+	const __m256i vp = _mm256_set1_epi32((int)P);
+	const __m256i halves = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
+						0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
+	uint64_t n = 0, k = 0;
+
+	for (; k + 8 <= cnt; k += 8) {
+		__m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(key + k));
+		unsigned m = lanes8(_mm256_cmpeq_epi32(_mm256_srli_epi32(x, 16), vp));
+		__m256i w = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(pack8(x, m), halves), 0x08);
+		_mm_storeu_si128((__m128i *)(void *)(lo + n), _mm256_castsi256_si128(w));
+		n += (unsigned)__builtin_popcount(m);
 	}
-	return n;
+	return under_prefix_from(key, k, cnt, P, lo, n);
 }
 #endif
 
 static uint64_t tile_under_prefix_c(const uint32_t *restrict key, uint64_t cnt, uint32_t P,
 				    uint16_t *restrict lo)
 {
-	uint64_t n = 0;
+	return under_prefix_from(key, 0, cnt, P, lo, 0);
+}
 
-	for (uint64_t k = 0; k < cnt; k++) {
-		lo[n] = (uint16_t)key[k];
+/* The indices (e0 + k) of a tile's keys under the prefix P, in order,
+ * into idx (which has room for 16 more than there are). */
+static inline uint64_t index_under_prefix_from(const uint32_t *restrict key, uint64_t k, uint64_t cnt, uint32_t P,
+					       uint32_t e0, uint32_t *restrict idx, uint64_t n)
+{
+	for (; k < cnt; k++) {
+		idx[n] = e0 + (uint32_t)k;
 		n += key[k] >> 16 == P;
 	}
 	return n;
 }
 
-/* The indices (e0 + k) of a tile's keys under the prefix P, in order,
- * into idx (which has room for 16 more than there are). */
 #if MK_GTA_X86
 __attribute__((target("avx512f")))
 static uint64_t tile_index_under_prefix_avx512(const uint32_t *restrict key, uint64_t cnt, uint32_t P, uint32_t e0,
@@ -1496,24 +1653,32 @@ static uint64_t tile_index_under_prefix_avx512(const uint32_t *restrict key, uin
 		n += (unsigned)__builtin_popcount(m);
 		vi = _mm512_add_epi32(vi, step);
 	}
-	for (; k < cnt; k++) {
-		idx[n] = e0 + (uint32_t)k;
-		n += key[k] >> 16 == P;
+	return index_under_prefix_from(key, k, cnt, P, e0, idx, n);
+}
+
+__attribute__((target("avx2")))
+static uint64_t tile_index_under_prefix_avx2(const uint32_t *restrict key, uint64_t cnt, uint32_t P, uint32_t e0,
+					     uint32_t *restrict idx)
+{
+	const __m256i vp = _mm256_set1_epi32((int)P), step = _mm256_set1_epi32(8);
+	__m256i vi = _mm256_add_epi32(_mm256_set1_epi32((int)e0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	uint64_t n = 0, k = 0;
+
+	for (; k + 8 <= cnt; k += 8) {
+		__m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(key + k));
+		unsigned m = lanes8(_mm256_cmpeq_epi32(_mm256_srli_epi32(x, 16), vp));
+		_mm256_storeu_si256((__m256i *)(void *)(idx + n), pack8(vi, m));
+		n += (unsigned)__builtin_popcount(m);
+		vi = _mm256_add_epi32(vi, step);
 	}
-	return n;
+	return index_under_prefix_from(key, k, cnt, P, e0, idx, n);
 }
 #endif
 
 static uint64_t tile_index_under_prefix_c(const uint32_t *restrict key, uint64_t cnt, uint32_t P, uint32_t e0,
 					  uint32_t *restrict idx)
 {
-	uint64_t n = 0;
-
-	for (uint64_t k = 0; k < cnt; k++) {
-		idx[n] = e0 + (uint32_t)k;
-		n += key[k] >> 16 == P;
-	}
-	return n;
+	return index_under_prefix_from(key, 0, cnt, P, e0, idx, 0);
 }
 
 /* How many of a tile's keys equal P. */
@@ -1530,6 +1695,17 @@ static uint64_t tile_count_eq(const uint32_t *restrict key, uint64_t cnt, uint32
 /* The indices and keys of a tile's keys whose upper half lies in
  * [lo, hi], in order, into idx and kv (each with room for 16 more than
  * there are). */
+static inline uint64_t window_from(const uint32_t *restrict key, uint64_t k, uint64_t cnt, uint32_t lo, uint32_t hi,
+				   uint32_t e0, uint32_t *restrict idx, uint32_t *restrict kv, uint64_t n)
+{
+	for (; k < cnt; k++) {
+		idx[n] = e0 + (uint32_t)k;
+		kv[n] = key[k];
+		n += (key[k] >> 16) - lo <= hi - lo;
+	}
+	return n;
+}
+
 #if MK_GTA_X86
 __attribute__((target("avx512f")))
 static uint64_t tile_window_avx512(const uint32_t *restrict key, uint64_t cnt, uint32_t lo, uint32_t hi, uint32_t e0,
@@ -1549,26 +1725,36 @@ static uint64_t tile_window_avx512(const uint32_t *restrict key, uint64_t cnt, u
 		n += (unsigned)__builtin_popcount(m);
 		vi = _mm512_add_epi32(vi, step);
 	}
-	for (; k < cnt; k++) {
-		idx[n] = e0 + (uint32_t)k;
-		kv[n] = key[k];
-		n += (key[k] >> 16) - lo <= hi - lo;
+	return window_from(key, k, cnt, lo, hi, e0, idx, kv, n);
+}
+
+/* The same with AVX2 (unsigned <= as min(a, b) == a). */
+__attribute__((target("avx2")))
+static uint64_t tile_window_avx2(const uint32_t *restrict key, uint64_t cnt, uint32_t lo, uint32_t hi, uint32_t e0,
+				 uint32_t *restrict idx, uint32_t *restrict kv)
+{
+	const __m256i vlo = _mm256_set1_epi32((int)lo), vspan = _mm256_set1_epi32((int)(hi - lo));
+	const __m256i step = _mm256_set1_epi32(8);
+	__m256i vi = _mm256_add_epi32(_mm256_set1_epi32((int)e0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+	uint64_t n = 0, k = 0;
+
+	for (; k + 8 <= cnt; k += 8) {
+		__m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(key + k));
+		__m256i v = _mm256_sub_epi32(_mm256_srli_epi32(x, 16), vlo);
+		unsigned m = lanes8(_mm256_cmpeq_epi32(_mm256_min_epu32(v, vspan), v));
+		_mm256_storeu_si256((__m256i *)(void *)(idx + n), pack8(vi, m));
+		_mm256_storeu_si256((__m256i *)(void *)(kv + n), pack8(x, m));
+		n += (unsigned)__builtin_popcount(m);
+		vi = _mm256_add_epi32(vi, step);
 	}
-	return n;
+	return window_from(key, k, cnt, lo, hi, e0, idx, kv, n);
 }
 #endif
 
 static uint64_t tile_window_c(const uint32_t *restrict key, uint64_t cnt, uint32_t lo, uint32_t hi, uint32_t e0,
 			      uint32_t *restrict idx, uint32_t *restrict kv)
 {
-	uint64_t n = 0;
-
-	for (uint64_t k = 0; k < cnt; k++) {
-		idx[n] = e0 + (uint32_t)k;
-		kv[n] = key[k];
-		n += (key[k] >> 16) - lo <= hi - lo;
-	}
-	return n;
+	return window_from(key, 0, cnt, lo, hi, e0, idx, kv, 0);
 }
 
 /* The first bucket whose running total of t0's counts (hist and the four
@@ -1755,7 +1941,7 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 						win_room(tw);
 						if (!tw->widx)
 							continue;
-						tw->nw += SIMD_OR_C(have_avx512, tile_window, key, cnt, tw->wlo, tw->whi,
+						tw->nw += SIMD3(have_avx512, tile_window, key, cnt, tw->wlo, tw->whi,
 								    (uint32_t)e0, tw->widx + tw->nw, tw->wkey + tw->nw);
 						if (tw->nw > tw->wcap)
 							win_drop(tw);   /* more than the window may hold */
@@ -1766,10 +1952,10 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 					/* recorded: the low digits straight into the
 					 * record, counted from there */
 					uint16_t lo_tile[TILE + 16], *lo = tg->ridx ? tg->rlo + tg->nrec : lo_tile;
-					uint64_t nl = SIMD_OR_C(have_avx512, tile_under_prefix, key, ct,
+					uint64_t nl = SIMD3(have_avx512, tile_under_prefix, key, ct,
 								 (uint32_t)tg->prefix, lo);
 					if (tg->ridx) {
-						(void)SIMD_OR_C(have_avx512, tile_index_under_prefix, key, ct,
+						(void)SIMD3(have_avx512, tile_index_under_prefix, key, ct,
 								(uint32_t)tg->prefix, (uint32_t)e0, tg->ridx + tg->nrec);
 						tg->nrec += nl;
 						if (tg->nrec > tg->rcap)

@@ -21,11 +21,12 @@ enum mk_gta_consensus {
 float mk_gta_della_prob_f32(uint64_t rank0, uint64_t len, double density, double epsilon);
 double mk_gta_della_prob_f64(uint64_t rank0, uint64_t len, double density, double epsilon);
 
-/* Whether the AVX-512 paths run where the CPU has them (default true);
- * false: the portable C everywhere, for the tests that compare the two.
- * Returns the previous setting.  Not thread-safe: set it while no job
- * runs. */
-bool mk_gta_simd_enable(bool on);
+/* The hand-vectorised paths that may run, where the CPU has them: up to
+ * AVX-512 (the default), up to AVX2, or none (the portable C
+ * everywhere), for the tests that compare them.  Returns the previous
+ * limit.  Not thread-safe: set it while no job runs. */
+enum { MK_GTA_SIMD_C, MK_GTA_SIMD_AVX2, MK_GTA_SIMD_AVX512 };
+int mk_gta_simd_limit(int top);
 
 /* `ties` with count consensus (mergekit's ConsensusMethod.count, which no
  * registered method uses); not registered. */

@@ -478,6 +478,45 @@ static void test_window(void **st)
 	}
 }
 
+/* Every key of the selection under one upper half (float32 values 1 +
+ * k 2^-23: the digit passes gather nearly every key of every tile, the
+ * first pass's windows take every key): the same output as float64,
+ * whose keys order the same values the same way. */
+static void test_dense_bucket(void **st)
+{
+	enum { N = 1 << 18, CH = 1 << 13 };
+	static float z32[N], x32[N], o32[N];
+	static double z64[N], x64[N], o64[N];
+	static const char *methods[] = { "ties", "breadcrumbs", "breadcrumbs_ties" };
+
+	(void)st;
+	for (int i = 0; i < N; i++) {
+		x32[i] = (1.0f + (float)((uint32_t)i * 40503u % 65536u) * 0x1p-23f) * (i % 3 ? 1.0f : -1.0f);
+		x64[i] = x32[i];
+	}
+	for (size_t m = 0; m < 3; m++) {
+		struct tj t;
+		const void *v32[2] = { z32, x32 }, *v64[2] = { z64, x64 };
+		uint64_t kept = 0;
+		tj_init(&t, methods[m], 2, 0);
+		set_in(&t, 1, "weight", mk_pval_float(1.0));
+		set_in(&t, 1, "density", mk_pval_float(0.45));
+		if (m)
+			set_in(&t, 1, "gamma", mk_pval_float(0.2));
+		t.in[0] = t.in[1] = td(MK_DT_F32, 2, N / 512, 512);
+		assert_int_equal(run_job(&t, v32, CH, o32, NULL), 0);
+		t.in[0] = t.in[1] = td(MK_DT_F64, 2, N / 512, 512);
+		assert_int_equal(run_job(&t, v64, CH, o64, NULL), 0);
+		for (int i = 0; i < N; i++) {
+			if ((double)o32[i] != o64[i])
+				fail_msg("%s element %d: %g (float32) %g (float64)", methods[m], i, (double)o32[i],
+					 o64[i]);
+			kept += o32[i] != 0;
+		}
+		assert_true(kept > N / 4 && kept < N - N / 4);
+	}
+}
+
 /* BF16 inputs passed to the statistics passes and apply as they are
  * (mk-merge does so for a job that takes them, accumulate_bf16 and
  * apply_bf16) give the bits they give widened to float32 first: the
@@ -1122,13 +1161,19 @@ static void della_rank_sort(int L)
 	 * counting on the keys' upper halves): zeros, values with only upper
 	 * bits, and values sharing upper halves that differ below them, in
 	 * buckets small (sorted by insertion) and large (> 64, sorted by
-	 * radix) */
-	for (int set = 0; set < 2; set++) {
+	 * radix); set 2: one class, every upper half the same and the lower
+	 * halves nonzero (every draw near its threshold: each settled on
+	 * the exact rank, which needs every element in the class's sort) */
+	for (int set = 0; set < 3; set++) {
 	for (int e = 0; e < N; e++) {
 		if (set == 0) {
 			xf[e] = (float)(round(frand() * 12) / 16);       /* few magnitudes */
 			if (e % 53 == 7)
 				xf[e] = e % 2 ? NAN : -INFINITY;
+		} else if (set == 2) {
+			xf[e] = 0.5f + (float)((1 + (uint32_t)e * 7919u % 65535u) * 0x1p-24);
+			if (e % 2)
+				xf[e] = -xf[e];
 		} else {
 			double u = (frand() + 1) / 2, q = round(frand() * 12);
 			if (u < 0.15)
@@ -1230,16 +1275,22 @@ static void test_della_long_rows(void **st)
 	assert_non_null(strstr(err.msg, "della ranks rows of at most 2147483647"));
 }
 
-static void test_portable_paths(void **st)
+/* The same cases on the AVX2 paths (where the CPU has AVX2; on a CPU
+ * with AVX-512 the default run took those) and on the portable C. */
+static void test_lower_paths(void **st)
 {
-	bool was = mk_gta_simd_enable(false);
+	int was = mk_gta_simd_limit(MK_GTA_SIMD_AVX2);
 
-	test_vector_edges(st);
-	test_della_rank_sort(st);
-	test_cut_recorded(st);
-	test_stats_bf16(st);
-	test_window(st);
-	mk_gta_simd_enable(was);
+	for (int top = MK_GTA_SIMD_AVX2; top >= MK_GTA_SIMD_C; top--) {
+		mk_gta_simd_limit(top);
+		test_vector_edges(st);
+		test_della_rank_sort(st);
+		test_cut_recorded(st);
+		test_stats_bf16(st);
+		test_window(st);
+		test_dense_bucket(st);
+	}
+	mk_gta_simd_limit(was);
 }
 
 /* ------------------------------------------------------ random statistics */
@@ -1498,7 +1549,8 @@ int main(void)
 		cmocka_unit_test(test_della_rank_sort),
 		cmocka_unit_test(test_stats_bf16),
 		cmocka_unit_test(test_window),
-		cmocka_unit_test(test_portable_paths),
+		cmocka_unit_test(test_dense_bucket),
+		cmocka_unit_test(test_lower_paths),
 		cmocka_unit_test(test_random_statistics),
 		cmocka_unit_test(test_della_ranks),
 		cmocka_unit_test(test_dare_ties_election),
