@@ -1115,6 +1115,36 @@ static uint32_t class_starts_avx512(uint32_t *restrict c0, uint32_t *restrict c1
 	}
 	return _mm512_reduce_max_epu32(most);
 }
+
+/* class_starts_c with AVX2: eight classes at a time, the scan within each
+ * 128-bit half (shifts by 1 and 2 lanes) and then across them; nc a
+ * multiple of 8. */
+__attribute__((target("avx2")))
+static uint32_t class_starts_avx2(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t nc)
+{
+	const __m256i zero = _mm256_setzero_si256(), last = _mm256_set1_epi32(7);
+	const __m256i odd = _mm256_setr_epi32(0, -1, 0, -1, 0, -1, 0, -1);
+	__m256i carry = zero, most = zero;
+	uint32_t m[8], r = 0;
+
+	for (uint32_t x = 0; x < nc; x += 8) {
+		__m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(c0 + x));
+		__m256i n = _mm256_add_epi32(a, _mm256_loadu_si256((const __m256i *)(const void *)(c1 + x))), t = n, ex;
+		most = _mm256_max_epu32(most, _mm256_and_si256(n, odd));
+		t = _mm256_add_epi32(t, _mm256_slli_si256(t, 4));
+		t = _mm256_add_epi32(t, _mm256_slli_si256(t, 8));
+		/* the lower half's total onto each lane of the upper half */
+		t = _mm256_add_epi32(t, _mm256_shuffle_epi32(_mm256_permute2x128_si256(t, t, 0x08), 0xff));
+		ex = _mm256_add_epi32(_mm256_sub_epi32(t, n), carry);
+		_mm256_storeu_si256((__m256i *)(void *)(c0 + x), ex);
+		_mm256_storeu_si256((__m256i *)(void *)(c1 + x), _mm256_add_epi32(ex, a));
+		carry = _mm256_add_epi32(carry, _mm256_permutevar8x32_epi32(t, last));
+	}
+	_mm256_storeu_si256((__m256i *)(void *)m, most);
+	for (unsigned q = 0; q < 8; q++)
+		r = m[q] > r ? m[q] : r;
+	return r;
+}
 #endif
 
 /* rank[j] += start[bix[j]]. */
@@ -1204,7 +1234,7 @@ static struct row_ranked rank_row32(struct gin *g, const uint32_t *restrict key,
 	}
 	if (L % 2)
 		rank[L - 1] = c1[bix[L - 1]]++;
-	most = SIMD_OR_C(have_avx512, class_starts, c0, c1, nc);
+	most = SIMD3(have_avx512, class_starts, c0, c1, nc);
 	row_rank_add(rank, bix, c0, h);
 	row_rank_add(rank + h, bix + h, c1, L - h);
 	return (struct row_ranked){ nd, nc, most > 1 ? most : 0 };
@@ -2756,6 +2786,139 @@ static void fused_tile_avx512(const struct state *s, const struct fuse_in *fi, u
 }
 #endif
 
+#if MK_GTA_X86
+/* The same with AVX2, eight elements at a time (sgn16, merge16, load16,
+ * fused_tile_k's operations in their order: the same bits), the masks
+ * as lanes of all ones or zeros. */
+__attribute__((target("avx2"), always_inline)) static inline __m256 sgn8(__m256 x)
+{
+	const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+	__m256 r = _mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_GT_OQ), one);
+	return _mm256_blendv_ps(r, _mm256_set1_ps(-1.0f), _mm256_cmp_ps(x, zero, _CMP_LT_OQ));
+}
+
+__attribute__((target("avx2"), always_inline)) static inline __m256 merge8(const struct state *s,
+									   const __m256 *vv)
+{
+	const enum mk_gta_consensus cons = s->cfg->cons;
+	const size_t n = s->n;
+	const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
+	__m256 m, d;
+
+	if (cons != MK_GTA_CONS_NONE) {
+		__m256 t = cons == MK_GTA_CONS_SUM ? vv[0] : sgn8(vv[0]), maj;
+		for (size_t j = 1; j < n; j++)
+			t = _mm256_add_ps(t, cons == MK_GTA_CONS_SUM ? vv[j] : sgn8(vv[j]));
+		maj = _mm256_blendv_ps(_mm256_set1_ps(-1.0f), one, _mm256_cmp_ps(t, zero, _CMP_GE_OQ));
+		m = d = zero;
+		for (size_t j = 0; j < n; j++) {
+			__m256 kk = _mm256_and_ps(_mm256_cmp_ps(sgn8(vv[j]), maj, _CMP_EQ_OQ), one);
+			__m256 tm = _mm256_mul_ps(vv[j], kk), tw = _mm256_mul_ps(_mm256_set1_ps(s->g[j].wf), kk);
+			m = j ? _mm256_add_ps(m, tm) : tm;
+			d = j ? _mm256_add_ps(d, tw) : tw;
+		}
+		d = _mm256_blendv_ps(d, one, _mm256_cmp_ps(d, zero, _CMP_EQ_OQ));
+	} else {
+		m = vv[0];
+		for (size_t j = 1; j < n; j++)
+			m = _mm256_add_ps(m, vv[j]);
+		d = _mm256_set1_ps(s->divf);
+	}
+	if (s->normalize)
+		m = _mm256_div_ps(m, d);
+	if (s->scale_lam)
+		m = _mm256_mul_ps(m, _mm256_set1_ps(s->lamf));
+	return m;
+}
+
+__attribute__((target("avx2"), always_inline))
+static inline __m256 load8(const void *p, uint64_t k, const bool B)
+{
+	if (!B)
+		return _mm256_loadu_ps((const float *)p + k);
+	__m128i h = _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)p + k));
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* cnt a multiple of 8. */
+__attribute__((target("avx2"), always_inline))
+static inline void fused_tile8_k(const struct state *s, const struct fuse_in *fi, uint64_t e0, uint64_t cnt,
+				 const void *bt, float *o, const int K, const bool B)
+{
+	const size_t n = s->n;
+	const __m256 zero = _mm256_setzero_ps();
+	const __m256i absm = _mm256_set1_epi32(0x7fffffff);
+
+	for (uint64_t k = 0; k < cnt; k += 8) {
+		const __m256 b = load8(bt, k, B);
+		__m256 vv[FUSE_MAX];
+		vv[0] = zero;
+		for (size_t j = 0; j < n; j++) {
+			const struct fuse_in *f = &fi[j];
+			__m256 dl = _mm256_sub_ps(load8(f->x, k, B), b), keep = zero, v;
+			switch (K >= 0 ? (enum fuse_kind)K : f->kind) {
+			case FU_DENSE:
+				vv[j] = _mm256_mul_ps(dl, _mm256_set1_ps(f->w));
+				continue;
+			case FU_ZERO:
+				vv[j] = _mm256_mul_ps(zero, _mm256_set1_ps(f->w));
+				continue;
+			case FU_RANGE:
+				if (!f->none) {
+					__m256i key = _mm256_and_si256(_mm256_castps_si256(dl), absm);
+					__m256i ge = _mm256_cmpeq_epi32(_mm256_max_epu32(key, _mm256_set1_epi32((int)f->lo)), key);
+					__m256i le = _mm256_cmpeq_epi32(_mm256_min_epu32(key, _mm256_set1_epi32((int)f->hi)), key);
+					keep = _mm256_and_ps(_mm256_castsi256_ps(_mm256_and_si256(ge, le)), _mm256_set1_ps(1.0f));
+				}
+				break;
+			case FU_BITS: {
+				uint64_t e = e0 + k;
+				uint16_t w16;
+				memcpy(&w16, f->mask + (e >> 3), sizeof(w16));
+				keep = _mm256_loadu_ps(byte_f32[(uint8_t)(w16 >> (e & 7))]);
+				break;
+			}
+			}
+			v = _mm256_mul_ps(dl, keep);
+			if (f->scale)
+				v = _mm256_mul_ps(v, _mm256_set1_ps(f->f));
+			vv[j] = _mm256_mul_ps(v, _mm256_set1_ps(f->w));
+		}
+		_mm256_storeu_ps(o + k, _mm256_add_ps(b, merge8(s, vv)));
+	}
+}
+
+/* fused_tile_avx512's work with AVX2 on the first cnt & ~7 elements;
+ * returns how many it did. */
+__attribute__((target("avx2")))
+static uint64_t fused_tile_avx2(const struct state *s, const struct fuse_in *fi, uint64_t e0, uint64_t cnt,
+				const void *bt, float *o, bool bf16)
+{
+	int k = (int)fi[0].kind;
+
+	cnt &= ~(uint64_t)7;
+	for (size_t j = 1; j < s->n; j++)
+		if ((int)fi[j].kind != k)
+			k = -1;
+	if (bf16) {
+		switch (k) {
+		case FU_DENSE: fused_tile8_k(s, fi, e0, cnt, bt, o, FU_DENSE, true); break;
+		case FU_RANGE: fused_tile8_k(s, fi, e0, cnt, bt, o, FU_RANGE, true); break;
+		case FU_BITS: fused_tile8_k(s, fi, e0, cnt, bt, o, FU_BITS, true); break;
+		default: fused_tile8_k(s, fi, e0, cnt, bt, o, -1, true); break;
+		}
+		return cnt;
+	}
+	switch (k) {
+	case FU_DENSE: fused_tile8_k(s, fi, e0, cnt, bt, o, FU_DENSE, false); break;
+	case FU_RANGE: fused_tile8_k(s, fi, e0, cnt, bt, o, FU_RANGE, false); break;
+	case FU_BITS: fused_tile8_k(s, fi, e0, cnt, bt, o, FU_BITS, false); break;
+	default: fused_tile8_k(s, fi, e0, cnt, bt, o, -1, false); break;
+	}
+	return cnt;
+}
+#endif
+
 /* Elements [t0, t0 + cnt) of a chunk's input p as float32: where they
  * are, or (bf16) widened into w. */
 static const float *tile_in(const void *p, bool bf16, uint64_t t0, uint64_t cnt, float *w)
@@ -2773,19 +2936,28 @@ static void apply_f32(const struct state *s, const struct mk_job_chunk *c, const
 	float *sw = v + s->n * TILE, *mix = sw + TILE, *div = mix + TILE, *wide = div + TILE;
 	const size_t es = c->bf16 ? 2 : 4;
 
-	for (uint64_t t0 = 0; t0 < c->count; t0 += TILE) {
-		uint64_t cnt = c->count - t0 < TILE ? c->count - t0 : TILE;
+	for (uint64_t t = 0; t < c->count; t += TILE) {
+		uint64_t t0 = t, cnt = c->count - t < TILE ? c->count - t : TILE;
 #if MK_GTA_X86
-		if (have_avx512 && (!c->bf16 || have_avx512bw) && s->n <= FUSE_MAX) {
+		bool wide512 = have_avx512 && (!c->bf16 || have_avx512bw);
+		if ((wide512 || have_avx2) && s->n <= FUSE_MAX) {
 			struct fuse_in fi[FUSE_MAX];
 			bool fuse = true;
 			for (size_t j = 0; j < s->n && fuse; j++)
 				fuse = fuse_of(&s->g[j], c->elem_begin + t0, cnt,
 					       (const char *)c->in[s->g[j].idx] + t0 * es, &fi[j]);
-			if (fuse) {
+			if (fuse && wide512) {
 				fused_tile_avx512(s, fi, c->elem_begin + t0, cnt, (const char *)b + t0 * es, o + t0,
 						  c->bf16);
 				continue;
+			}
+			if (fuse) {
+				/* AVX2 to the last multiple of 8; the rest below */
+				uint64_t done = fused_tile_avx2(s, fi, c->elem_begin + t0, cnt,
+								(const char *)b + t0 * es, o + t0, c->bf16);
+				t0 += done, cnt -= done;
+				if (!cnt)
+					continue;
 			}
 		}
 #endif
