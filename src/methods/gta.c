@@ -1439,6 +1439,56 @@ static uint32_t della_draw_row_avx2(uint64_t stream, uint64_t e0, uint64_t j0, u
 }
 #endif
 
+/* RAND's draw of element e (random bits u kept when below thr): its bit
+ * set in mask (when there is one; all zero before) and *m = a when kept,
+ * else 0. */
+static inline void rand_keep_one(uint64_t stream, uint64_t thr, uint64_t e, float a, float *m, uint8_t *mask)
+{
+	bool keep = (mk_rng_u64(stream, e) >> 11) < thr;
+
+	if (mask)
+		mask[e >> 3] |= (uint8_t)((unsigned)keep << (e & 7));
+	*m = keep ? a : 0.0f;
+}
+
+#if MK_GTA_X86
+/* rand_keep_one for the elements e0 .. e0 + cnt of a tile (a: their
+ * |delta|), with AVX2: eight elements a time from a multiple of 8 on,
+ * their bits one mask byte (rng53x4, thr <= 2^53: the signed compare
+ * orders them).  For CPUs without AVX-512 DQ, where tile_rand_u8's
+ * 64-bit multiplies are emulated anyway: this one also makes the bits and
+ * the kept values without the bytes in between. */
+__attribute__((target("avx2")))
+static void rand_keep_avx2(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t cnt, const float *restrict a,
+			   float *restrict m, uint8_t *restrict mask)
+{
+	const __m256i vt = _mm256_set1_epi64x((long long)thr);
+	const __m256i step = _mm256_set1_epi64x((long long)(8 * MK_RNG_GOLDEN));
+	uint64_t k = 0, z;
+	__m256i za, zb;
+
+	for (; k < cnt && (e0 + k) % 8; k++)
+		rand_keep_one(stream, thr, e0 + k, a[k], m + k, mask);
+	z = stream + (e0 + k + 1) * MK_RNG_GOLDEN;
+	za = _mm256_setr_epi64x((long long)z, (long long)(z + MK_RNG_GOLDEN), (long long)(z + 2 * MK_RNG_GOLDEN),
+				(long long)(z + 3 * MK_RNG_GOLDEN));
+	zb = _mm256_add_epi64(za, _mm256_set1_epi64x((long long)(4 * MK_RNG_GOLDEN)));
+	for (; k + 8 <= cnt; k += 8) {
+		__m256i ka = _mm256_cmpgt_epi64(vt, rng53x4(za)), kb = _mm256_cmpgt_epi64(vt, rng53x4(zb));
+		__m256 k32 = _mm256_castpd_ps(_mm256_permute4x64_pd(
+			_mm256_castps_pd(_mm256_shuffle_ps(_mm256_castsi256_ps(ka), _mm256_castsi256_ps(kb), 0x88)), 0xd8));
+		if (mask)
+			mask[(e0 + k) >> 3] = (uint8_t)(_mm256_movemask_pd(_mm256_castsi256_pd(ka)) |
+							_mm256_movemask_pd(_mm256_castsi256_pd(kb)) << 4);
+		_mm256_storeu_ps(m + k, _mm256_and_ps(k32, _mm256_loadu_ps(a + k)));
+		za = _mm256_add_epi64(za, step);
+		zb = _mm256_add_epi64(zb, step);
+	}
+	for (; k < cnt; k++)
+		rand_keep_one(stream, thr, e0 + k, a[k], m + k, mask);
+}
+#endif
+
 
 /* DELLA float32: rank the slab's rows, draw the mask, sum |kept delta|
  * (in element order). */
@@ -1918,6 +1968,14 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 			continue;
 		}
 		if (g->kind == K_RAND) {
+#if MK_GTA_X86
+			if (have_avx2 && !have_avx512dq) {
+				rand_keep_avx2(g->stream, g->thr, e0, cnt, a, m, g->mask);
+				fsum_run_f32(&g->before, e0, a, cnt);
+				fsum_run_f32(&g->after, e0, m, cnt);
+				continue;
+			}
+#endif
 			tile_rand_u8(g->stream, g->thr, e0, cnt, kb);
 			if (g->mask)
 				tile_setbits(g->mask, e0, cnt, kb);
