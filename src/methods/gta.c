@@ -2856,10 +2856,9 @@ __attribute__((target("avx2"), always_inline)) static inline __m256 sgn8(__m256 
 }
 
 __attribute__((target("avx2"), always_inline)) static inline __m256 merge8(const struct state *s,
-									   const __m256 *vv)
+									   const __m256 *vv, const size_t n)
 {
 	const enum mk_gta_consensus cons = s->cfg->cons;
-	const size_t n = s->n;
 	const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
 	__m256 m, d;
 
@@ -2898,12 +2897,13 @@ static inline __m256 load8(const void *p, uint64_t k, const bool B)
 	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
 
-/* cnt a multiple of 8. */
+/* cnt a multiple of 8; N: s->n where it is a constant (2, the common
+ * case: unrolled, the deltas kept in registers), else 0. */
 __attribute__((target("avx2"), always_inline))
 static inline void fused_tile8_k(const struct state *s, const struct fuse_in *fi, uint64_t e0, uint64_t cnt,
-				 const void *bt, float *o, const int K, const bool B)
+				 const void *bt, float *o, const int K, const bool B, const size_t N)
 {
-	const size_t n = s->n;
+	const size_t n = N ? N : s->n;
 	const __m256 zero = _mm256_setzero_ps();
 	const __m256i absm = _mm256_set1_epi32(0x7fffffff);
 
@@ -2942,7 +2942,7 @@ static inline void fused_tile8_k(const struct state *s, const struct fuse_in *fi
 				v = _mm256_mul_ps(v, _mm256_set1_ps(f->f));
 			vv[j] = _mm256_mul_ps(v, _mm256_set1_ps(f->w));
 		}
-		_mm256_storeu_ps(o + k, _mm256_add_ps(b, merge8(s, vv)));
+		_mm256_storeu_ps(o + k, _mm256_add_ps(b, merge8(s, vv, n)));
 	}
 }
 
@@ -2958,21 +2958,24 @@ static uint64_t fused_tile_avx2(const struct state *s, const struct fuse_in *fi,
 	for (size_t j = 1; j < s->n; j++)
 		if ((int)fi[j].kind != k)
 			k = -1;
+#define FUSED8(K, B)                                                      \
+	(s->n == 2 ? fused_tile8_k(s, fi, e0, cnt, bt, o, K, B, 2) : fused_tile8_k(s, fi, e0, cnt, bt, o, K, B, 0))
 	if (bf16) {
 		switch (k) {
-		case FU_DENSE: fused_tile8_k(s, fi, e0, cnt, bt, o, FU_DENSE, true); break;
-		case FU_RANGE: fused_tile8_k(s, fi, e0, cnt, bt, o, FU_RANGE, true); break;
-		case FU_BITS: fused_tile8_k(s, fi, e0, cnt, bt, o, FU_BITS, true); break;
-		default: fused_tile8_k(s, fi, e0, cnt, bt, o, -1, true); break;
+		case FU_DENSE: FUSED8(FU_DENSE, true); break;
+		case FU_RANGE: FUSED8(FU_RANGE, true); break;
+		case FU_BITS: FUSED8(FU_BITS, true); break;
+		default: fused_tile8_k(s, fi, e0, cnt, bt, o, -1, true, 0); break;
 		}
 		return cnt;
 	}
 	switch (k) {
-	case FU_DENSE: fused_tile8_k(s, fi, e0, cnt, bt, o, FU_DENSE, false); break;
-	case FU_RANGE: fused_tile8_k(s, fi, e0, cnt, bt, o, FU_RANGE, false); break;
-	case FU_BITS: fused_tile8_k(s, fi, e0, cnt, bt, o, FU_BITS, false); break;
-	default: fused_tile8_k(s, fi, e0, cnt, bt, o, -1, false); break;
+	case FU_DENSE: FUSED8(FU_DENSE, false); break;
+	case FU_RANGE: FUSED8(FU_RANGE, false); break;
+	case FU_BITS: FUSED8(FU_BITS, false); break;
+	default: fused_tile8_k(s, fi, e0, cnt, bt, o, -1, false, 0); break;
 	}
+#undef FUSED8
 	return cnt;
 }
 #endif
