@@ -1393,6 +1393,31 @@ static inline __m256i rng53x4(__m256i z)
 	return _mm256_srli_epi64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 31)), 11);
 }
 
+/* The counters' states of eight elements from z (that of the first) in
+ * two sets of four. */
+__attribute__((target("avx2"), always_inline))
+static inline void rng_lanes8(uint64_t z, __m256i *za, __m256i *zb)
+{
+	*za = _mm256_setr_epi64x((long long)z, (long long)(z + MK_RNG_GOLDEN), (long long)(z + 2 * MK_RNG_GOLDEN),
+				 (long long)(z + 3 * MK_RNG_GOLDEN));
+	*zb = _mm256_add_epi64(*za, _mm256_set1_epi64x((long long)(4 * MK_RNG_GOLDEN)));
+}
+
+/* Two sets of four 64-bit compare results as eight bits (the first set
+ * the low four), and as eight 32-bit lanes in order. */
+__attribute__((target("avx2"), always_inline))
+static inline unsigned bits8(__m256i ka, __m256i kb)
+{
+	return (unsigned)(_mm256_movemask_pd(_mm256_castsi256_pd(ka)) | _mm256_movemask_pd(_mm256_castsi256_pd(kb)) << 4);
+}
+
+__attribute__((target("avx2"), always_inline))
+static inline __m256 lanes32(__m256i ka, __m256i kb)
+{
+	__m256 x = _mm256_shuffle_ps(_mm256_castsi256_ps(ka), _mm256_castsi256_ps(kb), 0x88);
+	return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(x), 0xd8));
+}
+
 /* The same with AVX2: eight elements at a time in two sets of four, their
  * eight bits one mask byte (e0 a multiple of 8).  Every value compared
  * is below 2^63 (u < 2^53, t <= 2^53, margin <= 2^54), so the signed
@@ -1406,10 +1431,10 @@ static uint32_t della_draw_row_avx2(uint64_t stream, uint64_t e0, uint64_t j0, u
 	const __m256i mg = _mm256_set1_epi64x((long long)margin);
 	const __m256i step = _mm256_set1_epi64x((long long)(8 * MK_RNG_GOLDEN));
 	const long long *tp = (const long long *)(const void *)thr;
-	uint64_t z = stream + (e0 + j0 + 1) * MK_RNG_GOLDEN, j = j0;
-	__m256i za = _mm256_setr_epi64x((long long)z, (long long)(z + MK_RNG_GOLDEN),
-					(long long)(z + 2 * MK_RNG_GOLDEN), (long long)(z + 3 * MK_RNG_GOLDEN));
-	__m256i zb = _mm256_add_epi64(za, _mm256_set1_epi64x((long long)(4 * MK_RNG_GOLDEN)));
+	uint64_t j = j0;
+	__m256i za, zb;
+
+	rng_lanes8(stream + (e0 + j0 + 1) * MK_RNG_GOLDEN, &za, &zb);
 
 	if ((e0 + j0) % 8 == 0) {
 		for (; j + 8 <= L; j += 8) {
@@ -1417,8 +1442,6 @@ static uint32_t della_draw_row_avx2(uint64_t stream, uint64_t e0, uint64_t j0, u
 			__m256i ta = _mm256_i32gather_epi64(tp, _mm_loadu_si128((const __m128i *)(const void *)(rank + j)), 8);
 			__m256i tb = _mm256_i32gather_epi64(tp, _mm_loadu_si128((const __m128i *)(const void *)(rank + j + 4)), 8);
 			__m256i ka = _mm256_cmpgt_epi64(ta, ua), kb = _mm256_cmpgt_epi64(tb, ub);
-			__m256 k32 = _mm256_castpd_ps(_mm256_permute4x64_pd(
-				_mm256_castps_pd(_mm256_shuffle_ps(_mm256_castsi256_ps(ka), _mm256_castsi256_ps(kb), 0x88)), 0xd8));
 			/* near: u + margin >= t and t + margin > u */
 			__m256i fa = _mm256_andnot_si256(_mm256_cmpgt_epi64(ta, _mm256_add_epi64(ua, mg)),
 							 _mm256_cmpgt_epi64(_mm256_add_epi64(ta, mg), ua));
@@ -1426,12 +1449,10 @@ static uint32_t della_draw_row_avx2(uint64_t stream, uint64_t e0, uint64_t j0, u
 							 _mm256_cmpgt_epi64(_mm256_add_epi64(tb, mg), ub));
 			za = _mm256_add_epi64(za, step);
 			zb = _mm256_add_epi64(zb, step);
-			mask[(e0 + j) >> 3] = (uint8_t)(_mm256_movemask_pd(_mm256_castsi256_pd(ka)) |
-							_mm256_movemask_pd(_mm256_castsi256_pd(kb)) << 4);
-			_mm256_storeu_ps(m + j, _mm256_and_ps(k32, _mm256_loadu_ps((const float *)(const void *)(key + j))));
-			for (unsigned f = (unsigned)(_mm256_movemask_pd(_mm256_castsi256_pd(fa)) |
-						     _mm256_movemask_pd(_mm256_castsi256_pd(fb)) << 4);
-			     f; f &= f - 1)
+			mask[(e0 + j) >> 3] = (uint8_t)bits8(ka, kb);
+			_mm256_storeu_ps(m + j, _mm256_and_ps(lanes32(ka, kb),
+							      _mm256_loadu_ps((const float *)(const void *)(key + j))));
+			for (unsigned f = bits8(fa, fb); f; f &= f - 1)
 				flag[nf++] = (uint32_t)j + (uint32_t)__builtin_ctz(f);
 		}
 	}
@@ -1464,23 +1485,17 @@ static void rand_keep_avx2(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t 
 {
 	const __m256i vt = _mm256_set1_epi64x((long long)thr);
 	const __m256i step = _mm256_set1_epi64x((long long)(8 * MK_RNG_GOLDEN));
-	uint64_t k = 0, z;
+	uint64_t k = 0;
 	__m256i za, zb;
 
 	for (; k < cnt && (e0 + k) % 8; k++)
 		rand_keep_one(stream, thr, e0 + k, a[k], m + k, mask);
-	z = stream + (e0 + k + 1) * MK_RNG_GOLDEN;
-	za = _mm256_setr_epi64x((long long)z, (long long)(z + MK_RNG_GOLDEN), (long long)(z + 2 * MK_RNG_GOLDEN),
-				(long long)(z + 3 * MK_RNG_GOLDEN));
-	zb = _mm256_add_epi64(za, _mm256_set1_epi64x((long long)(4 * MK_RNG_GOLDEN)));
+	rng_lanes8(stream + (e0 + k + 1) * MK_RNG_GOLDEN, &za, &zb);
 	for (; k + 8 <= cnt; k += 8) {
 		__m256i ka = _mm256_cmpgt_epi64(vt, rng53x4(za)), kb = _mm256_cmpgt_epi64(vt, rng53x4(zb));
-		__m256 k32 = _mm256_castpd_ps(_mm256_permute4x64_pd(
-			_mm256_castps_pd(_mm256_shuffle_ps(_mm256_castsi256_ps(ka), _mm256_castsi256_ps(kb), 0x88)), 0xd8));
 		if (mask)
-			mask[(e0 + k) >> 3] = (uint8_t)(_mm256_movemask_pd(_mm256_castsi256_pd(ka)) |
-							_mm256_movemask_pd(_mm256_castsi256_pd(kb)) << 4);
-		_mm256_storeu_ps(m + k, _mm256_and_ps(k32, _mm256_loadu_ps(a + k)));
+			mask[(e0 + k) >> 3] = (uint8_t)bits8(ka, kb);
+		_mm256_storeu_ps(m + k, _mm256_and_ps(lanes32(ka, kb), _mm256_loadu_ps(a + k)));
 		za = _mm256_add_epi64(za, step);
 		zb = _mm256_add_epi64(zb, step);
 	}
