@@ -1408,7 +1408,8 @@ static inline void rng_lanes8(uint64_t z, __m256i *za, __m256i *zb)
 __attribute__((target("avx2"), always_inline))
 static inline unsigned bits8(__m256i ka, __m256i kb)
 {
-	return (unsigned)(_mm256_movemask_pd(_mm256_castsi256_pd(ka)) | _mm256_movemask_pd(_mm256_castsi256_pd(kb)) << 4);
+	return (unsigned)(_mm256_movemask_pd(_mm256_castsi256_pd(ka)) |
+			  _mm256_movemask_pd(_mm256_castsi256_pd(kb)) << 4);
 }
 
 __attribute__((target("avx2"), always_inline))

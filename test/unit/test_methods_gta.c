@@ -368,6 +368,44 @@ static void test_cut_pass_skipped(void **st)
 	}
 }
 
+/* The selection methods (no DARE or DELLA), for the cases below. */
+static const char *const sel_methods[] = { "ties", "breadcrumbs", "breadcrumbs_ties" };
+
+/* A selection method over a zero base (input 1: weight 1, the density,
+ * and gamma for the breadcrumbs when gamma > 0) on float32 values x32 and
+ * on the same values as float64 (x64), shape [N / cols, cols], chunks of
+ * ch elements: the outputs must be the same values (the float64 keys
+ * order the values as the float32 ones, and the float64 job has neither
+ * window nor record).  Returns how many elements the job kept; *skipped:
+ * the chunks the float32 job left unread (tj_skipped). */
+static uint64_t sel_f32_as_f64(const char *method, double density, double gamma, uint64_t N, uint64_t cols,
+			       uint64_t ch, const float *z32, const float *x32, float *o32, const double *z64,
+			       const double *x64, double *o64, uint64_t *skipped)
+{
+	const void *v32[2] = { z32, x32 }, *v64[2] = { z64, x64 };
+	uint64_t before, kept = 0;
+	struct tj t;
+
+	tj_init(&t, method, 2, 0);
+	set_in(&t, 1, "weight", mk_pval_float(1.0));
+	set_in(&t, 1, "density", mk_pval_float(density));
+	if (gamma > 0)
+		set_in(&t, 1, "gamma", mk_pval_float(gamma));
+	t.in[0] = t.in[1] = td(MK_DT_F32, 2, N / cols, cols);
+	before = tj_skipped;
+	assert_int_equal(run_job(&t, v32, ch, o32, NULL), 0);
+	*skipped = tj_skipped - before;
+	t.in[0] = t.in[1] = td(MK_DT_F64, 2, N / cols, cols);
+	assert_int_equal(run_job(&t, v64, ch, o64, NULL), 0);
+	for (uint64_t i = 0; i < N; i++) {
+		if ((double)o32[i] != o64[i])
+			fail_msg("%s density %g element %llu: %g (float32) %g (float64)", method, density,
+				 (unsigned long long)i, (double)o32[i], o64[i]);
+		kept += o32[i] != 0;
+	}
+	return kept;
+}
+
 /* A selection whose last bucket is small records its elements in the
  * last digit pass and finds the cut there (float32, no rescale): the cut
  * pass is not read at all, and the elements kept are those of the
@@ -378,7 +416,6 @@ static void test_cut_recorded(void **st)
 	enum { N = 4096, CH = 256 };
 	static float z32[N], x32[N], o32[N];
 	static double z64[N], x64[N], o64[N];
-	static const char *methods[] = { "ties", "breadcrumbs", "breadcrumbs_ties" };
 
 	(void)st;
 	/* 1000 values in [1, 2), each about 4 times (ties), signs mixed: a
@@ -390,29 +427,10 @@ static void test_cut_recorded(void **st)
 	for (size_t m = 0; m < 3; m++)
 		for (int d = 0; d < 3; d++) {
 			static const double dens[] = { 0.5, 0.3, 0.77 };
-			struct tj t;
-			const void *v32[2] = { z32, x32 }, *v64[2] = { z64, x64 };
-			uint64_t before;
-			tj_init(&t, methods[m], 2, 0);
-			set_in(&t, 1, "weight", mk_pval_float(1.0));
-			set_in(&t, 1, "density", mk_pval_float(dens[d]));
-			if (m)
-				set_in(&t, 1, "gamma", mk_pval_float(0.1));
-			t.in[0] = t.in[1] = td(MK_DT_F32, 2, N / 64, 64);
-			before = tj_skipped;
-			assert_int_equal(run_job(&t, v32, CH, o32, NULL), 0);
+			uint64_t skipped, kept = sel_f32_as_f64(sel_methods[m], dens[d], m ? 0.1 : 0.0, N, 64, CH, z32, x32,
+								o32, z64, x64, o64, &skipped);
 			/* the cut pass, all its chunks, unread */
-			assert_int_equal(tj_skipped - before, N / CH);
-			t.in[0] = t.in[1] = td(MK_DT_F64, 2, N / 64, 64);
-			before = tj_skipped;
-			assert_int_equal(run_job(&t, v64, CH, o64, NULL), 0);
-			uint64_t kept = 0;
-			for (int i = 0; i < N; i++) {
-				if ((double)o32[i] != o64[i])
-					fail_msg("%s density %g element %d: %g (float32) %g (float64)", methods[m], dens[d],
-						 i, (double)o32[i], o64[i]);
-				kept += o32[i] != 0;
-			}
+			assert_int_equal(skipped, N / CH);
 			assert_true(kept > 0 && kept < N);
 		}
 }
@@ -429,7 +447,6 @@ static void test_window(void **st)
 	enum { N = 1 << 20, CH = 1 << 14 };
 	static float z32[N], x32[N], o32[N];
 	static double z64[N], x64[N], o64[N];
-	static const char *methods[] = { "ties", "breadcrumbs", "breadcrumbs_ties" };
 
 	(void)st;
 	for (int shape = 0; shape < 3; shape++) {
@@ -443,26 +460,8 @@ static void test_window(void **st)
 			x64[i] = x32[i];
 		}
 		for (size_t m = 0; m < 3; m++) {
-			struct tj t;
-			const void *v32[2] = { z32, x32 }, *v64[2] = { z64, x64 };
-			tj_init(&t, methods[m], 2, 0);
-			set_in(&t, 1, "weight", mk_pval_float(1.0));
-			set_in(&t, 1, "density", mk_pval_float(0.4));
-			if (m)
-				set_in(&t, 1, "gamma", mk_pval_float(0.05));
-			t.in[0] = t.in[1] = td(MK_DT_F32, 2, N / 1024, 1024);
-			uint64_t before = tj_skipped;
-			assert_int_equal(run_job(&t, v32, CH, o32, NULL), 0);
-			uint64_t skipped = tj_skipped - before;
-			t.in[0] = t.in[1] = td(MK_DT_F64, 2, N / 1024, 1024);
-			assert_int_equal(run_job(&t, v64, CH, o64, NULL), 0);
-			uint64_t kept = 0;
-			for (int i = 0; i < N; i++) {
-				if ((double)o32[i] != o64[i])
-					fail_msg("%s, data %d, element %d: %g (float32) %g (float64)", methods[m], shape, i,
-						 (double)o32[i], o64[i]);
-				kept += o32[i] != 0;
-			}
+			uint64_t skipped, kept = sel_f32_as_f64(sel_methods[m], 0.4, m ? 0.05 : 0.0, N, 1024, CH, z32, x32,
+								o32, z64, x64, o64, &skipped);
 			assert_true(kept > 0 && kept < N);
 			/* the last digit pass: all but its first eighth unread
 			 * when the window held the cut, read whole when not; the
@@ -487,7 +486,6 @@ static void test_dense_bucket(void **st)
 	enum { N = 1 << 18, CH = 1 << 13 };
 	static float z32[N], x32[N], o32[N];
 	static double z64[N], x64[N], o64[N];
-	static const char *methods[] = { "ties", "breadcrumbs", "breadcrumbs_ties" };
 
 	(void)st;
 	for (int i = 0; i < N; i++) {
@@ -495,24 +493,8 @@ static void test_dense_bucket(void **st)
 		x64[i] = x32[i];
 	}
 	for (size_t m = 0; m < 3; m++) {
-		struct tj t;
-		const void *v32[2] = { z32, x32 }, *v64[2] = { z64, x64 };
-		uint64_t kept = 0;
-		tj_init(&t, methods[m], 2, 0);
-		set_in(&t, 1, "weight", mk_pval_float(1.0));
-		set_in(&t, 1, "density", mk_pval_float(0.45));
-		if (m)
-			set_in(&t, 1, "gamma", mk_pval_float(0.2));
-		t.in[0] = t.in[1] = td(MK_DT_F32, 2, N / 512, 512);
-		assert_int_equal(run_job(&t, v32, CH, o32, NULL), 0);
-		t.in[0] = t.in[1] = td(MK_DT_F64, 2, N / 512, 512);
-		assert_int_equal(run_job(&t, v64, CH, o64, NULL), 0);
-		for (int i = 0; i < N; i++) {
-			if ((double)o32[i] != o64[i])
-				fail_msg("%s element %d: %g (float32) %g (float64)", methods[m], i, (double)o32[i],
-					 o64[i]);
-			kept += o32[i] != 0;
-		}
+		uint64_t skipped, kept = sel_f32_as_f64(sel_methods[m], 0.45, m ? 0.2 : 0.0, N, 512, CH, z32, x32, o32,
+							z64, x64, o64, &skipped);
 		assert_true(kept > N / 4 && kept < N - N / 4);
 	}
 }
