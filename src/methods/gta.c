@@ -487,14 +487,11 @@ static int simd_top = MK_GTA_SIMD_AVX512;
  * lists the lanes of the set bits of m in order, for vpermd. */
 static uint32_t comp8[256][8];
 
-/* F_avx512(...) when HAVE, else F_c(...): the one dispatch of the paths
- * written twice; SIMD3 the same for those written three times, with
- * F_avx2 between. */
+/* F_avx512(...) when HAVE, else F_avx2(...) where AVX2 runs, else
+ * F_c(...): the one dispatch of the paths written three times. */
 #if MK_GTA_X86
-#define SIMD_OR_C(HAVE, F, ...) ((HAVE) ? F##_avx512(__VA_ARGS__) : F##_c(__VA_ARGS__))
 #define SIMD3(HAVE, F, ...) ((HAVE) ? F##_avx512(__VA_ARGS__) : have_avx2 ? F##_avx2(__VA_ARGS__) : F##_c(__VA_ARGS__))
 #else
-#define SIMD_OR_C(HAVE, F, ...) ((void)(HAVE), F##_c(__VA_ARGS__))
 #define SIMD3(HAVE, F, ...) ((void)(HAVE), F##_c(__VA_ARGS__))
 #endif
 
