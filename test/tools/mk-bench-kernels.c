@@ -1,9 +1,11 @@
 /* mk-bench-kernels - time the task-arithmetic kernels alone, on one core.
  *
- *   mk-bench-kernels [-n MELEM] [-k INPUTS] [-r REPS] [-d DENSITY] [-w] [METHOD...]
+ *   mk-bench-kernels [-n MELEM] [-c COLS] [-k INPUTS] [-r REPS] [-d DENSITY] [-w] [METHOD...]
  *
  * Makes INPUTS (default 3: a base and two fine-tunes) in-memory bfloat16
- * tensors of MELEM Mi elements (default 64, shape [MELEM*256, 4096]):
+ * tensors of MELEM Mi elements (default 64) in rows of COLS (default
+ * 4096, a power of two up to 2^20: shape [MELEM Mi / COLS, COLS]; the
+ * row-wise methods, DELLA's ranks, work row by row):
  * the base normal-ish of scale 0.02, each fine-tune the base plus a delta
  * of scale 1e-3, rounded to bfloat16 (so equal magnitudes are common, as in
  * real checkpoints).  Then, on this thread only:
@@ -65,7 +67,7 @@ static float normalish(float s)
 
 struct bench {
 	size_t k;
-	uint64_t n;
+	uint64_t n, cols;
 	uint16_t *in[MAXK];
 	float *cv;             /* [k + 1][TILE]: converted inputs, then the output */
 	uint16_t *ob;          /* [TILE] bf16 output */
@@ -75,7 +77,7 @@ struct bench {
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: mk-bench-kernels [-n MELEM] [-k INPUTS] [-r REPS] [-d DENSITY] [-w] [METHOD...]\n");
+	fprintf(stderr, "usage: mk-bench-kernels [-n MELEM] [-c COLS] [-k INPUTS] [-r REPS] [-d DENSITY] [-w] [METHOD...]\n");
 }
 
 static double median(double *t, int n)
@@ -132,8 +134,8 @@ static int run_method(struct bench *B, const char *name)
 	memset(pin, 0, sizeof(pin));
 	for (size_t i = 0; i < B->k; i++) {
 		td[i] = (struct mk_tensor_desc){ .dtype = MK_DT_BF16, .ndim = 2 };
-		td[i].shape[0] = B->n / 4096;
-		td[i].shape[1] = 4096;
+		td[i].shape[0] = B->n / B->cols;
+		td[i].shape[1] = B->cols;
 		if (i == 0)
 			continue;
 		if (pw >= 0)
@@ -203,17 +205,18 @@ fail:
 
 int main(int argc, char **argv)
 {
-	struct bench B = { .k = 3, .n = 64u << 20, .reps = 3, .density = 0.5 };
-	unsigned long melem = 64;
+	struct bench B = { .k = 3, .n = 64u << 20, .cols = 4096, .reps = 3, .density = 0.5 };
+	unsigned long melem = 64, cols = 4096;
 	double t[64], bytes;
 	int opt, rc = 0;
 	uint16_t *cp;
 
 	bench_clock = CLOCK_THREAD_CPUTIME_ID; /* CPU time unless -w */
 
-	while ((opt = getopt(argc, argv, "n:k:r:d:wh")) != -1) {
+	while ((opt = getopt(argc, argv, "n:c:k:r:d:wh")) != -1) {
 		switch (opt) {
 		case 'n': melem = strtoul(optarg, NULL, 10); break;
+		case 'c': cols = strtoul(optarg, NULL, 10); break;
 		case 'k': B.k = strtoul(optarg, NULL, 10); break;
 		case 'r': B.reps = atoi(optarg); break;
 		case 'd': B.density = strtod(optarg, NULL); break;
@@ -221,11 +224,12 @@ int main(int argc, char **argv)
 		default: usage(); return 2;
 		}
 	}
-	if (melem == 0 || melem > 4096 || B.k < 2 || B.k > MAXK || B.reps < 1 || B.reps > 63) {
+	if (melem == 0 || melem > 4096 || cols == 0 || cols > (1u << 20) || (cols & (cols - 1)) || B.k < 2 || B.k > MAXK || B.reps < 1 || B.reps > 63) {
 		usage();
 		return 2;
 	}
 	B.n = (uint64_t)melem << 20;
+	B.cols = cols;
 	bytes = (double)B.k * (double)B.n * 2.0;
 	B.cv = malloc((B.k + 1) * TILE * sizeof(float));
 	B.ob = malloc(TILE * sizeof(uint16_t));
@@ -251,8 +255,8 @@ int main(int argc, char **argv)
 			mk_dtype_convert(MK_DT_BF16, B.in[i] + e, MK_DT_F32, g, TILE);
 		}
 	}
-	printf("mk-bench-kernels: %zu bf16 inputs of %lu Mi elements, %d runs, one thread; "
-	       "GB/s of bf16 input (medians of %s time)\n", B.k, melem, B.reps,
+	printf("mk-bench-kernels: %zu bf16 inputs of %lu Mi elements in rows of %lu, %d runs, one thread; "
+	       "GB/s of bf16 input (medians of %s time)\n", B.k, melem, cols, B.reps,
 	       bench_clock == CLOCK_MONOTONIC ? "wall-clock" : "CPU");
 	for (int r = 0; r < B.reps; r++) {
 		double t0 = now();
