@@ -1024,6 +1024,25 @@ static uint32_t class_starts_c(uint32_t *restrict c0, uint32_t *restrict c1, uin
 	return most;
 }
 
+/* class_starts_c on 16-bit counts (a row of at most 65535 elements: the
+ * starts fit), half the bytes to clear and to scan. */
+static uint32_t class_starts16_c(uint16_t *restrict c0, uint16_t *restrict c1, uint32_t nc)
+{
+	uint32_t pos = 0, most = 0;
+
+	for (uint32_t x = 0; x < nc; x += 2) {
+		uint32_t n0 = c0[x], n = n0 + c1[x], d0 = c0[x + 1], d = d0 + c1[x + 1];
+		c0[x] = (uint16_t)pos;
+		c1[x] = (uint16_t)(pos + n0);
+		pos += n;
+		c0[x + 1] = (uint16_t)pos;
+		c1[x + 1] = (uint16_t)(pos + d0);
+		pos += d;
+		most = d > most ? d : most;
+	}
+	return most;
+}
+
 #if MK_GTA_X86
 /* row_classes_c with AVX-512, sixteen keys at a time, the indices of
  * d = 1 packed with vpcompressd (dl has room for 16 more). */
@@ -1144,6 +1163,40 @@ static uint32_t class_starts_avx2(uint32_t *restrict c0, uint32_t *restrict c1, 
 		r = m[q] > r ? m[q] : r;
 	return r;
 }
+
+/* class_starts16_c with AVX2: sixteen classes at a time, the scan within
+ * each 128-bit half (shifts by 1, 2 and 4 lanes) and then across them;
+ * nc a multiple of 16.  No sum passes 65535 (the row's length). */
+__attribute__((target("avx2")))
+static uint32_t class_starts16_avx2(uint16_t *restrict c0, uint16_t *restrict c1, uint32_t nc)
+{
+	const __m256i zero = _mm256_setzero_si256(), last = _mm256_set1_epi32(7);
+	const __m256i odd = _mm256_set1_epi32((int)0xffff0000u);
+	const __m256i w7 = _mm256_set1_epi16(0x0f0e), w1 = _mm256_set1_epi16(0x0302);
+	__m256i carry = zero, most = zero;
+	uint16_t m[16];
+	uint32_t r = 0;
+
+	for (uint32_t x = 0; x < nc; x += 16) {
+		__m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(c0 + x));
+		__m256i n = _mm256_add_epi16(a, _mm256_loadu_si256((const __m256i *)(const void *)(c1 + x))), t = n, ex;
+		most = _mm256_max_epu16(most, _mm256_and_si256(n, odd));
+		t = _mm256_add_epi16(t, _mm256_slli_si256(t, 2));
+		t = _mm256_add_epi16(t, _mm256_slli_si256(t, 4));
+		t = _mm256_add_epi16(t, _mm256_slli_si256(t, 8));
+		/* the lower half's total (its word 7) onto each word of the upper half */
+		t = _mm256_add_epi16(t, _mm256_shuffle_epi8(_mm256_permute2x128_si256(t, t, 0x08), w7));
+		ex = _mm256_add_epi16(_mm256_sub_epi16(t, n), carry);
+		_mm256_storeu_si256((__m256i *)(void *)(c0 + x), ex);
+		_mm256_storeu_si256((__m256i *)(void *)(c1 + x), _mm256_add_epi16(ex, a));
+		/* word 15, the block's total, onto every word */
+		carry = _mm256_add_epi16(carry, _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(t, last), w1));
+	}
+	_mm256_storeu_si256((__m256i *)(void *)m, most);
+	for (unsigned q = 0; q < 16; q++)
+		r = m[q] > r ? m[q] : r;
+	return r;
+}
 #endif
 
 /* rank[j] += start[bix[j]]. */
@@ -1154,6 +1207,53 @@ static void row_rank_add(uint32_t *restrict rank, const uint32_t *restrict bix,
 	for (uint64_t j = 0; j < L; j++)
 		rank[j] += start[bix[j]];
 }
+
+/* row_rank_add on 16-bit starts. */
+MK_HOT_CLONES
+static void row_rank_add16(uint32_t *restrict rank, const uint32_t *restrict bix,
+			   const uint16_t *restrict start, uint64_t L)
+{
+	for (uint64_t j = 0; j < L; j++)
+		rank[j] += start[bix[j]];
+}
+
+#if MK_GTA_X86
+/* A 32-bit load at p (any alignment). */
+static inline uint32_t load32(const void *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+/* row_rank_add16 with AVX2, eight at a time: each start read as 32 bits
+ * (the word after it masked off; start has room for one more), four
+ * chains of two inserts (the compiler's own loop for the 16-bit starts
+ * is one load-add-store an element, about a third slower on an AMD Zen
+ * 3). */
+__attribute__((target("avx2")))
+static void row_rank_add16_avx2(uint32_t *restrict rank, const uint32_t *restrict bix,
+				const uint16_t *restrict start, uint64_t L)
+{
+	const __m256i low = _mm256_set1_epi32(0xffff);
+	uint64_t j = 0;
+
+	for (; j + 8 <= L; j += 8) {
+		const uint32_t *b = bix + j;
+		__m128i x0 = _mm_insert_epi32(_mm_cvtsi32_si128((int)load32(start + b[0])), (int)load32(start + b[1]), 1);
+		__m128i x1 = _mm_insert_epi32(_mm_cvtsi32_si128((int)load32(start + b[2])), (int)load32(start + b[3]), 1);
+		__m128i x2 = _mm_insert_epi32(_mm_cvtsi32_si128((int)load32(start + b[4])), (int)load32(start + b[5]), 1);
+		__m128i x3 = _mm_insert_epi32(_mm_cvtsi32_si128((int)load32(start + b[6])), (int)load32(start + b[7]), 1);
+		__m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi64(x0, x1)),
+						    _mm_unpacklo_epi64(x2, x3), 1);
+		__m256i r = _mm256_loadu_si256((const __m256i *)(const void *)(rank + j));
+		_mm256_storeu_si256((__m256i *)(void *)(rank + j), _mm256_add_epi32(r, _mm256_and_si256(v, low)));
+	}
+	for (; j < L; j++)
+		rank[j] += start[bix[j]];
+}
+#endif
 
 /* Sort the words x[0..nb) (key << 32 | index) ascending: insertion when
  * few, else rank_sort32 (w: room for nb). */
@@ -1187,7 +1287,14 @@ static void bucket_sort32(uint64_t *x, uint64_t *w, uint32_t nb)
 struct row_ranked {
 	uint64_t nd;
 	uint32_t nc, most;
+	bool narrow;                /* the starts are 16-bit words */
 };
+
+/* Class x's start (rank_row32's tables). */
+static inline uint32_t class_start(const struct gin *g, struct row_ranked rr, uint32_t x)
+{
+	return rr.narrow ? ((const uint16_t *)(const void *)g->cnt)[x] : g->cnt[x];
+}
 
 /* The ranks of a row's float32 keys key[0..L) (contiguous) in the order
  * (key, index), rank_sort32's order, into g->rank.  When the keys' upper
@@ -1200,8 +1307,23 @@ struct row_ranked {
  * make the ranks.  A class of nonzero lower halves may hold several
  * keys in another order than their indices': its elements' ranks are
  * then places in the class's range, not yet their own, and
- * della_settle_row sorts the class where its draws need that.  Else
- * rank_sort32 on the whole row (every rank exact). */
+ * della_settle_row sorts the class where its draws need that.  The
+ * counts are 16-bit words where AVX-512 is not and L <= 65535 (rr.narrow;
+ * g->cnt has room past the two tables for row_rank_add16_avx2's wider
+ * reads), else 32-bit.  Else rank_sort32 on the whole row (every rank
+ * exact). */
+/* Each element's place among its class's (index order), the counts of
+ * the first half's classes into T0 and the second's into T1. */
+#define COUNT_CLASSES(T0, T1) do {						\
+		for (uint64_t j = 0; j < h; j++) {				\
+			uint32_t a = bix[j], b = bix[h + j];			\
+			rank[j] = (T0)[a]++;					\
+			rank[h + j] = (T1)[b]++;				\
+		}								\
+		if (L % 2)							\
+			rank[L - 1] = (T1)[bix[L - 1]]++;			\
+	} while (0)
+
 static struct row_ranked rank_row32(struct gin *g, const uint32_t *restrict key, uint64_t L)
 {
 	uint64_t *w = g->w64, *tmp = w + L;
@@ -1220,24 +1342,39 @@ static struct row_ranked rank_row32(struct gin *g, const uint32_t *restrict key,
 		r = rank_sort32(w, tmp, L);
 		for (uint64_t i = 0; i < L; i++)
 			rank[(uint32_t)r[i]] = (uint32_t)i;
-		return (struct row_ranked){ 0, 0, 0 };
+		return (struct row_ranked){ 0, 0, 0, false };
 	}
 	nc = (2 * span + 15) & ~15u;     /* class_starts takes 16 at a time */
-	c1 = c0 + nc;
 	nd = SIMD3(have_avx512, row_classes, key, L, lo, bix, dl);
-	memset(c0, 0, 2 * nc * sizeof(uint32_t));
-	for (uint64_t j = 0; j < h; j++) {
-		uint32_t a = bix[j], b = bix[h + j];
-		rank[j] = c0[a]++;
-		rank[h + j] = c1[b]++;
+	if (!have_avx512 && L <= UINT16_MAX) {
+		/* 16-bit counts: the tables' clearing and scan, which grow with
+		 * the span, not the row (about 2.5 classes an element in rows
+		 * of 1024), take half the bytes */
+		uint16_t *s0 = (uint16_t *)(void *)g->cnt, *s1 = s0 + nc;
+		memset(s0, 0, 2 * nc * sizeof(uint16_t));
+		COUNT_CLASSES(s0, s1);
+#if MK_GTA_X86
+		if (have_avx2) {
+			most = class_starts16_avx2(s0, s1, nc);
+			row_rank_add16_avx2(rank, bix, s0, h);
+			row_rank_add16_avx2(rank + h, bix + h, s1, L - h);
+			return (struct row_ranked){ nd, nc, most > 1 ? most : 0, true };
+		}
+#endif
+		most = class_starts16_c(s0, s1, nc);
+		row_rank_add16(rank, bix, s0, h);
+		row_rank_add16(rank + h, bix + h, s1, L - h);
+		return (struct row_ranked){ nd, nc, most > 1 ? most : 0, true };
 	}
-	if (L % 2)
-		rank[L - 1] = c1[bix[L - 1]]++;
+	c1 = c0 + nc;
+	memset(c0, 0, 2 * nc * sizeof(uint32_t));
+	COUNT_CLASSES(c0, c1);
 	most = SIMD3(have_avx512, class_starts, c0, c1, nc);
 	row_rank_add(rank, bix, c0, h);
 	row_rank_add(rank + h, bix + h, c1, L - h);
-	return (struct row_ranked){ nd, nc, most > 1 ? most : 0 };
+	return (struct row_ranked){ nd, nc, most > 1 ? most : 0, false };
 }
+#undef COUNT_CLASSES
 
 /* How far a draw's threshold may be from the one of its element's own
  * rank: the ranks of a class of rr.most elements differ by at most
@@ -1271,7 +1408,7 @@ static inline bool della_near(uint64_t u, uint64_t t, uint64_t margin)
 static void della_settle_row(struct gin *g, const uint32_t *restrict key, uint64_t L, struct row_ranked rr,
 			     uint64_t e0, uint64_t stride, const uint32_t *flag, uint32_t nf, float *m)
 {
-	const uint32_t *c0 = g->cnt, *bix = g->bix, *dl = g->bix + L;
+	const uint32_t *bix = g->bix, *dl = g->bix + L;
 	const uint64_t *thr = g->dthr;
 	uint8_t *sorted = (uint8_t *)(void *)(g->cnt + 2 * rr.nc);
 	uint64_t *w = g->w64, *tmp = w + L;
@@ -1279,7 +1416,8 @@ static void della_settle_row(struct gin *g, const uint32_t *restrict key, uint64
 	bool placed = false;
 
 	for (uint32_t q = 0; q < nf; q++) {
-		uint32_t j = flag[q], x = bix[j], b0 = c0[x], nb = (x + 1 < rr.nc ? c0[x + 1] : (uint32_t)L) - b0;
+		uint32_t j = flag[q], x = bix[j], b0 = class_start(g, rr, x);
+		uint32_t nb = (x + 1 < rr.nc ? class_start(g, rr, x + 1) : (uint32_t)L) - b0;
 		uint64_t e = e0 + j * stride, u = mk_rng_u64(g->stream, e) >> 11, ta, tb;
 		bool keep;
 		if (!(x & 1) || nb < 2)

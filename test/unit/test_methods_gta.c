@@ -1132,9 +1132,9 @@ static int rank_ref_cmp(const void *pa, const void *pb)
 	return x->j < y->j ? -1 : x->j > y->j;
 }
 
-static void della_rank_sort(int L)
+static void della_rank_sort_rs(int L, int R, int S3)
 {
-	const int R = 6, S3 = 7, N = R * L * S3;
+	const int N = R * L * S3;
 	const double rho = 0.4, eps = 0.1;
 	float *zf = calloc(N, 4), *xf = malloc(N * 4), *of = malloc(N * 4);
 	double *zd = calloc(N, 8), *xd = malloc(N * 8), *od = malloc(N * 8);
@@ -1230,13 +1230,21 @@ static void della_rank_sort(int L)
 	free(r);
 }
 
+static void della_rank_sort(int L)
+{
+	della_rank_sort_rs(L, 6, 7);
+}
+
 /* rows of odd length (row starts anywhere), and of a multiple of 16 (the
- * vector draws whole mask bytes) */
+ * vector draws whole mask bytes); the longest rows whose class counts
+ * are 16-bit (where AVX-512 is not) and the shortest that are not */
 static void test_della_rank_sort(void **st)
 {
 	(void)st;
 	della_rank_sort(301);
 	della_rank_sort(512);
+	della_rank_sort_rs(65535, 2, 2);
+	della_rank_sort_rs(65536, 2, 2);
 }
 
 /* The same bits from the portable C as from the AVX-512 paths: the
