@@ -4,21 +4,12 @@
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
 #endif
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cblas.h>
+#include "../core/blas.h"
 #include "geom.h"
-
-/* mk runs its own threads (one job per thread); BLAS must not add its
- * own under them. */
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-
-static void blas_single_thread(void)
-{
-	openblas_set_num_threads(1);
-}
 
 void mk_geom_layout(enum mk_geom_mode mode, const struct mk_tensor_desc *t,
 		    enum mk_geom_mode *eff, uint64_t *nvec, uint64_t *veclen)
@@ -70,7 +61,7 @@ int mk_geom_init(struct mk_geom *g, enum mk_geom_mode mode, const struct mk_tens
 	if (g->blas) {
 		g->blk = malloc(k * MK_SUM_BLOCK * sizeof(*g->blk));
 		g->bg = calloc(k * k, sizeof(*g->bg));
-		pthread_once(&blas_once, blas_single_thread);
+		mk__blas_one_thread();   /* mk runs one job per thread */
 	}
 	if (!g->acc || !g->part || !g->sig || !g->g || (g->blas && (!g->blk || !g->bg))) {
 		mk_geom_release(g);
