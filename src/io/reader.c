@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include "reader_impl.h"
 
@@ -95,6 +96,50 @@ int mk__rd_truncated(const struct mk_read_req *req, size_t got,
 			  "%s: file offset %llu: expected %zu bytes, got %zu "
 			  "(file truncated?)", name,
 			  (unsigned long long)req->off, req->len, got);
+}
+
+/* cachestat(2)'s arguments (Linux 6.5 uapi; the headers here may be
+ * older) and its number, the same on the architectures named */
+struct rd_cachestat_range {
+	uint64_t off, len;
+};
+struct rd_cachestat {
+	uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+};
+#if defined(SYS_cachestat)
+#define RD_NR_CACHESTAT SYS_cachestat
+#elif defined(__x86_64__) || defined(__aarch64__) || defined(__riscv)
+#define RD_NR_CACHESTAT 451
+#endif
+
+bool mk__rd_cached(struct mk_reader *r, int fd, uint64_t off, uint64_t len)
+{
+#ifdef RD_NR_CACHESTAT
+	struct rd_cachestat_range range;
+	struct rd_cachestat cs;
+	uint64_t a, b;
+
+	if (r->no_cachestat || len == 0)
+		return false;
+	a = off & ~(uint64_t)(r->page - 1);
+	b = (off + len + r->page - 1) & ~(uint64_t)(r->page - 1);
+	range = (struct rd_cachestat_range){ a, b - a };
+	if (syscall(RD_NR_CACHESTAT, fd, &range, &cs, 0) != 0) {
+		/* an older kernel (ENOSYS), a filter (EPERM), a file that has
+		 * no page cache (EOPNOTSUPP): prefetch as before, and stop
+		 * asking unless it was this file */
+		if (errno != EBADF && errno != EOPNOTSUPP)
+			r->no_cachestat = 1;
+		return false;
+	}
+	return cs.nr_cache >= (b - a) / r->page;
+#else
+	(void)r;
+	(void)fd;
+	(void)off;
+	(void)len;
+	return false;
+#endif
 }
 
 int mk__rd_sys(const struct mk_read_req *req, int errnum, const char *what,

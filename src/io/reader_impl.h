@@ -93,6 +93,7 @@ struct mk_reader {
 	unsigned char *slab;   /* uring: cap slots; pread: one slot */
 	int fixed;             /* uring: buffers registered */
 	size_t page;
+	int no_cachestat;      /* cachestat(2) is not to be had here */
 	struct rd_span { uint64_t a, b; } *spans; /* mmap: release scratch */
 	void *backend_state;   /* http: its transfers */
 
@@ -110,6 +111,11 @@ void mk__rd_fd_name(int fd, char *buf, size_t size);
 /* The MK_ECORRUPT error for an extent that ended early after `got` bytes. */
 int mk__rd_truncated(const struct mk_read_req *req, size_t got,
 		     struct mk_err *err);
+/* Is every page of fd's bytes [off, off + len) in the page cache?  Asked
+ * of the kernel in one call (cachestat(2), Linux 6.5); false when it
+ * cannot say.  A prefetch of cached pages is skipped: it finds nothing to
+ * read but still walks the cache page by page. */
+bool mk__rd_cached(struct mk_reader *r, int fd, uint64_t off, uint64_t len);
 /* mk_err_sys naming the extent's file and offset. */
 int mk__rd_sys(const struct mk_read_req *req, int errnum, const char *what,
 	       struct mk_err *err);

@@ -1,7 +1,8 @@
 /* reader_mmap.c - zero-copy reads from whole-file maps.
  *
  * Each file is mapped once, read-only and shared.  When an extent is
- * queued its pages are prefetched with MADV_WILLNEED, through io_uring
+ * queued its pages are prefetched with MADV_WILLNEED (unless they are all
+ * in the page cache, mk__rd_cached), through io_uring
  * (IORING_OP_MADVISE, so the readahead runs off the consumer's thread) or
  * plain madvise when there is no ring.  When the consumer moves past an
  * extent its pages are dropped with MADV_DONTNEED, except those shared
@@ -113,7 +114,8 @@ static int mmap_issue(struct mk_reader *r, unsigned p, struct mk_err *err)
 		f->map = m;
 	}
 	s = span_of(r, q);
-	prefetch(r, f->map + s.a, (size_t)(s.b - s.a));
+	if (!mk__rd_cached(r, f->fd, s.a, s.b - s.a))
+		prefetch(r, f->map + s.a, (size_t)(s.b - s.a));
 out:
 	return rc;
 }

@@ -27,8 +27,10 @@ static int pread_issue(struct mk_reader *r, unsigned p, struct mk_err *err)
 {
 	const struct mk_read_req *q = &r->q[p].req;
 
-	/* Advice: failure (a pipe, a file system without it) is harmless. */
-	(void)posix_fadvise(q->fd, (off_t)q->off, (off_t)q->len,
+	/* Advice: failure (a pipe, a file system without it) is harmless;
+	 * none for pages the cache has */
+	if (!mk__rd_cached(r, q->fd, q->off, q->len))
+		(void)posix_fadvise(q->fd, (off_t)q->off, (off_t)q->len,
 			    POSIX_FADV_WILLNEED);
 	return 0;
 }

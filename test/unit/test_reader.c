@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include "mk/reader.h"
 #include "../../src/io/reader_impl.h"
@@ -760,6 +762,48 @@ static int teardown_dir(void **state)
 	return rmdir(tmpdir);
 }
 
+/* mk__rd_cached: true only when every page of the range is in the page
+ * cache (cachestat(2)); the readers skip their prefetch then.  The file's
+ * pages are dropped with POSIX_FADV_DONTNEED after a sync and two pages
+ * read back with readahead off; a file system that keeps its pages
+ * anyway (tmpfs) is checked for the cached half only. */
+static void test_cached(void **state)
+{
+	struct mk_reader r = { .page = (size_t)sysconf(_SC_PAGESIZE) };
+	const uint64_t size = 1u << 20, pg = r.page;
+	char path[512], buf[65536];
+	int fd;
+
+	(void)state;
+	if (syscall(451, -1, NULL, NULL, 0) < 0 && errno == ENOSYS)
+		skip();   /* a kernel before 6.5: always false, nothing to test */
+	fd = make_file("cached", size, 7, path, sizeof(path));
+	/* just written: every page cached, any range, any alignment */
+	assert_true(mk__rd_cached(&r, fd, 0, size));
+	assert_true(mk__rd_cached(&r, fd, 1, 5000));
+	assert_true(mk__rd_cached(&r, fd, size / 2 - 3, 10));
+	assert_false(mk__rd_cached(&r, fd, 0, 0));
+	assert_int_equal(fdatasync(fd), 0);
+	assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	if (!mk__rd_cached(&r, fd, 0, pg)) {
+		/* dropped: pages 0 and 2 read back alone */
+		assert_int_equal(posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM), 0);
+		assert_int_equal(pread(fd, buf, pg, 0), (ssize_t)pg);
+		assert_int_equal(pread(fd, buf, pg, 2 * (off_t)pg), (ssize_t)pg);
+		assert_true(mk__rd_cached(&r, fd, 0, pg));
+		assert_true(mk__rd_cached(&r, fd, 2 * pg + 5, 100));
+		assert_false(mk__rd_cached(&r, fd, 0, 3 * pg));      /* page 1 is not */
+		assert_false(mk__rd_cached(&r, fd, pg - 1, 2));       /* one in, one out */
+		assert_false(mk__rd_cached(&r, fd, 0, size));
+		assert_false(mk__rd_cached(&r, fd, size - 1, 1));
+	}
+	/* a descriptor that is no file: false, and cachestat still asked next time */
+	assert_false(mk__rd_cached(&r, -1, 0, size));
+	assert_int_equal(r.no_cachestat, 0);
+	close(fd);
+	unlink(path);
+}
+
 static enum mk_io_kind K_URING = MK_IO_URING, K_MMAP = MK_IO_MMAP,
 	K_PREAD = MK_IO_PREAD;
 
@@ -783,6 +827,7 @@ int main(void)
 		PER_KIND(test_rss_bound),
 		cmocka_unit_test(test_env),
 		cmocka_unit_test(test_fallback),
+		cmocka_unit_test(test_cached),
 	};
 
 	return cmocka_run_group_tests(tests, setup_dir, teardown_dir);
