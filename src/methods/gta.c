@@ -1132,6 +1132,40 @@ static uint32_t class_starts_avx512(uint32_t *restrict c0, uint32_t *restrict c1
 	return _mm512_reduce_max_epu32(most);
 }
 
+/* class_starts16_c with AVX-512 BW: thirty-two classes at a time, the
+ * scan within each 128-bit lane (shifts by 1, 2 and 4 words), then the
+ * lanes' totals across; the last sixteen of an nc that is an odd
+ * multiple of 16 under a mask.  No sum passes 65535 (the row's length). */
+__attribute__((target("avx512f,avx512bw")))
+static uint32_t class_starts16_avx512(uint16_t *restrict c0, uint16_t *restrict c1, uint32_t nc)
+{
+	const __m512i zero = _mm512_setzero_si512(), last = _mm512_set1_epi16(31);
+	const __m512i w7 = _mm512_set1_epi16(0x0f0e);
+	const __mmask32 odd = 0xaaaaaaaau;
+	__m512i carry = zero, most = zero;
+
+	for (uint32_t x = 0; x < nc; x += 32) {
+		__mmask32 live = nc - x >= 32 ? ~(__mmask32)0 : (__mmask32)0xffffu;
+		__m512i a = _mm512_maskz_loadu_epi16(live, c0 + x);
+		__m512i n = _mm512_add_epi16(a, _mm512_maskz_loadu_epi16(live, c1 + x)), t = n, lt, ex;
+		most = _mm512_mask_max_epu16(most, odd, most, n);
+		t = _mm512_add_epi16(t, _mm512_bslli_epi128(t, 2));
+		t = _mm512_add_epi16(t, _mm512_bslli_epi128(t, 4));
+		t = _mm512_add_epi16(t, _mm512_bslli_epi128(t, 8));
+		/* each lane's total (its word 7) onto every word of the lanes above */
+		lt = _mm512_shuffle_epi8(t, w7);
+		t = _mm512_add_epi16(t, _mm512_alignr_epi64(lt, zero, 6));
+		t = _mm512_add_epi16(t, _mm512_alignr_epi64(lt, zero, 4));
+		t = _mm512_add_epi16(t, _mm512_alignr_epi64(lt, zero, 2));
+		ex = _mm512_add_epi16(_mm512_sub_epi16(t, n), carry);
+		_mm512_mask_storeu_epi16(c0 + x, live, ex);
+		_mm512_mask_storeu_epi16(c1 + x, live, _mm512_add_epi16(ex, a));
+		carry = _mm512_add_epi16(carry, _mm512_permutexvar_epi16(last, t));
+	}
+	return (uint32_t)_mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_and_si512(most, _mm512_set1_epi32(0xffff)),
+								 _mm512_srli_epi32(most, 16)));
+}
+
 /* class_starts_c with AVX2: eight classes at a time, the scan within each
  * 128-bit half (shifts by 1 and 2 lanes) and then across them; nc a
  * multiple of 8.  (Skipping the scan for eight empty classes, about 40%
@@ -1356,7 +1390,7 @@ static struct row_ranked rank_row32(struct gin *g, const uint32_t *restrict key,
 		COUNT_CLASSES(s0, s1);
 #if MK_GTA_X86
 		if (have_avx2) {
-			most = class_starts16_avx2(s0, s1, nc);
+			most = have_avx512bw ? class_starts16_avx512(s0, s1, nc) : class_starts16_avx2(s0, s1, nc);
 			row_rank_add16_avx2(rank, bix, s0, h);
 			row_rank_add16_avx2(rank + h, bix + h, s1, L - h);
 			return (struct row_ranked){ nd, nc, most > 1 ? most : 0, true };
