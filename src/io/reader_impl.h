@@ -94,6 +94,7 @@ struct mk_reader {
 	int fixed;             /* uring: buffers registered */
 	size_t page;
 	int no_cachestat;      /* cachestat(2) is not to be had here */
+	int no_populate;       /* mmap: MADV_POPULATE_READ is refused here */
 	struct rd_span { uint64_t a, b; } *spans; /* mmap: release scratch */
 	void *backend_state;   /* http: its transfers */
 

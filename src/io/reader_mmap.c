@@ -1,10 +1,21 @@
 /* reader_mmap.c - zero-copy reads from whole-file maps.
  *
  * Each file is mapped once, read-only and shared.  When an extent is
- * queued its pages are prefetched with MADV_WILLNEED (unless they are all
- * in the page cache, mk__rd_cached), through io_uring
- * (IORING_OP_MADVISE, so the readahead runs off the consumer's thread) or
- * plain madvise when there is no ring.  When the consumer moves past an
+ * queued and the page cache lacks some of its pages (mk__rd_cached), they
+ * are read in ahead of the consumer: through io_uring (IORING_OP_MADVISE,
+ * on the ring's workers, off the consumer's thread) with
+ * MADV_POPULATE_READ on a map advised MADV_HUGEPAGE, or with plain
+ * MADV_WILLNEED when there is no ring (or the kernel lacks the advice).
+ * The difference is the page cache it leaves: readahead by MADV_WILLNEED
+ * fills it with single pages, while read faults on a huge-page-advised
+ * map read 2 MiB folios where the file system has large folios (ext4
+ * and xfs on recent kernels), and every later mapping of those bytes --
+ * mk-yaml maps each chunk anew for its channel, once per pass -- maps
+ * them with one page-table entry per 2 MiB instead of 512 (mk-yaml ties
+ * on three 300 MB models read that way: system CPU 0.27 -> 0.08-0.11 s
+ * on each later run).  The populated pages stay mapped here only until
+ * the consumer passes them (below), within the reads in flight that the
+ * budget counts.  When the consumer moves past an
  * extent its pages are dropped with MADV_DONTNEED, except those shared
  * with an extent still queued: the page cache keeps them, but the
  * process's RSS stays near one chunk however large the file is.
@@ -19,6 +30,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include "reader_impl.h"
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22   /* Linux 5.14 */
+#endif
 
 static int mmap_open(struct mk_reader *r, struct mk_err *err)
 {
@@ -60,6 +75,10 @@ static int reap(struct mk_reader *r, int block)
 			rc = -1;
 	}
 	while (io_uring_peek_cqe(&r->ring, &cqe) == 0) {
+		/* a kernel before 5.14 refuses MADV_POPULATE_READ: advise
+		 * MADV_WILLNEED from now on */
+		if (cqe->res == -EINVAL && io_uring_cqe_get_data64(cqe) == MADV_POPULATE_READ)
+			r->no_populate = 1;
 		io_uring_cqe_seen(&r->ring, cqe);
 		r->inflight--;
 	}
@@ -69,6 +88,7 @@ static int reap(struct mk_reader *r, int block)
 static void prefetch(struct mk_reader *r, unsigned char *addr, size_t len)
 {
 	struct io_uring_sqe *sqe;
+	int advice = r->no_populate ? MADV_WILLNEED : MADV_POPULATE_READ;
 
 	if (!r->have_ring) {
 		(void)madvise(addr, len, MADV_WILLNEED);
@@ -85,8 +105,8 @@ static void prefetch(struct mk_reader *r, unsigned char *addr, size_t len)
 		(void)madvise(addr, len, MADV_WILLNEED);
 		return;
 	}
-	io_uring_prep_madvise(sqe, addr, (off_t)len, MADV_WILLNEED);
-	io_uring_sqe_set_data64(sqe, 0);
+	io_uring_prep_madvise(sqe, addr, (off_t)len, advice);
+	io_uring_sqe_set_data64(sqe, (uint64_t)advice);
 	r->inflight++;
 }
 
@@ -112,6 +132,8 @@ static int mmap_issue(struct mk_reader *r, unsigned p, struct mk_err *err)
 			goto out;
 		}
 		f->map = m;
+		/* (advice: a kernel or file that cannot is read as before) */
+		(void)madvise(m, (size_t)f->size, MADV_HUGEPAGE);
 	}
 	s = span_of(r, q);
 	if (!mk__rd_cached(r, f->fd, s.a, s.b - s.a))
