@@ -32,6 +32,11 @@
 #   RUNS       runs per mk setting, each beside a floor run; the median of
 #              the per-run ratios is reported (5)
 #   MERGEKIT   1: also mergekit-yaml once per size and method (1)
+#   INPUT_CACHE  the models' pages in the page cache as "written" (as the
+#              generator's writes left them: small folios) or "read" (dropped
+#              after they are written and read back, as a read from disk
+#              leaves them: 2 MiB folios where the file system has large
+#              folios, which mk's mappings then map whole) (written)
 #   MK_CONFORMANCE_VENV  mergekit's venv (~/.cache/mk/mergekit-0.1.5-venv)
 #   BENCH_DIR  where models and outputs go (${TMPDIR:-/tmp}); needs about
 #              3 x the model size + 2 outputs free
@@ -64,6 +69,7 @@ RUNNERS=${RUNNERS:-pipe}
 JOBS=${JOBS:-default}
 SPILL=${SPILL:-1}
 MERGEKIT=${MERGEKIT:-1}
+INPUT_CACHE=${INPUT_CACHE:-written}
 venv=${MK_CONFORMANCE_VENV:-$HOME/.cache/mk/mergekit-0.1.5-venv}
 BENCH_DIR=${BENCH_DIR:-${TMPDIR:-/tmp}}
 B=$BUILD/bin T=$BUILD/tools
@@ -102,7 +108,7 @@ config() { # method dir
 # size in bytes of `mk-yaml --max-memory` shares
 share() { echo "$1" | awk -v d="$2" '{ v=$1; u=1; if (v ~ /[Gg]/) u=1024^3; else if (v ~ /[Mm]/) u=1024^2; sub(/[^0-9.]+$/, "", v); printf "%d", v*u/d }'; }
 
-echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r)"
+echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r); inputs in the page cache as $INPUT_CACHE"
 printf '| shape | size | method | mode | input GB | I/O floor s | mk s | x floor | mk MB/s | RSS plan/fetch/merge/pack MiB | mergekit s | mergekit RSS MiB | mergekit/mk |\n'
 printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 for shape in $SHAPES; do
@@ -121,6 +127,11 @@ for shape in $SHAPES; do
 		# shellcheck disable=SC2086
 		$T/mk-gen-model --dtype BF16 $gen --seed "$(printf '%d' "'$s")" "$work/m/$s" > /dev/null
 	done
+	if [ "$INPUT_CACHE" = read ]; then
+		# out of the page cache, to be read back by warm() below
+		sync
+		for f in "$work"/m/*/*; do dd if="$f" iflag=nocache count=0 2>/dev/null; done
+	fi
 	gb=$(cat "$work"/m/a/*.safetensors | wc -c | awk '{printf "%.2f", $1/1e9}')
 	warm() { cat "$work"/m/a/* "$work"/m/b/* "$work"/m/c/* > /dev/null; }
 	for m in $METHODS; do
