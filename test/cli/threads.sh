@@ -15,13 +15,22 @@ for p in mk-cat mk-pack mk-merge; do
 	# the shell opens the FIFO for the program's stdin and blocks there
 	# until a writer comes; give it a writer that writes nothing yet
 	exec 3> in
-	# the program is now running main() and waits on its stdin
-	n=0
-	while [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" != "$MK_BIN/$p" ] && [ $n -lt 100 ]; do
-		sleep 0.05
+	# wait until main() reads its stdin (the kernel's wait channel: a
+	# pipe read), so that the loader's and the libraries' constructors
+	# have all run; right after the exec it is still loading, one thread
+	# whatever OpenBLAS is about to do
+	n=0 w=
+	while [ $n -lt 200 ]; do
+		w=$(cat "/proc/$pid/wchan" 2>/dev/null || true)
+		case $w in *pipe_read*) break ;; esac
+		sleep 0.025
 		n=$((n + 1))
 	done
-	sleep 0.2
+	case $w in
+	*pipe_read*) ;;
+	0 | "") exec 3>&-; wait $pid || true; exit 77 ;;   # no wait channels here: cannot tell
+	*) fail "$p never waited on its input (wait channel: $w)" ;;
+	esac
 	tasks=$(ls "/proc/$pid/task" | wc -l)
 	exec 3>&-
 	wait $pid || true
