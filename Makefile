@@ -177,6 +177,14 @@ $(BUILD)/test/%: $(BUILD)/test/unit/%.o $(LIBMK)
 	@$(if $(Q),echo "  LD      $@")
 	$(Q)$(CC) $(LDFLAGS) -o $@ $< $(LIBMK) $(LIBS) -lcmocka
 
+# The pool's test again under ThreadSanitizer, for its lock-free hand-out
+# of tasks (only it: the rest of libmk is not built for TSan, which cannot
+# share a build with ASan).
+$(BUILD)/test/test_pool-tsan: test/unit/test_pool.c src/core/pool.c src/core/pool.h
+	@mkdir -p $(@D)
+	@$(if $(Q),echo "  LD      $@")
+	$(Q)$(CC) $(CPPFLAGS) -std=gnu11 -O1 -g -fsanitize=thread -o $@ test/unit/test_pool.c src/core/pool.c -lcmocka -lpthread
+
 # Fuzz harnesses: replayed over their corpora in `make check` (gcc, any
 # SAN), and built for libFuzzer by `make fuzz` (clang).
 $(BUILD)/fuzz/%-replay: $(BUILD)/test/fuzz/%.o $(BUILD)/test/fuzz/replay.o $(LIBMK)
@@ -221,7 +229,7 @@ check: deps
 	@sh scripts/run-tests.sh build build-san
 
 .PHONY: all-tests
-all-tests: all $(UNITS) $(FUZZ_REPLAY)
+all-tests: all $(UNITS) $(FUZZ_REPLAY) $(if $(SAN),,$(BUILD)/test/test_pool-tsan)
 
 # The GPU against the CPU (needs a CUDA device; see scripts/gpu-check.sh).
 check-cuda: all $(BUILD)/test/test_cuda

@@ -1,16 +1,24 @@
 /* workers.c - mk-merge's worker threads: a range's inputs converted to the
- * compute dtype and the method run over it, one slice of the range per
- * thread. */
+ * compute dtype and the method run over it, in pieces taken by the
+ * pool's threads (../core/pool.h) as each is free. */
+#include <limits.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include "merge_impl.h"
+#include "../core/pool.h"
 
-struct slice {                   /* one worker's share of a range */
+/* One mk__workers_run step: the range's elements [b, b + n), cut into
+ * tasks of WORK_PIECE elements for the pool's threads. */
+struct step {
 	struct run *r;
-	uint64_t b, n;           /* job elements [b, b + n) */
-	uint64_t off;            /* offset of b in the range */
+	uint64_t b, n;
 	bool apply;              /* also run the method and convert out */
-	uint64_t nonfinite;      /* in the inputs converted (mk__counts_on_convert) */
+	bool raw;                /* apply: BF16 inputs passed as they are */
+	uint64_t *count;         /* non-finite inputs, per slot (mk__counts_on_convert), or NULL */
+	char **tile;             /* per slot: its tiles, made by its first task */
+	const void ***ptrs;      /* per slot: the inputs' pointers */
+	pthread_mutex_t mu;      /* the first failure, by task */
+	unsigned failed;         /* its task; UINT_MAX: none */
 	int rc;
 	struct mk_err err;
 };
@@ -92,59 +100,73 @@ static bool inputs_bf16(const struct run *r)
  * core's cache instead of going to memory and back between the steps. */
 #define WORK_TILE 16384u
 
-/* Convert the used inputs' raw bytes into the compute dtype, then (apply)
- * run the method and convert the output, tile by tile; or (the GPU's
- * apply, which reads them next) convert the whole slice into the range's
- * buffers.  Statistics passes go by mk__workers_stats instead. */
-static void *work(void *arg)
-{
-	struct slice *sl = arg;
-	struct run *r = sl->r;
-	size_t es = mk_dtype_bits(r->job.compute) / 8, nin = r->d.ninputs;
-	const void **ptrs = calloc(nin + 1, sizeof(*ptrs));
-	char *tile = NULL;
-	uint64_t *count = mk__counts_on_convert(r) ? &sl->nonfinite : NULL;
+/* Elements per task of a step: small enough that the threads share a
+ * range evenly when one of them starts late or is descheduled (each
+ * takes the next task when it is free), large enough that a task's
+ * bookkeeping does not show. */
+#define WORK_PIECE (4 * WORK_TILE)
 
-	if (!ptrs) {
-		sl->rc = mk_err_set(&sl->err, MK_ENOMEM, "out of memory");
-		return NULL;
-	}
-	if (sl->apply) {
-		/* BF16 to a job that takes it: the method widens it (counted
-		 * here, as a conversion would) */
-		bool raw = r->job.apply_bf16 && inputs_bf16(r);
-		if (!(tile = malloc((nin + 1) * (size_t)WORK_TILE * es))) {
-			sl->rc = mk_err_set(&sl->err, MK_ENOMEM, "out of memory");
-			goto out;
-		}
-		for (uint64_t t = 0; t < sl->n && !sl->rc; t += WORK_TILE) {
-			uint64_t k = sl->n - t < WORK_TILE ? sl->n - t : WORK_TILE;
-			for (size_t i = 0; i < nin && !sl->rc; i++) {
-				if (!r->job.used[i])
-					continue;
-				if (raw) {
-					ptrs[i] = (const uint16_t *)r->ib[i].data + sl->off + t;
-					if (count)
-						*count += mk_dtype_count_nonfinite(MK_DT_BF16, ptrs[i], k);
-					continue;
-				}
-				ptrs[i] = tile + i * (size_t)WORK_TILE * es;
-				sl->rc = convert_input(r, i, sl->off + t, k, (void *)ptrs[i], count, &sl->err);
-			}
-			if (!sl->rc)
-				sl->rc = apply_out(r, sl->b + t, sl->off + t, k, ptrs, raw,
-						   tile + nin * (size_t)WORK_TILE * es, &sl->err);
-		}
+/* Task k of a step: its elements' used inputs converted into the
+ * compute dtype, then (apply) the method run and the output converted,
+ * tile by tile; or (the GPU's apply, which reads them next) converted
+ * into the range's buffers.  Statistics passes go by mk__workers_stats
+ * instead. */
+static void work(void *arg, unsigned k, unsigned slot)
+{
+	struct step *st = arg;
+	struct run *r = st->r;
+	size_t es = mk_dtype_bits(r->job.compute) / 8, nin = r->d.ninputs;
+	uint64_t off = (uint64_t)k * WORK_PIECE, n = st->n - off < WORK_PIECE ? st->n - off : WORK_PIECE;
+	uint64_t *count = st->count ? &st->count[slot] : NULL;
+	struct mk_err err;
+	int rc = 0;
+
+	if (!st->ptrs[slot] && !(st->ptrs[slot] = calloc(nin + 1, sizeof(**st->ptrs)))) {
+		rc = mk_err_set(&err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (size_t i = 0; i < nin && !sl->rc; i++)
-		if (r->job.used[i])
-			sl->rc = convert_input(r, i, sl->off, sl->n, (char *)r->ib[i].conv + sl->off * es, count,
-					       &sl->err);
+	const void **ptrs = st->ptrs[slot];
+	if (!st->apply) {
+		for (size_t i = 0; i < nin && !rc; i++)
+			if (r->job.used[i])
+				rc = convert_input(r, i, off, n, (char *)r->ib[i].conv + off * es, count, &err);
+		goto out;
+	}
+	if (!st->tile[slot] && !(st->tile[slot] = malloc((nin + 1) * (size_t)WORK_TILE * es))) {
+		rc = mk_err_set(&err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	char *tile = st->tile[slot];
+	for (uint64_t t = 0; t < n && !rc; t += WORK_TILE) {
+		uint64_t m = n - t < WORK_TILE ? n - t : WORK_TILE;
+		for (size_t i = 0; i < nin && !rc; i++) {
+			if (!r->job.used[i])
+				continue;
+			if (st->raw) {
+				/* BF16 to a job that takes it: the method widens it
+				 * (counted here, as a conversion would) */
+				ptrs[i] = (const uint16_t *)r->ib[i].data + off + t;
+				if (count)
+					*count += mk_dtype_count_nonfinite(MK_DT_BF16, ptrs[i], m);
+				continue;
+			}
+			ptrs[i] = tile + i * (size_t)WORK_TILE * es;
+			rc = convert_input(r, i, off + t, m, (void *)ptrs[i], count, &err);
+		}
+		if (!rc)
+			rc = apply_out(r, st->b + off + t, off + t, m, ptrs, st->raw, tile + nin * (size_t)WORK_TILE * es,
+				       &err);
+	}
 out:
-	free(tile);
-	free(ptrs);
-	return NULL;
+	if (rc) {
+		pthread_mutex_lock(&st->mu);
+		if (k < st->failed) {
+			st->failed = k;
+			st->rc = rc;
+			st->err = err;
+		}
+		pthread_mutex_unlock(&st->mu);
+	}
 }
 
 /* Elements per block of a statistics pass, unless the job asks for
@@ -195,37 +217,39 @@ int mk__workers_stats(struct run *r, uint64_t b, uint64_t n, struct mk_err *err)
 int mk__workers_run(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk_err *err)
 {
 	unsigned t = r->threads ? r->threads : 1;
-	struct slice sl[64];
-	pthread_t th[64];
-	bool started[64] = { false };
+	uint64_t ntasks = (n + WORK_PIECE - 1) / WORK_PIECE;
+	struct step st = { .r = r, .b = b, .n = n, .apply = apply, .failed = UINT_MAX };
 	int rc = 0;
 
 	if (t > 64)
 		t = 64;
-	if (n < 65536)
-		t = 1; /* not worth a thread */
-	uint64_t step = (n + t - 1) / t;
-	step = (step + 63) & ~(uint64_t)63;
-	for (unsigned k = 0; k < t; k++) {
-		uint64_t o = (uint64_t)k * step;
-		sl[k] = (struct slice){ .r = r, .b = b + o, .off = o, .apply = apply };
-		sl[k].n = o >= n ? 0 : (n - o < step ? n - o : step);
-		if (!sl[k].n)
-			continue;
-		if (k + 1 < t && pthread_create(&th[k], NULL, work, &sl[k]) == 0)
-			started[k] = true;
-		else
-			work(&sl[k]); /* the last share, or no thread: here */
+	if (ntasks > UINT_MAX)
+		return mk_err_set(err, MK_EINVAL, "job %u (%s): a range of %llu elements is too long", r->pj->id, r->name,
+				  (unsigned long long)n);
+	st.raw = apply && r->job.apply_bf16 && inputs_bf16(r);
+	st.tile = calloc(t, sizeof(*st.tile));
+	st.ptrs = calloc(t, sizeof(*st.ptrs));
+	st.count = mk__counts_on_convert(r) ? calloc(t, sizeof(*st.count)) : NULL;
+	if (!st.tile || !st.ptrs || (mk__counts_on_convert(r) && !st.count)) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
 	}
-	for (unsigned k = 0; k < t; k++) {
-		if (started[k])
-			pthread_join(th[k], NULL);
-		if (mk__counts_on_convert(r))
-			r->gq->nonfinite_in[r->out_index] += sl[k].nonfinite;
-		if (sl[k].n && sl[k].rc && !rc) {
-			rc = sl[k].rc;
-			*err = sl[k].err;
-		}
+	pthread_mutex_init(&st.mu, NULL);
+	mk__pool_run(t, (unsigned)ntasks, work, &st);
+	pthread_mutex_destroy(&st.mu);
+	if (st.failed != UINT_MAX) {
+		rc = st.rc;
+		*err = st.err;
 	}
+	for (unsigned k = 0; st.count && k < t; k++)
+		r->gq->nonfinite_in[r->out_index] += st.count[k];
+out:
+	for (unsigned k = 0; k < t; k++) {
+		free(st.tile ? st.tile[k] : NULL);
+		free(st.ptrs ? st.ptrs[k] : NULL);
+	}
+	free(st.tile);
+	free(st.ptrs);
+	free(st.count);
 	return rc;
 }

@@ -99,6 +99,7 @@
 #include "gta.h"
 #include "rng.h"
 #include "../core/simd.h"
+#include "../core/pool.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #define MK_GTA_X86 1
 #include <immintrin.h>
@@ -2281,17 +2282,20 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 
 struct acc_arg {
 	struct state *s;
-	struct gin *g;
 	unsigned pass;
 	const struct mk_job_chunk *c;
 	const void *b;
+	unsigned n;
+	size_t gi[16];   /* the fast_f32 inputs, one task each */
 };
 
-static void *acc_thread(void *p)
+static void acc_task(void *p, unsigned k, unsigned slot)
 {
 	struct acc_arg *a = p;
-	accumulate_f32(a->s, a->g, a->pass, a->c, a->c->in[a->g->idx], a->b);
-	return NULL;
+	struct gin *g = &a->s->g[a->gi[k]];
+
+	(void)slot;
+	accumulate_f32(a->s, g, a->pass, a->c, a->c->in[g->idx], a->b);
 }
 
 static inline bool fast_f32(const struct state *s, const struct gin *g)
@@ -2308,32 +2312,19 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 	const void *b = c->in[job->d.base];
 
 	/* each input's statistics are its own: on large chunks (a held
-	 * job's whole tensor) the inputs run on threads, the last one here */
-	if (c->count >= (1u << 20) && s->n > 1 && s->n <= 16) {
-		struct acc_arg a[16];
-		pthread_t th[16];
-		bool started[16] = { false };
-		size_t last = SIZE_MAX;
+	 * job's whole tensor) the inputs are tasks for the job's threads */
+	bool par = c->count >= (1u << 20) && s->n > 1 && s->n <= 16 && job->threads > 1;
+	if (par) {
+		struct acc_arg a = { .s = s, .pass = pass, .c = c, .b = b };
 		for (size_t j = 0; j < s->n; j++)
 			if (fast_f32(s, &s->g[j]))
-				last = j;
-		for (size_t j = 0; j < s->n; j++) {
-			if (!fast_f32(s, &s->g[j]))
-				continue;
-			a[j] = (struct acc_arg){ .s = s, .g = &s->g[j], .pass = pass, .c = c, .b = b };
-			if (j == last || pthread_create(&th[j], NULL, acc_thread, &a[j]))
-				acc_thread(&a[j]);
-			else
-				started[j] = true;
-		}
-		for (size_t j = 0; j < s->n; j++)
-			if (started[j])
-				pthread_join(th[j], NULL);
+				a.gi[a.n++] = j;
+		mk__pool_run(job->threads, a.n, acc_task, &a);
 	}
 	for (size_t j = 0; j < s->n; j++) {
 		struct gin *g = &s->g[j];
 		if (fast_f32(s, g)) {
-			if (!(c->count >= (1u << 20) && s->n > 1 && s->n <= 16))
+			if (!par)
 				accumulate_f32(s, g, pass, c, c->in[g->idx], b);
 			continue;
 		}

@@ -1,6 +1,7 @@
 /* method.c - the merge-method registry, parameter checks, planning and
  * the job wrappers every caller goes through. */
 #include <ctype.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mk/method.h"
+#include "../core/pool.h"
 #include "../core/simd.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -395,11 +397,14 @@ void mk_fsum_dots(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const float *x
  * cache) for fsum_dots_parts. */
 #define FSUM_TILE (8 * MK_SUM_BLOCK)
 
+/* Whole blocks per task of mk_fsum_dots_bf16 (a multiple of 8). */
+#define FSUM_TASK_BLOCKS 32u
+
 struct fsum_arg {
 	const uint16_t *x, *y;     /* from a block boundary */
 	uint64_t nb;               /* whole blocks */
 	double *part;              /* their parts [3 * nb] */
-	float *t;                  /* [2 * FSUM_TILE] */
+	float *t;                  /* per slot [2 * FSUM_TILE] */
 };
 
 MK_HOT_CLONES
@@ -409,17 +414,19 @@ static void fsum_widen(float *restrict f, const uint16_t *restrict v, uint64_t n
 		f[k] = mk__bf16_widen(v[k]);
 }
 
-static void *fsum_blocks_bf16(void *p)
+/* Task k: blocks [k * FSUM_TASK_BLOCKS, ...) into their parts. */
+static void fsum_blocks_bf16(void *p, unsigned k, unsigned slot)
 {
 	struct fsum_arg *a = p;
+	float *t = a->t + (size_t)slot * 2 * FSUM_TILE;
+	uint64_t j0 = (uint64_t)k * FSUM_TASK_BLOCKS, j1 = a->nb - j0 < FSUM_TASK_BLOCKS ? a->nb : j0 + FSUM_TASK_BLOCKS;
 
-	for (uint64_t j = 0; j < a->nb; j += 8) {
-		uint64_t k = a->nb - j < 8 ? a->nb - j : 8;
-		fsum_widen(a->t, a->x + j * MK_SUM_BLOCK, k * MK_SUM_BLOCK);
-		fsum_widen(a->t + FSUM_TILE, a->y + j * MK_SUM_BLOCK, k * MK_SUM_BLOCK);
-		fsum_dots_parts(a->part + 3 * j, k, a->t, a->t + FSUM_TILE);
+	for (uint64_t j = j0; j < j1; j += 8) {
+		uint64_t m = j1 - j < 8 ? j1 - j : 8;
+		fsum_widen(t, a->x + j * MK_SUM_BLOCK, m * MK_SUM_BLOCK);
+		fsum_widen(t + FSUM_TILE, a->y + j * MK_SUM_BLOCK, m * MK_SUM_BLOCK);
+		fsum_dots_parts(a->part + 3 * j, m, t, t + FSUM_TILE);
 	}
-	return NULL;
 }
 
 /* A partial block's run, widened into t. */
@@ -434,11 +441,8 @@ static void fsum_run_bf16(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const 
 int mk_fsum_dots_bf16(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const uint16_t *x, const uint16_t *y,
 		      unsigned threads, struct mk_err *err)
 {
-	uint64_t h = (MK_SUM_BLOCK - e0 % MK_SUM_BLOCK) % MK_SUM_BLOCK, nb, q;
+	uint64_t h = (MK_SUM_BLOCK - e0 % MK_SUM_BLOCK) % MK_SUM_BLOCK, nb, ntasks;
 	unsigned nt = threads > 16 ? 16 : threads ? threads : 1;
-	struct fsum_arg a[16];
-	pthread_t th[16];
-	bool started[16] = { false };
 	float *tile;
 	double *part;
 
@@ -446,6 +450,9 @@ int mk_fsum_dots_bf16(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const uint
 	nb = (n - h) / MK_SUM_BLOCK;
 	nt = nb / 16 < nt ? (unsigned)(nb / 16) : nt;   /* 16 blocks a thread at the least */
 	nt = nt ? nt : 1;
+	ntasks = (nb + FSUM_TASK_BLOCKS - 1) / FSUM_TASK_BLOCKS;
+	if (ntasks > UINT_MAX)
+		return mk_err_set(err, MK_EINVAL, "%llu elements are too many to sum at once", (unsigned long long)n);
 	tile = malloc((size_t)nt * 2 * FSUM_TILE * sizeof(float));
 	part = malloc((nb ? (size_t)nb : 1) * 3 * sizeof(double));
 	if (!tile || !part) {
@@ -455,20 +462,8 @@ int mk_fsum_dots_bf16(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const uint
 	}
 	if (h)
 		fsum_run_bf16(sum, e0, h, x, y, tile);
-	q = (nb + nt - 1) / nt;
-	for (unsigned t = 0; t < nt; t++) {
-		uint64_t j0 = (uint64_t)t * q < nb ? (uint64_t)t * q : nb;
-		a[t] = (struct fsum_arg){ .x = x + h + j0 * MK_SUM_BLOCK, .y = y + h + j0 * MK_SUM_BLOCK,
-					  .nb = nb - j0 < q ? nb - j0 : q, .part = part + 3 * j0,
-					  .t = tile + (size_t)t * 2 * FSUM_TILE };
-		if (t + 1 < nt && !pthread_create(&th[t], NULL, fsum_blocks_bf16, &a[t]))
-			started[t] = true;
-		else
-			fsum_blocks_bf16(&a[t]);
-	}
-	for (unsigned t = 0; t < nt; t++)
-		if (started[t])
-			pthread_join(th[t], NULL);
+	struct fsum_arg a = { .x = x + h, .y = y + h, .nb = nb, .part = part, .t = tile };
+	mk__pool_run(nt, (unsigned)ntasks, fsum_blocks_bf16, &a);
 	fsum_close3(sum, part, nb);
 	if (n - h - nb * MK_SUM_BLOCK) {
 		uint64_t o = h + nb * MK_SUM_BLOCK;

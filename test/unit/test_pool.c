@@ -1,0 +1,272 @@
+/* test_pool.c - the worker threads kept for data-parallel steps
+ * (src/core/pool.h): every task of a step runs once and the step returns
+ * after the last; a slot runs one task at a time and stays under the
+ * threads asked for; one thread runs all on the caller; a step started
+ * inside a task, or beside another thread's step, runs on its caller;
+ * steps in quick succession (workers arriving late to one) take no task
+ * twice; a forked child can run steps. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "../../src/core/pool.h"
+
+#define MAXT 2000
+#define MAXS 64
+
+struct rec {
+	unsigned threads;
+	_Atomic unsigned runs[MAXT];       /* per task */
+	_Atomic int busy[MAXS];            /* per slot: a task on it now */
+	_Atomic unsigned on_slot[MAXS];
+	_Atomic unsigned bad_slot, overlap;
+	unsigned sleep_every;              /* task k % sleep_every == 0 sleeps (0: none) */
+	long sleep_ns;
+	pthread_t caller;
+	_Atomic unsigned off_caller;       /* slot 0 tasks not on the caller's thread */
+};
+
+static void nap(long ns)
+{
+	struct timespec t = { 0, ns };
+	nanosleep(&t, NULL);
+}
+
+static void record(void *arg, unsigned k, unsigned slot)
+{
+	struct rec *r = arg;
+
+	if (slot >= r->threads || slot >= MAXS) {
+		atomic_fetch_add(&r->bad_slot, 1);
+		return;
+	}
+	if (atomic_exchange(&r->busy[slot], 1))
+		atomic_fetch_add(&r->overlap, 1);
+	if (slot == 0 && !pthread_equal(pthread_self(), r->caller))
+		atomic_fetch_add(&r->off_caller, 1);
+	atomic_fetch_add(&r->runs[k], 1);
+	atomic_fetch_add(&r->on_slot[slot], 1);
+	if (r->sleep_every && k % r->sleep_every == 0)
+		nap(r->sleep_ns);
+	atomic_store(&r->busy[slot], 0);
+}
+
+static void check_once(struct rec *r, unsigned ntasks)
+{
+	for (unsigned k = 0; k < ntasks; k++)
+		assert_int_equal(atomic_load(&r->runs[k]), 1);
+	for (unsigned k = ntasks; k < MAXT; k++)
+		assert_int_equal(atomic_load(&r->runs[k]), 0);
+	assert_int_equal(atomic_load(&r->bad_slot), 0);
+	assert_int_equal(atomic_load(&r->overlap), 0);
+	assert_int_equal(atomic_load(&r->off_caller), 0);
+}
+
+static struct rec *rec_new(unsigned threads)
+{
+	struct rec *r = calloc(1, sizeof(*r));
+
+	assert_non_null(r);
+	r->threads = threads;
+	r->caller = pthread_self();
+	return r;
+}
+
+static void test_each_task_once(void **state)
+{
+	(void)state;
+	static const unsigned threads[] = { 2, 3, 4, 8, 64 };
+	static const unsigned ntasks[] = { 1, 2, 3, 7, 100, MAXT };
+
+	for (size_t a = 0; a < sizeof(threads) / sizeof(*threads); a++)
+		for (size_t b = 0; b < sizeof(ntasks) / sizeof(*ntasks); b++) {
+			struct rec *r = rec_new(threads[a]);
+			r->sleep_every = 13;
+			r->sleep_ns = 20000;
+			mk__pool_run(threads[a], ntasks[b], record, r);
+			check_once(r, ntasks[b]);
+			free(r);
+		}
+}
+
+/* Slow tasks: another thread takes some while the caller sleeps in one. */
+static void test_shared(void **state)
+{
+	(void)state;
+	struct rec *r = rec_new(2);
+
+	r->sleep_every = 1;
+	r->sleep_ns = 2000000;
+	mk__pool_run(2, 8, record, r);
+	check_once(r, 8);
+	assert_true(atomic_load(&r->on_slot[1]) > 0);
+	assert_int_equal(atomic_load(&r->on_slot[0]) + atomic_load(&r->on_slot[1]), 8);
+	free(r);
+}
+
+static void test_one_thread(void **state)
+{
+	(void)state;
+	struct rec *r = rec_new(1);
+
+	mk__pool_run(1, 50, record, r);
+	check_once(r, 50);
+	assert_int_equal(atomic_load(&r->on_slot[0]), 50);
+	mk__pool_run(4, 0, record, r);   /* no tasks: nothing runs */
+	check_once(r, 50);
+	free(r);
+}
+
+/* A step inside a task: its tasks all on that task's thread, slot 0. */
+struct nest {
+	_Atomic unsigned outer_runs, inner_runs, inner_elsewhere;
+};
+
+struct inner_arg {
+	struct nest *n;
+	pthread_t self;
+};
+
+static void inner(void *arg, unsigned k, unsigned slot)
+{
+	struct inner_arg *a = arg;
+
+	(void)k;
+	if (slot != 0 || !pthread_equal(pthread_self(), a->self))
+		atomic_fetch_add(&a->n->inner_elsewhere, 1);
+	atomic_fetch_add(&a->n->inner_runs, 1);
+}
+
+static void outer(void *arg, unsigned k, unsigned slot)
+{
+	struct nest *n = arg;
+	struct inner_arg a = { n, pthread_self() };
+
+	(void)k;
+	(void)slot;
+	atomic_fetch_add(&n->outer_runs, 1);
+	mk__pool_run(4, 5, inner, &a);
+}
+
+static void test_nested(void **state)
+{
+	(void)state;
+	struct nest n = { 0 };
+
+	mk__pool_run(4, 6, outer, &n);
+	assert_int_equal(atomic_load(&n.outer_runs), 6);
+	assert_int_equal(atomic_load(&n.inner_runs), 30);
+	assert_int_equal(atomic_load(&n.inner_elsewhere), 0);
+}
+
+/* Many short steps in a row, some tasks slow: a worker that arrives
+ * late to a step must not take a task of the next. */
+static void test_many_steps(void **state)
+{
+	(void)state;
+	struct rec *r = rec_new(3);
+
+	for (unsigned s = 0; s < 20000; s++) {
+		unsigned n = 1 + s % 5;
+		memset(r->runs, 0, sizeof(r->runs));
+		r->sleep_every = s % 7 == 0 ? 2 : 0;
+		r->sleep_ns = 1000;
+		mk__pool_run(3, n, record, r);
+		for (unsigned k = 0; k < n + 1; k++)
+			assert_int_equal(atomic_load(&r->runs[k]), k < n);
+	}
+	assert_int_equal(atomic_load(&r->bad_slot), 0);
+	assert_int_equal(atomic_load(&r->overlap), 0);
+	assert_int_equal(atomic_load(&r->off_caller), 0);
+	free(r);
+}
+
+/* Two threads running steps at once: each step's tasks all run, once. */
+static void *stepper(void *p)
+{
+	struct rec *r = p;
+
+	r->caller = pthread_self();
+	for (unsigned s = 0; s < 2000; s++) {
+		memset(r->runs, 0, sizeof(r->runs));
+		mk__pool_run(2, 9, record, r);
+		for (unsigned k = 0; k < 10; k++)
+			if (atomic_load(&r->runs[k]) != (k < 9))
+				return (void *)1;
+	}
+	return NULL;
+}
+
+static void test_concurrent_callers(void **state)
+{
+	(void)state;
+	struct rec *a = rec_new(2), *b = rec_new(2);
+	pthread_t ta, tb;
+	void *ra, *rb;
+
+	assert_int_equal(pthread_create(&ta, NULL, stepper, a), 0);
+	assert_int_equal(pthread_create(&tb, NULL, stepper, b), 0);
+	pthread_join(ta, &ra);
+	pthread_join(tb, &rb);
+	assert_null(ra);
+	assert_null(rb);
+	assert_int_equal(atomic_load(&a->bad_slot) + atomic_load(&b->bad_slot), 0);
+	assert_int_equal(atomic_load(&a->overlap) + atomic_load(&b->overlap), 0);
+	assert_int_equal(atomic_load(&a->off_caller) + atomic_load(&b->off_caller), 0);
+	free(a);
+	free(b);
+}
+
+/* After fork the child has no workers: its steps still run, all tasks. */
+static void test_fork(void **state)
+{
+	(void)state;
+#ifdef __SANITIZE_THREAD__
+	skip();   /* TSan cannot start threads after a multi-threaded fork */
+#endif
+	struct rec *r = rec_new(4);
+
+	mk__pool_run(4, 100, record, r);   /* workers started */
+	check_once(r, 100);
+	pid_t pid = fork();
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		alarm(20);
+		memset(r->runs, 0, sizeof(r->runs));
+		r->caller = pthread_self();
+		mk__pool_run(4, 100, record, r);
+		for (unsigned k = 0; k < 100; k++)
+			if (atomic_load(&r->runs[k]) != 1)
+				_exit(1);
+		_exit(0);
+	}
+	int st;
+	assert_int_equal(waitpid(pid, &st, 0), pid);
+	assert_true(WIFEXITED(st));
+	assert_int_equal(WEXITSTATUS(st), 0);
+	free(r);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_each_task_once),
+		cmocka_unit_test(test_shared),
+		cmocka_unit_test(test_one_thread),
+		cmocka_unit_test(test_nested),
+		cmocka_unit_test(test_many_steps),
+		cmocka_unit_test(test_concurrent_callers),
+		cmocka_unit_test(test_fork),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
