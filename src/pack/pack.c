@@ -12,6 +12,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include <jansson.h>
+#include <liburing.h>
 #include "mk/fsutil.h"
 #include "mk/hash.h"
 #include "mk/manifest.h"
@@ -30,9 +31,27 @@
  * its neighbours (or the header) are written through the page cache.
  * Where the file system refuses O_DIRECT (tmpfs, some network file
  * systems) or a write needs another alignment, everything goes through
- * the page cache, as with --buffered. */
+ * the page cache, as with --buffered.
+ *
+ * The direct writes go out by io_uring, up to DIRECT_QUEUE at once from
+ * as many bounce buffers, so that the device writes one while the next
+ * is filled: written one at a time (pwrite), each waited for the device
+ * and the stream waited meanwhile, about 1.6 GB/s where the disk takes
+ * 2.8 (mk-yaml ties on three 300 MB models: the merge waited 60-70 ms
+ * for mk-pack).  A write still in flight holds only its own bounce
+ * buffer; they are all waited for before a group commit's fdatasync and
+ * at the end. */
 #define DIRECT_ALIGN 4096u
 #define DIRECT_BOUNCE (2u << 20)
+#define DIRECT_QUEUE 3u
+
+struct dbuf {                    /* a bounce buffer, and its write in flight */
+	uint8_t *buf;
+	struct shard *sh;
+	uint64_t off;
+	size_t n;
+	bool busy;
+};
 
 struct shard {
 	char name[64];
@@ -81,7 +100,11 @@ struct pack {
 	struct syncer sy;
 	size_t ndone;
 	uint64_t done_bytes;
-	uint8_t *bounce;         /* O_DIRECT writes [DIRECT_BOUNCE], or NULL */
+	uint8_t *bounce;         /* O_DIRECT writes [DIRECT_BOUNCE], or NULL: the one filled next */
+	struct dbuf db[DIRECT_QUEUE];
+	unsigned ndb, cur;       /* bounce buffers (db[cur].buf is bounce) */
+	struct io_uring ring;
+	bool ring_ok;            /* else one buffer, written by pwrite */
 	struct mk_pack_stats *st;
 };
 
@@ -468,16 +491,32 @@ static void direct_off(struct shard *sh)
 	sh->dfd = -1;
 }
 
-/* Write n bytes (a multiple of DIRECT_ALIGN) of p->bounce at off, which
- * is aligned.  A write refused for its alignment (EINVAL) or cut short
- * off a block boundary turns the shard's direct writes off, the rest
- * written through the page cache. */
-static int direct_write(struct pack *p, struct shard *sh, uint64_t off, size_t n, struct mk_err *err)
+/* The bounce buffers: as many as `room` bytes allow beyond the first (at
+ * most DIRECT_QUEUE), with a ring for them when there are two or more;
+ * none at all where memory is short. */
+static void direct_setup(struct pack *p, uint64_t room)
+{
+	unsigned want = room / DIRECT_BOUNCE + 1 < DIRECT_QUEUE ? (unsigned)(room / DIRECT_BOUNCE) + 1 : DIRECT_QUEUE;
+
+	for (p->ndb = 0; p->ndb < want; p->ndb++)
+		if (posix_memalign((void **)&p->db[p->ndb].buf, DIRECT_ALIGN, DIRECT_BOUNCE))
+			break;
+	p->bounce = p->ndb ? p->db[0].buf : NULL;
+	p->cur = 0;
+	p->ring_ok = p->ndb > 1 && io_uring_queue_init(DIRECT_QUEUE, &p->ring, 0) == 0;
+}
+
+/* Write n bytes (a multiple of DIRECT_ALIGN) of buf at off, which is
+ * aligned, and wait.  A write refused for its alignment (EINVAL) or cut
+ * short off a block boundary turns the shard's direct writes off, the
+ * rest written through the page cache. */
+static int direct_write_sync(struct pack *p, struct shard *sh, const uint8_t *buf, uint64_t off, size_t n,
+			     struct mk_err *err)
 {
 	size_t done = 0;
 
 	while (done < n) {
-		ssize_t w = pwrite(sh->dfd, p->bounce + done, n - done, (off_t)(off + done));
+		ssize_t w = sh->dfd < 0 ? 0 : pwrite(sh->dfd, buf + done, n - done, (off_t)(off + done));
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w < 0 && errno != EINVAL)
@@ -486,10 +525,86 @@ static int direct_write(struct pack *p, struct shard *sh, uint64_t off, size_t n
 		if (w <= 0 || (size_t)w % DIRECT_ALIGN) {
 			done += w > 0 ? (size_t)w : 0;
 			direct_off(sh);
-			return mk_pwrite_all(sh->fd, p->bounce + done, n - done, off + done, sh->name, err);
+			return mk_pwrite_all(sh->fd, buf + done, n - done, off + done, sh->name, err);
 		}
 		done += (size_t)w;
 	}
+	return 0;
+}
+
+/* Wait for one write in flight and settle it: a short or refused one
+ * finished as direct_write_sync would. */
+static int direct_reap(struct pack *p, struct mk_err *err)
+{
+	struct io_uring_cqe *cqe;
+	int rc;
+
+	do
+		rc = io_uring_wait_cqe(&p->ring, &cqe);
+	while (rc == -EINTR);
+	if (rc < 0)
+		return mk_err_sys(err, -rc, "%s: waiting for a write", p->partial);
+	struct dbuf *d = &p->db[io_uring_cqe_get_data64(cqe)];
+	int res = cqe->res;
+	io_uring_cqe_seen(&p->ring, cqe);
+	d->busy = false;
+	if (res == (int)d->n)
+		return 0;
+	if (res < 0 && res != -EINVAL)
+		return mk_err_sys(err, -res, "%s/%s: writing %zu bytes at offset %llu", p->partial, d->sh->name, d->n,
+				  (unsigned long long)d->off);
+	size_t done = res > 0 ? (size_t)res : 0;
+	if (res <= 0 || done % DIRECT_ALIGN) {
+		direct_off(d->sh);
+		return mk_pwrite_all(d->sh->fd, d->buf + done, d->n - done, d->off + done, d->sh->name, err);
+	}
+	return direct_write_sync(p, d->sh, d->buf + done, d->off + done, d->n - done, err);
+}
+
+/* Wait for every write in flight; the first failure's error. */
+static int direct_drain(struct pack *p, struct mk_err *err)
+{
+	int rc = 0;
+
+	for (unsigned k = 0; p->ring_ok && k < p->ndb; k++)
+		while (p->db[k].busy) {
+			struct mk_err e;
+			int r = direct_reap(p, &e);
+			if (r && !rc) {
+				rc = r;
+				*err = e;
+			}
+		}
+	return rc;
+}
+
+/* Write n bytes (a multiple of DIRECT_ALIGN) of p->bounce at off, which
+ * is aligned: sent, and p->bounce the next buffer, free; or, without a
+ * ring, written and waited for. */
+static int direct_write(struct pack *p, struct shard *sh, uint64_t off, size_t n, struct mk_err *err)
+{
+	struct io_uring_sqe *sqe;
+	struct dbuf *d = &p->db[p->cur];
+
+	if (!p->ring_ok || !(sqe = io_uring_get_sqe(&p->ring)))
+		return direct_write_sync(p, sh, p->bounce, off, n, err);
+	io_uring_prep_write(sqe, sh->dfd, d->buf, (unsigned)n, off);
+	io_uring_sqe_set_data64(sqe, p->cur);
+	*d = (struct dbuf){ .buf = d->buf, .sh = sh, .off = off, .n = n, .busy = true };
+	int rc;
+	do
+		rc = io_uring_submit(&p->ring);
+	while (rc == -EINTR);
+	if (rc != 1) {
+		d->busy = false;
+		return mk_err_sys(err, rc < 0 ? -rc : EIO, "%s/%s: sending a write of %zu bytes at offset %llu",
+				  p->partial, sh->name, n, (unsigned long long)off);
+	}
+	p->cur = (p->cur + 1) % p->ndb;
+	p->bounce = p->db[p->cur].buf;
+	while (p->db[p->cur].busy)
+		if ((rc = direct_reap(p, err)))
+			return rc;
 	return 0;
 }
 
@@ -689,7 +804,9 @@ static int tensor_finished(struct pack *p, size_t i, struct mk_err *err)
 	if (sy->rc) {
 		rc = sy->rc;
 		*err = sy->err;
-	} else if (!sy->busy) {
+	} else if (!sy->busy && !(rc = direct_drain(p, err))) {
+		/* (the batch's bytes all written: the syncer's fdatasync
+		 * covers what the device has) */
 		memcpy(sy->batch, p->finished, p->nfinished * sizeof(*sy->batch));
 		sy->nbatch = p->nfinished;
 		p->nfinished = 0;
@@ -944,7 +1061,9 @@ static int finish(struct pack *p, struct mk_err *err)
 					  "the stream ended with tensor '%s' incomplete (%llu of %llu elements)",
 					  p->man->tensors[i].name, (unsigned long long)p->slot[i].got,
 					  (unsigned long long)p->man->tensors[i].nelem);
-	rc = syncer_wait(p, err);
+	rc = direct_drain(p, err);
+	if (!rc)
+		rc = syncer_wait(p, err);
 	if (!rc)
 		rc = journal_commit(p, p->finished, p->nfinished, err);
 	if (rc)
@@ -1266,8 +1385,8 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 				goto out;
 		}
 		/* (no bounce buffer: everything through the page cache) */
-		if (!o->buffered && posix_memalign((void **)&p.bounce, DIRECT_ALIGN, DIRECT_BOUNCE))
-			p.bounce = NULL;
+		if (!o->buffered)
+			direct_setup(&p, o->budget ? o->budget - (2 * p.man->chunk_bytes + (4ull << 20)) : UINT64_MAX);
 		rc = open_shards(&p, hdrs, hlens, resuming, err);
 		if (rc)
 			goto out;
@@ -1300,6 +1419,8 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 	}
 	rc = finish(&p, err);
 out:
+	if (direct_drain(&p, &(struct mk_err){ 0 }) && !rc)
+		MK_BUG("pack: a write failed unseen");
 	if (rc && made && o->resume && p.jfd >= 0 && p.finished) {
 		/* kept for the next --resume: journal what was written */
 		struct mk_err e2 = { 0 };
@@ -1329,7 +1450,10 @@ out:
 	for (size_t i = 0; p.slot && p.man && i < p.man->ntensors; i++)
 		free(p.slot[i].part);
 	free(p.slot);
-	free(p.bounce);
+	if (p.ring_ok)
+		io_uring_queue_exit(&p.ring);
+	for (unsigned k = 0; k < p.ndb; k++)
+		free(p.db[k].buf);
 	free(p.finished);
 	free(p.sy.batch);
 	free(parent);

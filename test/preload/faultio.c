@@ -4,7 +4,8 @@
  *   MK_FAULT_IO=OP:N:KIND LD_PRELOAD=.../faultio.so mk-pack ...
  *
  * OP is one of read, pread, write, pwrite, dpwrite (a pwrite on a file
- * opened O_DIRECT; pwrite counts the others), writev, splice, fsync,
+ * opened O_DIRECT, or a write to one sent by io_uring_submit; pwrite
+ * counts the others), writev, splice, fsync,
  * fdatasync, ftruncate, fallocate (posix_fallocate), rename; N counts that OP's calls
  * from 1; KIND is
  *   eio      the call fails with EIO (nothing done)
@@ -20,11 +21,14 @@
  * on fd 2 (the messages).  With MK_FAULT_IO_COUNT set, the counts are
  * written to stderr at exit ("faultio: read=R pread=P ..."), so a test
  * knows which N to try.  io_uring and mmap reads do not go through these
- * calls: the tests read with MK_IO=pread. */
+ * calls: the tests read with MK_IO=pread.  mk-pack's O_DIRECT writes by
+ * io_uring do (io_uring_submit, below): each is a dpwrite, its fault
+ * made by changing the write before the kernel sees it. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <liburing.h>
 #include <link.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -206,4 +210,45 @@ int rename(const char *from, const char *to)
 	if (k != NONE && k != SHORT && k != SHORTALL)
 		return errno = fail_errno(k), -1;
 	return real_rename(from, to);
+}
+
+/* io_uring_submit(3), as mk-pack sends its O_DIRECT writes: each write
+ * on a file opened O_DIRECT is a dpwrite call, and its fault is one the
+ * kernel makes itself, the request changed before it goes: short (half
+ * the length asked), einval (an offset off the block size, which
+ * O_DIRECT refuses), enospc (the write sent to /dev/full), eio (to
+ * /proc/self/mem at offset 0, where nothing is mapped); eintr fails the
+ * call with -EINTR, nothing sent (the caller sends again). */
+int io_uring_submit(struct io_uring *ring)
+{
+	REAL(io_uring_submit);
+	struct io_uring_sq *sq = &ring->sq;
+
+	for (unsigned h = sq->sqe_head; h != sq->sqe_tail; h++) {
+		struct io_uring_sqe *sqe = &sq->sqes[h & sq->ring_mask];
+		int fl;
+		if (sqe->opcode != IORING_OP_WRITE || (fl = fcntl(sqe->fd, F_GETFL)) < 0 || !(fl & O_DIRECT))
+			continue;
+		switch (fault(DPWRITE, sqe->fd, __builtin_return_address(0))) {
+		case NONE:
+			break;
+		case SHORT:
+		case SHORTALL:
+			sqe->len = (unsigned)shorter(sqe->len);
+			break;
+		case EINVAL_:
+			sqe->off += 1;
+			break;
+		case ENOSPC_:
+			sqe->fd = open("/dev/full", O_WRONLY | O_CLOEXEC);
+			break;
+		case EIO_:
+			sqe->fd = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+			sqe->off = 0;
+			break;
+		case EINTR_:
+			return -EINTR;
+		}
+	}
+	return real_io_uring_submit(ring);
 }
