@@ -141,10 +141,11 @@ $(LIBMK): $(LIB_OBJ)
 	$(Q)rm -f $@ && ar rcs $@ $^
 
 # -z defs: every symbol libmk uses comes from $(LIBS), so the library loads
-# with nothing else linked.
-$(BUILD)/$(MK_SOFILE): $(LIB_OBJ)
+# with nothing else linked.  -z nodelete: dlclose leaves it loaded, since
+# the merge's worker threads (src/core/pool.c) stay parked in its code.
+$(BUILD)/$(MK_SOFILE): $(LIB_OBJ) Makefile
 	@$(if $(Q),echo "  LD      $@")
-	$(Q)$(CC) -shared -Wl,-soname,$(MK_SONAME) -Wl,-z,defs $(LDFLAGS) -o $@ $(LIB_OBJ) $(LIBS)
+	$(Q)$(CC) -shared -Wl,-soname,$(MK_SONAME) -Wl,-z,defs -Wl,-z,nodelete $(LDFLAGS) -o $@ $(LIB_OBJ) $(LIBS)
 	$(Q)ln -sf $(MK_SOFILE) $(BUILD)/$(MK_SONAME) && ln -sf $(MK_SONAME) $(BUILD)/libmk.so
 
 # Programs carry all of libmk and export it (-rdynamic), so that plugins

@@ -33,6 +33,8 @@ case $soname in libmk.so.[0-9]*) ;; *) fail "libmk.so points to '$soname', not l
 file=$(readlink "$prefix/lib/$soname")
 [ -f "$prefix/lib/$file" ] && [ ! -L "$prefix/lib/$file" ] || fail "$soname does not point to the library file"
 readelf -d "$prefix/lib/$file" | grep -q "SONAME.*\[$soname\]" || fail "$file's soname is not $soname"
+# not unloaded by dlclose: the merge's worker threads stay parked in it
+readelf -d "$prefix/lib/$file" | grep -q "FLAGS_1.*NODELETE" || fail "$file can be unloaded under its worker threads (no -z nodelete)"
 
 cat > app.c <<'EOF'
 #include <stdio.h>
