@@ -37,14 +37,17 @@
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
 #endif
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "mk/method.h"
 #include "misc_methods.h"
 #include "rng.h"
+#include "../core/pool.h"
 
 #define SAMPLE_SIZE 1000000u
+#define AF_TASK_ROWS 4u           /* whole rows per task of pass 0 */
 #define KL_EPS 1e-8
 
 struct row {
@@ -63,7 +66,9 @@ struct state {
 	int other;                 /* -1: copy the single input */
 	uint64_t L, nrows;
 	struct row *rows;
-	double *ea, *eb;           /* [L] one row's exp(x - max) in pass 0, or NULL */
+	double *ea;                /* per thread [2 * L]: a row's exp(x - max) of a,
+				      then of b, in pass 0; or NULL (rows too long) */
+	unsigned nslot;            /* threads ea has room for */
 	uint64_t *samp;            /* sorted sample indices, or NULL: all elements */
 	uint64_t nsamp, cur;       /* sample size (n), cursor of this pass */
 	uint64_t *hist;            /* [MISC_NBUCKET] pass 2 */
@@ -73,6 +78,12 @@ struct state {
 	uint32_t bucket[3];
 	float q[3];                /* Q(0.25), Q(0.5), Q(0.75) */
 	float thr;
+};
+
+struct af_rows {                   /* a chunk's whole rows, for the threads */
+	struct state *s;
+	const void *a, *b;         /* the first row's elements */
+	uint64_t row0, nrows;
 };
 
 static int other_input(const struct mk_job_desc *d)
@@ -117,7 +128,6 @@ static void free_state(struct state *s)
 		return;
 	free(s->rows);
 	free(s->ea);
-	free(s->eb);
 	free(s->samp);
 	free(s->hist);
 	for (int t = 0; t < 3; t++)
@@ -170,9 +180,11 @@ static int init(struct mk_job *job, struct mk_err *err)
 	if (!(s->rows = calloc(s->nrows + 1, sizeof(*s->rows))) ||
 	    !(s->hist = calloc(MISC_NBUCKET, sizeof(uint64_t))))
 		goto nomem;
-	if (s->L > 1 && s->L <= ROW_CACHE &&
-	    (!(s->ea = malloc(s->L * sizeof(double))) || !(s->eb = malloc(s->L * sizeof(double)))))
-		goto nomem;
+	if (s->L > 1 && s->L <= ROW_CACHE) {
+		if (!(s->ea = malloc(2 * s->L * sizeof(double))))
+			goto nomem;
+		s->nslot = 1;
+	}
 	if (n > SAMPLE_SIZE) {
 		uint64_t st = mk_rng_stream(job->d.seed, job->d.tensor, (uint64_t)s->other);
 		uint64_t *tmp = malloc(SAMPLE_SIZE * sizeof(uint64_t));
@@ -239,9 +251,10 @@ static inline void count_key(struct state *s, unsigned pass, float imp, uint64_t
  * skips it.  With a sample, passes 2 and 3 walk the drawn elements of the
  * chunk only. */
 #define AF_PASS(NAME, T, FABS)							\
-static void NAME##_row(struct state *s, struct row *r, const T *a, const T *b)	\
+static void NAME##_row(uint64_t L, double *ea, double *eb, struct row *r,	\
+		       const T *a, const T *b)					\
 {										\
-	uint64_t L = s->L, la = 0, lb = 0;					\
+	uint64_t la = 0, lb = 0;						\
 	double ma = (double)a[0], mb = (double)b[0], sa = 1.0, sb = 1.0;	\
 	double kl = 0.0;							\
 	for (uint64_t k = 1; k < L; k++) {					\
@@ -252,7 +265,7 @@ static void NAME##_row(struct state *s, struct row *r, const T *a, const T *b)	\
 			la = k;							\
 		} else {							\
 			double e = exp(x - ma);					\
-			s->ea[k] = e;						\
+			ea[k] = e;						\
 			sa = sa + e;						\
 		}								\
 		if (y > mb) {							\
@@ -261,13 +274,13 @@ static void NAME##_row(struct state *s, struct row *r, const T *a, const T *b)	\
 			lb = k;							\
 		} else {							\
 			double e = exp(y - mb);					\
-			s->eb[k] = e;						\
+			eb[k] = e;						\
 			sb = sb + e;						\
 		}								\
 	}									\
 	for (uint64_t k = 0; k < L; k++) {					\
-		double xa = k > la ? s->ea[k] : exp((double)a[k] - ma);		\
-		double xb = k > lb ? s->eb[k] : exp((double)b[k] - mb);		\
+		double xa = k > la ? ea[k] : exp((double)a[k] - ma);		\
+		double xb = k > lb ? eb[k] : exp((double)b[k] - mb);		\
 		double p = xb / sb + KL_EPS;					\
 		double q = xa / sa + KL_EPS;					\
 		double t = p * log(p / q);					\
@@ -280,24 +293,50 @@ static void NAME##_row(struct state *s, struct row *r, const T *a, const T *b)	\
 	r->kl = kl;								\
 	r->done = true;								\
 }										\
-static void NAME(struct state *s, unsigned pass, const T *a, const T *b,	\
-		 uint64_t e0, uint64_t n)					\
+/* Task k of a chunk's whole rows: AF_TASK_ROWS of them from row k *	\
+ * AF_TASK_ROWS, with the slot's scratch. */					\
+static void NAME##_rows(void *p, unsigned k, unsigned slot)			\
 {										\
+	const struct af_rows *t = p;						\
+	struct state *s = t->s;							\
+	uint64_t L = s->L, i0 = (uint64_t)k * AF_TASK_ROWS;			\
+	uint64_t i1 = t->nrows - i0 < AF_TASK_ROWS ? t->nrows : i0 + AF_TASK_ROWS; \
+	double *ea = s->ea + (size_t)slot * 2 * L;				\
+										\
+	for (uint64_t i = i0; i < i1; i++)					\
+		NAME##_row(L, ea, ea + L, &s->rows[t->row0 + i],		\
+			   (const T *)t->a + i * L, (const T *)t->b + i * L);	\
+}										\
+static void NAME(struct state *s, unsigned pass, const T *a, const T *b,	\
+		 uint64_t e0, uint64_t n, unsigned threads)			\
+{										\
+	uint64_t e = 0;								\
 	if (e0 == 0)								\
 		s->cur = 0;							\
 	if (pass >= 2 && s->samp) {						\
 		while (s->cur < s->nsamp && s->samp[s->cur] < e0 + n) {		\
-			uint64_t g = s->samp[s->cur], m = 0, e = g - e0;	\
+			uint64_t g = s->samp[s->cur], m = 0, x = g - e0;	\
 			while (s->cur < s->nsamp && s->samp[s->cur] == g) {	\
 				s->cur++;					\
 				m++;						\
 			}							\
-			count_key(s, pass, (float)((double)FABS(b[e] - a[e]) *	\
+			count_key(s, pass, (float)((double)FABS(b[x] - a[x]) *	\
 						   s->rows[g / s->L].kl), m);	\
 		}								\
 		return;								\
 	}									\
-	for (uint64_t e = 0; e < n;) {						\
+	if (pass == 0 && s->ea && e0 % s->L == 0 && n >= s->L) {		\
+		/* the chunk's whole rows, on the job's threads: each row's	\
+		 * sums are its own, in its own order */			\
+		struct af_rows t = { s, a, b, e0 / s->L, n / s->L };		\
+		uint64_t nt = (t.nrows + AF_TASK_ROWS - 1) / AF_TASK_ROWS;	\
+		mk__pool_run(nt <= UINT_MAX ? threads : 1,			\
+			     nt <= UINT_MAX ? (unsigned)nt : 0, NAME##_rows, &t);	\
+		for (uint64_t i = 0; nt > UINT_MAX && i < nt; i++)		\
+			NAME##_rows(&t, (unsigned)i, 0);			\
+		e = t.nrows * s->L;						\
+	}									\
+	while (e < n) {								\
 		uint64_t g = e0 + e, off = g % s->L, len = s->L - off;		\
 		struct row *r = &s->rows[g / s->L];				\
 		const T *ra = a + e, *rb = b + e;				\
@@ -306,7 +345,7 @@ static void NAME(struct state *s, unsigned pass, const T *a, const T *b,	\
 		e += len;							\
 		if (pass == 0) {						\
 			if (!off && len == s->L && s->ea) {			\
-				NAME##_row(s, r, ra, rb);			\
+				NAME##_row(s->L, s->ea, s->ea + s->L, r, ra, rb); \
 				continue;					\
 			}							\
 			for (uint64_t k = 0; k < len; k++) {			\
@@ -341,10 +380,22 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 	struct state *s = job->state;
 	const void *a = c->in[job->d.base], *b = c->in[s->other];
 
+	unsigned threads = job->threads > 1 ? job->threads : 1;
+
+	if (pass == 0 && s->ea && threads > s->nslot) {
+		/* scratch for each thread of the job (one until it is known) */
+		double *ea = realloc(s->ea, (size_t)threads * 2 * s->L * sizeof(double));
+		if (ea) {
+			s->ea = ea;
+			s->nslot = threads;
+		}
+	}
+	if (threads > s->nslot)
+		threads = s->nslot ? s->nslot : 1;
 	if (job->compute == MK_DT_F64)
-		pass_f64(s, pass, a, b, c->elem_begin, c->count);
+		pass_f64(s, pass, a, b, c->elem_begin, c->count, threads);
 	else
-		pass_f32(s, pass, a, b, c->elem_begin, c->count);
+		pass_f32(s, pass, a, b, c->elem_begin, c->count, threads);
 	return 0;
 }
 

@@ -643,6 +643,18 @@ static void test_arcee_fusion_random(void **st)
 		assert_int_equal(run_job(&t, MK_DT_F32, v, chunks[c], alt, NULL), 0);
 		assert_memory_equal(out, alt, N * 4);
 	}
+	/* the first pass's whole rows on 2, 3 and 7 threads (four rows a
+	 * task: 14 tasks for the whole tensor), at chunks of whole rows and
+	 * of rows cut across chunks: the same bits as one thread */
+	static const unsigned threads[] = { 2, 3, 7 };
+	for (size_t q = 0; q < sizeof(threads) / sizeof(threads[0]); q++)
+		for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+			tj_threads = threads[q];
+			memset(alt, 0x55, N * 4);
+			assert_int_equal(run_job(&t, MK_DT_F32, v, chunks[c], alt, NULL), 0);
+			tj_threads = 0;
+			assert_memory_equal(out, alt, N * 4);
+		}
 	/* 1-D: one row */
 	t.in[0] = t.in[1] = td(MK_DT_F32, 1, N, 0);
 	assert_int_equal(run_job(&t, MK_DT_F32, v, 0, out, NULL), 0);
