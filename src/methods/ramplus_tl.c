@@ -26,11 +26,13 @@
 #elif defined(__GNUC__)
 #pragma GCC optimize("fp-contract=off")
 #endif
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "mk/method.h"
 #include "misc_methods.h"
+#include "../core/pool.h"
 
 enum { P_R, P_ALPHA, P_EPSILON, NPARAMS };
 
@@ -110,13 +112,28 @@ static int init(struct mk_job *job, struct mk_err *err)
 	return 0;
 }
 
-/* Statistics pass: shared_i and unique_i. */
+/* Statistics pass: shared_i and unique_i (counts: the same in any order,
+ * so a chunk is cut into tasks of RP_TASK elements for the job's threads,
+ * each counting into its own row of counts, added up after). */
+#define RP_TASK 8192u
+
+struct rp_step {
+	struct state *s;
+	const struct mk_job *job;
+	const void *const *in;
+	uint64_t n;
+	uint64_t *cnt;           /* per task [stride]: shared [n], then unique [n] */
+	size_t stride;           /* 2 * n rounded up to a cache line: no two
+				    threads' counts share one */
+};
+
 #define RP_COUNT(NAME, T, FABS)							\
-static void NAME(struct state *s, const struct mk_job *job, const void *const *in, uint64_t n) \
+static void NAME(const struct state *s, const struct mk_job *job, const void *const *in, \
+		 uint64_t e0, uint64_t e1, uint64_t *shared, uint64_t *unique)	\
 {										\
 	const T *b = in[job->d.base];						\
 	T eps = (T)mk_job_param(job, P_EPSILON)->f;				\
-	for (uint64_t e = 0; e < n; e++) {					\
+	for (uint64_t e = e0; e < e1; e++) {					\
 		unsigned c = 0;							\
 		size_t last = 0;						\
 		for (size_t i = 0; i < s->n; i++) {				\
@@ -130,7 +147,7 @@ static void NAME(struct state *s, const struct mk_job *job, const void *const *i
 			}							\
 		}								\
 		if (c == 1) {							\
-			s->unique[last]++;					\
+			unique[last]++;						\
 		} else if (c >= 2) {						\
 			for (size_t i = 0; i < s->n; i++) {			\
 				T dl;						\
@@ -138,10 +155,19 @@ static void NAME(struct state *s, const struct mk_job *job, const void *const *i
 					continue;				\
 				dl = ((const T *)in[i])[e] - b[e];		\
 				if (FABS(dl) > eps)				\
-					s->shared[i]++;				\
+					shared[i]++;				\
 			}							\
 		}								\
 	}									\
+}										\
+static void NAME##_task(void *p, unsigned k, unsigned slot)			\
+{										\
+	const struct rp_step *a = p;						\
+	uint64_t e0 = (uint64_t)k * RP_TASK, e1 = a->n - e0 < RP_TASK ? a->n : e0 + RP_TASK; \
+	uint64_t *row = a->cnt + (size_t)k * a->stride;				\
+										\
+	(void)slot;								\
+	NAME(a->s, a->job, a->in, e0, e1, row, row + a->s->n);			\
 }
 RP_COUNT(count_f32, float, fabsf)
 RP_COUNT(count_f64, double, fabs)
@@ -149,10 +175,28 @@ RP_COUNT(count_f64, double, fabs)
 static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c,
 		      struct mk_err *err)
 {
-	if (job->compute == MK_DT_F64)
-		count_f64(job->state, job, c->in, c->count);
-	else
-		count_f32(job->state, job, c->in, c->count);
+	struct state *s = job->state;
+	bool f64 = job->compute == MK_DT_F64;
+	uint64_t ntasks = (c->count + RP_TASK - 1) / RP_TASK;
+	struct rp_step st = { .s = s, .job = job, .in = c->in, .n = c->count, .stride = (2 * s->n + 7) & ~(size_t)7 };
+
+	if (job->threads > 1 && ntasks > 1 && ntasks <= UINT_MAX &&
+	    !posix_memalign((void **)&st.cnt, 64, (size_t)ntasks * st.stride * sizeof(uint64_t))) {
+		memset(st.cnt, 0, (size_t)ntasks * st.stride * sizeof(uint64_t));
+		mk__pool_run(job->threads, (unsigned)ntasks, f64 ? count_f64_task : count_f32_task, &st);
+		for (uint64_t k = 0; k < ntasks; k++)
+			for (size_t i = 0; i < s->n; i++) {
+				s->shared[i] += st.cnt[k * st.stride + i];
+				s->unique[i] += st.cnt[k * st.stride + s->n + i];
+			}
+		free(st.cnt);
+	} else if (f64) {
+		count_f64(s, job, c->in, 0, c->count, s->shared, s->unique);
+	} else {
+		count_f32(s, job, c->in, 0, c->count, s->shared, s->unique);
+	}
+	(void)pass;
+	(void)err;
 	return 0;
 }
 

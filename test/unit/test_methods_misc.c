@@ -429,6 +429,38 @@ static void test_ram_appendix(void **st)
 	assert_memory_equal(out, W0, sizeof(out));
 }
 
+/* ramplus_tl's statistics pass on 2, 3 and 7 threads (tasks of 8192
+ * elements, each counting apart): the same bits as one thread, at chunks
+ * of the whole tensor and of odd sizes.  x1 is active almost everywhere
+ * and x2 seldom, so x1's boost (rho = shared / unique, under alpha) and
+ * with it every element only x1 moves depends on the exact counts. */
+static void test_ramplus_threads(void **st)
+{
+	enum { R = 3529, C = 7, N = R * C };    /* three tasks and a part */
+	static float z[N], x1[N], x2[N], one[N], alt[N];
+	const void *v[3] = { z, x1, x2 };
+	static const unsigned threads[] = { 2, 3, 7 };
+	static const uint64_t chunks[] = { 0, 5000, 8193 };
+	struct tj t;
+
+	(void)st;
+	for (int i = 0; i < N; i++) {
+		x1[i] = ((float)(rnd() % 2001) - 1000.0f) * 1e-3f;
+		x2[i] = rnd() % 9 == 0 ? ((float)(rnd() % 2001) - 1000.0f) * 1e-3f : 0.0f;
+	}
+	tj_init(&t, "ramplus_tl", 3, 0);
+	t.in[0] = t.in[1] = t.in[2] = td(MK_DT_F32, 2, R, C);
+	assert_int_equal(run_job(&t, MK_DT_F32, v, 0, one, NULL), 0);
+	for (size_t q = 0; q < sizeof(threads) / sizeof(threads[0]); q++)
+		for (size_t c = 0; c < sizeof(chunks) / sizeof(chunks[0]); c++) {
+			tj_threads = threads[q];
+			memset(alt, 0x55, sizeof(alt));
+			assert_int_equal(run_job(&t, MK_DT_F32, v, chunks[c], alt, NULL), 0);
+			tj_threads = 0;
+			assert_memory_equal(one, alt, sizeof(alt));
+		}
+}
+
 /* ramplus_tl, epsilon 0 and an input without shared elements: mergekit's
  * 0/0 lambda would be NaN; mk takes rho = 0. */
 static void test_ramplus_eps0(void **st)
@@ -985,6 +1017,7 @@ int main(void)
 		cmocka_unit_test(test_sce_two_models_bits),
 		cmocka_unit_test(test_ram_appendix),
 		cmocka_unit_test(test_ram_two_models_bits),
+		cmocka_unit_test(test_ramplus_threads),
 		cmocka_unit_test(test_ramplus_eps0),
 		cmocka_unit_test(test_arcee_fusion_appendix),
 		cmocka_unit_test(test_arcee_fusion_random),
