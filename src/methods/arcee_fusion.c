@@ -330,10 +330,13 @@ static void NAME(struct state *s, unsigned pass, const T *a, const T *b,	\
 		 * sums are its own, in its own order */			\
 		struct af_rows t = { s, a, b, e0 / s->L, n / s->L };		\
 		uint64_t nt = (t.nrows + AF_TASK_ROWS - 1) / AF_TASK_ROWS;	\
-		mk__pool_run(nt <= UINT_MAX ? threads : 1,			\
-			     nt <= UINT_MAX ? (unsigned)nt : 0, NAME##_rows, &t);	\
-		for (uint64_t i = 0; nt > UINT_MAX && i < nt; i++)		\
-			NAME##_rows(&t, (unsigned)i, 0);			\
+		if (nt <= UINT_MAX)						\
+			mk__pool_run(threads, (unsigned)nt, NAME##_rows, &t);	\
+		else	/* (more tasks than a step counts: here, in order) */	\
+			for (uint64_t i = 0; i < t.nrows; i++)			\
+				NAME##_row(s->L, s->ea, s->ea + s->L,		\
+					   &s->rows[t.row0 + i], a + i * s->L,	\
+					   b + i * s->L);			\
 		e = t.nrows * s->L;						\
 	}									\
 	while (e < n) {								\

@@ -101,9 +101,9 @@ struct pack {
 	struct syncer sy;
 	size_t ndone;
 	uint64_t done_bytes;
-	uint8_t *bounce;         /* O_DIRECT writes [DIRECT_BOUNCE], or NULL: the one filled next */
 	struct dbuf db[DIRECT_QUEUE];
-	unsigned ndb, cur;       /* bounce buffers (db[cur].buf is bounce) */
+	unsigned ndb, cur;       /* bounce buffers (none: no O_DIRECT writes);
+				    db[cur] is the one filled next */
 	struct io_uring ring;
 	bool ring_ok;            /* else one buffer, written by pwrite */
 	struct mk_pack_stats *st;
@@ -475,7 +475,7 @@ static int open_shards(struct pack *p, uint8_t **hdrs, size_t *hlens, bool resum
 			return rc;
 		}
 		rc = mk_pwrite_all(sh->fd, hdrs[s], hlens[s], 0, path, err);
-		if (!rc && p->bounce)
+		if (!rc && p->ndb)
 			sh->dfd = open(path, O_WRONLY | O_DIRECT | O_CLOEXEC);   /* -1: through the page cache */
 		free(path);
 		if (rc)
@@ -502,7 +502,6 @@ static void direct_setup(struct pack *p, uint64_t room)
 	for (p->ndb = 0; p->ndb < want; p->ndb++)
 		if (posix_memalign((void **)&p->db[p->ndb].buf, DIRECT_ALIGN, DIRECT_BOUNCE))
 			break;
-	p->bounce = p->ndb ? p->db[0].buf : NULL;
 	p->cur = 0;
 	p->ring_ok = p->ndb > 1 && io_uring_queue_init(DIRECT_QUEUE, &p->ring, 0) == 0;
 }
@@ -579,16 +578,16 @@ static int direct_drain(struct pack *p, struct mk_err *err)
 	return rc;
 }
 
-/* Write n bytes (a multiple of DIRECT_ALIGN) of p->bounce at off, which
- * is aligned: sent, and p->bounce the next buffer, free; or, without a
- * ring, written and waited for. */
+/* Write n bytes (a multiple of DIRECT_ALIGN) of the buffer filled next
+ * (db[cur]) at off, which is aligned: sent, and db[cur] the next buffer,
+ * free; or, without a ring, written and waited for. */
 static int direct_write(struct pack *p, struct shard *sh, uint64_t off, size_t n, struct mk_err *err)
 {
 	struct io_uring_sqe *sqe;
 	struct dbuf *d = &p->db[p->cur];
 
 	if (!p->ring_ok || !(sqe = io_uring_get_sqe(&p->ring)))
-		return direct_write_sync(p, sh, p->bounce, off, n, err);
+		return direct_write_sync(p, sh, d->buf, off, n, err);
 	io_uring_prep_write(sqe, sh->dfd, d->buf, (unsigned)n, off);
 	io_uring_sqe_set_data64(sqe, p->cur);
 	*d = (struct dbuf){ .buf = d->buf, .sh = sh, .off = off, .n = n, .busy = true };
@@ -602,7 +601,6 @@ static int direct_write(struct pack *p, struct shard *sh, uint64_t off, size_t n
 				  p->partial, sh->name, n, (unsigned long long)off);
 	}
 	p->cur = (p->cur + 1) % p->ndb;
-	p->bounce = p->db[p->cur].buf;
 	while (p->db[p->cur].busy)
 		if ((rc = direct_reap(p, err)))
 			return rc;
@@ -678,8 +676,9 @@ static int shard_write(struct pack *p, size_t i, uint64_t off, const uint8_t *da
 			sl->npart += (uint32_t)take;
 			return 0;
 		}
-		memcpy(p->bounce, sl->part, have);
-		memcpy(p->bounce + have, data, whole - have);
+		uint8_t *bounce = p->db[p->cur].buf;
+		memcpy(bounce, sl->part, have);
+		memcpy(bounce + have, data, whole - have);
 		rc = direct_write(p, sh, sl->dpos, whole, err);
 		if (rc)
 			return rc;
