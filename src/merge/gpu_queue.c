@@ -3,10 +3,22 @@
  * gpu_queue in merge_impl.h). */
 #include <stdlib.h>
 #include "merge_impl.h"
+#include "../stream/chan_impl.h"
 
 #define GPU_QUEUE_BYTES (64u << 20)
 #define GPU_QUEUE_JOBS 256u
 #define EMIT_PIECE (1u << 20)   /* at most this many elements per DATA frame */
+
+/* The DATA chunk of output tensor `index`, elements [begin, begin + count). */
+static struct mk_chunk out_chunk(size_t index, uint64_t row_len, uint64_t begin, uint64_t count, enum mk_dtype dt,
+				 const void *data, size_t len)
+{
+	struct mk_chunk c = { .id = (uint32_t)index, .dtype = dt, .elem_begin = begin, .elem_count = count,
+			      .data = data, .data_len = len };
+
+	mk_chunk_set_rows(&c, row_len);
+	return c;
+}
 
 static int emit_at(struct mk_stream_writer *w, struct gpu_queue *gq, size_t index, uint64_t row_len, uint64_t begin,
 		   uint64_t count, enum mk_dtype dt, const void *data, size_t len, struct mk_merge_stats *st,
@@ -14,10 +26,8 @@ static int emit_at(struct mk_stream_writer *w, struct gpu_queue *gq, size_t inde
 {
 	if (gq->nonfinite_out)
 		gq->nonfinite_out[index] += mk_dtype_count_nonfinite(dt, data, count);
-	struct mk_chunk c = { .id = (uint32_t)index, .dtype = dt, .elem_begin = begin, .elem_count = count,
-			      .data = data, .data_len = len };
+	struct mk_chunk c = out_chunk(index, row_len, begin, count, dt, data, len);
 
-	mk_chunk_set_rows(&c, row_len);
 	st->chunks_out++;
 	st->bytes_out += len;
 	return mk_sw_chunk(w, MK_FT_DATA, &c, err);
@@ -70,6 +80,27 @@ int mk__gpuq_emit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uin
 	r->next_out = begin + count;
 	return rc ? rc : emit_at(w, r->gq, r->out_index, r->emit_row_len, r->out_at + begin, count, dt, data, len, st,
 				 err);
+}
+
+int mk__emit_reserve(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, enum mk_dtype dt,
+		     size_t len, void **data, struct mk_merge_stats *st, struct mk_err *err)
+{
+	int rc = mk__gpuq_drain(w, r->gq, r->pool, r->cuda, st, err);
+	struct mk_chunk c = out_chunk(r->out_index, r->emit_row_len, r->out_at + begin, count, dt, NULL, len);
+
+	*data = NULL;
+	return rc ? rc : mk__sw_chunk_reserve(w, MK_FT_DATA, &c, data, err);
+}
+
+int mk__emit_commit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, size_t len,
+		    uint64_t nonfinite, struct mk_merge_stats *st, struct mk_err *err)
+{
+	if (r->gq->nonfinite_out)
+		r->gq->nonfinite_out[r->out_index] += nonfinite;
+	r->next_out = begin + count;
+	st->chunks_out++;
+	st->bytes_out += len;
+	return mk__sw_chunk_commit(w, err);
 }
 
 /* Submit job elements [b, b + n) to the GPU, its inputs the converted

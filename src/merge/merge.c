@@ -11,6 +11,7 @@
 #include "mk/plugin.h"
 #include "mk/stream.h"
 #include "merge_impl.h"
+#include "../stream/chan_impl.h"
 
 /* the job's named parameters -> the method's pval arrays */
 static int load_params(struct run *r, struct mk_err *err)
@@ -278,6 +279,23 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 			rc = mk__workers_stats(r, b, n, err);
 			goto clear;
 		}
+		if (!r->gpu) {
+			/* the output straight into its DATA frame where the
+			 * stream takes one filled in place (a channel) */
+			void *out;
+			uint64_t bad = 0;
+			rc = mk__emit_reserve(w, r, b, n, r->job.out.dtype, (size_t)ob, &out, st, err);
+			if (rc > 0) {
+				rc = mk__workers_run(r, b, n, true, out, r->gq->nonfinite_out ? &bad : NULL, err);
+				if (rc)
+					mk__sw_chunk_unreserve(w);
+				else
+					rc = mk__emit_commit(w, r, b, n, (size_t)ob, bad, st, err);
+				goto clear;
+			}
+			if (rc)
+				goto clear;
+		}
 		if (grow(&r->outc, &r->outc_cap, (size_t)ob + 1))
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
 		if (r->gpu) {
@@ -286,12 +304,12 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 			for (size_t i = 0; i < r->d.ninputs; i++)
 				if (r->job.used[i] && grow(&r->ib[i].conv, &r->ib[i].conv_cap, (size_t)n * es + 1))
 					return mk_err_set(err, MK_ENOMEM, "out of memory");
-			rc = mk__workers_run(r, b, n, false, err);
+			rc = mk__workers_run(r, b, n, false, NULL, NULL, err);
 			if (!rc)
 				rc = mk__gpuq_submit(w, r, b, n, b, st, err);
 			goto clear;
 		}
-		rc = mk__workers_run(r, b, n, true, err);
+		rc = mk__workers_run(r, b, n, true, r->outc, NULL, err);
 		if (!rc) {
 			rc = mk__gpuq_emit(w, r, b, n, r->job.out.dtype, r->outc, (size_t)ob, st, err);
 		}

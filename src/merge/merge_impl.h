@@ -201,6 +201,18 @@ void mk__gpuq_free(struct gpu_queue *gq, struct pool *pl);
  * bytes of dtype dt) as DATA frames, after draining the queue. */
 int mk__gpuq_emit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, enum mk_dtype dt,
 		  const void *data, size_t len, struct mk_merge_stats *st, struct mk_err *err);
+/* mk__gpuq_emit in two steps, the output written in place: reserve
+ * drains the queue and makes the DATA frame of job elements [begin,
+ * begin + count) (len bytes of dtype dt) on w, *data where its payload
+ * goes: 1; 0 when w takes no frame filled in place (a descriptor, or
+ * compressing: the caller writes the output itself and emits it), or an
+ * error.  Commit writes the frame once its payload is there, with the
+ * output's non-finite elements counted by the caller.  A failure between
+ * the two leaves the frame to mk_sw_free, unwritten. */
+int mk__emit_reserve(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, enum mk_dtype dt,
+		     size_t len, void **data, struct mk_merge_stats *st, struct mk_err *err);
+int mk__emit_commit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, size_t len,
+		    uint64_t nonfinite, struct mk_merge_stats *st, struct mk_err *err);
 /* Submit job elements [b, b + n) to the GPU, its inputs the converted
  * buffers from element `from` of each; the output joins the queue. */
 int mk__gpuq_submit(struct mk_stream_writer *w, struct run *r, uint64_t b, uint64_t n, uint64_t from,
@@ -210,8 +222,11 @@ int mk__gpuq_submit(struct mk_stream_writer *w, struct run *r, uint64_t b, uint6
 
 /* Convert the used inputs of the range's elements [b, b + n) into the
  * compute dtype on up to r->threads threads, and (apply) run the method
- * and convert its output into r->outc. */
-int mk__workers_run(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk_err *err);
+ * and convert its output into `out` (n elements of the output dtype),
+ * adding its non-finite elements to *nonfinite_out when that is not
+ * NULL (each piece counted while it is in cache). */
+int mk__workers_run(struct run *r, uint64_t b, uint64_t n, bool apply, void *out, uint64_t *nonfinite_out,
+		    struct mk_err *err);
 /* Whether the used inputs' non-finite elements are counted as the
  * output's pass converts them (in cache, on the workers: every element
  * once), not as they come: every job whose inputs are converted range by

@@ -15,6 +15,8 @@ struct step {
 	bool apply;              /* also run the method and convert out */
 	bool raw;                /* apply: BF16 inputs passed as they are */
 	uint64_t *count;         /* non-finite inputs, per slot (mk__counts_on_convert), or NULL */
+	void *out;               /* apply: the output, n elements of the output dtype */
+	uint64_t *ocount;        /* apply: the output's non-finite elements, per slot, or NULL */
 	char **tile;             /* per slot: its tiles, made by its first task */
 	const void ***ptrs;      /* per slot: the inputs' pointers */
 	pthread_mutex_t mu;      /* the first failure, by task */
@@ -66,19 +68,23 @@ static int convert_input(struct run *r, size_t i, uint64_t off, uint64_t n, void
 	return 0;
 }
 
-/* Run the method over job elements [b, b + n) (at `off` in the range's
- * buffers) from inputs in ptrs (bf16: as BF16), and convert the output
- * into outc. */
-static int apply_out(struct run *r, uint64_t b, uint64_t off, uint64_t n, const void **ptrs, bool bf16, void *out,
-		     struct mk_err *err)
+/* Run the method over job elements [b, b + n) (at `off` in the range)
+ * from inputs in ptrs (bf16: as BF16) into tmp, and convert the output
+ * into the step's at `off`, its non-finite elements added to *ocount (if
+ * not NULL) while they are in cache. */
+static int apply_out(const struct step *st, uint64_t b, uint64_t off, uint64_t n, const void **ptrs, bool bf16,
+		     void *tmp, uint64_t *ocount, struct mk_err *err)
 {
+	struct run *r = st->r;
 	struct mk_job_chunk c = { .elem_begin = b, .count = n, .in = ptrs, .bf16 = bf16 };
-	int rc = mk_job_apply(&r->job, &c, out, err);
+	char *dst = (char *)st->out + off * mk_dtype_bits(r->job.out.dtype) / 8;
+	int rc = mk_job_apply(&r->job, &c, tmp, err);
 
-	if (!rc && mk_dtype_convert(r->job.out.dtype, (char *)r->outc + off * mk_dtype_bits(r->job.out.dtype) / 8,
-				    r->job.compute, out, n))
+	if (!rc && mk_dtype_convert(r->job.out.dtype, dst, r->job.compute, tmp, n))
 		rc = mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): cannot write %s output", r->pj->id, r->name,
 				mk_dtype_name(r->job.out.dtype));
+	if (!rc && ocount)
+		*ocount += mk_dtype_count_nonfinite(r->job.out.dtype, dst, n);
 	return rc;
 }
 
@@ -117,7 +123,7 @@ static void work(void *arg, unsigned k, unsigned slot)
 	struct run *r = st->r;
 	size_t es = mk_dtype_bits(r->job.compute) / 8, nin = r->d.ninputs;
 	uint64_t off = (uint64_t)k * WORK_PIECE, n = st->n - off < WORK_PIECE ? st->n - off : WORK_PIECE;
-	uint64_t *count = st->count ? &st->count[slot] : NULL;
+	uint64_t *count = st->count ? &st->count[slot] : NULL, *ocount = st->ocount ? &st->ocount[slot] : NULL;
 	struct mk_err err;
 	int rc = 0;
 
@@ -154,8 +160,8 @@ static void work(void *arg, unsigned k, unsigned slot)
 			rc = convert_input(r, i, off + t, m, (void *)ptrs[i], count, &err);
 		}
 		if (!rc)
-			rc = apply_out(r, st->b + off + t, off + t, m, ptrs, st->raw, tile + nin * (size_t)WORK_TILE * es,
-				       &err);
+			rc = apply_out(st, st->b + off + t, off + t, m, ptrs, st->raw, tile + nin * (size_t)WORK_TILE * es,
+				       ocount, &err);
 	}
 out:
 	if (rc) {
@@ -214,11 +220,12 @@ int mk__workers_stats(struct run *r, uint64_t b, uint64_t n, struct mk_err *err)
 
 /* Run work() over the range's elements [b, b + n) on up to r->threads
  * threads. */
-int mk__workers_run(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk_err *err)
+int mk__workers_run(struct run *r, uint64_t b, uint64_t n, bool apply, void *out, uint64_t *nonfinite_out,
+		    struct mk_err *err)
 {
 	unsigned t = r->threads ? r->threads : 1;
 	uint64_t ntasks = (n + WORK_PIECE - 1) / WORK_PIECE;
-	struct step st = { .r = r, .b = b, .n = n, .apply = apply, .failed = UINT_MAX };
+	struct step st = { .r = r, .b = b, .n = n, .apply = apply, .out = out, .failed = UINT_MAX };
 	int rc = 0;
 
 	if (t > 64)
@@ -230,7 +237,8 @@ int mk__workers_run(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk
 	st.tile = calloc(t, sizeof(*st.tile));
 	st.ptrs = calloc(t, sizeof(*st.ptrs));
 	st.count = mk__counts_on_convert(r) ? calloc(t, sizeof(*st.count)) : NULL;
-	if (!st.tile || !st.ptrs || (mk__counts_on_convert(r) && !st.count)) {
+	st.ocount = apply && nonfinite_out ? calloc(t, sizeof(*st.ocount)) : NULL;
+	if (!st.tile || !st.ptrs || (mk__counts_on_convert(r) && !st.count) || (apply && nonfinite_out && !st.ocount)) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -243,6 +251,8 @@ int mk__workers_run(struct run *r, uint64_t b, uint64_t n, bool apply, struct mk
 	}
 	for (unsigned k = 0; st.count && k < t; k++)
 		r->gq->nonfinite_in[r->out_index] += st.count[k];
+	for (unsigned k = 0; st.ocount && k < t; k++)
+		*nonfinite_out += st.ocount[k];
 out:
 	for (unsigned k = 0; k < t; k++) {
 		free(st.tile ? st.tile[k] : NULL);
@@ -251,5 +261,6 @@ out:
 	free(st.tile);
 	free(st.ptrs);
 	free(st.count);
+	free(st.ocount);
 	return rc;
 }

@@ -160,19 +160,13 @@ static void enqueue(struct mk_chan *c, struct blk *b)
 	pthread_cond_signal(&c->can_read);
 }
 
-int mk__chan_write(struct mk_chan *c, const struct iovec *iov, int n)
+int mk__chan_reserve(struct mk_chan *c, size_t total, uint8_t **buf, size_t *cap)
 {
-	size_t total = 0, o = 0;
-	uint8_t *buf = NULL;
+	uint8_t *b = NULL;
 	size_t bcap = 0;
-	struct blk *b;
 
-	for (int i = 0; i < n; i++)
-		total += iov[i].iov_len;
-	if (!total)
-		return 0;
-	if (!(b = malloc(sizeof(*b))))
-		return -ENOMEM;
+	*buf = NULL;
+	*cap = 0;
 	pthread_mutex_lock(&c->mu);
 	/* room for this buffer (the spare, when it is large enough, is
 	 * already counted), or an empty queue: a frame over cap passes */
@@ -184,11 +178,10 @@ int mk__chan_write(struct mk_chan *c, const struct iovec *iov, int n)
 	}
 	if (c->rclosed) {
 		pthread_mutex_unlock(&c->mu);
-		free(b);
 		return -EPIPE;
 	}
 	if (c->spare && c->spare_cap >= total) {
-		buf = c->spare;
+		b = c->spare;
 		bcap = c->spare_cap;
 	} else if (c->spare) {
 		free(c->spare);       /* too small: not kept beside a new one */
@@ -196,28 +189,46 @@ int mk__chan_write(struct mk_chan *c, const struct iovec *iov, int n)
 	}
 	c->spare = NULL;
 	c->spare_cap = 0;
-	if (!buf)
+	if (!b)
 		c->held += total;     /* counted before it is taken */
 	pthread_mutex_unlock(&c->mu);
-	if (!buf) {
-		if (!(buf = malloc(total))) {
+	if (!b) {
+		if (!(b = malloc(total ? total : 1))) {
 			pthread_mutex_lock(&c->mu);
 			c->held -= total;
+			pthread_cond_signal(&c->can_write);
 			pthread_mutex_unlock(&c->mu);
-			free(b);
 			return -ENOMEM;
 		}
 		bcap = total;
 	}
-	for (int i = 0; i < n; i++) {
-		memcpy(buf + o, iov[i].iov_base, iov[i].iov_len);
-		o += iov[i].iov_len;
+	*buf = b;
+	*cap = bcap;
+	return 0;
+}
+
+void mk__chan_unreserve(struct mk_chan *c, uint8_t *buf, size_t cap)
+{
+	pthread_mutex_lock(&c->mu);
+	c->held -= cap;
+	pthread_cond_signal(&c->can_write);
+	pthread_mutex_unlock(&c->mu);
+	free(buf);
+}
+
+int mk__chan_commit(struct mk_chan *c, uint8_t *buf, size_t len, size_t cap)
+{
+	struct blk *b = malloc(sizeof(*b));
+
+	if (!b) {
+		mk__chan_unreserve(c, buf, cap);
+		return -ENOMEM;
 	}
-	*b = (struct blk){ .buf = buf, .len = total, .cap = bcap };
+	*b = (struct blk){ .buf = buf, .len = len, .cap = cap };
 	pthread_mutex_lock(&c->mu);
 	if (c->rclosed) {
-		/* the reader went while this was copied */
-		c->held -= bcap;
+		/* the reader went while this was written */
+		c->held -= cap;
 		pthread_mutex_unlock(&c->mu);
 		free(buf);
 		free(b);
@@ -226,6 +237,25 @@ int mk__chan_write(struct mk_chan *c, const struct iovec *iov, int n)
 	enqueue(c, b);
 	pthread_mutex_unlock(&c->mu);
 	return 0;
+}
+
+int mk__chan_write(struct mk_chan *c, const struct iovec *iov, int n)
+{
+	size_t total = 0, o = 0, cap;
+	uint8_t *buf;
+	int rc;
+
+	for (int i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	if (!total)
+		return 0;
+	if ((rc = mk__chan_reserve(c, total, &buf, &cap)) < 0)
+		return rc;
+	for (int i = 0; i < n; i++) {
+		memcpy(buf + o, iov[i].iov_base, iov[i].iov_len);
+		o += iov[i].iov_len;
+	}
+	return mk__chan_commit(c, buf, total, cap);
 }
 
 int mk__chan_write_map(struct mk_chan *c, uint8_t *frame, size_t len, void *map, size_t map_len)

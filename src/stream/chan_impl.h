@@ -23,6 +23,16 @@ struct mk_chan *mk__chan_find(int fd, int end);
 /* Queue the bytes of iov as one buffer: 0, or -EPIPE when the reader is
  * gone, -ENOMEM. */
 int mk__chan_write(struct mk_chan *c, const struct iovec *iov, int n);
+/* mk__chan_write in two steps, for a writer that fills the buffer in
+ * place: reserve waits for room for `total` bytes, as mk__chan_write
+ * does, and gives a buffer of at least that many (*cap: its size),
+ * counted against the channel's cap from now on; commit queues `len`
+ * bytes of it (the buffer is the channel's again, on every path);
+ * unreserve gives it back unqueued.  0, or -EPIPE when the reader is
+ * gone, -ENOMEM. */
+int mk__chan_reserve(struct mk_chan *c, size_t total, uint8_t **buf, size_t *cap);
+int mk__chan_commit(struct mk_chan *c, uint8_t *buf, size_t len, size_t cap);
+void mk__chan_unreserve(struct mk_chan *c, uint8_t *buf, size_t cap);
 /* Queue the frame of len bytes at `frame`, inside the private mapping
  * [map, map + map_len), without a copy: the channel owns the mapping
  * from the call on (munmaps it on every path).  The reader takes it as
@@ -39,5 +49,19 @@ ssize_t mk__chan_read(struct mk_chan *c, void *buf, size_t len);
  * stays the reader's.  Else false (lent->map NULL), and the reader reads
  * the payload by mk__chan_read. */
 bool mk__chan_take(struct mk_chan *c, size_t len, uint8_t **buf, size_t *cap, struct mk__lent *lent);
+
+/* A DATA or INPT chunk's frame filled in place on a channel writer (no
+ * compression): reserve writes the frame's headers for c (c->data is
+ * not read) into a buffer of the channel, waiting for room as
+ * mk_sw_chunk would, and points *data at where its c->data_len payload
+ * bytes go: 1.  0 when the writer is no such channel (the caller writes
+ * the chunk with mk_sw_chunk), or an error.  One at a time: commit
+ * queues it once its payload is written, unreserve drops it unqueued
+ * (mk_sw_free drops one left). */
+struct mk_stream_writer;
+int mk__sw_chunk_reserve(struct mk_stream_writer *w, const char *type, const struct mk_chunk *c, void **data,
+			 struct mk_err *err);
+int mk__sw_chunk_commit(struct mk_stream_writer *w, struct mk_err *err);
+void mk__sw_chunk_unreserve(struct mk_stream_writer *w);
 
 #endif

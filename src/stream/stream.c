@@ -1009,6 +1009,10 @@ struct mk_stream_writer {
 	struct counts n;
 	bool ended;
 	int splice;   /* mk_sw_chunk_splice: 0 untried, 1 works, -1 not here */
+	/* mk__sw_chunk_reserve: the frame being filled in place, or NULL */
+	uint8_t *rbuf;
+	size_t rcap, rlen;
+	char rtype[5];
 };
 
 /* A frame header without its checksum field (0 until it is known). */
@@ -1189,6 +1193,52 @@ int mk_sw_chunk(struct mk_stream_writer *w, const char *type, const struct mk_ch
 
 	mk_chunk_encode(c, hdr);
 	return mk_sw_frame(w, type, p, l, 2, err);
+}
+
+int mk__sw_chunk_reserve(struct mk_stream_writer *w, const char *type, const struct mk_chunk *c, void **data,
+			 struct mk_err *err)
+{
+	const size_t pre = MK_FRAME_HDR + MK_CHUNK_HDR;
+	uint64_t raw_len = MK_CHUNK_HDR + (uint64_t)c->data_len;
+	int rc;
+
+	*data = NULL;
+	if (!w->ch || w->level > 0 || sw_sums(w, type) || raw_len > MK_FRAME_MAX)
+		return 0;
+	if (w->ended)
+		MK_BUG("frame after END");
+	if (w->rbuf)
+		MK_BUG("a second chunk reserved before the first was committed");
+	if ((rc = mk__chan_reserve(w->ch, pre + c->data_len, &w->rbuf, &w->rcap)) < 0)
+		return mk_err_sys(err, -rc, "writing the stream");
+	frame_hdr(w->rbuf, type, 0, MK_CSUM_NONE, raw_len, raw_len);   /* a chunk on a channel (sw_sums) */
+	mk_chunk_encode(c, w->rbuf + MK_FRAME_HDR);
+	w->rlen = pre + c->data_len;
+	memcpy(w->rtype, type, 4);
+	*data = w->rbuf + pre;
+	return 1;
+}
+
+int mk__sw_chunk_commit(struct mk_stream_writer *w, struct mk_err *err)
+{
+	uint8_t *b = w->rbuf;
+	int rc;
+
+	if (!b)
+		MK_BUG("no chunk reserved");
+	w->rbuf = NULL;
+	count_frame(&w->n, w->rtype, w->rtype[0] >= 'A' && w->rtype[0] <= 'Z', w->rlen - MK_FRAME_HDR);
+	if ((rc = mk__chan_commit(w->ch, b, w->rlen, w->rcap)) < 0)
+		return mk_err_sys(err, -rc, "writing the stream");
+	w->bytes += w->rlen;
+	return 0;
+}
+
+void mk__sw_chunk_unreserve(struct mk_stream_writer *w)
+{
+	if (w->rbuf)
+		mk__chan_unreserve(w->ch, w->rbuf, w->rcap);
+	w->rbuf = NULL;
 }
 
 /* The payload bytes after the sub-header by splice(2) from src_fd; on a
@@ -1419,6 +1469,7 @@ void mk_sw_free(struct mk_stream_writer *w)
 {
 	if (!w)
 		return;
+	mk__sw_chunk_unreserve(w);
 	ZSTD_freeCCtx(w->cctx);
 	free(w->zbuf);
 	free(w->cat);

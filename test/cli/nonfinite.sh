@@ -20,6 +20,13 @@ grep -q "warning: tensor 'model.embed_tokens.weight': [0-9]* of 16384 elements a
 	{ cat over.err; fail "no warning naming the overflowed tensor"; }
 grep -q "and 12 more tensors with NaN or infinite elements" over.err || { cat over.err; fail "the rest are not counted"; }
 [ -d out1 ] || fail "a warning stopped the merge"
+# the counts are exact, and the same whether mk-merge writes the output
+# into its frame in place, counting it piece by piece on its threads (in
+# one process), or counts each range's output as it sends it (processes)
+mk-yaml --processes over.yml out1p 2> over-p.err
+grep 'warning' over.err | sed 's/^[a-z-]*: //' | sort > w1
+grep 'warning' over-p.err | sed 's/^[a-z-]*: //' | sort > w2
+[ -s w1 ] && cmp -s w1 w2 || { diff w1 w2; fail "the in-process counts differ from the pipeline's"; }
 expect_fail 1 "from inputs that were all finite (--strict)" mk-yaml --strict over.yml out2
 no_out out2
 # a sound merge: not a word about it

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include "mk/chan.h"
 #include "mk/stream.h"
+#include "../../src/stream/chan_impl.h"
 
 /* The frames the writer sends: sizes around the bound, an empty one, a
  * compressible one (zstd), each also as an INPT chunk (which a channel
@@ -389,6 +390,150 @@ static void test_fds(void **state)
 	mk_chan_free(c);
 }
 
+/* ---- chunks filled in place (mk__sw_chunk_reserve on a channel) */
+
+/* The chunk frames of sizes[] (each also dropped once before it is sent),
+ * DATA and INPT by turns, their payloads written after the reservation. */
+struct pwriter {
+	int fd;
+	struct mk_chan *c;
+	bool in_place;       /* reserve/commit; else mk_sw_chunk (the reference) */
+	int rc;
+	struct mk_err err;
+};
+
+static int pwrite_all(struct pwriter *a)
+{
+	struct mk_stream_writer *w = NULL;
+	uint8_t *buf = malloc(200000);
+	int rc = mk_sw_open(&w, a->fd, 0, &a->err);
+
+	assert_non_null(buf);
+	for (size_t i = 0; !rc && i < NSIZES; i++) {
+		const char *type = i & 1 ? MK_FT_DATA : MK_FT_INPT;
+		struct mk_chunk c = { .id = (uint32_t)i, .dtype = MK_DT_U8, .row_count = 1, .elem_begin = 7 * i,
+				      .elem_count = sizes[i], .data = buf, .data_len = sizes[i] };
+		fill(buf, sizes[i], 40 + i);
+		if (!a->in_place) {
+			rc = mk_sw_chunk(w, type, &c, &a->err);
+			continue;
+		}
+		void *data;
+		/* one reserved and dropped: never sent, its room given back */
+		assert_int_equal(mk__sw_chunk_reserve(w, type, &c, &data, &a->err), 1);
+		memset(data, 0xee, sizes[i]);
+		mk__sw_chunk_unreserve(w);
+		c.data = NULL;   /* not read: the headers are made from the fields */
+		rc = mk__sw_chunk_reserve(w, type, &c, &data, &a->err);
+		if (rc == 1) {
+			fill(data, sizes[i], 40 + i);
+			rc = mk__sw_chunk_commit(w, &a->err);
+		}
+	}
+	if (!rc)
+		rc = mk_sw_end(w, &a->err);
+	mk_sw_free(w);
+	free(buf);
+	return rc;
+}
+
+static void *pwriter_main(void *p)
+{
+	struct pwriter *a = p;
+
+	a->rc = pwrite_all(a);
+	if (a->c)
+		mk_chan_close_write(a->c);
+	return NULL;
+}
+
+/* Filled in place, the frames are those mk_sw_chunk sends on a channel
+ * (a descriptor's, but the checksum fields), the dropped ones are not
+ * sent, and the queue stays within its bound; a descriptor writer, a
+ * compressing one and a frame with a checksum take none in place. */
+static void test_in_place(void **state)
+{
+	int ref_fd = memfd_create("test_chan_pref", 0), fd[2], rc;
+	struct pwriter ref = { .fd = ref_fd };
+	struct mk_chan *c;
+	struct mk_stream_reader *r = NULL;
+	struct mk_stream_writer *w = NULL;
+	struct mk_frame f;
+	struct mk_err err = { 0 };
+	pthread_t th;
+	uint8_t *want;
+	off_t want_len;
+	size_t at = MK_STREAM_PRELUDE, frames = 0, cap = 64 << 10, largest = 0;
+	void *data;
+
+	(void)state;
+	assert_true(ref_fd >= 0);
+	assert_int_equal(pwrite_all(&ref), 0);
+	want_len = lseek(ref_fd, 0, SEEK_END);
+	want = malloc((size_t)want_len);
+	assert_non_null(want);
+	assert_int_equal(pread(ref_fd, want, (size_t)want_len, 0), want_len);
+	/* not on a descriptor */
+	assert_int_equal(mk_sw_open(&w, ref_fd, 0, &err), 0);
+	struct mk_chunk c1 = { .dtype = MK_DT_U8, .row_count = 1, .elem_count = 10, .data_len = 10 };
+	assert_int_equal(mk__sw_chunk_reserve(w, MK_FT_DATA, &c1, &data, &err), 0);
+	assert_null(data);
+	mk_sw_free(w);
+	close(ref_fd);
+
+	assert_int_equal(mk_chan_open(&c, cap, fd, &err), 0);
+	struct pwriter a = { .fd = fd[0], .c = c, .in_place = true };
+	assert_int_equal(pthread_create(&th, NULL, pwriter_main, &a), 0);
+	assert_int_equal(mk_sr_open(&r, fd[1], "chan", 0, &err), 0);
+	while ((rc = mk_sr_next(r, &f, &err)) == 1) {
+		uint64_t len;
+		assert_true(at + f.wire_len <= (size_t)want_len);
+		memcpy(&len, want + at + 8, 8);
+		assert_int_equal(f.wire_len, MK_FRAME_HDR + len);
+		if (strcmp(f.type, MK_FT_END)) {
+			assert_int_equal(f.csum, MK_CSUM_NONE);
+			assert_memory_equal(f.wire, want + at, 5);
+			assert_memory_equal(f.wire + 6, want + at + 6, 24 - 6);
+			assert_memory_equal(f.wire + 28, want + at + 28, f.wire_len - 28);
+			frames++;
+		}
+		if (f.wire_len > largest)
+			largest = f.wire_len;
+		at += f.wire_len;
+		nap(100);   /* a slow reader: the writer waits for room */
+	}
+	assert_int_equal(rc, 0);
+	assert_int_equal(at, (size_t)want_len);
+	assert_int_equal(frames, NSIZES);
+	pthread_join(th, NULL);
+	assert_int_equal(a.rc, 0);
+	assert_true(mk_chan_peak(c) <= (cap > largest ? cap : largest));
+	mk_sr_free(r);
+	mk_chan_free(c);
+
+	/* compressing, or a frame with a checksum on a channel: none */
+	assert_int_equal(mk_chan_open(&c, 0, fd, &err), 0);
+	assert_int_equal(mk_sw_open(&w, fd[0], 3, &err), 0);
+	assert_int_equal(mk__sw_chunk_reserve(w, MK_FT_DATA, &c1, &data, &err), 0);
+	mk_sw_free(w);
+	assert_int_equal(mk_sw_open(&w, fd[0], 0, &err), 0);
+	assert_int_equal(mk__sw_chunk_reserve(w, "note", &c1, &data, &err), 0);
+	/* one left reserved goes with the writer */
+	assert_int_equal(mk__sw_chunk_reserve(w, MK_FT_DATA, &c1, &data, &err), 1);
+	mk_sw_free(w);
+	/* the reader gone: a reservation fails, and so does a commit */
+	assert_int_equal(mk_sw_open(&w, fd[0], 0, &err), 0);
+	assert_int_equal(mk__sw_chunk_reserve(w, MK_FT_DATA, &c1, &data, &err), 1);
+	mk_chan_close_read(c);
+	assert_int_not_equal(mk__sw_chunk_commit(w, &err), 0);
+	assert_non_null(strstr(err.msg, strerror(EPIPE)));
+	assert_int_not_equal(mk__sw_chunk_reserve(w, MK_FT_DATA, &c1, &data, &err), 1);
+	assert_non_null(strstr(err.msg, strerror(EPIPE)));
+	mk_sw_free(w);
+	mk_chan_free(c);
+	free(want);
+}
+
 /* ---- chunks mapped from their file (mk_sw_chunk_splice on a channel) */
 
 /* Chunks of a file: (offset, bytes) with offsets at and off page bounds,
@@ -578,6 +723,7 @@ int main(void)
 		cmocka_unit_test(test_piecewise),
 		cmocka_unit_test(test_pieces_unsummed),
 		cmocka_unit_test(test_mapped),
+		cmocka_unit_test(test_in_place),
 		cmocka_unit_test(test_reader_gone),
 		cmocka_unit_test(test_writer_gone),
 		cmocka_unit_test(test_fds),
