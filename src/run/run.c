@@ -151,6 +151,31 @@ static void shut_all(struct run *r)
 		mk_chan_close_read(r->feeds[k]);
 }
 
+/* Stages that end wake wait_all (every runner's: it checks its own
+ * runs).  Under done_mu, so that a waiter that has just found its runs
+ * unfinished is waiting before the signal comes. */
+static pthread_mutex_t done_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t done_cv;
+static pthread_once_t done_once = PTHREAD_ONCE_INIT;
+
+static void done_cv_init(void)
+{
+	pthread_condattr_t a;
+
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&done_cv, &a);
+	pthread_condattr_destroy(&a);
+}
+
+static void stage_done_signal(void)
+{
+	pthread_once(&done_once, done_cv_init);
+	pthread_mutex_lock(&done_mu);
+	pthread_cond_broadcast(&done_cv);
+	pthread_mutex_unlock(&done_mu);
+}
+
 /* A stage ends: its ends of the streams are shut, so its neighbours see
  * an end (a reader) or EPIPE (a writer) instead of waiting. */
 static void stage_end(struct run *r, int i)
@@ -167,6 +192,7 @@ static void stage_end(struct run *r, int i)
 	pthread_mutex_lock(&r->mu);
 	r->finished++;
 	pthread_mutex_unlock(&r->mu);
+	stage_done_signal();
 }
 
 struct stage_arg {
@@ -421,6 +447,8 @@ static int run_result(struct run *r, struct mk_err *err)
 
 static void wait_all(struct run *const *v, size_t n)
 {
+	pthread_once(&done_once, done_cv_init);
+	pthread_mutex_lock(&done_mu);
 	for (;;) {
 		bool all = true;
 		for (size_t k = 0; k < n; k++)
@@ -430,9 +458,19 @@ static void wait_all(struct run *const *v, size_t n)
 		for (size_t k = 0; k < n; k++)
 			if (v[k]->o->cancel && *v[k]->o->cancel)
 				run_cancel(v[k]);
-		struct timespec ts = { 0, 20 * 1000 * 1000 };
-		nanosleep(&ts, NULL);
+		/* woken as a stage ends; the cancel flag looked at every 20 ms
+		 * (a sleep of 20 ms instead cost the runs 10 ms at the end on
+		 * average) */
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		ts.tv_nsec += 20 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&done_cv, &done_mu, &ts);
 	}
+	pthread_mutex_unlock(&done_mu);
 	for (size_t k = 0; k < n; k++)
 		run_join(v[k]);
 }
