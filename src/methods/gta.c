@@ -1709,6 +1709,19 @@ __attribute__((target("avx512f,avx512dq,avx512vl"))) static inline __m256 rand_d
 	return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(vx, vb));
 }
 
+/* One element (k of the tile) of rand_tile_k, outside its vectors. */
+static inline void rand_sum_one(const struct gin *g, struct lsum *before, struct lsum *after, uint64_t e0,
+				uint64_t k, const void *x, const void *b, const bool B)
+{
+	float d = B ? fabsf(mk__bf16_widen(((const uint16_t *)x)[k]) - mk__bf16_widen(((const uint16_t *)b)[k])) :
+		      fabsf(((const float *)x)[k] - ((const float *)b)[k]);
+	float m;
+
+	rand_keep_one(g->stream, g->thr, e0 + k, d, &m, g->mask);
+	before->lane[(e0 + k) % LSUM_LANES] += (double)d;
+	after->lane[(e0 + k) % LSUM_LANES] += (double)m;
+}
+
 __attribute__((target("avx512f,avx512dq,avx512vl"))) static inline void
 rand_tile_k(const struct gin *g, struct lsum *before, struct lsum *after, uint64_t e0, uint64_t cnt, const void *x,
 	    const void *b, const bool B)
@@ -1722,14 +1735,8 @@ rand_tile_k(const struct gin *g, struct lsum *before, struct lsum *after, uint64
 
 	while (k < cnt) {
 		uint64_t r = k + mk_fsum_run(e0 + k, cnt - k);
-		for (; k < r && (e0 + k) % LSUM_LANES; k++) {
-			float d = B ? fabsf(mk__bf16_widen(((const uint16_t *)x)[k]) - mk__bf16_widen(((const uint16_t *)b)[k])) :
-				      fabsf(((const float *)x)[k] - ((const float *)b)[k]);
-			float m;
-			rand_keep_one(g->stream, g->thr, e0 + k, d, &m, mask);
-			before->lane[(e0 + k) % LSUM_LANES] += (double)d;
-			after->lane[(e0 + k) % LSUM_LANES] += (double)m;
-		}
+		for (; k < r && (e0 + k) % LSUM_LANES; k++)
+			rand_sum_one(g, before, after, e0, k, x, b, B);
 		if (k + 8 <= r) {
 			__m512d lb = _mm512_loadu_pd(before->lane), la = _mm512_loadu_pd(after->lane);
 			uint64_t z0 = g->stream + (e0 + k + 1) * MK_RNG_GOLDEN;
@@ -1753,14 +1760,8 @@ rand_tile_k(const struct gin *g, struct lsum *before, struct lsum *after, uint64
 			_mm512_storeu_pd(before->lane, lb);
 			_mm512_storeu_pd(after->lane, la);
 		}
-		for (; k < r; k++) {
-			float d = B ? fabsf(mk__bf16_widen(((const uint16_t *)x)[k]) - mk__bf16_widen(((const uint16_t *)b)[k])) :
-				      fabsf(((const float *)x)[k] - ((const float *)b)[k]);
-			float m;
-			rand_keep_one(g->stream, g->thr, e0 + k, d, &m, mask);
-			before->lane[(e0 + k) % LSUM_LANES] += (double)d;
-			after->lane[(e0 + k) % LSUM_LANES] += (double)m;
-		}
+		for (; k < r; k++)
+			rand_sum_one(g, before, after, e0, k, x, b, B);
 		if ((e0 + r) % MK_SUM_BLOCK == 0) {
 			lsum_close(before);
 			lsum_close(after);
