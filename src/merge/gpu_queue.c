@@ -83,13 +83,16 @@ int mk__gpuq_emit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uin
 }
 
 int mk__emit_reserve(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, enum mk_dtype dt,
-		     size_t len, void **data, struct mk_merge_stats *st, struct mk_err *err)
+		     size_t len, void **data, struct mk_err *err)
 {
-	int rc = mk__gpuq_drain(w, r->gq, r->pool, r->cuda, st, err);
 	struct mk_chunk c = out_chunk(r->out_index, r->emit_row_len, r->out_at + begin, count, dt, NULL, len);
 
 	*data = NULL;
-	return rc ? rc : mk__sw_chunk_reserve(w, MK_FT_DATA, &c, data, err);
+	/* outputs still on the GPU go first, after this range is computed
+	 * (mk__gpuq_emit drains them then): the GPU works on meanwhile */
+	if (r->gq->n)
+		return 0;
+	return mk__sw_chunk_reserve(w, MK_FT_DATA, &c, data, err);
 }
 
 int mk__emit_commit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, size_t len,

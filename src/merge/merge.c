@@ -284,7 +284,7 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 			 * stream takes one filled in place (a channel) */
 			void *out;
 			uint64_t bad = 0;
-			rc = mk__emit_reserve(w, r, b, n, r->job.out.dtype, (size_t)ob, &out, st, err);
+			rc = mk__emit_reserve(w, r, b, n, r->job.out.dtype, (size_t)ob, &out, err);
 			if (rc > 0) {
 				rc = mk__workers_run(r, b, n, true, out, r->gq->nonfinite_out ? &bad : NULL, err);
 				if (rc)

@@ -202,15 +202,16 @@ void mk__gpuq_free(struct gpu_queue *gq, struct pool *pl);
 int mk__gpuq_emit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, enum mk_dtype dt,
 		  const void *data, size_t len, struct mk_merge_stats *st, struct mk_err *err);
 /* mk__gpuq_emit in two steps, the output written in place: reserve
- * drains the queue and makes the DATA frame of job elements [begin,
- * begin + count) (len bytes of dtype dt) on w, *data where its payload
- * goes: 1; 0 when w takes no frame filled in place (a descriptor, or
- * compressing: the caller writes the output itself and emits it), or an
+ * makes the DATA frame of job elements [begin, begin + count) (len bytes
+ * of dtype dt) on w, *data where its payload goes: 1; 0 when w takes no
+ * frame filled in place (a descriptor, or compressing) or outputs of the
+ * GPU wait in the queue (they are written first, once this range is
+ * computed): the caller writes the output itself and emits it; or an
  * error.  Commit writes the frame once its payload is there, with the
  * output's non-finite elements counted by the caller.  A failure between
  * the two leaves the frame to mk_sw_free, unwritten. */
 int mk__emit_reserve(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, enum mk_dtype dt,
-		     size_t len, void **data, struct mk_merge_stats *st, struct mk_err *err);
+		     size_t len, void **data, struct mk_err *err);
 int mk__emit_commit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, size_t len,
 		    uint64_t nonfinite, struct mk_merge_stats *st, struct mk_err *err);
 /* Submit job elements [b, b + n) to the GPU, its inputs the converted

@@ -2213,6 +2213,58 @@ static void win_take(struct target *tg)
 	tg->wdone = true;
 }
 
+/* RAND's statistics over the elements e0 .. e0 + cnt of a tile (element
+ * t0 on of the chunk's x and b, float32 or BF16): each element's draw (its
+ * bit into g->mask when there is one) and the L1 lane sums before and
+ * after, in element order.  One loop with AVX-512 DQ (rand_tile_avx512);
+ * else |delta| into an array first, then the draws (rand_keep_avx2 with
+ * AVX2) and the sums over the arrays: the same bits on every path. */
+static void rand_stats_tile(struct gin *g, uint64_t e0, uint64_t cnt, const void *x, const void *b, bool bf16,
+			    uint64_t t0)
+{
+	float a[TILE], m[TILE];
+	uint32_t key[TILE];
+	uint8_t kb[TILE];
+
+#if MK_GTA_X86
+	if (have_avx512dq) {
+		size_t es = bf16 ? 2 : 4;
+		rand_tile_avx512(g, e0, cnt, (const char *)x + t0 * es, (const char *)b + t0 * es, bf16, &g->before,
+				 &g->after);
+		return;
+	}
+#endif
+	tile_abs(x, b, bf16, t0, cnt, a, key);
+#if MK_GTA_X86
+	if (have_avx2) {
+		rand_keep_avx2(g->stream, g->thr, e0, cnt, a, m, g->mask);
+		fsum_run_f32(&g->before, e0, a, cnt);
+		fsum_run_f32(&g->after, e0, m, cnt);
+		return;
+	}
+#endif
+	tile_rand_u8(g->stream, g->thr, e0, cnt, kb);
+	if (g->mask)
+		tile_setbits(g->mask, e0, cnt, kb);
+	fsum_run_f32(&g->before, e0, a, cnt);
+	for (uint64_t k = 0; k < cnt; k++)
+		m[k] = kb[k] ? a[k] : 0.0f;   /* x + 0.0 is x: terms >= 0 */
+	fsum_run_f32(&g->after, e0, m, cnt);
+}
+
+void mk_gta_rand_sums(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t n, const void *x, const void *b, bool bf16,
+		      uint8_t *mask, double before[LSUM_LANES + 1], double after[LSUM_LANES + 1])
+{
+	struct gin g = { .kind = K_RAND, .stream = stream, .thr = thr, .mask = mask };
+
+	for (uint64_t t0 = 0; t0 < n; t0 += TILE)
+		rand_stats_tile(&g, e0 + t0, n - t0 < TILE ? n - t0 : TILE, x, b, bf16, t0);
+	memcpy(before, g.before.lane, sizeof(g.before.lane));
+	before[LSUM_LANES] = g.before.total;
+	memcpy(after, g.after.lane, sizeof(g.after.lane));
+	after[LSUM_LANES] = g.after.total;
+}
+
 /* The float32 statistics of the selections and of RAND, tile by tile: the
  * same counts and sums as the generic loop below, without a sum nobody
  * reads (L1 norms only for the rescale) and, once a cut is found, without
@@ -2222,7 +2274,6 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 {
 	float a[TILE], m[TILE];
 	uint32_t key[TILE];
-	uint8_t kb[TILE];
 
 	for (uint64_t t0 = 0; t0 < c->count; t0 += TILE) {
 		uint64_t cnt = c->count - t0 < TILE ? c->count - t0 : TILE, e0 = c->elem_begin + t0;
@@ -2243,14 +2294,10 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 				della_slab32(s, g, e0 + cnt - s->slab);
 			continue;
 		}
-#if MK_GTA_X86
-		if (g->kind == K_RAND && have_avx512dq) {
-			size_t es = c->bf16 ? 2 : 4;
-			rand_tile_avx512(g, e0, cnt, (const char *)x + t0 * es, (const char *)b + t0 * es, c->bf16,
-					 &g->before, &g->after);
+		if (g->kind == K_RAND) {
+			rand_stats_tile(g, e0, cnt, x, b, c->bf16, t0);
 			continue;
 		}
-#endif
 		tile_abs(x, b, c->bf16, t0, cnt, a, key);
 		if (g->kind == K_DELLA) {
 			fsum_run_f32(&g->before, e0, a, cnt);
@@ -2263,24 +2310,6 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 				if (p + r == s->slab)
 					della_slab32(s, g, e + r - s->slab);
 			}
-			continue;
-		}
-		if (g->kind == K_RAND) {
-#if MK_GTA_X86
-			if (have_avx2 && !have_avx512dq) {
-				rand_keep_avx2(g->stream, g->thr, e0, cnt, a, m, g->mask);
-				fsum_run_f32(&g->before, e0, a, cnt);
-				fsum_run_f32(&g->after, e0, m, cnt);
-				continue;
-			}
-#endif
-			tile_rand_u8(g->stream, g->thr, e0, cnt, kb);
-			if (g->mask)
-				tile_setbits(g->mask, e0, cnt, kb);
-			fsum_run_f32(&g->before, e0, a, cnt);
-			for (uint64_t k = 0; k < cnt; k++)
-				m[k] = kb[k] ? a[k] : 0.0f;   /* x + 0.0 is x: terms >= 0 */
-			fsum_run_f32(&g->after, e0, m, cnt);
 			continue;
 		}
 		if (pass < s->nlevels) {

@@ -28,6 +28,15 @@ double mk_gta_della_prob_f64(uint64_t rank0, uint64_t len, double density, doubl
 enum { MK_GTA_SIMD_C, MK_GTA_SIMD_AVX2, MK_GTA_SIMD_AVX512 };
 int mk_gta_simd_limit(int top);
 
+/* RAND's (DARE's) statistics pass over elements [e0, e0 + n) of x over
+ * the base b (float32, or BF16 when bf16), tile by tile as a chunk gets
+ * it, on the path the SIMD limit allows: the kept bits OR'd into mask
+ * (all zero before; NULL: none) and the L1 sums' eight lanes then their
+ * closed total, before and after the draw, for the tests that compare
+ * the paths bit for bit. */
+void mk_gta_rand_sums(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t n, const void *x, const void *b, bool bf16,
+		      uint8_t *mask, double before[9], double after[9]);
+
 /* `ties` with count consensus (mergekit's ConsensusMethod.count, which no
  * registered method uses); not registered. */
 extern const struct mk_method mk_gta_method_ties_count;

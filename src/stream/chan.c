@@ -38,7 +38,8 @@ struct mk_chan {
 	pthread_mutex_t mu;
 	pthread_cond_t can_read, can_write;
 	struct blk *head, *tail;
-	size_t cap, held, peak; /* held: the queue's buffers and the spare */
+	size_t cap, held, peak; /* held: the queue's buffers, the spare and a
+				   buffer reserved (mk__chan_reserve) */
 	uint8_t *spare;         /* a buffer the reader gave back */
 	size_t spare_cap;
 	bool wclosed, rclosed;

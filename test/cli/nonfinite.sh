@@ -27,6 +27,20 @@ mk-yaml --processes over.yml out1p 2> over-p.err
 grep 'warning' over.err | sed 's/^[a-z-]*: //' | sort > w1
 grep 'warning' over-p.err | sed 's/^[a-z-]*: //' | sort > w2
 [ -s w1 ] && cmp -s w1 w2 || { diff w1 w2; fail "the in-process counts differ from the pipeline's"; }
+# ... and on tensors of many pieces (mk-merge's threads take 65536
+# elements a piece and count them apart): an embedding of 4 Mi elements,
+# -j 2 and -j 3, against the pipeline's counts of the whole ranges
+mk-gen-model --dtype BF16 --hidden 64 --inter 128 --layers 1 --vocab 65536 --seed 3 wide1 > /dev/null
+mk-gen-model --dtype BF16 --hidden 64 --inter 128 --layers 1 --vocab 65536 --seed 4 wide2 > /dev/null
+sed "s|$a|$PWD/wide1|; s|$b|$PWD/wide2|" over.yml > wide.yml
+mk-yaml --processes wide.yml outwp 2> wide-p.err
+grep 'warning' wide-p.err | sed 's/^[a-z-]*: //' | sort > wp
+grep -q "tensor 'model.embed_tokens.weight': [0-9]* of 4194304 elements" wp || { cat wide-p.err; fail "no overflow in the wide embedding (the case tests nothing)"; }
+for j in 2 3; do
+	mk-yaml -j $j wide.yml outw$j 2> wide-$j.err
+	grep 'warning' wide-$j.err | sed 's/^[a-z-]*: //' | sort > w$j
+	cmp -s wp w$j || { diff wp w$j; fail "-j $j: the in-process counts of many pieces differ from the pipeline's"; }
+done
 expect_fail 1 "from inputs that were all finite (--strict)" mk-yaml --strict over.yml out2
 no_out out2
 # a sound merge: not a word about it

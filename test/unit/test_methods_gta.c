@@ -1283,6 +1283,74 @@ static void test_della_long_rows(void **st)
 	assert_non_null(strstr(err.msg, "della ranks rows of at most 2147483647"));
 }
 
+/* DARE's statistics pass on each path this CPU has (one AVX-512 loop,
+ * AVX2 draws over the arrays, the portable loops) gives the same mask
+ * bytes and the same float64 lanes and totals of both L1 sums, bit for
+ * bit: float32 and BF16 inputs with NaN, infinities, zeros and equal
+ * values among them, starts off the lanes, the mask bytes and the sum
+ * blocks, lengths across tiles and blocks, and no mask. */
+static void test_rand_paths(void **st)
+{
+	enum { N = 9000 };
+	static float xf[N], bf[N];
+	static uint16_t xh[N], bh[N];
+	static const uint64_t starts[] = { 0, 3, 8, 4093, 4096 * 3 - 5, 1000003 };
+	enum { MB = (1000003 + N) / 8 + 16 };   /* the mask's bytes: bit e of element e */
+	uint8_t *mask[3];
+	static const uint64_t lens[] = { 1, 7, 8, 9, 1023, 1024, 1025, 4099, N };
+	const float special[] = { NAN, INFINITY, -INFINITY, -0.0f, 0.0f, 1e-40f };
+	int was = mk_gta_simd_limit(MK_GTA_SIMD_AVX512);
+
+	(void)st;
+	for (int k = 0; k < 3; k++)
+		assert_non_null(mask[k] = malloc(MB));
+	for (int e = 0; e < N; e++) {
+		bf[e] = (float)frand();
+		xf[e] = e % 5 == 0 ? bf[e] : bf[e] + (float)frand() * (e % 3 ? 1e-2f : 1.0f);
+		/* the special values past element 4200: the shorter lengths'
+		 * sums stay finite, and must differ before and after */
+		if (e > 4200 && e % 89 == 7)
+			xf[e] = special[(e / 89) % 6];
+		if (e > 4200 && e % 131 == 11)
+			bf[e] = special[(e / 131) % 6];
+		uint32_t u, v;
+		memcpy(&u, &xf[e], 4);
+		memcpy(&v, &bf[e], 4);
+		xh[e] = (uint16_t)(u >> 16);
+		bh[e] = (uint16_t)(v >> 16);
+	}
+	for (int h = 0; h < 2; h++)
+		for (size_t si = 0; si < sizeof(starts) / sizeof(*starts); si++)
+			for (size_t li = 0; li < sizeof(lens) / sizeof(*lens); li++)
+				for (int withmask = 0; withmask < 2; withmask++) {
+					uint64_t e0 = starts[si], n = lens[li], thr = (1ull << 53) / 3 * (1 + li % 2);
+					double sb[3][9], sa[3][9];
+					for (int top = MK_GTA_SIMD_AVX512; top >= MK_GTA_SIMD_C; top--) {
+						mk_gta_simd_limit(top);
+						memset(mask[top], 0, MB);
+						mk_gta_rand_sums(0x1234567ull + si, thr, e0, n, h ? (const void *)xh : xf,
+								 h ? (const void *)bh : bf, h, withmask ? mask[top] : NULL,
+								 sb[top], sa[top]);
+					}
+					for (int top = MK_GTA_SIMD_AVX2; top <= MK_GTA_SIMD_AVX512; top++) {
+						assert_memory_equal(sb[top], sb[MK_GTA_SIMD_C], sizeof(sb[0]));
+						assert_memory_equal(sa[top], sa[MK_GTA_SIMD_C], sizeof(sa[0]));
+						assert_memory_equal(mask[top], mask[MK_GTA_SIMD_C], MB);
+					}
+					/* not vacuous: some kept, some not, the sums differ */
+					if (n >= 1023 && n < 4200 && withmask) {
+						uint64_t kept = 0;
+						for (uint64_t e = e0; e < e0 + n; e++)
+							kept += (mask[0][e >> 3] >> (e & 7)) & 1;
+						assert_true(kept > 0 && kept < n);
+						assert_true(memcmp(sb[0], sa[0], sizeof(sb[0])) != 0);
+					}
+				}
+	for (int k = 0; k < 3; k++)
+		free(mask[k]);
+	mk_gta_simd_limit(was);
+}
+
 /* The same cases on the AVX2 paths (where the CPU has AVX2; on a CPU
  * with AVX-512 the default run took those) and on the portable C. */
 static void test_lower_paths(void **st)
@@ -1562,6 +1630,7 @@ int main(void)
 		cmocka_unit_test(test_random_statistics),
 		cmocka_unit_test(test_della_ranks),
 		cmocka_unit_test(test_dare_ties_election),
+		cmocka_unit_test(test_rand_paths),
 		cmocka_unit_test(test_rng),
 		cmocka_unit_test(test_della_long_rows),
 	};
