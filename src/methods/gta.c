@@ -1507,6 +1507,27 @@ static uint32_t della_draw_row_c(uint64_t stream, uint64_t e0, uint64_t j0, uint
 }
 
 #if MK_GTA_X86
+/* The counters of elements e .. e + 7 of a stream (mk_rng_u64's, before
+ * the mix), eight 64-bit lanes; the next eight: + 8 * MK_RNG_GOLDEN. */
+__attribute__((target("avx512f,avx512dq"), always_inline))
+static inline __m512i rng_counters8(uint64_t stream, uint64_t e)
+{
+	return _mm512_add_epi64(_mm512_set1_epi64((long long)(stream + (e + 1) * MK_RNG_GOLDEN)),
+				_mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7),
+						   _mm512_set1_epi64((long long)MK_RNG_GOLDEN)));
+}
+
+/* mk_rng_mix64 of eight lanes, then >> 11: the 53 bits a draw compares. */
+__attribute__((target("avx512f,avx512dq"), always_inline))
+static inline __m512i rng_draw8(__m512i z)
+{
+	z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
+			       _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ull));
+	z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)),
+			       _mm512_set1_epi64((long long)0x94D049BB133111EBull));
+	return _mm512_srli_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 31)), 11);
+}
+
 /* The same with AVX-512 (DQ for the 64-bit multiplies): eight elements
  * at a time, their eight bits one mask byte (e0 a multiple of 8). */
 __attribute__((target("avx512f,avx512dq,avx512vl")))
@@ -1516,22 +1537,15 @@ static uint32_t della_draw_row_avx512(uint64_t stream, uint64_t e0, uint64_t j0,
 				      uint64_t margin, uint32_t *restrict flag, uint32_t nf)
 {
 	const __m512i mg = _mm512_set1_epi64((long long)margin);
-	const __m512i c1 = _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ull);
-	const __m512i c2 = _mm512_set1_epi64((long long)0x94D049BB133111EBull);
 	const __m512i step = _mm512_set1_epi64((long long)(8 * MK_RNG_GOLDEN));
-	__m512i z0 = _mm512_set1_epi64((long long)(stream + (e0 + j0 + 1) * MK_RNG_GOLDEN));
+	__m512i z0 = rng_counters8(stream, e0 + j0);
 	uint64_t j = j0;
 
-	z0 = _mm512_add_epi64(z0, _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0),
-						      _mm512_set1_epi64((long long)MK_RNG_GOLDEN)));
 	if ((e0 + j0) % 8 == 0) {
 		for (; j + 8 <= L; j += 8) {
-			__m512i z = z0, t;
+			__m512i z = rng_draw8(z0), t;
 			__mmask8 k;
 			z0 = _mm512_add_epi64(z0, step);
-			z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)), c1);
-			z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)), c2);
-			z = _mm512_srli_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 31)), 11);
 			t = _mm512_i32gather_epi64(_mm256_loadu_si256((const __m256i *)(const void *)(rank + j)),
 						   (const void *)thr, 8);
 			k = _mm512_cmplt_epu64_mask(z, t);
@@ -1727,8 +1741,6 @@ rand_tile_k(const struct gin *g, struct lsum *before, struct lsum *after, uint64
 	    const void *b, const bool B)
 {
 	const __m512i vt = _mm512_set1_epi64((long long)g->thr);
-	const __m512i m1 = _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ull);
-	const __m512i m2 = _mm512_set1_epi64((long long)0x94D049BB133111EBull);
 	const __m512i step = _mm512_set1_epi64((long long)(8 * MK_RNG_GOLDEN));
 	uint8_t *mask = g->mask;
 	uint64_t k = 0;
@@ -1739,17 +1751,9 @@ rand_tile_k(const struct gin *g, struct lsum *before, struct lsum *after, uint64
 			rand_sum_one(g, before, after, e0, k, x, b, B);
 		if (k + 8 <= r) {
 			__m512d lb = _mm512_loadu_pd(before->lane), la = _mm512_loadu_pd(after->lane);
-			uint64_t z0 = g->stream + (e0 + k + 1) * MK_RNG_GOLDEN;
-			__m512i z = _mm512_add_epi64(_mm512_set1_epi64((long long)z0),
-						     _mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7),
-									_mm512_set1_epi64((long long)MK_RNG_GOLDEN)));
+			__m512i z = rng_counters8(g->stream, e0 + k);
 			for (; k + 8 <= r; k += 8) {
-				__m512i u = _mm512_xor_si512(z, _mm512_srli_epi64(z, 30));
-				u = _mm512_mullo_epi64(u, m1);
-				u = _mm512_xor_si512(u, _mm512_srli_epi64(u, 27));
-				u = _mm512_mullo_epi64(u, m2);
-				u = _mm512_xor_si512(u, _mm512_srli_epi64(u, 31));
-				__mmask8 keep = _mm512_cmplt_epu64_mask(_mm512_srli_epi64(u, 11), vt);
+				__mmask8 keep = _mm512_cmplt_epu64_mask(rng_draw8(z), vt);
 				__m512d d = _mm512_cvtps_pd(rand_d8(x, b, k, B));
 				if (mask)
 					mask[(e0 + k) >> 3] = (uint8_t)keep;
