@@ -21,7 +21,9 @@
  *   merge time, one job:
  *     mk_job_init(&job, m, &d, out_dtype, err)      plan again, method init
  *     if job.byte_copy: copy input job.copy_input's bytes, mk_job_release.
- *     for pass in 0 .. job.npasses-1:
+ *     job.held = true when the passes are replayed from inputs the caller
+ *                holds (a kernel may then add a pass as one ends)
+ *     for pass in 0 .. job.npasses-1 (npasses read again after each finish):
  *         for each chunk, in increasing element order:
  *             mk_job_accumulate(&job, pass, &chunk, err)
  *         mk_job_finish(&job, pass, err)
@@ -231,6 +233,15 @@ struct mk_job {
 	/* bookkeeping of the mk_job_* wrappers */
 	unsigned pass_done;        /* passes finished */
 	uint64_t next_elem;        /* next element accumulate expects */
+	/* Set by the caller after init, before the first pass (last, so that
+	 * a plugin built before it reads the fields above where they were):
+	 * the caller holds the inputs and replays each pass from them (from
+	 * memory or a spill file), rather than having them sent once per
+	 * planned pass.  A held job's kernel may then add a pass in finish
+	 * (npasses + 1): the caller runs passes while pass_done < npasses, so
+	 * it reads npasses again after each finish.  Not held: npasses is
+	 * fixed by init (mk_job_finish refuses a change). */
+	bool held;
 };
 
 /* Elements [elem_begin, elem_begin + count) of the output; in[i] holds

@@ -166,6 +166,7 @@ int mk_merge_tensors(const char *method, const struct mk_tensor *in, size_t n, i
 			}
 	}
 	struct mk_job_chunk c = { .elem_begin = 0, .count = ne, .in = (const void *const *)conv };
+	job.held = true;   /* the views are here for every pass */
 	for (unsigned p = 0; p < job.npasses; p++) {
 		rc = mk_job_accumulate(&job, p, &c, err);
 		if (!rc)

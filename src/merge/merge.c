@@ -193,6 +193,7 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 	bool once = r->pj->sends == 1 && r->job.npasses > 0 && !r->job.byte_copy;
 	r->held = once && !r->pj->spill;
 	r->rp = !once ? NULL : r->pj->spill ? r->spill : r->mem;
+	r->job.held = r->rp != NULL;   /* replayed: the kernel may add a pass */
 	r->gpu = r->cuda && !r->job.byte_copy && !r->check_equal && mk_cuda_job_supported(&r->job);
 	if (r->held) {
 		/* what is held: every used input's bytes as sent */

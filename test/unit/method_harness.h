@@ -111,6 +111,10 @@ static const void *const *tj_bf16;
 static uint64_t tj_bf16_chunks;
 /* mk_job.threads for the jobs tj_run runs (0: the default, one) */
 static unsigned tj_threads;
+/* mk_job.held for the jobs tj_run runs (the views are there for any pass
+ * the kernel adds); tj_added counts the passes added, over all runs */
+static bool tj_held;
+static uint64_t tj_added;
 
 static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *const *views, uint64_t chunk,
 			 void *out, bool reverse, struct mk_job *keep, unsigned *npasses, struct mk_err *err)
@@ -125,8 +129,10 @@ static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *cons
 	if (rc)
 		return rc;
 	job.threads = tj_threads;
+	job.held = tj_held;
 	if (npasses)
 		*npasses = job.npasses;
+	unsigned planned = job.npasses;
 	esz = job.compute == MK_DT_F64 ? 8 : 4;
 	if (!chunk)
 		chunk = job.nelem ? job.nelem : 1;
@@ -159,6 +165,7 @@ static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *cons
 		if (pass < job.npasses && (rc = mk_job_finish(&job, pass, err)))
 			goto fail;
 	}
+	tj_added += job.npasses - planned;
 	if (keep)
 		*keep = job;
 	else

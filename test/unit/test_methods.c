@@ -1356,6 +1356,104 @@ static void test_job_protocol(void **st)
 	mk_job_release(&job);        /* twice is harmless */
 }
 
+/* A method that adds statistics passes as they end: `more` of them after
+ * pass 0 (the test sets it), each pass adding its count of elements into
+ * the job's state, apply writing that total.  The rule it tests:
+ * mk_job_finish lets a kernel add one pass at a time to a held job
+ * (mk_job.held), and none to a job that is not held. */
+static unsigned grow_more;
+
+static unsigned gm_npasses(const struct mk_method *m, const struct mk_job_desc *d, const bool *used)
+{
+	(void)m;
+	(void)d;
+	(void)used;
+	return 1;
+}
+
+static int gm_init(struct mk_job *job, struct mk_err *err)
+{
+	(void)err;
+	job->state = calloc(1, sizeof(uint64_t));
+	return job->state ? 0 : mk_err_set(err, MK_ENOMEM, "out of memory");
+}
+
+static int gm_accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c, struct mk_err *err)
+{
+	(void)pass;
+	(void)err;
+	*(uint64_t *)job->state += c->count;
+	return 0;
+}
+
+static int gm_finish(struct mk_job *job, unsigned pass, struct mk_err *err)
+{
+	(void)err;
+	if (pass == 0)
+		job->npasses += grow_more;
+	return 0;
+}
+
+static int gm_apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, struct mk_err *err)
+{
+	(void)err;
+	for (uint64_t e = 0; e < c->count; e++)
+		((float *)out)[e] = (float)*(uint64_t *)job->state;
+	return 0;
+}
+
+static void gm_release(struct mk_job *job)
+{
+	free(job->state);
+	job->state = NULL;
+}
+
+static const struct mk_method grow_method = {
+	.abi = MK_METHOD_ABI, .name = "grow_test", .pretty_name = "Grow",
+	.contract = { .base = MK_BASE_OPTIONAL, .min_inputs = 1, .max_inputs = 1, .min_non_base = 1, .max_non_base = 1 },
+	.output = tm_output, .npasses = gm_npasses, .init = gm_init, .accumulate = gm_accumulate,
+	.finish = gm_finish, .apply = gm_apply, .release = gm_release,
+};
+
+static void test_job_added_pass(void **st)
+{
+	const void *ptr[1] = { W0 };
+	float out[12];
+	struct mk_job_chunk c = { .elem_begin = 0, .count = 12, .in = ptr };
+	struct mk_err err;
+	struct mk_job job;
+	struct tj t;
+
+	(void)st;
+	tj_method(&t, &grow_method, 1, -1);
+	for (int held = 0; held < 2; held++)
+		for (unsigned more = 0; more < 3; more++) {
+			unsigned p = 0;
+			int rc = 0;
+			grow_more = more;
+			assert_int_equal(mk_job_init(&job, t.m, &t.d, MK_DT_COUNT, &err), 0);
+			assert_int_equal(job.npasses, 1);
+			job.held = held;
+			/* as the callers run them: npasses read after each finish */
+			for (; !rc && p < job.npasses; p++)
+				if (!(rc = mk_job_accumulate(&job, p, &c, &err)))
+					rc = mk_job_finish(&job, p, &err);
+			if (more == 0 || (held && more == 1)) {
+				assert_int_equal(rc, 0);
+				assert_int_equal(job.npasses, 1 + more);
+				assert_int_equal(mk_job_apply(&job, &c, out, &err), 0);
+				assert_true(out[11] == 12.0f * (float)(1 + more));   /* every pass ran */
+			} else {
+				/* not held, or two at once: refused at pass 0's end */
+				assert_int_equal(rc, -MK_EINVAL);
+				assert_int_equal(p, 1);
+				assert_non_null(strstr(err.msg, "grow_test"));
+				assert_non_null(strstr(err.msg, held ? "is held" : "not held"));
+			}
+			mk_job_release(&job);
+		}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1364,6 +1462,7 @@ int main(void)
 		cmocka_unit_test(test_registry_closest),
 		cmocka_unit_test(test_param_validation),
 		cmocka_unit_test(test_contract),
+		cmocka_unit_test(test_job_added_pass),
 		cmocka_unit_test(test_linear_appendix),
 		cmocka_unit_test(test_linear_bf16),
 		cmocka_unit_test(test_linear_bf16_raw),
