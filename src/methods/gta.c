@@ -353,7 +353,14 @@ static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, 
  * (for about 2 * WIN_FRAC of the elements, 8 bytes each, the arrays grown
  * as they fill; at most a sixteenth of them and WIN_CAP, else it is
  * dropped and the last digit pass reads everything).  (1/64 held four
- * times as many and took mk-merge over its budget in test/cli/memory.sh.) */
+ * times as many and took mk-merge over its budget in test/cli/memory.sh.)
+ * A held job's windows also count (state.wcount): past w0 the first
+ * digit pass counts no histogram, only the elements below each window;
+ * its finish takes the window's keys into the histogram of [0, w0) when
+ * the rank lies among the window's buckets, else adds a pass that counts
+ * [w0, N) into the histogram (level_of).  mk-yaml ties on three 7B-like
+ * BF16 models of two layers: 1.32 -> 1.20 s (the embeddings, streamed,
+ * not held, keep the full histogram). */
 #define WIN_MIN (1ull << 18)
 #define WIN_FRAC (1.0 / 256)
 #define WIN_CAP (2ull << 20)    /* entries: 16 MiB */
@@ -417,6 +424,13 @@ struct target {
 	uint32_t *wkey;     /* [wroom] */
 	uint64_t nw, wcap, wroom;
 	bool wuse, wdone;
+	/* the elements of [w0, N) whose key's upper half is below wlo; when
+	 * the job's windows count (state.wcount) these and the window stand
+	 * for the histogram of [w0, N), which the first digit pass then does
+	 * not count.  redo: they did not hold the rank (or the window was
+	 * dropped), so the pass finish added counts [w0, N) into it */
+	uint64_t wbelow;
+	bool redo;
 };
 
 struct gin {
@@ -468,6 +482,9 @@ struct state {
 	double lamd, divd;
 	unsigned nlevels, keybits;
 	bool win;                   /* the selections open windows (struct target) */
+	bool wcount;                /* ... and count past them (a held job: a pass added costs
+				     * no input read again) */
+	unsigned extra;             /* 1: pass 1 repeats the first digit pass (level_of) */
 	uint64_t nelem;
 	uint64_t L, S, slab;        /* DELLA rows: length, stride, slab = L*S */
 	struct mk_device_input *ex;       /* the device hook's inputs [n] */
@@ -2068,67 +2085,78 @@ static uint64_t tile_count_eq(const uint32_t *restrict key, uint64_t cnt, uint32
 
 /* The indices and keys of a tile's keys whose upper half lies in
  * [lo, hi], in order, into idx and kv (each with room for 16 more than
- * there are). */
+ * there are); *below counts those whose upper half is below lo. */
 static inline uint64_t window_from(const uint32_t *restrict key, uint64_t k, uint64_t cnt, uint32_t lo, uint32_t hi,
-				   uint32_t e0, uint32_t *restrict idx, uint32_t *restrict kv, uint64_t n)
+				   uint32_t e0, uint32_t *restrict idx, uint32_t *restrict kv, uint64_t n,
+				   uint64_t *below)
 {
+	uint64_t nb = 0;
+
 	for (; k < cnt; k++) {
 		idx[n] = e0 + (uint32_t)k;
 		kv[n] = key[k];
 		n += (key[k] >> 16) - lo <= hi - lo;
+		nb += (key[k] >> 16) < lo;
 	}
+	*below += nb;
 	return n;
 }
 
 #if MK_GTA_X86
 __attribute__((target("avx512f")))
 static uint64_t tile_window_avx512(const uint32_t *restrict key, uint64_t cnt, uint32_t lo, uint32_t hi, uint32_t e0,
-				   uint32_t *restrict idx, uint32_t *restrict kv)
+				   uint32_t *restrict idx, uint32_t *restrict kv, uint64_t *below)
 {
 	const __m512i vlo = _mm512_set1_epi32((int)lo), vspan = _mm512_set1_epi32((int)(hi - lo));
 	const __m512i step = _mm512_set1_epi32(16);
 	__m512i vi = _mm512_add_epi32(_mm512_set1_epi32((int)e0),
 				      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-	uint64_t n = 0, k = 0;
+	uint64_t n = 0, k = 0, nb = 0;
 
 	for (; k + 16 <= cnt; k += 16) {
-		__m512i x = _mm512_loadu_si512((const void *)(key + k));
-		__mmask16 m = _mm512_cmple_epu32_mask(_mm512_sub_epi32(_mm512_srli_epi32(x, 16), vlo), vspan);
+		__m512i x = _mm512_loadu_si512((const void *)(key + k)), u = _mm512_srli_epi32(x, 16);
+		__mmask16 m = _mm512_cmple_epu32_mask(_mm512_sub_epi32(u, vlo), vspan);
 		_mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(m, vi));
 		_mm512_storeu_si512((void *)(kv + n), _mm512_maskz_compress_epi32(m, x));
 		n += (unsigned)__builtin_popcount(m);
+		nb += (unsigned)__builtin_popcount(_mm512_cmplt_epu32_mask(u, vlo));
 		vi = _mm512_add_epi32(vi, step);
 	}
-	return window_from(key, k, cnt, lo, hi, e0, idx, kv, n);
+	*below += nb;
+	return window_from(key, k, cnt, lo, hi, e0, idx, kv, n, below);
 }
 
 /* The same with AVX2 (unsigned <= as min(a, b) == a). */
 __attribute__((target("avx2")))
 static uint64_t tile_window_avx2(const uint32_t *restrict key, uint64_t cnt, uint32_t lo, uint32_t hi, uint32_t e0,
-				 uint32_t *restrict idx, uint32_t *restrict kv)
+				 uint32_t *restrict idx, uint32_t *restrict kv, uint64_t *below)
 {
 	const __m256i vlo = _mm256_set1_epi32((int)lo), vspan = _mm256_set1_epi32((int)(hi - lo));
 	const __m256i step = _mm256_set1_epi32(8);
 	__m256i vi = _mm256_add_epi32(_mm256_set1_epi32((int)e0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-	uint64_t n = 0, k = 0;
+	uint64_t n = 0, k = 0, nb = 0;
 
 	for (; k + 8 <= cnt; k += 8) {
-		__m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(key + k));
-		__m256i v = _mm256_sub_epi32(_mm256_srli_epi32(x, 16), vlo);
+		__m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(key + k)), u = _mm256_srli_epi32(x, 16);
+		__m256i v = _mm256_sub_epi32(u, vlo);
 		unsigned m = lanes8(_mm256_cmpeq_epi32(_mm256_min_epu32(v, vspan), v));
 		_mm256_storeu_si256((__m256i *)(void *)(idx + n), pack8(vi, m));
 		_mm256_storeu_si256((__m256i *)(void *)(kv + n), pack8(x, m));
 		n += (unsigned)__builtin_popcount(m);
+		/* u < lo: u != max(u, lo) */
+		nb += (unsigned)__builtin_popcount(~lanes8(_mm256_cmpeq_epi32(_mm256_max_epu32(u, vlo), u)) & 0xffu);
 		vi = _mm256_add_epi32(vi, step);
 	}
-	return window_from(key, k, cnt, lo, hi, e0, idx, kv, n);
+	*below += nb;
+	return window_from(key, k, cnt, lo, hi, e0, idx, kv, n, below);
 }
+
 #endif
 
 static uint64_t tile_window_c(const uint32_t *restrict key, uint64_t cnt, uint32_t lo, uint32_t hi, uint32_t e0,
-			      uint32_t *restrict idx, uint32_t *restrict kv)
+			      uint32_t *restrict idx, uint32_t *restrict kv, uint64_t *below)
 {
-	return window_from(key, 0, cnt, lo, hi, e0, idx, kv, 0);
+	return window_from(key, 0, cnt, lo, hi, e0, idx, kv, 0, below);
 }
 
 /* The first bucket whose running total of t0's counts (hist and the four
@@ -2273,21 +2301,119 @@ void mk_gta_rand_sums(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t n, co
  * same counts and sums as the generic loop below, without a sum nobody
  * reads (L1 norms only for the rescale) and, once a cut is found, without
  * looking at the rest. */
+/* The level of digit pass a statistics pass is: pass 1 repeats the
+ * first (level 0) when pass 0's finish added it for a window that did
+ * not hold its rank (state.extra). */
+static inline unsigned level_of(const struct state *s, unsigned pass)
+{
+	return pass ? pass - s->extra : 0;
+}
+
+/* A tile's keys into target tg's first-digit histograms. */
+static void hist_tile(struct target *tg, const uint32_t *restrict key, uint64_t cnt)
+{
+	uint32_t *h0 = tg->sub, *h1 = h0 + NBUCKET, *h2 = h1 + NBUCKET, *h3 = h2 + NBUCKET;
+	uint64_t k = 0;
+
+	if (tg->since + cnt > UINT32_MAX)
+		sub_flush(tg);
+	tg->since += cnt;
+	for (; k + 4 <= cnt; k += 4) {
+		h0[key[k] >> 16]++;
+		h1[key[k + 1] >> 16]++;
+		h2[key[k + 2] >> 16]++;
+		h3[key[k + 3] >> 16]++;
+	}
+	for (; k < cnt; k++)
+		h0[key[k] >> 16]++;
+}
+
+/* A tile of the first digit pass (elements e0 on, their keys): into the
+ * first target's histograms (both ends of OUTL count the same: copied in
+ * finish), and from a window's w0 on, the keys in the window into it.
+ * When the windows count (state.wcount), the histogram stops at w0: the
+ * windows count the rest as below them or in them.  In the pass repeating
+ * it (redo): the elements from w0 on into the histograms of the targets
+ * whose windows did not hold the rank. */
+static void level0_tile(const struct state *s, struct gin *g, bool redo, uint64_t e0, uint64_t cnt,
+			const uint32_t *restrict key)
+{
+	if (redo) {
+		for (unsigned t = 0; t < g->nt; t++)
+			if (g->t[t].redo && e0 >= g->t[t].w0)
+				hist_tile(&g->t[t], key, cnt);
+		return;
+	}
+	if (!s->wcount || !g->t[0].w0 || e0 < g->t[0].w0)
+		hist_tile(&g->t[0], key, cnt);
+	for (unsigned u = 0; u < g->nt; u++) {
+		struct target *tw = &g->t[u];
+		if (!tw->widx || e0 < tw->w0)
+			continue;
+		win_room(tw);
+		if (!tw->widx)
+			continue;
+		tw->nw += SIMD3(have_avx512, tile_window, key, cnt, tw->wlo, tw->whi, (uint32_t)e0, tw->widx + tw->nw,
+				tw->wkey + tw->nw, &tw->wbelow);
+		if (tw->nw > tw->wcap)
+			win_drop(tw);   /* more than the window may hold */
+	}
+}
+
+/* A tile of the first digit pass past w0 whose windows count (state.wcount):
+ * its keys only into the windows (the histogram stops at w0); none made
+ * when every window was dropped.  (Making the keys in tile_window's loop,
+ * without the arrays, was no faster: mk-yaml ties on 7B-like models,
+ * 1.50 s against 1.47 s.) */
+static void counted_tile(struct gin *g, const void *x, const void *b, bool bf16, uint64_t t0, uint64_t e0,
+			 uint64_t cnt)
+{
+	float a[TILE];
+	uint32_t key[TILE];
+	bool keys = false;
+
+	for (unsigned u = 0; u < g->nt; u++) {
+		struct target *tw = &g->t[u];
+		if (!tw->widx)
+			continue;   /* dropped: the pass added counts [w0, N) */
+		win_room(tw);
+		if (!tw->widx)
+			continue;
+		if (!keys)
+			tile_abs(x, b, bf16, t0, cnt, a, key);
+		keys = true;
+		tw->nw += SIMD3(have_avx512, tile_window, key, cnt, tw->wlo, tw->whi, (uint32_t)e0, tw->widx + tw->nw,
+				tw->wkey + tw->nw, &tw->wbelow);
+		if (tw->nw > tw->wcap)
+			win_drop(tw);   /* more than the window may hold */
+	}
+}
+
 static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const struct mk_job_chunk *c,
 			   const void *x, const void *b)
 {
 	float a[TILE], m[TILE];
 	uint32_t key[TILE];
+	unsigned lv = level_of(s, pass);
+	bool redo = s->extra && pass == 1;
 
 	for (uint64_t t0 = 0; t0 < c->count; t0 += TILE) {
 		uint64_t cnt = c->count - t0 < TILE ? c->count - t0 : TILE, e0 = c->elem_begin + t0;
-		if (pass == s->nlevels && !s->rescale && (g->kind == K_MAG || g->kind == K_OUTL)) {
+		if (lv == s->nlevels && !s->rescale && (g->kind == K_MAG || g->kind == K_OUTL)) {
 			/* the cut pass without a rescale: done once the cuts are */
 			bool done = true;
 			for (unsigned t = 0; t < g->nt; t++)
 				done &= g->t[t].seen >= g->t[t].need;
 			if (done)
 				return;
+		}
+		if (redo) {
+			/* only [w0, N) of the targets that missed */
+			bool any = false;
+			for (unsigned t = 0; t < g->nt; t++)
+				any |= g->t[t].redo && e0 >= g->t[t].w0;
+			if (!any)
+				continue;
 		}
 		if (g->kind == K_DELLA && e0 % s->slab + cnt <= s->slab) {
 			/* the tile within one slab: its keys straight into it */
@@ -2300,6 +2426,10 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 		}
 		if (g->kind == K_RAND) {
 			rand_stats_tile(g, e0, cnt, x, b, c->bf16, t0);
+			continue;
+		}
+		if (pass == 0 && s->wcount && g->t[0].w0 && e0 >= g->t[0].w0) {
+			counted_tile(g, x, b, c->bf16, t0, e0, cnt);
 			continue;
 		}
 		tile_abs(x, b, c->bf16, t0, cnt, a, key);
@@ -2316,7 +2446,7 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 			}
 			continue;
 		}
-		if (pass < s->nlevels) {
+		if (lv < s->nlevels) {
 			if (pass == 0 && s->rescale)
 				fsum_run_f32(&g->before, e0, a, cnt);
 			/* the windows open on the histogram of the elements
@@ -2324,13 +2454,15 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 			for (unsigned t = 0; pass == 0 && s->win && t < g->nt; t++)
 				if (!g->t[t].w0 && e0 >= s->nelem / 8)
 					win_open(s, &g->t[t], &g->t[0], e0);
-			/* pass 0's histogram is the same for both ends of OUTL:
-			 * counted once, copied in finish */
-			for (unsigned t = 0; t < (pass == 0 ? 1 : g->nt); t++) {
+			if (lv == 0) {
+				level0_tile(s, g, redo, e0, cnt, key);
+				continue;
+			}
+			for (unsigned t = 0; t < g->nt; t++) {
 				struct target *tg = &g->t[t];
 				uint32_t *h0 = tg->sub, *h1 = h0 + NBUCKET, *h2 = h1 + NBUCKET, *h3 = h2 + NBUCKET;
 				uint64_t k = 0, ct = cnt;
-				if (pass && tg->wuse) {
+				if (tg->wuse) {
 					/* the window has [w0, N) */
 					if (tg->wdone)
 						continue;
@@ -2344,53 +2476,29 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 				if (tg->since + ct > UINT32_MAX)
 					sub_flush(tg);
 				tg->since += ct;
-				if (pass == 0) {
-					for (; k + 4 <= cnt; k += 4) {
-						h0[key[k] >> 16]++;
-						h1[key[k + 1] >> 16]++;
-						h2[key[k + 2] >> 16]++;
-						h3[key[k + 3] >> 16]++;
-					}
-					for (; k < cnt; k++)
-						h0[key[k] >> 16]++;
-					for (unsigned u = 0; u < g->nt; u++) {
-						struct target *tw = &g->t[u];
-						if (!tw->widx || e0 < tw->w0)
-							continue;
-						win_room(tw);
-						if (!tw->widx)
-							continue;
-						tw->nw += SIMD3(have_avx512, tile_window, key, cnt, tw->wlo, tw->whi,
-								    (uint32_t)e0, tw->widx + tw->nw, tw->wkey + tw->nw);
-						if (tw->nw > tw->wcap)
-							win_drop(tw);   /* more than the window may hold */
-					}
-				} else {
-					/* the low digits of the keys under the prefix,
-					 * gathered without a branch, then counted */
-					/* recorded: the low digits straight into the
-					 * record, counted from there */
-					uint16_t lo_tile[TILE + 16], *lo = tg->ridx ? tg->rlo + tg->nrec : lo_tile;
-					uint64_t nl = SIMD3(have_avx512, tile_under_prefix, key, ct,
-								 (uint32_t)tg->prefix, lo);
-					if (tg->ridx) {
-						(void)SIMD3(have_avx512, tile_index_under_prefix, key, ct,
-								(uint32_t)tg->prefix, (uint32_t)e0, tg->ridx + tg->nrec);
-						tg->nrec += nl;
-						if (tg->nrec > tg->rcap)
-							rec_drop(tg);   /* more than pass 0 counted */
-					}
-					for (; k + 4 <= nl; k += 4) {
-						h0[lo[k]]++;
-						h1[lo[k + 1]]++;
-						h2[lo[k + 2]]++;
-						h3[lo[k + 3]]++;
-					}
-					for (; k < nl; k++)
-						h0[lo[k]]++;
-					if (tg->wuse && e0 + ct == tg->w0)
-						win_take(tg);
+				/* the low digits of the keys under the prefix,
+				 * gathered without a branch, then counted;
+				 * recorded: the low digits straight into the
+				 * record, counted from there */
+				uint16_t lo_tile[TILE + 16], *lo = tg->ridx ? tg->rlo + tg->nrec : lo_tile;
+				uint64_t nl = SIMD3(have_avx512, tile_under_prefix, key, ct, (uint32_t)tg->prefix, lo);
+				if (tg->ridx) {
+					(void)SIMD3(have_avx512, tile_index_under_prefix, key, ct, (uint32_t)tg->prefix,
+						    (uint32_t)e0, tg->ridx + tg->nrec);
+					tg->nrec += nl;
+					if (tg->nrec > tg->rcap)
+						rec_drop(tg);   /* more than pass 0 counted */
 				}
+				for (; k + 4 <= nl; k += 4) {
+					h0[lo[k]]++;
+					h1[lo[k + 1]]++;
+					h2[lo[k + 2]]++;
+					h3[lo[k + 3]]++;
+				}
+				for (; k < nl; k++)
+					h0[lo[k]]++;
+				if (tg->wuse && e0 + ct == tg->w0)
+					win_take(tg);
 			}
 		} else if (s->rescale) {
 			for (uint64_t k = 0; k < cnt; k++)
@@ -2449,7 +2557,12 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 {
 	struct state *s = job->state;
 	const void *b = c->in[job->d.base];
+	unsigned lv = level_of(s, pass);
 
+	/* a held job's windows count past them (pass 0's finish adds a pass
+	 * for any that did not hold its rank: only memory read again) */
+	if (pass == 0 && c->elem_begin == 0)
+		s->wcount = s->win && job->held;
 	/* each input's statistics are its own: on large chunks (a held
 	 * job's whole tensor) the inputs are tasks for the job's threads */
 	bool par = c->count >= (1u << 20) && s->n > 1 && s->n <= 16 && job->threads > 1;
@@ -2474,16 +2587,16 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 		switch (g->kind) {
 		case K_MAG:
 		case K_OUTL:
-			if (pass < s->nlevels) {
-				unsigned lo = s->keybits - 16 * (pass + 1);
+			if (lv < s->nlevels) {
+				unsigned lo = s->keybits - 16 * (lv + 1);
 				for (uint64_t k = 0; k < c->count; k++) {
 					uint64_t e = c->elem_begin + k;
 					dv = delta_key(s->f64, x, b, k, &key);
-					if (pass == 0)
+					if (lv == 0)
 						fsum_add(&g->before, e, fabs(dv));
 					for (unsigned t = 0; t < g->nt; t++) {
 						struct target *tg = &g->t[t];
-						if (pass && (key >> (lo + 16)) != tg->prefix)
+						if (lv && (key >> (lo + 16)) != tg->prefix)
 							continue;
 						tg->hist[(key >> lo) & 0xffff]++;
 					}
@@ -2524,7 +2637,7 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 		}
 	}
 	/* the rest of the last digit pass is in the windows */
-	if (s->win && pass + 1 == s->nlevels) {
+	if (s->win && lv + 1 == s->nlevels) {
 		bool all = true;
 		for (size_t j = 0; j < s->n; j++)
 			for (unsigned t = 0; (s->g[j].kind == K_MAG || s->g[j].kind == K_OUTL) && t < s->g[j].nt; t++)
@@ -2533,7 +2646,7 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 			job->pass_enough = true;
 	}
 	/* the rest of the cut pass has nothing to find */
-	if (pass == s->nlevels && cuts_found(s))
+	if (lv == s->nlevels && cuts_found(s))
 		job->pass_enough = true;
 	return 0;
 }
@@ -2571,17 +2684,45 @@ static bool cuts_found(const struct state *s)
 	return true;
 }
 
+/* The end of a first digit pass whose window counted past it: whether
+ * the rank lies among the window's buckets (the histogram of [0, w0) and
+ * the window's keys, all that the pass counted there).  If so the
+ * window's keys join the histogram, tg->below counts every element below
+ * the window, and the search for the rank's bucket starts at *bk; if not
+ * (or the window was dropped), the histogram is left as it is, for the
+ * pass that counts [w0, N) again. */
+static bool win_settle(struct target *tg, uint64_t *bk)
+{
+	uint64_t below = tg->wbelow, in = tg->nw;
+
+	if (!tg->widx)
+		return false;
+	for (uint32_t b = 0; b < tg->wlo; b++)
+		below += tg->hist[b];
+	for (uint32_t b = tg->wlo; b <= tg->whi; b++)
+		in += tg->hist[b];
+	if (tg->rank < below || tg->rank - below >= in)
+		return false;
+	for (uint64_t q = 0; q < tg->nw; q++)
+		tg->hist[tg->wkey[q] >> 16]++;
+	tg->below = below;
+	*bk = tg->wlo;
+	return true;
+}
+
 static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 {
 	struct state *s = job->state;
 	uint64_t N = s->nelem;
+	unsigned lv = level_of(s, pass);
+	bool redo = s->extra && pass == 1, add = false;
 
 	for (size_t j = 0; j < s->n; j++) {
 		struct gin *g = &s->g[j];
 		switch (g->kind) {
 		case K_MAG:
 		case K_OUTL:
-			if (pass < s->nlevels) {
+			if (lv < s->nlevels) {
 				if (pass == 0 && g->nt == 2 && g->t[0].sub) {
 					sub_flush(&g->t[0]);
 					memcpy(g->t[1].hist, g->t[0].hist, NBUCKET * sizeof(uint64_t));
@@ -2589,8 +2730,16 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 				for (unsigned t = 0; t < g->nt; t++) {
 					struct target *tg = &g->t[t];
 					uint64_t bk = 0;
+					if (redo && !tg->redo)
+						continue;   /* its bucket found in pass 0 */
 					if (tg->sub)
 						sub_flush(tg);
+					if (pass == 0 && s->wcount && !win_settle(tg, &bk)) {
+						/* the next pass counts [w0, N) into the histogram */
+						win_drop(tg);
+						tg->redo = add = true;
+						continue;
+					}
 					for (; bk < NBUCKET; bk++) {
 						if (tg->below + tg->hist[bk] > tg->rank)
 							break;
@@ -2610,7 +2759,7 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 					memset(tg->hist, 0, NBUCKET * sizeof(uint64_t));
 					/* before the last digit pass: record its elements
 					 * when they are few (else the cut pass runs) */
-					if (pass + 2 == s->nlevels && !s->f64 && !s->rescale && N <= UINT32_MAX &&
+					if (lv + 2 == s->nlevels && !s->f64 && !s->rescale && N <= UINT32_MAX &&
 					    tg->eq && tg->eq <= REC_MAX && tg->eq <= N / 16) {
 						tg->ridx = malloc((tg->eq + TILE + 16) * sizeof(uint32_t));
 						tg->rlo = malloc((tg->eq + TILE + 16) * sizeof(uint16_t));
@@ -2620,7 +2769,7 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 							rec_drop(tg);
 					}
 				}
-				if (pass + 1 == s->nlevels) {
+				if (lv + 1 == s->nlevels) {
 					struct target *a = &g->t[0], *z = &g->t[1];
 					if (g->kind == K_MAG) {
 						uint64_t greater = N - a->below - a->eq;
@@ -2670,8 +2819,15 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 			break;
 		}
 	}
+	/* a window that did not hold its rank: one pass more, counting
+	 * [w0, N) again (the job is held: wcount) */
+	if (getenv("XDBG") && pass == 0) fprintf(stderr, "gta %s n=%llu wcount=%d add=%d held=%d\n", job->d.tensor, (unsigned long long)s->nelem, s->wcount, add, job->held);
+	if (add) {
+		s->extra = 1;
+		job->npasses++;
+	}
 	/* the cut pass, when it is next and has nothing to find */
-	if (pass + 1 == s->nlevels && cuts_found(s))
+	if (lv + 1 == s->nlevels && cuts_found(s))
 		job->pass_enough = true;
 	(void)err;
 	return 0;

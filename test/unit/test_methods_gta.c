@@ -441,7 +441,14 @@ static void test_cut_recorded(void **st)
  * that eighth.  The same output as float64 (which has no window) when
  * the window holds the cut (most of the last digit pass unread), when it
  * misses it (a first eighth unlike the rest: the pass reads everything)
- * and when it overflows (a few distinct values: one bucket holds them). */
+ * and when it overflows (a few distinct values: one bucket holds them).
+ * Held (mk_job.held), the first digit pass counts no histogram past the
+ * window's start and a pass is added where a window did not hold its
+ * rank: none when all hold it, one per job when any misses; shape 3
+ * enlarges only the first eighth's largest values, which moves the upper
+ * end's rank there but not a lower one's (the counts below it are the
+ * same): ties and breadcrumbs' lower end hold, breadcrumbs' upper end
+ * misses.  Shapes 1 and 4 put every rank below and above the window. */
 static void test_window(void **st)
 {
 	enum { N = 1 << 20, CH = 1 << 14 };
@@ -449,30 +456,97 @@ static void test_window(void **st)
 	static double z64[N], x64[N], o64[N];
 
 	(void)st;
-	for (int shape = 0; shape < 3; shape++) {
-		for (int i = 0; i < N; i++) {
-			float v = 1.0f + (float)((uint32_t)i * 7919u % 100003u) * 1e-5f;
-			if (shape == 1 && i < N / 8)
-				v *= 64.0f;            /* the first eighth larger */
-			if (shape == 2)
-				v = (float)(1 + i % 3); /* three values */
-			x32[i] = v * (i % 3 ? 1.0f : -1.0f);
-			x64[i] = x32[i];
+	for (int held = 0; held < 2; held++)
+		for (int shape = 0; shape < 5; shape++) {
+			for (int i = 0; i < N; i++) {
+				float v = 1.0f + (float)((uint32_t)i * 7919u % 100003u) * 1e-5f;
+				if (shape == 1 && i < N / 8)
+					v *= 64.0f;            /* the first eighth larger */
+				if (shape == 2)
+					v = (float)(1 + i % 3); /* three values */
+				if (shape == 3 && i < N / 8 && v > 1.9f)
+					v *= 64.0f;            /* its largest tenth larger */
+				if (shape == 4 && i < N / 8)
+					v /= 64.0f;            /* the first eighth smaller */
+				x32[i] = v * (i % 3 ? 1.0f : -1.0f);
+				x64[i] = x32[i];
+			}
+			for (size_t m = 0; m < 3; m++) {
+				uint64_t skipped, added = tj_added, kept;
+				tj_held = held;
+				kept = sel_f32_as_f64(sel_methods[m], 0.4, m ? 0.05 : 0.0, N, 1024, CH, z32, x32, o32, z64,
+						      x64, o64, &skipped);
+				tj_held = false;
+				added = tj_added - added;
+				assert_true(kept > 0 && kept < N);
+				/* a pass added only held, when a window missed */
+				if (!held || shape == 0 || (shape == 3 && m == 0))
+					assert_int_equal(added, 0);
+				else
+					assert_int_equal(added, 1);
+				/* the last digit pass: all but its first eighth unread
+				 * when the window held the cut, read whole when not; the
+				 * cut pass unread (its cuts from the record) but in the
+				 * last case, whose bucket is too large to record (a pass
+				 * added is read from w0 on, to its end) */
+				if (shape == 0 || (shape == 3 && m == 0))
+					assert_true(skipped >= 2 * (N / CH) - N / 8 / CH - 1);
+				else if (shape == 1 || shape == 4)
+					assert_int_equal(skipped, N / CH);
+				else if (shape == 2)
+					assert_true(skipped < N / CH);
+			}
 		}
+}
+
+/* The same with BF16 inputs passed as they are (accumulate_bf16), held:
+ * the same bits as the float32 job of the same values, when the windows
+ * hold every rank and when the first eighth moves them (a pass added). */
+static void test_window_bf16(void **st)
+{
+	enum { N = 1 << 19, CH = 1 << 14 };
+	static uint16_t rz[N], rx[N];
+	static float z[N], x[N], o32[N], obf[N];
+	uint64_t seed = 7;
+
+	(void)st;
+	for (int shape = 0; shape < 2; shape++) {
+		for (int i = 0; i < N; i++) {
+			seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+			/* a base near 1 and a fine-tune near it: deltas of many
+			 * sizes; shape 1 moves the first eighth's up */
+			rz[i] = (uint16_t)(0x3f80 + (seed >> 59));
+			rx[i] = (uint16_t)(rz[i] + ((seed >> 40) & 0x3f) - 0x20 + (shape && i < N / 8 ? 0x100 : 0));
+			if ((seed >> 30) & 1)
+				rx[i] ^= 0x8000;
+			uint32_t uz = (uint32_t)rz[i] << 16, ux = (uint32_t)rx[i] << 16;
+			memcpy(&z[i], &uz, 4);
+			memcpy(&x[i], &ux, 4);
+		}
+		const void *vf[2] = { z, x }, *vb[2] = { rz, rx };
 		for (size_t m = 0; m < 3; m++) {
-			uint64_t skipped, kept = sel_f32_as_f64(sel_methods[m], 0.4, m ? 0.05 : 0.0, N, 1024, CH, z32, x32,
-								o32, z64, x64, o64, &skipped);
-			assert_true(kept > 0 && kept < N);
-			/* the last digit pass: all but its first eighth unread
-			 * when the window held the cut, read whole when not; the
-			 * cut pass unread (its cuts from the record) but in the
-			 * last case, whose bucket is too large to record */
-			if (shape == 0)
-				assert_true(skipped >= 2 * (N / CH) - N / 8 / CH - 1);
-			else if (shape == 1)
-				assert_int_equal(skipped, N / CH);
-			else
-				assert_true(skipped < N / CH);
+			struct tj t;
+			uint64_t added = tj_added, chunks = tj_bf16_chunks;
+			tj_init(&t, sel_methods[m], 2, 0);
+			set_in(&t, 1, "weight", mk_pval_float(1.0));
+			set_in(&t, 1, "density", mk_pval_float(0.4));
+			if (m)
+				set_in(&t, 1, "gamma", mk_pval_float(0.05));
+			t.in[0] = t.in[1] = td(MK_DT_BF16, 2, N / 1024, 1024);
+			tj_held = true;
+			assert_int_equal(run_job(&t, vf, CH, o32, NULL), 0);
+			tj_bf16 = vb;
+			int rc = run_job(&t, vf, CH, obf, NULL);
+			tj_bf16 = NULL;
+			tj_held = false;
+			assert_int_equal(rc, 0);
+			assert_true(tj_bf16_chunks > chunks);
+			/* both runs added a pass, or neither */
+			assert_int_equal(tj_added - added, shape ? 2 : 0);
+			for (int e = 0; e < N; e++)
+				if (memcmp(&o32[e], &obf[e], 4))
+					fail_msg("%s shape %d element %d: %a (float32) %a (BF16)", sel_methods[m], shape, e,
+						 (double)o32[e], (double)obf[e]);
 		}
 	}
 }
@@ -1625,6 +1699,7 @@ int main(void)
 		cmocka_unit_test(test_della_rank_sort),
 		cmocka_unit_test(test_stats_bf16),
 		cmocka_unit_test(test_window),
+		cmocka_unit_test(test_window_bf16),
 		cmocka_unit_test(test_dense_bucket),
 		cmocka_unit_test(test_lower_paths),
 		cmocka_unit_test(test_random_statistics),
