@@ -37,6 +37,10 @@
 #              after they are written and read back, as a read from disk
 #              leaves them: 2 MiB folios where the file system has large
 #              folios, which mk's mappings then map whole) (written)
+#   BASE_BUILD another build directory (the one before a change): each run
+#              of mk is followed by the same run of that build's, and two
+#              columns more give its median time and the median of the
+#              per-run ratios mk / it (unset: none)
 #   MK_CONFORMANCE_VENV  mergekit's venv (~/.cache/mk/mergekit-0.1.5-venv)
 #   BENCH_DIR  where models and outputs go (${TMPDIR:-/tmp}); needs about
 #              3 x the model size + 2 outputs free
@@ -72,7 +76,8 @@ MERGEKIT=${MERGEKIT:-1}
 INPUT_CACHE=${INPUT_CACHE:-written}
 venv=${MK_CONFORMANCE_VENV:-$HOME/.cache/mk/mergekit-0.1.5-venv}
 BENCH_DIR=${BENCH_DIR:-${TMPDIR:-/tmp}}
-B=$BUILD/bin T=$BUILD/tools
+T=$BUILD/tools
+BASE_BUILD=${BASE_BUILD:-}
 command -v bc >/dev/null || { echo "bench: needs bc" >&2; exit 1; }
 work=$(mktemp -d "$BENCH_DIR/mk-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT INT TERM
@@ -109,8 +114,30 @@ config() { # method dir
 share() { echo "$1" | awk -v d="$2" '{ v=$1; u=1; if (v ~ /[Gg]/) u=1024^3; else if (v ~ /[Mm]/) u=1024^2; sub(/[^0-9.]+$/, "", v); printf "%d", v*u/d }'; }
 
 echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r); inputs in the page cache as $INPUT_CACHE"
-printf '| shape | size | method | mode | input GB | I/O floor s | mk s | x floor | mk MB/s | RSS plan/fetch/merge/pack MiB | mergekit s | mergekit RSS MiB | mergekit/mk |\n'
-printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
+# one run of mk as the row says, of build directory $1, into $work/out
+mk_run() {
+	if [ "$runner" = pipe ]; then
+		# shellcheck disable=SC2086
+		$T/mk-rss "$work/p.rss" $1/bin/mk-plan $pa "$work/$m.yml" | $T/mk-rss "$work/f.rss" $1/bin/mk-fetch $fa |
+			$T/mk-rss "$work/m.rss" $1/bin/mk-merge $ma $ja | $T/mk-rss "$work/k.rss" $1/bin/mk-pack $ka --no-progress "$work/out"
+	else
+		# shellcheck disable=SC2086
+		$T/mk-rss "$work/m.rss" $1/bin/mk-yaml --quiet $ya $ja "$work/$m.yml" "$work/out"
+		echo 0 > "$work/p.rss"; echo 0 > "$work/f.rss"; echo 0 > "$work/k.rss"
+	fi
+}
+# the same run of BASE_BUILD's: its time in b1
+base_run() {
+	rm -rf "$work/out"; sync; warm
+	t0=$(now)
+	mk_run "$BASE_BUILD"
+	t1=$(now)
+	b1=$(echo "$t1 - $t0" | bc)
+}
+head='| shape | size | method | mode | input GB | I/O floor s | mk s | x floor | mk MB/s | RSS plan/fetch/merge/pack MiB | mergekit s | mergekit RSS MiB | mergekit/mk |'
+rule='|---|---|---|---|---|---|---|---|---|---|---|---|---|'
+[ -n "$BASE_BUILD" ] && head="$head base s | mk/base |" rule="$rule---|---|"
+printf '%s\n%s\n' "$head" "$rule"
 for shape in $SHAPES; do
 	rm -rf "$work/m"
 	mkdir -p "$work/m"
@@ -163,7 +190,7 @@ for shape in $SHAPES; do
 			ya=""
 			[ "$mem" != default ] && ya="--max-memory $mem"
 			case $mode in spill:*) mkdir -p "$work/spill"; pa="$pa --spill" ma="$ma --spill $work/spill" ya="$ya --spill $work/spill" ;; esac
-			ts="" fl="" ra="" rp=0 rf=0 rm=0 rk=0
+			ts="" fl="" ra="" tb="" rb="" rp=0 rf=0 rm=0 rk=0
 			for i in $(seq "$RUNS"); do
 				rm -rf "$work/out" "$work/floor"; sync; warm; cat "$work/outsrc" > /dev/null
 				t0=$(now)
@@ -185,16 +212,12 @@ for shape in $SHAPES; do
 				f1=$(echo "$t1 - $t0 + $(echo $w | tr ' ' '\n' | sort -n | head -n 1)" | bc)
 				fl="$fl $f1"
 				rm -f "$work/floor"; sync; warm
+				# the baseline first in every other run (the run after the
+				# floor's is the slower one by a few percent)
+				[ -n "$BASE_BUILD" ] && [ $((i % 2)) = 0 ] && base_run
+				rm -rf "$work/out"; sync; warm
 				t0=$(now)
-				if [ "$runner" = pipe ]; then
-					# shellcheck disable=SC2086
-					$T/mk-rss "$work/p.rss" $B/mk-plan $pa "$work/$m.yml" | $T/mk-rss "$work/f.rss" $B/mk-fetch $fa |
-						$T/mk-rss "$work/m.rss" $B/mk-merge $ma $ja | $T/mk-rss "$work/k.rss" $B/mk-pack $ka --no-progress "$work/out"
-				else
-					# shellcheck disable=SC2086
-					$T/mk-rss "$work/m.rss" $B/mk-yaml --quiet $ya $ja "$work/$m.yml" "$work/out"
-					echo 0 > "$work/p.rss"; echo 0 > "$work/f.rss"; echo 0 > "$work/k.rss"
-				fi
+				mk_run "$BUILD"
 				t1=$(now)
 				m1=$(echo "$t1 - $t0" | bc)
 				ts="$ts $m1"
@@ -204,6 +227,8 @@ for shape in $SHAPES; do
 					eval "cur=\$r$k"
 					[ "$v" -gt "$cur" ] && eval "r$k=$v"
 				done
+				[ -n "$BASE_BUILD" ] && [ $((i % 2)) = 1 ] && base_run
+				[ -n "$BASE_BUILD" ] && tb="$tb $b1" rb="$rb $(echo "$m1 / $b1" | bc -l)"
 			done
 			t=$(echo $ts | median) floor=$(echo $fl | median) ratio=$(echo $ra | median)
 			mkres=" | | "
@@ -223,9 +248,11 @@ for shape in $SHAPES; do
 			else
 				rss=$(printf '%.0f (mk-yaml)' "$(echo "$rm/1024" | bc -l)")
 			fi
-			printf '| %s | %s GB | %s | %s | %.2f | %.2f | %.2f | %.2f | %.0f | %s | %s |\n' "$shape" "$gb" $m "$label" \
+			base=""
+			[ -n "$BASE_BUILD" ] && base=$(printf ' %.2f | %.3f |' "$(echo $tb | median)" "$(echo $rb | median)")
+			printf '| %s | %s GB | %s | %s | %.2f | %.2f | %.2f | %.2f | %.0f | %s | %s |%s\n' "$shape" "$gb" $m "$label" \
 				"$(echo "$inb/1000000000" | bc -l)" "$floor" "$t" "$ratio" \
-				"$(echo "$inb/$t/1000000" | bc -l)" "$rss" "$mkres"
+				"$(echo "$inb/$t/1000000" | bc -l)" "$rss" "$mkres" "$base"
 		done
 	done
 done
