@@ -221,8 +221,9 @@ int main(int argc, char **argv)
 		mk_err_sys(&err, errno, "%s", output);
 		cli_fail(&err);
 	}
-	cli_info(3, "%llu jobs (%llu byte copies), %llu chunks in, %llu out, %llu bytes out",
-		 (unsigned long long)st.jobs, (unsigned long long)st.byte_copies, (unsigned long long)st.chunks_in,
+	cli_info(3, "%llu jobs (%llu byte copies, %llu statistics passes added), %llu chunks in, %llu out, %llu bytes out",
+		 (unsigned long long)st.jobs, (unsigned long long)st.byte_copies, (unsigned long long)st.passes_added,
+		 (unsigned long long)st.chunks_in,
 		 (unsigned long long)st.chunks_out, (unsigned long long)st.bytes_out);
 	if (o.spill_dir)
 		cli_info(3, "spill: at most %llu bytes for one job", (unsigned long long)st.spill_bytes_max);

@@ -126,13 +126,14 @@ mk_run() {
 		echo 0 > "$work/p.rss"; echo 0 > "$work/f.rss"; echo 0 > "$work/k.rss"
 	fi
 }
-# the same run of BASE_BUILD's: its time in b1
-base_run() {
+# mk_run of build directory $1 timed (its output removed first, the inputs
+# warm): the seconds in run_s
+timed_run() {
 	rm -rf "$work/out"; sync; warm
 	t0=$(now)
-	mk_run "$BASE_BUILD"
+	mk_run "$1"
 	t1=$(now)
-	b1=$(echo "$t1 - $t0" | bc)
+	run_s=$(echo "$t1 - $t0" | bc)
 }
 head='| shape | size | method | mode | input GB | I/O floor s | mk s | x floor | mk MB/s | RSS plan/fetch/merge/pack MiB | mergekit s | mergekit RSS MiB | mergekit/mk |'
 rule='|---|---|---|---|---|---|---|---|---|---|---|---|---|'
@@ -211,15 +212,13 @@ for shape in $SHAPES; do
 				done
 				f1=$(echo "$t1 - $t0 + $(echo $w | tr ' ' '\n' | sort -n | head -n 1)" | bc)
 				fl="$fl $f1"
-				rm -f "$work/floor"; sync; warm
-				# the baseline first in every other run (the run after the
-				# floor's is the slower one by a few percent)
-				[ -n "$BASE_BUILD" ] && [ $((i % 2)) = 0 ] && base_run
-				rm -rf "$work/out"; sync; warm
-				t0=$(now)
-				mk_run "$BUILD"
-				t1=$(now)
-				m1=$(echo "$t1 - $t0" | bc)
+				rm -f "$work/floor"; sync
+				# the baseline first in every other run (which of the two
+				# ran first after the floor moved their ratio by up to 25%
+				# through the pipes here)
+				[ -n "$BASE_BUILD" ] && [ $((i % 2)) = 0 ] && { timed_run "$BASE_BUILD"; b1=$run_s; }
+				timed_run "$BUILD"
+				m1=$run_s
 				ts="$ts $m1"
 				ra="$ra $(echo "$m1 / $f1" | bc -l)"
 				for k in p f m k; do
@@ -227,7 +226,7 @@ for shape in $SHAPES; do
 					eval "cur=\$r$k"
 					[ "$v" -gt "$cur" ] && eval "r$k=$v"
 				done
-				[ -n "$BASE_BUILD" ] && [ $((i % 2)) = 1 ] && base_run
+				[ -n "$BASE_BUILD" ] && [ $((i % 2)) = 1 ] && { timed_run "$BASE_BUILD"; b1=$run_s; }
 				[ -n "$BASE_BUILD" ] && tb="$tb $b1" rb="$rb $(echo "$m1 / $b1" | bc -l)"
 			done
 			t=$(echo $ts | median) floor=$(echo $fl | median) ratio=$(echo $ra | median)

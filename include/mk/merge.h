@@ -51,6 +51,9 @@ struct mk_merge_stats {
 	uint64_t gpu_jobs;           /* jobs whose output the GPU computed */
 	uint64_t nonfinite_tensors;  /* outputs with NaN or infinite elements */
 	uint64_t nonfinite_new;      /* ... of those, from finite inputs */
+	uint64_t passes_added;       /* statistics passes the methods added to held
+				      * jobs (mk_job.held: a selection's window that
+				      * missed its rank) */
 };
 
 int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label,

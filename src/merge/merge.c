@@ -194,6 +194,7 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 	r->held = once && !r->pj->spill;
 	r->rp = !once ? NULL : r->pj->spill ? r->spill : r->mem;
 	r->job.held = r->rp != NULL;   /* replayed: the kernel may add a pass */
+	r->planned = r->job.npasses;
 	r->gpu = r->cuda && !r->job.byte_copy && !r->check_equal && mk_cuda_job_supported(&r->job);
 	if (r->held) {
 		/* what is held: every used input's bytes as sent */
@@ -524,6 +525,7 @@ static int run_end(struct mk_stream_writer *w, struct run *r, struct mk_merge_st
 		st->jobs++;
 		st->byte_copies += r->job.byte_copy;
 		st->gpu_jobs += r->gpu;
+		st->passes_added += r->job.npasses - r->planned;
 	}
 	run_release(r);
 	return rc;

@@ -50,6 +50,8 @@ struct run {                     /* the job being merged */
 	struct mk_job_desc d;
 	bool check_equal;            /* inputs 1.. must equal input 0 */
 	bool held;                   /* sent once, replayed from memory */
+	unsigned planned;            /* the job's statistics passes as planned (a
+				      * held job's method may add one) */
 	uint64_t seed;               /* the plan's random seed */
 	unsigned threads;            /* worker threads (-j) */
 	struct mk_tensor_desc *in;

@@ -2339,9 +2339,13 @@ static void level0_tile(const struct state *s, struct gin *g, bool redo, uint64_
 			const uint32_t *restrict key)
 {
 	if (redo) {
+		/* (a later pass's chunks need not be pass 0's: a tile may
+		 * straddle w0) */
 		for (unsigned t = 0; t < g->nt; t++)
-			if (g->t[t].redo && e0 >= g->t[t].w0)
-				hist_tile(&g->t[t], key, cnt);
+			if (g->t[t].redo && e0 + cnt > g->t[t].w0) {
+				uint64_t s0 = g->t[t].w0 > e0 ? g->t[t].w0 - e0 : 0;
+				hist_tile(&g->t[t], key + s0, cnt - s0);
+			}
 		return;
 	}
 	if (!s->wcount || !g->t[0].w0 || e0 < g->t[0].w0)
@@ -2411,7 +2415,7 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 			/* only [w0, N) of the targets that missed */
 			bool any = false;
 			for (unsigned t = 0; t < g->nt; t++)
-				any |= g->t[t].redo && e0 >= g->t[t].w0;
+				any |= g->t[t].redo && e0 + cnt > g->t[t].w0;
 			if (!any)
 				continue;
 		}
@@ -2821,7 +2825,6 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 	}
 	/* a window that did not hold its rank: one pass more, counting
 	 * [w0, N) again (the job is held: wcount) */
-	if (getenv("XDBG") && pass == 0) fprintf(stderr, "gta %s n=%llu wcount=%d add=%d held=%d\n", job->d.tensor, (unsigned long long)s->nelem, s->wcount, add, job->held);
 	if (add) {
 		s->extra = 1;
 		job->npasses++;

@@ -924,11 +924,14 @@ int mk_job_finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 	if (rc)
 		return rc;
 	/* a pass added: only to a held job, one at a time */
-	if (job->npasses != np && (!job->held || job->npasses != np + 1))
+	if (job->npasses != np && (!job->held || job->npasses != np + 1)) {
+		unsigned got = job->npasses;
+		job->npasses = np;
 		return mk_err_set(err, MK_EINVAL,
 				  "tensor '%s': method '%s' changed the job's statistics passes from %u to %u after pass %u (the job is %s)",
-				  job->d.tensor ? job->d.tensor : "?", job->method->name, np, job->npasses, pass,
+				  job->d.tensor ? job->d.tensor : "?", job->method->name, np, got, pass,
 				  job->held ? "held" : "not held: its inputs are sent once per planned pass");
+	}
 	job->pass_done++;
 	job->next_elem = 0;
 	return 0;

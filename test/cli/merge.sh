@@ -244,3 +244,41 @@ printf '0123456789abcdef0123456789abcdef01234567' > hfc/models--org--tiny/refs/m
 printf 'merge_method: passthrough\nmodels:\n  - model: org/tiny\n' > hub.yml
 HF_HUB_CACHE=/nonexistent HF_HUB_OFFLINE=1 mk-yaml --transformers-cache "$PWD/hfc" hub.yml hub-out
 mk-st-diff models/tiny-a hub-out
+
+# A held job's selection may add a statistics pass (a window that missed
+# its cut: models whose first eighth of each tensor is 64 times the
+# rest): mk-merge -vv counts the passes added, and the output is the
+# bytes of the same merge streamed (no pass added: its passes are the
+# plan's) and spilled (replayed from the file, passes added there too).
+for s in 1 2 3; do
+	mk-gen-model --hidden 512 --inter 1024 --layers 1 --vocab 256 --seed $((40 + s)) --head-scale 64 hs$s > /dev/null
+	mk-gen-model --hidden 512 --inter 1024 --layers 1 --vocab 256 --seed $((40 + s)) even$s > /dev/null
+done
+for m in ties breadcrumbs; do
+	for set in hs even; do
+		printf 'merge_method: %s\nbase_model: %s1\nmodels:\n  - model: %s2\n    parameters: {weight: 0.6, density: 0.4, gamma: 0.02}\n  - model: %s3\n    parameters: {weight: 0.4, density: 0.4, gamma: 0.02}\n' \
+			$m $set $set $set > $set-$m.yml
+		[ $m = ties ] && sed -i 's/, gamma: 0.02//' $set-$m.yml
+		mk-plan $set-$m.yml | mk-fetch | mk-merge -vv 2> held.err | mk-pack $set-$m-held
+		added=$(sed -n 's/.* \([0-9]*\) statistics passes added.*/\1/p' held.err)
+		[ -n "$added" ] || { cat held.err >&2; fail "$set-$m: mk-merge -vv does not count the passes added"; }
+		if [ $set = hs ]; then
+			[ "$added" -gt 0 ] || fail "$set-$m: no pass added (the windows held every cut)"
+		else
+			[ "$added" -eq 0 ] || fail "$set-$m: $added passes added to models alike throughout"
+		fi
+		mk-plan --max-memory 1000000 $set-$m.yml | mk-fetch | mk-merge -vv 2> streamed.err | mk-pack $set-$m-streamed
+		grep -q " 0 statistics passes added" streamed.err || { cat streamed.err >&2; fail "$set-$m: a pass added to a streamed job"; }
+		mkdir -p spill-$set-$m
+		mk-plan --spill --max-memory 1000000 $set-$m.yml | mk-fetch | mk-merge -vv --spill spill-$set-$m 2> spilled.err |
+			mk-pack $set-$m-spilled
+		grep -q " $added statistics passes added" spilled.err || { cat spilled.err >&2; fail "$set-$m: spilled, other passes added"; }
+		mk-yaml --quiet $set-$m.yml $set-$m-yaml
+		for f in $set-$m-held/*.safetensors; do
+			b=$(basename "$f")
+			for o in streamed spilled yaml; do
+				cmp "$f" "$set-$m-$o/$b" || fail "$set-$m: held and $o differ"
+			done
+		done
+	done
+done

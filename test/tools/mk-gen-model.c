@@ -7,7 +7,7 @@
  *                [--big-rows R] [--pad-leading] [--arch llama|mistral]
  *                [--bpe-tokenizer[=EXTRA]] [--tok-skip K] [--tok-size N] [--unigram] [--tied]
  *                [--spm FILE [--spm-added A,B]] [--slow]
- *                [--heads N] [--kv-heads N] [--weight-scale S] [--unit-norms] [--biases]
+ *                [--heads N] [--kv-heads N] [--weight-scale S] [--head-scale S] [--unit-norms] [--biases]
  *                [--config-extra JSON] OUTDIR
  *
  * --all-dtypes adds one small tensor of every safetensors dtype, a scalar
@@ -40,7 +40,10 @@
  * and mlp_bias);
  * --heads/--kv-heads set the attention heads (4 and 4; k_proj and v_proj
  * are [kv-heads * head_dim, H]); --weight-scale multiplies every value
- * (so attention is not near uniform); --unit-norms fills the RMSNorm
+ * (so attention is not near uniform); --head-scale multiplies the first
+ * eighth of each float tensor's values (a tensor whose first eighth is
+ * unlike the rest, where a selection's window misses its cut);
+ * --unit-norms fills the RMSNorm
  * weights with 1 + a value instead (norms that keep activations' size);
  * --config-extra appends JSON members to config.json (a later duplicate
  * key wins, as Python reads it). */
@@ -90,7 +93,20 @@ static uint64_t splitmix(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-static double weight_scale = 1.0;
+static double weight_scale = 1.0, head_scale = 1.0;
+
+/* A scale option's value (> 0) into *v; false, told, when it is not. */
+static bool scale_arg(const char *opt, const char *arg, double *v)
+{
+	char *end;
+
+	*v = strtod(arg, &end);
+	if (*end || !(*v > 0)) {
+		fprintf(stderr, "mk-gen-model: bad --%s %s\n", opt, arg);
+		return false;
+	}
+	return true;
+}
 
 static void fill(uint8_t *buf, uint64_t nbytes, enum mk_dtype dt, uint64_t nelem, uint64_t seed, bool unit)
 {
@@ -101,7 +117,7 @@ static void fill(uint8_t *buf, uint64_t nbytes, enum mk_dtype dt, uint64_t nelem
 		for (uint64_t i = 0; i < nelem; i++) {
 			/* roughly N(0, 0.02)-sized values, as weights are */
 			double u = (double)(splitmix(&s) >> 11) / 9007199254740992.0 - 0.5;
-			float v = (float)(u * 0.08 * weight_scale);
+			float v = (float)(u * 0.08 * weight_scale * (i < nelem / 8 ? head_scale : 1.0));
 			if (unit)
 				v = (float)(1.0 + u);
 			mk_dtype_convert(dt, buf + i * es, MK_DT_F32, &v, 1);
@@ -139,6 +155,7 @@ int main(int argc, char **argv)
 		{ "tok-skip", 1, 0, 'K' }, { "tok-size", 1, 0, 'S' }, { "tied", 0, 0, 't' }, { "unigram", 0, 0, 'U' },
 		{ "spm", 1, 0, 'P' }, { "spm-added", 1, 0, 'Q' }, { "slow", 0, 0, 'W' },
 		{ "heads", 1, 0, 'h' }, { "kv-heads", 1, 0, 'g' }, { "weight-scale", 1, 0, 'w' },
+		{ "head-scale", 1, 0, 'e' },
 		{ "unit-norms", 0, 0, 'u' }, { "config-extra", 1, 0, 'x' }, { "biases", 0, 0, 'B' }, { 0 },
 	};
 	uint64_t heads = 4, kv_heads = 0;
@@ -174,15 +191,14 @@ int main(int argc, char **argv)
 		case 'u': unit_norms = true; break;
 		case 'B': biases = true; break;
 		case 'x': extra = optarg; break;
-		case 'w': {
-			char *end;
-			weight_scale = strtod(optarg, &end);
-			if (*end || !(weight_scale > 0)) {
-				fprintf(stderr, "mk-gen-model: bad --weight-scale %s\n", optarg);
+		case 'w':
+			if (!scale_arg("weight-scale", optarg, &weight_scale))
 				return 2;
-			}
 			break;
-		}
+		case 'e':
+			if (!scale_arg("head-scale", optarg, &head_scale))
+				return 2;
+			break;
 		case 'Q': spm_added = optarg; break;
 		case 'a': all = true; break;
 		case 'p': pad = true; break;

@@ -115,6 +115,9 @@ static unsigned tj_threads;
  * the kernel adds); tj_added counts the passes added, over all runs */
 static bool tj_held;
 static uint64_t tj_added;
+/* When set: the chunk size of the statistics passes after the first (the
+ * API does not ask a caller to cut every pass alike) */
+static uint64_t tj_later_chunk;
 
 static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *const *views, uint64_t chunk,
 			 void *out, bool reverse, struct mk_job *keep, unsigned *npasses, struct mk_err *err)
@@ -136,13 +139,14 @@ static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *cons
 	esz = job.compute == MK_DT_F64 ? 8 : 4;
 	if (!chunk)
 		chunk = job.nelem ? job.nelem : 1;
-	nch = (job.nelem + chunk - 1) / chunk;
 	for (unsigned pass = 0; pass <= job.npasses; pass++) {
+		uint64_t ch = pass && pass < job.npasses && tj_later_chunk ? tj_later_chunk : chunk;
+		nch = (job.nelem + ch - 1) / ch;
 		for (uint64_t k = 0; k < nch; k++) {
-			uint64_t q = pass == job.npasses && reverse ? nch - 1 - k : k, e = q * chunk;
+			uint64_t q = pass == job.npasses && reverse ? nch - 1 - k : k, e = q * ch;
 			const void *ptr[MAXIN];
 			struct mk_job_chunk c = { .elem_begin = e, .in = ptr };
-			c.count = job.nelem - e < chunk ? job.nelem - e : chunk;
+			c.count = job.nelem - e < ch ? job.nelem - e : ch;
 			for (size_t i = 0; i < t->d.ninputs; i++)
 				ptr[i] = views[i] && job.used[i] ? (const char *)views[i] + e * esz : NULL;
 			if (tj_bf16 && (pass < job.npasses ? job.accumulate_bf16 : job.apply_bf16)) {

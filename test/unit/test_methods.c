@@ -1447,6 +1447,7 @@ static void test_job_added_pass(void **st)
 				/* not held, or two at once: refused at pass 0's end */
 				assert_int_equal(rc, -MK_EINVAL);
 				assert_int_equal(p, 1);
+				assert_int_equal(job.npasses, 1);   /* the change undone */
 				assert_non_null(strstr(err.msg, "grow_test"));
 				assert_non_null(strstr(err.msg, held ? "is held" : "not held"));
 			}
