@@ -174,6 +174,13 @@ struct mk_job_desc {
 	 * Last, so that a plugin built before it reads the fields above where
 	 * they were. */
 	uint64_t elem_base;
+	/* The plan may give the job a spare statistics pass, sent whether or
+	 * not the method reads it (mk-yaml's own plan, where a pass nobody
+	 * reads costs little: the stages share the process); a method counts
+	 * it in its passes when it can use one (the TIES and breadcrumbs
+	 * selections: a window that missed its cut), skipping it when it
+	 * does not.  Last, after elem_base, for the same reason. */
+	bool spare_pass;
 };
 
 /* The output rule's answer (see mk_method_plan). */

@@ -42,6 +42,9 @@ struct mk_plan_opts {
 	uint64_t budget;             /* merge memory budget in bytes (0: none) */
 	bool spill;                  /* jobs over the budget: sent once, mk-merge
 					replays them from a local file (--spill) */
+	bool spare_pass;             /* mk_job_desc.spare_pass for every job: the
+					plan of a merge whose stages share a process
+					(mk_run_merge) */
 	/* --lora-merge-dtype: a BASE+ADAPTER model's float tensors are loaded
 	 * as lora_dtype where the configuration sets no dtype (mergekit's
 	 * merged copy of the model is in it) */

@@ -135,7 +135,7 @@ static int run_prepare(struct run *r, const struct mk_manifest *man, struct mk_e
 	r->check_equal = r->pj->check_equal;
 	/* check_equal: the method sees input 0; the others must equal it */
 	r->d = (struct mk_job_desc){ .tensor = r->name, .elem_base = r->pj->part_begin, .seed = r->seed,
-				     .is_embed = r->pj->is_embed,
+				     .is_embed = r->pj->is_embed, .spare_pass = r->pj->spare,
 				     .ninputs = r->check_equal ? 1 : r->pj->ninputs,
 				     .base = r->check_equal ? -1 : (int)r->pj->base, .in = r->in,
 				     .global = r->gvals, .input = r->ivals };

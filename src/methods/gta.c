@@ -316,6 +316,8 @@ static unsigned nlevels_of(const struct mk_job_desc *d)
 	return d->in[d->base].dtype == MK_DT_F64 ? 4 : 2;
 }
 
+static bool spare_wanted(const struct mk_method *m, const struct mk_job_desc *d, const bool *used);
+
 static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, const bool *used)
 {
 	const struct cfg *c = cfg_of(m);
@@ -338,7 +340,7 @@ static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, 
 		if (k > np)
 			np = k;
 	}
-	return np;
+	return np + spare_wanted(m, d, used);
 }
 
 /* ----------------------------------------------------------------- state */
@@ -358,12 +360,32 @@ static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, 
  * digit pass counts no histogram, only the elements below each window;
  * its finish takes the window's keys into the histogram of [0, w0) when
  * the rank lies among the window's buckets, else adds a pass that counts
- * [w0, N) into the histogram (level_of).  mk-yaml ties on three 7B-like
+ * [w0, N) into the histogram (level_of).  So do a streamed job's when the
+ * plan offered a spare pass (spare_wanted): that pass is the one added.  mk-yaml ties on three 7B-like
  * BF16 models of two layers: 1.32 -> 1.22 s, medians of 9 interleaved
  * runs (the embeddings, streamed, not held, keep the full histogram). */
 #define WIN_MIN (1ull << 18)
 #define WIN_FRAC (1.0 / 256)
 #define WIN_CAP (2ull << 20)    /* entries: 16 MiB */
+
+/* Whether the job takes the plan's spare pass (mk_job_desc.spare_pass): a
+ * float32 selection without a rescale, of a tensor whose windows open.
+ * Pass 1 is then the pass a window that missed its cut needs (state.extra)
+ * whether or not the job is held, and skipped when every window held it. */
+static bool spare_wanted(const struct mk_method *m, const struct mk_job_desc *d, const bool *used)
+{
+	const struct cfg *c = cfg_of(m);
+	uint64_t n = mk_tensor_desc_count(&d->in[d->base]);
+	bool sel = false;
+
+	if (!d->spare_pass || nlevels_of(d) != 2 || d->global[P_RESCALE].b || n < WIN_MIN || n > UINT32_MAX)
+		return false;
+	for (size_t i = 0; i < d->ninputs; i++) {
+		enum sparsify sp = (int)i == d->base || !used[i] ? SP_NONE : input_sp(c, m, d, i, n);
+		sel |= sp == SP_MAG || sp == SP_OUTL;
+	}
+	return sel;
+}
 
 enum kind { K_DENSE, K_ZERO, K_MAG, K_OUTL, K_RAND, K_DELLA };
 
@@ -483,7 +505,8 @@ struct state {
 	unsigned nlevels, keybits;
 	bool win;                   /* the selections open windows (struct target) */
 	bool wcount;                /* ... and count past them (a held job: a pass added costs
-				     * no input read again) */
+				     * no input read again; or the plan's spare pass) */
+	bool spare;                 /* the plan's spare pass is pass 1 (spare_wanted) */
 	unsigned extra;             /* 1: pass 1 repeats the first digit pass (level_of) */
 	uint64_t nelem;
 	uint64_t L, S, slab;        /* DELLA rows: length, stride, slab = L*S */
@@ -746,6 +769,9 @@ static int init(struct mk_job *job, struct mk_err *err)
 	s->win = !s->f64 && !s->rescale && s->nlevels == 2 && s->nelem >= WIN_MIN && s->nelem <= UINT32_MAX;
 	for (size_t j = 0; j < s->n; j++)
 		s->win &= fast_f32(s, &s->g[j]) || (s->g[j].kind != K_MAG && s->g[j].kind != K_OUTL);
+	/* the plan's spare pass, counted in npasses: pass 1 from the start */
+	s->spare = spare_wanted(job->method, &job->d, job->used);
+	s->extra = s->spare;
 	/* the float32 kernels widen BF16 inputs as they make each tile's
 	 * |x - base| (tile_abs_bf16): no conversion pass before them */
 	job->accumulate_bf16 = !s->f64 && job->compute == MK_DT_F32;
@@ -2565,7 +2591,7 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 	/* a held job's windows count past them (pass 0's finish adds a pass
 	 * for any that did not hold its rank: only memory read again) */
 	if (pass == 0 && c->elem_begin == 0)
-		s->wcount = s->win && job->held;
+		s->wcount = s->win && (job->held || s->spare);
 	/* each input's statistics are its own: on large chunks (a held
 	 * job's whole tensor) the inputs are tasks for the job's threads */
 	bool par = c->count >= (1u << 20) && s->n > 1 && s->n <= 16 && job->threads > 1;
@@ -2823,10 +2849,13 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 		}
 	}
 	/* a window that did not hold its rank: one pass more, counting
-	 * [w0, N) again (the job is held: wcount) */
-	if (add) {
+	 * [w0, N) again (the job is held: wcount), or the plan's spare pass;
+	 * which, when every window held, is skipped */
+	if (add && !s->spare) {
 		s->extra = 1;
 		job->npasses++;
+	} else if (s->spare && pass == 0 && !add) {
+		job->pass_enough = true;
 	}
 	/* the cut pass, when it is next and has nothing to find */
 	if (lv + 1 == s->nlevels && cuts_found(s))

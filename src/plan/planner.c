@@ -747,7 +747,8 @@ static int tplan_output_rule(struct tplan *t)
 	const char *name = t->ow->name;
 	struct mk_job_desc jd = { .tensor = name, .seed = p->seed, .is_embed = t->ow->is_embed,
 				  .ninputs = t->check_equal ? 1 : t->n, .base = t->check_equal ? -1 : t->base,
-				  .in = t->in, .labels = t->labels, .global = t->graw, .input = t->iraw };
+				  .in = t->in, .labels = t->labels, .global = t->graw, .input = t->iraw,
+				  .spare_pass = p->o->spare_pass };
 
 	if (!mk_method_plan(t->m, &jd, &t->po, t->gres, t->ires, t->used, &t->e)) {
 		note_base_copy(t);
@@ -1189,6 +1190,7 @@ static int tplan_job_add(struct tplan *t, struct mk_err *err)
 		return rc;
 	j->is_embed = t->ow->is_embed;
 	j->check_equal = t->check_equal;
+	j->spare = p->o->spare_pass;
 	struct mk_plan_job **q = realloc(p->jobs, (p->njobs + 1) * sizeof(*q));
 	if (!q)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");

@@ -323,6 +323,7 @@ static int run_plan(struct run *r, bool raw, enum mk_raw_missing missing, bool s
 	if (o->max_memory)
 		mk_budget_split(o->max_memory, &r->bs);
 	plan_opts(o, &r->bs, text, len, &po);
+	po.spare_pass = true;   /* the stages share this process */
 	po.raw = raw;
 	po.raw_missing = missing;
 	po.alias_refs = alias_refs;

@@ -315,7 +315,7 @@ static int check_inputs_agree(const struct mk_plan_job *j, struct mk_err *err)
 }
 
 static const char *const job_keys[] = { "id", "output", "method", "inputs", "base", "passes", "sends", "spill",
-					"is_embed", "check_equal", "params", "vocab", "part", NULL };
+					"is_embed", "check_equal", "spare", "params", "vocab", "part", NULL };
 
 /* "part": {"begin": B} (mk_plan_job.has_part): a passthrough job's of
  * one input, not a vocabulary job's; against the HEAD, its input's
@@ -397,8 +397,9 @@ int mk_plan_job_decode(const void *buf, size_t len, const struct mk_manifest *he
 	j->passes = (unsigned)passes;
 	j->sends = (unsigned)sends;
 	if (sj_opt_bool(o, "spill", &j->spill) || sj_opt_bool(o, "is_embed", &j->is_embed) ||
-	    sj_opt_bool(o, "check_equal", &j->check_equal)) {
-		rc = mk_err_set(err, MK_EFORMAT, "JOB %u: \"spill\", \"is_embed\" and \"check_equal\" are booleans", j->id);
+	    sj_opt_bool(o, "check_equal", &j->check_equal) || sj_opt_bool(o, "spare", &j->spare)) {
+		rc = mk_err_set(err, MK_EFORMAT, "JOB %u: \"spill\", \"is_embed\", \"check_equal\" and \"spare\" are booleans",
+				j->id);
 		goto out;
 	}
 	if (j->spill && (j->sends != 1 || !j->passes)) {
@@ -552,6 +553,8 @@ int mk_plan_job_encode(const struct mk_plan_job *j, char **out, size_t *len, str
 	json_object_set_new(o, "is_embed", json_boolean(j->is_embed));
 	if (j->check_equal)
 		json_object_set_new(o, "check_equal", json_true());
+	if (j->spare)
+		json_object_set_new(o, "spare", json_true());
 	if (j->has_part)
 		json_object_set_new(o, "part", json_pack("{s:I}", "begin", (json_int_t)j->part_begin));
 	json_object_set_new(ps, "global", params_json(&j->global));

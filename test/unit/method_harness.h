@@ -118,6 +118,8 @@ static uint64_t tj_added;
 /* When set: the chunk size of the statistics passes after the first (the
  * API does not ask a caller to cut every pass alike) */
 static uint64_t tj_later_chunk;
+/* mk_job_desc.spare_pass for the jobs tj_run runs (the plan's spare pass) */
+static bool tj_spare;
 
 static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *const *views, uint64_t chunk,
 			 void *out, bool reverse, struct mk_job *keep, unsigned *npasses, struct mk_err *err)
@@ -128,6 +130,7 @@ static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *cons
 	int rc;
 
 	mk_err_clear(err);
+	t->d.spare_pass = tj_spare;
 	rc = mk_job_init(&job, t->m, &t->d, out_dtype, err);
 	if (rc)
 		return rc;

@@ -450,7 +450,10 @@ static void test_cut_recorded(void **st)
  * same): ties and breadcrumbs' lower end hold, breadcrumbs' upper end
  * misses.  Shapes 1 and 4 put every rank below and above the window.
  * Held once more with the later passes cut in chunks of 1000 elements,
- * whose tiles straddle w0 (the API lets each pass be cut its own way). */
+ * whose tiles straddle w0 (the API lets each pass be cut its own way);
+ * and not held with the plan's spare pass (mk_job_desc.spare_pass), in
+ * the same chunks and in those: planned, so never added, read only when
+ * a window missed. */
 static void test_window(void **st)
 {
 	enum { N = 1 << 20, CH = 1 << 14 };
@@ -458,9 +461,9 @@ static void test_window(void **st)
 	static double z64[N], x64[N], o64[N];
 
 	(void)st;
-	for (int mode = 0; mode < 3; mode++)
+	for (int mode = 0; mode < 5; mode++)
 		for (int shape = 0; shape < 5; shape++) {
-			bool held = mode > 0;
+			bool held = mode == 1 || mode == 2, spare = mode >= 3;
 			for (int i = 0; i < N; i++) {
 				float v = 1.0f + (float)((uint32_t)i * 7919u % 100003u) * 1e-5f;
 				if (shape == 1 && i < N / 8)
@@ -476,26 +479,34 @@ static void test_window(void **st)
 			}
 			for (size_t m = 0; m < 3; m++) {
 				uint64_t skipped, added = tj_added, kept;
+				bool hit = shape == 0 || (shape == 3 && m == 0);
 				tj_held = held;
-				tj_later_chunk = mode == 2 ? 1000 : 0;
+				tj_spare = spare;
+				tj_later_chunk = mode == 2 || mode == 4 ? 1000 : 0;
 				kept = sel_f32_as_f64(sel_methods[m], 0.4, m ? 0.05 : 0.0, N, 1024, CH, z32, x32, o32, z64,
 						      x64, o64, &skipped);
 				tj_held = false;
+				tj_spare = false;
 				tj_later_chunk = 0;
 				added = tj_added - added;
 				assert_true(kept > 0 && kept < N);
 				/* a pass added only held, when a window missed */
-				if (!held || shape == 0 || (shape == 3 && m == 0))
+				if (!held || hit)
 					assert_int_equal(added, 0);
 				else
 					assert_int_equal(added, 1);
+				/* the spare pass all unread when every window held */
+				if (mode == 3 && hit)
+					assert_true(skipped >= 3 * (N / CH) - N / 8 / CH - 1);
+				if (mode == 3 && !hit)
+					assert_true(skipped < 3 * (N / CH) - N / 8 / CH - 1);
 				/* the last digit pass: all but its first eighth unread
 				 * when the window held the cut, read whole when not; the
 				 * cut pass unread (its cuts from the record) but in the
 				 * last case, whose bucket is too large to record (a pass
 				 * added is read from w0 on, to its end) */
-				if (mode == 2)
-					continue;   /* (other chunks: other counts) */
+				if (mode >= 2)
+					continue;   /* (other chunks, another pass: other counts) */
 				if (shape == 0 || (shape == 3 && m == 0))
 					assert_true(skipped >= 2 * (N / CH) - N / 8 / CH - 1);
 				else if (shape == 1 || shape == 4)
@@ -667,6 +678,38 @@ static unsigned plan_passes(struct tj *t)
 	if (mk_method_plan(t->m, &t->d, &po, NULL, NULL, NULL, &err))
 		fail_msg("%s: %s", t->m->name, err.msg);
 	return po.npasses;
+}
+
+/* The plan's spare pass is counted only where a window could use it: a
+ * float32 or BF16 selection of 2^18 elements or more, no rescale. */
+static void test_spare_planned(void **st)
+{
+	static const struct { const char *method; enum mk_dtype dt; uint64_t rows; bool rescale; unsigned want, spare; } c[] = {
+		{ "ties", MK_DT_F32, 1024, false, 3, 4 },
+		{ "ties", MK_DT_BF16, 1024, false, 3, 4 },
+		{ "breadcrumbs", MK_DT_F32, 1024, false, 3, 4 },
+		{ "ties", MK_DT_F32, 255, false, 3, 3 },   /* 255 Ki elements: no window */
+		{ "ties", MK_DT_F64, 1024, false, 5, 5 },  /* float64: no window */
+		{ "ties", MK_DT_F32, 1024, true, 3, 3 },   /* a rescale: no window */
+		{ "dare_ties", MK_DT_F32, 1024, false, 0, 0 },
+		{ "della", MK_DT_F32, 1024, false, 1, 1 },
+	};
+
+	(void)st;
+	for (size_t k = 0; k < sizeof(c) / sizeof(c[0]); k++) {
+		struct tj t;
+		tj_init(&t, c[k].method, 2, 0);
+		set_in(&t, 1, "weight", mk_pval_float(1.0));
+		set_in(&t, 1, "density", mk_pval_float(0.5));
+		if (!strcmp(c[k].method, "dare_ties") || c[k].rescale)
+			set_g(&t, "rescale", mk_pval_bool(c[k].rescale));
+		t.in[0] = t.in[1] = td(c[k].dt, 2, c[k].rows, 1024);
+		assert_int_equal(plan_passes(&t), c[k].want);
+		t.d.spare_pass = true;
+		if (plan_passes(&t) != c[k].spare)
+			fail_msg("%s %s rows %llu: %u passes with the spare offered, want %u", c[k].method,
+				 mk_dtype_name(c[k].dt), (unsigned long long)c[k].rows, plan_passes(&t), c[k].spare);
+	}
 }
 
 static void test_params(void **st)
@@ -1708,6 +1751,7 @@ int main(void)
 		cmocka_unit_test(test_stats_bf16),
 		cmocka_unit_test(test_window),
 		cmocka_unit_test(test_window_bf16),
+		cmocka_unit_test(test_spare_planned),
 		cmocka_unit_test(test_dense_bucket),
 		cmocka_unit_test(test_lower_paths),
 		cmocka_unit_test(test_random_statistics),

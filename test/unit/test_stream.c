@@ -1925,7 +1925,7 @@ static struct mk_manifest *job_head(void)
 #define GOOD_JOB "{\"id\":3,\"output\":0,\"method\":\"linear\",\"inputs\":[" \
 	"{\"model\":0,\"tensor\":\"a\",\"dtype\":\"F32\",\"shape\":[4,3]}," \
 	"{\"model\":1,\"tensor\":\"a\",\"dtype\":\"BF16\",\"shape\":[4,3],\"load_dtype\":\"F32\"}]," \
-	"\"base\":1,\"passes\":0,\"sends\":1,\"is_embed\":true," \
+	"\"base\":1,\"passes\":0,\"sends\":1,\"is_embed\":true,\"spare\":true," \
 	"\"params\":{\"global\":{\"normalize\":true},\"inputs\":[{\"weight\":0.25},{\"weight\":2}]},\"later\":[1]}"
 
 static void test_job_roundtrip(void **state)
@@ -1944,6 +1944,7 @@ static void test_job_roundtrip(void **state)
 		assert_int_equal(j->ninputs, 2);
 		assert_int_equal(j->base, 1);
 		assert_true(j->is_embed);
+		assert_true(j->spare);
 		assert_false(j->check_equal);
 		assert_false(j->spill);
 		assert_int_equal(j->inputs[1].model, 1);
@@ -2143,6 +2144,7 @@ static void test_job_errors(void **state)
 	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],\"check_equal\":true}",
 		       "check_equal goes with passthrough");
 	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],\"is_embed\":1}", "booleans");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],\"spare\":1}", "booleans");
 	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],"
 		       "\"params\":{\"global\":{\"t\":\"x\"}}}", "parameter 't' is not a number");
 	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":["
