@@ -138,8 +138,9 @@ struct mk_plan_job {
 	bool spill;                  /* sent once, replayed from a spill file */
 	bool is_embed;               /* an embedding matrix (rows are tokens) */
 	bool check_equal;            /* passthrough of inputs that must agree */
-	bool spare;                  /* "spare": the plan offered the method a
-				      * spare pass (mk_job_desc.spare_pass) */
+	bool spare;                  /* "spare": the plan gave the method the spare
+				      * pass it takes (mk_job_desc.spare_pass),
+				      * counted in passes; streamed jobs only */
 	struct mk_job_params global; /* "params": {"global": ...} */
 	struct mk_job_params *input_params; /* ninputs entries ("inputs") */
 	struct mk_plan_vocab *vocab; /* NULL: inputs as stored */

@@ -42,9 +42,11 @@ struct mk_plan_opts {
 	uint64_t budget;             /* merge memory budget in bytes (0: none) */
 	bool spill;                  /* jobs over the budget: sent once, mk-merge
 					replays them from a local file (--spill) */
-	bool spare_pass;             /* mk_job_desc.spare_pass for every job: the
-					plan of a merge whose stages share a process
-					(mk_run_merge) */
+	bool spare_pass;             /* offer each streamed job a spare pass
+					(mk_job_desc.spare_pass; the JOB's "spare"
+					where the method takes it): the plan of a
+					merge whose stages share a process
+					(mk_run_merge), not over HTTP */
 	/* --lora-merge-dtype: a BASE+ADAPTER model's float tensors are loaded
 	 * as lora_dtype where the configuration sets no dtype (mergekit's
 	 * merged copy of the model is in it) */

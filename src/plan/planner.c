@@ -530,6 +530,8 @@ struct tplan {
 	 * per input np values from i * np */
 	struct mk_pval *graw, *iraw, *gres, *ires;
 	struct mk_plan_out po;            /* the method's output rule */
+	unsigned spare_passes;            /* po.npasses with the spare pass offered
+					     (mk_plan_opts.spare_pass; po.npasses: none) */
 	struct mk_plan_job *j;            /* the job, until the plan takes it */
 	struct mk_err e;                  /* a method's or assembly's error, for a diagnostic */
 };
@@ -747,11 +749,17 @@ static int tplan_output_rule(struct tplan *t)
 	const char *name = t->ow->name;
 	struct mk_job_desc jd = { .tensor = name, .seed = p->seed, .is_embed = t->ow->is_embed,
 				  .ninputs = t->check_equal ? 1 : t->n, .base = t->check_equal ? -1 : t->base,
-				  .in = t->in, .labels = t->labels, .global = t->graw, .input = t->iraw,
-				  .spare_pass = p->o->spare_pass };
+				  .in = t->in, .labels = t->labels, .global = t->graw, .input = t->iraw };
 
 	if (!mk_method_plan(t->m, &jd, &t->po, t->gres, t->ires, t->used, &t->e)) {
+		struct mk_plan_out ps;
 		note_base_copy(t);
+		/* the passes with a spare one offered (tplan_sends takes it for
+		 * a streamed job: a held one adds a pass as it needs) */
+		t->spare_passes = t->po.npasses;
+		jd.spare_pass = true;
+		if (p->o->spare_pass && t->po.npasses && !mk_method_plan(t->m, &jd, &ps, t->gres, t->ires, t->used, &t->e))
+			t->spare_passes = ps.npasses;
 		return TP_NEXT;
 	}
 	char key[MK_ERR_MSG_MAX];
@@ -1150,6 +1158,12 @@ static void tplan_sends(struct tplan *t)
 	j->base = t->check_equal ? -1 : t->base;
 	j->passes = t->po.npasses;
 	j->sends = t->po.npasses + 1;
+	/* streamed: the spare pass, where the method takes one */
+	if (t->spare_passes > t->po.npasses) {
+		j->spare = true;
+		j->passes = t->spare_passes;
+		j->sends = t->spare_passes + 1;
+	}
 	if (!t->po.npasses || !p->budget)
 		return;
 	uint64_t ws = 0;
@@ -1158,6 +1172,11 @@ static void tplan_sends(struct tplan *t)
 	for (size_t i = 0; i < t->n + (j->vocab ? j->vocab->naux : 0); i++)
 		if (j->vocab || t->used[i])
 			ws += mk_plan_input_sent_bytes(j, i);
+	if (ws <= p->hold_max || p->o->spill) {
+		/* sent once: no spare pass (the method adds one as it needs) */
+		j->spare = false;
+		j->passes = t->po.npasses;
+	}
 	if (ws <= p->hold_max) {
 		j->sends = 1;
 		if (ws > p->held_max)
@@ -1190,7 +1209,6 @@ static int tplan_job_add(struct tplan *t, struct mk_err *err)
 		return rc;
 	j->is_embed = t->ow->is_embed;
 	j->check_equal = t->check_equal;
-	j->spare = p->o->spare_pass;
 	struct mk_plan_job **q = realloc(p->jobs, (p->njobs + 1) * sizeof(*q));
 	if (!q)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");

@@ -323,7 +323,9 @@ static int run_plan(struct run *r, bool raw, enum mk_raw_missing missing, bool s
 	if (o->max_memory)
 		mk_budget_split(o->max_memory, &r->bs);
 	plan_opts(o, &r->bs, text, len, &po);
-	po.spare_pass = true;   /* the stages share this process */
+	/* the stages share this process: a pass nobody reads costs little,
+	 * unless its bytes come over HTTP (--remote) */
+	po.spare_pass = !o->remote;
 	po.raw = raw;
 	po.raw_missing = missing;
 	po.alias_refs = alias_refs;
