@@ -2349,6 +2349,20 @@ static void hist_tile(struct target *tg, const uint32_t *restrict key, uint64_t 
 		h0[key[k] >> 16]++;
 }
 
+/* A tile's keys (elements e0 on) whose upper half lies in tw's window
+ * into it, those below it counted; the window dropped when it cannot
+ * grow or holds more than it may. */
+static void window_tile(struct target *tw, const uint32_t *restrict key, uint64_t cnt, uint64_t e0)
+{
+	win_room(tw);
+	if (!tw->widx)
+		return;
+	tw->nw += SIMD3(have_avx512, tile_window, key, cnt, tw->wlo, tw->whi, (uint32_t)e0, tw->widx + tw->nw,
+			tw->wkey + tw->nw, &tw->wbelow);
+	if (tw->nw > tw->wcap)
+		win_drop(tw);
+}
+
 /* A tile of the first digit pass (elements e0 on, their keys): into the
  * first target's histograms (both ends of OUTL count the same: copied in
  * finish), and from a window's w0 on, the keys in the window into it.
@@ -2371,18 +2385,9 @@ static void level0_tile(const struct state *s, struct gin *g, bool redo, uint64_
 	}
 	if (!s->wcount || !g->t[0].w0 || e0 < g->t[0].w0)
 		hist_tile(&g->t[0], key, cnt);
-	for (unsigned u = 0; u < g->nt; u++) {
-		struct target *tw = &g->t[u];
-		if (!tw->widx || e0 < tw->w0)
-			continue;
-		win_room(tw);
-		if (!tw->widx)
-			continue;
-		tw->nw += SIMD3(have_avx512, tile_window, key, cnt, tw->wlo, tw->whi, (uint32_t)e0, tw->widx + tw->nw,
-				tw->wkey + tw->nw, &tw->wbelow);
-		if (tw->nw > tw->wcap)
-			win_drop(tw);   /* more than the window may hold */
-	}
+	for (unsigned u = 0; u < g->nt; u++)
+		if (g->t[u].widx && e0 >= g->t[u].w0)
+			window_tile(&g->t[u], key, cnt, e0);
 }
 
 /* A tile of the first digit pass past w0 whose windows count (state.wcount):
@@ -2398,19 +2403,12 @@ static void counted_tile(struct gin *g, const void *x, const void *b, bool bf16,
 	bool keys = false;
 
 	for (unsigned u = 0; u < g->nt; u++) {
-		struct target *tw = &g->t[u];
-		if (!tw->widx)
+		if (!g->t[u].widx)
 			continue;   /* dropped: the pass added counts [w0, N) */
-		win_room(tw);
-		if (!tw->widx)
-			continue;
 		if (!keys)
 			tile_abs(x, b, bf16, t0, cnt, a, key);
 		keys = true;
-		tw->nw += SIMD3(have_avx512, tile_window, key, cnt, tw->wlo, tw->whi, (uint32_t)e0, tw->widx + tw->nw,
-				tw->wkey + tw->nw, &tw->wbelow);
-		if (tw->nw > tw->wcap)
-			win_drop(tw);   /* more than the window may hold */
+		window_tile(&g->t[u], key, cnt, e0);
 	}
 }
 

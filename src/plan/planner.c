@@ -1150,41 +1150,43 @@ static int tplan_job_inputs(struct tplan *t, struct mk_err *err)
  * given, else the default's MK_BUDGET_HOLD_DEFAULT; mk-merge replays the
  * later passes from memory), else spilled with --spill (replayed from a
  * file). */
+/* What mk-merge holds of a job sent once: the used inputs as sent (every
+ * input of a vocabulary job, and its aux rows: the fills read them). */
+static uint64_t tplan_sent_bytes(const struct tplan *t)
+{
+	const struct mk_plan_job *j = t->j;
+	uint64_t ws = 0;
+
+	for (size_t i = 0; i < t->n + (j->vocab ? j->vocab->naux : 0); i++)
+		if (j->vocab || t->used[i])
+			ws += mk_plan_input_sent_bytes(j, i);
+	return ws;
+}
+
 static void tplan_sends(struct tplan *t)
 {
 	struct mk_plan *p = t->p;
 	struct mk_plan_job *j = t->j;
+	bool multi = t->po.npasses && p->budget;
+	uint64_t ws = multi ? tplan_sent_bytes(t) : 0;
 
 	j->base = t->check_equal ? -1 : t->base;
 	j->passes = t->po.npasses;
 	j->sends = t->po.npasses + 1;
-	/* streamed: the spare pass, where the method takes one */
-	if (t->spare_passes > t->po.npasses) {
-		j->spare = true;
-		j->passes = t->spare_passes;
-		j->sends = t->spare_passes + 1;
-	}
-	if (!t->po.npasses || !p->budget)
-		return;
-	uint64_t ws = 0;
-	/* what mk-merge holds: the used inputs as sent (every input of a
-	 * vocabulary job, and its aux rows: the fills read them) */
-	for (size_t i = 0; i < t->n + (j->vocab ? j->vocab->naux : 0); i++)
-		if (j->vocab || t->used[i])
-			ws += mk_plan_input_sent_bytes(j, i);
-	if (ws <= p->hold_max || p->o->spill) {
-		/* sent once: no spare pass (the method adds one as it needs) */
-		j->spare = false;
-		j->passes = t->po.npasses;
-	}
-	if (ws <= p->hold_max) {
+	if (multi && ws <= p->hold_max) {
 		j->sends = 1;
 		if (ws > p->held_max)
 			p->held_max = ws;
-	} else if (p->o->spill) {
+	} else if (multi && p->o->spill) {
 		j->sends = 1;
 		j->spill = true;
 		p->spilled++;
+	} else if (t->spare_passes > t->po.npasses) {
+		/* streamed: the spare pass, where the method takes one (a job
+		 * sent once adds a pass as it needs instead) */
+		j->spare = true;
+		j->passes = t->spare_passes;
+		j->sends = t->spare_passes + 1;
 	}
 }
 
