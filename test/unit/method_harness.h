@@ -120,6 +120,12 @@ static uint64_t tj_added;
 static uint64_t tj_later_chunk;
 /* mk_job_desc.spare_pass for the jobs tj_run runs (the plan's spare pass) */
 static bool tj_spare;
+/* When set: a statistics pass ends (mk_job_finish) at the first chunk
+ * mk_job_wants declines, the rest not passed at all, as mk-merge ends one
+ * whose rest the mk-fetch beside it did not send (mk_merge_opts.skip);
+ * tj_ended_early counts those passes, over all runs */
+static bool tj_end_early;
+static uint64_t tj_ended_early;
 
 static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *const *views, uint64_t chunk,
 			 void *out, bool reverse, struct mk_job *keep, unsigned *npasses, struct mk_err *err)
@@ -159,6 +165,10 @@ static inline int tj_run(struct tj *t, enum mk_dtype out_dtype, const void *cons
 				tj_bf16_chunks++;
 			}
 			if (pass < job.npasses && !mk_job_wants(&job)) {
+				if (tj_end_early) {
+					tj_ended_early++;
+					break;   /* none of the rest passed */
+				}
 				c.in = NULL;   /* the method has what the pass gathers */
 				tj_skipped++;
 			}

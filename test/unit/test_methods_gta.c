@@ -462,7 +462,7 @@ static void test_window(void **st)
 	static double z64[N], x64[N], o64[N];
 
 	(void)st;
-	for (int mode = 0; mode < 6; mode++)
+	for (int mode = 0; mode < 8; mode++)
 		for (int shape = 0; shape < 5; shape++) {
 			bool held = mode == 1 || mode == 2 || mode == 5, spare = mode >= 3;
 			for (int i = 0; i < N; i++) {
@@ -479,17 +479,32 @@ static void test_window(void **st)
 				x64[i] = x32[i];
 			}
 			for (size_t m = 0; m < 3; m++) {
-				uint64_t skipped, added = tj_added, kept;
+				uint64_t skipped, added = tj_added, kept, ended = tj_ended_early;
 				bool hit = shape == 0 || (shape == 3 && m == 0);
 				tj_held = held;
 				tj_spare = spare;
-				tj_later_chunk = mode == 2 || mode == 4 ? 1000 : 0;
+				tj_later_chunk = mode == 2 || mode == 4 || mode == 7 ? 1000 : 0;
+				/* modes 6, 7: each pass ended where the method needs no
+				 * more of it, the rest never passed (mk-yaml's fetch
+				 * stage sends no more of it) */
+				tj_end_early = mode >= 6;
 				kept = sel_f32_as_f64(sel_methods[m], 0.4, m ? 0.05 : 0.0, N, 1024, CH, z32, x32, o32, z64,
 						      x64, o64, &skipped);
 				tj_held = false;
 				tj_spare = false;
 				tj_later_chunk = 0;
+				tj_end_early = false;
 				added = tj_added - added;
+				ended = tj_ended_early - ended;
+				/* every window held: the spare pass, the last digit
+				 * pass from w0 on and the cut pass end early (the
+				 * float32 run; the float64 one has no windows, but its
+				 * cut pass may end early too); a window that missed
+				 * reads the spare pass whole */
+				if (mode >= 6 && hit)
+					assert_true(ended >= 3);
+				if (mode < 6)
+					assert_int_equal(ended, 0);
 				assert_true(kept > 0 && kept < N);
 				/* a pass added only held, when a window missed, and
 				 * none offered */
