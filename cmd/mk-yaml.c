@@ -89,6 +89,7 @@ static int run_here(struct mk_run_opts *o, const char *config, const char *parti
 		    size_t nplugins, bool quiet)
 {
 	struct mk_diags d = { 0 };
+	struct mk_run_stats rs = { 0 };
 	struct mk_err err = { 0 };
 	uint8_t *text = NULL;
 	size_t len = 0;
@@ -116,6 +117,7 @@ static int run_here(struct mk_run_opts *o, const char *config, const char *parti
 	o->cancel = &cli_cancel;
 	o->keep_partial_on_cancel = true;
 	o->warn = on_warn;
+	o->stats = &rs;
 	cli_cancel_on_signals();
 	rc = mk_run_merge(o, &d, &err);
 	cli_progress_end();
@@ -129,6 +131,9 @@ static int run_here(struct mk_run_opts *o, const char *config, const char *parti
 	}
 	mk_diags_free(&d);
 	free(text);
+	cli_info(3, "%llu statistics passes ended early (%llu input chunks not read), %llu added",
+		 (unsigned long long)rs.passes_skipped, (unsigned long long)rs.chunks_unsent,
+		 (unsigned long long)rs.passes_added);
 	cli_info(3, "wrote %s", o->out_dir);
 	return EXIT_OK;
 }

@@ -19,7 +19,9 @@
 #ifndef MK_CHAN_H
 #define MK_CHAN_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "mk/err.h"
 
 struct mk_chan;
@@ -39,5 +41,23 @@ void mk_chan_close_read(struct mk_chan *c);
 size_t mk_chan_peak(const struct mk_chan *c);
 /* Close the descriptors and free the channel (neither end in use). */
 void mk_chan_free(struct mk_chan *c);
+
+/* The statistics passes an in-process mk-merge will not read, for the
+ * mk-fetch writing its stream (mk_fetch_opts.skip, mk_merge_opts.skip).
+ * A streamed job's inputs are sent once per planned pass; when its
+ * method says a pass needs no more input (mk_job_wants false: every
+ * window held its cut, the cut is found), mk-merge marks the pass and
+ * mk-fetch sends no more chunks of it, and mk-merge takes the next
+ * pass's first chunk as that pass's end (mk_job_finish takes a pass that
+ * ends early once the method said so).  Only the job mk-merge is on is
+ * marked (a mark for another job replaces it): mk-fetch is never behind
+ * mk-merge, so the chunk it is about to send is of that job or a later
+ * one.  Passes from 32 on are never marked.  Across processes there is
+ * no such board: every planned pass is sent. */
+struct mk_chan_skip;
+int mk_chan_skip_new(struct mk_chan_skip **out, struct mk_err *err);
+void mk_chan_skip_free(struct mk_chan_skip *s);
+void mk_chan_skip_mark(struct mk_chan_skip *s, uint32_t job, unsigned pass);
+bool mk_chan_skip_test(const struct mk_chan_skip *s, uint32_t job, unsigned pass);
 
 #endif

@@ -17,6 +17,8 @@
 
 struct mk_stream_writer;
 
+struct mk_chan_skip;
+
 struct mk_fetch_opts {
 	const char *const *models;   /* references, as given */
 	size_t nmodels;
@@ -62,6 +64,10 @@ struct mk_fetch_opts {
 	/* called after each chunk is written, may be NULL */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
 	void *progress_ctx;
+	/* plan mode, in one process with the mk-merge reading the stream
+	 * (mk-yaml): the passes it will not read (mk/chan.h), whose chunks
+	 * are then not sent; NULL: every planned pass is sent */
+	const struct mk_chan_skip *skip;
 };
 
 #define MK_FETCH_HOLD_DEFAULT (64ull << 20)
@@ -74,6 +80,7 @@ struct mk_fetch_stats {
 	uint64_t tensors, chunks, bytes_read, stream_bytes;
 	uint64_t backward_seeks;     /* reads that went back in a file */
 	uint64_t skipped;            /* tensors (copy) or jobs (plan) left out */
+	uint64_t chunks_unsent;      /* chunks of passes mk-merge did not want (skip) */
 };
 
 /* Names of the non-weight files copy mode carries, NULL-terminated. */

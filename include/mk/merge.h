@@ -22,6 +22,8 @@
 
 struct mk_cuda_ctx;
 
+struct mk_chan_skip;
+
 struct mk_merge_opts {
 	int compress_level;          /* zstd level for the output, 0: none */
 	uint64_t budget;             /* refuse held jobs larger than this (0: none) */
@@ -43,6 +45,11 @@ struct mk_merge_opts {
 	bool strict;
 	void (*warn)(void *ctx, const char *msg);
 	void *warn_ctx;
+	/* In one process with the mk-fetch writing the stream (mk-yaml): a
+	 * streamed job's statistics pass the method needs no more input for
+	 * is marked here, and mk-fetch sends no more of it (mk/chan.h); the
+	 * next pass's first chunk then ends it.  NULL: none marked. */
+	struct mk_chan_skip *skip;
 };
 
 struct mk_merge_stats {
@@ -54,6 +61,7 @@ struct mk_merge_stats {
 	uint64_t passes_added;       /* statistics passes the methods added to held
 				      * jobs (mk_job.held: a selection's window that
 				      * missed its rank) */
+	uint64_t passes_skipped;     /* passes marked for mk-fetch (mk_merge_opts.skip) */
 };
 
 int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label,

@@ -71,6 +71,17 @@ struct mk_run_opts {
 	void (*warn)(void *ctx, const char *msg);
 	void *warn_ctx;
 	bool buffered;               /* mk-pack --buffered (mk_pack_opts.buffered) */
+	/* where the stages' counts are added (atomically: steps run at once
+	 * may share one), or NULL */
+	struct mk_run_stats *stats;
+};
+
+/* What the stages of a run did beyond the plan. */
+struct mk_run_stats {
+	uint64_t passes_skipped;     /* streamed jobs' statistics passes whose rest
+				      * the merge stage did not need (mk_merge_opts.skip) */
+	uint64_t chunks_unsent;      /* input chunks of those passes not read or sent */
+	uint64_t passes_added;       /* passes held jobs' methods added (mk_job.held) */
 };
 
 /* Run the merge.  Diagnostics of the configuration go to *d (the caller

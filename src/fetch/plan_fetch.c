@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <cblas.h>
+#include "mk/chan.h"
 #include "mk/fetch.h"
 #include "mk/fsutil.h"
 #include "mk/plan.h"
@@ -118,7 +119,22 @@ struct pf {
 	uint64_t backward;       /* reads that went back in their file */
 	struct mk__gfill fill;   /* a strided chunk's reads being asked */
 	struct tag fill_tag;
+	const struct mk_chan_skip *skip;   /* mk_fetch_opts.skip */
+	uint64_t unsent;         /* chunks of skipped passes not asked for */
 };
+
+/* Whether a range of job jb's inputs may be left out when the merge
+ * beside us will not read its pass: its chunks come from files as they
+ * are (no vocabulary's fills, no stream feeding a model, no adapter). */
+static bool range_skippable(const struct pf *p, const struct mk_plan_job *jb)
+{
+	if (!p->skip || jb->vocab)
+		return false;
+	for (size_t i = 0; i < jb->ninputs; i++)
+		if (p->src[p->j][i].feed >= 0 || mk_plan_job_input(jb, i)->lora)
+			return false;
+	return true;
+}
 
 /* The current DATA frame of stream tensor ix, its elements from
  * next_elem on: frames of tensors no job reads, or read already (the
@@ -441,6 +457,13 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 			int rc = next_range(p, err);
 			if (rc <= 0)
 				return rc;
+			const struct mk_plan_job *sj = p->jobs[p->j];
+			if (range_skippable(p, sj) && mk_chan_skip_test(p->skip, sj->id, p->send)) {
+				/* a pass the merge will not read: none of it asked for */
+				p->unsent += sj->ninputs;
+				p->have_range = false;
+				continue;
+			}
 		}
 		const struct mk_plan_job *jb = p->jobs[p->j];
 		size_t nin = jb->ninputs + (jb->vocab ? jb->vocab->naux : 0);
@@ -824,6 +847,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 
 	memset(st, 0, sizeof(*st));
 	p.chunk_bytes = o->chunk_bytes ? o->chunk_bytes : MK_READER_DEFAULT_CHUNK;
+	p.skip = o->skip;
 	ropts.chunk_bytes = p.chunk_bytes;
 	/* FILE frames are read in pieces and held in memory up to a bound,
 	 * the rest in a scratch file, until the HEAD has gone out */
@@ -1088,6 +1112,13 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		}
 		as_read = !t->g.t && !req.remote;
 		const struct src *tsr = &p.src[t->job][t->input];
+		if (o->skip && !t->g.t && tsr->feed < 0 && !mk_plan_job_input(p.jobs[t->job], t->input)->lora &&
+		    mk_chan_skip_test(o->skip, t->c.id, t->c.pass)) {
+			/* a pass the mk-merge beside us will not read */
+			st->chunks_unsent++;
+			sent += t->c.data_len;
+			continue;
+		}
 		if (tsr->feed >= 0) {
 			as_read = false;   /* the placeholder's bytes replaced */
 			if (grow((void **)&fbuf, &fcap, req.len + 1, 1)) {
@@ -1136,6 +1167,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	st->bytes_read = done;
 	st->stream_bytes = mk_sw_bytes(w);
 	st->backward_seeks = p.backward;
+	st->chunks_unsent += p.unsent;
 out:
 	for (size_t k = 0; k < lw.nab; k++) {
 		free(lw.ab[k].a);

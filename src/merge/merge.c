@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "mk/chan.h"
 #include "mk/cuda.h"
 #include "mk/manifest.h"
 #include "mk/merge.h"
@@ -71,8 +72,10 @@ static void run_reset(struct run *r)
 	struct spill *sp = r->spill, *mem = r->mem;
 	struct mk_cuda_ctx *cx = r->cuda;
 	struct gpu_queue *gq = r->gq;
+	struct mk_chan_skip *skip = r->skip;
 
 	memset(r, 0, sizeof(*r));
+	r->skip = skip;
 	r->pool = pl;
 	r->spill = sp;
 	r->mem = mem;
@@ -213,6 +216,30 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 }
 
 /* The gathered range is complete: run a pass over it or write output. */
+/* Whether the job is on a statistics pass that mk-fetch was told it
+ * need not send the rest of (mk_merge_opts.skip): a streamed job whose
+ * method wants no more input for it.  Its chunks may stop at any input. */
+static bool pass_skippable(const struct run *r)
+{
+	return r->skip && !r->rp && !r->pj->vocab && !r->check_equal && !r->job.byte_copy &&
+	       r->send < r->job.npasses && !mk_job_wants(&r->job);
+}
+
+static bool pass_unread(const struct run *r)
+{
+	return pass_skippable(r) && r->skip_marked == r->send + 1;
+}
+
+/* Mark the pass for mk-fetch once the method wants no more of it. */
+static void note_skip(struct run *r, struct mk_merge_stats *st)
+{
+	if (!pass_skippable(r) || r->skip_marked == r->send + 1)
+		return;
+	mk_chan_skip_mark(r->skip, r->pj->id, r->send);
+	r->skip_marked = r->send + 1;
+	st->passes_skipped++;
+}
+
 static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge_stats *st,
 		      struct mk_err *err)
 {
@@ -230,7 +257,7 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 		if ((rc = mk__vocab_range(r, b, n, err)))
 			return rc;
 	}
-	for (size_t i = 0; i < r->d.ninputs; i++) {
+	for (size_t i = 0; i < r->d.ninputs && !pass_unread(r); i++) {
 		struct inbuf *in = &r->ib[i];
 		if (r->job.used[i] && (!in->have || in->begin != b || in->count < n))
 			return mk_err_set(err, MK_ECORRUPT,
@@ -398,6 +425,8 @@ static int run_chunk(struct mk_stream_writer *w, struct run *r, const struct mk_
 	r->frame = stored ? NULL : f;
 	rc = run_input(w, r, &c, stored != NULL, st, err);
 	r->frame = NULL;
+	if (!rc)
+		note_skip(r, st);
 	return rc;
 }
 
@@ -628,7 +657,7 @@ int mk_merge_run_from(const struct mk_merge_opts *o, struct mk_stream_reader *rd
 	struct pool pool = { .limit = o->budget ? o->budget / 2 : 256u << 20 };
 	struct spill spill = { .fd = -1 }, mem = { .fd = -1 };
 	struct gpu_queue gq = { 0 };
-	struct run r = { .pool = &pool, .cuda = o->cuda, .gq = &gq, .mem = &mem };
+	struct run r = { .pool = &pool, .cuda = o->cuda, .gq = &gq, .mem = &mem, .skip = o->skip };
 	char *head = NULL;
 	size_t hlen;
 	uint64_t njobs = 0, seen = 0;

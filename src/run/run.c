@@ -122,6 +122,7 @@ struct run {
 	struct mk_chan **feeds;        /* the channels its fetch reads models from */
 	size_t nfeeds;
 	struct mk_chan *ch[NSTAGES - 1]; /* stage i writes ch[i], i+1 reads it */
+	struct mk_chan_skip *skip;     /* the passes the merge stage will not read */
 	int fd[NSTAGES - 1][2];      /* their ends: [i][0] written, [i][1] read */
 	pthread_t th[NSTAGES];
 	bool started[NSTAGES];
@@ -230,12 +231,18 @@ static void *stage_main(void *p)
 	case S_FETCH: {
 		struct mk_fetch_stats st;
 		r->rc[i] = mk_fetch_plan(&r->fo, r->fd[0][1], "plan", r->fd[1][0], &st, &r->err[i]);
+		if (!r->rc[i] && r->o->stats)
+			__atomic_add_fetch(&r->o->stats->chunks_unsent, st.chunks_unsent, __ATOMIC_RELAXED);
 		break;
 	}
 	case S_MERGE: {
 		struct mk_merge_stats st;
 		r->rc[i] = mk_merge_run(&r->mo, r->fd[1][1], "inputs", r->streamed ? r->out_fd : r->fd[2][0], &st,
 					&r->err[i]);
+		if (!r->rc[i] && r->o->stats) {
+			__atomic_add_fetch(&r->o->stats->passes_skipped, st.passes_skipped, __ATOMIC_RELAXED);
+			__atomic_add_fetch(&r->o->stats->passes_added, st.passes_added, __ATOMIC_RELAXED);
+		}
 		break;
 	}
 	case S_PACK: {
@@ -285,6 +292,7 @@ static void run_clear(struct run *r)
 {
 	for (int i = 0; i < NSTAGES - 1; i++)
 		mk_chan_free(r->ch[i]);
+	mk_chan_skip_free(r->skip);
 	if (r->cx)
 		mk_cuda_close(r->cx);
 	if (r->mu_live)
@@ -343,6 +351,13 @@ static int run_plan(struct run *r, bool raw, enum mk_raw_missing missing, bool s
 	r->mo = (struct mk_merge_opts){ .threads = o->threads ? o->threads : mk_merge_default_threads(),
 					.spill_dir = o->spill_dir, .strict = o->strict,
 					.warn = o->warn ? stage_warn : NULL, .warn_ctx = r };
+	/* the fetch stage sends no more of a pass the merge stage will not
+	 * read (a selection whose windows held their cuts: the spare pass,
+	 * the rest of the last digit pass, the cut pass) */
+	if ((rc = mk_chan_skip_new(&r->skip, err)))
+		return rc;
+	r->fo.skip = r->skip;
+	r->mo.skip = r->skip;
 	if (o->max_memory) {
 		mk_budget_fetch_fit(r->bs.fetch, &r->fo.chunk_bytes, &r->fo.qdepth);
 		r->fo.hold_bytes = r->bs.fetch / 4;

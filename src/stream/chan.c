@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -363,4 +364,46 @@ bool mk__chan_take(struct mk_chan *c, size_t len, uint8_t **buf, size_t *cap, st
 	pthread_mutex_unlock(&c->mu);
 	free(old);
 	return true;
+}
+
+/* The job (upper 32 bits) and its marked passes (a bit each). */
+struct mk_chan_skip {
+	_Atomic uint64_t word;
+};
+
+#define SKIP_NONE ((uint64_t)UINT32_MAX << 32)
+
+int mk_chan_skip_new(struct mk_chan_skip **out, struct mk_err *err)
+{
+	struct mk_chan_skip *s = malloc(sizeof(*s));
+
+	*out = NULL;
+	if (!s)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	atomic_init(&s->word, SKIP_NONE);
+	*out = s;
+	return 0;
+}
+
+void mk_chan_skip_free(struct mk_chan_skip *s)
+{
+	free(s);
+}
+
+void mk_chan_skip_mark(struct mk_chan_skip *s, uint32_t job, unsigned pass)
+{
+	uint64_t old = atomic_load(&s->word), want;
+
+	if (pass >= 32 || job == UINT32_MAX)
+		return;
+	do {
+		want = ((old >> 32) == job ? old : (uint64_t)job << 32) | (uint64_t)1 << pass;
+	} while (want != old && !atomic_compare_exchange_weak(&s->word, &old, want));
+}
+
+bool mk_chan_skip_test(const struct mk_chan_skip *s, uint32_t job, unsigned pass)
+{
+	uint64_t w = atomic_load_explicit(&((struct mk_chan_skip *)s)->word, memory_order_acquire);
+
+	return pass < 32 && (w >> 32) == job && ((w >> pass) & 1);
 }

@@ -716,9 +716,49 @@ static void test_mapped(void **state)
 	free(got);
 }
 
+/* The skip board: a pass marked for the job mk-merge is on reads as
+ * marked for that job only; marks of the same job add up; a mark for
+ * another job replaces them; passes from 32 on are never marked.  (One
+ * thread marks, mk-merge's; mk-fetch's only reads.) */
+static void test_skip_board(void **state)
+{
+	struct mk_chan_skip *s;
+	struct mk_err err;
+
+	(void)state;
+	assert_int_equal(mk_chan_skip_new(&s, &err), 0);
+	for (unsigned p = 0; p < 40; p++)
+		assert_false(mk_chan_skip_test(s, 0, p));
+	mk_chan_skip_mark(s, 3, 1);
+	assert_true(mk_chan_skip_test(s, 3, 1));
+	assert_false(mk_chan_skip_test(s, 3, 0));
+	assert_false(mk_chan_skip_test(s, 3, 2));
+	assert_false(mk_chan_skip_test(s, 4, 1));
+	mk_chan_skip_mark(s, 3, 3);
+	assert_true(mk_chan_skip_test(s, 3, 1));
+	assert_true(mk_chan_skip_test(s, 3, 3));
+	mk_chan_skip_mark(s, 3, 32);           /* out of range: nothing */
+	assert_false(mk_chan_skip_test(s, 3, 32));
+	mk_chan_skip_mark(s, 5, 0);            /* the next job: its marks only */
+	assert_true(mk_chan_skip_test(s, 5, 0));
+	assert_false(mk_chan_skip_test(s, 3, 1));
+	assert_false(mk_chan_skip_test(s, 3, 3));
+	mk_chan_skip_mark(s, UINT32_MAX, 0);   /* (the empty board's job: refused) */
+	assert_false(mk_chan_skip_test(s, UINT32_MAX, 0));
+	assert_true(mk_chan_skip_test(s, 5, 0));
+	for (unsigned p = 0; p < 32; p++)
+		mk_chan_skip_mark(s, 9, p);
+	for (unsigned p = 0; p < 32; p++)
+		assert_true(mk_chan_skip_test(s, 9, p));
+	assert_false(mk_chan_skip_test(s, 5, 0));
+	mk_chan_skip_free(s);
+	mk_chan_skip_free(NULL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_skip_board),
 		cmocka_unit_test(test_roundtrip),
 		cmocka_unit_test(test_piecewise),
 		cmocka_unit_test(test_pieces_unsummed),

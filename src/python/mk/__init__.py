@@ -72,6 +72,7 @@ class _RunOpts(ctypes.Structure):
         ("progress", _PROGRESS), ("progress_ctx", ctypes.c_void_p),
         ("cancel", ctypes.POINTER(ctypes.c_int)), ("keep_partial_on_cancel", ctypes.c_bool),
         ("warn", _WARN), ("warn_ctx", ctypes.c_void_p), ("buffered", ctypes.c_bool),
+        ("stats", ctypes.c_void_p),   # struct mk_run_stats *: not kept here (NULL)
     ]
 
 
