@@ -37,6 +37,13 @@
 #              after they are written and read back, as a read from disk
 #              leaves them: 2 MiB folios where the file system has large
 #              folios, which mk's mappings then map whole) (written)
+#   MEMCG      a size in MiB: the script and every run in it in a memory
+#              cgroup of that size, the page cache dropped before each run
+#              (root; cgroup v1 or v2): a host whose page cache cannot keep
+#              the models between a merge's passes, so what mk reads it reads
+#              from disk; the floor's reads too, its writer's bytes from
+#              /dev/zero; mergekit not run (it needs more memory than that)
+#              (unset: none)
 #   BASE_BUILD another build directory (the one before a change): each run
 #              of mk is followed by the same run of that build's, and two
 #              columns more give its median time and the median of the
@@ -78,9 +85,27 @@ venv=${MK_CONFORMANCE_VENV:-$HOME/.cache/mk/mergekit-0.1.5-venv}
 BENCH_DIR=${BENCH_DIR:-${TMPDIR:-/tmp}}
 T=$BUILD/tools
 BASE_BUILD=${BASE_BUILD:-}
+MEMCG=${MEMCG:-}
 command -v bc >/dev/null || { echo "bench: needs bc" >&2; exit 1; }
 work=$(mktemp -d "$BENCH_DIR/mk-bench.XXXXXX")
-trap 'rm -rf "$work"' EXIT INT TERM
+cg=""
+cg_leave() {
+	[ -n "$cg" ] || return 0
+	echo $$ > "${cg%/*}/cgroup.procs" 2>/dev/null || true
+	rmdir "$cg" 2>/dev/null || true
+}
+trap 'rm -rf "$work"; cg_leave' EXIT INT TERM
+if [ -n "$MEMCG" ]; then
+	MERGEKIT=0
+	if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+		cg=/sys/fs/cgroup/mk-bench-$$
+		mkdir "$cg" && echo $((MEMCG * 1048576)) > "$cg/memory.max"
+	else
+		cg=/sys/fs/cgroup/memory/mk-bench-$$
+		mkdir "$cg" && echo $((MEMCG * 1048576)) > "$cg/memory.limit_in_bytes"
+	fi
+	echo $$ > "$cg/cgroup.procs"
+fi
 
 now() { date +%s.%N; }
 median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
@@ -113,7 +138,9 @@ config() { # method dir
 # size in bytes of `mk-yaml --max-memory` shares
 share() { echo "$1" | awk -v d="$2" '{ v=$1; u=1; if (v ~ /[Gg]/) u=1024^3; else if (v ~ /[Mm]/) u=1024^2; sub(/[^0-9.]+$/, "", v); printf "%d", v*u/d }'; }
 
-echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r); inputs in the page cache as $INPUT_CACHE"
+cache="inputs in the page cache as $INPUT_CACHE"
+[ -n "$MEMCG" ] && cache="in a memory cgroup of $MEMCG MiB, the page cache dropped before each run"
+echo "machine: $(nproc) cores ($(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo), Linux $(uname -r); $cache"
 # one run of mk as the row says, of build directory $1, into $work/out
 mk_run() {
 	if [ "$runner" = pipe ]; then
@@ -161,13 +188,19 @@ for shape in $SHAPES; do
 		for f in "$work"/m/*/*; do dd if="$f" iflag=nocache count=0 2>/dev/null; done
 	fi
 	gb=$(cat "$work"/m/a/*.safetensors | wc -c | awk '{printf "%.2f", $1/1e9}')
-	warm() { cat "$work"/m/a/* "$work"/m/b/* "$work"/m/c/* > /dev/null; }
+	if [ -n "$MEMCG" ]; then
+		warm() { sync; echo 3 > /proc/sys/vm/drop_caches; }
+	else
+		warm() { cat "$work"/m/a/* "$work"/m/b/* "$work"/m/c/* > /dev/null; }
+	fi
 	for m in $METHODS; do
 		config $m "$work/m" > "$work/$m.yml"
 		files=$(for s in $(inputs_of $m); do echo "$work/m/$s"/*.safetensors; done)
 		inb=$(cat $files | wc -c)
 		# the floor's writer copies a page-cached file of the output's size
+		# (with MEMCG, /dev/zero: the cgroup's page cache may not hold it)
 		cat "$work"/m/a/*.safetensors > "$work/outsrc"
+		outsz=$(wc -c < "$work/outsrc")
 		modes=""
 		for mem in $MEMS; do modes="$modes $mem"; done
 		if [ "$SPILL" = 1 ] && { [ $m = ties ] || [ $m = dare_ties ]; }; then
@@ -193,7 +226,8 @@ for shape in $SHAPES; do
 			case $mode in spill:*) mkdir -p "$work/spill"; pa="$pa --spill" ma="$ma --spill $work/spill" ya="$ya --spill $work/spill" ;; esac
 			ts="" fl="" ra="" tb="" rb="" rp=0 rf=0 rm=0 rk=0
 			for i in $(seq "$RUNS"); do
-				rm -rf "$work/out" "$work/floor"; sync; warm; cat "$work/outsrc" > /dev/null
+				rm -rf "$work/out" "$work/floor"; sync; warm
+				[ -n "$MEMCG" ] || cat "$work/outsrc" > /dev/null
 				t0=$(now)
 				cat $files > /dev/null
 				t1=$(now)
@@ -206,7 +240,11 @@ for shape in $SHAPES; do
 					[ $way = direct ] && of="oflag=direct"
 					t2=$(now)
 					# shellcheck disable=SC2086
-					dd if="$work/outsrc" of="$work/floor" bs=4M $of conv=fsync status=none
+					if [ -n "$MEMCG" ]; then
+						dd if=/dev/zero of="$work/floor" bs=4M count="$outsz" iflag=count_bytes $of conv=fsync status=none
+					else
+						dd if="$work/outsrc" of="$work/floor" bs=4M $of conv=fsync status=none
+					fi
 					t3=$(now)
 					w="$w $(echo "$t3 - $t2" | bc)"
 				done
