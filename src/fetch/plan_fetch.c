@@ -123,15 +123,17 @@ struct pf {
 	uint64_t unsent;         /* chunks of skipped passes not asked for */
 };
 
-/* Whether a range of job jb's inputs may be left out when the merge
- * beside us will not read its pass: its chunks come from files as they
+/* Whether job j's chunks may be left out when the merge beside us will
+ * not read their pass (mk_fetch_opts.skip): they come from files as they
  * are (no vocabulary's fills, no stream feeding a model, no adapter). */
-static bool range_skippable(const struct pf *p, const struct mk_plan_job *jb)
+static bool job_skippable(const struct pf *p, size_t j)
 {
+	const struct mk_plan_job *jb = p->jobs[j];
+
 	if (!p->skip || jb->vocab)
 		return false;
 	for (size_t i = 0; i < jb->ninputs; i++)
-		if (p->src[p->j][i].feed >= 0 || mk_plan_job_input(jb, i)->lora)
+		if (p->src[j][i].feed >= 0 || mk_plan_job_input(jb, i)->lora)
 			return false;
 	return true;
 }
@@ -458,9 +460,10 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 			if (rc <= 0)
 				return rc;
 			const struct mk_plan_job *sj = p->jobs[p->j];
-			if (range_skippable(p, sj) && mk_chan_skip_test(p->skip, sj->id, p->send)) {
+			if (job_skippable(p, p->j) && mk_chan_skip_test(p->skip, sj->id, p->send)) {
 				/* a pass the merge will not read: none of it asked for */
-				p->unsent += sj->ninputs;
+				for (size_t i = 0; i < sj->ninputs; i++)
+					p->unsent += p->cur.elem_begin < mk_plan_job_input(sj, i)->nelem;
 				p->have_range = false;
 				continue;
 			}
@@ -1112,8 +1115,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		}
 		as_read = !t->g.t && !req.remote;
 		const struct src *tsr = &p.src[t->job][t->input];
-		if (o->skip && !t->g.t && tsr->feed < 0 && !mk_plan_job_input(p.jobs[t->job], t->input)->lora &&
-		    mk_chan_skip_test(o->skip, t->c.id, t->c.pass)) {
+		if (!t->g.t && job_skippable(&p, t->job) && mk_chan_skip_test(o->skip, t->c.id, t->c.pass)) {
 			/* a pass the mk-merge beside us will not read */
 			st->chunks_unsent++;
 			sent += t->c.data_len;

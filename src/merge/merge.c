@@ -215,7 +215,6 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 	return 0;
 }
 
-/* The gathered range is complete: run a pass over it or write output. */
 /* Whether the job is on a statistics pass that mk-fetch was told it
  * need not send the rest of (mk_merge_opts.skip): a streamed job whose
  * method wants no more input for it.  Its chunks may stop at any input. */
@@ -240,6 +239,7 @@ static void note_skip(struct run *r, struct mk_merge_stats *st)
 	st->passes_skipped++;
 }
 
+/* The gathered range is complete: run a pass over it or write output. */
 static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge_stats *st,
 		      struct mk_err *err)
 {
@@ -257,7 +257,10 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 		if ((rc = mk__vocab_range(r, b, n, err)))
 			return rc;
 	}
-	for (size_t i = 0; i < r->d.ninputs && !pass_unread(r); i++) {
+	/* (a pass whose rest mk-fetch was told not to send may stop at any
+	 * input: nothing reads it) */
+	bool unread = pass_unread(r);
+	for (size_t i = 0; i < r->d.ninputs && !unread; i++) {
 		struct inbuf *in = &r->ib[i];
 		if (r->job.used[i] && (!in->have || in->begin != b || in->count < n))
 			return mk_err_set(err, MK_ECORRUPT,

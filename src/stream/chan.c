@@ -403,7 +403,7 @@ void mk_chan_skip_mark(struct mk_chan_skip *s, uint32_t job, unsigned pass)
 
 bool mk_chan_skip_test(const struct mk_chan_skip *s, uint32_t job, unsigned pass)
 {
-	uint64_t w = atomic_load_explicit(&((struct mk_chan_skip *)s)->word, memory_order_acquire);
+	uint64_t w = atomic_load_explicit(&s->word, memory_order_acquire);
 
 	return pass < 32 && (w >> 32) == job && ((w >> pass) & 1);
 }
