@@ -52,12 +52,14 @@ void mk_chan_free(struct mk_chan *c);
  * ends early once the method said so).  Only the job mk-merge is on is
  * marked (a mark for another job replaces it): mk-fetch is never behind
  * mk-merge, so the chunk it is about to send is of that job or a later
- * one.  Passes from 32 on are never marked.  Across processes there is
- * no such board: every planned pass is sent. */
+ * one.  Passes from 32 on are never marked.  mk-merge accepts a pass that
+ * ends early only when it is marked here for its job.  Across processes
+ * there is no such board: every planned pass is sent. */
 struct mk_chan_skip;
 int mk_chan_skip_new(struct mk_chan_skip **out, struct mk_err *err);
 void mk_chan_skip_free(struct mk_chan_skip *s);
-void mk_chan_skip_mark(struct mk_chan_skip *s, uint32_t job, unsigned pass);
+/* false: not marked (a pass from 32 on) */
+bool mk_chan_skip_mark(struct mk_chan_skip *s, uint32_t job, unsigned pass);
 bool mk_chan_skip_test(const struct mk_chan_skip *s, uint32_t job, unsigned pass);
 
 #endif

@@ -47,7 +47,8 @@
  * the output's flat index), each block summed in element order, blocks
  * combined in block order.  mk_job_accumulate therefore requires the
  * chunks of one pass to arrive in increasing, contiguous element order
- * covering the tensor once (it checks).  apply() has no such rule.
+ * covering the tensor once (it checks), up to where the kernel says it
+ * has what the pass gathers (mk_job_wants).  apply() has no such rule.
  *
  * Thread safety: the registry is filled at start-up (built-ins on first
  * use, plugins by the program before any thread starts); lookups may
@@ -389,15 +390,20 @@ int mk_job_init(struct mk_job *job, const struct mk_method *m,
 		const struct mk_job_desc *d, enum mk_dtype out_dtype,
 		struct mk_err *err);
 /* Statistics pass `pass` (passes in order, chunks in increasing
- * contiguous element order, each pass covering all elements once). */
+ * contiguous element order, each pass covering all elements once, or up
+ * to where mk_job_wants turns false). */
 int mk_job_accumulate(struct mk_job *job, unsigned pass,
 		      const struct mk_job_chunk *c, struct mk_err *err);
+/* End statistics pass `pass`: every element passed, or fewer once
+ * mk_job_wants said false. */
 int mk_job_finish(struct mk_job *job, unsigned pass, struct mk_err *err);
 /* Whether the statistics pass in progress still reads its inputs: false
  * once the kernel has what it gathers (a selection's cut found, or found
  * by the pass before).  The caller may then pass the rest of the pass's
- * chunks to mk_job_accumulate with in = NULL, unconverted: they are
- * counted, not read.  The output does not depend on whether it does. */
+ * chunks to mk_job_accumulate with in = NULL, unconverted (they are
+ * counted, not read), or none of them: mk_job_finish then takes the pass
+ * as it is (mk-yaml's fetch stage sends no more of it).  The output does
+ * not depend on which. */
 bool mk_job_wants(const struct mk_job *job);
 /* Output for c's elements into out (c->count elements of job->compute);
  * all passes must be finished. */

@@ -1115,7 +1115,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		}
 		as_read = !t->g.t && !req.remote;
 		const struct src *tsr = &p.src[t->job][t->input];
-		if (!t->g.t && job_skippable(&p, t->job) && mk_chan_skip_test(o->skip, t->c.id, t->c.pass)) {
+		if (job_skippable(&p, t->job) && mk_chan_skip_test(o->skip, t->c.id, t->c.pass)) {
 			/* a pass the mk-merge beside us will not read */
 			st->chunks_unsent++;
 			sent += t->c.data_len;

@@ -215,13 +215,19 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 	return 0;
 }
 
-/* Whether the job is on a statistics pass that mk-fetch was told it
+/* Whether the job is on a statistics pass that mk-fetch may be told it
  * need not send the rest of (mk_merge_opts.skip): a streamed job whose
- * method wants no more input for it.  Its chunks may stop at any input. */
+ * method wants no more input for it, whose inputs mk-fetch sends as
+ * read (no vocabulary, no adapter).  Its chunks may stop at any input. */
 static bool pass_skippable(const struct run *r)
 {
-	return r->skip && !r->rp && !r->pj->vocab && !r->check_equal && !r->job.byte_copy &&
-	       r->send < r->job.npasses && !mk_job_wants(&r->job);
+	if (!r->skip || r->rp || r->pj->vocab || r->check_equal || r->job.byte_copy || r->send >= r->job.npasses ||
+	    mk_job_wants(&r->job))
+		return false;
+	for (size_t i = 0; i < r->pj->ninputs; i++)
+		if (mk_plan_job_input(r->pj, i)->lora)
+			return false;
+	return true;
 }
 
 static bool pass_unread(const struct run *r)
@@ -232,9 +238,8 @@ static bool pass_unread(const struct run *r)
 /* Mark the pass for mk-fetch once the method wants no more of it. */
 static void note_skip(struct run *r, struct mk_merge_stats *st)
 {
-	if (!pass_skippable(r) || r->skip_marked == r->send + 1)
+	if (!pass_skippable(r) || r->skip_marked == r->send + 1 || !mk_chan_skip_mark(r->skip, r->pj->id, r->send))
 		return;
-	mk_chan_skip_mark(r->skip, r->pj->id, r->send);
 	r->skip_marked = r->send + 1;
 	st->passes_skipped++;
 }
@@ -357,6 +362,14 @@ clear:
 static int finish_passes(struct run *r, unsigned upto, struct mk_err *err)
 {
 	while (r->passes_done < upto && r->passes_done < r->job.npasses) {
+		/* a pass the stream ends early: only one marked for mk-fetch
+		 * (mk_merge_opts.skip) that the method has what it needs of */
+		if (r->job.next_elem != r->job.nelem &&
+		    !(r->skip && mk_chan_skip_test(r->skip, r->pj->id, r->passes_done) && !mk_job_wants(&r->job)))
+			return mk_err_set(err, MK_ECORRUPT,
+					  "job %u (%s): statistics pass %u ended after %llu of its %llu elements",
+					  r->pj->id, r->name, r->passes_done, (unsigned long long)r->job.next_elem,
+					  (unsigned long long)r->job.nelem);
 		int rc = mk_job_finish(&r->job, r->passes_done, err);
 		if (rc)
 			return rc;

@@ -390,15 +390,16 @@ void mk_chan_skip_free(struct mk_chan_skip *s)
 	free(s);
 }
 
-void mk_chan_skip_mark(struct mk_chan_skip *s, uint32_t job, unsigned pass)
+bool mk_chan_skip_mark(struct mk_chan_skip *s, uint32_t job, unsigned pass)
 {
 	uint64_t old = atomic_load(&s->word), want;
 
 	if (pass >= 32 || job == UINT32_MAX)
-		return;
+		return false;
 	do {
 		want = ((old >> 32) == job ? old : (uint64_t)job << 32) | (uint64_t)1 << pass;
 	} while (want != old && !atomic_compare_exchange_weak(&s->word, &old, want));
+	return true;
 }
 
 bool mk_chan_skip_test(const struct mk_chan_skip *s, uint32_t job, unsigned pass)

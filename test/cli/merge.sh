@@ -319,3 +319,26 @@ for m in ties breadcrumbs; do
 		cmp "$f" "eb-$m-yaml/$(basename "$f")" || fail "eb-$m: mk-yaml (passes ended early) and the pipeline differ"
 	done
 done
+# The same made deterministic: mk-fetch and mk-merge on one board marked
+# before they start (mk-skipmerge), the first job (streamed, its windows
+# holding their cuts): its cut pass left out whole gives the pipeline's
+# bytes; its first or last digit pass left out (the method needs them) is
+# refused, naming the pass
+mk-plan --max-memory 1000000 eb-ties.yml > eb.plan
+mk-fetch < eb.plan | mk-merge > eb-ref.tensors
+mk-skipmerge --mark 0:2 eb.plan eb-cut.tensors 2> skip.err || { cat skip.err >&2; fail "the cut pass left out: refused"; }
+cmp eb-ref.tensors eb-cut.tensors || fail "the cut pass left out: other bytes than the pipeline's"
+unsent=$(sed -n 's/^unsent //p' skip.err)
+[ "$unsent" -ge 3 ] || fail "the cut pass marked, $unsent chunks left out (its three inputs' at least)"
+for p in 0 1; do
+	if mk-skipmerge --mark 0:$p eb.plan eb-p$p.tensors 2> skip.err; then
+		fail "digit pass $p left out: not refused"
+	fi
+	grep -q "job 0 (.*): statistics pass $p ended after 0 of its" skip.err || { cat skip.err >&2; fail "digit pass $p left out: no message"; }
+done
+# and a merge without the board (a standalone mk-merge's case) refuses a
+# stream that leaves out even the cut pass
+if mk-skipmerge --fetch-only --mark 0:2 eb.plan eb-nob.tensors 2> skip.err; then
+	fail "the cut pass left out of a merge without the board: not refused"
+fi
+grep -q "job 0 (.*): statistics pass 2 ended after 0 of its" skip.err || { cat skip.err >&2; fail "the cut pass left out without the board: no message"; }

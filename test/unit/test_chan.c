@@ -729,7 +729,7 @@ static void test_skip_board(void **state)
 	assert_int_equal(mk_chan_skip_new(&s, &err), 0);
 	for (unsigned p = 0; p < 40; p++)
 		assert_false(mk_chan_skip_test(s, 0, p));
-	mk_chan_skip_mark(s, 3, 1);
+	assert_true(mk_chan_skip_mark(s, 3, 1));
 	assert_true(mk_chan_skip_test(s, 3, 1));
 	assert_false(mk_chan_skip_test(s, 3, 0));
 	assert_false(mk_chan_skip_test(s, 3, 2));
@@ -737,13 +737,13 @@ static void test_skip_board(void **state)
 	mk_chan_skip_mark(s, 3, 3);
 	assert_true(mk_chan_skip_test(s, 3, 1));
 	assert_true(mk_chan_skip_test(s, 3, 3));
-	mk_chan_skip_mark(s, 3, 32);           /* out of range: nothing */
+	assert_false(mk_chan_skip_mark(s, 3, 32));   /* out of range: nothing */
 	assert_false(mk_chan_skip_test(s, 3, 32));
 	mk_chan_skip_mark(s, 5, 0);            /* the next job: its marks only */
 	assert_true(mk_chan_skip_test(s, 5, 0));
 	assert_false(mk_chan_skip_test(s, 3, 1));
 	assert_false(mk_chan_skip_test(s, 3, 3));
-	mk_chan_skip_mark(s, UINT32_MAX, 0);   /* (the empty board's job: refused) */
+	assert_false(mk_chan_skip_mark(s, UINT32_MAX, 0));   /* (the empty board's job: refused) */
 	assert_false(mk_chan_skip_test(s, UINT32_MAX, 0));
 	assert_true(mk_chan_skip_test(s, 5, 0));
 	for (unsigned p = 0; p < 32; p++)
