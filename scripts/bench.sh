@@ -187,7 +187,8 @@ for shape in $SHAPES; do
 		sync
 		for f in "$work"/m/*/*; do dd if="$f" iflag=nocache count=0 2>/dev/null; done
 	fi
-	gb=$(cat "$work"/m/a/*.safetensors | wc -c | awk '{printf "%.2f", $1/1e9}')
+	abytes=$(cat "$work"/m/a/*.safetensors | wc -c)
+	gb=$(echo "$abytes" | awk '{printf "%.2f", $1/1e9}')
 	if [ -n "$MEMCG" ]; then
 		warm() { sync; echo 3 > /proc/sys/vm/drop_caches; }
 	else
@@ -199,8 +200,7 @@ for shape in $SHAPES; do
 		inb=$(cat $files | wc -c)
 		# the floor's writer copies a page-cached file of the output's size
 		# (with MEMCG, /dev/zero: the cgroup's page cache may not hold it)
-		cat "$work"/m/a/*.safetensors > "$work/outsrc"
-		outsz=$(wc -c < "$work/outsrc")
+		[ -n "$MEMCG" ] || cat "$work"/m/a/*.safetensors > "$work/outsrc"
 		modes=""
 		for mem in $MEMS; do modes="$modes $mem"; done
 		if [ "$SPILL" = 1 ] && { [ $m = ties ] || [ $m = dare_ties ]; }; then
@@ -241,7 +241,7 @@ for shape in $SHAPES; do
 					t2=$(now)
 					# shellcheck disable=SC2086
 					if [ -n "$MEMCG" ]; then
-						dd if=/dev/zero of="$work/floor" bs=4M count="$outsz" iflag=count_bytes $of conv=fsync status=none
+						dd if=/dev/zero of="$work/floor" bs=4M count="$abytes" iflag=count_bytes $of conv=fsync status=none
 					else
 						dd if="$work/outsrc" of="$work/floor" bs=4M $of conv=fsync status=none
 					fi

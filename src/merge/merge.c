@@ -238,7 +238,7 @@ static bool pass_unread(const struct run *r)
 /* Mark the pass for mk-fetch once the method wants no more of it. */
 static void note_skip(struct run *r, struct mk_merge_stats *st)
 {
-	if (!pass_skippable(r) || r->skip_marked == r->send + 1 || !mk_chan_skip_mark(r->skip, r->pj->id, r->send))
+	if (r->skip_marked == r->send + 1 || !pass_skippable(r) || !mk_chan_skip_mark(r->skip, r->pj->id, r->send))
 		return;
 	r->skip_marked = r->send + 1;
 	st->passes_skipped++;

@@ -1144,12 +1144,6 @@ static int tplan_job_inputs(struct tplan *t, struct mk_err *err)
 	return TP_NEXT;
 }
 
-/* How the inputs are sent: once per pass (streamed), or, for a method
- * with statistics passes under a budget, once: held in memory when every
- * used input, as sent, fits what one held job may take (the merge budget
- * given, else the default's MK_BUDGET_HOLD_DEFAULT; mk-merge replays the
- * later passes from memory), else spilled with --spill (replayed from a
- * file). */
 /* What mk-merge holds of a job sent once: the used inputs as sent (every
  * input of a vocabulary job, and its aux rows: the fills read them). */
 static uint64_t tplan_sent_bytes(const struct tplan *t)
@@ -1163,6 +1157,13 @@ static uint64_t tplan_sent_bytes(const struct tplan *t)
 	return ws;
 }
 
+/* How the inputs are sent: once per pass (streamed), or, for a method
+ * with statistics passes under a budget, once: held in memory when every
+ * used input, as sent, fits what one held job may take (the merge budget
+ * given, else the default's MK_BUDGET_HOLD_DEFAULT; mk-merge replays the
+ * later passes from memory), else spilled with --spill (replayed from a
+ * file); a streamed job gets the spare pass where the method takes one
+ * (mk_plan_opts.spare_pass). */
 static void tplan_sends(struct tplan *t)
 {
 	struct mk_plan *p = t->p;
