@@ -17,7 +17,9 @@ typedef void mk__pool_fn(void *arg, unsigned k, unsigned slot);
  * threads.  The threads are started on first use and kept (parked after
  * a short wait for the next step): starting a thread per step costs a
  * wake-up of an idle CPU each time, which on a virtual machine was a
- * quarter of a millisecond.  A call made from inside a task, or while
+ * quarter of a millisecond.  A step on fewer threads than there are
+ * workers (fewer asked for, or fewer tasks) wakes only the workers it
+ * uses; the others stay parked.  A call made from inside a task, or while
  * another thread's step is running, runs its tasks on the calling thread
  * alone. */
 void mk__pool_run(unsigned threads, unsigned ntasks, mk__pool_fn *fn, void *arg);

@@ -4,18 +4,22 @@
  * threads asked for; one thread runs all on the caller; a step started
  * inside a task, or beside another thread's step, runs on its caller;
  * steps in quick succession (workers arriving late to one) take no task
- * twice; a forked child can run steps. */
+ * twice; a forked child can run steps; workers a step leaves out take no
+ * CPU while it runs. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -257,6 +261,86 @@ static void test_fork(void **state)
 	free(r);
 }
 
+/* CPU time (ns) of the process's threads but `a` and `b`, from
+ * /proc/self/task/TID/schedstat (its first field). */
+static uint64_t cpu_ns_but(pid_t a, pid_t b)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	uint64_t sum = 0;
+
+	assert_non_null(d);
+	while ((e = readdir(d))) {
+		char path[300];
+		unsigned long long ns;
+		pid_t t = (pid_t)atoi(e->d_name);
+		FILE *f;
+		if (e->d_name[0] == '.' || t == a || t == b)
+			continue;
+		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", e->d_name);
+		if ((f = fopen(path, "r"))) {
+			if (fscanf(f, "%llu", &ns) == 1)
+				sum += ns;
+			fclose(f);
+		}
+	}
+	closedir(d);
+	return sum;
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec t;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+static _Atomic pid_t slot1_tid;
+
+static void note_slot1(void *arg, unsigned k, unsigned slot)
+{
+	(void)arg;
+	(void)k;
+	if (slot == 1)
+		atomic_store(&slot1_tid, (pid_t)syscall(SYS_gettid));
+	nap(1000000);   /* long enough for the worker to take the other task */
+}
+
+/* Eight workers started by a step on nine threads, then steps on two
+ * with the caller working 200 us between them (less than a worker's
+ * look for the next step): the seven workers left out stay parked, so
+ * they take almost none of the CPU time the caller spends.  (Woken by
+ * every step and looking after each, they took as much as the caller
+ * and more.) */
+static void test_left_out_parked(void **state)
+{
+	(void)state;
+	struct rec *r = rec_new(9);
+	pid_t self = (pid_t)syscall(SYS_gettid);
+
+	mk__pool_run(9, 9, record, r);
+	check_once(r, 9);
+	nap(2000000);    /* every worker parked */
+	/* the one worker that takes part: its CPU is not counted */
+	for (unsigned s = 0; s < 100 && !atomic_load(&slot1_tid); s++)
+		mk__pool_run(2, 2, note_slot1, NULL);
+	assert_true(atomic_load(&slot1_tid) != 0);
+	uint64_t w0 = cpu_ns_but(self, atomic_load(&slot1_tid)), c0 = thread_cpu_ns();
+	for (unsigned s = 0; s < 200; s++) {
+		memset(r->runs, 0, sizeof(r->runs));
+		mk__pool_run(2, 2, record, r);
+		check_once(r, 2);
+		for (uint64_t t = thread_cpu_ns(), end = t + 200000; t < end; t = thread_cpu_ns())
+			;
+	}
+	uint64_t busy = thread_cpu_ns() - c0, idle = cpu_ns_but(self, atomic_load(&slot1_tid)) - w0;
+	print_message("caller %llu us, workers left out %llu us\n", (unsigned long long)(busy / 1000),
+		      (unsigned long long)(idle / 1000));
+	assert_true(idle < busy / 10);
+	free(r);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -267,6 +351,7 @@ int main(void)
 		cmocka_unit_test(test_many_steps),
 		cmocka_unit_test(test_concurrent_callers),
 		cmocka_unit_test(test_fork),
+		cmocka_unit_test(test_left_out_parked),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
