@@ -40,7 +40,8 @@ static struct pool {
 	_Atomic uint64_t claim; /* step << 32 | next task */
 	_Atomic uint32_t step;  /* futex word of the parked workers */
 	_Atomic uint32_t done;  /* tasks of the step run; futex of the caller */
-	_Atomic unsigned parked;
+	_Atomic uint64_t parked;  /* bit i: worker i sleeps on step */
+	uint32_t first[POOL_MAX]; /* worker i: the step it starts after */
 	_Atomic bool waiting;   /* the caller sleeps on done */
 	/* the step's task list */
 	_Atomic(mk__pool_fn *) fn;
@@ -61,7 +62,8 @@ static void futex_wake(_Atomic uint32_t *w, int n)
 }
 
 /* Parked workers wait on the step word each with the bit of its number
- * (modulo 32), so that a step wakes only those that take part in it. */
+ * (modulo 32, the futex's bitset), so that a step wakes only those that
+ * take part in it, and those 32 numbers above them (which park again). */
 static uint32_t worker_bit(unsigned id)
 {
 	return 1u << (id % 32);
@@ -122,21 +124,23 @@ static void run_tasks(uint32_t s, unsigned slot)
  * that a step leaves out (a step on fewer threads than there are
  * workers: fewer asked for, or fewer tasks, as a statistics pass of two
  * inputs under -j 16) parks at once, and steps that leave it out do not
- * wake it, so it costs no CPU while they run.  Woken by every step and
- * looking after each, seven workers left out of 200 two-thread steps
- * took 1.05-1.09 s of CPU while the caller spent 41 ms (test_pool); mk-yaml
- * -j 8 on 2 CPUs, ties 365 -> 305 ms. */
+ * wake it (but for the bit it shares, above), so it costs next to no
+ * CPU while they run.  Woken by every step and looking after each, the
+ * 62 workers that 200 two-thread steps left out in test_pool took
+ * 1.05-1.09 s of CPU while the caller spent 41 ms; mk-yaml -j 8 on 2
+ * CPUs, ties 365 -> 305 ms. */
 static void *worker_main(void *p)
 {
 	unsigned id = (unsigned)(uintptr_t)p;
-	uint32_t seen = atomic_load(&P.step);
+	uint32_t seen = P.first[id];   /* (written before the thread began) */
+	uint64_t bit = 1ull << id;
 	bool took_part = false;
 
 	for (;;) {
 		uint32_t s = atomic_load_explicit(&P.step, memory_order_acquire);
 		if (s == seen) {
 			/* look for the next step a while, then park */
-			uint64_t end = now_ns() + SPIN_NS;
+			uint64_t end = took_part ? now_ns() + SPIN_NS : 0;
 			for (unsigned i = 1; took_part && (s = atomic_load_explicit(&P.step, memory_order_acquire)) == seen;
 			     i++) {
 				relax();
@@ -144,10 +148,10 @@ static void *worker_main(void *p)
 					break;
 			}
 			if (s == seen) {
-				atomic_fetch_add(&P.parked, 1);
+				atomic_fetch_or(&P.parked, bit);
 				if (atomic_load(&P.step) == seen)
 					futex_wait_bits(&P.step, seen, worker_bit(id));
-				atomic_fetch_sub(&P.parked, 1);
+				atomic_fetch_and(&P.parked, ~bit);
 				took_part = false;
 				continue;
 			}
@@ -194,6 +198,9 @@ static void grow(unsigned want)
 		if (pthread_attr_init(&at))
 			break;
 		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		/* the step now: a thread that starts after the caller
+		 * publishes the next one takes part in it */
+		P.first[P.nthr] = atomic_load(&P.step);
 		rc = pthread_create(&t, &at, worker_main, (void *)(uintptr_t)P.nthr);
 		pthread_attr_destroy(&at);
 		if (rc)
@@ -229,9 +236,11 @@ void mk__pool_run(unsigned threads, unsigned ntasks, mk__pool_fn *fn, void *arg)
 	atomic_store_explicit(&P.ntasks, ntasks, memory_order_release);
 	atomic_store_explicit(&P.claim, (uint64_t)s << 32, memory_order_release);
 	atomic_store(&P.step, s);
-	if (atomic_load(&P.parked)) {
+	/* wake the workers that take part, 0 .. threads - 2, if one sleeps */
+	unsigned used = threads - 1 < POOL_MAX ? threads - 1 : POOL_MAX;
+	if (atomic_load(&P.parked) & ((1ull << used) - 1)) {
 		uint32_t bits = 0;
-		for (unsigned i = 0; i < threads - 1 && i < 32; i++)
+		for (unsigned i = 0; i < used && i < 32; i++)
 			bits |= worker_bit(i);
 		futex_wake_bits(&P.step, bits);
 	}

@@ -19,7 +19,8 @@ typedef void mk__pool_fn(void *arg, unsigned k, unsigned slot);
  * wake-up of an idle CPU each time, which on a virtual machine was a
  * quarter of a millisecond.  A step on fewer threads than there are
  * workers (fewer asked for, or fewer tasks) wakes only the workers it
- * uses; the others stay parked.  A call made from inside a task, or while
+ * uses (and any 32 above one of them, which parks again at once); the
+ * others stay parked.  A call made from inside a task, or while
  * another thread's step is running, runs its tasks on the calling thread
  * alone. */
 void mk__pool_run(unsigned threads, unsigned ntasks, mk__pool_fn *fn, void *arg);
