@@ -189,5 +189,10 @@ uint64_t mk_plan_vocab_next_cut(const struct mk_plan_job *j, uint64_t row);
 uint64_t mk_plan_input_sent_bytes(const struct mk_plan_job *j, size_t input);
 /* The input `input` (ninputs + k: aux k) */
 const struct mk_plan_input *mk_plan_job_input(const struct mk_plan_job *j, size_t input);
+/* Whether every chunk mk-fetch sends of the job's inputs is a range of
+ * its file's elements as read (no vocabulary's rows and fills, no
+ * adapter's product): what lets a pass of it stop short in one process
+ * (mk_chan_skip_mark). */
+bool mk_plan_job_sent_as_read(const struct mk_plan_job *j);
 
 #endif

@@ -238,12 +238,8 @@ void mk__pool_run(unsigned threads, unsigned ntasks, mk__pool_fn *fn, void *arg)
 	atomic_store(&P.step, s);
 	/* wake the workers that take part, 0 .. threads - 2, if one sleeps */
 	unsigned used = threads - 1 < POOL_MAX ? threads - 1 : POOL_MAX;
-	if (atomic_load(&P.parked) & ((1ull << used) - 1)) {
-		uint32_t bits = 0;
-		for (unsigned i = 0; i < used && i < 32; i++)
-			bits |= worker_bit(i);
-		futex_wake_bits(&P.step, bits);
-	}
+	if (atomic_load(&P.parked) & ((1ull << used) - 1))
+		futex_wake_bits(&P.step, used >= 32 ? UINT32_MAX : (1u << used) - 1);   /* worker_bit of each */
 	run_tasks(s, 0);
 	/* the others' tasks: a short look, then sleep until the last one */
 	for (unsigned i = 0; atomic_load(&P.done) != ntasks && i < 4096; i++)

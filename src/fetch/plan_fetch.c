@@ -125,15 +125,13 @@ struct pf {
 
 /* Whether job j's chunks may be left out when the merge beside us will
  * not read their pass (mk_fetch_opts.skip): they come from files as they
- * are (no vocabulary's fills, no stream feeding a model, no adapter). */
+ * are (mk_plan_job_sent_as_read, and no stream feeding a model). */
 static bool job_skippable(const struct pf *p, size_t j)
 {
-	const struct mk_plan_job *jb = p->jobs[j];
-
-	if (!p->skip || jb->vocab)
+	if (!p->skip || !mk_plan_job_sent_as_read(p->jobs[j]))
 		return false;
-	for (size_t i = 0; i < jb->ninputs; i++)
-		if (p->src[j][i].feed >= 0 || mk_plan_job_input(jb, i)->lora)
+	for (size_t i = 0; i < p->jobs[j]->ninputs; i++)
+		if (p->src[j][i].feed >= 0)
 			return false;
 	return true;
 }

@@ -218,16 +218,11 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 /* Whether the job is on a statistics pass that mk-fetch may be told it
  * need not send the rest of (mk_merge_opts.skip): a streamed job whose
  * method wants no more input for it, whose inputs mk-fetch sends as
- * read (no vocabulary, no adapter).  Its chunks may stop at any input. */
+ * read (mk_plan_job_sent_as_read).  Its chunks may stop at any input. */
 static bool pass_skippable(const struct run *r)
 {
-	if (!r->skip || r->rp || r->pj->vocab || r->check_equal || r->job.byte_copy || r->send >= r->job.npasses ||
-	    mk_job_wants(&r->job))
-		return false;
-	for (size_t i = 0; i < r->pj->ninputs; i++)
-		if (mk_plan_job_input(r->pj, i)->lora)
-			return false;
-	return true;
+	return r->skip && !r->rp && !r->check_equal && !r->job.byte_copy && r->send < r->job.npasses &&
+	       !mk_job_wants(&r->job) && mk_plan_job_sent_as_read(r->pj);
 }
 
 static bool pass_unread(const struct run *r)

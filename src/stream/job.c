@@ -577,6 +577,16 @@ const struct mk_plan_input *mk_plan_job_input(const struct mk_plan_job *j, size_
 	return NULL;
 }
 
+bool mk_plan_job_sent_as_read(const struct mk_plan_job *j)
+{
+	if (j->vocab)
+		return false;
+	for (size_t i = 0; i < j->ninputs; i++)
+		if (j->inputs[i].lora)
+			return false;
+	return true;
+}
+
 /* How many of n spans (runs or fills: structs of `stride` bytes that
  * begin with their first output row, ascending) begin at or before row. */
 static size_t spans_upto(const void *v, size_t stride, size_t n, uint64_t row)
