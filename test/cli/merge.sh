@@ -92,7 +92,10 @@ if [ "$MK_SAN" != 1 ]; then
 				sleep 0.01
 				i=$((i + 1))
 			done
-			case "$st" in T | t) kill -9 $mpid && caught=1 ;; esac
+			case "$st" in
+			T | t) kill -9 $mpid && caught=1 ;;
+			*) kill -CONT $mpid 2>/dev/null || true ;;   # never seen stopped: let it go on
+			esac
 		fi
 		set +e; wait $ypid; rc=$?; set -e
 	done
