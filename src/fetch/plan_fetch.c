@@ -123,12 +123,12 @@ struct pf {
 	uint64_t unsent;         /* chunks of skipped passes not asked for */
 };
 
-/* Whether job j's chunks may be left out when the merge beside us will
- * not read their pass (mk_fetch_opts.skip): they come from files as they
- * are (mk_plan_job_sent_as_read, and no stream feeding a model). */
-static bool job_skippable(const struct pf *p, size_t j)
+/* Whether job j's chunks of pass `pass` are left out: the merge beside us
+ * will not read that pass (mk_fetch_opts.skip) and they come from files
+ * as they are (mk_plan_job_sent_as_read, and no stream feeding a model). */
+static bool pass_unsent(const struct pf *p, size_t j, unsigned pass)
 {
-	if (!p->skip || !mk_plan_job_sent_as_read(p->jobs[j]))
+	if (!p->skip || !mk_chan_skip_test(p->skip, p->jobs[j]->id, pass) || !mk_plan_job_sent_as_read(p->jobs[j]))
 		return false;
 	for (size_t i = 0; i < p->jobs[j]->ninputs; i++)
 		if (p->src[j][i].feed >= 0)
@@ -458,7 +458,7 @@ static int next_extent(void *ctx, struct mk_read_req *req, struct mk_err *err)
 			if (rc <= 0)
 				return rc;
 			const struct mk_plan_job *sj = p->jobs[p->j];
-			if (job_skippable(p, p->j) && mk_chan_skip_test(p->skip, sj->id, p->send)) {
+			if (pass_unsent(p, p->j, p->send)) {
 				/* a pass the merge will not read: none of it asked for */
 				for (size_t i = 0; i < sj->ninputs; i++)
 					p->unsent += p->cur.elem_begin < mk_plan_job_input(sj, i)->nelem;
@@ -1113,7 +1113,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 		}
 		as_read = !t->g.t && !req.remote;
 		const struct src *tsr = &p.src[t->job][t->input];
-		if (job_skippable(&p, t->job) && mk_chan_skip_test(o->skip, t->c.id, t->c.pass)) {
+		if (pass_unsent(&p, t->job, t->c.pass)) {
 			/* a pass the mk-merge beside us will not read */
 			st->chunks_unsent++;
 			sent += t->c.data_len;

@@ -225,17 +225,23 @@ static bool pass_skippable(const struct run *r)
 	       !mk_job_wants(&r->job) && mk_plan_job_sent_as_read(r->pj);
 }
 
-static bool pass_unread(const struct run *r)
+/* Whether the pass is marked on the board for mk-fetch (mk_chan_skip_test) */
+static bool pass_marked(const struct run *r)
 {
-	return pass_skippable(r) && r->skip_marked == r->send + 1;
+	return r->skip && mk_chan_skip_test(r->skip, r->pj->id, r->send);
 }
 
-/* Mark the pass for mk-fetch once the method wants no more of it. */
+static bool pass_unread(const struct run *r)
+{
+	return pass_marked(r) && pass_skippable(r);
+}
+
+/* Mark the pass for mk-fetch once the method wants no more of it (the
+ * board first: the cheaper test, true for the rest of a marked pass). */
 static void note_skip(struct run *r, struct mk_merge_stats *st)
 {
-	if (r->skip_marked == r->send + 1 || !pass_skippable(r) || !mk_chan_skip_mark(r->skip, r->pj->id, r->send))
+	if (pass_marked(r) || !pass_skippable(r) || !mk_chan_skip_mark(r->skip, r->pj->id, r->send))
 		return;
-	r->skip_marked = r->send + 1;
 	st->passes_skipped++;
 }
 

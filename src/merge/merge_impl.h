@@ -84,7 +84,6 @@ struct run {                     /* the job being merged */
 	double *vsum;            /* per input, the column sums of its aligned rows */
 	uint64_t vnext;          /* the element the next range of this pass starts at */
 	struct mk_chan_skip *skip;   /* mk_merge_opts.skip (kept across jobs) */
-	unsigned skip_marked;    /* the pass marked there, + 1 (0: none) */
 };
 
 /* ------------------------------------------------------------ pool.c */
