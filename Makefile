@@ -28,7 +28,7 @@ LIBS      := $(PKG_LIBS) -lopenblas -lpthread -ldl -lm
 
 WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
 OPT       := $(if $(SAN),-O1 -g -fno-omit-frame-pointer -fsanitize=$(SAN) -fno-sanitize-recover=all,-O3 -g)
-CPPFLAGS  += -Iinclude -D_GNU_SOURCE -DMK_VERSION='"$(VERSION)"' $(PKG_CFLAGS)
+CPPFLAGS  += -Iinclude -Isrc -D_GNU_SOURCE -DMK_VERSION='"$(VERSION)"' $(PKG_CFLAGS)
 CFLAGS    ?=
 CFLAGS    += -std=gnu11 -ffp-contract=off $(WARN) $(OPT) -MMD -MP
 LDFLAGS   += $(if $(SAN),-fsanitize=$(SAN))
@@ -134,7 +134,7 @@ $(SPM_SO): $(LIB_CXX) src/tokenizer/vocab_impl.h
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  NVCC    $<")
-	$(Q)$(NVCC) $(NVCCFLAGS) -Iinclude -DMK_HAVE_CUDA -Xcompiler -fPIC -MMD -MP -c -o $@ $<
+	$(Q)$(NVCC) $(NVCCFLAGS) -Iinclude -Isrc -DMK_HAVE_CUDA -Xcompiler -fPIC -MMD -MP -c -o $@ $<
 
 $(LIBMK): $(LIB_OBJ)
 	@$(if $(Q),echo "  AR      $@")

@@ -14,12 +14,12 @@
 #include <time.h>
 #include <unistd.h>
 #include "cli.h"
-#include "mk/budget.h"
-#include "mk/config.h"
-#include "mk/hub.h"
+#include "core/budget.h"
+#include "config/config.h"
+#include "hub/hub.h"
 #include "mk/plugin.h"
 #include "mk/run.h"
-#include "mk/fsutil.h"
+#include "core/fsutil.h"
 
 const char *cli_prog = "mk";
 int cli_verbose = 2;

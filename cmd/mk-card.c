@@ -5,9 +5,9 @@
 #include <string.h>
 #include "cli.h"
 #include "mk/plugin.h"
-#include "mk/card.h"
-#include "mk/config.h"
-#include "mk/fsutil.h"
+#include "card/card.h"
+#include "config/config.h"
+#include "core/fsutil.h"
 #include "mk/method.h"
 
 static void usage(void)

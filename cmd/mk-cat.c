@@ -7,11 +7,11 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
-#include "mk/hash.h"
-#include "mk/manifest.h"
+#include "core/hash.h"
+#include "stream/manifest.h"
 #include "mk/plugin.h"
 #include "mk/stream.h"
-#include "mk/verify.h"
+#include "verify/verify.h"
 
 static void usage(void)
 {

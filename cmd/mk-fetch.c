@@ -7,9 +7,9 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
-#include "mk/budget.h"
-#include "mk/fetch.h"
-#include "mk/fsutil.h"
+#include "core/budget.h"
+#include "fetch/fetch.h"
+#include "core/fsutil.h"
 
 static void usage(void)
 {

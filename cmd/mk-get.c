@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
-#include "mk/fsutil.h"
-#include "mk/hub.h"
-#include "mk/model.h"
+#include "core/fsutil.h"
+#include "hub/hub.h"
+#include "io/model.h"
 
 static void usage(void)
 {

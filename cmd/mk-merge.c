@@ -8,9 +8,9 @@
 #include <unistd.h>
 #include "cli.h"
 #include "mk/plugin.h"
-#include "mk/fsutil.h"
-#include "mk/cuda.h"
-#include "mk/merge.h"
+#include "core/fsutil.h"
+#include "cuda/cuda.h"
+#include "merge/merge.h"
 #include "mk/run.h"
 #include "mk/method.h"
 

@@ -11,11 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
-#include "mk/budget.h"
-#include "mk/fsutil.h"
-#include "mk/moe.h"
-#include "mk/pack.h"
-#include "mk/pipeline.h"
+#include "core/budget.h"
+#include "core/fsutil.h"
+#include "moe/moe.h"
+#include "pack/pack.h"
+#include "run/procs.h"
 #include "mk/run.h"
 
 static void usage(void)

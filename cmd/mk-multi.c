@@ -8,8 +8,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "cli.h"
-#include "mk/fsutil.h"
-#include "mk/multi.h"
+#include "core/fsutil.h"
+#include "multi/multi.h"
 #include "mk/plugin.h"
 
 static void usage(void)

@@ -8,8 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
-#include "mk/fsutil.h"
-#include "mk/pack.h"
+#include "core/fsutil.h"
+#include "pack/pack.h"
 
 static void usage(void)
 {

@@ -9,10 +9,10 @@
 #include <unistd.h>
 #include "cli.h"
 #include "mk/plugin.h"
-#include "mk/card.h"
-#include "mk/fsutil.h"
-#include "mk/planner.h"
-#include "mk/reader.h"
+#include "card/card.h"
+#include "core/fsutil.h"
+#include "planner/planner.h"
+#include "io/reader.h"
 
 static void usage(void)
 {

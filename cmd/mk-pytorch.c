@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
-#include "mk/pack.h"
+#include "pack/pack.h"
 #include "mk/plugin.h"
 #include "mk/run.h"
 

@@ -10,11 +10,11 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
-#include "mk/budget.h"
-#include "mk/card.h"
-#include "mk/fsutil.h"
-#include "mk/pack.h"
-#include "mk/pipeline.h"
+#include "core/budget.h"
+#include "card/card.h"
+#include "core/fsutil.h"
+#include "pack/pack.h"
+#include "run/procs.h"
 #include "mk/plugin.h"
 #include "mk/run.h"
 

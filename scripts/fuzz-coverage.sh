@@ -19,7 +19,7 @@ files_for() {
 	st_header) echo src/io/safetensors.c ;;
 	st_index) echo src/io/st_index.c ;;
 	stream) echo src/stream/stream.c ;;
-	frames) echo src/stream/stream.c src/stream/manifest.c src/stream/job.c src/stream/check.c src/cat/verify.c ;;
+	frames) echo src/stream/stream.c src/stream/manifest.c src/stream/job.c src/stream/check.c src/verify/verify.c ;;
 	plugin_elf) echo src/plugin/elf.c ;;
 	journal) echo src/pack/pack.c:journal_parse ;;   # FILE:FUNCTION: that function only
 	jsondoc) echo src/core/jsondoc.c ;;

@@ -21,9 +21,9 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "mk/config.h"
+#include "config/config.h"
 #include "mk/err.h"
-#include "mk/planner.h"
+#include "planner/planner.h"
 
 struct mk_run_opts {
 	/* the configuration: an already-parsed one (mk_config_parse; its

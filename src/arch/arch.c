@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
-#include "mk/arch.h"
+#include "arch/arch.h"
 #include "arch_impl.h"
 #include "arch_data.h"
 

@@ -11,7 +11,7 @@ LIB_OBJ += $(BUILD)/gen/arch_data.o
 $(BUILD)/gen/arch_data.c: scripts/embed.sh $(ARCH_JSON) src/arch/arch.mk
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  GEN     $@")
-	$(Q)sh scripts/embed.sh mk_arch_data mk/arch.h "struct mk_arch_file" $(ARCH_JSON) > $@.tmp && mv $@.tmp $@
+	$(Q)sh scripts/embed.sh mk_arch_data arch/arch.h "struct mk_arch_file" $(ARCH_JSON) > $@.tmp && mv $@.tmp $@
 
 $(BUILD)/gen/arch_data.o: $(BUILD)/gen/arch_data.c
 	@mkdir -p $(@D)

@@ -3,7 +3,7 @@
 #define MK_ARCH_DATA_H
 
 #include <stddef.h>
-#include "mk/arch.h"
+#include "arch/arch.h"
 
 extern const struct mk_arch_file mk_arch_data[];
 extern const size_t mk_arch_data_n;

@@ -2,8 +2,8 @@
 #ifndef MK_ARCH_IMPL_H
 #define MK_ARCH_IMPL_H
 
-#include "mk/arch.h"
-#include "mk/sbuf.h"  /* mk_strv_free */
+#include "arch/arch.h"
+#include "core/sbuf.h"  /* mk_strv_free */
 
 char *mk_xstrdup(const char *s);                 /* NULL stays NULL */
 void mk_weight_clear(struct mk_weight *w);       /* free contents, zero */

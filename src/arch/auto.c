@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/arch.h"
+#include "arch/arch.h"
 #include "arch_impl.h"
 
 static int cmp_str(const void *a, const void *b)

@@ -8,9 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/arch.h"
-#include "mk/jsondoc.h"
-#include "mk/sbuf.h"
+#include "arch/arch.h"
+#include "core/jsondoc.h"
+#include "core/sbuf.h"
 #include "arch_impl.h"
 
 /* Set an integer at a dotted path; the intermediate objects must exist

@@ -4,7 +4,7 @@
  * checkpoints): a description of the sources, no data moved. */
 #include <stdlib.h>
 #include <string.h>
-#include "mk/arch.h"
+#include "arch/arch.h"
 #include "arch_impl.h"
 
 enum family { FAM_NONE, FAM_MIXTRAL, FAM_QWEN2MOE };

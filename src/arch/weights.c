@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
-#include "mk/arch.h"
-#include "mk/jsondoc.h"
+#include "arch/arch.h"
+#include "core/jsondoc.h"
 #include "arch_impl.h"
 
 /* ------------------------------------------------------------ substitution */

@@ -5,8 +5,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "card_text.h"
-#include "mk/card.h"
-#include "mk/sbuf.h"
+#include "card/card.h"
+#include "core/sbuf.h"
 
 bool mk_card_looks_like_hub(const char *path)
 {

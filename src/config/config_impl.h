@@ -5,7 +5,7 @@
 #define MK_CONFIG_IMPL_H
 
 #include <yaml.h>
-#include "mk/config.h"
+#include "config/config.h"
 
 void mk__loc_clear(struct mk_config_loc *l);
 int mk__loc_copy(struct mk_config_loc *dst, const struct mk_config_loc *src);

@@ -133,7 +133,7 @@ int mk_config_unsupported(const struct mk_config *cfg,
 	*out = NULL;
 	*n = 0;
 	/* nothing is refused in this version: LoRA references, the last
-	 * feature listed here, are planned now (src/plan/lora.c); the list
+	 * feature listed here, are planned now (src/planner/lora.c); the list
 	 * stays for the next feature that comes later (add_feat) */
 	(void)cfg;
 	(void)add_feat;

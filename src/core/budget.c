@@ -1,6 +1,6 @@
 /* budget.c - how a memory budget is shared out (see budget.h). */
-#include "mk/budget.h"
-#include "mk/reader.h"
+#include "core/budget.h"
+#include "io/reader.h"
 
 void mk_budget_split(uint64_t total, struct mk_budget_split *out)
 {

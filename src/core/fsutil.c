@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "mk/fsutil.h"
+#include "core/fsutil.h"
 
 int mk_file_read(const char *path, size_t max, uint8_t **buf, size_t *len,
 		 struct mk_err *err)

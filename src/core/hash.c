@@ -2,7 +2,7 @@
  * at a time on long buffers) and SHA-256. */
 #include <pthread.h>
 #include <string.h>
-#include "mk/hash.h"
+#include "core/hash.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <nmmintrin.h>

@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/jsondoc.h"
-#include "mk/sbuf.h"
+#include "core/jsondoc.h"
+#include "core/sbuf.h"
 
 struct jnode {
 	enum mk_json_type type;

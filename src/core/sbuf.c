@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/sbuf.h"
+#include "core/sbuf.h"
 
 void mk_sbuf_add(struct mk_sbuf *b, const void *s, size_t n)
 {

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/cuda.h"
+#include "cuda/cuda.h"
 #include "mk/device.h"
 #include "mk/method.h"
 #include "dev.h"

@@ -4,7 +4,7 @@
  * (ctx.c, kern.h) needs none of it and works here too. */
 #include <stdio.h>
 #include <string.h>
-#include "mk/cuda.h"
+#include "cuda/cuda.h"
 #include "dev.h"
 
 #ifndef MK_HAVE_CUDA

@@ -8,7 +8,7 @@
 #include "kern.h"
 #include "dev.h"
 extern "C" {
-#include "mk/cuda.h"
+#include "cuda/cuda.h"
 }
 
 extern "C" int mkcu_dev_built(void)

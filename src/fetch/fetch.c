@@ -6,11 +6,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "mk/fetch.h"
-#include "mk/fsutil.h"
-#include "mk/manifest.h"
-#include "mk/model.h"
-#include "mk/pack.h"
+#include "fetch/fetch.h"
+#include "core/fsutil.h"
+#include "stream/manifest.h"
+#include "io/model.h"
+#include "pack/pack.h"
 #include "mk/stream.h"
 #include "fetch_impl.h"
 

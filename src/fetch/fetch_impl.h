@@ -21,8 +21,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "mk/err.h"
-#include "mk/reader.h"
-#include "mk/safetensors.h"
+#include "io/reader.h"
+#include "io/safetensors.h"
 
 struct mk__held {                /* storage bytes read for strided chunks */
 	uint8_t *buf;

@@ -8,12 +8,12 @@
 #include <unistd.h>
 #include <cblas.h>
 #include "mk/chan.h"
-#include "mk/fetch.h"
-#include "mk/fsutil.h"
-#include "mk/plan.h"
-#include "mk/manifest.h"
-#include "mk/model.h"
-#include "mk/pack.h"
+#include "fetch/fetch.h"
+#include "core/fsutil.h"
+#include "stream/job.h"
+#include "stream/manifest.h"
+#include "io/model.h"
+#include "pack/pack.h"
 #include "mk/stream.h"
 #include "fetch_impl.h"
 

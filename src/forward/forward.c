@@ -7,11 +7,11 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/cuda.h"
+#include "cuda/cuda.h"
 #include "mk/dtype.h"
 #include "mk/forward.h"
-#include "mk/fsutil.h"
-#include "mk/model.h"
+#include "core/fsutil.h"
+#include "io/model.h"
 #include "forward_impl.h"
 
 #define READ_CHUNK (4u << 20) /* raw bytes read at once */

@@ -4,7 +4,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include "mk/err.h"
-#include "mk/jsondoc.h"
+#include "core/jsondoc.h"
 
 enum mk_fwd_family { MK_FWD_LLAMA, MK_FWD_MISTRAL, MK_FWD_QWEN2, MK_FWD_QWEN3 };
 enum mk_rope_type { MK_ROPE_DEFAULT, MK_ROPE_LINEAR, MK_ROPE_DYNAMIC, MK_ROPE_LLAMA3, MK_ROPE_YARN };

@@ -14,8 +14,8 @@
 #include <time.h>
 #include <unistd.h>
 #include "hub_impl.h"
-#include "mk/fsutil.h"
-#include "mk/hash.h"
+#include "core/fsutil.h"
+#include "core/hash.h"
 
 #define API_MAX (64u << 20)          /* a listing of a huge repository */
 

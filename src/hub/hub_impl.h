@@ -5,7 +5,7 @@
 
 #include "curl_fn.h"
 #include <stdint.h>
-#include "mk/hub.h"
+#include "hub/hub.h"
 
 struct mk_hub_settings {
 	char *endpoint;        /* without a trailing '/' */

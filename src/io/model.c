@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "mk/hub.h"
-#include "mk/model.h"
-#include "mk/torchbin.h"
+#include "hub/hub.h"
+#include "io/model.h"
+#include "io/torchbin.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define SINGLE_NAME "model.safetensors"

@@ -14,8 +14,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "reader_impl.h"
-#include "../hub/hub_impl.h"
-#include "mk/fsutil.h"
+#include "hub/hub_impl.h"
+#include "core/fsutil.h"
 
 struct http_slot {
 	CURL *e;

@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include <sys/uio.h>
-#include "mk/reader.h"
+#include "io/reader.h"
 
 /* Test hooks: every io_uring_queue_init / io_uring_register_buffers of the
  * readers goes through these, so a test can make them fail (-EPERM,

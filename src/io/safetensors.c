@@ -19,8 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <jansson.h>
-#include "mk/hash.h"
-#include "mk/safetensors.h"
+#include "core/hash.h"
+#include "io/safetensors.h"
 #include "st_impl.h"
 
 /* The public struct plus what mk_st_find needs.  Every mk_st_file comes

@@ -1,7 +1,7 @@
 /* st_gather.c - where a tensor's elements lie in its file, and copying
  * a strided tensor's elements (a PyTorch view) into row-major order. */
 #include <string.h>
-#include "mk/safetensors.h"
+#include "io/safetensors.h"
 
 /* idx: the multi-index of flat element e (row-major) */
 static void unflatten(const struct mk_st_tensor *t, uint64_t e, uint64_t *idx)

@@ -3,7 +3,7 @@
 #define MK_ST_IMPL_H
 
 #include <stdint.h>
-#include "mk/safetensors.h"
+#include "io/safetensors.h"
 
 /* An mk_st_file of other origin (a PyTorch checkpoint): the tensors
  * (names and strides copied) sorted by offset, a name index, the given hash; offsets

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
-#include "mk/safetensors.h"
+#include "io/safetensors.h"
 
 void mk_st_index_free(struct mk_st_index *idx)
 {

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "mk/hash.h"
-#include "mk/torchbin.h"
+#include "core/hash.h"
+#include "io/torchbin.h"
 #include "st_impl.h"
 
 #define MAX_PICKLE (256u << 20)  /* a state dict's pickle is KBs to a few MBs */

@@ -3,7 +3,7 @@
  * gpu_queue in merge_impl.h). */
 #include <stdlib.h>
 #include "merge_impl.h"
-#include "../stream/chan_impl.h"
+#include "stream/chan_impl.h"
 
 #define GPU_QUEUE_BYTES (64u << 20)
 #define GPU_QUEUE_JOBS 256u

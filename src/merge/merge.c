@@ -4,15 +4,15 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mk/chan.h"
-#include "mk/cuda.h"
-#include "mk/manifest.h"
-#include "mk/merge.h"
+#include "cuda/cuda.h"
+#include "stream/manifest.h"
+#include "merge/merge.h"
 #include "mk/method.h"
-#include "mk/plan.h"
+#include "stream/job.h"
 #include "mk/plugin.h"
 #include "mk/stream.h"
 #include "merge_impl.h"
-#include "../stream/chan_impl.h"
+#include "stream/chan_impl.h"
 
 /* the job's named parameters -> the method's pval arrays */
 static int load_params(struct run *r, struct mk_err *err)

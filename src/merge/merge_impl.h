@@ -18,12 +18,12 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "mk/cuda.h"
+#include "cuda/cuda.h"
 #include "mk/dtype.h"
 #include "mk/err.h"
-#include "mk/merge.h"
+#include "merge/merge.h"
 #include "mk/method.h"
-#include "mk/plan.h"
+#include "stream/job.h"
 #include "mk/stream.h"
 
 struct inbuf {                   /* one input's piece of the current range */

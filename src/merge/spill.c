@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "mk/fsutil.h"
-#include "mk/hash.h"
+#include "core/fsutil.h"
+#include "core/hash.h"
 #include "merge_impl.h"
 
 int mk__spill_open(struct spill *sp, const char *dir, struct mk_err *err)

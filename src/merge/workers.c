@@ -5,7 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include "merge_impl.h"
-#include "../core/pool.h"
+#include "core/pool.h"
 
 /* One mk__workers_run step: the range's elements [b, b + n), cut into
  * tasks of WORK_PIECE elements for the pool's threads. */

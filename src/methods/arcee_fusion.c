@@ -44,7 +44,7 @@
 #include "mk/method.h"
 #include "misc_methods.h"
 #include "rng.h"
-#include "../core/pool.h"
+#include "core/pool.h"
 
 #define SAMPLE_SIZE 1000000u
 #define AF_TASK_ROWS 4u           /* whole rows per task of pass 0 */

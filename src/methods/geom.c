@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cblas.h>
-#include "../core/blas.h"
+#include "core/blas.h"
 #include "geom.h"
 
 void mk_geom_layout(enum mk_geom_mode mode, const struct mk_tensor_desc *t,

@@ -98,8 +98,8 @@
 #include "mk/method.h"
 #include "gta.h"
 #include "rng.h"
-#include "../core/simd.h"
-#include "../core/pool.h"
+#include "core/simd.h"
+#include "core/pool.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #define MK_GTA_X86 1
 #include <immintrin.h>

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include "mk/device.h"
 #include "mk/method.h"
-#include "../core/simd.h"
+#include "core/simd.h"
 
 enum { P_WEIGHT, P_NORMALIZE, NPARAMS };
 

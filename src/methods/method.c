@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mk/method.h"
-#include "../core/pool.h"
-#include "../core/simd.h"
+#include "core/pool.h"
+#include "core/simd.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define FSUM_X86 1

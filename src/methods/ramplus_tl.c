@@ -32,7 +32,7 @@
 #include <string.h>
 #include "mk/method.h"
 #include "misc_methods.h"
-#include "../core/pool.h"
+#include "core/pool.h"
 
 enum { P_R, P_ALPHA, P_EPSILON, NPARAMS };
 

@@ -36,7 +36,7 @@
 #include <string.h>
 #include "mk/device.h"
 #include "mk/method.h"
-#include "../core/simd.h"
+#include "core/simd.h"
 
 #define DOT_THRESHOLD 0.9995
 #define EPS 1e-8

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mk/forward.h"
-#include "mk/model.h"
-#include "mk/moe.h"
+#include "io/model.h"
+#include "moe/moe.h"
 #include "mk/tokenize.h"
 
 struct acc {

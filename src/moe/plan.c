@@ -9,16 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "mk/cuda.h"
+#include "cuda/cuda.h"
 #include "mk/forward.h"
-#include "mk/fsutil.h"
-#include "mk/jsondoc.h"
-#include "mk/manifest.h"
-#include "mk/model.h"
-#include "mk/moe.h"
-#include "mk/plan.h"
+#include "core/fsutil.h"
+#include "core/jsondoc.h"
+#include "stream/manifest.h"
+#include "io/model.h"
+#include "moe/moe.h"
+#include "stream/job.h"
 #include "mk/stream.h"
-#include "../methods/rng.h"
+#include "methods/rng.h"
 
 /* ------------------------------------------------------------ gates */
 

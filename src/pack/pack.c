@@ -13,11 +13,11 @@
 #include <unistd.h>
 #include <jansson.h>
 #include <liburing.h>
-#include "mk/fsutil.h"
-#include "mk/hash.h"
-#include "mk/manifest.h"
-#include "mk/pack.h"
-#include "mk/safetensors.h"
+#include "core/fsutil.h"
+#include "core/hash.h"
+#include "stream/manifest.h"
+#include "pack/pack.h"
+#include "io/safetensors.h"
 #include "mk/stream.h"
 
 #define INDEX_NAME "model.safetensors.index.json"

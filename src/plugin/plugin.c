@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "mk/fsutil.h"
-#include "mk/hash.h"
+#include "core/fsutil.h"
+#include "core/hash.h"
 #include "mk/plugin.h"
 
 struct loaded {

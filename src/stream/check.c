@@ -1,7 +1,7 @@
 /* check.c - chunks checked against the manifest or job they belong to. */
 #include <stdio.h>
-#include "mk/manifest.h"
-#include "mk/plan.h"
+#include "stream/manifest.h"
+#include "stream/job.h"
 #include "mk/stream.h"
 
 /* elements [b, b + n) of a tensor of nelem elements in rows of row_len */

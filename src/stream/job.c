@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <math.h>
 #include <string.h>
-#include "mk/plan.h"
+#include "stream/job.h"
 #include "json.h"
 
 static void params_free(struct mk_job_params *ps)

@@ -2,9 +2,9 @@
  * mk_manifest, checked whole. */
 #include <stdlib.h>
 #include <string.h>
-#include "mk/hash.h"
-#include "mk/hub.h"
-#include "mk/manifest.h"
+#include "core/hash.h"
+#include "hub/hub.h"
+#include "stream/manifest.h"
 #include "mk/stream.h"
 #include "json.h"
 

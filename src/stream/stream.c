@@ -12,9 +12,9 @@
 #include <jansson.h>
 #include <zstd.h>
 #include <zstd_errors.h>
-#include "mk/fsutil.h"
-#include "mk/hash.h"
-#include "mk/manifest.h"
+#include "core/fsutil.h"
+#include "core/hash.h"
+#include "stream/manifest.h"
 #include "mk/stream.h"
 #include "chan_impl.h"
 

@@ -4,9 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/jsondoc.h"
-#include "mk/sbuf.h"
-#include "mk/vocab.h"
+#include "core/jsondoc.h"
+#include "core/sbuf.h"
+#include "tokenizer/vocab.h"
 
 /* Is this token one the stripped base drops (an id at or past strip_at)? */
 static bool dropped(const struct mk_tokmerge *t, const char *tok)

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/vocab.h"
+#include "tokenizer/vocab.h"
 #include "vocab_impl.h"
 
 static void warnf(const struct mk_tokmerge_in *in, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/jsondoc.h"
-#include "mk/vocab.h"
+#include "core/jsondoc.h"
+#include "tokenizer/vocab.h"
 #include "vocab_impl.h"
 
 void mk_vocab_free(struct mk_vocab *v)

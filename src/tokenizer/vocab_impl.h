@@ -4,7 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-#include "mk/vocab.h"
+#include "tokenizer/vocab.h"
 
 /* (Re)build v's token -> id index from token[] and the added tokens;
  * -1 when out of memory. */

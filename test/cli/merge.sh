@@ -115,7 +115,7 @@ for ct in chatml literal auto; do
 	esac
 	printf 'merge_method: linear\nmodels:\n  - model: models/tiny-ct\n    parameters: {weight: 1}\n  - model: models/tiny-a\n    parameters: {weight: 1}\nchat_template: %s\n' "$v" > ct-$ct.yml
 	mk-yaml ct-$ct.yml ct-$ct
-	python3 - ct-$ct/tokenizer_config.json "$ct" "$MK_TOP/src/plan/templates/chatml.jinja" <<'PY'
+	python3 - ct-$ct/tokenizer_config.json "$ct" "$MK_TOP/src/planner/templates/chatml.jinja" <<'PY'
 import json, sys
 t = json.load(open(sys.argv[1]))["chat_template"]
 want = {"chatml": open(sys.argv[3]).read(), "literal": "{% for m in messages %}{{ m.content }}{% endfor %}",
@@ -131,7 +131,7 @@ cp -r models/tiny-a models/tiny-big
 printf '{\n    "bos_token": "<s>",\n    "model_max_length": 1000000000000000019884624838656,\n    "clean_up_tokenization_spaces": false\n}\n' > models/tiny-big/tokenizer_config.json
 printf 'merge_method: linear\nmodels:\n  - model: models/tiny-big\n    parameters: {weight: 1}\n  - model: models/tiny-a\n    parameters: {weight: 1}\nchat_template: chatml\n' > ct-big.yml
 mk-yaml ct-big.yml ct-big
-python3 - models/tiny-big/tokenizer_config.json ct-big/tokenizer_config.json "$MK_TOP/src/plan/templates/chatml.jinja" <<'PY'
+python3 - models/tiny-big/tokenizer_config.json ct-big/tokenizer_config.json "$MK_TOP/src/planner/templates/chatml.jinja" <<'PY'
 import json, sys
 donor, out, tmpl = (open(p, encoding="utf-8").read() for p in sys.argv[1:])
 want = donor[:-3] + ',\n    "chat_template": ' + json.dumps(tmpl, ensure_ascii=False) + "\n}\n"

@@ -8,7 +8,7 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include "mk/config.h"
+#include "config/config.h"
 
 static int layers(void *ctx, const struct mk_model_ref *ref, long long *n,
 		  struct mk_err *err)

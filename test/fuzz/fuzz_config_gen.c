@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/config.h"
+#include "config/config.h"
 #include "config_queries.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);

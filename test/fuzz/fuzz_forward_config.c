@@ -4,7 +4,7 @@
  * rotary frequencies it can compute for any batch length. */
 #include <stdint.h>
 #include <stdlib.h>
-#include "../../src/forward/forward_impl.h"
+#include "forward/forward_impl.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
 

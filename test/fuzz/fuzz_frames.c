@@ -20,11 +20,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include "mk/manifest.h"
-#include "mk/merge.h"
-#include "mk/plan.h"
+#include "stream/manifest.h"
+#include "merge/merge.h"
+#include "stream/job.h"
 #include "mk/stream.h"
-#include "mk/verify.h"
+#include "verify/verify.h"
 
 #define MAXF 32
 

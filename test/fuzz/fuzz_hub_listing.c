@@ -4,7 +4,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/hub.h"
+#include "hub/hub.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
 

@@ -6,7 +6,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/moe.h"
+#include "moe/moe.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
 

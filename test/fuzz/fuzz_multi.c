@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/multi.h"
+#include "multi/multi.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
 

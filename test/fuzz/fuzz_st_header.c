@@ -2,7 +2,7 @@
  * the file), plus mk_st_find on every parsed name. */
 #include <stdint.h>
 #include <stdlib.h>
-#include "mk/safetensors.h"
+#include "io/safetensors.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
 

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#include "mk/manifest.h"
+#include "stream/manifest.h"
 #include "mk/stream.h"
 
 static void check(int cond, const char *what)

@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/jsondoc.h"
-#include "mk/sbuf.h"
+#include "core/jsondoc.h"
+#include "core/sbuf.h"
 #include "mk/tokenize.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);

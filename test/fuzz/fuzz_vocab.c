@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/vocab.h"
+#include "tokenizer/vocab.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
 

@@ -16,9 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/arch.h"
-#include "mk/fsutil.h"
-#include "mk/model.h"
+#include "arch/arch.h"
+#include "core/fsutil.h"
+#include "io/model.h"
 
 static bool has(void *ctx, const char *name)
 {

@@ -41,7 +41,7 @@
 #include <unistd.h>
 #include "mk/dtype.h"
 #include "mk/err.h"
-#include "mk/hash.h"
+#include "core/hash.h"
 #include "mk/method.h"
 #include "bench_util.h"
 

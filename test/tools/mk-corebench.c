@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "mk/dtype.h"
-#include "mk/hash.h"
+#include "core/hash.h"
 #include "bench_util.h"
 
 /* Exported by convert.c for tests and this tool; not in dtype.h. */

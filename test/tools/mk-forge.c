@@ -51,8 +51,8 @@
 #include <string.h>
 #include <unistd.h>
 #include <zstd.h>
-#include "mk/hash.h"
-#include "mk/manifest.h"
+#include "core/hash.h"
+#include "stream/manifest.h"
 #include "mk/stream.h"
 
 static struct mk_err err;

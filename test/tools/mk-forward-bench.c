@@ -22,9 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "mk/cuda.h"
+#include "cuda/cuda.h"
 #include "mk/forward.h"
-#include "mk/fsutil.h"
+#include "core/fsutil.h"
 
 struct keep {
 	float *all;          /* [layers + 1][nseq * len * dim], or NULL */

@@ -26,10 +26,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <jansson.h>
-#include "mk/arch.h"
+#include "arch/arch.h"
 #include "mk/dtype.h"
-#include "mk/fsutil.h"
-#include "mk/safetensors.h"
+#include "core/fsutil.h"
+#include "io/safetensors.h"
 
 struct gt {
 	char *name;

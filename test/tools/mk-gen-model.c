@@ -54,11 +54,11 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "mk/dtype.h"
-#include "mk/fsutil.h"
-#include "mk/safetensors.h"
-#include "mk/jsondoc.h"
-#include "mk/sbuf.h"
-#include "mk/vocab.h"
+#include "core/fsutil.h"
+#include "io/safetensors.h"
+#include "core/jsondoc.h"
+#include "core/sbuf.h"
+#include "tokenizer/vocab.h"
 
 struct gt {
 	char name[128];

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "mk/reader.h"
+#include "io/reader.h"
 
 struct walk {
 	int *fd;

@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/fsutil.h"
+#include "core/fsutil.h"
 #include "mk/run.h"
 
 static volatile int cancel;

@@ -22,8 +22,8 @@
 #include <string.h>
 #include <unistd.h>
 #include "mk/chan.h"
-#include "mk/fetch.h"
-#include "mk/merge.h"
+#include "fetch/fetch.h"
+#include "merge/merge.h"
 
 struct fetch_arg {
 	struct mk_fetch_opts o;

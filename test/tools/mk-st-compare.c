@@ -30,9 +30,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "mk/model.h"
-#include "mk/jsondoc.h"
-#include "mk/vocab.h"
+#include "io/model.h"
+#include "core/jsondoc.h"
+#include "tokenizer/vocab.h"
 
 static double *load(const struct mk_model *m, const struct mk_model_tensor *t)
 {

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "mk/model.h"
+#include "io/model.h"
 
 static uint8_t *load(const struct mk_model *m, const struct mk_model_tensor *t)
 {

@@ -11,7 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/arch.h"
+#include "arch/arch.h"
 
 static struct mk_arch_registry *reg;
 

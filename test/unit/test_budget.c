@@ -9,8 +9,8 @@
 #include <cmocka.h>
 
 #include <stdbool.h>
-#include "mk/budget.h"
-#include "mk/reader.h"
+#include "core/budget.h"
+#include "io/reader.h"
 
 static void assert_split(uint64_t total, uint64_t merge, uint64_t fetch, uint64_t pack)
 {

@@ -7,7 +7,7 @@
 #include <cmocka.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/card.h"
+#include "card/card.h"
 
 static char *render(const char *method, const char *const *models, size_t n, long base,
 		    const char *name, const char *yaml)

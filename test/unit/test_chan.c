@@ -18,7 +18,7 @@
 #include <unistd.h>
 #include "mk/chan.h"
 #include "mk/stream.h"
-#include "../../src/stream/chan_impl.h"
+#include "stream/chan_impl.h"
 
 /* The frames the writer sends: sizes around the bound, an empty one, a
  * compressible one (zstd), each also as an INPT chunk (which a channel

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "mk/config.h"
+#include "config/config.h"
 
 /* ------------------------------------------------------------- helpers */
 

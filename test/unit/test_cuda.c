@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "mk/cuda.h"
+#include "cuda/cuda.h"
 #include "mk/device.h"
 #include "mk/method.h"
 #include "mk/tensors.h"

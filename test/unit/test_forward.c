@@ -32,11 +32,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <cmocka.h>
-#include "mk/cuda.h"
+#include "cuda/cuda.h"
 #include "mk/forward.h"
-#include "mk/fsutil.h"
-#include "mk/safetensors.h"
-#include "../../src/forward/forward_impl.h"
+#include "core/fsutil.h"
+#include "io/safetensors.h"
+#include "forward/forward_impl.h"
 
 #define TOL 1e-5
 

@@ -8,7 +8,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/hash.h"
+#include "core/hash.h"
 
 /* Exported by hash.c for this test; not in hash.h. */
 

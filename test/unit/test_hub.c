@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/hub.h"
+#include "hub/hub.h"
 
 #define C40 "0123456789abcdef0123456789abcdef01234567"
 #define S64 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"

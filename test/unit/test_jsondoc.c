@@ -9,7 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
-#include "mk/jsondoc.h"
+#include "core/jsondoc.h"
 
 static struct mk_jsondoc *parse_ok(const char *s)
 {

@@ -25,7 +25,7 @@
 #include <string.h>
 #include "mk/method.h"
 #include "method_harness.h"
-#include "../../src/methods/geom.h"
+#include "methods/geom.h"
 
 
 /* ------------------------------------------------------------ fixtures */

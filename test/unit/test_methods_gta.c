@@ -23,8 +23,8 @@
 #include "mk/device.h"
 #include "mk/method.h"
 #include "method_harness.h"
-#include "../../src/methods/gta.h"
-#include "../../src/methods/rng.h"
+#include "methods/gta.h"
+#include "methods/rng.h"
 
 /* ------------------------------------------------------------ fixtures */
 

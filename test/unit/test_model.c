@@ -14,7 +14,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "mk/model.h"
+#include "io/model.h"
 
 static char tmp[] = "/tmp/mk-test-model-XXXXXX";
 

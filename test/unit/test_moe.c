@@ -10,7 +10,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/moe.h"
+#include "moe/moe.h"
 
 static struct mk_moe_config *parse(const char *y, struct mk_err *err)
 {

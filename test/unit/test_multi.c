@@ -11,10 +11,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "mk/fetch.h"
-#include "mk/manifest.h"
-#include "mk/multi.h"
-#include "mk/plan.h"
+#include "fetch/fetch.h"
+#include "stream/manifest.h"
+#include "multi/multi.h"
+#include "stream/job.h"
 
 static struct mk_multi *parse_ok(const char *text, const char *out)
 {

@@ -14,8 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "mk/planner.h"
-#include "mk/safetensors.h"
+#include "planner/planner.h"
+#include "io/safetensors.h"
 
 static char dir[] = "/tmp/mk-test-raw-XXXXXX";
 static char path[3][256];

@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-#include "../../src/core/pool.h"
+#include "core/pool.h"
 
 #define MAXT 2000
 #define MAXS 64

@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include "mk/reader.h"
-#include "../../src/io/reader_impl.h"
+#include "io/reader.h"
+#include "io/reader_impl.h"
 
 static char tmpdir[256];
 

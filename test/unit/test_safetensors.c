@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "mk/hash.h"
-#include "mk/safetensors.h"
+#include "core/hash.h"
+#include "io/safetensors.h"
 
 /* ---- helpers ---- */
 

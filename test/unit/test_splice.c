@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "mk/fsutil.h"
+#include "core/fsutil.h"
 #include "mk/stream.h"
 
 #define NDATA (3u * 4096 + 123)   /* BF16 elements: not a whole page */

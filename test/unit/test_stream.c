@@ -16,9 +16,9 @@
 #include <unistd.h>
 #include <jansson.h>
 #include <zstd.h>
-#include "mk/hash.h"
-#include "mk/manifest.h"
-#include "mk/plan.h"
+#include "core/hash.h"
+#include "stream/manifest.h"
+#include "stream/job.h"
 #include "mk/stream.h"
 
 #if defined(__SANITIZE_ADDRESS__)

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "mk/safetensors.h"
+#include "io/safetensors.h"
 #include "mk/tensors.h"
 
 static struct mk_tensor f32(unsigned rows, unsigned cols, float *data)

@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "mk/safetensors.h"
-#include "mk/torchbin.h"
+#include "io/safetensors.h"
+#include "io/torchbin.h"
 
 static uint64_t rng = 88172645463325252ull;
 static uint64_t rnd(uint64_t n)

@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/jsondoc.h"
-#include "mk/vocab.h"
+#include "core/jsondoc.h"
+#include "tokenizer/vocab.h"
 
 #define ADDED "\"added_tokens\": [{\"id\": 0, \"content\": \"<unk>\", \"single_word\": false, \"lstrip\": false, " \
 	      "\"rstrip\": false, \"normalized\": false, \"special\": true}, {\"id\": 5, \"content\": \"<|im_start|>\", " \

@@ -26,7 +26,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "mk/err.h"
-#include "mk/safetensors.h"
+#include "io/safetensors.h"
 
 /* Open a torch.save zip file.  Free the result with mk_st_file_free. */
 int mk_torchbin_open(const char *path, struct mk_st_file **out, struct mk_err *err);

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "mk/fsutil.h"
-#include "mk/safetensors.h"
+#include "core/fsutil.h"
+#include "io/safetensors.h"
 #include "mk/tensors.h"
 
 struct pv_entry {

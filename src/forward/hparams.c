@@ -1,4 +1,4 @@
-/* config.c - what the forward pass takes from config.json: the shapes,
+/* hparams.c - what the forward pass takes from config.json: the shapes,
  * the family's options and the rotary embedding's parameters, with the
  * defaults transformers' configuration classes give when a key is absent
  * (or null), and the rotary inverse frequencies as transformers 5 computes

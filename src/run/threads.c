@@ -1,4 +1,4 @@
-/* run.c - a whole merge in one process: the stages' library calls on
+/* threads.c - a whole merge in one process: the stages' library calls on
  * threads joined by in-memory channels (run.h). */
 #include <errno.h>
 #include <fcntl.h>
@@ -9,15 +9,15 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
-#include "mk/budget.h"
-#include "mk/card.h"
+#include "core/budget.h"
+#include "card/card.h"
 #include "mk/chan.h"
-#include "mk/cuda.h"
-#include "mk/fetch.h"
-#include "mk/fsutil.h"
-#include "mk/merge.h"
-#include "mk/pack.h"
-#include "mk/planner.h"
+#include "cuda/cuda.h"
+#include "fetch/fetch.h"
+#include "core/fsutil.h"
+#include "merge/merge.h"
+#include "pack/pack.h"
+#include "planner/planner.h"
 #include "mk/run.h"
 
 #define CONFIG_MAX (64u << 20)

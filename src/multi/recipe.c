@@ -1,4 +1,4 @@
-/* multi.c - mk-multi's recipes: multi-document YAML, names, dependencies,
+/* recipe.c - mk-multi's recipes: multi-document YAML, names, dependencies,
  * the order of the steps (multi.h). */
 #include <errno.h>
 #include <stdarg.h>
@@ -7,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <yaml.h>
-#include "mk/multi.h"
+#include "multi/multi.h"
 
 /* ------------------------------------------------------------ diagnostics */
 

@@ -1,4 +1,4 @@
-/* run.c - mk-multi's steps run in order: one by one (mk_run_merge), or
+/* multi.c - mk-multi's steps run in order: one by one (mk_run_merge), or
  * a chain of steps streamed into the ones that read them, run at once
  * (mk_run_steps), each planned against a description of the merges it
  * reads (multi.h). */
@@ -10,13 +10,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "mk/fetch.h"
-#include "mk/fsutil.h"
-#include "mk/manifest.h"
-#include "mk/multi.h"
-#include "mk/plan.h"
-#include "mk/planner.h"
-#include "mk/safetensors.h"
+#include "fetch/fetch.h"
+#include "core/fsutil.h"
+#include "stream/manifest.h"
+#include "multi/multi.h"
+#include "stream/job.h"
+#include "planner/planner.h"
+#include "io/safetensors.h"
 #include "mk/stream.h"
 
 static bool file_exists(const char *dir, const char *name)

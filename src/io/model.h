@@ -28,8 +28,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-#include "mk/hub.h"
-#include "mk/safetensors.h"
+#include "hub/hub.h"
+#include "io/safetensors.h"
 
 struct mk_model_tensor {
 	const struct mk_st_tensor *t; /* borrowed from shards[shard] */

@@ -8,7 +8,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include "mk/err.h"
-#include "mk/model.h"
+#include "io/model.h"
 
 struct mk_lora_ent {
 	char *target;                /* the base weight ("model.layers.0.self_attn.q_proj.weight") */

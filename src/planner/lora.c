@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <jansson.h>
-#include "mk/fsutil.h"
+#include "core/fsutil.h"
 #include "lora.h"
 
 #define PREFIX "base_model.model."

@@ -18,7 +18,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "mk/config.h"
+#include "config/config.h"
 #include "mk/dtype.h"
 #include "mk/err.h"
 

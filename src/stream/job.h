@@ -1,4 +1,4 @@
-/* plan.h - JOB frames: one plan job each (see mk-stream(5)), decoded into
+/* job.h - JOB frames: one plan job each (see mk-stream(5)), decoded into
  * struct mk_plan_job and encoded from it; no stage reads JOB JSON by key.
  *
  * A job makes one output tensor (manifest index `output`) from `ninputs`
@@ -17,15 +17,15 @@
  * are not merged but must be equal, input 0 is the output.  Keys a reader
  * does not know are kept (extra) and passed on.
  */
-#ifndef MK_PLAN_H
-#define MK_PLAN_H
+#ifndef MK_STREAM_JOB_H
+#define MK_STREAM_JOB_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "mk/dtype.h"
 #include "mk/err.h"
-#include "mk/manifest.h"
+#include "stream/manifest.h"
 #include "mk/method.h"
 
 struct mk_plan_input {

@@ -1,4 +1,4 @@
-/* pool.c - mk-merge's buffer pool: buffers of finished jobs, kept for the
+/* buffers.c - mk-merge's buffer pool: buffers of finished jobs, kept for the
  * next ones (see struct pool in merge_impl.h). */
 #include <stdlib.h>
 #include "merge_impl.h"

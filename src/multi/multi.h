@@ -23,7 +23,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-#include "mk/config.h"
+#include "config/config.h"
 #include "mk/err.h"
 #include "mk/run.h"
 

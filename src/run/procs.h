@@ -1,4 +1,4 @@
-/* pipeline.h - run the mk stages as processes joined by pipes (mk-yaml).
+/* procs.h - run the mk stages as processes joined by pipes (mk-yaml).
  *
  * Stage i's standard output feeds stage i+1's standard input; the first
  * stage reads /dev/null, the last writes nothing to the pipe.  Standard
@@ -15,8 +15,8 @@
  * failed, which the runner reports, so the stage says nothing about that
  * input (the programs' cli_fail); the first stage runs without it.
  */
-#ifndef MK_PIPELINE_H
-#define MK_PIPELINE_H
+#ifndef MK_RUN_PROCS_H
+#define MK_RUN_PROCS_H
 
 #include <stddef.h>
 #include "mk/err.h"

@@ -1,4 +1,4 @@
-/* pipeline.c - run stages as processes joined by pipes. */
+/* procs.c - run stages as processes joined by pipes. */
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
@@ -9,8 +9,8 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include "mk/fsutil.h"
-#include "mk/pipeline.h"
+#include "core/fsutil.h"
+#include "run/procs.h"
 
 int mk_pipeline_run(const struct mk_stage *st, size_t n, const char *partial, struct mk_err *err)
 {

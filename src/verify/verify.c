@@ -5,14 +5,14 @@
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
-#include "mk/fsutil.h"
-#include "mk/manifest.h"
-#include "mk/merge.h"
-#include "mk/pack.h"
-#include "mk/plan.h"
-#include "mk/fsutil.h"
+#include "core/fsutil.h"
+#include "stream/manifest.h"
+#include "merge/merge.h"
+#include "pack/pack.h"
+#include "stream/job.h"
+#include "core/fsutil.h"
 #include "mk/stream.h"
-#include "mk/verify.h"
+#include "verify/verify.h"
 
 struct vs {
 	const struct mk_manifest *head;

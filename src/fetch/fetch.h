@@ -12,8 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "mk/err.h"
-#include "mk/model.h"
-#include "mk/reader.h"
+#include "io/model.h"
+#include "io/reader.h"
 
 struct mk_stream_writer;
 

@@ -1,10 +1,10 @@
-/* config.c - mk-moe's configuration: parse (libyaml) and pre-checks. */
+/* recipe.c - mk-moe's configuration: parse (libyaml) and pre-checks. */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <yaml.h>
-#include "mk/moe.h"
-#include "mk/sbuf.h"
+#include "moe/moe.h"
+#include "core/sbuf.h"
 
 static const char *const gate_names[] = {
 	[MK_MOE_GATE_HIDDEN] = "hidden",           [MK_MOE_GATE_HIDDEN_LAST] = "hidden_last",

@@ -1,4 +1,4 @@
-/* vocab.c - mk-merge's vocabulary jobs: each input's rows aligned to the
+/* vocab_rows.c - mk-merge's vocabulary jobs: each input's rows aligned to the
  * merged vocabulary before the method sees them.  A range of such a job
  * (mk-fetch cuts them so) has one fill and every input wholly there or
  * not; the inputs a token is missing from, or all under `force`, take

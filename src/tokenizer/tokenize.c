@@ -1,4 +1,4 @@
-/* encode.c - the tokenizer.json encoder (see tokenize.h): added tokens
+/* tokenize.c - the tokenizer.json encoder (see tokenize.h): added tokens
  * split out, normalizers, pre-tokenizers, BPE, post-processor, in the
  * order and with the rules of the `tokenizers` package. */
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -12,11 +12,11 @@
 #include <unicode/uchar.h>
 #include <unicode/unorm2.h>
 #include <unicode/ustring.h>
-#include "mk/fsutil.h"
-#include "mk/jsondoc.h"
-#include "mk/sbuf.h"
+#include "core/fsutil.h"
+#include "core/jsondoc.h"
+#include "core/sbuf.h"
 #include "mk/tokenize.h"
-#include "mk/vocab.h"
+#include "tokenizer/vocab.h"
 
 #define TOK_FILE_MAX ((size_t)1 << 30)
 
