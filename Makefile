@@ -68,7 +68,9 @@ LIBMK     := $(BUILD)/libmk.a
 MK_SONAME := libmk.so.$(MK_SOVERSION)
 MK_SOFILE := libmk.so.$(VERSION)
 LIBMK_SO  := $(if $(SAN),,$(BUILD)/$(MK_SOFILE))
-LIB_CFLAGS := -fPIC -fno-semantic-interposition
+# -fvisibility=hidden: only what include/mk declares MK_API is exported
+# (test/cli/api.sh holds the two sets equal).
+LIB_CFLAGS := -fPIC -fno-semantic-interposition -fvisibility=hidden
 
 CMD_SRC   := $(sort $(wildcard cmd/mk-*.c))
 CMDS      := $(CMD_SRC:cmd/%.c=$(BUILD)/bin/%)
@@ -134,7 +136,7 @@ $(SPM_SO): $(LIB_CXX) src/tokenizer/vocab_impl.h
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  NVCC    $<")
-	$(Q)$(NVCC) $(NVCCFLAGS) -Iinclude -Isrc -DMK_HAVE_CUDA -Xcompiler -fPIC -MMD -MP -c -o $@ $<
+	$(Q)$(NVCC) $(NVCCFLAGS) -Iinclude -Isrc -DMK_HAVE_CUDA -Xcompiler -fPIC,-fvisibility=hidden -MMD -MP -c -o $@ $<
 
 $(LIBMK): $(LIB_OBJ)
 	@$(if $(Q),echo "  AR      $@")
@@ -148,8 +150,9 @@ $(BUILD)/$(MK_SOFILE): $(LIB_OBJ) Makefile
 	$(Q)$(CC) -shared -Wl,-soname,$(MK_SONAME) -Wl,-z,defs -Wl,-z,nodelete $(LDFLAGS) -o $@ $(LIB_OBJ) $(LIBS)
 	$(Q)ln -sf $(MK_SOFILE) $(BUILD)/$(MK_SONAME) && ln -sf $(MK_SONAME) $(BUILD)/libmk.so
 
-# Programs carry all of libmk and export it (-rdynamic), so that plugins
-# (shared objects with merge methods) can call any libmk function.
+# Programs carry all of libmk and export its public API (-rdynamic: the
+# MK_API calls of include/mk, as libmk.so does), so that plugins (shared
+# objects with merge methods) can call them.
 $(BUILD)/bin/%: $(BUILD)/cmd/%.o $(CLI_OBJ) $(LIBMK)
 	@mkdir -p $(@D)
 	@$(if $(Q),echo "  LD      $@")

@@ -20,6 +20,7 @@
 #include "mk/plugin.h"
 #include "mk/run.h"
 #include "core/fsutil.h"
+#include "core/text.h"
 
 const char *cli_prog = "mk";
 int cli_verbose = 2;

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "mk/err.h"
+#include "core/text.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 

@@ -12,6 +12,7 @@
 #include "mk/plugin.h"
 #include "mk/stream.h"
 #include "verify/verify.h"
+#include "core/text.h"
 
 static void usage(void)
 {

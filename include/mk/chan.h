@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "mk/api.h"
 #include "mk/err.h"
 
 struct mk_chan;
@@ -29,18 +30,18 @@ struct mk_chan;
 /* A channel of `cap` bytes (0: MK_CHAN_DEFAULT_CAP); fd[0] writes it,
  * fd[1] reads it. */
 #define MK_CHAN_DEFAULT_CAP (8u << 20)
-int mk_chan_open(struct mk_chan **out, size_t cap, int fd[2], struct mk_err *err);
+MK_API int mk_chan_open(struct mk_chan **out, size_t cap, int fd[2], struct mk_err *err);
 /* The writer is done: the reader sees the stream end after what is
  * queued (as after a socket's shutdown by its writer). */
-void mk_chan_close_write(struct mk_chan *c);
+MK_API void mk_chan_close_write(struct mk_chan *c);
 /* The reader is done, or the run stops: what is queued is dropped, the
  * reader sees the stream end at once and the writer's next write fails
  * with EPIPE.  Either close may come from any thread, more than once. */
-void mk_chan_close_read(struct mk_chan *c);
+MK_API void mk_chan_close_read(struct mk_chan *c);
 /* The most bytes the queue held at once. */
-size_t mk_chan_peak(const struct mk_chan *c);
+MK_API size_t mk_chan_peak(const struct mk_chan *c);
 /* Close the descriptors and free the channel (neither end in use). */
-void mk_chan_free(struct mk_chan *c);
+MK_API void mk_chan_free(struct mk_chan *c);
 
 /* The statistics passes an in-process mk-merge will not read, for the
  * mk-fetch writing its stream (mk_fetch_opts.skip, mk_merge_opts.skip).
@@ -56,10 +57,10 @@ void mk_chan_free(struct mk_chan *c);
  * ends early only when it is marked here for its job.  Across processes
  * there is no such board: every planned pass is sent. */
 struct mk_chan_skip;
-int mk_chan_skip_new(struct mk_chan_skip **out, struct mk_err *err);
-void mk_chan_skip_free(struct mk_chan_skip *s);
+MK_API int mk_chan_skip_new(struct mk_chan_skip **out, struct mk_err *err);
+MK_API void mk_chan_skip_free(struct mk_chan_skip *s);
 /* false: not marked (a pass from 32 on) */
-bool mk_chan_skip_mark(struct mk_chan_skip *s, uint32_t job, unsigned pass);
-bool mk_chan_skip_test(const struct mk_chan_skip *s, uint32_t job, unsigned pass);
+MK_API bool mk_chan_skip_mark(struct mk_chan_skip *s, uint32_t job, unsigned pass);
+MK_API bool mk_chan_skip_test(const struct mk_chan_skip *s, uint32_t job, unsigned pass);
 
 #endif

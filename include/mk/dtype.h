@@ -13,6 +13,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "mk/api.h"
+#include "mk/err.h"
 
 enum mk_dtype {
 	MK_DT_BOOL,
@@ -41,28 +43,28 @@ enum mk_dtype {
 };
 
 /* The safetensors name ("BF16"), or NULL for an invalid value. */
-const char *mk_dtype_name(enum mk_dtype dt);
+MK_API const char *mk_dtype_name(enum mk_dtype dt);
 
 /* Look a safetensors name up (exact, case-sensitive).  Returns 0 and sets
  * *out, or -1 when the name is not a safetensors dtype. */
-int mk_dtype_from_name(const char *name, enum mk_dtype *out);
+MK_API int mk_dtype_from_name(const char *name, enum mk_dtype *out);
 
 /* Bits per element (4, 6, 8, 16, 32 or 64). */
-unsigned mk_dtype_bits(enum mk_dtype dt);
+MK_API unsigned mk_dtype_bits(enum mk_dtype dt);
 
 /* True for F16, BF16, F32, F64 and the F8 variants: the types mk can
  * convert and compute with. */
-bool mk_dtype_is_float(enum mk_dtype dt);
+MK_API bool mk_dtype_is_float(enum mk_dtype dt);
 
 /* Byte size of `nelem` elements.  Returns 0 and sets *out, or -1 when
  * nelem * bits overflows 64 bits or is not a whole number of bytes (the
  * reference's MisalignedSlice rule for sub-byte types). */
-int mk_dtype_nbytes(enum mk_dtype dt, uint64_t nelem, uint64_t *out);
+MK_API int mk_dtype_nbytes(enum mk_dtype dt, uint64_t nelem, uint64_t *out);
 
 /* Smallest number of elements that spans a whole number of bytes:
  * 1 for byte-sized types, 2 for F4, 4 for F6.  Chunk boundaries inside a
  * tensor are multiples of this. */
-unsigned mk_dtype_elem_granule(enum mk_dtype dt);
+MK_API unsigned mk_dtype_elem_granule(enum mk_dtype dt);
 
 /* ---- tensor descriptors ----
  * What a tensor is, without its data: element type and shape (dim 0 is
@@ -78,33 +80,33 @@ struct mk_tensor_desc {
 
 /* Elements of a shape (1 for ndim 0).  Returns 0 and sets *out, or -1
  * when the product overflows 64 bits or ndim > MK_MAX_DIMS. */
-int mk_shape_nelem(unsigned ndim, const uint64_t *shape, uint64_t *out);
+MK_API int mk_shape_nelem(unsigned ndim, const uint64_t *shape, uint64_t *out);
 /* The product of dims, for a shape already checked (mk_shape_nelem, or a
  * descriptor the stream's decoders or the safetensors reader produced). */
-uint64_t mk_shape_count(unsigned ndim, const uint64_t *shape);
-uint64_t mk_tensor_desc_count(const struct mk_tensor_desc *d);
+MK_API uint64_t mk_shape_count(unsigned ndim, const uint64_t *shape);
+MK_API uint64_t mk_tensor_desc_count(const struct mk_tensor_desc *d);
 /* Elements per dim-0 row: the product of dims 1.. (1 for ndim <= 1).
  * The caller has checked the shape with mk_shape_nelem. */
-uint64_t mk_shape_row_len(unsigned ndim, const uint64_t *shape);
+MK_API uint64_t mk_shape_row_len(unsigned ndim, const uint64_t *shape);
 /* The same for a descriptor; mk_tensor_desc_nbytes also checks that the
  * elements fill whole bytes (mk_dtype_nbytes). */
-int mk_tensor_desc_nelem(const struct mk_tensor_desc *d, uint64_t *out);
-int mk_tensor_desc_nbytes(const struct mk_tensor_desc *d, uint64_t *out);
+MK_API int mk_tensor_desc_nelem(const struct mk_tensor_desc *d, uint64_t *out);
+MK_API int mk_tensor_desc_nbytes(const struct mk_tensor_desc *d, uint64_t *out);
 /* Same dtype, rank and dims. */
-bool mk_tensor_desc_equal(const struct mk_tensor_desc *a, const struct mk_tensor_desc *b);
+MK_API bool mk_tensor_desc_equal(const struct mk_tensor_desc *a, const struct mk_tensor_desc *b);
 
 /* Elements of `n` (little-endian, dtype dt) that are NaN or infinite; 0
  * for the integer and boolean types and the 4- and 6-bit floats, which
  * have neither. */
-uint64_t mk_dtype_count_nonfinite(enum mk_dtype dt, const void *buf, uint64_t n);
+MK_API uint64_t mk_dtype_count_nonfinite(enum mk_dtype dt, const void *buf, uint64_t n);
 
 /* ---- scalar conversions (torch semantics: RNE, NaN kept NaN) ---- */
-float mk_bf16_to_f32(uint16_t h);
-uint16_t mk_f32_to_bf16(float f);
-float mk_f16_to_f32(uint16_t h);
-uint16_t mk_f32_to_f16(float f);
-float mk_f8_to_f32(enum mk_dtype dt, uint8_t v);        /* any F8 variant */
-uint8_t mk_f32_to_f8(enum mk_dtype dt, float f);        /* any F8 variant */
+MK_API float mk_bf16_to_f32(uint16_t h);
+MK_API uint16_t mk_f32_to_bf16(float f);
+MK_API float mk_f16_to_f32(uint16_t h);
+MK_API uint16_t mk_f32_to_f16(float f);
+MK_API float mk_f8_to_f32(enum mk_dtype dt, uint8_t v);        /* any F8 variant */
+MK_API uint8_t mk_f32_to_f8(enum mk_dtype dt, float f);        /* any F8 variant */
 
 /* Convert `n` elements between float dtypes (F64, F32, F16, BF16, F8_*).
  * Buffers are little-endian, may be unaligned, and must not overlap.
@@ -112,12 +114,19 @@ uint8_t mk_f32_to_f8(enum mk_dtype dt, float f);        /* any F8 variant */
  * intermediate as torch does (F64 -> F16/BF16/F8 goes through F32,
  * matching c10's casts).  Returns 0, or -1 when either type is not a
  * convertible float type. */
-int mk_dtype_convert(enum mk_dtype dst_dt, void *dst,
+MK_API int mk_dtype_convert(enum mk_dtype dst_dt, void *dst,
 		     enum mk_dtype src_dt, const void *src, size_t n);
 /* mk_dtype_convert, and add to *nonfinite how many of the n source
  * elements are NaN or infinite (mk_dtype_count_nonfinite's count), in the
  * same pass over them where there is a kernel for it (BF16 -> F32). */
-int mk_dtype_convert_count(enum mk_dtype dst_dt, void *dst, enum mk_dtype src_dt, const void *src, size_t n,
+MK_API int mk_dtype_convert_count(enum mk_dtype dst_dt, void *dst, enum mk_dtype src_dt, const void *src, size_t n,
 			   uint64_t *nonfinite);
+
+/* A dtype name: bfloat16, float16, float32, int64 (mergekit's), each
+ * optionally "torch."-prefixed, and the extensions float64, bf16, fp16,
+ * fp32.  Returns 0 and fills *dt / *canonical (either may be NULL), or
+ * -MK_EINVAL with the accepted list in the message. */
+MK_API int mk_config_dtype_parse(const char *name, enum mk_dtype *dt,
+			  const char **canonical, struct mk_err *err);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include "mk/api.h"
 
 enum mk_errcode {
 	MK_OK = 0,
@@ -34,44 +35,23 @@ struct mk_err {
 };
 
 /* Clear an error record (code 0, empty message).  NULL is allowed. */
-void mk_err_clear(struct mk_err *err);
+MK_API void mk_err_clear(struct mk_err *err);
 
 /* Fill `err` (if not NULL) with `code` and a printf-style message.
  * Returns -code so callers can write `return mk_err_set(err, ...)`. */
-int mk_err_set(struct mk_err *err, int code, const char *fmt, ...)
+MK_API int mk_err_set(struct mk_err *err, int code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 /* Like mk_err_set, appending ": strerror(errnum)". */
-int mk_err_sys(struct mk_err *err, int errnum, const char *fmt, ...)
+MK_API int mk_err_sys(struct mk_err *err, int errnum, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
 /* Prepend context ("file 'x': ") to an already-set message.  Returns the
  * record's negative code (or -MK_EIO if the record was clear). */
-int mk_err_prefix(struct mk_err *err, const char *fmt, ...)
+MK_API int mk_err_prefix(struct mk_err *err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
 /* A short name for a code ("format error", ...). */
-const char *mk_err_name(int code);
-
-/* ------------------------------------------------------------ printable names */
-
-/* Whether len bytes of s are printable UTF-8: well-formed (no overlong
- * forms, surrogates or code points past U+10FFFF) and without control
- * characters (U+0000-U+001F, U+007F-U+009F). */
-bool mk_text_printable(const char *s, size_t len);
-
-/* A name (tensor, path, file) as it is safe to print: s when it is
- * printable (mk_text_printable), else a copy in buf where every control
- * character and every byte that is not UTF-8 is written as \n, \r, \t
- * or \xHH, cut at a character to fit `size` ("..." marks a cut).
- * len (size_t)-1: s is NUL-terminated, and returned as is when printable;
- * otherwise len bytes of s (NULs included) are always copied into buf.
- * Returns s or buf, NUL-terminated ("(null)" for s NULL). */
-const char *mk_text_escape(const char *s, size_t len, char *buf, size_t size);
-
-/* Abort on a broken internal invariant (never on bad input). */
-#define MK_BUG(...) mk_bug(__FILE__, __LINE__, __VA_ARGS__)
-void mk_bug(const char *file, int line, const char *fmt, ...)
-	__attribute__((noreturn, format(printf, 3, 4)));
+MK_API const char *mk_err_name(int code);
 
 #endif

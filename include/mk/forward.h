@@ -64,6 +64,7 @@
 #define MK_FORWARD_H
 #include <stddef.h>
 #include <stdint.h>
+#include "mk/api.h"
 #include "mk/err.h"
 
 struct mk_forward;
@@ -97,10 +98,10 @@ struct mk_forward_info {
 /* Open a model (a reference as mk_model_open takes: a directory or a Hub
  * name in the cache) and read its config.json; no weight is read yet.
  * opts may be NULL.  Free with mk_forward_close. */
-int mk_forward_open(const char *ref, const struct mk_forward_opts *opts, struct mk_forward **out,
+MK_API int mk_forward_open(const char *ref, const struct mk_forward_opts *opts, struct mk_forward **out,
 		    struct mk_err *err);
-void mk_forward_close(struct mk_forward *f);
-void mk_forward_info(const struct mk_forward *f, struct mk_forward_info *out);
+MK_API void mk_forward_close(struct mk_forward *f);
+MK_API void mk_forward_info(const struct mk_forward *f, struct mk_forward_info *out);
 
 /* Called once per hidden state, index 0..layers in order: hidden holds
  * [nseq][len][hidden] floats, valid during the call.  A nonzero return
@@ -110,13 +111,13 @@ typedef int (*mk_forward_fn)(void *ctx, size_t index, const float *hidden, size_
 
 /* Run the batch: ids and mask are [nseq][len], row-major (mask may be
  * NULL).  A token id outside the vocabulary is MK_EINVAL. */
-int mk_forward_run(struct mk_forward *f, const int64_t *ids, const int64_t *mask, size_t nseq, size_t len,
+MK_API int mk_forward_run(struct mk_forward *f, const int64_t *ids, const int64_t *mask, size_t nseq, size_t len,
 		   mk_forward_fn fn, void *ctx, struct mk_err *err);
 
 /* The most weight bytes (float32) the runs so far held at once. */
-uint64_t mk_forward_peak_weights(const struct mk_forward *f);
+MK_API uint64_t mk_forward_peak_weights(const struct mk_forward *f);
 /* What a run of nseq x len needs at most (the bound max_memory is
  * checked against). */
-uint64_t mk_forward_need(const struct mk_forward *f, size_t nseq, size_t len);
+MK_API uint64_t mk_forward_need(const struct mk_forward *f, size_t nseq, size_t len);
 
 #endif

@@ -62,6 +62,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "mk/api.h"
 #include "mk/dtype.h"
 #include "mk/err.h"
 
@@ -347,22 +348,22 @@ struct mk_method {
  * bounds, REQUIRED with a default), and (MK_EEXIST) a name already
  * registered.  The struct is borrowed and must outlive the process's use
  * of the registry.  Not thread-safe: call before starting threads. */
-int mk_method_register(const struct mk_method *m, struct mk_err *err);
+MK_API int mk_method_register(const struct mk_method *m, struct mk_err *err);
 /* The method with this exact name, or NULL. */
-const struct mk_method *mk_method_find(const char *name);
+MK_API const struct mk_method *mk_method_find(const char *name);
 /* Iterate: methods in registration order (built-ins first). */
-size_t mk_method_count(void);
-const struct mk_method *mk_method_at(size_t i);
+MK_API size_t mk_method_count(void);
+MK_API const struct mk_method *mk_method_at(size_t i);
 /* The registered name closest to `name` by edit distance (case-insensitive,
  * mk_edit_distance) when it is close enough to be a likely typo (distance <=
  * max(1, strlen(name) / 3)), else NULL.  For "did you mean ...?". */
-const char *mk_method_closest(const char *name);
+MK_API const char *mk_method_closest(const char *name);
 /* The method by name, or MK_ENOENT naming the closest name. */
-int mk_method_lookup(const char *name, const struct mk_method **out,
+MK_API int mk_method_lookup(const char *name, const struct mk_method **out,
 		     struct mk_err *err);
 
 /* Index of a parameter in m->params, or -1. */
-int mk_method_param_index(const struct mk_method *m, const char *name);
+MK_API int mk_method_param_index(const struct mk_method *m, const char *name);
 
 /* ------------------------------------------------------ planning and jobs */
 
@@ -372,13 +373,13 @@ int mk_method_param_index(const struct mk_method *m, const char *name);
  * check) receive the resolved values; used[ninputs] (may be NULL) the
  * inputs the kernel reads.  Errors name the method, the tensor, the
  * parameter and the input (its label when given). */
-int mk_method_plan(const struct mk_method *m, const struct mk_job_desc *d,
+MK_API int mk_method_plan(const struct mk_method *m, const struct mk_job_desc *d,
 		   struct mk_plan_out *po, struct mk_pval *global_out,
 		   struct mk_pval *input_out, bool *used, struct mk_err *err);
 
 /* Only the parameter checks of mk_method_plan (resolving into the
  * optional output arrays). */
-int mk_method_check_params(const struct mk_method *m, const struct mk_job_desc *d,
+MK_API int mk_method_check_params(const struct mk_method *m, const struct mk_job_desc *d,
 			   struct mk_pval *global_out, struct mk_pval *input_out,
 			   struct mk_err *err);
 
@@ -386,17 +387,17 @@ int mk_method_check_params(const struct mk_method *m, const struct mk_job_desc *
  * dtype).  The job keeps pointers into d (tensor, in, labels), which
  * must stay valid until mk_job_release.  On error nothing needs
  * releasing. */
-int mk_job_init(struct mk_job *job, const struct mk_method *m,
+MK_API int mk_job_init(struct mk_job *job, const struct mk_method *m,
 		const struct mk_job_desc *d, enum mk_dtype out_dtype,
 		struct mk_err *err);
 /* Statistics pass `pass` (passes in order, chunks in increasing
  * contiguous element order, each pass covering all elements once, or up
  * to where mk_job_wants turns false). */
-int mk_job_accumulate(struct mk_job *job, unsigned pass,
+MK_API int mk_job_accumulate(struct mk_job *job, unsigned pass,
 		      const struct mk_job_chunk *c, struct mk_err *err);
 /* End statistics pass `pass`: every element passed, or fewer once
  * mk_job_wants said false. */
-int mk_job_finish(struct mk_job *job, unsigned pass, struct mk_err *err);
+MK_API int mk_job_finish(struct mk_job *job, unsigned pass, struct mk_err *err);
 /* Whether the statistics pass in progress still reads its inputs: false
  * once the kernel has what it gathers (a selection's cut found, or found
  * by the pass before).  The caller may then pass the rest of the pass's
@@ -404,17 +405,17 @@ int mk_job_finish(struct mk_job *job, unsigned pass, struct mk_err *err);
  * counted, not read), or none of them: mk_job_finish then takes the pass
  * as it is (mk-yaml's fetch stage sends no more of it).  The output does
  * not depend on which. */
-bool mk_job_wants(const struct mk_job *job);
+MK_API bool mk_job_wants(const struct mk_job *job);
 /* Output for c's elements into out (c->count elements of job->compute);
  * all passes must be finished. */
-int mk_job_apply(struct mk_job *job, const struct mk_job_chunk *c, void *out,
+MK_API int mk_job_apply(struct mk_job *job, const struct mk_job_chunk *c, void *out,
 		 struct mk_err *err);
 /* Free the job's state and resolved values; the struct may be reused.
  * Safe on a zeroed or already released job. */
-void mk_job_release(struct mk_job *job);
+MK_API void mk_job_release(struct mk_job *job);
 
 /* Run the batch kernel (MK_EUNSUPPORTED if the method has none). */
-int mk_method_batch(const struct mk_method *m, const struct mk_batch *b,
+MK_API int mk_method_batch(const struct mk_method *m, const struct mk_batch *b,
 		    struct mk_err *err);
 
 /* ---------------------------------------------------- helpers for methods */
@@ -424,7 +425,7 @@ static inline const struct mk_pval *mk_job_param(const struct mk_job *job, size_
 {
 	return &job->global[p];
 }
-const struct mk_pval *mk_job_input_param(const struct mk_job *job, size_t i, size_t p);
+MK_API const struct mk_pval *mk_job_input_param(const struct mk_job *job, size_t i, size_t p);
 
 /* The compute dtype torch would use for these input dtypes: F64 when
  * any is F64, else F32 (mk rounds once to the output dtype: mk-compat(7)). */
@@ -440,7 +441,7 @@ enum mk_dtype mk_promote_dtypes(size_t n, const enum mk_dtype *dts);
  * otherwise the inputs must all have one shape.  Returns 0 and sets
  * *out_desc's ndim/shape, or MK_EMISMATCH ("tensor size mismatch ...")
  * naming the tensor and both shapes. */
-int mk_rectify_shapes(const struct mk_method *m, const struct mk_job_desc *d,
+MK_API int mk_rectify_shapes(const struct mk_method *m, const struct mk_job_desc *d,
 		      const bool *used, struct mk_tensor_desc *out_desc,
 		      bool *rectified, struct mk_err *err);
 
@@ -478,48 +479,23 @@ static inline double mk_fsum_value(const struct mk_fsum *s)
  * each product exact in float64.  The same bits as adding the terms in
  * element order as above; whole blocks go several at once (each block's
  * additions are a chain, so one block at a time waits on their latency). */
-void mk_fsum_dots(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const float *x, const float *y);
+MK_API void mk_fsum_dots(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const float *x, const float *y);
 /* The same sums of float64 vectors, a block run at a time. */
-void mk_fsum_dots_f64(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const double *x, const double *y);
+MK_API void mk_fsum_dots_f64(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const double *x, const double *y);
 /* mk_fsum_dots of BF16 vectors (widening is exact: the bits of
  * mk_fsum_dots on the widened values), the whole blocks split over up to
  * `threads` threads (at least 16 blocks each; 0: one).  0, or MK_ENOMEM. */
-int mk_fsum_dots_bf16(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const uint16_t *x, const uint16_t *y,
+MK_API int mk_fsum_dots_bf16(struct mk_fsum sum[3], uint64_t e0, uint64_t n, const uint16_t *x, const uint16_t *y,
 		      unsigned threads, struct mk_err *err);
 
 /* MK_EUNSUPPORTED naming the input unless every used input of d has a
  * float dtype mk computes with (mk_dtype_is_float). */
-int mk_require_float_inputs(const struct mk_method *m, const struct mk_job_desc *d,
+MK_API int mk_require_float_inputs(const struct mk_method *m, const struct mk_job_desc *d,
 			    const bool *used, struct mk_err *err);
 
 /* Edit distance, case-insensitive (ASCII): insertions, deletions,
  * substitutions and swaps of two neighbouring letters count 1 each
  * (optimal string alignment).  SIZE_MAX when out of memory. */
-size_t mk_edit_distance(const char *a, const char *b);
-
-/* ------------------------------------------------------------- built-ins */
-
-/* Each in src/methods/<name>.c; task_arithmetic, ties, dare_*, della* and
- * breadcrumbs* in gta.c. */
-extern const struct mk_method mk_method_linear;
-extern const struct mk_method mk_method_passthrough;
-extern const struct mk_method mk_method_slerp;
-extern const struct mk_method mk_method_task_arithmetic;
-extern const struct mk_method mk_method_nuslerp;
-extern const struct mk_method mk_method_multislerp;
-extern const struct mk_method mk_method_karcher;
-extern const struct mk_method mk_method_ties;
-extern const struct mk_method mk_method_dare_linear;
-extern const struct mk_method mk_method_dare_ties;
-extern const struct mk_method mk_method_della;
-extern const struct mk_method mk_method_della_linear;
-extern const struct mk_method mk_method_breadcrumbs;
-extern const struct mk_method mk_method_breadcrumbs_ties;
-extern const struct mk_method mk_method_model_stock;
-extern const struct mk_method mk_method_nearswap;
-extern const struct mk_method mk_method_arcee_fusion;
-extern const struct mk_method mk_method_sce;
-extern const struct mk_method mk_method_ram;
-extern const struct mk_method mk_method_ramplus_tl;
+MK_API size_t mk_edit_distance(const char *a, const char *b);
 
 #endif

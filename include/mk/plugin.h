@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "mk/api.h"
 #include "mk/err.h"
 #include "mk/method.h"
 
@@ -38,20 +39,20 @@ typedef int (*mk_plugin_init_fn)(uint32_t abi, const struct mk_method *const **m
  * (mk_plugin_elf_check).  What cannot be checked beforehand: a file that
  * passes runs its constructors at dlopen, before mk_plugin_init is asked
  * for the ABI; only load plugins you trust. */
-int mk_plugin_load(const char *path, struct mk_err *err);
+MK_API int mk_plugin_load(const char *path, struct mk_err *err);
 /* The ELF part of that check, on the file's bytes (label names it in
  * messages): a 64-bit little-endian ET_DYN object for this machine whose
  * dynamic symbol table defines the global function `symbol`. */
-int mk_plugin_elf_check(const uint8_t *buf, size_t n, const char *label, const char *symbol,
+MK_API int mk_plugin_elf_check(const uint8_t *buf, size_t n, const char *label, const char *symbol,
 			struct mk_err *err);
 /* Load every plugin of MK_PLUGIN_PATH (unset or empty: none). */
-int mk_plugin_load_env(struct mk_err *err);
+MK_API int mk_plugin_load_env(struct mk_err *err);
 /* Was this method registered from a plugin?  Its file, else NULL. */
-const char *mk_plugin_of(const struct mk_method *m);
+MK_API const char *mk_plugin_of(const struct mk_method *m);
 
 /* SHA-256 (hex, 65 bytes with the NUL) of a canonical text of the spec:
  * name, ABI, parameters (name, scope, type, flags, default, bounds),
  * contract, whole_tensor.  Changes when anything a plan relies on does. */
-void mk_method_spec_hash(const struct mk_method *m, char hex[65]);
+MK_API void mk_method_spec_hash(const struct mk_method *m, char hex[65]);
 
 #endif

@@ -21,9 +21,20 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "config/config.h"
+#include "mk/api.h"
+#include "mk/diag.h"
+#include "mk/dtype.h"
 #include "mk/err.h"
-#include "planner/planner.h"
+
+struct mk_config;
+
+/* mk-pytorch: what becomes of a tensor that some of the files lack. */
+enum mk_raw_missing {
+	MK_RAW_MISSING_ERROR,        /* an error naming the models that lack it */
+	MK_RAW_MISSING_SKIP,         /* left out (--tensor-intersection) */
+	MK_RAW_MISSING_MERGE,        /* merged from the files that have it
+					(--tensor-union) */
+};
 
 struct mk_run_opts {
 	/* the configuration: an already-parsed one (mk_config_parse; its
@@ -87,62 +98,24 @@ struct mk_run_stats {
 /* Run the merge.  Diagnostics of the configuration go to *d (the caller
  * frees them with mk_diags_free); a configuration with errors returns
  * -MK_EINVAL.  0 when OUT is complete. */
-int mk_run_merge(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err *err);
+MK_API int mk_run_merge(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err *err);
 
 /* The same for mk-pytorch(1): a merge of state-dict files without an
  * architecture (mk_plan_opts.raw), what becomes of a tensor some files
  * lack as `missing` says; no tokenizer, config.json or card is written
  * (no_copy_tokenizer and no_model_card do not matter). */
-int mk_run_state_dicts(const struct mk_run_opts *o, enum mk_raw_missing missing, struct mk_diags *d,
+MK_API int mk_run_state_dicts(const struct mk_run_opts *o, enum mk_raw_missing missing, struct mk_diags *d,
 		       struct mk_err *err);
 
 /* Plan the configuration without running it: 0 when it has no errors;
  * every diagnostic (errors and warnings, with their places) in *d. */
-int mk_validate_config(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err *err);
-
-/* ---- merges streamed into merges (mk-multi --no-intermediates) ----
- *
- * A step is a merge planned and not yet run.  A streamed step writes no
- * OUT: its merge's output (the tensors stream mk-pack would read) goes to
- * the fetch of a step that reads it as a model, through an in-memory
- * channel (mk/chan.h), and that fetch takes the model's tensors from it
- * (mk_fetch_opts.feed_fds) instead of from files.  The steps linked so
- * run at once, each with its own stages and its own budget
- * (o->max_memory; the caller divides the whole between them). */
-struct mk_run_step;
-
-/* Plan merge o as mk_run_merge does (OUT refused as it would be, unless
- * streamed), the models named alias_refs[k] opened from alias_dirs[k]
- * (mk_plan_opts).  o is copied; the strings it points to must outlive
- * the step. */
-int mk_run_step_plan(const struct mk_run_opts *o, bool streamed, const char *const *alias_refs,
-		     const char *const *alias_dirs, size_t naliases, struct mk_run_step **out, struct mk_diags *d,
-		     struct mk_err *err);
-/* The step's plan (its output manifest, files and jobs: mk_plan_write). */
-struct mk_plan;
-const struct mk_plan *mk_run_step_plan_of(const struct mk_run_step *s);
-void mk_run_step_free(struct mk_run_step *s);
-
-/* A link: steps[from]'s output is the model `ref` (as steps[to]'s plan's
- * model table names it) of steps[to]. */
-struct mk_run_link {
-	size_t from, to;
-	const char *ref;
-};
-
-/* Run n steps at once, joined by the links: every streamed step is the
- * `from` of exactly one link, every other step writes its OUT.  When one
- * fails the others see their streams end and stop (no OUT of theirs
- * appears); the error is that of the step that failed first (*failed:
- * its index), prefixed with its stage.  Each step is run once. */
-int mk_run_steps(struct mk_run_step *const *steps, size_t n, const struct mk_run_link *links, size_t nlinks,
-		 size_t *failed, struct mk_err *err);
+MK_API int mk_validate_config(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err *err);
 
 /* sizeof(struct mk_run_opts), for bindings that lay the struct out
  * themselves (the Python package checks its copy against it). */
-size_t mk_run_opts_size(void);
+MK_API size_t mk_run_opts_size(void);
 
 /* mk-merge's default worker threads: the online CPUs, 1 to 8. */
-unsigned mk_merge_default_threads(void);
+MK_API unsigned mk_merge_default_threads(void);
 
 #endif

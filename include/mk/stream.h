@@ -30,6 +30,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "mk/api.h"
 #include "mk/dtype.h"
 #include "mk/err.h"
 
@@ -67,13 +68,13 @@ struct mk_chunk {
 	size_t data_len;
 };
 
-void mk_chunk_encode(const struct mk_chunk *c, uint8_t out[MK_CHUNK_HDR]);
+MK_API void mk_chunk_encode(const struct mk_chunk *c, uint8_t out[MK_CHUNK_HDR]);
 /* Set row_begin and row_count to the dim-0 rows that elements
  * [elem_begin, elem_begin + elem_count) touch, in rows of row_len elements
  * (0 counts as 1).  Every producer and checker of chunks uses it. */
-void mk_chunk_set_rows(struct mk_chunk *c, uint64_t row_len);
+MK_API void mk_chunk_set_rows(struct mk_chunk *c, uint64_t row_len);
 /* Decode a DATA/INPT payload; checks data_len == bytes of elem_count. */
-int mk_chunk_decode(const uint8_t *payload, size_t len, struct mk_chunk *c,
+MK_API int mk_chunk_decode(const uint8_t *payload, size_t len, struct mk_chunk *c,
 		    struct mk_err *err);
 
 /* Check a decoded chunk against what it belongs to: a DATA chunk against
@@ -84,8 +85,8 @@ int mk_chunk_decode(const uint8_t *payload, size_t len, struct mk_chunk *c,
  * touch.  Messages name the tensor or job. */
 struct mk_manifest;
 struct mk_plan_job;
-int mk_chunk_check_data(const struct mk_manifest *head, const struct mk_chunk *c, struct mk_err *err);
-int mk_chunk_check_input(const struct mk_plan_job *j, const struct mk_chunk *c, struct mk_err *err);
+MK_API int mk_chunk_check_data(const struct mk_manifest *head, const struct mk_chunk *c, struct mk_err *err);
+MK_API int mk_chunk_check_input(const struct mk_plan_job *j, const struct mk_chunk *c, struct mk_err *err);
 
 /* ---- splitting a tensor into chunks over dim-0 rows ----
  * Rows are grouped so a chunk holds at most max_bytes; a row longer than
@@ -98,11 +99,11 @@ struct mk_chunker {
 	uint64_t next;        /* next flat element index */
 	bool split_rows;      /* rows longer than a chunk: stop at row ends */
 };
-int mk_chunker_init(struct mk_chunker *ck, enum mk_dtype dt, unsigned ndim,
+MK_API int mk_chunker_init(struct mk_chunker *ck, enum mk_dtype dt, unsigned ndim,
 		    const uint64_t *shape, size_t max_bytes, struct mk_err *err);
 /* Next chunk's range: returns 1 and sets the row/elem fields of *c,
  * 0 when done (a tensor with no elements yields no chunk). */
-int mk_chunker_next(struct mk_chunker *ck, struct mk_chunk *c);
+MK_API int mk_chunker_next(struct mk_chunker *ck, struct mk_chunk *c);
 
 /* ---- reading ---- */
 struct mk_frame {
@@ -151,23 +152,23 @@ struct mk_sr_bounds {
 			     the zstd window a piecewise frame may use */
 };
 struct mk_stream_reader;
-void mk_sr_set_bounds(struct mk_stream_reader *r, const struct mk_sr_bounds *b);
-void mk_sr_get_bounds(const struct mk_stream_reader *r, struct mk_sr_bounds *b);
+MK_API void mk_sr_set_bounds(struct mk_stream_reader *r, const struct mk_sr_bounds *b);
+MK_API void mk_sr_get_bounds(const struct mk_stream_reader *r, struct mk_sr_bounds *b);
 /* From a decoded HEAD: chunk from its chunk_bytes (unchanged when 0),
  * file = 8 + PATH_MAX + its largest announced file (no files: 8 +
  * PATH_MAX); memory is kept. */
-void mk_sr_bound_by_head(struct mk_stream_reader *r, const struct mk_manifest *m);
+MK_API void mk_sr_bound_by_head(struct mk_stream_reader *r, const struct mk_manifest *m);
 
 struct mk_stream_reader;
 /* Read and check the prelude from fd.  `label` names the stream in
  * messages ("stdin", a file name). */
-int mk_sr_open(struct mk_stream_reader **out, int fd, const char *label,
+MK_API int mk_sr_open(struct mk_stream_reader **out, int fd, const char *label,
 	       unsigned flags, struct mk_err *err);
 /* Next frame: 1 and *f (valid until the next call), 0 after the END
  * frame has been returned and checked.  Unknown critical types, bad
  * checksums, bad lengths, EOF before END, bytes after END and END counts
  * that disagree are errors naming the frame number. */
-int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f,
+MK_API int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f,
 	       struct mk_err *err);
 /* With MK_SR_PIECEWISE_FILE, mk_sr_next returns a FILE frame with only
  * its header checked (f->piecewise, payload and wire NULL: it cannot be
@@ -181,7 +182,7 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f,
  * past raw_len fails at the first byte over.  Bad checksums are errors
  * even with MK_SR_NO_VERIFY.  mk_sr_next called before the end drains
  * (and verifies) the rest. */
-int mk_sr_read_payload(struct mk_stream_reader *r, void *buf, size_t cap,
+MK_API int mk_sr_read_payload(struct mk_stream_reader *r, void *buf, size_t cap,
 		       size_t *got, struct mk_err *err);
 /* With MK_SR_PIECEWISE_FILE, the piecewise frame mk_sr_next returned,
  * as transmitted, for passing on (mk_sw_pass_pieces): its header first
@@ -190,7 +191,7 @@ int mk_sr_read_payload(struct mk_stream_reader *r, void *buf, size_t cap,
  * complete and its checksum matched (only now is it accepted; a caller
  * must not act on the bytes before).  Not mixed with mk_sr_read_payload
  * on one frame. */
-int mk_sr_read_wire(struct mk_stream_reader *r, void *buf, size_t cap,
+MK_API int mk_sr_read_wire(struct mk_stream_reader *r, void *buf, size_t cap,
 		    size_t *got, struct mk_err *err);
 /* With MK_SR_SPLICE_DATA, when the input is a pipe, mk_sr_next returns
  * an uncompressed DATA frame of at least MK_SPLICE_MIN data bytes
@@ -205,7 +206,7 @@ int mk_sr_read_wire(struct mk_stream_reader *r, void *buf, size_t cap,
  * on r.  An error leaves unverified bytes at [off, off + n) of out_fd,
  * which the caller must discard.  The memory bound applies to such a
  * frame as if it were read whole. */
-int mk_sr_splice_payload(struct mk_stream_reader *r, int out_fd, const char *out_label, uint64_t off,
+MK_API int mk_sr_splice_payload(struct mk_stream_reader *r, int out_fd, const char *out_label, uint64_t off,
 			 size_t n, const void **view, struct mk_err *err);
 /* Take the buffer that holds frame f, just returned by mk_sr_next(r) read
  * whole and not compressed (its payload lies in f->wire), in exchange for
@@ -214,7 +215,7 @@ int mk_sr_splice_payload(struct mk_stream_reader *r, int out_fd, const char *out
  * until it frees or trades it, and f's pointers are no longer valid.
  * False (a compressed or piecewise frame): nothing changes.  A caller
  * that keeps a payload past the next frame saves copying it. */
-bool mk_sr_trade(struct mk_stream_reader *r, const struct mk_frame *f, uint8_t **buf, size_t *cap);
+MK_API bool mk_sr_trade(struct mk_stream_reader *r, const struct mk_frame *f, uint8_t **buf, size_t *cap);
 /* Frame bytes kept past the reader's next call (mk_sr_keep). */
 struct mk_frame_keep {
 	void *map;
@@ -226,31 +227,31 @@ struct mk_frame_keep {
  * valid until mk_frame_keep_release(k), and the reader is done with them.
  * Else false, and *k is empty.  The lent frame's counterpart of
  * mk_sr_trade. */
-bool mk_sr_keep(struct mk_stream_reader *r, const struct mk_frame *f, struct mk_frame_keep *k);
+MK_API bool mk_sr_keep(struct mk_stream_reader *r, const struct mk_frame *f, struct mk_frame_keep *k);
 /* Unmap what k keeps, if anything; k is empty after. */
-void mk_frame_keep_release(struct mk_frame_keep *k);
-void mk_sr_free(struct mk_stream_reader *r);
+MK_API void mk_frame_keep_release(struct mk_frame_keep *k);
+MK_API void mk_sr_free(struct mk_stream_reader *r);
 /* Frames returned and bytes consumed so far (the prelude included). */
-void mk_sr_position(const struct mk_stream_reader *r, uint64_t *frames, uint64_t *bytes);
+MK_API void mk_sr_position(const struct mk_stream_reader *r, uint64_t *frames, uint64_t *bytes);
 /* Is `type` a frame type this version knows? */
-bool mk_frame_type_known(const char *type);
+MK_API bool mk_frame_type_known(const char *type);
 
 /* ---- writing ---- */
 struct mk_stream_writer;
 /* Write the prelude to fd.  compress_level 0 disables zstd; otherwise
  * every payload of at least 64 bytes is compressed at that level (kept
  * raw when compression does not shrink it). */
-int mk_sw_open(struct mk_stream_writer **out, int fd, int compress_level,
+MK_API int mk_sw_open(struct mk_stream_writer **out, int fd, int compress_level,
 	       struct mk_err *err);
 /* Write a frame whose payload is the concatenation of `n` pieces. */
-int mk_sw_frame(struct mk_stream_writer *w, const char *type,
+MK_API int mk_sw_frame(struct mk_stream_writer *w, const char *type,
 		const void *const *piece, const size_t *piece_len, size_t n,
 		struct mk_err *err);
 /* Convenience: one-piece payload. */
-int mk_sw_frame1(struct mk_stream_writer *w, const char *type,
+MK_API int mk_sw_frame1(struct mk_stream_writer *w, const char *type,
 		 const void *payload, size_t len, struct mk_err *err);
 /* A DATA/INPT frame from a chunk (sub-header + c->data). */
-int mk_sw_chunk(struct mk_stream_writer *w, const char *type,
+MK_API int mk_sw_chunk(struct mk_stream_writer *w, const char *type,
 		const struct mk_chunk *c, struct mk_err *err);
 /* mk_sw_chunk for a chunk whose data (c->data, c->data_len) are also
  * bytes [off, off + c->data_len) of the file src_fd: the same bytes on the
@@ -268,14 +269,14 @@ int mk_sw_chunk(struct mk_stream_writer *w, const char *type,
  * lends it (mk_sr_keep); the bytes are the file's as mapped, so src_fd
  * must not change while the stream runs (a truncated file raises SIGBUS
  * in the reader). */
-int mk_sw_chunk_splice(struct mk_stream_writer *w, const char *type, const struct mk_chunk *c,
+MK_API int mk_sw_chunk_splice(struct mk_stream_writer *w, const char *type, const struct mk_chunk *c,
 		       int src_fd, uint64_t off, struct mk_err *err);
 /* A FILE frame; name validated with mk_file_name_check. */
-int mk_sw_file(struct mk_stream_writer *w, const char *name, uint32_t mode,
+MK_API int mk_sw_file(struct mk_stream_writer *w, const char *name, uint32_t mode,
 	       const void *data, size_t len, struct mk_err *err);
 /* Pass a frame through byte for byte; a chunk without a checksum (from
  * a channel, MK_CSUM_NONE) gets its CRC-32C when w is a descriptor. */
-int mk_sw_pass(struct mk_stream_writer *w, const struct mk_frame *f,
+MK_API int mk_sw_pass(struct mk_stream_writer *w, const struct mk_frame *f,
 	       struct mk_err *err);
 /* Write the END frame with this writer's counts; flushes. */
 /* Pass on frame f (type, criticality, len and raw_len as its header
@@ -285,35 +286,35 @@ int mk_sw_pass(struct mk_stream_writer *w, const struct mk_frame *f,
  * than MK_FRAME_HDR + f->len is an error, and so is an error from next,
  * after which the stream written so far ends inside the frame; so is a
  * frame without a checksum (MK_CSUM_NONE) when w is a descriptor. */
-int mk_sw_pass_pieces(struct mk_stream_writer *w, const struct mk_frame *f,
+MK_API int mk_sw_pass_pieces(struct mk_stream_writer *w, const struct mk_frame *f,
 		      int (*next)(void *ctx, void *buf, size_t cap, size_t *got, struct mk_err *err),
 		      void *ctx, struct mk_err *err);
 /* Pass on frame f, just returned by mk_sr_next(r): whole (mk_sw_pass) or,
  * piecewise, through mk_sr_read_wire in pieces; its checksum is verified
  * by r as the last piece passes. */
-int mk_sw_pass_from(struct mk_stream_writer *w, struct mk_stream_reader *r, const struct mk_frame *f,
+MK_API int mk_sw_pass_from(struct mk_stream_writer *w, struct mk_stream_reader *r, const struct mk_frame *f,
 		    struct mk_err *err);
-int mk_sw_end(struct mk_stream_writer *w, struct mk_err *err);
-void mk_sw_free(struct mk_stream_writer *w);
-uint64_t mk_sw_bytes(const struct mk_stream_writer *w);
+MK_API int mk_sw_end(struct mk_stream_writer *w, struct mk_err *err);
+MK_API void mk_sw_free(struct mk_stream_writer *w);
+MK_API uint64_t mk_sw_bytes(const struct mk_stream_writer *w);
 /* Whether w writes to an in-process channel (mk/chan.h), not a descriptor. */
-bool mk_sw_in_process(const struct mk_stream_writer *w);
+MK_API bool mk_sw_in_process(const struct mk_stream_writer *w);
 
 /* ---- FILE frames ---- */
 /* A relative name: not empty, not absolute, no empty, "." or ".."
  * components, no NUL (len bytes, no terminator needed), no backslash. */
-int mk_file_name_check(const char *name, size_t len, struct mk_err *err);
+MK_API int mk_file_name_check(const char *name, size_t len, struct mk_err *err);
 struct mk_file_frame {
 	uint32_t mode;
 	char *name;           /* malloc'ed, NUL-terminated */
 	const uint8_t *data;  /* borrowed from the frame payload */
 	size_t len;
 };
-int mk_file_decode(const uint8_t *payload, size_t len,
+MK_API int mk_file_decode(const uint8_t *payload, size_t len,
 		   struct mk_file_frame *ff, struct mk_err *err);
 
 /* Make a pipe or file descriptor's buffer large (F_SETPIPE_SZ) when it is
  * a pipe; harmless otherwise. */
-void mk_fd_grow_pipe(int fd);
+MK_API void mk_fd_grow_pipe(int fd);
 
 #endif

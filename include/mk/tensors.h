@@ -13,6 +13,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "mk/api.h"
 #include "mk/dtype.h"
 #include "mk/err.h"
 #include "mk/method.h"
@@ -23,21 +24,21 @@ struct mk_tensor {
 };
 
 /* Free an output's data and zero it. */
-void mk_tensor_release(struct mk_tensor *t);
+MK_API void mk_tensor_release(struct mk_tensor *t);
 
 /* Parameter values by name: global (input -1) or for one input. */
 struct mk_param_values;
-struct mk_param_values *mk_param_values_new(void);
-int mk_param_values_set(struct mk_param_values *pv, const char *name, int input,
+MK_API struct mk_param_values *mk_param_values_new(void);
+MK_API int mk_param_values_set(struct mk_param_values *pv, const char *name, int input,
 			struct mk_pval v, struct mk_err *err);
-void mk_param_values_free(struct mk_param_values *pv);
+MK_API void mk_param_values_free(struct mk_param_values *pv);
 
 /* Merge one output from n inputs with `method` (a registry name).  base:
  * the base input's index or -1.  pv may be NULL (defaults only).
  * out_dtype MK_DT_COUNT: the method's output dtype.  `name` (may be NULL)
  * names the tensor in messages and keys the random methods with `seed`.
  * Parameters and the input contract are checked as at plan time. */
-int mk_merge_tensors(const char *method, const struct mk_tensor *in, size_t n,
+MK_API int mk_merge_tensors(const char *method, const struct mk_tensor *in, size_t n,
 		     int base, const struct mk_param_values *pv,
 		     enum mk_dtype out_dtype, const char *name, uint64_t seed,
 		     struct mk_tensor *out, struct mk_err *err);
@@ -56,7 +57,7 @@ struct mk_group {
 	const struct mk_param_values *pv;
 	struct mk_tensor out;        /* filled */
 };
-int mk_merge_groups(const char *method, struct mk_group *g, size_t ng,
+MK_API int mk_merge_groups(const char *method, struct mk_group *g, size_t ng,
 		    enum mk_dtype out_dtype, uint64_t seed, uint64_t max_bytes,
 		    size_t max_groups, struct mk_err *err);
 
@@ -65,7 +66,7 @@ int mk_merge_groups(const char *method, struct mk_group *g, size_t ng,
  * naming the first difference); otherwise the names all hold are merged
  * and the rest left out.  Tensors that are not floats must be equal in
  * every file and are copied.  pv's per-input values are by file index. */
-int mk_merge_safetensors(const char *method, const char *const *paths,
+MK_API int mk_merge_safetensors(const char *method, const char *const *paths,
 			 size_t n, int base, const struct mk_param_values *pv,
 			 bool strict, enum mk_dtype out_dtype, uint64_t seed,
 			 const char *out_path, struct mk_err *err);

@@ -34,6 +34,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "mk/api.h"
 #include "mk/err.h"
 
 struct mk_tokenizer;
@@ -42,30 +43,30 @@ struct mk_tokenizer;
  * bos_token / eos_token of its tokenizer_config.json and, overriding
  * them, of its special_tokens_map.json, where there are such files) or a
  * tokenizer.json file. */
-int mk_tokenizer_open(const char *path, struct mk_tokenizer **out, struct mk_err *err);
+MK_API int mk_tokenizer_open(const char *path, struct mk_tokenizer **out, struct mk_err *err);
 /* The same from tokenizer.json's text (len bytes; label names it in
  * messages); no BOS or EOS text until mk_tokenizer_set_bos_eos. */
-int mk_tokenizer_parse(const char *json, size_t len, const char *label, struct mk_tokenizer **out,
+MK_API int mk_tokenizer_parse(const char *json, size_t len, const char *label, struct mk_tokenizer **out,
 		       struct mk_err *err);
-void mk_tokenizer_free(struct mk_tokenizer *t);
+MK_API void mk_tokenizer_free(struct mk_tokenizer *t);
 
 /* The BOS and EOS token texts (as tokenizer_config.json names them;
  * NULL: none) that mk_tokenizer_encode_prompts uses. */
-int mk_tokenizer_set_bos_eos(struct mk_tokenizer *t, const char *bos, const char *eos, struct mk_err *err);
+MK_API int mk_tokenizer_set_bos_eos(struct mk_tokenizer *t, const char *bos, const char *eos, struct mk_err *err);
 
 /* Encode len bytes of UTF-8 text: *ids (malloc'ed, the caller's; NULL
  * when *n is 0) and *n.  add_special: the post-processor's special tokens
  * (the BOS of a TemplateProcessing) as `tokenizers`' add_special_tokens.
  * Text that is not UTF-8 is MK_EINVAL. */
-int mk_tokenizer_encode(const struct mk_tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
+MK_API int mk_tokenizer_encode(const struct mk_tokenizer *t, const char *text, size_t len, bool add_special, int32_t **ids,
 			size_t *n, struct mk_err *err);
 
 /* A token's id as transformers' convert_tokens_to_ids finds it (an added
  * token first, then the model's vocabulary), or -1. */
-long long mk_tokenizer_token_id(const struct mk_tokenizer *t, const char *token);
+MK_API long long mk_tokenizer_token_id(const struct mk_tokenizer *t, const char *token);
 /* The number of ids: the largest id of the vocabulary and the added
  * tokens, plus one. */
-size_t mk_tokenizer_vocab_size(const struct mk_tokenizer *t);
+MK_API size_t mk_tokenizer_vocab_size(const struct mk_tokenizer *t);
 
 /* Prompts tokenised as mergekit-moe tokenises them for its gates: each
  * is the BOS text (none when there is none) followed by the prompt,
@@ -80,8 +81,8 @@ struct mk_tokbatch {
 	uint8_t *mask;
 	int32_t pad_id;
 };
-int mk_tokenizer_encode_prompts(const struct mk_tokenizer *t, const char *const *prompts, size_t nprompts,
+MK_API int mk_tokenizer_encode_prompts(const struct mk_tokenizer *t, const char *const *prompts, size_t nprompts,
 				struct mk_tokbatch *out, struct mk_err *err);
-void mk_tokbatch_free(struct mk_tokbatch *b);
+MK_API void mk_tokbatch_free(struct mk_tokbatch *b);
 
 #endif

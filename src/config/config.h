@@ -29,6 +29,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include "mk/diag.h"
 #include "mk/dtype.h"
 #include "mk/err.h"
 
@@ -42,37 +43,10 @@ struct mk_config_loc {
 	char *path;
 };
 
-/* ------------------------------------------------------------ diagnostics */
-
-enum mk_diag_level { MK_DIAG_ERROR, MK_DIAG_WARNING };
-
-struct mk_diag {
-	enum mk_diag_level level;
-	unsigned line, col;       /* 1-based; 0 when the text has no position */
-	char *path;               /* config path, "" at the top */
-	char *msg;                /* one line, no trailing newline */
-};
-
-/* In the order found (document order, mostly). */
-struct mk_diags {
-	char *label;              /* as passed to mk_config_parse */
-	size_t n, nerrors, nwarnings;
-	struct mk_diag *v;
-};
-
-/* Free the contents of `d` and zero it.  NULL is allowed. */
-void mk_diags_free(struct mk_diags *d);
-
 /* Append a diagnostic (path "" at the top; the message printf-formatted):
  * 0, or -1 when out of memory (then d is unchanged). */
 int mk_diags_add(struct mk_diags *d, enum mk_diag_level lv, unsigned line, unsigned col, const char *path,
 		 const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-
-/* Format one diagnostic as "label:line:col: path: message" (the path part
- * is left out when empty; the level is not written: a program prefixes
- * "warning: "/"error: " as it likes).  Returns what snprintf returns. */
-int mk_diag_format(const struct mk_diags *d, const struct mk_diag *g,
-		   char *buf, size_t size);
 
 /* ------------------------------------------------------------ model references */
 
@@ -311,12 +285,6 @@ int mk_config_parse_partial(const char *text, size_t len, const char *label,
 			    struct mk_config **out, struct mk_diags *diags,
 			    struct mk_err *err);
 
-/* A dtype name: bfloat16, float16, float32, int64 (mergekit's), each
- * optionally "torch."-prefixed, and the extensions float64, bf16, fp16,
- * fp32.  Returns 0 and fills *dt / *canonical (either may be NULL), or
- * -MK_EINVAL with the accepted list in the message. */
-int mk_config_dtype_parse(const char *name, enum mk_dtype *dt,
-			  const char **canonical, struct mk_err *err);
 
 /* Every model the config references, each once (structural equality):
  * the top-level base first, then in order of first appearance in the YAML

@@ -96,37 +96,3 @@ enum mk_param_level mk_param_lookup(const struct mk_param_ctx *sc,
 	return MK_PL_NONE;
 }
 
-static const struct {
-	const char *name, *canonical;
-	enum mk_dtype dt;
-} dtypes[] = {
-	{ "bfloat16", "bfloat16", MK_DT_BF16 },
-	{ "float16", "float16", MK_DT_F16 },
-	{ "float32", "float32", MK_DT_F32 },
-	{ "int64", "int64", MK_DT_I64 },
-	/* mk's extensions */
-	{ "float64", "float64", MK_DT_F64 },
-	{ "bf16", "bfloat16", MK_DT_BF16 },
-	{ "fp16", "float16", MK_DT_F16 },
-	{ "fp32", "float32", MK_DT_F32 },
-};
-
-int mk_config_dtype_parse(const char *name, enum mk_dtype *dt,
-			  const char **canonical, struct mk_err *err)
-{
-	const char *n = name;
-
-	if (strncmp(n, "torch.", 6) == 0)
-		n += 6;
-	for (size_t i = 0; i < sizeof(dtypes) / sizeof(dtypes[0]); i++)
-		if (strcmp(n, dtypes[i].name) == 0) {
-			if (dt)
-				*dt = dtypes[i].dt;
-			if (canonical)
-				*canonical = dtypes[i].canonical;
-			return 0;
-		}
-	return mk_err_set(err, MK_EINVAL, "unknown dtype '%s' (accepted: bfloat16, "
-			  "float16, float32, int64, float64, bf16, fp16, fp32, each "
-			  "optionally prefixed with 'torch.')", name);
-}

@@ -136,7 +136,9 @@ bool mk_tensor_desc_equal(const struct mk_tensor_desc *a, const struct mk_tensor
 	return true;
 }
 
-MK_HOT_CLONES uint64_t mk_dtype_count_nonfinite(enum mk_dtype dt, const void *buf, uint64_t n)
+/* Cloned per instruction set behind a local name: a cloned exported
+ * function would export its resolver too. */
+static MK_HOT_CLONES uint64_t count_nonfinite(enum mk_dtype dt, const void *buf, uint64_t n)
 {
 	const uint8_t *p = buf;
 	uint64_t bad = 0;
@@ -192,4 +194,45 @@ MK_HOT_CLONES uint64_t mk_dtype_count_nonfinite(enum mk_dtype dt, const void *bu
 		break;
 	}
 	return bad;
+}
+
+uint64_t mk_dtype_count_nonfinite(enum mk_dtype dt, const void *buf, uint64_t n)
+{
+	return count_nonfinite(dt, buf, n);
+}
+
+/* The dtype names a merge configuration accepts (mk_config_dtype_parse). */
+static const struct {
+	const char *name, *canonical;
+	enum mk_dtype dt;
+} config_dtypes[] = {
+	{ "bfloat16", "bfloat16", MK_DT_BF16 },
+	{ "float16", "float16", MK_DT_F16 },
+	{ "float32", "float32", MK_DT_F32 },
+	{ "int64", "int64", MK_DT_I64 },
+	/* mk's extensions */
+	{ "float64", "float64", MK_DT_F64 },
+	{ "bf16", "bfloat16", MK_DT_BF16 },
+	{ "fp16", "float16", MK_DT_F16 },
+	{ "fp32", "float32", MK_DT_F32 },
+};
+
+int mk_config_dtype_parse(const char *name, enum mk_dtype *dt,
+			  const char **canonical, struct mk_err *err)
+{
+	const char *n = name;
+
+	if (strncmp(n, "torch.", 6) == 0)
+		n += 6;
+	for (size_t i = 0; i < sizeof(config_dtypes) / sizeof(config_dtypes[0]); i++)
+		if (strcmp(n, config_dtypes[i].name) == 0) {
+			if (dt)
+				*dt = config_dtypes[i].dt;
+			if (canonical)
+				*canonical = config_dtypes[i].canonical;
+			return 0;
+		}
+	return mk_err_set(err, MK_EINVAL, "unknown dtype '%s' (accepted: bfloat16, "
+			  "float16, float32, int64, float64, bf16, fp16, fp32, each "
+			  "optionally prefixed with 'torch.')", name);
 }

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mk/err.h"
+#include "core/text.h"
+#include "core/bug.h"
 
 void mk_err_clear(struct mk_err *err)
 {

@@ -13,6 +13,7 @@
 #include <string.h>
 #include "core/jsondoc.h"
 #include "core/sbuf.h"
+#include "core/bug.h"
 
 struct jnode {
 	enum mk_json_type type;

@@ -11,6 +11,7 @@
 #include "mk/method.h"
 #include "dev.h"
 #include "kern.h"
+#include "core/bug.h"
 
 #define DEF_BYTES (64ull << 20)
 #define MIN_BYTES (64ull << 10)

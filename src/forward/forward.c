@@ -13,6 +13,7 @@
 #include "core/fsutil.h"
 #include "io/model.h"
 #include "forward_impl.h"
+#include "core/bug.h"
 
 #define READ_CHUNK (4u << 20) /* raw bytes read at once */
 #define CONFIG_MAX (16u << 20)

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "reader_impl.h"
+#include "core/bug.h"
 
 static unsigned char *slot(struct mk_reader *r, unsigned p)
 {

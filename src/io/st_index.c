@@ -3,6 +3,7 @@
 #include <string.h>
 #include <jansson.h>
 #include "io/safetensors.h"
+#include "core/bug.h"
 
 void mk_st_index_free(struct mk_st_index *idx)
 {

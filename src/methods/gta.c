@@ -103,6 +103,8 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #define MK_GTA_X86 1
 #include <immintrin.h>
+#include "core/bug.h"
+#include "methods/builtin.h"
 #else
 #define MK_GTA_X86 0
 #endif

@@ -25,6 +25,7 @@
 #include "mk/device.h"
 #include "mk/method.h"
 #include "core/simd.h"
+#include "methods/builtin.h"
 
 enum { P_WEIGHT, P_NORMALIZE, NPARAMS };
 

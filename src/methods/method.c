@@ -13,6 +13,8 @@
 #include "core/simd.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+#include "core/bug.h"
+#include "methods/builtin.h"
 #define FSUM_X86 1
 #else
 #define FSUM_X86 0

@@ -23,6 +23,7 @@
 #include <string.h>
 #include "mk/method.h"
 #include "rng.h"
+#include "methods/builtin.h"
 
 enum { P_SCALE, P_NOISE, NPARAMS };
 

@@ -37,6 +37,7 @@
 #include "mk/device.h"
 #include "mk/method.h"
 #include "core/simd.h"
+#include "methods/builtin.h"
 
 #define DOT_THRESHOLD 0.9995
 #define EPS 1e-8

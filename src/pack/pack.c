@@ -19,6 +19,7 @@
 #include "pack/pack.h"
 #include "io/safetensors.h"
 #include "mk/stream.h"
+#include "core/bug.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
 #define JOURNAL_NAME ".mk-journal"

@@ -14,6 +14,8 @@
 #include "core/fsutil.h"
 #include "stream/manifest.h"
 #include "multi/multi.h"
+#include "run/steps.h"
+#include "run/multi.h"
 #include "stream/job.h"
 #include "planner/planner.h"
 #include "io/safetensors.h"

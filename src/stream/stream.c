@@ -17,6 +17,8 @@
 #include "stream/manifest.h"
 #include "mk/stream.h"
 #include "chan_impl.h"
+#include "core/text.h"
+#include "core/bug.h"
 
 static void put16(uint8_t *p, uint16_t v) { p[0] = v; p[1] = v >> 8; }
 static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = v >> (8 * i); }

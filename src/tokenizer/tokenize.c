@@ -17,6 +17,7 @@
 #include "core/sbuf.h"
 #include "mk/tokenize.h"
 #include "tokenizer/vocab.h"
+#include "core/text.h"
 
 #define TOK_FILE_MAX ((size_t)1 << 30)
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/fsutil.h"
+#include "config/config.h"
 #include "mk/run.h"
 
 static volatile int cancel;

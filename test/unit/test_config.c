@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "config/config.h"
+#include "core/text.h"
 
 /* ------------------------------------------------------------- helpers */
 

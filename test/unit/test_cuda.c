@@ -36,6 +36,7 @@
 #include "mk/method.h"
 #include "mk/tensors.h"
 #include "method_harness.h"
+#include "methods/builtin.h"
 
 /* in libmk, not registered (src/methods/gta.h) */
 extern const struct mk_method mk_gta_method_ties_count;

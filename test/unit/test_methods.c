@@ -22,6 +22,7 @@
 #include <string.h>
 #include "mk/method.h"
 #include "method_harness.h"
+#include "methods/builtin.h"
 
 /* ------------------------------------------------------------ fixtures */
 

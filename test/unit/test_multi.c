@@ -14,6 +14,8 @@
 #include "fetch/fetch.h"
 #include "stream/manifest.h"
 #include "multi/multi.h"
+#include "run/steps.h"
+#include "run/multi.h"
 #include "stream/job.h"
 
 static struct mk_multi *parse_ok(const char *text, const char *out)
