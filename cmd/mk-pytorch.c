@@ -10,6 +10,7 @@
 #include "pack/pack.h"
 #include "mk/plugin.h"
 #include "mk/run.h"
+#include "run/state_dicts.h"
 
 static void usage(void)
 {

@@ -28,13 +28,6 @@
 
 struct mk_config;
 
-/* mk-pytorch: what becomes of a tensor that some of the files lack. */
-enum mk_raw_missing {
-	MK_RAW_MISSING_ERROR,        /* an error naming the models that lack it */
-	MK_RAW_MISSING_SKIP,         /* left out (--tensor-intersection) */
-	MK_RAW_MISSING_MERGE,        /* merged from the files that have it
-					(--tensor-union) */
-};
 
 struct mk_run_opts {
 	/* the configuration: an already-parsed one (mk_config_parse; its
@@ -99,13 +92,6 @@ struct mk_run_stats {
  * frees them with mk_diags_free); a configuration with errors returns
  * -MK_EINVAL.  0 when OUT is complete. */
 MK_API int mk_run_merge(const struct mk_run_opts *o, struct mk_diags *d, struct mk_err *err);
-
-/* The same for mk-pytorch(1): a merge of state-dict files without an
- * architecture (mk_plan_opts.raw), what becomes of a tensor some files
- * lack as `missing` says; no tokenizer, config.json or card is written
- * (no_copy_tokenizer and no_model_card do not matter). */
-MK_API int mk_run_state_dicts(const struct mk_run_opts *o, enum mk_raw_missing missing, struct mk_diags *d,
-		       struct mk_err *err);
 
 /* Plan the configuration without running it: 0 when it has no errors;
  * every diagnostic (errors and warnings, with their places) in *d. */

@@ -1,6 +1,5 @@
 /* budget.c - how a memory budget is shared out (see budget.h). */
 #include "core/budget.h"
-#include "io/reader.h"
 
 void mk_budget_split(uint64_t total, struct mk_budget_split *out)
 {

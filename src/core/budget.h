@@ -66,6 +66,10 @@ uint64_t mk_budget_hold_max(uint64_t budget, uint64_t phys);
 /* The merge budget when none is given: a quarter of `phys` (0: 1 GiB). */
 uint64_t mk_budget_merge_default(uint64_t phys);
 
+/* The reader's defaults: bytes per read slot, reads in flight. */
+#define MK_READER_DEFAULT_CHUNK (4u << 20)
+#define MK_READER_DEFAULT_QDEPTH 8u
+
 /* Fit mk-fetch's reads in half of `budget`: the reads in flight (queue
  * depth + 1 chunks) and the frame being written, (*qdepth + 2) * *chunk
  * bytes.  *chunk and *qdepth come in as asked (0: MK_READER_DEFAULT_CHUNK

@@ -293,3 +293,20 @@ const char *mk_size_human(uint64_t n, char *buf, size_t len)
 		snprintf(buf, len, "%.1f %s", d, unit[u]);
 	return buf;
 }
+
+bool mk_path_stays_inside(const char *path)
+{
+	const char *p = path;
+
+	if (!path[0] || path[0] == '/' || strchr(path, '\\'))
+		return false;
+	while (*p) {
+		size_t n = strcspn(p, "/");
+		if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+			return false;
+		p += n;
+		if (*p)
+			p++;
+	}
+	return path[strlen(path) - 1] != '/';
+}

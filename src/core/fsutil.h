@@ -2,6 +2,7 @@
 #ifndef MK_FSUTIL_H
 #define MK_FSUTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -45,5 +46,10 @@ int mk_fsync_dir(const char *path, struct mk_err *err);
 int mk_size_parse(const char *s, uint64_t *out);
 /* Human-readable size into buf ("1.5 GB"). */
 const char *mk_size_human(uint64_t n, char *buf, size_t len);
+
+/* Whether `path` names something inside the directory it is relative
+ * to: not empty, not absolute, no backslash, no empty, "." or ".."
+ * component and no trailing slash (a Hub revision, a file of a snapshot). */
+bool mk_path_stays_inside(const char *path);
 
 #endif

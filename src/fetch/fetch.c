@@ -10,7 +10,7 @@
 #include "core/fsutil.h"
 #include "stream/manifest.h"
 #include "io/model.h"
-#include "pack/pack.h"
+#include "journal/journal.h"
 #include "mk/stream.h"
 #include "fetch_impl.h"
 
@@ -292,10 +292,10 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 	/* --skip-done: the tensors an interrupted mk-pack finished (the
 	 * manifest complete: its key covers the files) */
 	if (o->skip_done) {
-		struct mk_pack_journal *j = NULL;
-		rc = mk_pack_journal_read(o->skip_done, &j, err);
+		struct mk_journal *j = NULL;
+		rc = mk_journal_read(o->skip_done, &j, err);
 		if (!rc)
-			rc = mk_pack_journal_check(j, o->skip_done, man, UINT64_MAX, err);
+			rc = mk_journal_check(j, o->skip_done, man, UINT64_MAX, err);
 		if (!rc && j->key[0] && j->ndone) {
 			f.skip = calloc(f.ntensors, sizeof(*f.skip));
 			if (!f.skip)
@@ -308,7 +308,7 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 				total -= tensor_bytes(t);
 			}
 		}
-		mk_pack_journal_free(j);
+		mk_journal_free(j);
 		if (rc)
 			goto out;
 	}

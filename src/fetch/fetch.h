@@ -40,7 +40,7 @@ struct mk_fetch_opts {
 	 * mode: those tensors' chunks; plan mode: the jobs making them, their
 	 * JOB frames dropped and the HEAD's "jobs" and "spilled_jobs" counted
 	 * anew); the HEAD keeps the whole manifest and every FILE frame is
-	 * sent.  A journal of another merge (mk_pack_journal_check) is an
+	 * sent.  A journal of another merge (mk_journal_check) is an
 	 * error; a missing directory or journal skips nothing. */
 	const char *skip_done;
 	/* plan mode: the bytes of the plan's FILE frames held in memory until

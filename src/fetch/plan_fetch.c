@@ -13,7 +13,7 @@
 #include "stream/job.h"
 #include "stream/manifest.h"
 #include "io/model.h"
-#include "pack/pack.h"
+#include "journal/journal.h"
 #include "mk/stream.h"
 #include "fetch_impl.h"
 
@@ -921,11 +921,11 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	/* --skip-done: leave out the jobs whose outputs an interrupted mk-pack
 	 * finished (and their JOB frames); the HEAD counts the jobs sent */
 	if (o->skip_done) {
-		struct mk_pack_journal *j = NULL;
+		struct mk_journal *j = NULL;
 		bool *isdone = calloc(head->ntensors + 1, sizeof(*isdone));
-		rc = isdone ? mk_pack_journal_read(o->skip_done, &j, err) : mk_err_set(err, MK_ENOMEM, "out of memory");
+		rc = isdone ? mk_journal_read(o->skip_done, &j, err) : mk_err_set(err, MK_ENOMEM, "out of memory");
 		if (!rc)
-			rc = mk_pack_journal_check(j, o->skip_done, head, UINT64_MAX, err);
+			rc = mk_journal_check(j, o->skip_done, head, UINT64_MAX, err);
 		if (!rc && j->key[0]) {
 			size_t kept = 0;
 			uint64_t spilled = 0;
@@ -946,7 +946,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 			head->njobs = kept;
 			head->spilled_jobs = spilled;
 		}
-		mk_pack_journal_free(j);
+		mk_journal_free(j);
 		free(isdone);
 		if (rc)
 			goto out;

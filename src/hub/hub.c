@@ -204,27 +204,10 @@ bool mk_hub_repo_id_ok(const char *id)
 	return part_ok(id, (size_t)(slash - id)) && part_ok(slash + 1, strlen(slash + 1));
 }
 
-bool mk_hub_rev_ok(const char *rev)
-{
-	const char *p = rev;
-
-	if (!rev[0] || rev[0] == '/' || strchr(rev, '\\'))
-		return false;
-	while (*p) {
-		size_t n = strcspn(p, "/");
-		if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
-			return false;
-		p += n;
-		if (*p)
-			p++;
-	}
-	return rev[strlen(rev) - 1] != '/';
-}
-
 /* A repository file's name must stay inside the snapshot. */
 static bool file_name_ok(const char *s)
 {
-	return s[0] && mk_hub_rev_ok(s) && !strchr(s, '\n');
+	return s[0] && mk_path_stays_inside(s) && !strchr(s, '\n');
 }
 
 static bool is_commit(const char *s)
@@ -628,7 +611,7 @@ int mk_hub_repo_open(const char *id, const char *rev, struct mk_hub_repo **out, 
 	*out = NULL;
 	if (!mk_hub_repo_id_ok(id))
 		return mk_err_set(err, MK_EINVAL, "'%s' is not a Hugging Face repo id (org/name)", id);
-	if (rev && !mk_hub_rev_ok(rev))
+	if (rev && !mk_path_stays_inside(rev))
 		return mk_err_set(err, MK_EINVAL, "model '%s': '%s' is not a valid revision", id, rev);
 	if (mk_hub_offline())
 		return mk_err_set(err, MK_ENOENT, "model '%s%s%s': not in the Hugging Face cache, and "

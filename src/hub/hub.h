@@ -56,10 +56,9 @@ char *mk_hub_cache_dir(struct mk_err *err);
 bool mk_hub_offline(void);
 
 /* Hugging Face repo ids: [org/]name, each part of [A-Za-z0-9._-], not "."
- * or "..".  A revision: a branch, tag or commit that stays inside refs/
- * and snapshots/. */
+ * or "..".  A revision must also stay inside refs/ and snapshots/
+ * (mk_path_stays_inside, core/fsutil.h). */
 bool mk_hub_repo_id_ok(const char *id);
-bool mk_hub_rev_ok(const char *rev);
 
 struct mk_hub_file {
 	char *name;           /* path in the repository ("a/b.json") */

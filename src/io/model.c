@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "core/fsutil.h"
 #include "hub/hub.h"
 #include "io/model.h"
 #include "io/torchbin.h"
@@ -172,7 +173,7 @@ static int locate(const char *ref, const char *pin, struct where *w, struct mk_e
 			w->id = NULL;
 			return 0;
 		}
-		if (!mk_hub_rev_ok(at + 1)) {
+		if (!mk_path_stays_inside(at + 1)) {
 			rc = mk_err_set(err, MK_EINVAL, "model '%s': '%s' is not a valid revision", ref, at + 1);
 			goto fail;
 		}
@@ -195,7 +196,7 @@ static int locate(const char *ref, const char *pin, struct where *w, struct mk_e
 		goto nomem;
 	}
 	if (pin) {
-		if (!mk_hub_rev_ok(pin) || strchr(pin, '/')) {
+		if (!mk_path_stays_inside(pin) || strchr(pin, '/')) {
 			rc = mk_err_set(err, MK_EINVAL, "model '%s': the plan pins it to '%s', not a commit", ref, pin);
 			goto fail;
 		}

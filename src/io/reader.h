@@ -28,14 +28,12 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "core/budget.h"
 #include "mk/err.h"
 
 enum mk_io_kind { MK_IO_AUTO, MK_IO_URING, MK_IO_MMAP, MK_IO_PREAD, MK_IO_HTTP };
 
 struct mk_hub_blob;
-
-#define MK_READER_DEFAULT_CHUNK (4u << 20) /* bytes per slot */
-#define MK_READER_DEFAULT_QDEPTH 8u
 
 struct mk_read_req {
 	int fd;                /* open for reading; owned by the caller

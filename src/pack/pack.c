@@ -15,6 +15,7 @@
 #include <liburing.h>
 #include "core/fsutil.h"
 #include "core/hash.h"
+#include "journal/journal.h"
 #include "stream/manifest.h"
 #include "pack/pack.h"
 #include "io/safetensors.h"
@@ -22,8 +23,6 @@
 #include "core/bug.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
-#define JOURNAL_NAME ".mk-journal"
-#define JOURNAL_MAGIC "mk-pack journal 2\n"
 
 /* Tensor data go into the shards by O_DIRECT writes (no copy into the
  * page cache, whose fresh pages cost more than the copy on a busy host,
@@ -149,200 +148,6 @@ int mk_pack_check_out(const struct mk_pack_opts *o, struct mk_err *err)
 				partial, o->out_dir);
 	free(partial);
 	return rc;
-}
-
-int mk_pack_stream_key(const struct mk_manifest *m, char hex[65], struct mk_err *err)
-{
-	struct mk_manifest c = *m; /* shallow: only the cleared fields differ */
-	char *json = NULL;
-	size_t len;
-	uint8_t h[32];
-	int rc;
-
-	c.kind = (char *)"tensors";
-	c.producer = (char *)"";
-	c.chunk_bytes = 0;
-	c.njobs = 0;
-	c.held_bytes_max = 0;
-	c.spilled_jobs = 0;
-	rc = mk_manifest_encode(&c, &json, &len, err);
-	if (rc)
-		return rc;
-	mk_sha256(json, len, h);
-	mk_hex(h, 32, hex);
-	free(json);
-	return 0;
-}
-
-void mk_pack_journal_free(struct mk_pack_journal *j)
-{
-	if (!j)
-		return;
-	for (size_t i = 0; i < j->ndone; i++)
-		free(j->done[i].name);
-	free(j->done);
-	free(j);
-}
-
-static int journal_parse(struct mk_pack_journal *j, const char *path, const char *text, size_t len,
-			 struct mk_err *err)
-{
-	const char *at = text, *end = text + len;
-	size_t lineno = 0, cap = 0;
-	char key[65] = "";
-	uint64_t shard = 0;
-
-	while (at < end) {
-		const char *nl = memchr(at, '\n', (size_t)(end - at));
-		if (!nl)
-			break; /* torn last line: never synced */
-		size_t n = (size_t)(nl - at);
-		char *line = strndup(at, n);
-		if (!line)
-			return mk_err_set(err, MK_ENOMEM, "out of memory");
-		lineno++;
-		int ok = 1;
-		if (lineno == 1) {
-			ok = !strcmp(line, "mk-pack journal 2");
-		} else if (lineno == 2) {
-			ok = sscanf(line, "stream-sha256 %64[0-9a-f]", key) == 1 && strlen(key) == 64;
-		} else if (lineno == 3) {
-			unsigned long long v;
-			char tail;
-			ok = sscanf(line, "shard-size %llu%c", &v, &tail) == 1;
-			shard = v;
-		} else {
-			unsigned long long idx;
-			unsigned crc;
-			int off = 0;
-			ok = sscanf(line, "done %llu %8x%n", &idx, &crc, &off) == 2 && (line[off] == '\0' || line[off] == ' ');
-			if (ok) {
-				if (j->ndone == cap) {
-					size_t nc = cap ? 2 * cap : 64;
-					struct mk_pack_done *q = realloc(j->done, nc * sizeof(*q));
-					if (!q) {
-						free(line);
-						return mk_err_set(err, MK_ENOMEM, "out of memory");
-					}
-					j->done = q;
-					cap = nc;
-				}
-				struct mk_pack_done *d = &j->done[j->ndone];
-				d->index = (size_t)idx;
-				d->crc32c = crc;
-				d->name = line[off] == ' ' ? strdup(line + off + 1) : NULL;
-				if (line[off] == ' ' && !d->name) {
-					free(line);
-					return mk_err_set(err, MK_ENOMEM, "out of memory");
-				}
-				j->ndone++;
-			}
-		}
-		free(line);
-		if (!ok)
-			return mk_err_set(err, MK_EFORMAT,
-					  "%s: line %zu: not a journal this mk-pack writes (an older version, or a damaged file); remove the partial directory to start over",
-					  path, lineno);
-		at = nl + 1;
-		if (lineno == 3) {
-			memcpy(j->key, key, sizeof(key));
-			j->shard_size = shard;
-		}
-		j->valid_len = (size_t)(at - text);
-	}
-	if (lineno < 3) {
-		/* the header never reached the disk whole: nothing is recorded */
-		j->key[0] = '\0';
-		j->valid_len = 0;
-	}
-	return 0;
-}
-
-int mk_pack_journal_parse(const char *text, size_t len, const char *label, struct mk_pack_journal **out,
-			  struct mk_err *err)
-{
-	struct mk_pack_journal *j = calloc(1, sizeof(*j));
-	int rc;
-
-	*out = NULL;
-	if (!j)
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	rc = journal_parse(j, label, text, len, err);
-	if (rc)
-		mk_pack_journal_free(j);
-	else
-		*out = j;
-	return rc;
-}
-
-int mk_pack_journal_read(const char *partial, struct mk_pack_journal **out, struct mk_err *err)
-{
-	struct mk_pack_journal *j = calloc(1, sizeof(*j));
-	char *path = join(partial, JOURNAL_NAME);
-	uint8_t *text = NULL;
-	size_t len = 0;
-	struct stat sb;
-	int rc = 0;
-
-	*out = NULL;
-	if (!j || !path) {
-		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-		goto out;
-	}
-	if (lstat(path, &sb) < 0) {
-		if (errno != ENOENT && errno != ENOTDIR)
-			rc = mk_err_sys(err, errno, "%s", path);
-		goto out; /* no journal: nothing done */
-	}
-	if (!S_ISREG(sb.st_mode)) {
-		rc = mk_err_set(err, MK_EFORMAT, "%s: not a regular file; remove the partial directory to start over",
-				path);
-		goto out;
-	}
-	rc = mk_file_read(path, (size_t)1 << 30, &text, &len, err);
-	if (!rc) {
-		mk_pack_journal_free(j);
-		j = NULL;
-		rc = mk_pack_journal_parse((const char *)text, len, path, &j, err);
-	}
-out:
-	free(text);
-	free(path);
-	if (rc)
-		mk_pack_journal_free(j);
-	else
-		*out = j;
-	return rc;
-}
-
-int mk_pack_journal_check(const struct mk_pack_journal *j, const char *partial,
-			  const struct mk_manifest *m, uint64_t shard_size, struct mk_err *err)
-{
-	char key[65];
-	int rc;
-
-	if (!j->key[0])
-		return 0;
-	rc = mk_pack_stream_key(m, key, err);
-	if (rc)
-		return rc;
-	if (strcmp(key, j->key))
-		return mk_err_set(err, MK_EMISMATCH,
-				  "%s was started for another merge (its journal records another stream: other models, tensors, files or seed); remove that directory, or use --force without --resume, to start over",
-				  partial);
-	if (shard_size != UINT64_MAX && shard_size != j->shard_size)
-		return mk_err_set(err, MK_EMISMATCH,
-				  "%s was started with --out-shard-size %llu, this run has %llu; resume with the same shard size, or remove that directory to start over",
-				  partial, (unsigned long long)j->shard_size, (unsigned long long)shard_size);
-	for (size_t k = 0; k < j->ndone; k++) {
-		const struct mk_pack_done *d = &j->done[k];
-		if (d->index >= m->ntensors || (d->name && strcmp(d->name, m->tensors[d->index].name)))
-			return mk_err_set(err, MK_EMISMATCH,
-					  "%s: the journal lists tensor %zu as '%s', the stream has %s; remove that directory to start over",
-					  partial, d->index, d->name ? d->name : "(no name)",
-					  d->index < m->ntensors ? m->tensors[d->index].name : "fewer tensors");
-	}
-	return 0;
 }
 
 /* Greedy shard assignment in manifest order, as mergekit's writer. */
@@ -704,16 +509,13 @@ static int journal_commit(struct pack *p, const size_t *ids, size_t n, struct mk
 			return mk_err_sys(err, errno, "%s/%s: fdatasync", p->partial, p->sh[s].name);
 	for (size_t k = 0; k < n; k++) {
 		size_t i = ids[k];
-		int len = snprintf(line, sizeof(line), "done %zu %08" PRIx32 " %s\n", i, p->slot[i].crc,
-				   p->man->tensors[i].name);
-		if (len >= (int)sizeof(line))
-			len = snprintf(line, sizeof(line), "done %zu %08" PRIx32 "\n", i, p->slot[i].crc);
-		int rc = mk_write_all(p->jfd, line, (size_t)len, JOURNAL_NAME, err);
+		int len = mk_journal_done_line(line, sizeof(line), i, p->slot[i].crc, p->man->tensors[i].name);
+		int rc = mk_write_all(p->jfd, line, (size_t)len, MK_JOURNAL_NAME, err);
 		if (rc)
 			return rc;
 	}
 	if (fdatasync(p->jfd) < 0)
-		return mk_err_sys(err, errno, "%s/%s: fdatasync", p->partial, JOURNAL_NAME);
+		return mk_err_sys(err, errno, "%s/%s: fdatasync", p->partial, MK_JOURNAL_NAME);
 	return 0;
 }
 
@@ -821,7 +623,7 @@ static int tensor_finished(struct pack *p, size_t i, struct mk_err *err)
 
 int mk_pack_file_name_check(const char *name, struct mk_err *err)
 {
-	if (!strcmp(name, INDEX_NAME) || !strcmp(name, JOURNAL_NAME) || !strncmp(name, "model.safetensors", 17) ||
+	if (!strcmp(name, INDEX_NAME) || !strcmp(name, MK_JOURNAL_NAME) || !strncmp(name, "model.safetensors", 17) ||
 	    (!strncmp(name, "model-", 6) && strstr(name, ".safetensors")))
 		return mk_err_set(err, MK_EFORMAT, "'%s' would overwrite a weight file", name);
 	return 0;
@@ -1075,7 +877,7 @@ static int finish(struct pack *p, struct mk_err *err)
 		if (rc)
 			return rc;
 	}
-	jpath = join(p->partial, JOURNAL_NAME);
+	jpath = join(p->partial, MK_JOURNAL_NAME);
 	if (!jpath)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	close(p->jfd);
@@ -1141,7 +943,7 @@ out:
 
 /* Resume: check every tensor the journal lists against its CRC-32C in
  * the shard file (read-only, before anything changes), then mark it done. */
-static int resume_verify(struct pack *p, const struct mk_pack_journal *j, struct mk_err *err)
+static int resume_verify(struct pack *p, const struct mk_journal *j, struct mk_err *err)
 {
 	size_t bufsz = 4u << 20;
 	uint8_t *buf = malloc(bufsz);
@@ -1156,7 +958,7 @@ static int resume_verify(struct pack *p, const struct mk_pack_journal *j, struct
 	for (size_t s = 0; s < p->nshards; s++)
 		fds[s] = -1;
 	for (size_t k = 0; !rc && k < j->ndone; k++) {
-		const struct mk_pack_done *d = &j->done[k];
+		const struct mk_journal_done *d = &j->done[k];
 		const struct mk_manifest_tensor *t = &p->man->tensors[d->index];
 		struct slot *sl = &p->slot[d->index];
 		struct shard *sh = &p->sh[sl->shard];
@@ -1230,7 +1032,7 @@ static int resume_clean(struct pack *p, struct mk_err *err)
 	if (!d)
 		return mk_err_sys(err, errno, "%s", p->partial);
 	while (!rc && (e = readdir(d))) {
-		bool keep = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, JOURNAL_NAME);
+		bool keep = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, MK_JOURNAL_NAME);
 		for (size_t s = 0; !keep && s < p->nshards; s++)
 			keep = !strcmp(e->d_name, p->sh[s].name);
 		if (keep)
@@ -1253,7 +1055,7 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 	size_t *hlens = NULL;
 	char *parent = NULL;
 	bool made = false, resuming = false;
-	struct mk_pack_journal *jn = NULL;
+	struct mk_journal *jn = NULL;
 	struct stat sb;
 	int rc;
 
@@ -1318,7 +1120,7 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 				goto out;
 			}
 		}
-		rc = mk_pack_stream_key(p.man, hex, err);
+		rc = mk_journal_stream_key(p.man, hex, err);
 		if (rc)
 			goto out;
 		p.finished = malloc((p.man->ntensors ? p.man->ntensors : 1) * sizeof(*p.finished));
@@ -1331,14 +1133,14 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 				rc = mk_err_set(err, MK_EEXIST, "%s is not a directory; remove it", p.partial);
 				goto out;
 			}
-			rc = mk_pack_journal_read(p.partial, &jn, err);
+			rc = mk_journal_read(p.partial, &jn, err);
 			if (rc)
 				goto out;
 			/* nothing recorded (no journal, or its header never
 			 * reached the disk): start over */
 			resuming = jn->key[0] != '\0';
 			if (resuming) {
-				rc = mk_pack_journal_check(jn, p.partial, p.man, o->shard_size, err);
+				rc = mk_journal_check(jn, p.partial, p.man, o->shard_size, err);
 				if (!rc)
 					rc = resume_verify(&p, jn, err);
 				if (rc)
@@ -1365,7 +1167,7 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 			if (rc)
 				goto out;
 		}
-		char *jpath = join(p.partial, JOURNAL_NAME);
+		char *jpath = join(p.partial, MK_JOURNAL_NAME);
 		if (!jpath) {
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			goto out;
@@ -1379,9 +1181,8 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 		if (rc)
 			goto out;
 		if (!resuming) {
-			int n = snprintf(line, sizeof(line), JOURNAL_MAGIC "stream-sha256 %s\nshard-size %llu\n", hex,
-					 (unsigned long long)o->shard_size);
-			rc = mk_write_all(p.jfd, line, (size_t)n, JOURNAL_NAME, err);
+			int n = mk_journal_header(line, sizeof(line), hex, o->shard_size);
+			rc = mk_write_all(p.jfd, line, (size_t)n, MK_JOURNAL_NAME, err);
 			if (rc)
 				goto out;
 		}
@@ -1466,7 +1267,7 @@ out:
 	free(p.sy.batch);
 	free(parent);
 	free(p.partial);
-	mk_pack_journal_free(jn);
+	mk_journal_free(jn);
 	mk_manifest_free(p.man);
 	mk_sr_free(r);
 	return rc;

@@ -10,7 +10,7 @@
  *
  * The output is built in OUT.mk-partial/: free space is checked against
  * the manifest, shards are preallocated, and a journal (.mk-journal)
- * records the stream's key (mk_pack_stream_key) and the shard size, then
+ * records the stream's key (mk_journal_stream_key) and the shard size, then
  * each finished tensor with the CRC-32C of its bytes, after those bytes
  * were fdatasync'ed.  When the END frame has been checked and everything
  * synced, the journal is removed and the directory renamed to OUT.  On
@@ -77,48 +77,9 @@ struct mk_pack_stats {
 
 struct mk_manifest;
 
-/* A stream's key, as the journal records it: the SHA-256 (hex) of its
- * HEAD with the fields that do not change the output cleared (kind,
- * producer, chunk_bytes, jobs, held_bytes_max, spilled_jobs), so a plan,
- * the inputs stream and the tensors stream made from it, whole or with
- * done jobs left out (mk-fetch --skip-done), have the same key.  It covers
- * the tensors (names, dtypes, shapes, order), files, model table (shard
- * sizes and header hashes), seed, plugins and unknown keys; not the jobs'
- * methods and parameters, which no HEAD carries. */
-int mk_pack_stream_key(const struct mk_manifest *m, char hex[65], struct mk_err *err);
-
 /* The directory OUT is built in: "OUT.mk-partial" (trailing slashes of
  * OUT dropped); malloc'ed, NULL when out of memory. */
 char *mk_pack_partial_name(const char *out);
-/* A partial directory's journal: what an interrupted run finished. */
-struct mk_pack_done {
-	size_t index;                /* in the manifest */
-	uint32_t crc32c;             /* of its bytes in the shard */
-	char *name;                  /* NULL when the line left it out */
-};
-struct mk_pack_journal {
-	char key[65];                /* "" when the header is incomplete */
-	uint64_t shard_size;
-	size_t ndone;
-	struct mk_pack_done *done;
-	size_t valid_len;            /* bytes up to the last complete line */
-};
-
-/* Read PARTIAL/.mk-journal.  A missing directory or journal, or a journal
- * cut before its header was complete, gives an empty journal (key "",
- * nothing done); a torn last line is ignored.  Another format is
- * MK_EFORMAT. */
-int mk_pack_journal_read(const char *partial, struct mk_pack_journal **out, struct mk_err *err);
-/* The same on a journal's text (label names it in messages). */
-int mk_pack_journal_parse(const char *text, size_t len, const char *label, struct mk_pack_journal **out,
-			  struct mk_err *err);
-/* Check a journal (with a key) belongs to the stream whose HEAD is m:
- * the key, and each done entry's index and name.  shard_size is checked
- * too unless it is UINT64_MAX (mk-fetch does not know it). */
-int mk_pack_journal_check(const struct mk_pack_journal *j, const char *partial,
-			  const struct mk_manifest *m, uint64_t shard_size, struct mk_err *err);
-void mk_pack_journal_free(struct mk_pack_journal *j);
-
 /* Check OUT before any input is read (exists without force, partial
  * left behind without resume or force).  mk_pack_run calls it too. */
 int mk_pack_check_out(const struct mk_pack_opts *o, struct mk_err *err);

@@ -21,8 +21,15 @@
 #include "config/config.h"
 #include "mk/dtype.h"
 #include "mk/err.h"
-#include "mk/run.h"
 
+
+/* mk-pytorch: what becomes of a tensor that some of the files lack. */
+enum mk_raw_missing {
+	MK_RAW_MISSING_ERROR,        /* an error naming the models that lack it */
+	MK_RAW_MISSING_SKIP,         /* left out (--tensor-intersection) */
+	MK_RAW_MISSING_MERGE,        /* merged from the files that have it
+					(--tensor-union) */
+};
 
 struct mk_plan_opts {
 	const char *label;           /* the config's file name, for messages */

@@ -19,6 +19,7 @@
 #include "pack/pack.h"
 #include "planner/planner.h"
 #include "mk/run.h"
+#include "run/state_dicts.h"
 #include "run/steps.h"
 
 #define CONFIG_MAX (64u << 20)

@@ -2,8 +2,8 @@
  * mk_manifest, checked whole. */
 #include <stdlib.h>
 #include <string.h>
+#include "core/fsutil.h"
 #include "core/hash.h"
-#include "hub/hub.h"
 #include "stream/manifest.h"
 #include "mk/stream.h"
 #include "json.h"
@@ -269,7 +269,7 @@ static int decode_models(json_t *o, struct mk_manifest *m, struct mk_err *err)
 		json_t *ad = json_object_get(v, "adapter");
 		if (!ref || !json_is_array(sh) || (ad && !json_is_boolean(ad)))
 			return mk_err_set(err, MK_EFORMAT, "HEAD: model #%zu needs \"ref\" and \"shards\" (and \"adapter\" is a boolean)", i);
-		if (json_object_get(v, "commit") && (!commit || !mk_hub_rev_ok(commit) || strchr(commit, '/')))
+		if (json_object_get(v, "commit") && (!commit || !mk_path_stays_inside(commit) || strchr(commit, '/')))
 			return mk_err_set(err, MK_EFORMAT, "HEAD: model '%s': \"commit\" is not a commit", ref);
 		if ((rc = mk_manifest_add_model(m, ref, commit, err)))
 			return rc;

@@ -1,18 +1,18 @@
-/* fuzz_journal.c - mk_pack_journal_parse, the reader of the journal an
+/* fuzz_journal.c - mk_journal_parse, the reader of the journal an
  * interrupted mk-pack leaves in OUT.mk-partial (what --resume trusts to
  * say which tensors are done), on arbitrary bytes. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include "pack/pack.h"
+#include "journal/journal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 {
-	struct mk_pack_journal *j = NULL;
+	struct mk_journal *j = NULL;
 	struct mk_err err;
-	int rc = mk_pack_journal_parse((const char *)d, n, "fuzz/.mk-journal", &j, &err);
+	int rc = mk_journal_parse((const char *)d, n, "fuzz/.mk-journal", &j, &err);
 
 	if (rc) {
 		if (j || err.code == 0 || !err.msg[0])
@@ -27,6 +27,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 		abort();
 	if (!j->key[0] && (j->ndone || j->valid_len))
 		abort();
-	mk_pack_journal_free(j);
+	mk_journal_free(j);
 	return 0;
 }

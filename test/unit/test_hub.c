@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/fsutil.h"
 #include "hub/hub.h"
 
 #define C40 "0123456789abcdef0123456789abcdef01234567"
@@ -28,14 +29,14 @@ static void test_names(void **state)
 	assert_false(mk_hub_repo_id_ok("org/.."));
 	assert_false(mk_hub_repo_id_ok("org/"));
 	assert_false(mk_hub_repo_id_ok("org/na me"));
-	assert_true(mk_hub_rev_ok("main"));
-	assert_true(mk_hub_rev_ok("refs/pr/1"));
-	assert_true(mk_hub_rev_ok(C40));
-	assert_false(mk_hub_rev_ok(""));
-	assert_false(mk_hub_rev_ok("../main"));
-	assert_false(mk_hub_rev_ok("a/../../b"));
-	assert_false(mk_hub_rev_ok("/abs"));
-	assert_false(mk_hub_rev_ok("trailing/"));
+	assert_true(mk_path_stays_inside("main"));
+	assert_true(mk_path_stays_inside("refs/pr/1"));
+	assert_true(mk_path_stays_inside(C40));
+	assert_false(mk_path_stays_inside(""));
+	assert_false(mk_path_stays_inside("../main"));
+	assert_false(mk_path_stays_inside("a/../../b"));
+	assert_false(mk_path_stays_inside("/abs"));
+	assert_false(mk_path_stays_inside("trailing/"));
 }
 
 static void cache_is(const char *want)
