@@ -10,7 +10,7 @@
 #include "cli.h"
 #include "core/fsutil.h"
 #include "multi/multi.h"
-#include "run/multi.h"
+#include "run/multi_steps.h"
 #include "mk/plugin.h"
 
 static void usage(void)

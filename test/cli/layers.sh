@@ -24,3 +24,7 @@ grep -q 'src/io/reader.c:[0-9]*: "../stream/job.h" climbs out' bad.txt || { cat 
 grep -q 'src/stream/stream.c:[0-9]*: .*"mk/tensors.h" of tensors' bad.txt || { cat bad.txt; fail "a public header of a higher layer not refused"; }
 [ "$(wc -l < bad.txt)" = 3 ] || { cat bad.txt; fail "more refused than the three includes added"; }
 echo "layers: src/ follows src/README; the three includes added against it were refused"
+
+# no two files under src/ share a basename (a name says which file)
+dup=$(cd "$MK_TOP" && find src -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cc' \) | xargs -n1 basename | sort | uniq -d)
+[ -z "$dup" ] || fail "basenames used twice under src/: $dup"

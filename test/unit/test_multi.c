@@ -15,7 +15,7 @@
 #include "stream/manifest.h"
 #include "multi/multi.h"
 #include "run/steps.h"
-#include "run/multi.h"
+#include "run/multi_steps.h"
 #include "stream/job.h"
 
 static struct mk_multi *parse_ok(const char *text, const char *out)

@@ -1,4 +1,4 @@
-/* recipe.c - mk-moe's configuration: parse (libyaml) and pre-checks. */
+/* moe_config.c - mk-moe's configuration: parse (libyaml) and pre-checks. */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>

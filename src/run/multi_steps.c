@@ -1,4 +1,4 @@
-/* multi.c - mk-multi's steps run in order: one by one (mk_run_merge), or
+/* multi_steps.c - mk-multi's steps run in order: one by one (mk_run_merge), or
  * a chain of steps streamed into the ones that read them, run at once
  * (mk_run_steps), each planned against a description of the merges it
  * reads (multi.h). */
@@ -15,7 +15,7 @@
 #include "stream/manifest.h"
 #include "multi/multi.h"
 #include "run/steps.h"
-#include "run/multi.h"
+#include "run/multi_steps.h"
 #include "stream/job.h"
 #include "planner/planner.h"
 #include "io/safetensors.h"

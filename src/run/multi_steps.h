@@ -1,9 +1,9 @@
-/* multi.h - mk-multi's steps run: in order, one by one, or the steps
+/* multi_steps.h - mk-multi's steps run: in order, one by one, or the steps
  * that read each other streamed into one another (implemented in
- * run/multi.c; the recipe itself is multi/multi.h).
+ * run/multi_steps.c; the recipe itself is multi/multi.h).
  */
-#ifndef MK_RUN_MULTI_H
-#define MK_RUN_MULTI_H
+#ifndef MK_RUN_MULTI_STEPS_H
+#define MK_RUN_MULTI_STEPS_H
 
 #include <stdbool.h>
 #include <stddef.h>
