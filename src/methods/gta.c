@@ -100,11 +100,11 @@
 #include "rng.h"
 #include "core/simd.h"
 #include "core/pool.h"
+#include "core/bug.h"
+#include "methods/builtin.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #define MK_GTA_X86 1
 #include <immintrin.h>
-#include "core/bug.h"
-#include "methods/builtin.h"
 #else
 #define MK_GTA_X86 0
 #endif
