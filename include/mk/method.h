@@ -429,11 +429,11 @@ MK_API const struct mk_pval *mk_job_input_param(const struct mk_job *job, size_t
 
 /* The compute dtype torch would use for these input dtypes: F64 when
  * any is F64, else F32 (mk rounds once to the output dtype: mk-compat(7)). */
-enum mk_dtype mk_compute_dtype_of(size_t n, const enum mk_dtype *dts);
+MK_API enum mk_dtype mk_compute_dtype_of(size_t n, const enum mk_dtype *dts);
 /* torch's result dtype of stacking these float dtypes: equal -> that
  * dtype; otherwise the widest, with F16 + BF16 -> F32 and mixed F8
  * variants -> F32.  Non-float dtypes must not be passed. */
-enum mk_dtype mk_promote_dtypes(size_t n, const enum mk_dtype *dts);
+MK_API enum mk_dtype mk_promote_dtypes(size_t n, const enum mk_dtype *dts);
 
 /* mergekit's rectify_embed_sizes over the used inputs of d: when
  * is_embed and every used input is 2-D, the output shape is (min rows,

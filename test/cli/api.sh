@@ -26,6 +26,12 @@ done
 cat $(ls "$inc"/*.h | grep -v /api.h) | perl -0777 -pe 's{/\*.*?\*/}{ }gs' | tr '\n' ' ' | tr ';{}' '\n\n\n' |
 	sed -n 's/.*\bMK_API\b[^(\[]*\b\(mk_[a-z0-9_]*\)[ 	]*[(\[].*/\1/p; s/.*\bMK_API\b.*\b\(mk_[a-z0-9_]*\)[ 	]*$/\1/p' |
 	sort -u > declared.txt
+# a call declared in an installed header without MK_API would be hidden:
+# a program could not link it
+unmarked=$(cat $(ls "$inc"/*.h | grep -v /api.h) | perl -0777 -pe 's{/\*.*?\*/}{ }gs; s{^#.*$}{}mg' |
+	tr '\n' ' ' | tr ';{}' '\n\n\n' | grep -E '(^|[ *])mk_[a-z0-9_]+ *\(' |
+	grep -v 'MK_API\|typedef\|static inline\|(\*' || true)
+[ -z "$unmarked" ] || fail "declared in include/mk without MK_API (not exported): $unmarked"
 nm -D --defined-only "$so" | awk '{ print $NF }' | sort -u > exported.txt
 [ -s declared.txt ] || fail "no MK_API declaration found in $inc"
 if ! cmp -s declared.txt exported.txt; then
