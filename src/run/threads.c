@@ -106,6 +106,34 @@ int mk_validate_config(const struct mk_run_opts *o, struct mk_diags *d, struct m
 enum { S_WRITE, S_FETCH, S_MERGE, S_PACK, NSTAGES };
 static const char *const stage_name[NSTAGES] = { "mk-plan", "mk-fetch", "mk-merge", "mk-pack" };
 
+/* The merges run together (one, or mk_run_steps' steps): their stages
+ * wake the one thread that waits for them (wait_all), and count their
+ * failures in one order.  Each group has its own lock and condition, so
+ * runs in other threads of the process never wake it. */
+struct run_group {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;             /* a stage ended (CLOCK_MONOTONIC) */
+	uint64_t clock;                /* failures so far, in order */
+};
+
+static void group_init(struct run_group *g)
+{
+	pthread_condattr_t a;
+
+	pthread_mutex_init(&g->mu, NULL);
+	pthread_condattr_init(&a);
+	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+	pthread_cond_init(&g->cv, &a);
+	pthread_condattr_destroy(&a);
+	g->clock = 0;
+}
+
+static void group_destroy(struct run_group *g)
+{
+	pthread_cond_destroy(&g->cv);
+	pthread_mutex_destroy(&g->mu);
+}
+
 struct run {
 	const struct mk_run_opts *o;
 	struct mk_run_opts own;        /* (a step's copy of its options) */
@@ -137,8 +165,8 @@ struct run {
 	int first_fail;                /* the stage that failed first, or -1:
 					  the others then failed for want of
 					  its stream (an end, EPIPE) */
-	uint64_t fail_seq;             /* when it failed, in *fail_clock's count */
-	uint64_t *fail_clock;          /* shared by merges run together */
+	uint64_t fail_seq;             /* when it failed, in its group's count */
+	struct run_group *grp;         /* shared by merges run together */
 };
 
 /* Stop every stream: each stage sees an end (a reader) or EPIPE (a
@@ -154,29 +182,14 @@ static void shut_all(struct run *r)
 		mk_chan_close_read(r->feeds[k]);
 }
 
-/* Stages that end wake wait_all (every runner's: it checks its own
- * runs).  Under done_mu, so that a waiter that has just found its runs
- * unfinished is waiting before the signal comes. */
-static pthread_mutex_t done_mu = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t done_cv;
-static pthread_once_t done_once = PTHREAD_ONCE_INIT;
-
-static void done_cv_init(void)
+/* Stages that end wake their group's wait_all.  Under the group's lock,
+ * so that a waiter that has just found its runs unfinished is waiting
+ * before the signal comes. */
+static void stage_done_signal(struct run *r)
 {
-	pthread_condattr_t a;
-
-	pthread_condattr_init(&a);
-	pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-	pthread_cond_init(&done_cv, &a);
-	pthread_condattr_destroy(&a);
-}
-
-static void stage_done_signal(void)
-{
-	pthread_once(&done_once, done_cv_init);
-	pthread_mutex_lock(&done_mu);
-	pthread_cond_broadcast(&done_cv);
-	pthread_mutex_unlock(&done_mu);
+	pthread_mutex_lock(&r->grp->mu);
+	pthread_cond_broadcast(&r->grp->cv);
+	pthread_mutex_unlock(&r->grp->mu);
 }
 
 /* A stage ends: its ends of the streams are shut, so its neighbours see
@@ -195,7 +208,7 @@ static void stage_end(struct run *r, int i)
 	pthread_mutex_lock(&r->mu);
 	r->finished++;
 	pthread_mutex_unlock(&r->mu);
-	stage_done_signal();
+	stage_done_signal(r);
 }
 
 struct stage_arg {
@@ -258,7 +271,7 @@ static void *stage_main(void *p)
 	pthread_mutex_lock(&r->mu);
 	if (r->rc[i] && r->first_fail < 0) {
 		r->first_fail = i;
-		r->fail_seq = __atomic_add_fetch(r->fail_clock, 1, __ATOMIC_SEQ_CST);
+		r->fail_seq = __atomic_add_fetch(&r->grp->clock, 1, __ATOMIC_SEQ_CST);
 	}
 	pthread_mutex_unlock(&r->mu);
 	stage_end(r, i);
@@ -283,9 +296,9 @@ static void pack_progress(void *ctx, uint64_t done, uint64_t total, size_t tenso
 	}
 }
 
-static void run_init(struct run *r, const struct mk_run_opts *o, uint64_t *clock)
+static void run_init(struct run *r, const struct mk_run_opts *o, struct run_group *grp)
 {
-	*r = (struct run){ .o = o, .first_fail = -1, .out_fd = -1, .fail_clock = clock };
+	*r = (struct run){ .o = o, .first_fail = -1, .out_fd = -1, .grp = grp };
 	pthread_mutex_init(&r->mu, NULL);
 	r->mu_live = true;
 }
@@ -465,10 +478,9 @@ static int run_result(struct run *r, struct mk_err *err)
 	return 0;
 }
 
-static void wait_all(struct run *const *v, size_t n)
+static void wait_all(struct run_group *g, struct run *const *v, size_t n)
 {
-	pthread_once(&done_once, done_cv_init);
-	pthread_mutex_lock(&done_mu);
+	pthread_mutex_lock(&g->mu);
 	for (;;) {
 		bool all = true;
 		for (size_t k = 0; k < n; k++)
@@ -488,9 +500,9 @@ static void wait_all(struct run *const *v, size_t n)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000;
 		}
-		pthread_cond_timedwait(&done_cv, &done_mu, &ts);
+		pthread_cond_timedwait(&g->cv, &g->mu, &ts);
 	}
-	pthread_mutex_unlock(&done_mu);
+	pthread_mutex_unlock(&g->mu);
 	for (size_t k = 0; k < n; k++)
 		run_join(v[k]);
 }
@@ -500,18 +512,20 @@ static int run_merge(const struct mk_run_opts *o, bool raw, enum mk_raw_missing 
 {
 	struct run r, *rp = &r;
 	struct stage_arg args[NSTAGES];
-	uint64_t clock = 0;
+	struct run_group g;
 	int rc;
 
-	run_init(&r, o, &clock);
+	group_init(&g);
+	run_init(&r, o, &g);
 	rc = run_plan(&r, raw, missing, false, NULL, NULL, 0, d, err);
 	if (!rc) {
 		rc = run_start(&r, args, err);
-		wait_all(&rp, 1);
+		wait_all(&g, &rp, 1);
 		if (!rc)
 			rc = run_result(&r, err);
 	}
 	run_clear(&r);
+	group_destroy(&g);
 	return rc;
 }
 
@@ -530,7 +544,7 @@ int mk_run_state_dicts(const struct mk_run_opts *o, enum mk_raw_missing missing,
 
 struct mk_run_step {
 	struct run r;
-	uint64_t clock;                /* (the step's own until run together) */
+	struct run_group grp;          /* (the step's own until run together) */
 };
 
 int mk_run_step_plan(const struct mk_run_opts *o, bool streamed, const char *const *alias_refs,
@@ -547,7 +561,8 @@ int mk_run_step_plan(const struct mk_run_opts *o, bool streamed, const char *con
 	}
 	if (!s)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	run_init(&s->r, o, &s->clock);
+	group_init(&s->grp);
+	run_init(&s->r, o, &s->grp);
 	s->r.own = *o;
 	s->r.o = &s->r.own;
 	rc = run_plan(&s->r, false, MK_RAW_MISSING_ERROR, streamed, alias_refs, alias_dirs, naliases, d, err);
@@ -569,6 +584,7 @@ void mk_run_step_free(struct mk_run_step *s)
 	if (!s)
 		return;
 	run_clear(&s->r);
+	group_destroy(&s->grp);
 	free(s);
 }
 
@@ -581,18 +597,19 @@ int mk_run_steps(struct mk_run_step *const *steps, size_t n, const struct mk_run
 	int *ffds = calloc(n * (nlinks + 1) + 1, sizeof(*ffds));
 	struct stage_arg *args = calloc(n * NSTAGES + 1, sizeof(*args));
 	struct run **v = calloc(n + 1, sizeof(*v));
-	uint64_t clock = 0;
+	struct run_group g;
 	size_t nrun = 0;
 	int rc = 0;
 
 	*failed = 0;
+	group_init(&g);
 	if (!ch || !fds || !refs || !ffds || !args || !v) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
 	for (size_t k = 0; k < n; k++) {
 		v[k] = &steps[k]->r;
-		v[k]->fail_clock = &clock;
+		v[k]->grp = &g;
 	}
 	/* each link a channel: its producer's merge writes it, its
 	 * consumer's fetch reads it as the model `ref` */
@@ -636,7 +653,7 @@ int mk_run_steps(struct mk_run_step *const *steps, size_t n, const struct mk_run
 	if (rc)
 		for (size_t k = 0; k < nrun; k++)
 			shut_all(v[k]);
-	wait_all(v, nrun);
+	wait_all(&g, v, nrun);
 	if (!rc) {
 		/* the step that failed first; the others failed for want of
 		 * its stream */
@@ -660,7 +677,7 @@ out:
 		r->feeds = NULL;
 		r->nfeeds = 0;
 		r->fo.nfeeds = 0;
-		r->fail_clock = &steps[k]->clock;
+		r->grp = &steps[k]->grp;
 	}
 	for (size_t l = 0; ch && l < nlinks; l++)
 		mk_chan_free(ch[l]);
@@ -670,5 +687,6 @@ out:
 	free(ffds);
 	free(args);
 	free(v);
+	group_destroy(&g);
 	return rc;
 }
