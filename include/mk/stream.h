@@ -105,6 +105,28 @@ MK_API int mk_chunker_init(struct mk_chunker *ck, enum mk_dtype dt, unsigned ndi
  * 0 when done (a tensor with no elements yields no chunk). */
 MK_API int mk_chunker_next(struct mk_chunker *ck, struct mk_chunk *c);
 
+/* ---- transports ----
+ * A stream is read from or written to one end: a file descriptor (a
+ * pipe, a file, a socket) or an end of an in-process channel (mk/chan.h),
+ * where frames pass as buffers, by pointer.  The reader and writer read
+ * and write through it and never ask which it is but for what only one
+ * can do (splice(2) on a pipe; handing a buffer over on a channel). */
+struct mk_chan;
+struct mk_io {
+	int fd;                /* the descriptor, when chan is NULL */
+	struct mk_chan *chan;  /* else the channel */
+};
+static inline struct mk_io mk_io_fd(int fd)
+{
+	struct mk_io io = { .fd = fd, .chan = 0 };
+	return io;
+}
+static inline struct mk_io mk_io_chan(struct mk_chan *c)
+{
+	struct mk_io io = { .fd = -1, .chan = c };
+	return io;
+}
+
 /* ---- reading ---- */
 struct mk_frame {
 	char type[5];         /* NUL-terminated */
@@ -160,8 +182,11 @@ MK_API void mk_sr_get_bounds(const struct mk_stream_reader *r, struct mk_sr_boun
 MK_API void mk_sr_bound_by_head(struct mk_stream_reader *r, const struct mk_manifest *m);
 
 struct mk_stream_reader;
-/* Read and check the prelude from fd.  `label` names the stream in
+/* Read and check the prelude from in.  `label` names the stream in
  * messages ("stdin", a file name). */
+MK_API int mk_sr_open_io(struct mk_stream_reader **out, struct mk_io in, const char *label,
+			 unsigned flags, struct mk_err *err);
+/* The same from a descriptor: mk_sr_open_io(out, mk_io_fd(fd), ...). */
 MK_API int mk_sr_open(struct mk_stream_reader **out, int fd, const char *label,
 	       unsigned flags, struct mk_err *err);
 /* Next frame: 1 and *f (valid until the next call), 0 after the END
@@ -238,9 +263,12 @@ MK_API bool mk_frame_type_known(const char *type);
 
 /* ---- writing ---- */
 struct mk_stream_writer;
-/* Write the prelude to fd.  compress_level 0 disables zstd; otherwise
+/* Write the prelude to out.  compress_level 0 disables zstd; otherwise
  * every payload of at least 64 bytes is compressed at that level (kept
  * raw when compression does not shrink it). */
+MK_API int mk_sw_open_io(struct mk_stream_writer **out, struct mk_io to, int compress_level,
+			 struct mk_err *err);
+/* The same to a descriptor: mk_sw_open_io(out, mk_io_fd(fd), ...). */
 MK_API int mk_sw_open(struct mk_stream_writer **out, int fd, int compress_level,
 	       struct mk_err *err);
 /* Write a frame whose payload is the concatenation of `n` pieces. */
@@ -271,6 +299,18 @@ MK_API int mk_sw_chunk(struct mk_stream_writer *w, const char *type,
  * in the reader). */
 MK_API int mk_sw_chunk_splice(struct mk_stream_writer *w, const char *type, const struct mk_chunk *c,
 		       int src_fd, uint64_t off, struct mk_err *err);
+/* A DATA or INPT chunk's frame filled in place on a channel writer (no
+ * compression): reserve writes the frame's headers for c (c->data is not
+ * read) into a buffer of the channel, waiting for room as mk_sw_chunk
+ * would, and points *data at where its c->data_len payload bytes go: 1.
+ * 0 when the writer is no such channel (the caller writes the chunk with
+ * mk_sw_chunk), or an error.  One at a time: commit queues it once its
+ * payload is written, unreserve drops it unqueued (mk_sw_free drops one
+ * left). */
+MK_API int mk_sw_chunk_reserve(struct mk_stream_writer *w, const char *type, const struct mk_chunk *c,
+			       void **data, struct mk_err *err);
+MK_API int mk_sw_chunk_commit(struct mk_stream_writer *w, struct mk_err *err);
+MK_API void mk_sw_chunk_unreserve(struct mk_stream_writer *w);
 /* A FILE frame; name validated with mk_file_name_check. */
 MK_API int mk_sw_file(struct mk_stream_writer *w, const char *name, uint32_t mode,
 	       const void *data, size_t len, struct mk_err *err);

@@ -3,7 +3,6 @@
  * gpu_queue in merge_impl.h). */
 #include <stdlib.h>
 #include "merge_impl.h"
-#include "stream/chan_impl.h"
 
 #define GPU_QUEUE_BYTES (64u << 20)
 #define GPU_QUEUE_JOBS 256u
@@ -92,7 +91,7 @@ int mk__emit_reserve(struct mk_stream_writer *w, struct run *r, uint64_t begin, 
 	 * (mk__gpuq_emit drains them then): the GPU works on meanwhile */
 	if (r->gq->n)
 		return 0;
-	return mk__sw_chunk_reserve(w, MK_FT_DATA, &c, data, err);
+	return mk_sw_chunk_reserve(w, MK_FT_DATA, &c, data, err);
 }
 
 int mk__emit_commit(struct mk_stream_writer *w, struct run *r, uint64_t begin, uint64_t count, size_t len,
@@ -103,7 +102,7 @@ int mk__emit_commit(struct mk_stream_writer *w, struct run *r, uint64_t begin, u
 	r->next_out = begin + count;
 	st->chunks_out++;
 	st->bytes_out += len;
-	return mk__sw_chunk_commit(w, err);
+	return mk_sw_chunk_commit(w, err);
 }
 
 /* Submit job elements [b, b + n) to the GPU, its inputs the converted

@@ -12,7 +12,6 @@
 #include "mk/plugin.h"
 #include "mk/stream.h"
 #include "merge_impl.h"
-#include "stream/chan_impl.h"
 
 /* the job's named parameters -> the method's pval arrays */
 static int load_params(struct run *r, struct mk_err *err)
@@ -326,7 +325,7 @@ static int range_done(struct mk_stream_writer *w, struct run *r, struct mk_merge
 			if (rc > 0) {
 				rc = mk__workers_run(r, b, n, true, out, r->gq->nonfinite_out ? &bad : NULL, err);
 				if (rc)
-					mk__sw_chunk_unreserve(w);
+					mk_sw_chunk_unreserve(w);
 				else
 					rc = mk__emit_commit(w, r, b, n, (size_t)ob, bad, st, err);
 				goto clear;

@@ -50,18 +50,4 @@ ssize_t mk__chan_read(struct mk_chan *c, void *buf, size_t len);
  * the payload by mk__chan_read. */
 bool mk__chan_take(struct mk_chan *c, size_t len, uint8_t **buf, size_t *cap, struct mk__lent *lent);
 
-/* A DATA or INPT chunk's frame filled in place on a channel writer (no
- * compression): reserve writes the frame's headers for c (c->data is
- * not read) into a buffer of the channel, waiting for room as
- * mk_sw_chunk would, and points *data at where its c->data_len payload
- * bytes go: 1.  0 when the writer is no such channel (the caller writes
- * the chunk with mk_sw_chunk), or an error.  One at a time: commit
- * queues it once its payload is written, unreserve drops it unqueued
- * (mk_sw_free drops one left). */
-struct mk_stream_writer;
-int mk__sw_chunk_reserve(struct mk_stream_writer *w, const char *type, const struct mk_chunk *c, void **data,
-			 struct mk_err *err);
-int mk__sw_chunk_commit(struct mk_stream_writer *w, struct mk_err *err);
-void mk__sw_chunk_unreserve(struct mk_stream_writer *w);
-
 #endif

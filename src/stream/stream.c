@@ -16,7 +16,7 @@
 #include "core/hash.h"
 #include "stream/manifest.h"
 #include "mk/stream.h"
-#include "chan_impl.h"
+#include "io.h"
 #include "core/text.h"
 #include "core/bug.h"
 
@@ -227,8 +227,7 @@ struct counts {
 };
 
 struct mk_stream_reader {
-	int fd;
-	struct mk_chan *ch;      /* fd stands for a channel (mk/chan.h) */
+	struct mk_io io;
 	char *label;
 	unsigned flags;
 	uint64_t index;          /* number of frames returned so far */
@@ -265,29 +264,9 @@ struct mk_stream_reader {
 	size_t view_len;
 };
 
-/* Read exactly len bytes; returns bytes read (< len only at EOF) or -errno. */
-static ssize_t read_full(int fd, void *buf, size_t len)
-{
-	size_t got = 0;
-
-	while (got < len) {
-		ssize_t r = read(fd, (char *)buf + got, len - got);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return -errno;
-		}
-		if (r == 0)
-			break;
-		got += (size_t)r;
-	}
-	return (ssize_t)got;
-}
-
-/* read_full from the reader's descriptor or channel */
 static ssize_t sr_read(struct mk_stream_reader *r, void *buf, size_t len)
 {
-	return r->ch ? mk__chan_read(r->ch, buf, len) : read_full(r->fd, buf, len);
+	return mk_io_read(&r->io, buf, len);
 }
 
 static int grow(uint8_t **buf, size_t *cap, size_t need)
@@ -333,6 +312,14 @@ void mk_fd_grow_pipe(int fd)
 int mk_sr_open(struct mk_stream_reader **out, int fd, const char *label,
 	       unsigned flags, struct mk_err *err)
 {
+	struct mk_io io = { .fd = fd, .chan = mk__chan_find(fd, MK__CHAN_R) };
+
+	return mk_sr_open_io(out, io, label, flags, err);
+}
+
+int mk_sr_open_io(struct mk_stream_reader **out, struct mk_io in, const char *label,
+		  unsigned flags, struct mk_err *err)
+{
 	struct mk_stream_reader *r;
 	uint8_t pre[MK_STREAM_PRELUDE];
 	ssize_t got;
@@ -342,15 +329,14 @@ int mk_sr_open(struct mk_stream_reader **out, int fd, const char *label,
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	r->fd = fd;
+	r->io = in;
 	r->flags = flags;
 	r->label = strdup(label ? label : "stream");
 	if (!r->label) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	if (!(r->ch = mk__chan_find(fd, MK__CHAN_R)))
-		mk_fd_grow_pipe(fd);
+	mk_io_prepare(&r->io);
 	got = sr_read(r, pre, sizeof(pre));
 	if (got < 0) {
 		rc = mk_err_sys(err, (int)-got, "%s: reading the stream prelude", r->label);
@@ -594,13 +580,12 @@ int mk_sr_read_wire(struct mk_stream_reader *r, void *buf, size_t cap, size_t *g
  * piecewise, for mk_sr_splice_payload?  Only when the input is a pipe. */
 static bool splice_frame(struct mk_stream_reader *r, const char *type, uint8_t flags, uint64_t raw_len)
 {
-	struct stat sb;
 
 	if (!(r->flags & MK_SR_SPLICE_DATA) || memcmp(type, MK_FT_DATA, 4) || (flags & MK_FRAME_F_ZSTD) ||
 	    raw_len < MK_CHUNK_HDR + MK_SPLICE_MIN)
 		return false;
 	if (!r->splice) /* a channel's stand-in descriptor is no pipe: never spliced */
-		r->splice = !r->ch && fstat(r->fd, &sb) == 0 && S_ISFIFO(sb.st_mode) ? 1 : -1;
+		r->splice = mk_io_pipe_fd(&r->io) >= 0 ? 1 : -1;
 	return r->splice > 0;
 }
 
@@ -616,7 +601,7 @@ static int copy_to_fd(struct mk_stream_reader *r, int out_fd, const char *out_la
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	while (n) {
 		size_t k = n < piece ? n : piece;
-		ssize_t got = read_full(r->fd, r->wire, k);
+		ssize_t got = sr_read(r, r->wire, k);
 		if (got < 0)
 			return mk_err_sys(err, (int)-got, "%s: frame #%llu: read", r->label, (unsigned long long)r->pw.idx);
 		if ((size_t)got < k)
@@ -640,7 +625,7 @@ static int splice_payload(struct mk_stream_reader *r, int out_fd, const char *ou
 	int rc;
 
 	while (done < n && r->splice > 0) {
-		ssize_t k = splice(r->fd, NULL, out_fd, &o, n - done, SPLICE_F_MOVE);
+		ssize_t k = splice(r->io.fd, NULL, out_fd, &o, n - done, SPLICE_F_MOVE);
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k < 0 && (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP || errno == EXDEV)) {
@@ -838,7 +823,7 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 		return mk_err_set(err, MK_EFORMAT, "%s: frame #%llu (%s): unknown flags 0x%02x",
 				  r->label, (unsigned long long)idx, f->type, f->flags);
 	/* algorithm 0 only between the threads of one process (a channel) */
-	if (f->csum != MK_CSUM_CRC32C && !(f->csum == MK_CSUM_NONE && r->ch))
+	if (f->csum != MK_CSUM_CRC32C && !(f->csum == MK_CSUM_NONE && mk_io_in_memory(&r->io)))
 		return mk_err_set(err, MK_EFORMAT, "%s: frame #%llu (%s): unknown checksum algorithm %u",
 				  r->label, (unsigned long long)idx, f->type, f->csum);
 	if (len > MK_FRAME_MAX || raw_len > MK_FRAME_MAX ||
@@ -882,7 +867,7 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 	{
 		uint64_t have_n = 0;
 		/* from a channel, the frame's buffer itself when it can be had */
-		if (r->ch && len && mk__chan_take(r->ch, (size_t)len, &r->wire, &r->wire_cap, &r->lent)) {
+		if (len && mk_io_take(&r->io, (size_t)len, &r->wire, &r->wire_cap, &r->lent)) {
 			have_n = len;
 			taken = true;
 		}
@@ -1001,8 +986,7 @@ void mk_sr_free(struct mk_stream_reader *r)
 /* ---------------------------------------------------------------- writer */
 
 struct mk_stream_writer {
-	int fd;
-	struct mk_chan *ch;      /* fd stands for a channel (mk/chan.h) */
+	struct mk_io io;
 	int level;
 	ZSTD_CCtx *cctx;
 	uint8_t *zbuf, *cat;
@@ -1011,7 +995,7 @@ struct mk_stream_writer {
 	struct counts n;
 	bool ended;
 	int splice;   /* mk_sw_chunk_splice: 0 untried, 1 works, -1 not here */
-	/* mk__sw_chunk_reserve: the frame being filled in place, or NULL */
+	/* mk_sw_chunk_reserve: the frame being filled in place, or NULL */
 	uint8_t *rbuf;
 	size_t rcap, rlen;
 	char rtype[5];
@@ -1034,48 +1018,29 @@ static void frame_hdr(uint8_t h[MK_FRAME_HDR], const char *type, uint8_t flags, 
  * which stay in this process's memory (algorithm 0, mk-stream(5)). */
 static bool sw_sums(const struct mk_stream_writer *w, const char *type)
 {
-	return !w->ch || (memcmp(type, MK_FT_DATA, 4) && memcmp(type, MK_FT_INPT, 4));
+	return !mk_io_in_memory(&w->io) || (memcmp(type, MK_FT_DATA, 4) && memcmp(type, MK_FT_INPT, 4));
 }
 
 static int write_iov(struct mk_stream_writer *w, struct iovec *iov, int n, struct mk_err *err)
 {
-	if (w->ch) {
-		uint64_t total = 0;
-		for (int i = 0; i < n; i++)
-			total += iov[i].iov_len;
-		int rc = mk__chan_write(w->ch, iov, n);
-		if (rc < 0)
-			return mk_err_sys(err, -rc, "writing the stream");
-		w->bytes += total;
-		return 0;
-	}
-	while (n > 0) {
-		ssize_t r = writev(w->fd, iov, n);
-		if (r < 0) {
-			if (errno == EINTR)
-				continue;
-			return mk_err_sys(err, errno, "writing the stream");
-		}
-		w->bytes += (uint64_t)r;
-		while (n > 0 && (size_t)r >= iov->iov_len) {
-			r -= (ssize_t)iov->iov_len;
-			iov++;
-			n--;
-		}
-		if (n > 0) {
-			iov->iov_base = (char *)iov->iov_base + r;
-			iov->iov_len -= (size_t)r;
-		}
-	}
-	return 0;
+	int rc = mk_io_writev(&w->io, iov, n, &w->bytes);
+
+	return rc < 0 ? mk_err_sys(err, -rc, "writing the stream") : 0;
 }
 
 bool mk_sw_in_process(const struct mk_stream_writer *w)
 {
-	return w->ch != NULL;
+	return mk_io_in_memory(&w->io);
 }
 
 int mk_sw_open(struct mk_stream_writer **out, int fd, int level, struct mk_err *err)
+{
+	struct mk_io io = { .fd = fd, .chan = mk__chan_find(fd, MK__CHAN_W) };
+
+	return mk_sw_open_io(out, io, level, err);
+}
+
+int mk_sw_open_io(struct mk_stream_writer **out, struct mk_io io, int level, struct mk_err *err)
 {
 	struct mk_stream_writer *w = calloc(1, sizeof(*w));
 	uint8_t pre[MK_STREAM_PRELUDE] = { 0 };
@@ -1085,10 +1050,9 @@ int mk_sw_open(struct mk_stream_writer **out, int fd, int level, struct mk_err *
 	*out = NULL;
 	if (!w)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	w->fd = fd;
+	w->io = io;
 	w->level = level;
-	if (!(w->ch = mk__chan_find(fd, MK__CHAN_W)))
-		mk_fd_grow_pipe(fd);
+	mk_io_prepare(&w->io);
 	memcpy(pre, MK_STREAM_MAGIC, 8);
 	put16(pre + 8, MK_STREAM_MAJOR);
 	put16(pre + 10, MK_STREAM_MINOR);
@@ -1197,7 +1161,7 @@ int mk_sw_chunk(struct mk_stream_writer *w, const char *type, const struct mk_ch
 	return mk_sw_frame(w, type, p, l, 2, err);
 }
 
-int mk__sw_chunk_reserve(struct mk_stream_writer *w, const char *type, const struct mk_chunk *c, void **data,
+int mk_sw_chunk_reserve(struct mk_stream_writer *w, const char *type, const struct mk_chunk *c, void **data,
 			 struct mk_err *err)
 {
 	const size_t pre = MK_FRAME_HDR + MK_CHUNK_HDR;
@@ -1205,14 +1169,14 @@ int mk__sw_chunk_reserve(struct mk_stream_writer *w, const char *type, const str
 	int rc;
 
 	*data = NULL;
-	if (!w->ch || w->level > 0 || sw_sums(w, type) || raw_len > MK_FRAME_MAX)
+	if (!mk_io_in_memory(&w->io) || w->level > 0 || sw_sums(w, type) || raw_len > MK_FRAME_MAX)
 		return 0;
 	if (w->ended)
 		MK_BUG("frame after END");
 	if (w->rbuf)
 		MK_BUG("a second chunk reserved before the first was committed");
-	if ((rc = mk__chan_reserve(w->ch, pre + c->data_len, &w->rbuf, &w->rcap)) < 0)
-		return mk_err_sys(err, -rc, "writing the stream");
+	if ((rc = mk_io_reserve(&w->io, pre + c->data_len, &w->rbuf, &w->rcap)) <= 0)
+		return rc < 0 ? mk_err_sys(err, -rc, "writing the stream") : 0;
 	frame_hdr(w->rbuf, type, 0, MK_CSUM_NONE, raw_len, raw_len);   /* a chunk on a channel (sw_sums) */
 	mk_chunk_encode(c, w->rbuf + MK_FRAME_HDR);
 	w->rlen = pre + c->data_len;
@@ -1221,7 +1185,7 @@ int mk__sw_chunk_reserve(struct mk_stream_writer *w, const char *type, const str
 	return 1;
 }
 
-int mk__sw_chunk_commit(struct mk_stream_writer *w, struct mk_err *err)
+int mk_sw_chunk_commit(struct mk_stream_writer *w, struct mk_err *err)
 {
 	uint8_t *b = w->rbuf;
 	int rc;
@@ -1230,16 +1194,16 @@ int mk__sw_chunk_commit(struct mk_stream_writer *w, struct mk_err *err)
 		MK_BUG("no chunk reserved");
 	w->rbuf = NULL;
 	count_frame(&w->n, w->rtype, w->rtype[0] >= 'A' && w->rtype[0] <= 'Z', w->rlen - MK_FRAME_HDR);
-	if ((rc = mk__chan_commit(w->ch, b, w->rlen, w->rcap)) < 0)
+	if ((rc = mk_io_commit(&w->io, b, w->rlen, w->rcap)) < 0)
 		return mk_err_sys(err, -rc, "writing the stream");
 	w->bytes += w->rlen;
 	return 0;
 }
 
-void mk__sw_chunk_unreserve(struct mk_stream_writer *w)
+void mk_sw_chunk_unreserve(struct mk_stream_writer *w)
 {
 	if (w->rbuf)
-		mk__chan_unreserve(w->ch, w->rbuf, w->rcap);
+		mk_io_unreserve(&w->io, w->rbuf, w->rcap);
 	w->rbuf = NULL;
 }
 
@@ -1253,7 +1217,7 @@ static int splice_data(struct mk_stream_writer *w, const struct mk_chunk *c, int
 	loff_t o = (loff_t)off;
 
 	while (done < c->data_len && w->splice >= 0) {
-		ssize_t n = splice(src_fd, &o, w->fd, NULL, c->data_len - done, SPLICE_F_MOVE | SPLICE_F_MORE);
+		ssize_t n = splice(src_fd, &o, w->io.fd, NULL, c->data_len - done, SPLICE_F_MOVE | SPLICE_F_MORE);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EINVAL || errno == ENOSYS || errno == EOPNOTSUPP || errno == EXDEV ||
@@ -1303,7 +1267,7 @@ static int map_chunk(struct mk_stream_writer *w, const char *type, const struct 
 	frame_hdr(h, type, 0, MK_CSUM_NONE, raw_len, raw_len);   /* a chunk on a channel (sw_sums) */
 	mk_chunk_encode(c, h + MK_FRAME_HDR);
 	count_frame(&w->n, type, type[0] >= 'A' && type[0] <= 'Z', raw_len);
-	rc = mk__chan_write_map(w->ch, h, (size_t)(pre + c->data_len), m, (size_t)len);
+	rc = mk_io_write_map(&w->io, h, (size_t)(pre + c->data_len), m, (size_t)len);
 	if (rc < 0)
 		return mk_err_sys(err, -rc, "writing the stream");
 	w->bytes += pre + c->data_len;
@@ -1316,10 +1280,9 @@ int mk_sw_chunk_splice(struct mk_stream_writer *w, const char *type, const struc
 	uint8_t h[MK_FRAME_HDR] = { 0 }, hdr[MK_CHUNK_HDR];
 	struct iovec iov[2] = { { h, MK_FRAME_HDR }, { hdr, MK_CHUNK_HDR } };
 	uint64_t raw_len = MK_CHUNK_HDR + (uint64_t)c->data_len;
-	struct stat sb;
 	int rc;
 
-	if (w->ch && w->level <= 0 && src_fd >= 0 && c->data_len >= MK_MAP_MIN && raw_len <= MK_FRAME_MAX &&
+	if (mk_io_in_memory(&w->io) && w->level <= 0 && src_fd >= 0 && c->data_len >= MK_MAP_MIN && raw_len <= MK_FRAME_MAX &&
 	    !sw_sums(w, type)) {
 		if (w->ended)
 			MK_BUG("frame after END");
@@ -1327,7 +1290,7 @@ int mk_sw_chunk_splice(struct mk_stream_writer *w, const char *type, const struc
 			return rc < 0 ? rc : 0;
 	}
 	if (!w->splice) /* a channel's stand-in descriptor is no pipe: never spliced */
-		w->splice = !w->ch && fstat(w->fd, &sb) == 0 && S_ISFIFO(sb.st_mode) ? 1 : -1;
+		w->splice = mk_io_pipe_fd(&w->io) >= 0 ? 1 : -1;
 	if (w->level > 0 || w->splice < 0 || src_fd < 0 || c->data_len < MK_SPLICE_MIN ||
 	    raw_len > MK_FRAME_MAX)
 		return mk_sw_chunk(w, type, c, err);
@@ -1368,7 +1331,7 @@ int mk_sw_pass(struct mk_stream_writer *w, const struct mk_frame *f, struct mk_e
 		MK_BUG("a piecewise frame cannot be passed through");
 	if (w->ended)
 		MK_BUG("frame after END");
-	if (f->wire_len >= MK_FRAME_HDR && f->wire[5] == MK_CSUM_NONE && !w->ch) {
+	if (f->wire_len >= MK_FRAME_HDR && f->wire[5] == MK_CSUM_NONE && !mk_io_in_memory(&w->io)) {
 		/* a chunk from a channel leaves the process: its checksum now,
 		 * the bytes a descriptor would have carried from the start */
 		memcpy(h, f->wire, MK_FRAME_HDR);
@@ -1410,7 +1373,7 @@ int mk_sw_pass_pieces(struct mk_stream_writer *w, const struct mk_frame *f,
 					(unsigned long long)f->index, f->type, (unsigned long long)want);
 			break;
 		}
-		if (sent <= 5 && sent + got > 5 && buf[5 - sent] == MK_CSUM_NONE && !w->ch) {
+		if (sent <= 5 && sent + got > 5 && buf[5 - sent] == MK_CSUM_NONE && !mk_io_in_memory(&w->io)) {
 			/* its checksum would be needed before its payload is had */
 			rc = mk_err_set(err, MK_EINVAL,
 					"frame #%llu (%s): a chunk from an in-process channel cannot leave the process in pieces",
@@ -1471,7 +1434,7 @@ void mk_sw_free(struct mk_stream_writer *w)
 {
 	if (!w)
 		return;
-	mk__sw_chunk_unreserve(w);
+	mk_sw_chunk_unreserve(w);
 	ZSTD_freeCCtx(w->cctx);
 	free(w->zbuf);
 	free(w->cat);

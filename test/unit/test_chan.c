@@ -390,7 +390,7 @@ static void test_fds(void **state)
 	mk_chan_free(c);
 }
 
-/* ---- chunks filled in place (mk__sw_chunk_reserve on a channel) */
+/* ---- chunks filled in place (mk_sw_chunk_reserve on a channel) */
 
 /* The chunk frames of sizes[] (each also dropped once before it is sent),
  * DATA and INPT by turns, their payloads written after the reservation. */
@@ -420,14 +420,14 @@ static int pwrite_all(struct pwriter *a)
 		}
 		void *data;
 		/* one reserved and dropped: never sent, its room given back */
-		assert_int_equal(mk__sw_chunk_reserve(w, type, &c, &data, &a->err), 1);
+		assert_int_equal(mk_sw_chunk_reserve(w, type, &c, &data, &a->err), 1);
 		memset(data, 0xee, sizes[i]);
-		mk__sw_chunk_unreserve(w);
+		mk_sw_chunk_unreserve(w);
 		c.data = NULL;   /* not read: the headers are made from the fields */
-		rc = mk__sw_chunk_reserve(w, type, &c, &data, &a->err);
+		rc = mk_sw_chunk_reserve(w, type, &c, &data, &a->err);
 		if (rc == 1) {
 			fill(data, sizes[i], 40 + i);
-			rc = mk__sw_chunk_commit(w, &a->err);
+			rc = mk_sw_chunk_commit(w, &a->err);
 		}
 	}
 	if (!rc)
@@ -476,7 +476,7 @@ static void test_in_place(void **state)
 	/* not on a descriptor */
 	assert_int_equal(mk_sw_open(&w, ref_fd, 0, &err), 0);
 	struct mk_chunk c1 = { .dtype = MK_DT_U8, .row_count = 1, .elem_count = 10, .data_len = 10 };
-	assert_int_equal(mk__sw_chunk_reserve(w, MK_FT_DATA, &c1, &data, &err), 0);
+	assert_int_equal(mk_sw_chunk_reserve(w, MK_FT_DATA, &c1, &data, &err), 0);
 	assert_null(data);
 	mk_sw_free(w);
 	close(ref_fd);
@@ -514,20 +514,20 @@ static void test_in_place(void **state)
 	/* compressing, or a frame with a checksum on a channel: none */
 	assert_int_equal(mk_chan_open(&c, 0, fd, &err), 0);
 	assert_int_equal(mk_sw_open(&w, fd[0], 3, &err), 0);
-	assert_int_equal(mk__sw_chunk_reserve(w, MK_FT_DATA, &c1, &data, &err), 0);
+	assert_int_equal(mk_sw_chunk_reserve(w, MK_FT_DATA, &c1, &data, &err), 0);
 	mk_sw_free(w);
 	assert_int_equal(mk_sw_open(&w, fd[0], 0, &err), 0);
-	assert_int_equal(mk__sw_chunk_reserve(w, "note", &c1, &data, &err), 0);
+	assert_int_equal(mk_sw_chunk_reserve(w, "note", &c1, &data, &err), 0);
 	/* one left reserved goes with the writer */
-	assert_int_equal(mk__sw_chunk_reserve(w, MK_FT_DATA, &c1, &data, &err), 1);
+	assert_int_equal(mk_sw_chunk_reserve(w, MK_FT_DATA, &c1, &data, &err), 1);
 	mk_sw_free(w);
 	/* the reader gone: a reservation fails, and so does a commit */
 	assert_int_equal(mk_sw_open(&w, fd[0], 0, &err), 0);
-	assert_int_equal(mk__sw_chunk_reserve(w, MK_FT_DATA, &c1, &data, &err), 1);
+	assert_int_equal(mk_sw_chunk_reserve(w, MK_FT_DATA, &c1, &data, &err), 1);
 	mk_chan_close_read(c);
-	assert_int_not_equal(mk__sw_chunk_commit(w, &err), 0);
+	assert_int_not_equal(mk_sw_chunk_commit(w, &err), 0);
 	assert_non_null(strstr(err.msg, strerror(EPIPE)));
-	assert_int_not_equal(mk__sw_chunk_reserve(w, MK_FT_DATA, &c1, &data, &err), 1);
+	assert_int_not_equal(mk_sw_chunk_reserve(w, MK_FT_DATA, &c1, &data, &err), 1);
 	assert_non_null(strstr(err.msg, strerror(EPIPE)));
 	mk_sw_free(w);
 	mk_chan_free(c);
