@@ -147,10 +147,8 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		cli_usage_error("unexpected argument '%s' (models are given with --model)", argv[optind]);
-	if (budget) {
-		mk_budget_fetch_fit(budget, &o.chunk_bytes, &o.qdepth);
-		o.hold_bytes = budget / 4; /* the reads take half */
-	}
+	if (budget)
+		mk_budget_fetch_apply(budget, &o.chunk_bytes, &o.qdepth, &o.hold_bytes);
 	if (o.nmodels && input)
 		cli_usage_error("--model (copy mode) and --input (plan mode) do not go together");
 	int in_fd = 0;

@@ -160,7 +160,7 @@ int main(int argc, char **argv)
 	/* the base model's forward pass (hidden gates) runs here before the
 	 * stages start: the budget less this process */
 	if (ro.max_memory)
-		mo.max_memory = ro.max_memory > MK_BUDGET_STAGE_BASE ? ro.max_memory - MK_BUDGET_STAGE_BASE : 1;
+		mo.max_memory = mk_budget_less_process(ro.max_memory);
 	/* --cuda is the forward pass's: the stages only copy tensors */
 	mo.cuda = ro.cuda;
 	ro.cuda = false;

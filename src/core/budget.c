@@ -40,3 +40,33 @@ void mk_budget_fetch_fit(uint64_t budget, size_t *chunk, unsigned *qdepth)
 	*chunk = c;
 	*qdepth = qd;
 }
+
+void mk_budget_fetch_apply(uint64_t budget, size_t *chunk, unsigned *qdepth, uint64_t *hold)
+{
+	mk_budget_fetch_fit(budget, chunk, qdepth);
+	*hold = budget / 4;
+}
+
+uint64_t mk_budget_merge_pool(uint64_t budget)
+{
+	return budget ? budget / 2 : MK_BUDGET_POOL_DEFAULT;
+}
+
+uint64_t mk_budget_pack_frames(uint64_t chunk_bytes)
+{
+	return 2 * chunk_bytes + MK_BUDGET_PACK_HEADROOM;
+}
+
+uint64_t mk_budget_pack_sync(uint64_t budget, uint64_t asked)
+{
+	uint64_t limit = asked ? asked : MK_BUDGET_SYNC_DEFAULT;
+
+	if (budget && limit > budget / 4)
+		limit = budget / 4 ? budget / 4 : 1;
+	return limit;
+}
+
+uint64_t mk_budget_less_process(uint64_t total)
+{
+	return total > MK_BUDGET_STAGE_BASE ? total - MK_BUDGET_STAGE_BASE : 1;
+}

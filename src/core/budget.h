@@ -21,6 +21,10 @@
 #define MK_BUDGET_PACK_MIN (8u << 20)         /* the least mk-pack is given */
 #define MK_BUDGET_FETCH_QDEPTH_MIN 2u         /* mk_budget_fetch_fit goes no lower ... */
 #define MK_BUDGET_FETCH_CHUNK_MIN (64u << 10) /* ... than these (unless asked for less) */
+#define MK_BUDGET_POOL_DEFAULT (256u << 20)   /* with no budget, the most mk-merge keeps
+						 of finished jobs' buffers for the next */
+#define MK_BUDGET_PACK_HEADROOM (4u << 20)    /* mk-pack's headers beside its two frames */
+#define MK_BUDGET_SYNC_DEFAULT (64u << 20)    /* mk-pack's group commit, by default */
 #define MK_BUDGET_HOLD_DEFAULT (256u << 20)   /* with no --max-memory, the most one
 						 job held in memory may take (its
 						 inputs as sent); see mk_budget_hold_max */
@@ -81,5 +85,28 @@ uint64_t mk_budget_merge_default(uint64_t phys);
  * (from 512 KiB, so for every budget mk-fetch accepts); under that, the
  * queue depth and the chunk end at those minimums (or below, as asked). */
 void mk_budget_fetch_fit(uint64_t budget, size_t *chunk, unsigned *qdepth);
+
+/* mk-fetch's whole share: its reads fitted in half (mk_budget_fetch_fit),
+ * and *hold, the passes of a job it keeps to send again (a spool over
+ * that goes to a file), a quarter. */
+void mk_budget_fetch_apply(uint64_t budget, size_t *chunk, unsigned *qdepth, uint64_t *hold);
+
+/* The most mk-merge keeps of finished jobs' buffers for the next ones:
+ * half its budget, MK_BUDGET_POOL_DEFAULT without one. */
+uint64_t mk_budget_merge_pool(uint64_t budget);
+
+/* What mk-pack needs for one frame of chunk_bytes read whole, compressed
+ * and raw, and its headers: its budget must hold this. */
+uint64_t mk_budget_pack_frames(uint64_t chunk_bytes);
+
+/* mk-pack's group commit: the bytes of finished tensors it syncs and
+ * journals at once, `asked` (0: MK_BUDGET_SYNC_DEFAULT), at most a quarter
+ * of its budget (when it has one). */
+uint64_t mk_budget_pack_sync(uint64_t budget, uint64_t asked);
+
+/* A budget less this process's own base (MK_BUDGET_STAGE_BASE), for the
+ * stages a program starts after working itself (mk-moe's forward pass);
+ * at least 1 byte, never "no bound". */
+uint64_t mk_budget_less_process(uint64_t total);
 
 #endif

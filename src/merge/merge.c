@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mk/chan.h"
+#include "core/budget.h"
 #include "cuda/cuda.h"
 #include "stream/manifest.h"
 #include "merge/merge.h"
@@ -670,7 +671,7 @@ int mk_merge_run_from(const struct mk_merge_opts *o, struct mk_stream_reader *rd
 {
 	struct mk_stream_writer *w = NULL;
 	struct mk_frame f;
-	struct pool pool = { .limit = o->budget ? o->budget / 2 : 256u << 20 };
+	struct pool pool = { .limit = mk_budget_merge_pool(o->budget) };
 	struct spill spill = { .fd = -1 }, mem = { .fd = -1 };
 	struct gpu_queue gq = { 0 };
 	struct run r = { .pool = &pool, .cuda = o->cuda, .gq = &gq, .mem = &mem, .skip = o->skip };

@@ -374,8 +374,7 @@ static int run_plan(struct run *r, bool raw, enum mk_raw_missing missing, bool s
 	r->fo.skip = r->skip;
 	r->mo.skip = r->skip;
 	if (o->max_memory) {
-		mk_budget_fetch_fit(r->bs.fetch, &r->fo.chunk_bytes, &r->fo.qdepth);
-		r->fo.hold_bytes = r->bs.fetch / 4;
+		mk_budget_fetch_apply(r->bs.fetch, &r->fo.chunk_bytes, &r->fo.qdepth, &r->fo.hold_bytes);
 		r->mo.budget = r->bs.merge;
 		r->pko.budget = r->bs.pack;
 	}
