@@ -478,7 +478,7 @@ static uint64_t tplan_sent_bytes(const struct tplan *t)
  * later passes from memory), else spilled with --spill (replayed from a
  * file); a streamed job gets the spare pass where the method takes one
  * (mk_plan_opts.spare_pass). */
-static void tplan_sends(struct tplan *t)
+void tplan_sends(struct tplan *t)
 {
 	struct mk_plan *p = t->p;
 	struct mk_plan_job *j = t->j;

@@ -193,6 +193,11 @@ int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const struct src_
 		const struct tctx *tc, struct mk_diags *d, struct mk_err *err);
 /* Where a message about input i of t belongs. */
 const struct mk_config_loc *tplan_input_loc(const struct tplan *t, size_t i);
+/* How the job's inputs are sent: streamed once per pass, held in memory
+ * or spilled (sent once), with the spare pass where streamed; the plan's
+ * held_max and spilled counted.  A stage of plan_tensor, declared here
+ * for test/unit/test_planner_sends.c. */
+void tplan_sends(struct tplan *t);
 /* A deep copy of an input's adapter change: 0, or -1 out of memory (then
  * *dst, if not NULL, is to be freed with its input). */
 int plan_lora_copy(struct mk_plan_lora **dst, const struct mk_plan_lora *src);
