@@ -211,7 +211,7 @@ int main(int argc, char **argv)
 	}
 	if (cli_progress_enabled(want_progress ? 1 : 0))
 		o.progress = on_progress;
-	if (mk_merge_run(&o, in_fd, in_fd ? input : "stdin", out_fd, &st, &err)) {
+	if (mk_merge_run(&o, mk_io_fd(in_fd), in_fd ? input : "stdin", mk_io_fd(out_fd), &st, &err)) {
 		if (out_fd != 1)
 			cli_discard_output(out_fd, output);
 		cli_fail(&err);

@@ -176,7 +176,7 @@ int main(int argc, char **argv)
 			/* -o /dev/stdout, -o /dev/tty: the same refusal as for '-' */
 			cli_check_binary_out(fd, force);
 		}
-		if (mk_plan_write(plan, fd, 0, &err)) {
+		if (mk_plan_write(plan, mk_io_fd(fd), 0, &err)) {
 			if (fd != 1)
 				cli_discard_output(fd, output);
 			cli_fail(&err);

@@ -645,7 +645,7 @@ static int report_nonfinite(const struct mk_merge_opts *o, const struct mk_manif
 	return 0;
 }
 
-int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, int out_fd,
+int mk_merge_run(const struct mk_merge_opts *o, struct mk_io in, const char *label, struct mk_io out,
 		 struct mk_merge_stats *st, struct mk_err *err)
 {
 	struct mk_stream_reader *rd = NULL;
@@ -655,19 +655,19 @@ int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label, in
 
 	memset(st, 0, sizeof(*st));
 	/* FILE frames are passed on in pieces as they arrive */
-	rc = mk_sr_open(&rd, in_fd, label, MK_SR_PIECEWISE_FILE, err);
+	rc = mk_sr_open_io(&rd, in, label, MK_SR_PIECEWISE_FILE, err);
 	if (!rc)
 		rc = mk_sr_head(rd, label, "inputs", "mk-merge reads an 'inputs' stream (mk-plan | mk-fetch)", &man, &f,
 				err);
 	if (!rc)
-		rc = mk_merge_run_from(o, rd, man, label, out_fd, st, err);
+		rc = mk_merge_run_from(o, rd, man, label, out, st, err);
 	mk_manifest_free(man);
 	mk_sr_free(rd);
 	return rc;
 }
 
 int mk_merge_run_from(const struct mk_merge_opts *o, struct mk_stream_reader *rd, struct mk_manifest *man,
-		      const char *label, int out_fd, struct mk_merge_stats *st, struct mk_err *err)
+		      const char *label, struct mk_io out, struct mk_merge_stats *st, struct mk_err *err)
 {
 	struct mk_stream_writer *w = NULL;
 	struct mk_frame f;
@@ -701,7 +701,7 @@ int mk_merge_run_from(const struct mk_merge_opts *o, struct mk_stream_reader *rd
 	if (!rc)
 		rc = mk_manifest_encode(man, &head, &hlen, err);
 	if (!rc)
-		rc = mk_sw_open(&w, out_fd, o->compress_level, err);
+		rc = mk_sw_open_io(&w, out, o->compress_level, err);
 	if (!rc)
 		rc = mk_sw_frame1(w, MK_FT_HEAD, head, hlen, err);
 	if (rc)

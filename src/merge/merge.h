@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "mk/err.h"
+#include "mk/stream.h"
 
 struct mk_cuda_ctx;
 
@@ -64,15 +65,15 @@ struct mk_merge_stats {
 	uint64_t passes_skipped;     /* passes marked for mk-fetch (mk_merge_opts.skip) */
 };
 
-int mk_merge_run(const struct mk_merge_opts *o, int in_fd, const char *label,
-		 int out_fd, struct mk_merge_stats *st, struct mk_err *err);
+int mk_merge_run(const struct mk_merge_opts *o, struct mk_io in, const char *label,
+		 struct mk_io out, struct mk_merge_stats *st, struct mk_err *err);
 
 /* The same on a stream whose HEAD the caller has read (mk_sr_head, kind
  * "inputs"): rd and head are borrowed. */
 struct mk_stream_reader;
 struct mk_manifest;
 int mk_merge_run_from(const struct mk_merge_opts *o, struct mk_stream_reader *rd,
-		      struct mk_manifest *head, const char *label, int out_fd,
+		      struct mk_manifest *head, const char *label, struct mk_io out,
 		      struct mk_merge_stats *st, struct mk_err *err);
 
 #endif

@@ -6,7 +6,7 @@
 #include "mk/stream.h"
 #include "planner/planner_impl.h"
 
-int mk_plan_write(const struct mk_plan *p, int fd, int level, struct mk_err *err)
+int mk_plan_write(const struct mk_plan *p, struct mk_io out, int level, struct mk_err *err)
 {
 	struct mk_stream_writer *w = NULL;
 	char *head = NULL;
@@ -16,7 +16,7 @@ int mk_plan_write(const struct mk_plan *p, int fd, int level, struct mk_err *err
 	if (!rc)
 		rc = mk_manifest_encode(p->man, &head, &hlen, err);
 	if (!rc)
-		rc = mk_sw_open(&w, fd, level, err);
+		rc = mk_sw_open_io(&w, out, level, err);
 	if (!rc)
 		rc = mk_sw_frame1(w, MK_FT_HEAD, head, hlen, err);
 	for (size_t i = 0; !rc && i < p->nfiles; i++)

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "config/config.h"
+#include "mk/stream.h"
 #include "mk/dtype.h"
 #include "mk/err.h"
 
@@ -81,7 +82,7 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out,
 void mk_plan_free(struct mk_plan *p);
 
 /* Write the plan stream (kind "plan") to fd. */
-int mk_plan_write(const struct mk_plan *p, int fd, int compress_level,
+int mk_plan_write(const struct mk_plan *p, struct mk_io out, int compress_level,
 		  struct mk_err *err);
 
 /* The plan in words, one paragraph per output tensor (malloc'ed). */

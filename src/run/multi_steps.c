@@ -206,7 +206,7 @@ static int plan_read(const struct mk_plan *plan, const char *dir, struct plan_vi
 	*v = (struct plan_view){ 0 };
 	rc = mk_tmpfile_open(mk_tmpdir(), "a plan read back", &fd, err);
 	if (!rc)
-		rc = mk_plan_write(plan, fd, 0, err);
+		rc = mk_plan_write(plan, mk_io_fd(fd), 0, err);
 	if (!rc && lseek(fd, 0, SEEK_SET) < 0)
 		rc = mk_err_sys(err, errno, "a plan read back");
 	if (!rc)

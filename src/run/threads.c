@@ -241,7 +241,7 @@ static void *stage_main(void *p)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	switch (i) {
 	case S_WRITE:
-		r->rc[i] = mk_plan_write(r->plan, r->fd[0][0], 0, &r->err[i]);
+		r->rc[i] = mk_plan_write(r->plan, mk_io_chan(r->ch[0]), 0, &r->err[i]);
 		break;
 	case S_FETCH: {
 		struct mk_fetch_stats st;
@@ -252,7 +252,7 @@ static void *stage_main(void *p)
 	}
 	case S_MERGE: {
 		struct mk_merge_stats st;
-		r->rc[i] = mk_merge_run(&r->mo, r->fd[1][1], "inputs", r->streamed ? r->out_fd : r->fd[2][0], &st,
+		r->rc[i] = mk_merge_run(&r->mo, mk_io_chan(r->ch[1]), "inputs", mk_io_chan(r->streamed ? r->out : r->ch[2]), &st,
 					&r->err[i]);
 		if (!r->rc[i] && r->o->stats) {
 			__atomic_add_fetch(&r->o->stats->passes_skipped, st.passes_skipped, __ATOMIC_RELAXED);

@@ -123,7 +123,7 @@ int mk_stream_verify(int fd, const char *label, struct mk_verify_summary *sum, s
 			rc = mk_err_sys(err, errno, "/dev/null");
 			goto out;
 		}
-		rc = mk_merge_run_from(&mo, r, head, label, null, &ms, err);
+		rc = mk_merge_run_from(&mo, r, head, label, mk_io_fd(null), &ms, err);
 		close(null);
 		mk_sr_position(r, &sum->frames, &sum->bytes);
 		sum->jobs = ms.jobs;

@@ -251,7 +251,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	lseek(fd, 0, SEEK_SET);
 	int vrc = mk_stream_verify(fd, "fuzz", &sum, &ev);
 	lseek(fd, 0, SEEK_SET);
-	int mrc = mk_merge_run(&mo, fd, "fuzz", null, &st, &em);
+	int mrc = mk_merge_run(&mo, mk_io_fd(fd), "fuzz", mk_io_fd(null), &st, &em);
 	if (!strcmp(kind, "inputs")) {
 		if ((vrc == 0) != (mrc == 0))
 			fprintf(stderr, "verify: %s\nmerge: %s\n", vrc ? ev.msg : "ok", mrc ? em.msg : "ok");

@@ -94,7 +94,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "mk-skipmerge: cannot start a thread\n");
 		return 1;
 	}
-	rc = mk_merge_run(&mo, fd[1], "inputs", out, &ms, &err);
+	rc = mk_merge_run(&mo, mk_io_chan(fa.ch), "inputs", mk_io_fd(out), &ms, &err);
 	mk_chan_close_read(fa.ch);      /* (a merge that failed: the fetch stops) */
 	pthread_join(t, NULL);
 	fprintf(stderr, "unsent %llu\n", (unsigned long long)fa.st.chunks_unsent);
