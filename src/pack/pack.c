@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "core/budget.h"
 #include "core/fsutil.h"
 #include "core/hash.h"
 #include "journal/journal.h"
@@ -205,11 +206,11 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 	if (rc)
 		goto out;
 	/* a frame (compressed and raw) must fit, with room for the headers */
-	if (o->budget && 2 * p.man->chunk_bytes + (4ull << 20) > o->budget) {
+	if (o->budget && mk_budget_pack_frames(p.man->chunk_bytes) > o->budget) {
 		rc = mk_err_set(err, MK_ENOMEM,
 				"%s: chunks of %llu bytes need about %llu bytes here, more than --max-memory %llu; use a smaller --chunk-size upstream",
 				label, (unsigned long long)p.man->chunk_bytes,
-				(unsigned long long)(2 * p.man->chunk_bytes + (4ull << 20)), (unsigned long long)o->budget);
+				(unsigned long long)mk_budget_pack_frames(p.man->chunk_bytes), (unsigned long long)o->budget);
 		goto out;
 	}
 	{
@@ -317,7 +318,7 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 		}
 		/* (no bounce buffer: everything through the page cache) */
 		if (!o->buffered)
-			mk__pack_direct_setup(&p, o->budget ? o->budget - (2 * p.man->chunk_bytes + (4ull << 20)) : UINT64_MAX);
+			mk__pack_direct_setup(&p, o->budget ? o->budget - mk_budget_pack_frames(p.man->chunk_bytes) : UINT64_MAX);
 		rc = mk__pack_open_shards(&p, hdrs, hlens, resuming, err);
 		if (rc)
 			goto out;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "core/budget.h"
 #include "core/fsutil.h"
 #include "journal/journal.h"
 #include "stream/manifest.h"
@@ -95,9 +96,7 @@ void mk__pack_syncer_stop(struct pack *p)
 int mk__pack_tensor_finished(struct pack *p, size_t i, struct mk_err *err)
 {
 	struct syncer *sy = &p->sy;
-	uint64_t limit = p->o->sync_bytes ? p->o->sync_bytes : (64ull << 20);
-	if (p->o->budget && limit > p->o->budget / 4)
-		limit = p->o->budget / 4 ? p->o->budget / 4 : 1;
+	uint64_t limit = mk_budget_pack_sync(p->o->budget, p->o->sync_bytes);
 	int rc = 0;
 
 	p->finished[p->nfinished++] = i;
