@@ -176,8 +176,8 @@ int main(int argc, char **argv)
 	cli_hub_progress(-1);
 	if (cli_progress_enabled(want_progress ? 1 : 0))
 		o.progress = on_progress;
-	int rc = o.nmodels ? mk_fetch_copy(&o, fd, &st, &err) :
-			     mk_fetch_plan(&o, in_fd, in_fd ? input : "stdin", fd, &st, &err);
+	int rc = o.nmodels ? mk_fetch_copy(&o, mk_io_fd(fd), &st, &err) :
+			     mk_fetch_plan(&o, mk_io_fd(in_fd), in_fd ? input : "stdin", mk_io_fd(fd), &st, &err);
 	if (rc) {
 		if (fd != 1)
 			cli_discard_output(fd, output); /* never leave a stream that looks complete */

@@ -134,7 +134,7 @@ int main(int argc, char **argv)
 	draw_progress = cli_progress_enabled(want_progress);
 	if (draw_progress || die_after)
 		o.progress = on_progress;
-	if (mk_pack_run(&o, fd, strcmp(input, "-") ? input : "stdin", &st, &err))
+	if (mk_pack_run(&o, mk_io_fd(fd), strcmp(input, "-") ? input : "stdin", &st, &err))
 		cli_fail(&err);
 	cli_progress_end();
 	if (st.warning[0])

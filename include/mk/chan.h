@@ -1,20 +1,17 @@
 /* chan.h - an in-memory stream between two threads of one process.
  *
  * A channel carries an mk stream (mk-stream(5)) from a writer on one
- * thread to a reader on another without the kernel.  mk_chan_open gives
- * two file descriptors that stand for its ends: fd[0] for mk_sw_open,
- * fd[1] for mk_sr_open, so every call that takes a stream's descriptor
- * (mk_fetch_plan, mk_merge_run, mk_pack_run, mk_plan_write) runs on a
- * channel unchanged, with the same frames.  Each write of the stream
+ * thread to a reader on another without the kernel: a stream writer
+ * opened on mk_io_chan(c) (mk_sw_open_io, mk/stream.h) writes it, a
+ * reader opened on the same (mk_sr_open_io) reads it, with the same
+ * frames as through a pipe.  Each write of the stream
  * writer (one frame: header and payload) becomes one buffer in a queue,
  * and the reader takes a frame's buffer whole, by pointer: a payload is
  * copied once, into that buffer, not into and out of a kernel buffer.
  *
  * The queue holds at most `cap` bytes of buffers (one larger frame when
  * it is empty, so any frame passes): a writer waits while it is full, a
- * reader while it is empty.  The descriptors are /dev/null opened for
- * the other direction, so a read or write on them that bypasses the
- * stream calls fails (EBADF) instead of going astray.
+ * reader while it is empty.
  */
 #ifndef MK_CHAN_H
 #define MK_CHAN_H
@@ -27,10 +24,9 @@
 
 struct mk_chan;
 
-/* A channel of `cap` bytes (0: MK_CHAN_DEFAULT_CAP); fd[0] writes it,
- * fd[1] reads it. */
+/* A channel of `cap` bytes (0: MK_CHAN_DEFAULT_CAP). */
 #define MK_CHAN_DEFAULT_CAP (8u << 20)
-MK_API int mk_chan_open(struct mk_chan **out, size_t cap, int fd[2], struct mk_err *err);
+MK_API int mk_chan_open(struct mk_chan **out, size_t cap, struct mk_err *err);
 /* The writer is done: the reader sees the stream end after what is
  * queued (as after a socket's shutdown by its writer). */
 MK_API void mk_chan_close_write(struct mk_chan *c);
@@ -40,7 +36,7 @@ MK_API void mk_chan_close_write(struct mk_chan *c);
 MK_API void mk_chan_close_read(struct mk_chan *c);
 /* The most bytes the queue held at once. */
 MK_API size_t mk_chan_peak(const struct mk_chan *c);
-/* Close the descriptors and free the channel (neither end in use). */
+/* Free the channel (neither end in use). */
 MK_API void mk_chan_free(struct mk_chan *c);
 
 /* The statistics passes an in-process mk-merge will not read, for the

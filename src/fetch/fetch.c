@@ -173,7 +173,7 @@ static int cmp_name(const void *a, const void *b)
 	return strcmp(x->mt->t->name, y->mt->t->name);
 }
 
-int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
+int mk_fetch_copy(const struct mk_fetch_opts *o, struct mk_io out,
 		  struct mk_fetch_stats *st, struct mk_err *err)
 {
 	struct mk_model **models = NULL;
@@ -315,7 +315,7 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
 	rc = mk_manifest_encode(man, &head, &head_len, err);
 	if (rc)
 		goto out;
-	rc = mk_sw_open(&w, out_fd, o->compress_level, err);
+	rc = mk_sw_open_io(&w, out, o->compress_level, err);
 	if (rc)
 		goto out;
 	rc = mk_sw_frame1(w, MK_FT_HEAD, head, head_len, err);

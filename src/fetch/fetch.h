@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "mk/err.h"
+#include "mk/stream.h"
 #include "io/model.h"
 #include "io/reader.h"
 
@@ -51,7 +52,7 @@ struct mk_fetch_opts {
 	 * instead of their files (mk-multi streaming one merge into the
 	 * next, in one process): the model whose plan reference is
 	 * feed_refs[k] is not opened; its inputs' bytes are taken from the
-	 * DATA frames read from feed_fds[k] (another merge's mk-merge output),
+	 * DATA frames read from feeds[k] (another merge's mk-merge output),
 	 * cut again to this merge's chunk ranges.  The plan must read such a
 	 * model's tensors once each, in their stored order, at most one per job,
 	 * in the stream's order (mk_fetch_feed_check, and as the frames come); frames of tensors it
@@ -59,7 +60,7 @@ struct mk_fetch_opts {
 	 * its end after the last job.  Anything else is an error naming the
 	 * job. */
 	const char *const *feed_refs;
-	const int *feed_fds;
+	const struct mk_io *feeds;
 	size_t nfeeds;
 	/* called after each chunk is written, may be NULL */
 	void (*progress)(void *ctx, uint64_t done, uint64_t total);
@@ -97,23 +98,23 @@ void mk_fetch_model_opts(const struct mk_fetch_opts *o, const char *commit,
 void mk_fetch_reader_pick(const struct mk_fetch_opts *o, struct mk_model *const *models, size_t n,
 			  const struct mk_stream_writer *w, struct mk_reader_opts *ro);
 
-int mk_fetch_copy(const struct mk_fetch_opts *o, int out_fd,
+int mk_fetch_copy(const struct mk_fetch_opts *o, struct mk_io out,
 		  struct mk_fetch_stats *st, struct mk_err *err);
 
 
-/* Plan mode: read a "plan" stream (mk-plan's output) from in_fd, check
+/* Plan mode: read a "plan" stream (mk-plan's output) from in, check
  * every model shard's size and header hash against the plan's model table,
- * and write an "inputs" stream to out_fd: the HEAD (kind "inputs"), the
+ * and write an "inputs" stream to out: the HEAD (kind "inputs"), the
  * FILE and ancillary frames passed through, then each JOB frame followed
  * by its inputs' chunks (for each send and chunk range, input 0, 1, ...
  * over the same elements).  The inputs of a job share their row length;
  * their row counts may differ (embeddings of different vocabularies): a
  * chunk range past an input's end is not sent for that input. */
-int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label,
-		  int out_fd, struct mk_fetch_stats *st, struct mk_err *err);
+int mk_fetch_plan(const struct mk_fetch_opts *o, struct mk_io in, const char *label,
+		  struct mk_io out, struct mk_fetch_stats *st, struct mk_err *err);
 
 /* Whether a plan can take model `model` (its index in the plan's model
- * table) from a stream whose HEAD is `stream` (mk_fetch_opts.feed_fds):
+ * table) from a stream whose HEAD is `stream` (mk_fetch_opts.feeds):
  * every input of that model is a tensor of the stream, of its dtype and
  * shape, read as stored (no assembly or LoRA; a vocabulary job's rows in
  * their stored order, some perhaps left out, and none read for another

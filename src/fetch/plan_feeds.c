@@ -101,7 +101,7 @@ int mk__pf_feeds_open(const struct mk_fetch_opts *o, struct feed *fv, struct mk_
 		struct mk_frame f;
 		fv[k] = (struct feed){ .ref = o->feed_refs[k], .cur = -1 };
 		/* FILE frames piecewise: skipped, never held whole */
-		int rc = mk_sr_open(&fv[k].r, o->feed_fds[k], o->feed_refs[k], MK_SR_PIECEWISE_FILE, err);
+		int rc = mk_sr_open_io(&fv[k].r, o->feeds[k], o->feed_refs[k], MK_SR_PIECEWISE_FILE, err);
 		if (!rc)
 			rc = mk_sr_head(fv[k].r, o->feed_refs[k], "tensors", "a streamed model is a merge's output",
 					&fv[k].head, &f, err);

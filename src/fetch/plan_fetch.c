@@ -81,14 +81,14 @@ static int check_models(const struct mk_fetch_opts *o, const struct mk_manifest 
 }
 
 /* The plan's HEAD read; the tables of its models and feeds made. */
-static int read_head(struct run *q, int in_fd, struct mk_err *err)
+static int read_head(struct run *q, struct mk_io in, struct mk_err *err)
 {
 	struct mk_frame f;
 	int rc;
 
 	/* FILE frames are read in pieces and held in memory up to a bound,
 	 * the rest in a scratch file, until the HEAD has gone out */
-	rc = mk_sr_open(&q->r, in_fd, q->label, MK_SR_PIECEWISE_FILE, err);
+	rc = mk_sr_open_io(&q->r, in, q->label, MK_SR_PIECEWISE_FILE, err);
 	if (rc)
 		return rc;
 	rc = mk_sr_head(q->r, q->label, "plan", "mk-fetch reads a 'plan' (from mk-plan)", &q->head, &f, err);
@@ -315,7 +315,7 @@ static int place_inputs(struct run *q, struct mk_err *err)
 
 /* write: HEAD (kind inputs), files and notes; the jobs follow with their
  * chunks */
-static int write_head(struct run *q, int out_fd, struct mk_err *err)
+static int write_head(struct run *q, struct mk_io out, struct mk_err *err)
 {
 	int rc;
 
@@ -324,7 +324,7 @@ static int write_head(struct run *q, int out_fd, struct mk_err *err)
 	if (!rc)
 		rc = mk_manifest_encode(q->head, &q->hjson, &q->hlen, err);
 	if (!rc)
-		rc = mk_sw_open(&q->w, out_fd, q->o->compress_level, err);
+		rc = mk_sw_open_io(&q->w, out, q->o->compress_level, err);
 	if (!rc)
 		rc = mk_sw_frame1(q->w, MK_FT_HEAD, q->hjson, q->hlen, err);
 	for (size_t i = 0; !rc && i < q->nframes; i++)
@@ -535,7 +535,7 @@ static void run_free(struct run *q)
 	mk_manifest_free(q->head);
 }
 
-int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, int out_fd,
+int mk_fetch_plan(const struct mk_fetch_opts *o, struct mk_io in, const char *label, struct mk_io out,
 		  struct mk_fetch_stats *st, struct mk_err *err)
 {
 	struct run q = {
@@ -550,7 +550,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	q.p.chunk_bytes = o->chunk_bytes ? o->chunk_bytes : MK_READER_DEFAULT_CHUNK;
 	q.p.skip = o->skip;
 	q.ropts.chunk_bytes = q.p.chunk_bytes;
-	rc = read_head(&q, in_fd, err);
+	rc = read_head(&q, in, err);
 	if (!rc)
 		rc = open_models(&q, err);
 	if (!rc)
@@ -560,7 +560,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, int in_fd, const char *label, i
 	if (!rc)
 		rc = place_inputs(&q, err);
 	if (!rc)
-		rc = write_head(&q, out_fd, err);
+		rc = write_head(&q, out, err);
 	if (!rc)
 		rc = open_reader(&q, err);
 	if (!rc)

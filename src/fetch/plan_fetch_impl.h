@@ -62,7 +62,7 @@ struct src {                     /* an input tensor's place on disk: one run,
 	size_t feed_tensor;      /* (that stream's tensor index) */
 };
 
-/* A model's tensors from a live tensors stream (mk_fetch_opts.feed_fds):
+/* A model's tensors from a live tensors stream (mk_fetch_opts.feeds):
  * the DATA frame being taken apart, and which tensors the plan reads. */
 struct feed {
 	const char *ref;

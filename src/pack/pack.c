@@ -175,7 +175,7 @@ out:
 	return rc;
 }
 
-int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
+int mk_pack_run(const struct mk_pack_opts *o, struct mk_io in, const char *label,
 		struct mk_pack_stats *st, struct mk_err *err)
 {
 	struct pack p = { .o = o, .jfd = -1, .st = st };
@@ -196,7 +196,7 @@ int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
 	p.partial = mk_pack_partial_name(o->out_dir);
 	if (!p.partial)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	rc = mk_sr_open(&r, in_fd, label, MK_SR_PIECEWISE_FILE | (o->no_splice ? 0 : MK_SR_SPLICE_DATA), err);
+	rc = mk_sr_open_io(&r, in, label, MK_SR_PIECEWISE_FILE | (o->no_splice ? 0 : MK_SR_SPLICE_DATA), err);
 	if (rc)
 		goto out;
 	mk_sr_set_bounds(r, &(struct mk_sr_bounds){ .memory = o->budget });

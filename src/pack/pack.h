@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "mk/err.h"
+#include "mk/stream.h"
 
 #define MK_PACK_DEFAULT_SHARD 5000000000ull  /* mergekit's "5B" */
 
@@ -94,7 +95,7 @@ struct mk_manifest;
 int mk_pack_file_size_check(const struct mk_manifest *head, const char *name, uint64_t size,
 			    struct mk_err *err);
 
-int mk_pack_run(const struct mk_pack_opts *o, int in_fd, const char *label,
+int mk_pack_run(const struct mk_pack_opts *o, struct mk_io in, const char *label,
 		struct mk_pack_stats *st, struct mk_err *err);
 
 #endif

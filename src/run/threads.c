@@ -148,12 +148,10 @@ struct run {
 	bool streamed;                 /* no mk-pack: the merge's output goes
 					  to another merge's fetch (out) */
 	struct mk_chan *out;           /* (that channel, the runner's) */
-	int out_fd;
 	struct mk_chan **feeds;        /* the channels its fetch reads models from */
 	size_t nfeeds;
 	struct mk_chan *ch[NSTAGES - 1]; /* stage i writes ch[i], i+1 reads it */
 	struct mk_chan_skip *skip;     /* the passes the merge stage will not read */
-	int fd[NSTAGES - 1][2];      /* their ends: [i][0] written, [i][1] read */
 	pthread_t th[NSTAGES];
 	bool started[NSTAGES];
 	int rc[NSTAGES];
@@ -245,7 +243,7 @@ static void *stage_main(void *p)
 		break;
 	case S_FETCH: {
 		struct mk_fetch_stats st;
-		r->rc[i] = mk_fetch_plan(&r->fo, r->fd[0][1], "plan", r->fd[1][0], &st, &r->err[i]);
+		r->rc[i] = mk_fetch_plan(&r->fo, mk_io_chan(r->ch[0]), "plan", mk_io_chan(r->ch[1]), &st, &r->err[i]);
 		if (!r->rc[i] && r->o->stats)
 			__atomic_add_fetch(&r->o->stats->chunks_unsent, st.chunks_unsent, __ATOMIC_RELAXED);
 		break;
@@ -262,7 +260,7 @@ static void *stage_main(void *p)
 	}
 	case S_PACK: {
 		struct mk_pack_stats st;
-		r->rc[i] = mk_pack_run(&r->pko, r->fd[2][1], "tensors", &st, &r->err[i]);
+		r->rc[i] = mk_pack_run(&r->pko, mk_io_chan(r->ch[2]), "tensors", &st, &r->err[i]);
 		if (!r->rc[i] && st.warning[0] && r->o->warn)
 			stage_warn(r, st.warning);
 		break;
@@ -298,7 +296,7 @@ static void pack_progress(void *ctx, uint64_t done, uint64_t total, size_t tenso
 
 static void run_init(struct run *r, const struct mk_run_opts *o, struct run_group *grp)
 {
-	*r = (struct run){ .o = o, .first_fail = -1, .out_fd = -1, .grp = grp };
+	*r = (struct run){ .o = o, .first_fail = -1, .grp = grp };
 	pthread_mutex_init(&r->mu, NULL);
 	r->mu_live = true;
 }
@@ -412,7 +410,7 @@ static int run_start(struct run *r, struct stage_arg *args, struct mk_err *err)
 	int rc;
 
 	for (int i = 0; i < run_nstages(r) - 1; i++)
-		if ((rc = mk_chan_open(&r->ch[i], r->bs.queue, r->fd[i], err)))
+		if ((rc = mk_chan_open(&r->ch[i], r->bs.queue, err)))
 			return rc;
 	for (int i = 0; i < run_nstages(r); i++) {
 		args[i] = (struct stage_arg){ r, i };
@@ -591,9 +589,8 @@ int mk_run_steps(struct mk_run_step *const *steps, size_t n, const struct mk_run
 		 size_t *failed, struct mk_err *err)
 {
 	struct mk_chan **ch = calloc(nlinks + 1, sizeof(*ch));
-	int (*fds)[2] = calloc(nlinks + 1, sizeof(*fds));
 	const char **refs = calloc(n * (nlinks + 1) + 1, sizeof(*refs));
-	int *ffds = calloc(n * (nlinks + 1) + 1, sizeof(*ffds));
+	struct mk_io *feeds = calloc(n * (nlinks + 1) + 1, sizeof(*feeds));
 	struct stage_arg *args = calloc(n * NSTAGES + 1, sizeof(*args));
 	struct run **v = calloc(n + 1, sizeof(*v));
 	struct run_group g;
@@ -602,7 +599,7 @@ int mk_run_steps(struct mk_run_step *const *steps, size_t n, const struct mk_run
 
 	*failed = 0;
 	group_init(&g);
-	if (!ch || !fds || !refs || !ffds || !args || !v) {
+	if (!ch || !refs || !feeds || !args || !v) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -623,10 +620,9 @@ int mk_run_steps(struct mk_run_step *const *steps, size_t n, const struct mk_run
 			break;
 		}
 		to->feeds = q;
-		if ((rc = mk_chan_open(&ch[l], from->bs.queue, fds[l], err)))
+		if ((rc = mk_chan_open(&ch[l], from->bs.queue, err)))
 			break;
 		from->out = ch[l];
-		from->out_fd = fds[l][0];
 		to->feeds[to->nfeeds++] = ch[l];
 	}
 	for (size_t k = 0; k < n && !rc; k++) {
@@ -639,10 +635,10 @@ int mk_run_steps(struct mk_run_step *const *steps, size_t n, const struct mk_run
 		for (size_t l = 0; l < nlinks; l++)
 			if (links[l].to == k) {
 				refs[k * (nlinks + 1) + nf] = links[l].ref;
-				ffds[k * (nlinks + 1) + nf++] = fds[l][1];
+				feeds[k * (nlinks + 1) + nf++] = mk_io_chan(ch[l]);
 			}
 		r->fo.feed_refs = &refs[k * (nlinks + 1)];
-		r->fo.feed_fds = &ffds[k * (nlinks + 1)];
+		r->fo.feeds = &feeds[k * (nlinks + 1)];
 		r->fo.nfeeds = nf;
 	}
 	for (size_t k = 0; k < n && !rc; k++) {
@@ -681,9 +677,8 @@ out:
 	for (size_t l = 0; ch && l < nlinks; l++)
 		mk_chan_free(ch[l]);
 	free(ch);
-	free(fds);
 	free(refs);
-	free(ffds);
+	free(feeds);
 	free(args);
 	free(v);
 	group_destroy(&g);

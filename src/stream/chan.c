@@ -1,6 +1,5 @@
 /* chan.c - an in-memory stream between two threads (mk/chan.h). */
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -34,8 +33,6 @@ static void blk_free(struct blk *b)
 }
 
 struct mk_chan {
-	struct mk_chan *next;   /* in the list of open channels */
-	int fd[2];
 	pthread_mutex_t mu;
 	pthread_cond_t can_read, can_write;
 	struct blk *head, *tail;
@@ -46,11 +43,7 @@ struct mk_chan {
 	bool wclosed, rclosed;
 };
 
-/* Open channels, found by their descriptors. */
-static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct mk_chan *reg;
-
-int mk_chan_open(struct mk_chan **out, size_t cap, int fd[2], struct mk_err *err)
+int mk_chan_open(struct mk_chan **out, size_t cap, struct mk_err *err)
 {
 	struct mk_chan *c = calloc(1, sizeof(*c));
 
@@ -58,40 +51,11 @@ int mk_chan_open(struct mk_chan **out, size_t cap, int fd[2], struct mk_err *err
 	if (!c)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	c->cap = cap ? cap : MK_CHAN_DEFAULT_CAP;
-	/* the writer's end cannot be written, the reader's cannot be read */
-	c->fd[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
-	c->fd[1] = open("/dev/null", O_WRONLY | O_CLOEXEC);
-	if (c->fd[0] < 0 || c->fd[1] < 0) {
-		int e = errno;
-		if (c->fd[0] >= 0)
-			close(c->fd[0]);
-		if (c->fd[1] >= 0)
-			close(c->fd[1]);
-		free(c);
-		return mk_err_sys(err, e, "/dev/null");
-	}
 	pthread_mutex_init(&c->mu, NULL);
 	pthread_cond_init(&c->can_read, NULL);
 	pthread_cond_init(&c->can_write, NULL);
-	pthread_mutex_lock(&reg_mu);
-	c->next = reg;
-	reg = c;
-	pthread_mutex_unlock(&reg_mu);
-	fd[0] = c->fd[0];
-	fd[1] = c->fd[1];
 	*out = c;
 	return 0;
-}
-
-struct mk_chan *mk__chan_find(int fd, int end)
-{
-	struct mk_chan *c;
-
-	pthread_mutex_lock(&reg_mu);
-	for (c = reg; c && c->fd[end] != fd; c = c->next)
-		;
-	pthread_mutex_unlock(&reg_mu);
-	return c;
 }
 
 static void drop_queue(struct mk_chan *c)
@@ -132,17 +96,8 @@ void mk_chan_free(struct mk_chan *c)
 {
 	if (!c)
 		return;
-	pthread_mutex_lock(&reg_mu);
-	for (struct mk_chan **p = &reg; *p; p = &(*p)->next)
-		if (*p == c) {
-			*p = c->next;
-			break;
-		}
-	pthread_mutex_unlock(&reg_mu);
 	drop_queue(c);
 	free(c->spare);
-	close(c->fd[0]);
-	close(c->fd[1]);
 	pthread_cond_destroy(&c->can_read);
 	pthread_cond_destroy(&c->can_write);
 	pthread_mutex_destroy(&c->mu);

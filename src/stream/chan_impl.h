@@ -10,16 +10,12 @@
 #include "mk/chan.h"
 #include "mk/stream.h"
 
-enum { MK__CHAN_W = 0, MK__CHAN_R = 1 };
-
 /* A frame whose bytes lie in a private mapping (mk__chan_write_map):
  * the frame at `frame`, the mapping to release when done. */
 struct mk__lent {
 	uint8_t *frame;
 	struct mk_frame_keep keep;
 };
-/* The channel whose `end` fd is, else NULL. */
-struct mk_chan *mk__chan_find(int fd, int end);
 /* Queue the bytes of iov as one buffer: 0, or -EPIPE when the reader is
  * gone, -ENOMEM. */
 int mk__chan_write(struct mk_chan *c, const struct iovec *iov, int n);

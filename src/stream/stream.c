@@ -312,9 +312,7 @@ void mk_fd_grow_pipe(int fd)
 int mk_sr_open(struct mk_stream_reader **out, int fd, const char *label,
 	       unsigned flags, struct mk_err *err)
 {
-	struct mk_io io = { .fd = fd, .chan = mk__chan_find(fd, MK__CHAN_R) };
-
-	return mk_sr_open_io(out, io, label, flags, err);
+	return mk_sr_open_io(out, mk_io_fd(fd), label, flags, err);
 }
 
 int mk_sr_open_io(struct mk_stream_reader **out, struct mk_io in, const char *label,
@@ -1035,9 +1033,7 @@ bool mk_sw_in_process(const struct mk_stream_writer *w)
 
 int mk_sw_open(struct mk_stream_writer **out, int fd, int level, struct mk_err *err)
 {
-	struct mk_io io = { .fd = fd, .chan = mk__chan_find(fd, MK__CHAN_W) };
-
-	return mk_sw_open_io(out, io, level, err);
+	return mk_sw_open_io(out, mk_io_fd(fd), level, err);
 }
 
 int mk_sw_open_io(struct mk_stream_writer **out, struct mk_io io, int level, struct mk_err *err)

@@ -27,7 +27,7 @@
 
 struct fetch_arg {
 	struct mk_fetch_opts o;
-	int in_fd, out_fd;
+	int in_fd;
 	struct mk_chan *ch;
 	struct mk_fetch_stats st;
 	struct mk_err err;
@@ -38,7 +38,7 @@ static void *fetch_main(void *p)
 {
 	struct fetch_arg *a = p;
 
-	a->rc = mk_fetch_plan(&a->o, a->in_fd, "plan", a->out_fd, &a->st, &a->err);
+	a->rc = mk_fetch_plan(&a->o, mk_io_fd(a->in_fd), "plan", mk_io_chan(a->ch), &a->st, &a->err);
 	mk_chan_close_write(a->ch);
 	return NULL;
 }
@@ -52,7 +52,7 @@ int main(int argc, char **argv)
 	struct mk_err err = { 0 };
 	unsigned long job = 0, pass = 0;
 	bool mark = false, fetch_only = false;
-	int fd[2], out, rc, a = 1;
+	int out, rc, a = 1;
 	pthread_t t;
 
 	if (argc > 1 && !strcmp(argv[1], "--fetch-only")) {
@@ -79,7 +79,7 @@ int main(int argc, char **argv)
 		perror("mk-skipmerge");
 		return 1;
 	}
-	if (mk_chan_skip_new(&skip, &err) || mk_chan_open(&fa.ch, 0, fd, &err)) {
+	if (mk_chan_skip_new(&skip, &err) || mk_chan_open(&fa.ch, 0, &err)) {
 		fprintf(stderr, "mk-skipmerge: %s\n", err.msg);
 		return 1;
 	}
@@ -88,7 +88,6 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	fa.o.skip = skip;
-	fa.out_fd = fd[0];
 	mo.skip = fetch_only ? NULL : skip;
 	if (pthread_create(&t, NULL, fetch_main, &fa)) {
 		fprintf(stderr, "mk-skipmerge: cannot start a thread\n");
