@@ -14,7 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 #include "cli.h"
-#include "core/budget.h"
 #include "config/config.h"
 #include "hub/hub.h"
 #include "mk/plugin.h"
@@ -411,93 +410,20 @@ char *cli_stage_path(const char *name)
 	return p;
 }
 
-void cli_argv_push(struct cli_argv *a, const char *s)
+void cli_argv_push(struct mk_argv *a, const char *s)
 {
-	char **q = realloc(a->v, (a->n + 2) * sizeof(*a->v));
-	if (!q)
-		cli_fail_oom();
-	a->v = q;
-	a->v[a->n] = strdup(s);
-	if (!a->v[a->n])
-		cli_fail_oom();
-	a->n++;
-	a->v[a->n] = NULL;
+	struct mk_err err = { 0 };
+
+	if (mk_argv_push(a, s, &err))
+		cli_fail(&err);
 }
 
-void cli_argv_push_budget(uint64_t max_memory, struct cli_argv *plan, struct cli_argv *fetch,
-			  struct cli_argv *merge, struct cli_argv *pack)
+void cli_run_stage_args(const struct mk_run_opts *o, struct mk_argv *plan, struct mk_argv *fetch,
+			struct mk_argv *merge, struct mk_argv *pack)
 {
-	struct mk_budget_split bs;
-	char b[32];
+	struct mk_err err = { 0 };
 
-	mk_budget_split(max_memory, &bs);
-	snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.merge);
-	if (plan) {
-		cli_argv_push(plan, "--max-memory");
-		cli_argv_push(plan, b);
-	}
-	cli_argv_push(merge, "--max-memory");
-	cli_argv_push(merge, b);
-	snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.fetch);
-	cli_argv_push(fetch, "--max-memory");
-	cli_argv_push(fetch, b);
-	snprintf(b, sizeof(b), "%llu", (unsigned long long)bs.pack);
-	cli_argv_push(pack, "--max-memory");
-	cli_argv_push(pack, b);
-}
-
-void cli_run_stage_args(const struct mk_run_opts *o, struct cli_argv *plan, struct cli_argv *fetch,
-			struct cli_argv *merge, struct cli_argv *pack)
-{
-	char b[32];
-
-	if (o->out_shard_size) {
-		snprintf(b, sizeof(b), "%llu", (unsigned long long)o->out_shard_size);
-		cli_argv_push(pack, "--out-shard-size");
-		cli_argv_push(pack, b);
-	}
-	if (plan) {
-		if (o->no_copy_tokenizer)
-			cli_argv_push(plan, "--no-copy-tokenizer");
-		if (o->no_model_card)
-			cli_argv_push(plan, "--no-write-model-card");
-		if (o->allow_crimes)
-			cli_argv_push(plan, "--allow-crimes");
-		if (o->seed) {
-			snprintf(b, sizeof(b), "%llu", (unsigned long long)o->seed);
-			cli_argv_push(plan, "--random-seed");
-			cli_argv_push(plan, b);
-		}
-		if (o->has_lora_dtype) {
-			cli_argv_push(plan, "--lora-merge-dtype");
-			cli_argv_push(plan, mk_dtype_name(o->lora_dtype));
-		}
-	}
-	if (o->cuda)
-		cli_argv_push(merge, "--cuda");
-	if (o->strict)
-		cli_argv_push(merge, "--strict");
-	if (o->buffered)
-		cli_argv_push(pack, "--buffered");
-	if (o->threads) {
-		snprintf(b, sizeof(b), "%u", o->threads);
-		cli_argv_push(merge, "-j");
-		cli_argv_push(merge, b);
-	}
-	for (int i = 2; i < cli_verbose; i++) /* each -v (cli_verbose starts at 2) */
-		cli_argv_push(merge, "-v");
-	if (o->max_memory)
-		cli_argv_push_budget(o->max_memory, plan, fetch, merge, pack);
-	if (o->spill_dir) {
-		if (plan)
-			cli_argv_push(plan, "--spill");
-		cli_argv_push(merge, "--spill");
-		cli_argv_push(merge, o->spill_dir);
-	}
-	if (o->remote)
-		cli_argv_push(fetch, "--remote");
-	if (o->no_cache)
-		cli_argv_push(fetch, "--no-cache");
-	if (o->force)
-		cli_argv_push(pack, "--force");
+	/* cli_verbose starts at 2: each -v beyond it is passed on */
+	if (mk_run_stage_args(o, cli_verbose > 2 ? (unsigned)(cli_verbose - 2) : 0, plan, fetch, merge, pack, &err))
+		cli_fail(&err);
 }

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "run/argv.h"
 #include "mk/err.h"
 #include "core/text.h"
 
@@ -115,23 +116,10 @@ void cli_exit_cancelled(const char *partial);
  * directory), else its bare name for a PATH lookup; malloc'ed (exits on
  * out of memory). */
 char *cli_stage_path(const char *name);
-/* A NULL-terminated argument vector grown one copied string at a time
- * (exits on out of memory). */
-struct cli_argv {
-	char **v;
-	size_t n;
-};
-void cli_argv_push(struct cli_argv *a, const char *s);
-/* "--max-memory N" for each stage's share of a budget (mk_budget_split):
- * merging to plan (NULL: none) and merge, reading to fetch, writing to
- * pack. */
-void cli_argv_push_budget(uint64_t max_memory, struct cli_argv *plan, struct cli_argv *fetch,
-			  struct cli_argv *merge, struct cli_argv *pack);
-/* The stages' options for the run options in o (CLI_RUN_OPTIONS as
- * cli_run_option left them; --processes, --print-pipeline, mk-moe): each
- * stage gets its own (mk-plan's only when plan is not NULL; mk-moe plans
- * in its own process), in a fixed order.  Plugins are the caller's. */
-void cli_run_stage_args(const struct mk_run_opts *o, struct cli_argv *plan, struct cli_argv *fetch,
-			struct cli_argv *merge, struct cli_argv *pack);
+/* mk_argv_push (run/argv.h), exiting on out of memory. */
+void cli_argv_push(struct mk_argv *a, const char *s);
+/* mk_run_stage_args for this program's -v count, exiting on an error. */
+void cli_run_stage_args(const struct mk_run_opts *o, struct mk_argv *plan, struct mk_argv *fetch,
+			struct mk_argv *merge, struct mk_argv *pack);
 
 #endif

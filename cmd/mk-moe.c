@@ -56,9 +56,9 @@ static void usage(void)
 	exit(EXIT_OK);
 }
 
-static struct cli_argv fetch, merge, pack;
+static struct mk_argv fetch, merge, pack;
 
-static void push(struct cli_argv *a, const char *s)
+static void push(struct mk_argv *a, const char *s)
 {
 	cli_argv_push(a, s);
 }

@@ -63,7 +63,7 @@ static void usage(void)
 }
 
 /* the stages' command lines; static, so they live until exit */
-static struct cli_argv plan, fetch, merge, pack;
+static struct mk_argv plan, fetch, merge, pack;
 
 /* ---- in this process ---- */
 
