@@ -44,17 +44,10 @@ static void usage(void)
 	exit(EXIT_OK);
 }
 
-static bool draw_progress;
-static size_t die_after; /* MK_PACK_EXIT_AFTER_TENSORS, for tests */
-
 static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn)
 {
 	(void)ctx;
-	/* tests interrupt mk-pack at a known point, as a kill -9 would */
-	if (die_after && td >= die_after)
-		raise(SIGKILL);
-	if (draw_progress)
-		cli_progress("mk-pack", done, total, td, tn);
+	cli_progress("mk-pack", done, total, td, tn);
 }
 
 int main(int argc, char **argv)
@@ -128,11 +121,7 @@ int main(int argc, char **argv)
 	} else {
 		cli_check_binary_in(0, false);
 	}
-	const char *hook = getenv("MK_PACK_EXIT_AFTER_TENSORS");
-	if (hook && *hook)
-		die_after = (size_t)strtoull(hook, NULL, 10);
-	draw_progress = cli_progress_enabled(want_progress);
-	if (draw_progress || die_after)
+	if (cli_progress_enabled(want_progress))
 		o.progress = on_progress;
 	if (mk_pack_run(&o, mk_io_fd(fd), strcmp(input, "-") ? input : "stdin", &st, &err))
 		cli_fail(&err);

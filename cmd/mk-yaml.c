@@ -67,18 +67,6 @@ static struct mk_argv plan, fetch, merge, pack;
 
 /* ---- in this process ---- */
 
-static size_t die_after;         /* MK_PACK_EXIT_AFTER_TENSORS, for tests */
-
-/* the test hook, then the bar */
-static void on_die_after(void *ctx, uint64_t done, uint64_t total, size_t td, size_t tn)
-{
-	/* tests stop the merge at a known point, as a kill -9 would (the
-	 * hook mk-pack has, for the same tests in both modes) */
-	if (die_after && td >= die_after)
-		raise(SIGKILL);
-	cli_run_progress(ctx, done, total, td, tn);
-}
-
 static void on_warn(void *ctx, const char *msg)
 {
 	(void)ctx;
@@ -93,7 +81,6 @@ static int run_here(struct mk_run_opts *o, const char *config, const char *parti
 	struct mk_err err = { 0 };
 	uint8_t *text = NULL;
 	size_t len = 0;
-	const char *hook = getenv("MK_PACK_EXIT_AFTER_TENSORS");
 	int rc;
 
 	if (mk_plugin_load_env(&err))
@@ -105,11 +92,9 @@ static int run_here(struct mk_run_opts *o, const char *config, const char *parti
 	o->text = (const char *)text;
 	o->len = len;
 	cli_hub_progress(quiet ? 0 : -1);
-	if (hook && *hook)
-		die_after = (size_t)strtoull(hook, NULL, 10);
 	cli_run_draw = !quiet && cli_progress_enabled(-1);
-	if (cli_run_draw || die_after)
-		o->progress = die_after ? on_die_after : cli_run_progress;
+	if (cli_run_draw)
+		o->progress = cli_run_progress;
 	/* a signal cancels: the stages stop, mk-pack keeps OUT.mk-partial
 	 * for --resume (what a killed pipeline leaves), then the signal ends
 	 * the process.  A signal ignored when mk-yaml started (nohup, a

@@ -1,11 +1,30 @@
 # Resume an interrupted merge: kill each stage of the pipe (mk-fetch,
-# mk-merge: kill -9 after varying delays; mk-pack: after N tensors, by the
-# MK_PACK_EXIT_AFTER_TENSORS test hook, and by kill -9), resume with
+# mk-merge: kill -9 after varying delays; mk-pack: killed at its Nth write
+# of tensor data by test/preload/faultio.so, and by kill -9), resume with
 # mk-fetch --skip-done | mk-merge | mk-pack --resume, and compare OUT byte
 # for byte with an uninterrupted run.  Then mk-yaml --resume, copy mode,
 # and the refusals: no --resume, another merge, another shard size, a
 # tensor whose bytes changed.  Under the sanitizers (slow) fewer points.
 . "$MK_TOP/test/cli/lib.inc"
+FIO=$MK_TOP/build/preload/faultio.so   # the plain build's (make check builds it first)
+[ -f "$FIO" ] || { [ "$MK_SAN" = 1 ] && exit 77; fail "no $FIO"; }
+[ "$MK_SAN" = 1 ] && export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
+# writes PROG CMD...: the call by which PROG writes the tensors' bytes in
+# CMD (splice, pwrite or io_uring's O_DIRECT writes: whichever it makes
+# most of) and how many it makes, as "OP N"; CMD must succeed
+writes() {
+	prog=$1
+	shift
+	MK_FAULT_IO_COUNT=1 MK_FAULT_IO_PROG=$prog LD_PRELOAD=$FIO "$@" 2>&1 >/dev/null |
+		sed -n 's/^faultio: //p' | tr ' ' '\n' | grep -E '^(splice|pwrite|dpwrite)=' | sort -t= -k2 -n |
+		tail -n 1 | tr '=' ' '
+}
+# crash PROG OP N CMD...: CMD, PROG killed (SIGKILL) as it makes its Nth OP
+crash() {
+	prog=$1 op=$2 at=$3
+	shift 3
+	MK_FAULT_IO=$op:$at:kill MK_FAULT_IO_PROG=$prog LD_PRELOAD=$FIO "$@"
+}
 mk-gen-model --dtype F32 --hidden 256 --layers 4 --big-rows 8192 a
 mk-gen-model --dtype F32 --hidden 256 --layers 4 --big-rows 8192 --seed 9 b
 mk-gen-model --dtype F32 --hidden 256 --layers 4 --big-rows 8192 --seed 5 c
@@ -32,6 +51,12 @@ ms=$(( (t1 - t0) / 1000000 ))
 ntensors=$(grep -c '": "model-' ref/model.safetensors.index.json)
 echo "uninterrupted run: ${ms} ms, $ntensors tensors"
 [ "$ntensors" -gt 20 ] || fail "only $ntensors tensors in the reference"
+# mk-pack's writes of tensor data in the pipe: where it is killed below
+set -- $(writes mk-pack pipe)
+wop=${1:-} nw=${2:-0}
+rm -rf out
+[ "$nw" -gt "$points" ] || fail "mk-pack made $nw data writes ($wop), fewer than the $points points"
+echo "mk-pack writes tensor data by $nw ${wop}s"
 
 # resume until OUT is there (a resume may be interrupted too); compare
 finish() { # finish LABEL
@@ -83,26 +108,26 @@ for stage in mk-fetch mk-merge mk-pack; do
 	[ $((interrupted - before)) -ge 1 ] || fail "$stage: no kill landed before the run finished"
 done
 
-# mk-pack stopped (SIGKILL, by the hook) after N tensors, N over the range
+# mk-pack killed at its Nth write of tensor data, N over the range
 before=$interrupted
 k=1
 while [ $k -le $points ]; do
-	n=$(( k * ntensors / (points + 1) + 1 ))
-	MK_PACK_EXIT_AFTER_TENSORS=$n pipe 2>/dev/null && fail "MK_PACK_EXIT_AFTER_TENSORS=$n: the run succeeded"
-	[ -d out.mk-partial ] && [ ! -e out ] || fail "after $n tensors: no partial, or OUT"
+	n=$(( k * nw / (points + 1) + 1 ))
+	crash mk-pack "$wop" $n pipe 2>/dev/null && fail "mk-pack killed at write $n: the run succeeded"
+	[ -d out.mk-partial ] && [ ! -e out ] || fail "killed at write $n: no partial, or OUT"
 	d=$(count_done)
-	[ "$d" -le "$n" ] || fail "after $n tensors: the journal lists $d"
+	[ "$d" -lt "$ntensors" ] || fail "killed at write $n: the journal lists all $d tensors"
 	interrupted=$((interrupted + 1))
 	resumed_tensors=$((resumed_tensors + d))
-	# a second interruption of the resumed run, then the last
+	# a second interruption of the resumed run (it writes less), then the last
 	if [ $((k % 4)) = 0 ] && [ $k -lt $points ]; then
-		MK_PACK_EXIT_AFTER_TENSORS=$((n + 3)) pipe 2>/dev/null && fail "second stop at $((n + 3)): the run succeeded"
+		crash mk-pack "$wop" 2 pipe 2>/dev/null && fail "second kill at write 2: the run succeeded"
 		[ "$(count_done)" -ge "$d" ] || fail "the second run lost journal entries"
 	fi
-	finish "mk-pack stopped after $n tensors"
+	finish "mk-pack killed at write $n"
 	k=$((k + 1))
 done
-echo "mk-pack hook: $((interrupted - before)) runs stopped and resumed"
+echo "mk-pack killed at a write: $((interrupted - before)) runs killed and resumed"
 echo "$interrupted interruptions, $resumed_tensors tensors found done and not made again"
 [ "$resumed_tensors" -gt 0 ] || fail "no resume found a finished tensor"
 
@@ -112,11 +137,11 @@ stop_late() {
 	tries=0
 	while [ $tries -lt 5 ]; do
 		rm -rf out.mk-partial
-		MK_PACK_EXIT_AFTER_TENSORS=$((ntensors - 2)) pipe 2>/dev/null && fail "the stopped run succeeded"
+		crash mk-pack "$wop" $((nw - 1)) pipe 2>/dev/null && fail "the killed run succeeded"
 		[ "$(count_done)" -gt 0 ] && return
 		tries=$((tries + 1))
 	done
-	fail "five runs stopped after $((ntensors - 2)) tensors journaled none"
+	fail "five runs killed at write $((nw - 1)) of $nw journaled nothing"
 }
 # a resumed run says what it kept, and mk-fetch what it left out
 stop_late
@@ -130,7 +155,7 @@ rm -rf out
 
 # mk-pack --resume without --skip-done upstream: the done tensors' chunks
 # arrive and are skipped
-MK_PACK_EXIT_AFTER_TENSORS=$((ntensors / 3)) pipe 2>/dev/null || true
+crash mk-pack "$wop" $((nw / 3)) pipe 2>/dev/null || true
 [ -d out.mk-partial ] || fail "no partial to resume"
 mk-plan --name out slerp.yml | mk-fetch | mk-merge | mk-pack --resume $pack_opts out
 diff -r ref out
@@ -175,11 +200,13 @@ diff -r ref out
 rm -rf out
 
 # mk-yaml --resume: the same OUT as mk-yaml, after mk-yaml itself is
-# stopped (SIGTERM) or mk-pack stops after N tensors
-mk-yaml --quiet $shard slerp.yml out
+# stopped (SIGTERM) or killed half way through its writes of tensor data
+set -- $(writes mk-yaml mk-yaml --quiet $shard slerp.yml out)
+yop=${1:-} ny=${2:-0}
+[ "$ny" -gt 1 ] || fail "mk-yaml made $ny data writes ($yop)"
 mv out yref
-MK_PACK_EXIT_AFTER_TENSORS=$((ntensors / 2)) mk-yaml --quiet --resume $shard slerp.yml out 2>/dev/null &&
-	fail "mk-yaml with mk-pack stopped succeeded"
+crash mk-yaml "$yop" $((ny / 2)) mk-yaml --quiet --resume $shard slerp.yml out 2>/dev/null &&
+	fail "mk-yaml killed at write $((ny / 2)) of $ny succeeded"
 [ -d out.mk-partial ] || fail "mk-yaml --resume removed the partial directory of a failed run"
 mk-yaml --print-pipeline --resume $shard slerp.yml out | grep -qF -- "--skip-done out.mk-partial" ||
 	fail "mk-yaml --resume does not pass --skip-done"
@@ -197,12 +224,14 @@ diff -r yref out
 rm -rf out
 
 # copy mode: mk-fetch --model --skip-done | mk-pack --resume
-mk-fetch --model a | mk-pack $pack_opts cref
+set -- $(writes mk-pack sh -c "mk-fetch --model a | mk-pack $pack_opts cref")
+cop=${1:-} nc=${2:-0}
+[ "$nc" -gt 3 ] || fail "copy mode: mk-pack made $nc data writes ($cop)"
 k=1 cdone=0
 while [ $k -le 3 ]; do
-	n=$((k * ntensors / 4))
-	MK_PACK_EXIT_AFTER_TENSORS=$n sh -c "mk-fetch --model a | mk-pack --resume $pack_opts cout" 2>/dev/null &&
-		fail "copy mode: mk-pack stopped after $n tensors succeeded"
+	n=$((k * nc / 4))
+	crash mk-pack "$cop" $n sh -c "mk-fetch --model a | mk-pack --resume $pack_opts cout" 2>/dev/null &&
+		fail "copy mode: mk-pack killed at write $n succeeded"
 	cdone=$((cdone + $(grep -c '^done ' cout.mk-partial/.mk-journal || true)))
 	mk-fetch --model a --skip-done cout.mk-partial | mk-pack --resume $pack_opts cout
 	diff -r cref cout

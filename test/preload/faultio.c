@@ -16,9 +16,12 @@
  *   short    the call moves half of what was asked (at least 1 byte;
  *            reads and writes only)
  *   shortall every call from the Nth on is short
+ *   kill     the process is killed (SIGKILL) as it makes the call: a crash
+ *            there, for the resume tests
  * Only calls made from the program itself (libmk and the main, which the
  * programs link statically) after main has started are counted, and none
- * on fd 2 (the messages).  With MK_FAULT_IO_COUNT set, the counts are
+ * on fd 2 (the messages).  With MK_FAULT_IO_PROG=NAME only the program of
+ * that name counts and fails (one stage of a pipeline run under it).  With MK_FAULT_IO_COUNT set, the counts are
  * written to stderr at exit ("faultio: read=R pread=P ..."), so a test
  * knows which N to try.  io_uring and mmap reads do not go through these
  * calls: the tests read with MK_IO=pread.  mk-pack's O_DIRECT writes by
@@ -30,6 +33,7 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <link.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,12 +46,13 @@ enum op { READ, PREAD, WRITE, PWRITE, DPWRITE, WRITEV, SPLICE, FSYNC, FDATASYNC,
 	  NOPS };
 static const char *const op_names[NOPS] = { "read", "pread", "write", "pwrite", "dpwrite", "writev", "splice",
 					    "fsync", "fdatasync", "ftruncate", "fallocate", "rename" };
-enum kind { NONE, EIO_, ENOSPC_, EINTR_, EINVAL_, SHORT, SHORTALL };
+enum kind { NONE, EIO_, ENOSPC_, EINTR_, EINVAL_, SHORT, SHORTALL, KILL };
 
 static unsigned long seen[NOPS];
 static int fault_op = -1;
 static unsigned long fault_at;
 static enum kind fault_kind;
+static int other_prog;               /* not MK_FAULT_IO_PROG: left alone */
 
 
 static void report(void)
@@ -55,7 +60,7 @@ static void report(void)
 	char buf[512];
 	int n = snprintf(buf, sizeof(buf), "faultio:");
 
-	if (!getenv("MK_FAULT_IO_COUNT"))
+	if (!getenv("MK_FAULT_IO_COUNT") || other_prog)
 		return;
 	for (int i = 0; i < NOPS; i++)
 		n += snprintf(buf + n, sizeof(buf) - (size_t)n, " %s=%lu", op_names[i], seen[i]);
@@ -68,7 +73,10 @@ __attribute__((constructor)) static void init(void)
 	const char *spec = getenv("MK_FAULT_IO");
 	char op[32], kind[32];
 
+	const char *prog = getenv("MK_FAULT_IO_PROG");
+
 	preload_init();
+	other_prog = prog && strcmp(prog, program_invocation_short_name);
 	atexit(report);
 	if (!spec || sscanf(spec, "%31[a-z]:%lu:%31[a-z]", op, &fault_at, kind) != 3)
 		return;
@@ -77,7 +85,7 @@ __attribute__((constructor)) static void init(void)
 			fault_op = i;
 	fault_kind = !strcmp(kind, "eio") ? EIO_ : !strcmp(kind, "enospc") ? ENOSPC_ :
 		     !strcmp(kind, "eintr") ? EINTR_ : !strcmp(kind, "einval") ? EINVAL_ : !strcmp(kind, "short") ? SHORT :
-		     !strcmp(kind, "shortall") ? SHORTALL : NONE;
+		     !strcmp(kind, "shortall") ? SHORTALL : !strcmp(kind, "kill") ? KILL : NONE;
 	if (fault_op < 0 || fault_kind == NONE) {
 		fprintf(stderr, "faultio: bad MK_FAULT_IO '%s'\n", spec);
 		_exit(99);
@@ -90,11 +98,13 @@ static enum kind fault(enum op op, int fd, void *caller)
 {
 	unsigned long n;
 
-	if (fd == 2 || !from_mk(caller))
+	if (fd == 2 || other_prog || !from_mk(caller))
 		return NONE;
 	n = ++seen[op];
 	if ((int)op != fault_op)
 		return NONE;
+	if (n == fault_at && fault_kind == KILL)
+		raise(SIGKILL);
 	if (n == fault_at || (fault_kind == SHORTALL && n >= fault_at))
 		return fault_kind;
 	return NONE;
@@ -231,6 +241,7 @@ int io_uring_submit(struct io_uring *ring)
 			continue;
 		switch (fault(DPWRITE, sqe->fd, __builtin_return_address(0))) {
 		case NONE:
+		case KILL:             /* (fault() has killed the process) */
 			break;
 		case SHORT:
 		case SHORTALL:
