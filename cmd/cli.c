@@ -56,16 +56,17 @@ void cli_message(const char *kind, const char *msg)
 		mk_text_escape(msg, (size_t)-1, buf, sizeof(buf)));
 }
 
-/* In a pipeline run by mk-yaml (MK_PIPELINE_INPUT set, see mk/pipeline.h)
- * an empty or cut input means the producer failed, and mk-yaml names that
- * stage after its own message: this stage's would only bury it. */
+bool cli_fed_by_stage;
+
+/* In a pipeline run by mk-yaml or mk-moe (MK_STAGE_FED_OPTION given, see
+ * run/procs.h) an empty or cut input means the producer failed, and the
+ * runner names that stage after its own message: this stage's would only
+ * bury it. */
 static bool empty_input_from_stage(const struct mk_err *err)
 {
-	const char *v = getenv("MK_PIPELINE_INPUT");
-
 	/* the reader's two words for it: "empty input ... (did the producer
 	 * fail?)" and "ended ... (truncated, or the producer failed)" */
-	return v && !strcmp(v, "1") && err && err->code == MK_ECORRUPT &&
+	return cli_fed_by_stage && err && err->code == MK_ECORRUPT &&
 	       (strstr(err->msg, "(did the producer fail?)") ||
 		strstr(err->msg, "(truncated, or the producer failed)"));
 }

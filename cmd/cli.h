@@ -6,13 +6,21 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "run/argv.h"
+#include "run/procs.h"
 #include "mk/err.h"
 #include "core/text.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
 extern const char *cli_prog;
-extern int cli_verbose;   /* 0 quiet, 1 errors, 2 warnings (default), 3 info, 4 debug */
+extern int cli_verbose;
+/* MK_STAGE_FED_OPTION was given: a runner feeds this stage from another
+ * and reports that one's failure (an empty or cut input is not reported
+ * again).  The stage programs put CLI_STAGE_FED_OPTION in their option
+ * tables and set it on CLI_STAGE_FED. */
+extern bool cli_fed_by_stage;
+#define CLI_STAGE_FED 0x5fed
+#define CLI_STAGE_FED_OPTION { MK_STAGE_FED_OPTION + 2, 0, 0, CLI_STAGE_FED }   /* 0 quiet, 1 errors, 2 warnings (default), 3 info, 4 debug */
 
 void cli_init(const char *prog);
 /* "prog: KIND: msg" on stderr (KIND NULL: "prog: msg"), the message's

@@ -78,6 +78,7 @@ int main(int argc, char **argv)
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
+		CLI_STAGE_FED_OPTION,
 		{ 0 },
 	};
 	struct mk_fetch_opts o = { 0 };
@@ -142,6 +143,7 @@ int main(int argc, char **argv)
 		case 'q': cli_verbose--; break;
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
+		case CLI_STAGE_FED: cli_fed_by_stage = true; break;
 		default: cli_usage_hint();
 		}
 	}

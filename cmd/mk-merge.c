@@ -122,6 +122,7 @@ int main(int argc, char **argv)
 		{ "quiet", no_argument, NULL, 'q' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
+		CLI_STAGE_FED_OPTION,
 		{ 0 },
 	};
 	struct mk_merge_opts o = { .warn = warn };
@@ -172,6 +173,7 @@ int main(int argc, char **argv)
 			break;
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
+		case CLI_STAGE_FED: cli_fed_by_stage = true; break;
 		default: cli_usage_hint();
 		}
 	}

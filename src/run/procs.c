@@ -12,6 +12,34 @@
 #include "core/fsutil.h"
 #include "run/procs.h"
 
+/* Each stage's command line as it is run: a stage fed by another (all
+ * but the first) gets MK_STAGE_FED_OPTION first, so that when its
+ * producer fails it leaves the report to the runner.  The strings are
+ * the caller's; only the vectors are allocated.  0, or -1 out of memory. */
+static int stage_argvs(const struct mk_stage *st, size_t n, char ***argv)
+{
+	for (size_t i = 0; i < n; i++) {
+		size_t k = 0, extra = i > 0;
+		while (st[i].argv[k])
+			k++;
+		if (!(argv[i] = calloc(k + extra + 1, sizeof(**argv))))
+			return -1;
+		argv[i][0] = st[i].argv[0];
+		if (extra)
+			argv[i][1] = (char *)MK_STAGE_FED_OPTION;
+		for (size_t j = 1; j < k; j++)
+			argv[i][j + extra] = st[i].argv[j];
+	}
+	return 0;
+}
+
+static void free_argvs(char ***argv, size_t n)
+{
+	for (size_t i = 0; argv && i < n; i++)
+		free(argv[i]);
+	free(argv);
+}
+
 int mk_pipeline_run(const struct mk_stage *st, size_t n, const char *partial, struct mk_err *err)
 {
 	pid_t *pid = calloc(n ? n : 1, sizeof(*pid));
@@ -20,11 +48,13 @@ int mk_pipeline_run(const struct mk_stage *st, size_t n, const char *partial, st
 	int prev = -1, rc = 0;
 	size_t started = 0, live, first_fail = n;
 	pid_t parent = getpid();
+	char ***argv = calloc(n ? n : 1, sizeof(*argv));
 
-	if (!pid || !status || !stopped) {
+	if (!pid || !status || !stopped || !argv || stage_argvs(st, n, argv)) {
 		free(pid);
 		free(status);
 		free(stopped);
+		free_argvs(argv, n);
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -49,17 +79,10 @@ int mk_pipeline_run(const struct mk_stage *st, size_t n, const char *partial, st
 			 * covers a runner that died before it */
 			if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
 				_exit(127);
-			/* a stage fed by another: when that one fails, the
-			 * runner names it; this one stays quiet about an
-			 * empty input (cli_fail) */
-			if (prev >= 0)
-				setenv("MK_PIPELINE_INPUT", "1", 1);
-			else
-				unsetenv("MK_PIPELINE_INPUT");
 			int in = prev >= 0 ? prev : open("/dev/null", O_RDONLY);
 			if (in < 0 || dup2(in, 0) < 0 || (fds[1] >= 0 && dup2(fds[1], 1) < 0))
 				_exit(127);
-			execvp(st[i].argv[0], st[i].argv);
+			execvp(argv[i][0], argv[i]);
 			fprintf(stderr, "%s: cannot run %s: %s\n", st[i].name, st[i].argv[0], strerror(errno));
 			_exit(127);
 		}
@@ -124,6 +147,7 @@ int mk_pipeline_run(const struct mk_stage *st, size_t n, const char *partial, st
 		(void)mk_rmtree(partial, NULL);
 	free(pid);
 	free(status);
+	free_argvs(argv, n);
 	free(stopped);
 	return rc;
 }

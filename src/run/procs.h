@@ -10,16 +10,20 @@
  * signal, SIGKILL): killing mk-yaml by any signal stops the stages at
  * once, and no stage completes an output after mk-yaml is gone (mk-pack's
  * partial directory stays; OUT never appears).
- * Each stage fed by another runs with MK_PIPELINE_INPUT=1 in its
- * environment: its input is empty or cut short only when its producer
- * failed, which the runner reports, so the stage says nothing about that
- * input (the programs' cli_fail); the first stage runs without it.
+ * Each stage fed by another is told so on its command line
+ * (MK_STAGE_FED_OPTION, its first argument): its input is empty or cut
+ * short only when its producer failed, which the runner reports, so the
+ * stage says nothing about that input; the first stage runs without it.
  */
 #ifndef MK_RUN_PROCS_H
 #define MK_RUN_PROCS_H
 
 #include <stddef.h>
 #include "mk/err.h"
+
+/* The option the stage programs (mk-fetch, mk-merge, mk-pack) take when
+ * a runner feeds them from another stage. */
+#define MK_STAGE_FED_OPTION "--fed-by-stage"
 
 struct mk_stage {
 	const char *name;            /* for messages ("mk-merge") */
