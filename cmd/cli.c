@@ -226,28 +226,11 @@ void cli_hub_progress(int want)
 const char *cli_read_config(const char *path, uint8_t **text, size_t *len)
 {
 	struct mk_err err = { 0 };
-	struct stat st;
-	int cfd;
+	const char *label;
 
-	if (!strcmp(path, "-")) {
-		if (mk_fd_read_all(0, 64u << 20, "stdin", text, len, &err))
-			cli_fail(&err);
-		return "stdin";
-	}
-	/* a file, or a pipe (mk-plan <(...)): read to its end */
-	cfd = open(path, O_RDONLY | O_CLOEXEC);
-	if (cfd < 0) {
-		mk_err_sys(&err, errno, "%s", path);
+	if (mk_config_read(path, text, len, &label, &err))
 		cli_fail(&err);
-	}
-	if (fstat(cfd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) {
-		if (mk_fd_read_all(cfd, 64u << 20, path, text, len, &err))
-			cli_fail(&err);
-	} else if (mk_file_read(path, 64u << 20, text, len, &err)) {
-		cli_fail(&err);
-	}
-	close(cfd);
-	return path;
+	return label;
 }
 
 void cli_print_diags(const struct mk_diags *d)

@@ -6,12 +6,18 @@
  * stopping at the first.  The walk counts the nodes it visits, so a few
  * bytes of aliases cannot make it do unbounded work.
  *
- * This file: the entry points, and freeing and copying what they build.
+ * This file: the entry points, freeing and copying what they build, and
+ * reading a configuration's text (mk_config_read).
  * The walk is schema.c, scalar coercion scalar.c, diagnostics diag.c.
  */
+#include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <yaml.h>
+#include "core/fsutil.h"
 #include "config_impl.h"
 
 /* ------------------------------------------------------------ freeing */
@@ -358,4 +364,25 @@ int mk_config_parse_partial(const char *text, size_t len, const char *label, str
 			    struct mk_diags *diags, struct mk_err *err)
 {
 	return parse(text, len, label, out, diags, err, true);
+}
+
+int mk_config_read(const char *path, uint8_t **text, size_t *len, const char **label, struct mk_err *err)
+{
+	struct stat st;
+	int fd, rc;
+
+	*label = path;
+	if (!strcmp(path, "-")) {
+		*label = "stdin";
+		return mk_fd_read_all(0, MK_CONFIG_MAX, "stdin", text, len, err);
+	}
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return mk_err_sys(err, errno, "%s", path);
+	if (fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+		rc = mk_fd_read_all(fd, MK_CONFIG_MAX, path, text, len, err);
+	else
+		rc = mk_file_read(path, MK_CONFIG_MAX, text, len, err);
+	close(fd);
+	return rc;
 }

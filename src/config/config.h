@@ -29,6 +29,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include "mk/diag.h"
 #include "mk/dtype.h"
 #include "mk/err.h"
@@ -374,5 +375,15 @@ int mk_config_normalize(const struct mk_input_model *models, size_t nmodels,
 			struct mk_output_slice **out, size_t *nout,
 			struct mk_err *err);
 void mk_output_slices_free(struct mk_output_slice *v, size_t n);
+
+/* The largest configuration text mk reads (a recipe of that size is a
+ * mistake: real ones are a few KiB). */
+#define MK_CONFIG_MAX (64u << 20)
+
+/* Read a configuration's text (at most MK_CONFIG_MAX bytes, NUL-
+ * terminated, the caller frees *text): from a file, a pipe or socket
+ * (read to its end: mk-plan <(...)), or standard input for "-".  *label
+ * is what names it in messages: "stdin", else path. */
+int mk_config_read(const char *path, uint8_t **text, size_t *len, const char **label, struct mk_err *err);
 
 #endif

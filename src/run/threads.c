@@ -22,8 +22,6 @@
 #include "run/state_dicts.h"
 #include "run/steps.h"
 
-#define CONFIG_MAX (64u << 20)
-
 size_t mk_run_opts_size(void)
 {
 	return sizeof(struct mk_run_opts);
@@ -72,7 +70,8 @@ static int read_config(const struct mk_run_opts *o, uint8_t **owned, const char 
 	}
 	if (!o->config_path)
 		return mk_err_set(err, MK_EINVAL, "no configuration given (text or a file)");
-	int rc = mk_file_read(o->config_path, CONFIG_MAX, owned, len, err);
+	const char *label;
+	int rc = mk_config_read(o->config_path, owned, len, &label, err);
 	*text = (const char *)*owned;
 	return rc;
 }
