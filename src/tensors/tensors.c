@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include "core/fsutil.h"
 #include "io/safetensors.h"
+#include "methods/spec.h"
 #include "mk/tensors.h"
 
 struct pv_entry {
@@ -62,36 +63,23 @@ int mk_param_values_set(struct mk_param_values *pv, const char *name, int input,
 	return 0;
 }
 
-/* pv -> the raw arrays of a job desc; unknown names are an error.  As in
- * a configuration's top-level parameters, a value given with input -1 for
- * a per-input parameter applies to every input; a value for one input
- * wins over it. */
+/* pv -> the raw arrays of a job desc, each name put in its place by the
+ * method's spec; unknown names are an error.  As in a configuration's
+ * top-level parameters, a value given with input -1 for a per-input
+ * parameter applies to every input; a value for one input wins over it. */
 static int raw_params(const struct mk_method *m, const struct mk_param_values *pv, size_t n,
 		      struct mk_pval *g, struct mk_pval *in, struct mk_err *err)
 {
 	for (int pass = 0; pass < 2; pass++)
 		for (size_t k = 0; pv && k < pv->n; k++) {
-			int p = mk_method_param_index(m, pv->e[k].name);
-			if (p < 0)
-				return mk_err_set(err, MK_EINVAL, "%s has no parameter '%s'", m->name, pv->e[k].name);
-			bool global = m->params[p].scope == MK_SCOPE_GLOBAL;
-			if (pass == 0 && pv->e[k].input < 0) {
-				if (global)
-					g[p] = pv->e[k].v;
-				else
-					for (size_t i = 0; i < n; i++)
-						in[i * m->nparams + (size_t)p] = pv->e[k].v;
-			} else if (pass == 1 && pv->e[k].input >= 0) {
-				if ((size_t)pv->e[k].input >= n || global)
-					return mk_err_set(err, MK_EINVAL, "parameter '%s' given for input %d of %zu%s",
-							  pv->e[k].name, pv->e[k].input, n,
-							  global ? " (it is global)" : "");
-				in[(size_t)pv->e[k].input * m->nparams + (size_t)p] = pv->e[k].v;
-			}
+			const struct pv_entry *e = &pv->e[k];
+			int rc = (e->input >= 0) != (pass == 1) ? 0 :
+				 mk_method_param_put(m, e->name, e->input, n, true, e->v, g, in, err);
+			if (rc)
+				return rc;
 		}
 	return 0;
 }
-
 
 int mk_merge_tensors(const char *method, const struct mk_tensor *in, size_t n, int base,
 		     const struct mk_param_values *pv, enum mk_dtype out_dtype, const char *name, uint64_t seed,
