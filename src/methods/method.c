@@ -521,6 +521,34 @@ static int check_contract(const struct mk_method *m, const struct mk_job_desc *d
 
 /* ------------------------------------------------------------- planning */
 
+/* The output rule and the passes of d, its contract checked and its
+ * parameters resolved. */
+static int run_rule(const struct mk_method *m, const struct mk_job_desc *d, struct mk_plan_out *po, bool *used,
+		    struct mk_err *err)
+{
+	int rc;
+
+	memset(po, 0, sizeof(*po));
+	po->compute = MK_DT_F32;
+	for (size_t i = 0; i < d->ninputs; i++)
+		used[i] = true;
+	rc = m->output(m, d, po, used, err);
+	if (rc)
+		return rc;
+	if (po->compute != MK_DT_F32 && po->compute != MK_DT_F64)
+		MK_BUG("method '%s': compute dtype %d", m->name, po->compute);
+	po->npasses = m->npasses ? m->npasses(m, d, used) : 0;
+	return 0;
+}
+
+int mk_method_replan(const struct mk_method *m, const struct mk_job_desc *d, struct mk_plan_out *po,
+		     bool *used, struct mk_err *err)
+{
+	int rc = check_contract(m, d, err);
+
+	return rc ? rc : run_rule(m, d, po, used, err);
+}
+
 int mk_method_plan(const struct mk_method *m, const struct mk_job_desc *d,
 		   struct mk_plan_out *po, struct mk_pval *global_out,
 		   struct mk_pval *input_out, bool *used, struct mk_err *err)
@@ -550,16 +578,7 @@ int mk_method_plan(const struct mk_method *m, const struct mk_job_desc *d,
 	rd = *d;
 	rd.global = g;
 	rd.input = in;
-	memset(po, 0, sizeof(*po));
-	po->compute = MK_DT_F32;
-	for (size_t i = 0; i < n; i++)
-		u[i] = true;
-	rc = m->output(m, &rd, po, u, err);
-	if (rc)
-		goto out;
-	if (po->compute != MK_DT_F32 && po->compute != MK_DT_F64)
-		MK_BUG("method '%s': compute dtype %d", m->name, po->compute);
-	po->npasses = m->npasses ? m->npasses(m, &rd, u) : 0;
+	rc = run_rule(m, &rd, po, u, err);
 out:
 	if (g != global_out)
 		free(g);

@@ -32,4 +32,11 @@ int mk_method_param_put(const struct mk_method *m, const char *name, long input,
 			bool broadcast, struct mk_pval v, struct mk_pval *global, struct mk_pval *inputs,
 			struct mk_err *err);
 
+/* mk_method_plan for parameters it has resolved already (d->global and
+ * d->input as it returned them): the contract, the output rule and the
+ * passes, without resolving the values again.  For planning one job
+ * twice (mk-plan offers a spare pass, mk_job_desc.spare_pass). */
+int mk_method_replan(const struct mk_method *m, const struct mk_job_desc *d, struct mk_plan_out *po,
+		     bool *used, struct mk_err *err);
+
 #endif

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/fsutil.h"
+#include "methods/spec.h"
 #include "planner/planner_impl.h"
 
 /* A parameter's looked-up value as its type: -1 when an integer
@@ -312,10 +313,13 @@ static int tplan_output_rule(struct tplan *t)
 		struct mk_plan_out ps;
 		note_base_copy(t);
 		/* the passes with a spare one offered (tplan_sends takes it for
-		 * a streamed job: a held one adds a pass as it needs) */
+		 * a streamed job: a held one adds a pass as it needs), of the
+		 * values just resolved */
 		t->spare_passes = t->po.npasses;
 		jd.spare_pass = true;
-		if (p->o->spare_pass && t->po.npasses && !mk_method_plan(t->m, &jd, &ps, t->gres, t->ires, t->used, &t->e))
+		jd.global = t->gres;
+		jd.input = t->ires;
+		if (p->o->spare_pass && t->po.npasses && !mk_method_replan(t->m, &jd, &ps, t->used, &t->e))
 			t->spare_passes = ps.npasses;
 		return TP_NEXT;
 	}
