@@ -1,8 +1,8 @@
 /* spec.h - a parameter's name against a method's spec, once: the call
- * that mk-plan's checks of the configuration and the in-memory merges
- * (mk/tensors.h) share, so that each stage turns a name into the spec's
- * index in one place and hands the method the values by index
- * (mk_job_desc's form) from there on.  Implemented in method.c.
+ * that mk-plan's checks of the configuration, the JOB decoder and the
+ * in-memory merges (mk/tensors.h) share, so that each stage turns a name
+ * into the spec's index in one place and hands the method the values by
+ * index (mk_job_desc's form) from there on.  Implemented in method.c.
  */
 #ifndef MK_METHODS_SPEC_H
 #define MK_METHODS_SPEC_H

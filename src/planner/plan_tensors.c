@@ -421,10 +421,10 @@ static int tplan_manifest_entry(struct tplan *t, struct mk_err *err)
 static int tplan_job_inputs(struct tplan *t, struct mk_err *err)
 {
 	struct mk_plan_job *j = t->j;
+	int rc = mk_plan_job_set_method(j, t->m, err);
 
-	j->method = strdup(t->m->name);
-	if (!j->method)
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	if (rc)
+		return rc;
 	for (size_t i = 0; i < t->n; i++) {
 		struct mk_plan_input *pi = &j->inputs[i];
 		const struct mk_fused *fu = t->fused[i];
@@ -510,24 +510,14 @@ void tplan_sends(struct tplan *t)
 }
 
 /* The job's resolved parameters (those of input 0 alone when the inputs
- * must agree) and flags; then the plan takes it. */
+ * must agree: the method sees input 0) and flags; then the plan takes it. */
 static int tplan_job_add(struct tplan *t, struct mk_err *err)
 {
 	struct mk_plan *p = t->p;
 	struct mk_plan_job *j = t->j;
-	const struct mk_method *m = t->m;
-	size_t np = t->np;
-	int rc = 0;
 
-	for (size_t k = 0; !rc && k < np; k++)
-		if (m->params[k].scope == MK_SCOPE_GLOBAL && t->gres[k].set)
-			rc = mk_job_params_add(&j->global, m->params[k].name, t->gres[k], err);
-	for (size_t i = 0; !rc && i < t->n; i++)
-		for (size_t k = 0; !rc && k < np && (!t->check_equal || i == 0); k++)
-			if (m->params[k].scope != MK_SCOPE_GLOBAL && t->ires[i * np + k].set)
-				rc = mk_job_params_add(&j->input_params[i], m->params[k].name, t->ires[i * np + k], err);
-	if (rc)
-		return rc;
+	memcpy(j->params.global, t->gres, t->np * sizeof(*t->gres));
+	memcpy(j->params.input, t->ires, (t->check_equal ? 1 : t->n) * t->np * sizeof(*t->ires));
 	j->is_embed = t->ow->is_embed;
 	j->check_equal = t->check_equal;
 	struct mk_plan_job **q = realloc(p->jobs, (p->njobs + 1) * sizeof(*q));
