@@ -2,7 +2,6 @@
  * candidate inputs to its job (the tplan_* stages: inputs, parameters,
  * the method's output rule, the budget, the manifest entry, how the
  * inputs are sent). */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,23 +9,13 @@
 #include "methods/spec.h"
 #include "planner/planner_impl.h"
 
-/* A parameter's looked-up value as its type: -1 when an integer
- * parameter's is not a whole number (or is past 9e15). */
-static int to_pval(const struct mk_param_spec *ps, double v, struct mk_pval *out)
+/* A parameter's looked-up value (a configuration's number) as the value
+ * the method resolves: true or false for a BOOL parameter (non-zero),
+ * else the number; the method's resolution (mk_method_plan) makes an INT
+ * of it, or says it is not whole. */
+static struct mk_pval to_pval(const struct mk_param_spec *ps, double v)
 {
-	switch (ps->type) {
-	case MK_PT_BOOL:
-		*out = mk_pval_bool(v != 0.0);
-		return 0;
-	case MK_PT_INT:
-		if (v != floor(v) || fabs(v) > 9.0e15)
-			return -1;
-		*out = mk_pval_int((int64_t)v);
-		return 0;
-	default:
-		*out = mk_pval_float(v);
-		return 0;
-	}
+	return ps->type == MK_PT_BOOL ? mk_pval_bool(v != 0.0) : mk_pval_float(v);
 }
 
 static bool has_tensor(void *ctx, const char *name)
@@ -228,20 +217,14 @@ static int tplan_params(struct tplan *t)
 		const struct mk_param_spec *ps = &t->m->params[k];
 		double v;
 		if (ps->scope == MK_SCOPE_GLOBAL) {
-			if (mk_param_lookup(&tc->scope, ps->name, NULL, name, tc->t, &v) != MK_PL_NONE &&
-			    to_pval(ps, v, &t->graw[k]))
-				diag(t->d, MK_DIAG_ERROR, tc->loc, "tensor '%s': parameter '%s' = %g is not an integer",
-				     name, ps->name, v);
+			if (mk_param_lookup(&tc->scope, ps->name, NULL, name, tc->t, &v) != MK_PL_NONE)
+				t->graw[k] = to_pval(ps, v);
 			continue;
 		}
 		for (size_t i = 0; i < t->n; i++) {
 			const struct src_in *sr = &t->srcs[t->order[i]];
-			if (mk_param_lookup(&tc->scope, ps->name, sr->ref, sr->w->name, tc->t, &v) != MK_PL_NONE) {
-				if (to_pval(ps, v, &t->iraw[i * np + k]))
-					diag(t->d, MK_DIAG_ERROR, tplan_input_loc(t, i),
-					     "tensor '%s': parameter '%s' = %g of model '%s' is not an integer", name,
-					     ps->name, v, t->labels[i]);
-			}
+			if (mk_param_lookup(&tc->scope, ps->name, sr->ref, sr->w->name, tc->t, &v) != MK_PL_NONE)
+				t->iraw[i * np + k] = to_pval(ps, v);
 		}
 	}
 	return TP_NEXT;

@@ -170,6 +170,12 @@ mk-plan p.yml -o p.mks 2>err.txt
 grep -qF "p.yml:9:22: slices[0].sources[1].parameters.t: 't' is one value for all models in slerp" err.txt ||
 	{ cat err.txt >&2; fail "no warning for a per-source t"; }
 [ "$(grep -c warning err.txt)" -eq 1 ] || { cat err.txt >&2; fail "a slice's own t drew a warning"; }
+# an integer parameter that is not whole: the method's resolution says
+# so, once for the tensors it spoils, not once per tensor
+printf 'merge_method: karcher\nmodels:\n  - model: m\n  - model: m2\nparameters: {max_iter: 2.5}\n' > p.yml
+expect_fail 1 "parameter 'max_iter' must be an integer (got 2.5)" mk-plan p.yml -o p.mks
+[ "$(grep -c "must be an integer" err.txt)" -eq 1 ] || { cat err.txt >&2; fail "a non-integer max_iter said more than once"; }
+grep -qF "(the same for" err.txt || { cat err.txt >&2; fail "no count of the other tensors"; }
 # a plan whose JOB sets a parameter the method lacks, or at the wrong
 # scope (edited, as by another mk): a reader that knows the method says
 # which and how as it decodes the JOB, mk-fetch of the plan as mk-merge of
