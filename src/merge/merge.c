@@ -14,44 +14,6 @@
 #include "mk/stream.h"
 #include "merge_impl.h"
 
-/* the job's named parameters -> the method's pval arrays */
-static int load_params(struct run *r, struct mk_err *err)
-{
-	size_t np = r->m->nparams, n = r->pj->ninputs;
-
-	r->gvals = calloc(np ? np : 1, sizeof(*r->gvals));
-	r->ivals = calloc((np ? np : 1) * (n ? n : 1), sizeof(*r->ivals));
-	if (!r->gvals || !r->ivals)
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	for (size_t i = 0; i <= n; i++) {
-		const struct mk_job_params *ps = i == 0 ? &r->pj->global : &r->pj->input_params[i - 1];
-		struct mk_pval *vals = i == 0 ? r->gvals : &r->ivals[(i - 1) * np];
-		for (size_t k = 0; k < ps->n; k++) {
-			int p = mk_method_param_index(r->m, ps->p[k].name);
-			if (p < 0) {
-				char list[512] = "";
-				for (size_t q = 0; q < r->m->nparams; q++) {
-					size_t l = strlen(list);
-					snprintf(list + l, sizeof(list) - l, "%s%s", l ? ", " : "", r->m->params[q].name);
-				}
-				return mk_err_set(err, MK_EFORMAT,
-						  "job %u (%s): the plan sets parameter '%s', which %s does not have (%s%s); was the plan made by another mk?",
-						  r->pj->id, r->name, ps->p[k].name, r->m->name,
-						  r->m->nparams ? "it has " : "it takes none", list);
-			}
-			/* a global parameter is set once, a per-input one per input */
-			if ((r->m->params[p].scope == MK_SCOPE_GLOBAL) != (i == 0))
-				return mk_err_set(err, MK_EFORMAT,
-						  "job %u (%s): the plan sets parameter '%s' %s, but %s's '%s' is %s",
-						  r->pj->id, r->name, ps->p[k].name, i == 0 ? "once for all inputs" : "per input",
-						  r->m->name, ps->p[k].name,
-						  i == 0 ? "set per input" : "one value for all inputs");
-			vals[p] = ps->p[k].value;
-		}
-	}
-	return 0;
-}
-
 /* The job's inputs and, of a vocabulary job, its aux inputs */
 static size_t run_nin(const struct run *r)
 {
@@ -97,8 +59,6 @@ static void run_release(struct run *r)
 	free(r->vsum);
 	mk_plan_job_free(r->pj);
 	free(r->in);
-	free(r->gvals);
-	free(r->ivals);
 	mk__pool_put(r->pool, r->outc, r->outc_cap);
 	if (r->rp)
 		mk__spill_reset(r->rp);
@@ -132,16 +92,13 @@ static int run_prepare(struct run *r, const struct mk_manifest *man, struct mk_e
 			r->in[i].dtype = r->pj->vocab->dtype;
 		}
 	}
-	rc = load_params(r, err);
-	if (rc)
-		return rc;
 	r->check_equal = r->pj->check_equal;
 	/* check_equal: the method sees input 0; the others must equal it */
 	r->d = (struct mk_job_desc){ .tensor = r->name, .elem_base = r->pj->part_begin, .seed = r->seed,
 				     .is_embed = r->pj->is_embed, .spare_pass = r->pj->spare,
 				     .ninputs = r->check_equal ? 1 : r->pj->ninputs,
 				     .base = r->check_equal ? -1 : (int)r->pj->base, .in = r->in,
-				     .global = r->gvals, .input = r->ivals };
+				     .global = r->pj->params.global, .input = r->pj->params.input };
 	rc = mk_job_init(&r->job, r->m, &r->d, t->desc.dtype, err);
 	if (rc)
 		return mk_err_prefix(err, "job %u: ", r->pj->id);

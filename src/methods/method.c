@@ -11,6 +11,7 @@
 #include "mk/method.h"
 #include "core/bug.h"
 #include "methods/builtin.h"
+#include "methods/spec.h"
 
 /* ------------------------------------------------------------- registry */
 
@@ -281,6 +282,63 @@ int mk_method_param_index(const struct mk_method *m, const char *name)
 	return -1;
 }
 
+const char *mk_method_param_hint(const struct mk_method *m, const char *name, char *buf, size_t len)
+{
+	const char *best = NULL;
+	size_t bd = SIZE_MAX, n = strlen(name), at;
+
+	for (size_t k = 0; k < m->nparams; k++) {
+		size_t dist = mk_edit_distance(name, m->params[k].name);
+		if (dist < bd) {
+			bd = dist;
+			best = m->params[k].name;
+		}
+	}
+	if (best && bd <= (n >= 10 ? 3u : n >= 5 ? 2u : 1u)) {
+		snprintf(buf, len, "did you mean '%s'?", best);
+		return buf;
+	}
+	if (!m->nparams) {
+		snprintf(buf, len, "%s takes none", m->name);
+		return buf;
+	}
+	at = (size_t)snprintf(buf, len, "%s's are: ", m->name);
+	for (size_t k = 0; k < m->nparams && at < len; k++)
+		at += (size_t)snprintf(buf + at, len - at, "%s%s", k ? ", " : "", m->params[k].name);
+	return buf;
+}
+
+int mk_method_param_put(const struct mk_method *m, const char *name, long input, size_t ninputs,
+			bool broadcast, struct mk_pval v, struct mk_pval *global, struct mk_pval *inputs,
+			struct mk_err *err)
+{
+	int p = mk_method_param_index(m, name);
+	char hint[512];
+
+	if (p < 0)
+		return mk_err_set(err, MK_EINVAL, "%s has no parameter '%s' (%s)", m->name, name,
+				  mk_method_param_hint(m, name, hint, sizeof(hint)));
+	if (m->params[p].scope == MK_SCOPE_GLOBAL) {
+		if (input >= 0)
+			return mk_err_set(err, MK_EINVAL,
+					  "parameter '%s' is given per input, but %s's '%s' is one value for all inputs",
+					  name, m->name, name);
+		global[p] = v;
+		return 0;
+	}
+	if (input < 0 && !broadcast)
+		return mk_err_set(err, MK_EINVAL,
+				  "parameter '%s' is given once for all inputs, but %s's '%s' is set per input",
+				  name, m->name, name);
+	if (input >= 0 && (size_t)input >= ninputs)
+		return mk_err_set(err, MK_EINVAL, "parameter '%s' is given for input %ld of %zu", name, input,
+				  ninputs);
+	size_t i0 = input < 0 ? 0 : (size_t)input, i1 = input < 0 ? ninputs : i0 + 1;
+	for (size_t i = i0; i < i1; i++)
+		inputs[i * m->nparams + (size_t)p] = v;
+	return 0;
+}
+
 /* --------------------------------------------------------- parameters */
 
 static const char *type_name(enum mk_param_type t)
@@ -463,6 +521,34 @@ static int check_contract(const struct mk_method *m, const struct mk_job_desc *d
 
 /* ------------------------------------------------------------- planning */
 
+/* The output rule and the passes of d, its contract checked and its
+ * parameters resolved. */
+static int run_rule(const struct mk_method *m, const struct mk_job_desc *d, struct mk_plan_out *po, bool *used,
+		    struct mk_err *err)
+{
+	int rc;
+
+	memset(po, 0, sizeof(*po));
+	po->compute = MK_DT_F32;
+	for (size_t i = 0; i < d->ninputs; i++)
+		used[i] = true;
+	rc = m->output(m, d, po, used, err);
+	if (rc)
+		return rc;
+	if (po->compute != MK_DT_F32 && po->compute != MK_DT_F64)
+		MK_BUG("method '%s': compute dtype %d", m->name, po->compute);
+	po->npasses = m->npasses ? m->npasses(m, d, used) : 0;
+	return 0;
+}
+
+int mk_method_replan(const struct mk_method *m, const struct mk_job_desc *d, struct mk_plan_out *po,
+		     bool *used, struct mk_err *err)
+{
+	int rc = check_contract(m, d, err);
+
+	return rc ? rc : run_rule(m, d, po, used, err);
+}
+
 int mk_method_plan(const struct mk_method *m, const struct mk_job_desc *d,
 		   struct mk_plan_out *po, struct mk_pval *global_out,
 		   struct mk_pval *input_out, bool *used, struct mk_err *err)
@@ -492,16 +578,7 @@ int mk_method_plan(const struct mk_method *m, const struct mk_job_desc *d,
 	rd = *d;
 	rd.global = g;
 	rd.input = in;
-	memset(po, 0, sizeof(*po));
-	po->compute = MK_DT_F32;
-	for (size_t i = 0; i < n; i++)
-		u[i] = true;
-	rc = m->output(m, &rd, po, u, err);
-	if (rc)
-		goto out;
-	if (po->compute != MK_DT_F32 && po->compute != MK_DT_F64)
-		MK_BUG("method '%s': compute dtype %d", m->name, po->compute);
-	po->npasses = m->npasses ? m->npasses(m, &rd, u) : 0;
+	rc = run_rule(m, &rd, po, u, err);
 out:
 	if (g != global_out)
 		free(g);

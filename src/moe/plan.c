@@ -308,7 +308,10 @@ static int add_job(struct plan *p, const struct pm *m, const char *src, const ch
 	j->output = pt ? pt->output : p->man->ntensors - 1;
 	j->has_part = pt != NULL;
 	j->part_begin = pt ? pt->begin : 0;
-	j->method = strdup("passthrough");
+	const struct mk_method *pt_method;
+	int prc = mk_method_lookup("passthrough", &pt_method, err);
+	if (prc || (prc = mk_plan_job_set_method(j, pt_method, err)))
+		return prc;
 	j->inputs[0].model = m->index;
 	j->inputs[0].tensor = strdup(src);
 	j->inputs[0].desc = *d;
@@ -317,11 +320,11 @@ static int add_job(struct plan *p, const struct pm *m, const char *src, const ch
 	j->base = -1;
 	j->passes = 0;
 	j->sends = 1;
-	if (!j->method || !j->inputs[0].tensor)
+	if (!j->inputs[0].tensor)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	int prc = mk_job_params_add(&j->input_params[0], "scale", mk_pval_float(scale), err);
+	prc = mk_plan_job_set_param(j, 0, "scale", mk_pval_float(scale), err);
 	if (!prc && noise != 0)
-		prc = mk_job_params_add(&j->input_params[0], "noise_scale", mk_pval_float(noise), err);
+		prc = mk_plan_job_set_param(j, 0, "noise_scale", mk_pval_float(noise), err);
 	return prc;
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "core/budget.h"
+#include "methods/spec.h"
 #include "mk/plugin.h"
 #include "planner/planner_impl.h"
 
@@ -21,35 +22,17 @@ static void check_param_names(const struct mk_method *m, const struct mk_params 
 			      struct mk_diags *d)
 {
 	for (size_t i = 0; ps && i < ps->n; i++) {
-		const char *name = ps->v[i].name, *best = NULL;
-		size_t bd = SIZE_MAX, len = strlen(name);
-		char list[512] = "";
+		const char *name = ps->v[i].name;
+		char hint[640];
 		int at = mk_method_param_index(m, name);
 
-		if (at >= 0) {
-			if (per_model && m->params[at].scope == MK_SCOPE_GLOBAL)
-				diag(d, MK_DIAG_WARNING, &ps->v[i].loc,
-				     "'%s' is one value for all models in %s; set for one model it is ignored (set it in the top-level parameters)",
-				     name, m->name);
-			continue;
-		}
-		for (size_t k = 0; k < m->nparams; k++) {
-			size_t dist = mk_edit_distance(name, m->params[k].name), n = strlen(list);
-			if (dist < bd) {
-				bd = dist;
-				best = m->params[k].name;
-			}
-			snprintf(list + n, sizeof(list) - n, "%s%s", n ? ", " : "", m->params[k].name);
-		}
-		if (best && bd <= (len >= 10 ? 3u : len >= 5 ? 2u : 1u))
+		if (at < 0)
+			diag(d, MK_DIAG_WARNING, &ps->v[i].loc, "%s has no parameter '%s'; it is ignored (%s)", m->name,
+			     name, mk_method_param_hint(m, name, hint, sizeof(hint)));
+		else if (per_model && m->params[at].scope == MK_SCOPE_GLOBAL)
 			diag(d, MK_DIAG_WARNING, &ps->v[i].loc,
-			     "%s has no parameter '%s'; it is ignored (did you mean '%s'?)", m->name, name, best);
-		else if (m->nparams)
-			diag(d, MK_DIAG_WARNING, &ps->v[i].loc, "%s has no parameter '%s'; it is ignored (%s's are: %s)",
-			     m->name, name, m->name, list);
-		else
-			diag(d, MK_DIAG_WARNING, &ps->v[i].loc, "%s has no parameter '%s'; it is ignored (%s takes none)",
-			     m->name, name, m->name);
+			     "'%s' is one value for all models in %s; set for one model it is ignored (set it in the top-level parameters)",
+			     name, m->name);
 	}
 }
 

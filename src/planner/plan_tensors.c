@@ -2,30 +2,20 @@
  * candidate inputs to its job (the tplan_* stages: inputs, parameters,
  * the method's output rule, the budget, the manifest entry, how the
  * inputs are sent). */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/fsutil.h"
+#include "methods/spec.h"
 #include "planner/planner_impl.h"
 
-/* A parameter's looked-up value as its type: -1 when an integer
- * parameter's is not a whole number (or is past 9e15). */
-static int to_pval(const struct mk_param_spec *ps, double v, struct mk_pval *out)
+/* A parameter's looked-up value (a configuration's number) as the value
+ * the method resolves: true or false for a BOOL parameter (non-zero),
+ * else the number; the method's resolution (mk_method_plan) makes an INT
+ * of it, or says it is not whole. */
+static struct mk_pval to_pval(const struct mk_param_spec *ps, double v)
 {
-	switch (ps->type) {
-	case MK_PT_BOOL:
-		*out = mk_pval_bool(v != 0.0);
-		return 0;
-	case MK_PT_INT:
-		if (v != floor(v) || fabs(v) > 9.0e15)
-			return -1;
-		*out = mk_pval_int((int64_t)v);
-		return 0;
-	default:
-		*out = mk_pval_float(v);
-		return 0;
-	}
+	return ps->type == MK_PT_BOOL ? mk_pval_bool(v != 0.0) : mk_pval_float(v);
 }
 
 static bool has_tensor(void *ctx, const char *name)
@@ -227,20 +217,14 @@ static int tplan_params(struct tplan *t)
 		const struct mk_param_spec *ps = &t->m->params[k];
 		double v;
 		if (ps->scope == MK_SCOPE_GLOBAL) {
-			if (mk_param_lookup(&tc->scope, ps->name, NULL, name, tc->t, &v) != MK_PL_NONE &&
-			    to_pval(ps, v, &t->graw[k]))
-				diag(t->d, MK_DIAG_ERROR, tc->loc, "tensor '%s': parameter '%s' = %g is not an integer",
-				     name, ps->name, v);
+			if (mk_param_lookup(&tc->scope, ps->name, NULL, name, tc->t, &v) != MK_PL_NONE)
+				t->graw[k] = to_pval(ps, v);
 			continue;
 		}
 		for (size_t i = 0; i < t->n; i++) {
 			const struct src_in *sr = &t->srcs[t->order[i]];
-			if (mk_param_lookup(&tc->scope, ps->name, sr->ref, sr->w->name, tc->t, &v) != MK_PL_NONE) {
-				if (to_pval(ps, v, &t->iraw[i * np + k]))
-					diag(t->d, MK_DIAG_ERROR, tplan_input_loc(t, i),
-					     "tensor '%s': parameter '%s' = %g of model '%s' is not an integer", name,
-					     ps->name, v, t->labels[i]);
-			}
+			if (mk_param_lookup(&tc->scope, ps->name, sr->ref, sr->w->name, tc->t, &v) != MK_PL_NONE)
+				t->iraw[i * np + k] = to_pval(ps, v);
 		}
 	}
 	return TP_NEXT;
@@ -312,10 +296,13 @@ static int tplan_output_rule(struct tplan *t)
 		struct mk_plan_out ps;
 		note_base_copy(t);
 		/* the passes with a spare one offered (tplan_sends takes it for
-		 * a streamed job: a held one adds a pass as it needs) */
+		 * a streamed job: a held one adds a pass as it needs), of the
+		 * values just resolved */
 		t->spare_passes = t->po.npasses;
 		jd.spare_pass = true;
-		if (p->o->spare_pass && t->po.npasses && !mk_method_plan(t->m, &jd, &ps, t->gres, t->ires, t->used, &t->e))
+		jd.global = t->gres;
+		jd.input = t->ires;
+		if (p->o->spare_pass && t->po.npasses && !mk_method_replan(t->m, &jd, &ps, t->used, &t->e))
 			t->spare_passes = ps.npasses;
 		return TP_NEXT;
 	}
@@ -417,10 +404,10 @@ static int tplan_manifest_entry(struct tplan *t, struct mk_err *err)
 static int tplan_job_inputs(struct tplan *t, struct mk_err *err)
 {
 	struct mk_plan_job *j = t->j;
+	int rc = mk_plan_job_set_method(j, t->m, err);
 
-	j->method = strdup(t->m->name);
-	if (!j->method)
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	if (rc)
+		return rc;
 	for (size_t i = 0; i < t->n; i++) {
 		struct mk_plan_input *pi = &j->inputs[i];
 		const struct mk_fused *fu = t->fused[i];
@@ -506,24 +493,14 @@ void tplan_sends(struct tplan *t)
 }
 
 /* The job's resolved parameters (those of input 0 alone when the inputs
- * must agree) and flags; then the plan takes it. */
+ * must agree: the method sees input 0) and flags; then the plan takes it. */
 static int tplan_job_add(struct tplan *t, struct mk_err *err)
 {
 	struct mk_plan *p = t->p;
 	struct mk_plan_job *j = t->j;
-	const struct mk_method *m = t->m;
-	size_t np = t->np;
-	int rc = 0;
 
-	for (size_t k = 0; !rc && k < np; k++)
-		if (m->params[k].scope == MK_SCOPE_GLOBAL && t->gres[k].set)
-			rc = mk_job_params_add(&j->global, m->params[k].name, t->gres[k], err);
-	for (size_t i = 0; !rc && i < t->n; i++)
-		for (size_t k = 0; !rc && k < np && (!t->check_equal || i == 0); k++)
-			if (m->params[k].scope != MK_SCOPE_GLOBAL && t->ires[i * np + k].set)
-				rc = mk_job_params_add(&j->input_params[i], m->params[k].name, t->ires[i * np + k], err);
-	if (rc)
-		return rc;
+	memcpy(j->params.global, t->gres, t->np * sizeof(*t->gres));
+	memcpy(j->params.input, t->ires, (t->check_equal ? 1 : t->n) * t->np * sizeof(*t->ires));
 	j->is_embed = t->ow->is_embed;
 	j->check_equal = t->check_equal;
 	struct mk_plan_job **q = realloc(p->jobs, (p->njobs + 1) * sizeof(*q));

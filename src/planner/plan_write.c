@@ -38,19 +38,20 @@ int mk_plan_write(const struct mk_plan *p, struct mk_io out, int level, struct m
 
 /* ------------------------------------------------------------ explain */
 
-/* {"name":value,...}, as the JOB frame writes them */
-static void format_params(const struct mk_job_params *ps, char *buf, size_t n)
+/* {"name":value,...} of the job's GLOBAL parameters (input -1) or of
+ * input i's per-input ones, as the JOB frame writes them */
+static void format_params(const struct mk_plan_job *j, long input, char *buf, size_t n)
 {
-	size_t at = (size_t)snprintf(buf, n, "{");
+	size_t at = (size_t)snprintf(buf, n, "{"), k = 0;
 
-	for (size_t k = 0; k < ps->n && at < n; k++) {
-		const struct mk_pval *v = &ps->p[k].value;
-		at += (size_t)snprintf(buf + at, n - at, "%s\"%s\":", k ? "," : "", ps->p[k].name);
+	for (size_t p = 0; p < j->m->nparams && at < n; p++) {
+		const struct mk_pval *v = mk_plan_job_param(j, input, p);
+		if (!v)
+			continue;
+		at += (size_t)snprintf(buf + at, n - at, "%s\"%s\":", k++ ? "," : "", j->m->params[p].name);
 		if (at >= n)
 			break;
-		if (!v->set)
-			at += (size_t)snprintf(buf + at, n - at, "null");
-		else if (v->type == MK_PT_BOOL)
+		if (v->type == MK_PT_BOOL)
 			at += (size_t)snprintf(buf + at, n - at, "%s", v->b ? "true" : "false");
 		else if (v->type == MK_PT_INT)
 			at += (size_t)snprintf(buf + at, n - at, "%lld", (long long)v->i);
@@ -79,7 +80,7 @@ int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
 		const struct mk_plan_job *j = p->jobs[k];
 		const struct mk_manifest_tensor *t = &p->man->tensors[j->output];
 		char g[512];
-		format_params(&j->global, g, sizeof(g));
+		format_params(j, -1, g, sizeof(g));
 		fprintf(f, "\n%s %s [", t->name, mk_dtype_name(t->desc.dtype));
 		for (unsigned dd = 0; dd < t->desc.ndim; dd++)
 			fprintf(f, "%s%llu", dd ? ", " : "", (unsigned long long)t->desc.shape[dd]);
@@ -96,7 +97,7 @@ int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
 			j->passes == 1 ? "" : "es", sent, g);
 		for (size_t i = 0; i < j->ninputs; i++) {
 			char ip[512];
-			format_params(&j->input_params[i], ip, sizeof(ip));
+			format_params(j, (long)i, ip, sizeof(ip));
 			char asm_[512] = "";
 			if (j->inputs[i].nsources)
 				snprintf(asm_, sizeof(asm_), " (%s of %zu tensors)", j->inputs[i].assembly, j->inputs[i].nsources);

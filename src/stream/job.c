@@ -4,17 +4,9 @@
 #include <stdlib.h>
 #include <math.h>
 #include <string.h>
+#include "methods/spec.h"
 #include "stream/job.h"
 #include "json.h"
-
-static void params_free(struct mk_job_params *ps)
-{
-	for (size_t k = 0; k < ps->n; k++)
-		free(ps->p[k].name);
-	free(ps->p);
-	ps->p = NULL;
-	ps->n = 0;
-}
 
 static void input_clear(struct mk_plan_input *in)
 {
@@ -72,11 +64,8 @@ void mk_plan_job_free(struct mk_plan_job *j)
 {
 	if (!j)
 		return;
-	for (size_t i = 0; i < j->ninputs; i++) {
+	for (size_t i = 0; i < j->ninputs; i++)
 		input_clear(&j->inputs[i]);
-		if (j->input_params)
-			params_free(&j->input_params[i]);
-	}
 	if (j->vocab) {
 		for (size_t k = 0; j->vocab->aux && k < j->vocab->naux; k++)
 			input_clear(&j->vocab->aux[k]);
@@ -85,8 +74,8 @@ void mk_plan_job_free(struct mk_plan_job *j)
 		free(j->vocab);
 	}
 	free(j->inputs);
-	free(j->input_params);
-	params_free(&j->global);
+	free(j->params.global);
+	free(j->params.input);
 	free(j->method);
 	json_decref(j->extra);
 	free(j);
@@ -99,10 +88,7 @@ struct mk_plan_job *mk_plan_job_new(size_t ninputs)
 	if (!j)
 		return NULL;
 	j->inputs = calloc(ninputs ? ninputs : 1, sizeof(*j->inputs));
-	j->input_params = calloc(ninputs ? ninputs : 1, sizeof(*j->input_params));
-	if (!j->inputs || !j->input_params) {
-		free(j->inputs);
-		free(j->input_params);
+	if (!j->inputs) {
 		free(j);
 		return NULL;
 	}
@@ -112,37 +98,51 @@ struct mk_plan_job *mk_plan_job_new(size_t ninputs)
 	return j;
 }
 
-int mk_job_params_add(struct mk_job_params *ps, const char *name, struct mk_pval v, struct mk_err *err)
+/* The method's parameter arrays, all absent. */
+static int params_alloc(struct mk_plan_job *j, const struct mk_method *m, struct mk_err *err)
 {
-	void *p = realloc(ps->p, (ps->n + 1) * sizeof(*ps->p));
-
-	if (!p)
+	j->m = m;
+	j->params.global = calloc(m->nparams + 1, sizeof(*j->params.global));
+	j->params.input = calloc(m->nparams * j->ninputs + 1, sizeof(*j->params.input));
+	if (!j->params.global || !j->params.input)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	ps->p = p;
-	ps->p[ps->n].name = strdup(name);
-	if (!ps->p[ps->n].name)
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	ps->p[ps->n].value = v;
-	ps->n++;
 	return 0;
 }
 
-static int decode_params(json_t *obj, struct mk_job_params *ps, uint32_t id, const char *where,
+int mk_plan_job_set_method(struct mk_plan_job *j, const struct mk_method *m, struct mk_err *err)
+{
+	if (!(j->method = strdup(m->name)))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	return params_alloc(j, m, err);
+}
+
+int mk_plan_job_set_param(struct mk_plan_job *j, long input, const char *name, struct mk_pval v,
+			  struct mk_err *err)
+{
+	return mk_method_param_put(j->m, name, input, j->ninputs, false, v, j->params.global, j->params.input,
+				   err);
+}
+
+/* "global" (input -1) or one input's parameters: each a number, a
+ * boolean or null; of a registered method, put in their places. */
+static int decode_params(json_t *obj, struct mk_plan_job *j, long input, const struct mk_manifest *head,
 			 struct mk_err *err)
 {
-	const char *key;
+	const char *key, *where = input < 0 ? "global" : "per-input";
 	json_t *v;
-	int rc;
+	struct mk_err e;
 
 	if (obj && !json_is_object(obj))
-		return mk_err_set(err, MK_EFORMAT, "JOB %u: %s parameters are not an object", id, where);
+		return mk_err_set(err, MK_EFORMAT, "JOB %u: %s parameters are not an object", j->id, where);
 	json_object_foreach(obj, key, v) {
 		struct mk_pval pv;
 		if (sj_pval(v, &pv))
 			return mk_err_set(err, MK_EFORMAT, "JOB %u: %s parameter '%s' is not a number, boolean or null",
-					  id, where, key);
-		if ((rc = mk_job_params_add(ps, key, pv, err)))
-			return rc;
+					  j->id, where, key);
+		if (j->m && mk_plan_job_set_param(j, input, key, pv, &e))
+			return mk_err_set(err, MK_EFORMAT, "JOB %u%s%s%s: %s; was the plan made by another mk?", j->id,
+					  head ? " ('" : "", head ? head->tensors[j->output].name : "", head ? "')" : "",
+					  e.msg);
 	}
 	return 0;
 }
@@ -434,7 +434,10 @@ int mk_plan_job_decode(const void *buf, size_t len, const struct mk_manifest *he
 		rc = mk_err_set(err, MK_EFORMAT, "JOB %u: \"params\" is not an object", j->id);
 		goto out;
 	}
-	if ((rc = decode_params(json_object_get(ps, "global"), &j->global, j->id, "global", err)))
+	j->m = mk_method_find(j->method);
+	if (j->m && (rc = params_alloc(j, j->m, err)))
+		goto out;
+	if ((rc = decode_params(json_object_get(ps, "global"), j, -1, head, err)))
 		goto out;
 	pin = json_object_get(ps, "inputs");
 	if (pin && (!json_is_array(pin) || json_array_size(pin) != j->ninputs)) {
@@ -443,7 +446,7 @@ int mk_plan_job_decode(const void *buf, size_t len, const struct mk_manifest *he
 		goto out;
 	}
 	json_array_foreach(pin, i, v)
-		if ((rc = decode_params(v, &j->input_params[i], j->id, "per-input", err)))
+		if ((rc = decode_params(v, j, (long)i, head, err)))
 			goto out;
 	if ((rc = decode_part(o, j, head, err)))
 		goto out;
@@ -457,12 +460,27 @@ out:
 	return rc;
 }
 
-static json_t *params_json(const struct mk_job_params *ps)
+const struct mk_pval *mk_plan_job_param(const struct mk_plan_job *j, long input, size_t p)
+{
+	const struct mk_pval *v;
+
+	if (!j->m || p >= j->m->nparams || (j->m->params[p].scope == MK_SCOPE_GLOBAL) != (input < 0))
+		return NULL;
+	v = input < 0 ? &j->params.global[p] : &j->params.input[(size_t)input * j->m->nparams + p];
+	return v->set ? v : NULL;
+}
+
+/* The job's GLOBAL parameters (input -1) or input i's per-input ones, by
+ * name in spec order. */
+static json_t *params_json(const struct mk_plan_job *j, long input)
 {
 	json_t *o = json_object();
 
-	for (size_t k = 0; o && k < ps->n; k++)
-		json_object_set_new(o, ps->p[k].name, sj_from_pval(&ps->p[k].value));
+	for (size_t p = 0; o && j->m && p < j->m->nparams; p++) {
+		const struct mk_pval *v = mk_plan_job_param(j, input, p);
+		if (v)
+			json_object_set_new(o, j->m->params[p].name, sj_from_pval(v));
+	}
 	return o;
 }
 
@@ -524,7 +542,7 @@ int mk_plan_job_encode(const struct mk_plan_job *j, char **out, size_t *len, str
 	json_object_set_new(o, "method", json_string(j->method));
 	for (size_t i = 0; i < j->ninputs; i++) {
 		json_array_append_new(ins, input_json(&j->inputs[i], j->vocab != NULL));
-		json_array_append_new(pin, params_json(&j->input_params[i]));
+		json_array_append_new(pin, params_json(j, (long)i));
 	}
 	if (j->vocab) {
 		const struct mk_plan_vocab *vc = j->vocab;
@@ -557,7 +575,7 @@ int mk_plan_job_encode(const struct mk_plan_job *j, char **out, size_t *len, str
 		json_object_set_new(o, "spare", json_true());
 	if (j->has_part)
 		json_object_set_new(o, "part", json_pack("{s:I}", "begin", (json_int_t)j->part_begin));
-	json_object_set_new(ps, "global", params_json(&j->global));
+	json_object_set_new(ps, "global", params_json(j, -1));
 	json_object_set_new(ps, "inputs", pin);
 	json_object_set_new(o, "params", ps);
 	sj_add_extra(o, j->extra);

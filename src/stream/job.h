@@ -117,20 +117,27 @@ struct mk_plan_vocab {
 	struct mk_plan_input *aux;
 };
 
-/* A resolved parameter value, by the method's parameter name. */
-struct mk_job_param {
-	char *name;
-	struct mk_pval value;
-};
+/* A job's parameter values in its method's index (mk_job_desc's form,
+ * which mk-merge hands the method as they are): global[p] for the GLOBAL
+ * parameters, input[i * nparams + p] for the per-input ones of input i;
+ * set false where the plan gives none.  Names are on the wire only: the
+ * encoder writes each set value under its spec name, in spec order; the
+ * decoder puts each name it reads in its place once
+ * (mk_method_param_put). */
 struct mk_job_params {
-	size_t n;
-	struct mk_job_param *p;
+	struct mk_pval *global;      /* [nparams] */
+	struct mk_pval *input;       /* [ninputs * nparams] */
 };
 
 struct mk_plan_job {
 	uint32_t id;
 	size_t output;               /* index in the manifest */
 	char *method;
+	/* The method, when it is registered (mk_method_find): then `params`
+	 * holds the JOB's parameters.  NULL (a plugin's method the reader
+	 * has not loaded): the parameters are checked as JSON only and not
+	 * kept, params' arrays are NULL. */
+	const struct mk_method *m;
 	size_t ninputs;
 	struct mk_plan_input *inputs;
 	long base;                   /* input index of the base, or -1 */
@@ -141,8 +148,7 @@ struct mk_plan_job {
 	bool spare;                  /* "spare": the plan gave the method the spare
 				      * pass it takes (mk_job_desc.spare_pass),
 				      * counted in passes; streamed jobs only */
-	struct mk_job_params global; /* "params": {"global": ...} */
-	struct mk_job_params *input_params; /* ninputs entries ("inputs") */
+	struct mk_job_params params; /* "params": {"global": ..., "inputs": [...]} */
 	struct mk_plan_vocab *vocab; /* NULL: inputs as stored */
 	/* A part of the output tensor (mk-moe's fused experts, each expert's
 	 * tensor one job): "part": {"begin": B}.  The job (passthrough of
@@ -158,20 +164,31 @@ struct mk_plan_job {
 /* Parse a JOB payload and check it whole: types, sends is 1 or passes
  * + 1, the base is one of the inputs, the inputs' byte sizes are
  * computable, per-input parameters for every input, check_equal only
- * with passthrough; and, against the stream's HEAD: the output is in the
- * manifest and every input's model in the model table.  head may be NULL
- * only where no stream is at hand (then those two are not checked). */
+ * with passthrough; of a registered method, every parameter is one of
+ * the method's, given at its scope (the message names the job, the
+ * parameter and what the method has); and, against the stream's HEAD:
+ * the output is in the manifest and every input's model in the model
+ * table.  head may be NULL only where no stream is at hand (then those
+ * two are not checked). */
 int mk_plan_job_decode(const void *buf, size_t len, const struct mk_manifest *head,
 		       struct mk_plan_job **out, struct mk_err *err);
 /* Serialise (compact JSON, malloc'ed). */
 int mk_plan_job_encode(const struct mk_plan_job *j, char **out, size_t *len,
 		       struct mk_err *err);
-/* A new job with n zeroed inputs and their parameter lists; NULL when out
- * of memory. */
+/* A new job with n zeroed inputs, no method and no parameters; NULL
+ * when out of memory. */
 struct mk_plan_job *mk_plan_job_new(size_t ninputs);
-/* Append a parameter (name copied). */
-int mk_job_params_add(struct mk_job_params *ps, const char *name, struct mk_pval v,
-		      struct mk_err *err);
+/* Give the job its method (name copied) and parameter arrays, all
+ * absent. */
+int mk_plan_job_set_method(struct mk_plan_job *j, const struct mk_method *m, struct mk_err *err);
+/* Set the job's parameter `name` for input `input` (-1: once for the
+ * job, a GLOBAL one); the job has a method.  Errors as the decoder's. */
+int mk_plan_job_set_param(struct mk_plan_job *j, long input, const char *name, struct mk_pval v,
+			  struct mk_err *err);
+/* The value of parameter p (of the job's method) that the JOB carries
+ * once for the job (input -1) or for input `input`, or NULL: none, or p
+ * is of the other scope. */
+const struct mk_pval *mk_plan_job_param(const struct mk_plan_job *j, long input, size_t p);
 void mk_plan_job_free(struct mk_plan_job *j);
 
 /* Vocabulary jobs.  An input's (i < ninputs, or ninputs + k for aux

@@ -7,6 +7,7 @@
 #include <unistd.h>
 #include "core/fsutil.h"
 #include "io/safetensors.h"
+#include "methods/spec.h"
 #include "mk/tensors.h"
 
 struct pv_entry {
@@ -62,36 +63,23 @@ int mk_param_values_set(struct mk_param_values *pv, const char *name, int input,
 	return 0;
 }
 
-/* pv -> the raw arrays of a job desc; unknown names are an error.  As in
- * a configuration's top-level parameters, a value given with input -1 for
- * a per-input parameter applies to every input; a value for one input
- * wins over it. */
+/* pv -> the raw arrays of a job desc, each name put in its place by the
+ * method's spec; unknown names are an error.  As in a configuration's
+ * top-level parameters, a value given with input -1 for a per-input
+ * parameter applies to every input; a value for one input wins over it. */
 static int raw_params(const struct mk_method *m, const struct mk_param_values *pv, size_t n,
 		      struct mk_pval *g, struct mk_pval *in, struct mk_err *err)
 {
 	for (int pass = 0; pass < 2; pass++)
 		for (size_t k = 0; pv && k < pv->n; k++) {
-			int p = mk_method_param_index(m, pv->e[k].name);
-			if (p < 0)
-				return mk_err_set(err, MK_EINVAL, "%s has no parameter '%s'", m->name, pv->e[k].name);
-			bool global = m->params[p].scope == MK_SCOPE_GLOBAL;
-			if (pass == 0 && pv->e[k].input < 0) {
-				if (global)
-					g[p] = pv->e[k].v;
-				else
-					for (size_t i = 0; i < n; i++)
-						in[i * m->nparams + (size_t)p] = pv->e[k].v;
-			} else if (pass == 1 && pv->e[k].input >= 0) {
-				if ((size_t)pv->e[k].input >= n || global)
-					return mk_err_set(err, MK_EINVAL, "parameter '%s' given for input %d of %zu%s",
-							  pv->e[k].name, pv->e[k].input, n,
-							  global ? " (it is global)" : "");
-				in[(size_t)pv->e[k].input * m->nparams + (size_t)p] = pv->e[k].v;
-			}
+			const struct pv_entry *e = &pv->e[k];
+			int rc = (e->input >= 0) != (pass == 1) ? 0 :
+				 mk_method_param_put(m, e->name, e->input, n, true, e->v, g, in, err);
+			if (rc)
+				return rc;
 		}
 	return 0;
 }
-
 
 int mk_merge_tensors(const char *method, const struct mk_tensor *in, size_t n, int base,
 		     const struct mk_param_values *pv, enum mk_dtype out_dtype, const char *name, uint64_t seed,
@@ -217,26 +205,20 @@ static bool same_batch(const struct mk_method *m, const struct mk_group *a, cons
 	return true;
 }
 
-static int run_batch(const struct mk_method *m, struct mk_group *g, size_t B, struct mk_pval *gres,
-		     struct mk_pval *ires, enum mk_dtype out_dtype, struct mk_err *err)
+/* The B groups from g, of one plan *pp (every group's), their parameters
+ * resolved into gres and ires, in one batch call. */
+static int run_batch(const struct mk_method *m, struct mk_group *g, size_t B, const struct mk_plan_out *pp,
+		     struct mk_pval *gres, struct mk_pval *ires, enum mk_dtype out_dtype, struct mk_err *err)
 {
-	struct mk_plan_out po;
+	const struct mk_plan_out po = *pp;
 	size_t n = g[0].n, np = m->nparams;
-	struct mk_tensor_desc *td = calloc(n + 1, sizeof(*td));
 	void **in = calloc(n + 1, sizeof(*in)), **coef = calloc(np + 1, sizeof(*coef)), *out = NULL;
 	int rc = 0;
 
-	if (!td || !in || !coef) {
+	if (!in || !coef) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (size_t i = 0; i < n; i++)
-		td[i] = g[0].in[i].desc;
-	struct mk_job_desc d = { .tensor = g[0].name ? g[0].name : "tensor", .ninputs = n, .base = g[0].base,
-				 .in = td, .global = gres, .input = ires };
-	rc = mk_method_plan(m, &d, &po, NULL, NULL, NULL, err);
-	if (rc)
-		goto out;
 	uint64_t ne = mk_tensor_desc_count(&po.out);
 	size_t es = mk_dtype_bits(po.compute) / 8;
 	for (size_t i = 0; i < n; i++) {
@@ -314,7 +296,6 @@ out:
 	free(in);
 	free(coef);
 	free(out);
-	free(td);
 	return rc;
 }
 
@@ -335,6 +316,7 @@ int mk_merge_groups(const char *method, struct mk_group *g, size_t ng, enum mk_d
 		/* resolve this group's parameters (and check them) */
 		size_t n = g[i].n, B = 0;
 		uint64_t bytes = 0;
+		struct mk_plan_out po0 = { .npasses = 0 };
 		free(gres);
 		free(ires);
 		gres = calloc((ng - i) * np + 1, sizeof(*gres));
@@ -368,13 +350,15 @@ int mk_merge_groups(const char *method, struct mk_group *g, size_t ng, enum mk_d
 				break;
 			if (po.npasses || (B && !same_batch(m, &g[i], gres, x, &gres[B * np])))
 				break;
+			if (!B)
+				po0 = po;
 			bytes += gb;
 			B++;
 		}
 		if (rc)
 			break;
 		if (B >= 1 && m->batch) {
-			rc = run_batch(m, &g[i], B, gres, ires, out_dtype, err);
+			rc = run_batch(m, &g[i], B, &po0, gres, ires, out_dtype, err);
 			i += B;
 		} else {
 			rc = mk_merge_tensors(method, g[i].in, g[i].n, g[i].base, g[i].pv, out_dtype, g[i].name, seed,

@@ -170,23 +170,33 @@ mk-plan p.yml -o p.mks 2>err.txt
 grep -qF "p.yml:9:22: slices[0].sources[1].parameters.t: 't' is one value for all models in slerp" err.txt ||
 	{ cat err.txt >&2; fail "no warning for a per-source t"; }
 [ "$(grep -c warning err.txt)" -eq 1 ] || { cat err.txt >&2; fail "a slice's own t drew a warning"; }
+# an integer parameter that is not whole: the method's resolution says
+# so, once for the tensors it spoils, not once per tensor
+printf 'merge_method: karcher\nmodels:\n  - model: m\n  - model: m2\nparameters: {max_iter: 2.5}\n' > p.yml
+expect_fail 1 "parameter 'max_iter' must be an integer (got 2.5)" mk-plan p.yml -o p.mks
+[ "$(grep -c "must be an integer" err.txt)" -eq 1 ] || { cat err.txt >&2; fail "a non-integer max_iter said more than once"; }
+grep -qF "(the same for" err.txt || { cat err.txt >&2; fail "no count of the other tensors"; }
 # a plan whose JOB sets a parameter the method lacks, or at the wrong
-# scope (edited, as by another mk): mk-merge says which and how
+# scope (edited, as by another mk): a reader that knows the method says
+# which and how as it decodes the JOB, mk-fetch of the plan as mk-merge of
+# its inputs
 printf 'merge_method: slerp\nbase_model: m\nmodels:\n  - model: m\n  - model: m2\nparameters: {t: 0.5}\n' > p.yml
 mk-plan p.yml -o p.mks
+mk-fetch < p.mks > p-in.mks
 mk-forge 'job-edit="global":{"t":0.5}/"global":{"zap":0.5}' < p.mks > edited.mks
-expect_fail 1 "the plan sets parameter 'zap', which slerp does not have (it has t)" \
-	sh -c 'mk-fetch < edited.mks | mk-merge -o /dev/null'
-mk-forge 'job-edit="global":{"t":0.5},"inputs":[{},{}]/"global":{},"inputs":[{"t":0.5},{"t":0.5}]' < p.mks > edited.mks
-mk-fetch < edited.mks > edited-in.mks
-expect_fail 1 "the plan sets parameter 't' per input, but slerp's 't' is one value for all inputs" \
+expect_fail 1 "'): slerp has no parameter 'zap' (slerp's are: t); was the plan made by another mk?" \
+	mk-fetch -o /dev/null < edited.mks
+mk-forge 'job-edit="global":{"t":0.5}/"global":{"zap":0.5}' < p-in.mks > edited-in.mks
+expect_fail 1 "slerp has no parameter 'zap' (slerp's are: t)" mk-merge -i edited-in.mks -o /dev/null
+mk-forge 'job-edit="global":{"t":0.5},"inputs":[{},{}]/"global":{},"inputs":[{"t":0.5},{"t":0.5}]' < p-in.mks > edited-in.mks
+expect_fail 1 "parameter 't' is given per input, but slerp's 't' is one value for all inputs" \
 	mk-merge -i edited-in.mks -o x.mks
 [ ! -e x.mks ] || fail "a failing mk-merge left its -o file"
 # after a failure the -o file is removed only when it is a regular file
 # named as such: never a device (a failing mk-merge -o /dev/null once
 # removed /dev/null), and through a symlink the file is emptied instead
 if mknod nulldev c 1 3 2>/dev/null; then
-	expect_fail 1 "the plan sets parameter" mk-merge -i edited-in.mks -o nulldev
+	expect_fail 1 "is one value for all inputs" mk-merge -i edited-in.mks -o nulldev
 	[ -c nulldev ] || fail "a failing mk-merge removed the device it wrote to"
 	head -c 300 p.mks > cutplan.mks
 	expect_fail 1 "stdin" sh -c 'mk-fetch -o nulldev < cutplan.mks'
@@ -196,7 +206,7 @@ if mknod nulldev c 1 3 2>/dev/null; then
 	[ -c nulldev ] || fail "a failing mk-plan removed the device it wrote to"
 fi
 echo keep > target.mks && ln -s target.mks link.mks
-expect_fail 1 "the plan sets parameter" mk-merge -i edited-in.mks -o link.mks
+expect_fail 1 "is one value for all inputs" mk-merge -i edited-in.mks -o link.mks
 [ -L link.mks ] && [ -f target.mks ] && [ ! -s target.mks ] || fail "a failing mk-merge -o SYMLINK: $(ls -l link.mks target.mks 2>&1)"
 # -q silences warnings; a config without mistakes draws none
 mk-plan -q p.yml -o p.mks 2>err.txt && [ ! -s err.txt ] || fail "mk-plan -q printed a warning"

@@ -57,6 +57,12 @@ static void check(int cond, const char *what)
 
 static float fdata[64];
 
+/* Per job, a parameter its method lacks or one given at the other
+ * scope, as "NAME":VALUE: a struct mk_plan_job holds its values in the
+ * spec's index and cannot carry it, so it is spliced into the encoded
+ * JSON's global parameters ("" for none). */
+static char stray[2][64];
+
 static struct mk_plan_job *make_job(int k)
 {
 	struct mk_plan_job *j = mk_plan_job_new(2);
@@ -65,7 +71,8 @@ static struct mk_plan_job *make_job(int k)
 	check(j != NULL, "job");
 	j->id = (uint32_t)k;
 	j->output = (size_t)k;
-	j->method = strdup(k ? "slerp" : "linear");
+	check(!mk_plan_job_set_method(j, mk_method_find(k ? "slerp" : "linear"), &err), "method");
+	stray[k][0] = 0;
 	for (size_t i = 0; i < 2; i++) {
 		struct mk_plan_input *in = &j->inputs[i];
 		in->model = i;
@@ -76,17 +83,34 @@ static struct mk_plan_job *make_job(int k)
 		in->desc.shape[1] = 3;
 		in->nelem = k ? 6 : 12;
 		if (!k)
-			check(!mk_job_params_add(&j->input_params[i], "weight", mk_pval_float(i ? 0.5 : 1.0), &err),
-			      "param");
+			check(!mk_plan_job_set_param(j, (long)i, "weight", mk_pval_float(i ? 0.5 : 1.0), &err), "param");
 	}
 	if (k) {
 		j->base = 0;
-		check(!mk_job_params_add(&j->global, "t", mk_pval_float(0.25), &err), "param");
+		check(!mk_plan_job_set_param(j, -1, "t", mk_pval_float(0.25), &err), "param");
 	}
 	return j;
 }
 
-static void edit_job(struct mk_plan_job *j, struct in *in)
+/* The encoded job s (length *l, malloc'ed) with `st` first among its
+ * global parameters. */
+static char *splice_stray(char *s, size_t *l, const char *st)
+{
+	static const char key[] = "\"global\":{";
+	char *at = strstr(s, key), *o;
+	size_t pre;
+
+	if (!*st || !at)
+		return s;
+	pre = (size_t)(at - s) + strlen(key);
+	o = malloc(*l + strlen(st) + 2);
+	check(o != NULL, "splice");
+	*l = (size_t)sprintf(o, "%.*s%s%s%s", (int)pre, s, st, s[pre] == '}' ? "" : ",", s + pre);
+	free(s);
+	return o;
+}
+
+static void edit_job(struct mk_plan_job *j, char *st, struct in *in)
 {
 	static const char *const methods[] = { "linear", "slerp", "ties", "passthrough", "nope", "task_arithmetic",
 					       "karcher", "dare_ties" };
@@ -107,11 +131,19 @@ static void edit_job(struct mk_plan_job *j, struct in *in)
 	case 7: free(j->method); j->method = strdup(methods[take(in) % 8]); break;
 	case 8: j->passes = take(in) % 3; j->sends = take(in) % 4; break;
 	case 9: {
-		struct mk_job_params *ps = v & 1 ? &j->global : &j->input_params[i];
 		unsigned t = take(in);
 		struct mk_pval pv = t % 3 == 0 ? mk_pval_float((double)(take(in) % 5) / 4) :
 				    t % 3 == 1 ? mk_pval_int(take(in) % 3) : mk_pval_bool(take(in) & 1);
-		mk_job_params_add(ps, names[take(in) % 6], pv, &err);
+		const char *nm = names[take(in) % 6];
+		/* one the method's spec has no place for travels as a stray */
+		if (!mk_plan_job_set_param(j, v & 1 ? -1 : (long)i, nm, pv, &err))
+			break;
+		if (pv.type == MK_PT_BOOL)
+			snprintf(st, sizeof(stray[0]), "\"%s\":%s", nm, pv.b ? "true" : "false");
+		else if (pv.type == MK_PT_INT)
+			snprintf(st, sizeof(stray[0]), "\"%s\":%lld", nm, (long long)pv.i);
+		else
+			snprintf(st, sizeof(stray[0]), "\"%s\":%g", nm, pv.f);
 		break;
 	}
 	case 10: j->check_equal = !j->check_equal; break;
@@ -190,7 +222,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				free(head->models[head->nmodels].shards[0].name), free(head->models[head->nmodels].shards);
 			break;
 		case 2: kind = v % 3 == 0 ? "plan" : v % 3 == 1 ? "inputs" : "tensors"; break;
-		case 3: case 4: edit_job(jobs[v & 1], &in); break;
+		case 3: case 4: edit_job(jobs[v & 1], stray[v & 1], &in); break;
 		case 5: case 6: {
 			struct frame *f = &fr[v % nf];
 			if (f->kind == F_INPT)
@@ -218,6 +250,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			char *s;
 			size_t l;
 			check(!mk_plan_job_encode(jobs[f->job], &s, &l, &err), "encode job");
+			s = splice_stray(s, &l, stray[f->job]);
 			check(!mk_sw_frame1(w, MK_FT_JOB, s, l, &err), "job");
 			free(s);
 		} else if (f->kind == F_INPT) {

@@ -1951,18 +1951,27 @@ static void test_job_roundtrip(void **state)
 		assert_int_equal(j->inputs[1].desc.dtype, MK_DT_BF16);
 		assert_int_equal(j->inputs[1].load_dtype, MK_DT_F32);
 		assert_int_equal(j->inputs[1].nelem, 12);
-		assert_int_equal(j->global.n, 1);
-		assert_string_equal(j->global.p[0].name, "normalize");
-		assert_int_equal(j->global.p[0].value.type, MK_PT_BOOL);
-		assert_true(j->global.p[0].value.b);
-		assert_int_equal(j->input_params[0].n, 1);
-		assert_int_equal(j->input_params[0].p[0].value.type, MK_PT_FLOAT);
-		assert_true(j->input_params[0].p[0].value.f == 0.25);
-		assert_int_equal(j->input_params[1].p[0].value.type, MK_PT_INT);
-		assert_int_equal(j->input_params[1].p[0].value.i, 2);
+		/* the parameters in the method's index, as written (2 stays an
+		 * integer: the method resolves the values) */
+		int pn = mk_method_param_index(j->m, "normalize"), pw = mk_method_param_index(j->m, "weight");
+		assert_ptr_equal(j->m, mk_method_find("linear"));
+		assert_true(pn >= 0 && pw >= 0);
+		for (size_t p = 0; p < j->m->nparams; p++) {
+			assert_int_equal(j->params.global[p].set, (int)p == pn);
+			assert_int_equal(j->params.input[p].set, (int)p == pw);
+		}
+		assert_int_equal(j->params.global[pn].type, MK_PT_BOOL);
+		assert_true(j->params.global[pn].b);
+		assert_int_equal(j->params.input[pw].type, MK_PT_FLOAT);
+		assert_true(j->params.input[pw].f == 0.25);
+		assert_int_equal(j->params.input[j->m->nparams + pw].type, MK_PT_INT);
+		assert_int_equal(j->params.input[j->m->nparams + pw].i, 2);
 		assert_non_null(j->extra); /* "later" is kept */
 		assert_int_equal(mk_plan_job_encode(j, &s, &len, &err), 0);
 		assert_non_null(strstr(s, "\"later\":[1]"));
+		/* names on the wire, as they came */
+		assert_non_null(strstr(s, "\"params\":{\"global\":{\"normalize\":true},"
+					  "\"inputs\":[{\"weight\":0.25},{\"weight\":2}]}"));
 		assert_int_equal(mk_plan_job_decode(s, len, head, &k, &err), 0);
 		free(s);
 		mk_plan_job_free(j);
@@ -2147,6 +2156,18 @@ static void test_job_errors(void **state)
 	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],\"spare\":1}", "booleans");
 	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],"
 		       "\"params\":{\"global\":{\"t\":\"x\"}}}", "parameter 't' is not a number");
+	/* a registered method's parameters: names it has, at their scope */
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],"
+		       "\"params\":{\"global\":{\"normalise\":true}}}",
+		       "JOB 0 ('a'): linear has no parameter 'normalise' (did you mean 'normalize'?); was the plan made by another mk?");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"slerp\",\"inputs\":[" IN1 "],"
+		       "\"params\":{\"global\":{\"zap\":1}}}", "slerp has no parameter 'zap' (slerp's are: t)");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],"
+		       "\"params\":{\"global\":{\"weight\":1}}}",
+		       "parameter 'weight' is given once for all inputs, but linear's 'weight' is set per input");
+	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],"
+		       "\"params\":{\"inputs\":[{\"normalize\":true}]}}",
+		       "parameter 'normalize' is given per input, but linear's 'normalize' is one value for all inputs");
 	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":["
 		       "{\"model\":0,\"tensor\":\"a\",\"dtype\":\"F32\",\"shape\":[4,-3]}]}", "input 0: bad shape");
 	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":["
@@ -2155,6 +2176,21 @@ static void test_job_errors(void **state)
 	expect_bad_job(head, "{\"id\":0,\"output\":0,\"inputs\":[" IN1 "]}", "missing \"method\"");
 	expect_bad_job(head, "{\"id\":4294967296,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "]}", "bad \"id\"");
 	expect_bad_job(head, "[]", "not a JSON object");
+	/* a method the reader has not registered (a plugin's): its
+	 * parameters are checked as JSON, not kept */
+	{
+		static const char nm[] = "{\"id\":0,\"output\":0,\"method\":\"not_loaded\",\"inputs\":[" IN1 "],"
+					 "\"params\":{\"global\":{\"zap\":1},\"inputs\":[{\"w\":true}]}}";
+		struct mk_plan_job *j;
+		struct mk_err err;
+		assert_int_equal(mk_plan_job_decode(nm, strlen(nm), head, &j, &err), 0);
+		assert_null(j->m);
+		assert_null(j->params.global);
+		assert_null(j->params.input);
+		mk_plan_job_free(j);
+		expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"not_loaded\",\"inputs\":[" IN1 "],"
+			       "\"params\":{\"global\":{\"zap\":[1]}}}", "parameter 'zap' is not a number");
+	}
 	/* inputs read in one range must agree */
 	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 ","
 		       "{\"model\":1,\"tensor\":\"a\",\"dtype\":\"F32\",\"shape\":[12]}]}",
