@@ -5,8 +5,13 @@
 #   sh scripts/bench-io.sh          (after `make`; or `make bench`)
 #
 # Environment: BUILD (build), RUNS (5), LAYERS (18, about 2 GB in BF16),
-# BENCH_DIR (${TMPDIR:-/tmp}), IOS ("uring mmap pread"), READERS (1: also
-# run scripts/bench-io-readers.sh).
+# BENCH_DIR (${TMPDIR:-/tmp}), IOS ("uring mmap pread"), SETTLE (2: seconds
+# of pause before each run), READERS (1: also run
+# scripts/bench-io-readers.sh).
+#
+# Floor and mk runs are interleaved, so the "x floor" of one run of the
+# script is the number to read: on a noisy disk the floor alone can move
+# by a factor of three within the hour.
 #
 # For each run, inputs are in the page cache (read once before), and
 #   floor: cat the model's shards into a fresh directory, then sync them

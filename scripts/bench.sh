@@ -3,7 +3,32 @@
 # mergekit when its venv exists, and compare with the I/O floor.
 # A benchmark, not a test: it reports, never asserts.
 #
-#   sh scripts/bench.sh          (after `make`)
+#   sh scripts/bench.sh          (after `make`; needs bc)
+#
+# The README's table (all twenty methods, mk-yaml against mergekit-yaml, on
+# the embedding-heavy models):
+#
+#   SHAPES=emb:65536:1024 METHODS=all RUNS=5 MERGEKIT=1 RUNNERS=yaml \
+#     JOBS=2 MEMS=default SPILL=0 sh scripts/bench.sh
+#
+# Other runs:
+#   SHAPES="emb-tied:151936:896 llama:8 7b:2" METHODS="linear ties" RUNS=3 \
+#     RUNNERS=yaml MERGEKIT=0 sh scripts/bench.sh      other shapes, mk only
+#   RUNNERS="pipe yaml" JOBS="1 2" MEMS="default 256M" sh scripts/bench.sh
+#                                  the four processes and mk-yaml, threads,
+#                                  a memory budget, --spill (SPILL=1)
+#   BASE_BUILD=/path/to/old/build RUNS=7 MERGEKIT=0 RUNNERS=yaml sh scripts/bench.sh
+#                                  this build against another, run by run
+#   MEMCG=2048 MERGEKIT=0 sh scripts/bench.sh   (as root) inputs read from
+#                                  disk: the page cache cannot keep the models
+#
+# mergekit's columns need mergekit 0.1.5 in a venv: scripts/conformance
+# makes it (at $MK_CONFORMANCE_VENV); without it they stay empty.  The
+# script prints the machine, then one Markdown table row per setting.  It
+# times mk beside a floor run every time, so read "x floor" (and mk/base)
+# within one run of the script: the floor moves with the disk and with
+# other work on the machine, and numbers from other machines or other runs
+# do not compare.  A quiet machine helps; RUNS=7 or more narrows the spread.
 #
 # Environment:
 #   BUILD      build directory (build)
