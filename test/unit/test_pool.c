@@ -38,6 +38,7 @@ struct rec {
 	long sleep_ns;
 	pthread_t caller;
 	_Atomic unsigned off_caller;       /* slot 0 tasks not on the caller's thread */
+	bool wait_slot1;                   /* a task on slot 0 waits until slot 1 ran one */
 };
 
 static void nap(long ns)
@@ -62,6 +63,11 @@ static void record(void *arg, unsigned k, unsigned slot)
 	atomic_fetch_add(&r->on_slot[slot], 1);
 	if (r->sleep_every && k % r->sleep_every == 0)
 		nap(r->sleep_ns);
+	/* a state, not a time: however slowly the worker is scheduled, the
+	 * caller holds a task until the worker has taken one (a pool that
+	 * never starts it fails below, after 60 s, instead of hanging) */
+	for (int i = 0; r->wait_slot1 && slot == 0 && !atomic_load(&r->on_slot[1]) && i < 60000; i++)
+		nap(1000000);
 	atomic_store(&r->busy[slot], 0);
 }
 
@@ -103,14 +109,14 @@ static void test_each_task_once(void **state)
 		}
 }
 
-/* Slow tasks: another thread takes some while the caller sleeps in one. */
+/* Both slots take tasks: the caller holds its first until the worker has
+ * run one. */
 static void test_shared(void **state)
 {
 	(void)state;
 	struct rec *r = rec_new(2);
 
-	r->sleep_every = 1;
-	r->sleep_ns = 2000000;
+	r->wait_slot1 = true;
 	mk__pool_run(2, 8, record, r);
 	check_once(r, 8);
 	assert_true(atomic_load(&r->on_slot[1]) > 0);
