@@ -89,7 +89,6 @@
 #pragma GCC optimize("fp-contract=off")
 #endif
 #include <math.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,17 +96,12 @@
 #include "mk/device.h"
 #include "mk/method.h"
 #include "gta.h"
+#include "gta_simd.h"
 #include "rng.h"
 #include "core/simd.h"
 #include "core/pool.h"
 #include "core/bug.h"
 #include "methods/builtin.h"
-#if defined(__x86_64__) && defined(__GNUC__)
-#define MK_GTA_X86 1
-#include <immintrin.h>
-#else
-#define MK_GTA_X86 0
-#endif
 
 enum { P_WEIGHT, P_DENSITY, P_INT8_MASK, P_NORMALIZE, P_RESCALE, P_LAMBDA, P_EXTRA, NPARAMS_MAX };
 
@@ -348,7 +342,6 @@ static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, 
 /* ----------------------------------------------------------------- state */
 
 #define NBUCKET 65536u
-#define TILE 1024u
 #define RANK_TABLE 4096u        /* DELLA: rank_row32's buckets */
 
 /* The window (struct target): opened once the first digit pass reaches
@@ -391,24 +384,6 @@ static bool spare_wanted(const struct mk_method *m, const struct mk_job_desc *d,
 
 enum kind { K_DENSE, K_ZERO, K_MAG, K_OUTL, K_RAND, K_DELLA };
 
-/* The L1 sums of the rescale, in float64 over the fixed blocks of
- * MK_SUM_BLOCK elements (method.h), but each block summed in 8 lanes:
- * lane j takes the block's elements e with e % 8 == j in element order,
- * and the block's sum is ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7));
- * blocks combined in order.  Fixed by the element indices alone, so
- * independent of the chunking, and eight independent additions the CPU
- * (and the vectoriser) can overlap instead of one chain. */
-#define LSUM_LANES 8
-struct lsum {
-	double total;
-	double lane[LSUM_LANES];
-};
-
-static inline double lsum_block(const struct lsum *s)
-{
-	const double *l = s->lane;
-	return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
-}
 
 /* One order statistic being selected: the element of ascending rank
  * `rank` by (|delta| bits, index). */
@@ -513,73 +488,10 @@ struct state {
 	uint64_t nelem;
 	uint64_t L, S, slab;        /* DELLA rows: length, stride, slab = L*S */
 	struct mk_device_input *ex;       /* the device hook's inputs [n] */
+	struct gta_mix mix;         /* the float32 merge's parameters, for gta_simd.h */
+	float *wf;                  /* mix.w: each input's weight [n] */
 };
 
-/* The eight 1.0f / 0.0f of each byte of a mask (8 KiB, made once). */
-static float byte_f32[256][8];
-static pthread_once_t byte_once = PTHREAD_ONCE_INIT;
-
-/* Whether the AVX-512 paths run (set with byte_f32: this CPU has them;
- * mk_gta_simd_limit may turn them off), those that need AVX-512 DQ, BW
- * and VL too, and the AVX2 ones (taken where AVX-512 is not). */
-static bool have_avx512, have_avx512dq, have_avx512bw, have_avx2;
-static bool cpu_avx512, cpu_avx512dq, cpu_avx512bw, cpu_avx2;
-static int simd_top = MK_GTA_SIMD_AVX512;
-
-/* For the AVX2 paths' left-packing (AVX2 has no vpcompressd): comp8[m]
- * lists the lanes of the set bits of m in order, for vpermd. */
-static uint32_t comp8[256][8];
-
-/* F_avx512(...) when HAVE, else F_avx2(...) where AVX2 runs, else
- * F_c(...): the one dispatch of the paths written three times. */
-#if MK_GTA_X86
-#define SIMD3(HAVE, F, ...) ((HAVE) ? F##_avx512(__VA_ARGS__) : have_avx2 ? F##_avx2(__VA_ARGS__) : F##_c(__VA_ARGS__))
-#else
-#define SIMD3(HAVE, F, ...) ((void)(HAVE), F##_c(__VA_ARGS__))
-#endif
-
-/* The paths at most level top run, as far as the CPU has them. */
-static void simd_set(int top)
-{
-	simd_top = top;
-	have_avx512 = cpu_avx512 && top >= MK_GTA_SIMD_AVX512;
-	have_avx512dq = cpu_avx512dq && top >= MK_GTA_SIMD_AVX512;
-	have_avx512bw = cpu_avx512bw && top >= MK_GTA_SIMD_AVX512;
-	have_avx2 = cpu_avx2 && top >= MK_GTA_SIMD_AVX2;
-}
-
-static void byte_f32_make(void)
-{
-#if MK_GTA_X86
-	__builtin_cpu_init();
-	cpu_avx512 = __builtin_cpu_supports("avx512f");
-	cpu_avx512dq = cpu_avx512 && __builtin_cpu_supports("avx512dq") &&
-		       __builtin_cpu_supports("avx512vl");
-	cpu_avx512bw = cpu_avx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
-	cpu_avx2 = __builtin_cpu_supports("avx2");
-	simd_set(simd_top);
-#endif
-	for (unsigned v = 0; v < 256; v++) {
-		unsigned n = 0;
-		for (unsigned q = 0; q < 8; q++) {
-			byte_f32[v][q] = (v >> q) & 1 ? 1.0f : 0.0f;
-			if ((v >> q) & 1)
-				comp8[v][n++] = q;
-		}
-		while (n < 8)
-			comp8[v][n++] = 0;
-	}
-}
-
-int mk_gta_simd_limit(int top)
-{
-	int was;
-
-	pthread_once(&byte_once, byte_f32_make);
-	was = simd_top;
-	simd_set(top);
-	return was;
-}
 
 static void free_state(struct state *s)
 {
@@ -611,6 +523,7 @@ static void free_state(struct state *s)
 	}
 	free(s->g);
 	free(s->ex);
+	free(s->wf);
 	free(s);
 }
 
@@ -626,7 +539,7 @@ static int init(struct mk_job *job, struct mk_err *err)
 
 	if (!s || !(s->g = calloc(n, sizeof(*s->g))))
 		goto nomem;
-	pthread_once(&byte_once, byte_f32_make);
+	mk_gta_simd_init();
 	s->cfg = cfg_of(m);
 	s->f64 = job->compute == MK_DT_F64;
 	s->nelem = job->nelem;
@@ -755,6 +668,12 @@ static int init(struct mk_job *job, struct mk_err *err)
 		s->divf = 1.0f;
 	if (fabs(s->divd) < 1e-8)
 		s->divd = 1.0;
+	if (!(s->wf = malloc((s->n ? s->n : 1) * sizeof(float))))
+		goto nomem;
+	for (size_t j = 0; j < s->n; j++)
+		s->wf[j] = s->g[j].wf;
+	s->mix = (struct gta_mix){ .cons = s->cfg->cons, .n = s->n, .w = s->wf, .normalize = s->normalize,
+				   .scale_lam = s->scale_lam, .lam = s->lamf, .div = s->divf };
 	if (!s->n)
 		job->copy_input = d->base;
 	/* accumulate runs the inputs on threads from 1 Mi elements on (see
@@ -828,12 +747,6 @@ static inline double key_value(bool f64, uint64_t key)
 		memcpy(&a, &u, sizeof(a));
 		return a;
 	}
-}
-
-static inline void lsum_close(struct lsum *s)
-{
-	s->total += lsum_block(s);
-	memset(s->lane, 0, sizeof(s->lane));
 }
 
 static inline void fsum_add(struct lsum *s, uint64_t e, double v)
@@ -981,8 +894,6 @@ static const struct rk *rank_sort(struct rk *r, struct rk *tmp, uint64_t L, unsi
 	return r;
 }
 
-static void fsum_run_f32(struct lsum *s, uint64_t e0, const float *a, uint64_t cnt);
-
 /* The float32 rows: (key << 32 | index) sorted as one 64-bit word on its
  * upper half (rank_sort's order), the mask then drawn in index order. */
 static const uint64_t *rank_sort32(uint64_t *r, uint64_t *tmp, uint64_t L)
@@ -1025,260 +936,6 @@ static void row_span16(const uint32_t *restrict key, uint64_t L, uint32_t *lo, u
 	*lo = mn, *hi = mx;
 }
 
-/* Each key's class: 2v + d for bucket v (0 for the zero keys, else its
- * upper half's place above lo, from 1) and d = 1 when its lower half is
- * nonzero.  Within a bucket the keys of d = 0 all equal (upper << 16) and
- * lie below those of d = 1, so the classes in order are the keys' order.
- * The indices of d = 1 (few in a bfloat16 model's deltas) go to dl;
- * returns how many. */
-static inline uint64_t row_classes_from(const uint32_t *restrict key, uint64_t j, uint64_t L, uint32_t lo,
-					uint32_t *restrict bix, uint32_t *restrict dl, uint64_t nd)
-{
-	for (; j < L; j++) {
-		uint32_t k = key[j], d = ((k & 0xffff) + 0xffff) >> 16;
-		bix[j] = k ? 2 * ((k >> 16) - lo + 1) + d : 0;
-		dl[nd] = (uint32_t)j;
-		nd += d;
-	}
-	return nd;
-}
-
-static uint64_t row_classes_c(const uint32_t *restrict key, uint64_t L, uint32_t lo,
-			      uint32_t *restrict bix, uint32_t *restrict dl)
-{
-	return row_classes_from(key, 0, L, lo, bix, dl, 0);
-}
-
-/* The exclusive starts of the classes (x in order: the counts c0[x] of
- * the row's first half, then c1[x] of its second) into c0 and c1;
- * returns the most elements a class of nonzero lower halves (x odd)
- * holds. */
-static uint32_t class_starts_c(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t nc)
-{
-	uint32_t pos = 0, most = 0;
-
-	for (uint32_t x = 0; x < nc; x += 2) {
-		uint32_t n0 = c0[x], n = n0 + c1[x], d0 = c0[x + 1], d = d0 + c1[x + 1];
-		c0[x] = pos;
-		c1[x] = pos + n0;
-		pos += n;
-		c0[x + 1] = pos;
-		c1[x + 1] = pos + d0;
-		pos += d;
-		most = d > most ? d : most;
-	}
-	return most;
-}
-
-/* class_starts_c on 16-bit counts (a row of at most 65535 elements: the
- * starts fit), half the bytes to clear and to scan. */
-static uint32_t class_starts16_c(uint16_t *restrict c0, uint16_t *restrict c1, uint32_t nc)
-{
-	uint32_t pos = 0, most = 0;
-
-	for (uint32_t x = 0; x < nc; x += 2) {
-		uint32_t n0 = c0[x], n = n0 + c1[x], d0 = c0[x + 1], d = d0 + c1[x + 1];
-		c0[x] = (uint16_t)pos;
-		c1[x] = (uint16_t)(pos + n0);
-		pos += n;
-		c0[x + 1] = (uint16_t)pos;
-		c1[x + 1] = (uint16_t)(pos + d0);
-		pos += d;
-		most = d > most ? d : most;
-	}
-	return most;
-}
-
-#if MK_GTA_X86
-/* row_classes_c with AVX-512, sixteen keys at a time, the indices of
- * d = 1 packed with vpcompressd (dl has room for 16 more). */
-__attribute__((target("avx512f")))
-static uint64_t row_classes_avx512(const uint32_t *restrict key, uint64_t L, uint32_t lo,
-				   uint32_t *restrict bix, uint32_t *restrict dl)
-{
-	const __m512i one = _mm512_set1_epi32(1), lom = _mm512_set1_epi32((int)(1 - lo));
-	const __m512i low = _mm512_set1_epi32(0xffff), step = _mm512_set1_epi32(16);
-	__m512i idx = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-	uint64_t nd = 0, j = 0;
-
-	for (; j + 16 <= L; j += 16) {
-		__m512i k = _mm512_loadu_si512((const void *)(key + j));
-		__mmask16 nz = _mm512_test_epi32_mask(k, k), d = _mm512_test_epi32_mask(k, low);
-		__m512i v = _mm512_add_epi32(_mm512_srli_epi32(k, 16), lom);
-		v = _mm512_mask_add_epi32(_mm512_add_epi32(v, v), d, _mm512_add_epi32(v, v), one);
-		_mm512_storeu_si512((void *)(bix + j), _mm512_maskz_mov_epi32(nz, v));
-		_mm512_storeu_si512((void *)(dl + nd), _mm512_maskz_compress_epi32(d, idx));
-		nd += (unsigned)__builtin_popcount(d);
-		idx = _mm512_add_epi32(idx, step);
-	}
-	return row_classes_from(key, j, L, lo, bix, dl, nd);
-}
-
-/* The lanes of x whose bits are set in m (8 bits) packed to the front. */
-__attribute__((target("avx2"), always_inline))
-static inline __m256i pack8(__m256i x, unsigned m)
-{
-	return _mm256_permutevar8x32_epi32(x, _mm256_loadu_si256((const __m256i *)(const void *)comp8[m]));
-}
-
-/* The lane mask (8 bits) of a 32-bit compare's result. */
-__attribute__((target("avx2"), always_inline))
-static inline unsigned lanes8(__m256i c)
-{
-	return (unsigned)_mm256_movemask_ps(_mm256_castsi256_ps(c));
-}
-
-/* row_classes_c with AVX2, eight keys at a time, the indices of d = 1
- * packed by pack8. */
-__attribute__((target("avx2")))
-static uint64_t row_classes_avx2(const uint32_t *restrict key, uint64_t L, uint32_t lo,
-				 uint32_t *restrict bix, uint32_t *restrict dl)
-{
-	const __m256i one = _mm256_set1_epi32(1), lom = _mm256_set1_epi32((int)(1 - lo));
-	const __m256i low = _mm256_set1_epi32(0xffff), zero = _mm256_setzero_si256(), step = _mm256_set1_epi32(8);
-	__m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-	uint64_t nd = 0, j = 0;
-
-	for (; j + 8 <= L; j += 8) {
-		__m256i k = _mm256_loadu_si256((const __m256i *)(const void *)(key + j));
-		__m256i z = _mm256_cmpeq_epi32(k, zero), d0 = _mm256_cmpeq_epi32(_mm256_and_si256(k, low), zero);
-		__m256i v = _mm256_add_epi32(_mm256_srli_epi32(k, 16), lom);
-		unsigned d = ~lanes8(d0) & 0xffu;
-		v = _mm256_add_epi32(_mm256_add_epi32(v, v), _mm256_andnot_si256(d0, one));
-		_mm256_storeu_si256((__m256i *)(void *)(bix + j), _mm256_andnot_si256(z, v));
-		_mm256_storeu_si256((__m256i *)(void *)(dl + nd), pack8(idx, d));
-		nd += (unsigned)__builtin_popcount(d);
-		idx = _mm256_add_epi32(idx, step);
-	}
-	return row_classes_from(key, j, L, lo, bix, dl, nd);
-}
-
-/* class_starts_c with AVX-512: sixteen classes at a time, their counts
- * summed by a scan in the register (shifts by 1, 2, 4, 8 lanes); nc a
- * multiple of 16. */
-__attribute__((target("avx512f")))
-static uint32_t class_starts_avx512(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t nc)
-{
-	const __m512i zero = _mm512_setzero_si512(), last = _mm512_set1_epi32(15);
-	__m512i carry = zero, most = zero;
-
-	for (uint32_t x = 0; x < nc; x += 16) {
-		__m512i a = _mm512_loadu_si512((const void *)(c0 + x));
-		__m512i n = _mm512_add_epi32(a, _mm512_loadu_si512((const void *)(c1 + x))), t = n, ex;
-		most = _mm512_mask_max_epu32(most, 0xaaaa, most, n);
-		t = _mm512_add_epi32(t, _mm512_alignr_epi32(t, zero, 15));
-		t = _mm512_add_epi32(t, _mm512_alignr_epi32(t, zero, 14));
-		t = _mm512_add_epi32(t, _mm512_alignr_epi32(t, zero, 12));
-		t = _mm512_add_epi32(t, _mm512_alignr_epi32(t, zero, 8));
-		ex = _mm512_add_epi32(_mm512_sub_epi32(t, n), carry);
-		_mm512_storeu_si512((void *)(c0 + x), ex);
-		_mm512_storeu_si512((void *)(c1 + x), _mm512_add_epi32(ex, a));
-		carry = _mm512_add_epi32(carry, _mm512_permutexvar_epi32(last, t));
-	}
-	return _mm512_reduce_max_epu32(most);
-}
-
-/* class_starts16_c with AVX-512 BW: thirty-two classes at a time, the
- * scan within each 128-bit lane (shifts by 1, 2 and 4 words), then the
- * lanes' totals across; the last sixteen of an nc that is an odd
- * multiple of 16 under a mask.  No sum passes 65535 (the row's length). */
-__attribute__((target("avx512f,avx512bw")))
-static uint32_t class_starts16_avx512(uint16_t *restrict c0, uint16_t *restrict c1, uint32_t nc)
-{
-	const __m512i zero = _mm512_setzero_si512(), last = _mm512_set1_epi16(31);
-	const __m512i w7 = _mm512_set1_epi16(0x0f0e);
-	const __mmask32 odd = 0xaaaaaaaau;
-	__m512i carry = zero, most = zero;
-
-	for (uint32_t x = 0; x < nc; x += 32) {
-		__mmask32 live = nc - x >= 32 ? ~(__mmask32)0 : (__mmask32)0xffffu;
-		__m512i a = _mm512_maskz_loadu_epi16(live, c0 + x);
-		__m512i n = _mm512_add_epi16(a, _mm512_maskz_loadu_epi16(live, c1 + x)), t = n, lt, ex;
-		most = _mm512_mask_max_epu16(most, odd, most, n);
-		t = _mm512_add_epi16(t, _mm512_bslli_epi128(t, 2));
-		t = _mm512_add_epi16(t, _mm512_bslli_epi128(t, 4));
-		t = _mm512_add_epi16(t, _mm512_bslli_epi128(t, 8));
-		/* each lane's total (its word 7) onto every word of the lanes above */
-		lt = _mm512_shuffle_epi8(t, w7);
-		t = _mm512_add_epi16(t, _mm512_alignr_epi64(lt, zero, 6));
-		t = _mm512_add_epi16(t, _mm512_alignr_epi64(lt, zero, 4));
-		t = _mm512_add_epi16(t, _mm512_alignr_epi64(lt, zero, 2));
-		ex = _mm512_add_epi16(_mm512_sub_epi16(t, n), carry);
-		_mm512_mask_storeu_epi16(c0 + x, live, ex);
-		_mm512_mask_storeu_epi16(c1 + x, live, _mm512_add_epi16(ex, a));
-		carry = _mm512_add_epi16(carry, _mm512_permutexvar_epi16(last, t));
-	}
-	return (uint32_t)_mm512_reduce_max_epu32(_mm512_max_epu32(_mm512_and_si512(most, _mm512_set1_epi32(0xffff)),
-								 _mm512_srli_epi32(most, 16)));
-}
-
-/* class_starts_c with AVX2: eight classes at a time, the scan within each
- * 128-bit half (shifts by 1 and 2 lanes) and then across them; nc a
- * multiple of 8.  (Skipping the scan for eight empty classes, about 40%
- * of the blocks in the emb bench models' rows, took more samples, not
- * fewer, on an AMD Zen 3: the branch mispredicts.) */
-__attribute__((target("avx2")))
-static uint32_t class_starts_avx2(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t nc)
-{
-	const __m256i zero = _mm256_setzero_si256(), last = _mm256_set1_epi32(7);
-	const __m256i odd = _mm256_setr_epi32(0, -1, 0, -1, 0, -1, 0, -1);
-	__m256i carry = zero, most = zero;
-	uint32_t m[8], r = 0;
-
-	for (uint32_t x = 0; x < nc; x += 8) {
-		__m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(c0 + x));
-		__m256i n = _mm256_add_epi32(a, _mm256_loadu_si256((const __m256i *)(const void *)(c1 + x))), t = n, ex;
-		most = _mm256_max_epu32(most, _mm256_and_si256(n, odd));
-		t = _mm256_add_epi32(t, _mm256_slli_si256(t, 4));
-		t = _mm256_add_epi32(t, _mm256_slli_si256(t, 8));
-		/* the lower half's total onto each lane of the upper half */
-		t = _mm256_add_epi32(t, _mm256_shuffle_epi32(_mm256_permute2x128_si256(t, t, 0x08), 0xff));
-		ex = _mm256_add_epi32(_mm256_sub_epi32(t, n), carry);
-		_mm256_storeu_si256((__m256i *)(void *)(c0 + x), ex);
-		_mm256_storeu_si256((__m256i *)(void *)(c1 + x), _mm256_add_epi32(ex, a));
-		carry = _mm256_add_epi32(carry, _mm256_permutevar8x32_epi32(t, last));
-	}
-	_mm256_storeu_si256((__m256i *)(void *)m, most);
-	for (unsigned q = 0; q < 8; q++)
-		r = m[q] > r ? m[q] : r;
-	return r;
-}
-
-/* class_starts16_c with AVX2: sixteen classes at a time, the scan within
- * each 128-bit half (shifts by 1, 2 and 4 lanes) and then across them;
- * nc a multiple of 16.  No sum passes 65535 (the row's length). */
-__attribute__((target("avx2")))
-static uint32_t class_starts16_avx2(uint16_t *restrict c0, uint16_t *restrict c1, uint32_t nc)
-{
-	const __m256i zero = _mm256_setzero_si256(), last = _mm256_set1_epi32(7);
-	const __m256i odd = _mm256_set1_epi32((int)0xffff0000u);
-	const __m256i w7 = _mm256_set1_epi16(0x0f0e), w1 = _mm256_set1_epi16(0x0302);
-	__m256i carry = zero, most = zero;
-	uint16_t m[16];
-	uint32_t r = 0;
-
-	for (uint32_t x = 0; x < nc; x += 16) {
-		__m256i a = _mm256_loadu_si256((const __m256i *)(const void *)(c0 + x));
-		__m256i n = _mm256_add_epi16(a, _mm256_loadu_si256((const __m256i *)(const void *)(c1 + x))), t = n, ex;
-		most = _mm256_max_epu16(most, _mm256_and_si256(n, odd));
-		t = _mm256_add_epi16(t, _mm256_slli_si256(t, 2));
-		t = _mm256_add_epi16(t, _mm256_slli_si256(t, 4));
-		t = _mm256_add_epi16(t, _mm256_slli_si256(t, 8));
-		/* the lower half's total (its word 7) onto each word of the upper half */
-		t = _mm256_add_epi16(t, _mm256_shuffle_epi8(_mm256_permute2x128_si256(t, t, 0x08), w7));
-		ex = _mm256_add_epi16(_mm256_sub_epi16(t, n), carry);
-		_mm256_storeu_si256((__m256i *)(void *)(c0 + x), ex);
-		_mm256_storeu_si256((__m256i *)(void *)(c1 + x), _mm256_add_epi16(ex, a));
-		/* word 15, the block's total, onto every word */
-		carry = _mm256_add_epi16(carry, _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(t, last), w1));
-	}
-	_mm256_storeu_si256((__m256i *)(void *)m, most);
-	for (unsigned q = 0; q < 16; q++)
-		r = m[q] > r ? m[q] : r;
-	return r;
-}
-#endif
-
 /* rank[j] += start[bix[j]]. */
 MK_HOT_CLONES
 static void row_rank_add(uint32_t *restrict rank, const uint32_t *restrict bix,
@@ -1287,53 +944,6 @@ static void row_rank_add(uint32_t *restrict rank, const uint32_t *restrict bix,
 	for (uint64_t j = 0; j < L; j++)
 		rank[j] += start[bix[j]];
 }
-
-/* row_rank_add on 16-bit starts. */
-MK_HOT_CLONES
-static void row_rank_add16(uint32_t *restrict rank, const uint32_t *restrict bix,
-			   const uint16_t *restrict start, uint64_t L)
-{
-	for (uint64_t j = 0; j < L; j++)
-		rank[j] += start[bix[j]];
-}
-
-#if MK_GTA_X86
-/* A 32-bit load at p (any alignment). */
-static inline uint32_t load32(const void *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-/* row_rank_add16 with AVX2, eight at a time: each start read as 32 bits
- * (the word after it masked off; start has room for one more), four
- * chains of two inserts (the compiler's own loop for the 16-bit starts
- * is one load-add-store an element, about a third slower on an AMD Zen
- * 3). */
-__attribute__((target("avx2")))
-static void row_rank_add16_avx2(uint32_t *restrict rank, const uint32_t *restrict bix,
-				const uint16_t *restrict start, uint64_t L)
-{
-	const __m256i low = _mm256_set1_epi32(0xffff);
-	uint64_t j = 0;
-
-	for (; j + 8 <= L; j += 8) {
-		const uint32_t *b = bix + j;
-		__m128i x0 = _mm_insert_epi32(_mm_cvtsi32_si128((int)load32(start + b[0])), (int)load32(start + b[1]), 1);
-		__m128i x1 = _mm_insert_epi32(_mm_cvtsi32_si128((int)load32(start + b[2])), (int)load32(start + b[3]), 1);
-		__m128i x2 = _mm_insert_epi32(_mm_cvtsi32_si128((int)load32(start + b[4])), (int)load32(start + b[5]), 1);
-		__m128i x3 = _mm_insert_epi32(_mm_cvtsi32_si128((int)load32(start + b[6])), (int)load32(start + b[7]), 1);
-		__m256i v = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi64(x0, x1)),
-						    _mm_unpacklo_epi64(x2, x3), 1);
-		__m256i r = _mm256_loadu_si256((const __m256i *)(const void *)(rank + j));
-		_mm256_storeu_si256((__m256i *)(void *)(rank + j), _mm256_add_epi32(r, _mm256_and_si256(v, low)));
-	}
-	for (; j < L; j++)
-		rank[j] += start[bix[j]];
-}
-#endif
 
 /* Sort the words x[0..nb) (key << 32 | index) ascending: insertion when
  * few, else rank_sort32 (w: room for nb). */
@@ -1424,7 +1034,7 @@ static struct row_ranked rank_row32(struct gin *g, const uint32_t *restrict key,
 		return (struct row_ranked){ 0, 0, 0, false };
 	}
 	nc = (2 * span + 15) & ~15u;     /* class_starts takes 16 at a time */
-	nd = SIMD3(have_avx512, row_classes, key, L, lo, bix, dl);
+	nd = mk_gta_simd.row_classes(key, L, lo, bix, dl);
 	if (L <= UINT16_MAX) {
 		/* 16-bit counts: the tables' clearing and scan, which grow with
 		 * the span, not the row (about 2.5 classes an element in rows
@@ -1434,23 +1044,15 @@ static struct row_ranked rank_row32(struct gin *g, const uint32_t *restrict key,
 		uint16_t *s0 = (uint16_t *)(void *)g->cnt, *s1 = s0 + nc;
 		memset(s0, 0, 2 * nc * sizeof(uint16_t));
 		COUNT_CLASSES(s0, s1);
-#if MK_GTA_X86
-		if (have_avx2) {
-			most = have_avx512bw ? class_starts16_avx512(s0, s1, nc) : class_starts16_avx2(s0, s1, nc);
-			row_rank_add16_avx2(rank, bix, s0, h);
-			row_rank_add16_avx2(rank + h, bix + h, s1, L - h);
-			return (struct row_ranked){ nd, nc, most > 1 ? most : 0, true };
-		}
-#endif
-		most = class_starts16_c(s0, s1, nc);
-		row_rank_add16(rank, bix, s0, h);
-		row_rank_add16(rank + h, bix + h, s1, L - h);
+		most = mk_gta_simd.class_starts16(s0, s1, nc);
+		mk_gta_simd.rank_add16(rank, bix, s0, h);
+		mk_gta_simd.rank_add16(rank + h, bix + h, s1, L - h);
 		return (struct row_ranked){ nd, nc, most > 1 ? most : 0, true };
 	}
 	c1 = c0 + nc;
 	memset(c0, 0, 2 * nc * sizeof(uint32_t));
 	COUNT_CLASSES(c0, c1);
-	most = SIMD3(have_avx512, class_starts, c0, c1, nc);
+	most = mk_gta_simd.class_starts(c0, c1, nc);
 	row_rank_add(rank, bix, c0, h);
 	row_rank_add(rank + h, bix + h, c1, L - h);
 	return (struct row_ranked){ nd, nc, most > 1 ? most : 0, false };
@@ -1469,13 +1071,6 @@ static uint64_t della_margin(const struct gin *g, struct row_ranked rr)
 	if (rr.most - 1 > (UINT64_C(1) << 54) / g->dstep)
 		return UINT64_C(1) << 54;
 	return (uint64_t)(rr.most - 1) * g->dstep;
-}
-
-/* A draw of u against threshold t that a threshold within margin of t
- * might decide otherwise (u, t < 2^53 + 1, margin <= 2^54: no overflow). */
-static inline bool della_near(uint64_t u, uint64_t t, uint64_t margin)
-{
-	return (u + margin >= t) & (u < t + margin);
 }
 
 /* The flagged draws of a row (flag[0..nf), indices into it; element j is
@@ -1528,307 +1123,6 @@ static void della_settle_row(struct gin *g, const uint32_t *restrict key, uint64
 	}
 }
 
-/* DELLA's draw for elements j0 .. L of one float32 row of elements e0
- * .. e0 + L, ranked: element j kept when its 53 random bits u are below
- * t = thr[rank[j]]; its bit set in the mask (all zero before) and m[j] =
- * |delta| (the key's value) when kept, else 0.  Where t - margin <= u <
- * t + margin, j is flagged (into flag, from nf; returns the new count). */
-static uint32_t della_draw_row_c(uint64_t stream, uint64_t e0, uint64_t j0, uint64_t L,
-				 const uint32_t *restrict rank, const uint64_t *restrict thr,
-				 const uint32_t *restrict key, uint8_t *restrict mask, float *restrict m,
-				 uint64_t margin, uint32_t *restrict flag, uint32_t nf)
-{
-	for (uint64_t j = j0; j < L; j++) {
-		uint64_t e = e0 + j, u = mk_rng_u64(stream, e) >> 11, t = thr[rank[j]];
-		bool keep = u < t;
-		float a;
-		memcpy(&a, &key[j], sizeof(a));
-		mask[e >> 3] |= (uint8_t)((unsigned)keep << (e & 7));
-		m[j] = keep ? a : 0.0f;
-		flag[nf] = (uint32_t)j;
-		nf += della_near(u, t, margin);
-	}
-	return nf;
-}
-
-#if MK_GTA_X86
-/* The counters of elements e .. e + 7 of a stream (mk_rng_u64's, before
- * the mix), eight 64-bit lanes; the next eight: + 8 * MK_RNG_GOLDEN. */
-__attribute__((target("avx512f,avx512dq"), always_inline))
-static inline __m512i rng_counters8(uint64_t stream, uint64_t e)
-{
-	return _mm512_add_epi64(_mm512_set1_epi64((long long)(stream + (e + 1) * MK_RNG_GOLDEN)),
-				_mm512_mullo_epi64(_mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7),
-						   _mm512_set1_epi64((long long)MK_RNG_GOLDEN)));
-}
-
-/* mk_rng_mix64 of eight lanes, then >> 11: the 53 bits a draw compares. */
-__attribute__((target("avx512f,avx512dq"), always_inline))
-static inline __m512i rng_draw8(__m512i z)
-{
-	z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 30)),
-			       _mm512_set1_epi64((long long)0xBF58476D1CE4E5B9ull));
-	z = _mm512_mullo_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 27)),
-			       _mm512_set1_epi64((long long)0x94D049BB133111EBull));
-	return _mm512_srli_epi64(_mm512_xor_si512(z, _mm512_srli_epi64(z, 31)), 11);
-}
-
-/* The same with AVX-512 (DQ for the 64-bit multiplies): eight elements
- * at a time, their eight bits one mask byte (e0 a multiple of 8). */
-__attribute__((target("avx512f,avx512dq,avx512vl")))
-static uint32_t della_draw_row_avx512(uint64_t stream, uint64_t e0, uint64_t j0, uint64_t L,
-				      const uint32_t *restrict rank, const uint64_t *restrict thr,
-				      const uint32_t *restrict key, uint8_t *restrict mask, float *restrict m,
-				      uint64_t margin, uint32_t *restrict flag, uint32_t nf)
-{
-	const __m512i mg = _mm512_set1_epi64((long long)margin);
-	const __m512i step = _mm512_set1_epi64((long long)(8 * MK_RNG_GOLDEN));
-	__m512i z0 = rng_counters8(stream, e0 + j0);
-	uint64_t j = j0;
-
-	if ((e0 + j0) % 8 == 0) {
-		for (; j + 8 <= L; j += 8) {
-			__m512i z = rng_draw8(z0), t;
-			__mmask8 k;
-			z0 = _mm512_add_epi64(z0, step);
-			t = _mm512_i32gather_epi64(_mm256_loadu_si256((const __m256i *)(const void *)(rank + j)),
-						   (const void *)thr, 8);
-			k = _mm512_cmplt_epu64_mask(z, t);
-			mask[(e0 + j) >> 3] = (uint8_t)k;
-			_mm256_storeu_ps(m + j, _mm256_maskz_mov_ps(k, _mm256_loadu_ps((const float *)(const void *)(key + j))));
-			for (__mmask8 f = _mm512_cmpge_epu64_mask(_mm512_add_epi64(z, mg), t) &
-					  _mm512_cmplt_epu64_mask(z, _mm512_add_epi64(t, mg));
-			     f; f &= (__mmask8)(f - 1))
-				flag[nf++] = (uint32_t)j + (uint32_t)__builtin_ctz(f);
-		}
-	}
-	return della_draw_row_c(stream, e0, j, L, rank, thr, key, mask, m, margin, flag, nf);
-}
-
-/* a * b for four 64-bit lanes (AVX2 multiplies 32 by 32 bits): bh is b's
- * upper halves (b >> 32). */
-__attribute__((target("avx2"), always_inline))
-static inline __m256i mul64x4(__m256i a, __m256i b, __m256i bh)
-{
-	__m256i c = _mm256_add_epi64(_mm256_mul_epu32(_mm256_srli_epi64(a, 32), b), _mm256_mul_epu32(a, bh));
-	return _mm256_add_epi64(_mm256_mul_epu32(a, b), _mm256_slli_epi64(c, 32));
-}
-
-/* mk_rng_u64 >> 11 of four counters' states z (mk_rng_mix64's steps). */
-__attribute__((target("avx2"), always_inline))
-static inline __m256i rng53x4(__m256i z)
-{
-	const __m256i c1 = _mm256_set1_epi64x((long long)0xBF58476D1CE4E5B9ull);
-	const __m256i c2 = _mm256_set1_epi64x((long long)0x94D049BB133111EBull);
-	z = mul64x4(_mm256_xor_si256(z, _mm256_srli_epi64(z, 30)), c1, _mm256_srli_epi64(c1, 32));
-	z = mul64x4(_mm256_xor_si256(z, _mm256_srli_epi64(z, 27)), c2, _mm256_srli_epi64(c2, 32));
-	return _mm256_srli_epi64(_mm256_xor_si256(z, _mm256_srli_epi64(z, 31)), 11);
-}
-
-/* The counters' states of eight elements from z (that of the first) in
- * two sets of four. */
-__attribute__((target("avx2"), always_inline))
-static inline void rng_lanes8(uint64_t z, __m256i *za, __m256i *zb)
-{
-	*za = _mm256_setr_epi64x((long long)z, (long long)(z + MK_RNG_GOLDEN), (long long)(z + 2 * MK_RNG_GOLDEN),
-				 (long long)(z + 3 * MK_RNG_GOLDEN));
-	*zb = _mm256_add_epi64(*za, _mm256_set1_epi64x((long long)(4 * MK_RNG_GOLDEN)));
-}
-
-/* Two sets of four 64-bit compare results as eight bits (the first set
- * the low four), and as eight 32-bit lanes in order. */
-__attribute__((target("avx2"), always_inline))
-static inline unsigned bits8(__m256i ka, __m256i kb)
-{
-	return (unsigned)(_mm256_movemask_pd(_mm256_castsi256_pd(ka)) |
-			  _mm256_movemask_pd(_mm256_castsi256_pd(kb)) << 4);
-}
-
-__attribute__((target("avx2"), always_inline))
-static inline __m256 lanes32(__m256i ka, __m256i kb)
-{
-	__m256 x = _mm256_shuffle_ps(_mm256_castsi256_ps(ka), _mm256_castsi256_ps(kb), 0x88);
-	return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(x), 0xd8));
-}
-
-/* The same with AVX2: eight elements at a time in two sets of four, their
- * eight bits one mask byte (e0 a multiple of 8).  Every value compared
- * is below 2^63 (u < 2^53, t <= 2^53, margin <= 2^54), so the signed
- * 64-bit compare orders them as unsigned.  The thresholds by scalar
- * loads, not vpgatherdq: on the AMD Zen 3 of the AVX2 figures the draw
- * took 11% fewer samples so (the gathers' latency was where its samples
- * fell). */
-__attribute__((target("avx2")))
-static uint32_t della_draw_row_avx2(uint64_t stream, uint64_t e0, uint64_t j0, uint64_t L,
-				    const uint32_t *restrict rank, const uint64_t *restrict thr,
-				    const uint32_t *restrict key, uint8_t *restrict mask, float *restrict m,
-				    uint64_t margin, uint32_t *restrict flag, uint32_t nf)
-{
-	const __m256i mg = _mm256_set1_epi64x((long long)margin);
-	const __m256i step = _mm256_set1_epi64x((long long)(8 * MK_RNG_GOLDEN));
-	const long long *tp = (const long long *)(const void *)thr;
-	uint64_t j = j0;
-	__m256i za, zb;
-
-	rng_lanes8(stream + (e0 + j0 + 1) * MK_RNG_GOLDEN, &za, &zb);
-
-	if ((e0 + j0) % 8 == 0) {
-		for (; j + 8 <= L; j += 8) {
-			__m256i ua = rng53x4(za), ub = rng53x4(zb);
-			__m256i ta = _mm256_setr_epi64x(tp[rank[j]], tp[rank[j + 1]], tp[rank[j + 2]], tp[rank[j + 3]]);
-			__m256i tb = _mm256_setr_epi64x(tp[rank[j + 4]], tp[rank[j + 5]], tp[rank[j + 6]], tp[rank[j + 7]]);
-			__m256i ka = _mm256_cmpgt_epi64(ta, ua), kb = _mm256_cmpgt_epi64(tb, ub);
-			/* near: u + margin >= t and t + margin > u */
-			__m256i fa = _mm256_andnot_si256(_mm256_cmpgt_epi64(ta, _mm256_add_epi64(ua, mg)),
-							 _mm256_cmpgt_epi64(_mm256_add_epi64(ta, mg), ua));
-			__m256i fb = _mm256_andnot_si256(_mm256_cmpgt_epi64(tb, _mm256_add_epi64(ub, mg)),
-							 _mm256_cmpgt_epi64(_mm256_add_epi64(tb, mg), ub));
-			za = _mm256_add_epi64(za, step);
-			zb = _mm256_add_epi64(zb, step);
-			mask[(e0 + j) >> 3] = (uint8_t)bits8(ka, kb);
-			_mm256_storeu_ps(m + j, _mm256_and_ps(lanes32(ka, kb),
-							      _mm256_loadu_ps((const float *)(const void *)(key + j))));
-			for (unsigned f = bits8(fa, fb); f; f &= f - 1)
-				flag[nf++] = (uint32_t)j + (uint32_t)__builtin_ctz(f);
-		}
-	}
-	return della_draw_row_c(stream, e0, j, L, rank, thr, key, mask, m, margin, flag, nf);
-}
-#endif
-
-/* RAND's draw of element e (random bits u kept when below thr): its bit
- * set in mask (when there is one; all zero before) and *m = a when kept,
- * else 0. */
-static inline void rand_keep_one(uint64_t stream, uint64_t thr, uint64_t e, float a, float *m, uint8_t *mask)
-{
-	bool keep = (mk_rng_u64(stream, e) >> 11) < thr;
-
-	if (mask)
-		mask[e >> 3] |= (uint8_t)((unsigned)keep << (e & 7));
-	*m = keep ? a : 0.0f;
-}
-
-#if MK_GTA_X86
-/* rand_keep_one for the elements e0 .. e0 + cnt of a tile (a: their
- * |delta|), with AVX2: eight elements a time from a multiple of 8 on,
- * their bits one mask byte (rng53x4, thr <= 2^53: the signed compare
- * orders them).  For CPUs without AVX-512 DQ, where tile_rand_u8's
- * 64-bit multiplies are emulated anyway: this one also makes the bits and
- * the kept values without the bytes in between. */
-__attribute__((target("avx2")))
-static void rand_keep_avx2(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t cnt, const float *restrict a,
-			   float *restrict m, uint8_t *restrict mask)
-{
-	const __m256i vt = _mm256_set1_epi64x((long long)thr);
-	const __m256i step = _mm256_set1_epi64x((long long)(8 * MK_RNG_GOLDEN));
-	uint64_t k = 0;
-	__m256i za, zb;
-
-	for (; k < cnt && (e0 + k) % 8; k++)
-		rand_keep_one(stream, thr, e0 + k, a[k], m + k, mask);
-	rng_lanes8(stream + (e0 + k + 1) * MK_RNG_GOLDEN, &za, &zb);
-	for (; k + 8 <= cnt; k += 8) {
-		__m256i ka = _mm256_cmpgt_epi64(vt, rng53x4(za)), kb = _mm256_cmpgt_epi64(vt, rng53x4(zb));
-		if (mask)
-			mask[(e0 + k) >> 3] = (uint8_t)bits8(ka, kb);
-		_mm256_storeu_ps(m + k, _mm256_and_ps(lanes32(ka, kb), _mm256_loadu_ps(a + k)));
-		za = _mm256_add_epi64(za, step);
-		zb = _mm256_add_epi64(zb, step);
-	}
-	for (; k < cnt; k++)
-		rand_keep_one(stream, thr, e0 + k, a[k], m + k, mask);
-}
-#endif
-
-
-/* RAND's statistics pass over elements e0 .. e0 + cnt of a tile in one
- * loop, with AVX-512 (DQ for the 64-bit multiplies): |x - b| in float32
- * as tile_abs makes it, each element's draw as rand_keep_one makes it
- * (its bit into the mask when there is one), and both lane sums, before
- * (every |delta|) and after (the kept ones, 0.0 for the others, as the
- * separate loops add them): eight elements a time from a multiple of 8
- * on, one float64 lane each, in element order, so the bits are those of
- * fsum_run_f32 over the arrays.  (The separate loops, each over the
- * tile's arrays, took about a third of dare_ties' samples.) */
-#if MK_GTA_X86
-__attribute__((target("avx512f,avx512dq,avx512vl"))) static inline __m256 rand_d8(const void *x, const void *b,
-										 uint64_t k, const bool B)
-{
-	__m256 vx, vb;
-
-	if (B) {
-		vx = _mm256_castsi256_ps(_mm256_slli_epi32(
-			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)x + k))), 16));
-		vb = _mm256_castsi256_ps(_mm256_slli_epi32(
-			_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)b + k))), 16));
-	} else {
-		vx = _mm256_loadu_ps((const float *)x + k);
-		vb = _mm256_loadu_ps((const float *)b + k);
-	}
-	return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), _mm256_sub_ps(vx, vb));
-}
-
-/* One element (k of the tile) of rand_tile_k, outside its vectors. */
-static inline void rand_sum_one(const struct gin *g, struct lsum *before, struct lsum *after, uint64_t e0,
-				uint64_t k, const void *x, const void *b, const bool B)
-{
-	float d = B ? fabsf(mk__bf16_widen(((const uint16_t *)x)[k]) - mk__bf16_widen(((const uint16_t *)b)[k])) :
-		      fabsf(((const float *)x)[k] - ((const float *)b)[k]);
-	float m;
-
-	rand_keep_one(g->stream, g->thr, e0 + k, d, &m, g->mask);
-	before->lane[(e0 + k) % LSUM_LANES] += (double)d;
-	after->lane[(e0 + k) % LSUM_LANES] += (double)m;
-}
-
-__attribute__((target("avx512f,avx512dq,avx512vl"))) static inline void
-rand_tile_k(const struct gin *g, struct lsum *before, struct lsum *after, uint64_t e0, uint64_t cnt, const void *x,
-	    const void *b, const bool B)
-{
-	const __m512i vt = _mm512_set1_epi64((long long)g->thr);
-	const __m512i step = _mm512_set1_epi64((long long)(8 * MK_RNG_GOLDEN));
-	uint8_t *mask = g->mask;
-	uint64_t k = 0;
-
-	while (k < cnt) {
-		uint64_t r = k + mk_fsum_run(e0 + k, cnt - k);
-		for (; k < r && (e0 + k) % LSUM_LANES; k++)
-			rand_sum_one(g, before, after, e0, k, x, b, B);
-		if (k + 8 <= r) {
-			__m512d lb = _mm512_loadu_pd(before->lane), la = _mm512_loadu_pd(after->lane);
-			__m512i z = rng_counters8(g->stream, e0 + k);
-			for (; k + 8 <= r; k += 8) {
-				__mmask8 keep = _mm512_cmplt_epu64_mask(rng_draw8(z), vt);
-				__m512d d = _mm512_cvtps_pd(rand_d8(x, b, k, B));
-				if (mask)
-					mask[(e0 + k) >> 3] = (uint8_t)keep;
-				lb = _mm512_add_pd(lb, d);
-				la = _mm512_add_pd(la, _mm512_maskz_mov_pd(keep, d));
-				z = _mm512_add_epi64(z, step);
-			}
-			_mm512_storeu_pd(before->lane, lb);
-			_mm512_storeu_pd(after->lane, la);
-		}
-		for (; k < r; k++)
-			rand_sum_one(g, before, after, e0, k, x, b, B);
-		if ((e0 + r) % MK_SUM_BLOCK == 0) {
-			lsum_close(before);
-			lsum_close(after);
-		}
-	}
-}
-
-__attribute__((target("avx512f,avx512dq,avx512vl")))
-static void rand_tile_avx512(const struct gin *g, uint64_t e0, uint64_t cnt, const void *x, const void *b, bool bf16,
-			     struct lsum *before, struct lsum *after)
-{
-	if (bf16)
-		rand_tile_k(g, before, after, e0, cnt, x, b, true);
-	else
-		rand_tile_k(g, before, after, e0, cnt, x, b, false);
-}
-#endif
-
 /* DELLA float32: rank the slab's rows, draw the mask, sum |kept delta|
  * (in element order). */
 static void della_slab32(struct state *s, struct gin *g, uint64_t start)
@@ -1837,10 +1131,10 @@ static void della_slab32(struct state *s, struct gin *g, uint64_t start)
 
 	if (S == 1) {
 		struct row_ranked rr = rank_row32(g, g->key32, L);
-		uint32_t nf = SIMD3(have_avx512dq, della_draw_row, g->stream, start, 0, L, g->rank, g->dthr,
-					g->key32, g->mask, g->mf, della_margin(g, rr), g->flag, 0);
+		uint32_t nf = mk_gta_simd.della_draw_row(g->stream, start, 0, L, g->rank, g->dthr, g->key32, g->mask,
+							 g->mf, della_margin(g, rr), g->flag, 0);
 		della_settle_row(g, g->key32, L, rr, start, 1, g->flag, nf, g->mf);
-		fsum_run_f32(&g->after, start, g->mf, L);   /* x + 0.0 is x: terms >= 0 */
+		mk_gta_fsum_run_f32(&g->after, start, g->mf, L);   /* x + 0.0 is x: terms >= 0 */
 		return;
 	}
 	for (uint64_t c = 0; c < S; c++) {
@@ -1864,7 +1158,7 @@ static void della_slab32(struct state *s, struct gin *g, uint64_t start)
 		float m[TILE];
 		for (uint64_t k = 0; k < cnt; k++)
 			m[k] = getbit(g->mask, start + p + k) ? (float)key_value(false, g->key32[p + k]) : 0.0f;
-		fsum_run_f32(&g->after, start + p, m, cnt);
+		mk_gta_fsum_run_f32(&g->after, start + p, m, cnt);
 	}
 }
 
@@ -1891,215 +1185,6 @@ static void della_slab(struct state *s, struct gin *g, uint64_t start)
 }
 /* ------------------------------------------------------------- passes */
 
-/* Add a[0..cnt) (terms of elements e0, e0+1, ...) to a lane sum,
- * closing blocks at their boundaries. */
-MK_HOT_CLONES
-static void fsum_run_f32(struct lsum *s, uint64_t e0, const float *a, uint64_t cnt)
-{
-	while (cnt) {
-		uint64_t r = mk_fsum_run(e0, cnt), k = 0;
-		double l[LSUM_LANES];
-		for (; k < r && (e0 + k) % LSUM_LANES; k++)
-			s->lane[(e0 + k) % LSUM_LANES] += (double)a[k];
-		memcpy(l, s->lane, sizeof(l));
-		for (; k + LSUM_LANES <= r; k += LSUM_LANES)
-			for (unsigned j = 0; j < LSUM_LANES; j++)
-				l[j] += (double)a[k + j];
-		memcpy(s->lane, l, sizeof(l));
-		for (; k < r; k++)
-			s->lane[(e0 + k) % LSUM_LANES] += (double)a[k];
-		if ((e0 + r) % MK_SUM_BLOCK == 0)
-			lsum_close(s);
-		e0 += r, a += r, cnt -= r;
-	}
-}
-
-/* |x - b| of a tile and its key (the bits, ordered like the value). */
-MK_HOT_CLONES
-static void tile_abs_f32(const float *restrict x, const float *restrict b, uint64_t cnt,
-			 float *restrict a, uint32_t *restrict key)
-{
-	for (uint64_t k = 0; k < cnt; k++) {
-		float d = fabsf(x[k] - b[k]);
-		uint32_t u;
-		memcpy(&u, &d, sizeof(u));
-		a[k] = d;
-		key[k] = u;
-	}
-}
-
-/* tile_abs_f32 of BF16 inputs, each widened to float32 (exact) first. */
-MK_HOT_CLONES
-static void tile_abs_bf16(const uint16_t *restrict x, const uint16_t *restrict b, uint64_t cnt,
-			  float *restrict a, uint32_t *restrict key)
-{
-	for (uint64_t k = 0; k < cnt; k++) {
-		float d = fabsf(mk__bf16_widen(x[k]) - mk__bf16_widen(b[k]));
-		uint32_t u;
-		memcpy(&u, &d, sizeof(u));
-		a[k] = d;
-		key[k] = u;
-	}
-}
-
-/* |x - b| of elements [t0, t0 + cnt) of a chunk's inputs, float32 or
- * (bf16) BF16. */
-static inline void tile_abs(const void *x, const void *b, bool bf16, uint64_t t0, uint64_t cnt, float *a,
-			    uint32_t *key)
-{
-	if (bf16)
-		tile_abs_bf16((const uint16_t *)x + t0, (const uint16_t *)b + t0, cnt, a, key);
-	else
-		tile_abs_f32((const float *)x + t0, (const float *)b + t0, cnt, a, key);
-}
-
-/* RAND's keep decision for a tile: 1 or 0 per element. */
-MK_HOT_CLONES
-static void tile_rand_u8(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t cnt, uint8_t *restrict m)
-{
-	for (uint64_t k = 0; k < cnt; k++)
-		m[k] = (mk_rng_u64(stream, e0 + k) >> 11) < thr;
-}
-
-/* Set the bits of a tile's kept elements (m: 1 or 0 each; the mask
- * starts all zero).  Eight bytes of 0/1 become one byte of bits by one
- * multiply: byte q (from the lowest) times 2^(7(7-q)+7) lands on bit
- * 56 + q, and no two terms share a bit, so nothing carries. */
-static void tile_setbits(uint8_t *mask, uint64_t e0, uint64_t cnt, const uint8_t *m)
-{
-	uint64_t k = 0;
-
-	for (; k < cnt && (e0 + k) % 8; k++)
-		mask[(e0 + k) >> 3] |= (uint8_t)(m[k] << ((e0 + k) & 7));
-	for (; k + 8 <= cnt; k += 8) {
-		uint64_t x;
-		memcpy(&x, m + k, 8);
-		mask[(e0 + k) >> 3] = (uint8_t)((x * 0x0102040810204080ull) >> 56);
-	}
-	for (; k < cnt; k++)
-		mask[(e0 + k) >> 3] |= (uint8_t)(m[k] << ((e0 + k) & 7));
-}
-
-/* The low 16 bits of the keys whose high 16 bits are P, in order, into
- * lo; returns how many (each key stored, the count advanced only for
- * those that match: no branch to mispredict).  _from: from key k, n
- * stored. */
-static inline uint64_t under_prefix_from(const uint32_t *restrict key, uint64_t k, uint64_t cnt, uint32_t P,
-					 uint16_t *restrict lo, uint64_t n)
-{
-	for (; k < cnt; k++) {
-		lo[n] = (uint16_t)key[k];
-		n += key[k] >> 16 == P;
-	}
-	return n;
-}
-
-#if MK_GTA_X86
-/* The same with AVX-512: sixteen keys compared at once, those that match
- * packed to the front (vpcompressd) and stored as 16-bit words (the
- * store writes 16 words at lo + n: lo has TILE + 16). */
-__attribute__((target("avx512f")))
-static uint64_t tile_under_prefix_avx512(const uint32_t *restrict key, uint64_t cnt, uint32_t P,
-					 uint16_t *restrict lo)
-{
-	const __m512i vp = _mm512_set1_epi32((int)P);
-	uint64_t n = 0, k = 0;
-
-	for (; k + 16 <= cnt; k += 16) {
-		__m512i x = _mm512_loadu_si512((const void *)(key + k));
-		__mmask16 m = _mm512_cmpeq_epi32_mask(_mm512_srli_epi32(x, 16), vp);
-		_mm256_storeu_si256((__m256i *)(void *)(lo + n), _mm512_cvtepi32_epi16(_mm512_maskz_compress_epi32(m, x)));
-		n += (unsigned)__builtin_popcount(m);
-	}
-	return under_prefix_from(key, k, cnt, P, lo, n);
-}
-
-/* The same with AVX2: eight keys at a time, packed by pack8, their low
- * halves gathered into eight words (vpshufb, vpermq); the store writes 8
- * words at lo + n. */
-__attribute__((target("avx2")))
-static uint64_t tile_under_prefix_avx2(const uint32_t *restrict key, uint64_t cnt, uint32_t P,
-				       uint16_t *restrict lo)
-{
-	const __m256i vp = _mm256_set1_epi32((int)P);
-	const __m256i halves = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1,
-						0, 1, 4, 5, 8, 9, 12, 13, -1, -1, -1, -1, -1, -1, -1, -1);
-	uint64_t n = 0, k = 0;
-
-	for (; k + 8 <= cnt; k += 8) {
-		__m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(key + k));
-		unsigned m = lanes8(_mm256_cmpeq_epi32(_mm256_srli_epi32(x, 16), vp));
-		__m256i w = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(pack8(x, m), halves), 0x08);
-		_mm_storeu_si128((__m128i *)(void *)(lo + n), _mm256_castsi256_si128(w));
-		n += (unsigned)__builtin_popcount(m);
-	}
-	return under_prefix_from(key, k, cnt, P, lo, n);
-}
-#endif
-
-static uint64_t tile_under_prefix_c(const uint32_t *restrict key, uint64_t cnt, uint32_t P,
-				    uint16_t *restrict lo)
-{
-	return under_prefix_from(key, 0, cnt, P, lo, 0);
-}
-
-/* The indices (e0 + k) of a tile's keys under the prefix P, in order,
- * into idx (which has room for 16 more than there are). */
-static inline uint64_t index_under_prefix_from(const uint32_t *restrict key, uint64_t k, uint64_t cnt, uint32_t P,
-					       uint32_t e0, uint32_t *restrict idx, uint64_t n)
-{
-	for (; k < cnt; k++) {
-		idx[n] = e0 + (uint32_t)k;
-		n += key[k] >> 16 == P;
-	}
-	return n;
-}
-
-#if MK_GTA_X86
-__attribute__((target("avx512f")))
-static uint64_t tile_index_under_prefix_avx512(const uint32_t *restrict key, uint64_t cnt, uint32_t P, uint32_t e0,
-					       uint32_t *restrict idx)
-{
-	const __m512i vp = _mm512_set1_epi32((int)P), step = _mm512_set1_epi32(16);
-	__m512i vi = _mm512_add_epi32(_mm512_set1_epi32((int)e0),
-				      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-	uint64_t n = 0, k = 0;
-
-	for (; k + 16 <= cnt; k += 16) {
-		__m512i x = _mm512_loadu_si512((const void *)(key + k));
-		__mmask16 m = _mm512_cmpeq_epi32_mask(_mm512_srli_epi32(x, 16), vp);
-		_mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(m, vi));
-		n += (unsigned)__builtin_popcount(m);
-		vi = _mm512_add_epi32(vi, step);
-	}
-	return index_under_prefix_from(key, k, cnt, P, e0, idx, n);
-}
-
-__attribute__((target("avx2")))
-static uint64_t tile_index_under_prefix_avx2(const uint32_t *restrict key, uint64_t cnt, uint32_t P, uint32_t e0,
-					     uint32_t *restrict idx)
-{
-	const __m256i vp = _mm256_set1_epi32((int)P), step = _mm256_set1_epi32(8);
-	__m256i vi = _mm256_add_epi32(_mm256_set1_epi32((int)e0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-	uint64_t n = 0, k = 0;
-
-	for (; k + 8 <= cnt; k += 8) {
-		__m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(key + k));
-		unsigned m = lanes8(_mm256_cmpeq_epi32(_mm256_srli_epi32(x, 16), vp));
-		_mm256_storeu_si256((__m256i *)(void *)(idx + n), pack8(vi, m));
-		n += (unsigned)__builtin_popcount(m);
-		vi = _mm256_add_epi32(vi, step);
-	}
-	return index_under_prefix_from(key, k, cnt, P, e0, idx, n);
-}
-#endif
-
-static uint64_t tile_index_under_prefix_c(const uint32_t *restrict key, uint64_t cnt, uint32_t P, uint32_t e0,
-					  uint32_t *restrict idx)
-{
-	return index_under_prefix_from(key, 0, cnt, P, e0, idx, 0);
-}
-
 /* How many of a tile's keys equal P. */
 MK_HOT_CLONES
 static uint64_t tile_count_eq(const uint32_t *restrict key, uint64_t cnt, uint32_t P)
@@ -2109,81 +1194,6 @@ static uint64_t tile_count_eq(const uint32_t *restrict key, uint64_t cnt, uint32
 	for (uint64_t k = 0; k < cnt; k++)
 		n += key[k] == P;
 	return n;
-}
-
-/* The indices and keys of a tile's keys whose upper half lies in
- * [lo, hi], in order, into idx and kv (each with room for 16 more than
- * there are); *below counts those whose upper half is below lo. */
-static inline uint64_t window_from(const uint32_t *restrict key, uint64_t k, uint64_t cnt, uint32_t lo, uint32_t hi,
-				   uint32_t e0, uint32_t *restrict idx, uint32_t *restrict kv, uint64_t n,
-				   uint64_t *below)
-{
-	uint64_t nb = 0;
-
-	for (; k < cnt; k++) {
-		idx[n] = e0 + (uint32_t)k;
-		kv[n] = key[k];
-		n += (key[k] >> 16) - lo <= hi - lo;
-		nb += (key[k] >> 16) < lo;
-	}
-	*below += nb;
-	return n;
-}
-
-#if MK_GTA_X86
-__attribute__((target("avx512f")))
-static uint64_t tile_window_avx512(const uint32_t *restrict key, uint64_t cnt, uint32_t lo, uint32_t hi, uint32_t e0,
-				   uint32_t *restrict idx, uint32_t *restrict kv, uint64_t *below)
-{
-	const __m512i vlo = _mm512_set1_epi32((int)lo), vspan = _mm512_set1_epi32((int)(hi - lo));
-	const __m512i step = _mm512_set1_epi32(16);
-	__m512i vi = _mm512_add_epi32(_mm512_set1_epi32((int)e0),
-				      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
-	uint64_t n = 0, k = 0, nb = 0;
-
-	for (; k + 16 <= cnt; k += 16) {
-		__m512i x = _mm512_loadu_si512((const void *)(key + k)), u = _mm512_srli_epi32(x, 16);
-		__mmask16 m = _mm512_cmple_epu32_mask(_mm512_sub_epi32(u, vlo), vspan);
-		_mm512_storeu_si512((void *)(idx + n), _mm512_maskz_compress_epi32(m, vi));
-		_mm512_storeu_si512((void *)(kv + n), _mm512_maskz_compress_epi32(m, x));
-		n += (unsigned)__builtin_popcount(m);
-		nb += (unsigned)__builtin_popcount(_mm512_cmplt_epu32_mask(u, vlo));
-		vi = _mm512_add_epi32(vi, step);
-	}
-	*below += nb;
-	return window_from(key, k, cnt, lo, hi, e0, idx, kv, n, below);
-}
-
-/* The same with AVX2 (unsigned <= as min(a, b) == a). */
-__attribute__((target("avx2")))
-static uint64_t tile_window_avx2(const uint32_t *restrict key, uint64_t cnt, uint32_t lo, uint32_t hi, uint32_t e0,
-				 uint32_t *restrict idx, uint32_t *restrict kv, uint64_t *below)
-{
-	const __m256i vlo = _mm256_set1_epi32((int)lo), vspan = _mm256_set1_epi32((int)(hi - lo));
-	const __m256i step = _mm256_set1_epi32(8);
-	__m256i vi = _mm256_add_epi32(_mm256_set1_epi32((int)e0), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-	uint64_t n = 0, k = 0, nb = 0;
-
-	for (; k + 8 <= cnt; k += 8) {
-		__m256i x = _mm256_loadu_si256((const __m256i *)(const void *)(key + k)), u = _mm256_srli_epi32(x, 16);
-		__m256i v = _mm256_sub_epi32(u, vlo);
-		unsigned m = lanes8(_mm256_cmpeq_epi32(_mm256_min_epu32(v, vspan), v));
-		_mm256_storeu_si256((__m256i *)(void *)(idx + n), pack8(vi, m));
-		_mm256_storeu_si256((__m256i *)(void *)(kv + n), pack8(x, m));
-		n += (unsigned)__builtin_popcount(m);
-		/* u < lo: u != max(u, lo) */
-		nb += (unsigned)__builtin_popcount(~lanes8(_mm256_cmpeq_epi32(_mm256_max_epu32(u, vlo), u)) & 0xffu);
-		vi = _mm256_add_epi32(vi, step);
-	}
-	*below += nb;
-	return window_from(key, k, cnt, lo, hi, e0, idx, kv, n, below);
-}
-#endif
-
-static uint64_t tile_window_c(const uint32_t *restrict key, uint64_t cnt, uint32_t lo, uint32_t hi, uint32_t e0,
-			      uint32_t *restrict idx, uint32_t *restrict kv, uint64_t *below)
-{
-	return window_from(key, 0, cnt, lo, hi, e0, idx, kv, 0, below);
 }
 
 /* The first bucket whose running total of t0's counts (hist and the four
@@ -2275,40 +1285,14 @@ static void win_take(struct target *tg)
 /* RAND's statistics over the elements e0 .. e0 + cnt of a tile (element
  * t0 on of the chunk's x and b, float32 or BF16): each element's draw (its
  * bit into g->mask when there is one) and the L1 lane sums before and
- * after, in element order.  One loop with AVX-512 DQ (rand_tile_avx512);
- * else |delta| into an array first, then the draws (rand_keep_avx2 with
- * AVX2) and the sums over the arrays: the same bits on every path. */
+ * after, in element order (gta_simd.h's rand_tile). */
 static void rand_stats_tile(struct gin *g, uint64_t e0, uint64_t cnt, const void *x, const void *b, bool bf16,
 			    uint64_t t0)
 {
-	float a[TILE], m[TILE];
-	uint32_t key[TILE];
-	uint8_t kb[TILE];
+	size_t es = bf16 ? 2 : 4;
 
-#if MK_GTA_X86
-	if (have_avx512dq) {
-		size_t es = bf16 ? 2 : 4;
-		rand_tile_avx512(g, e0, cnt, (const char *)x + t0 * es, (const char *)b + t0 * es, bf16, &g->before,
-				 &g->after);
-		return;
-	}
-#endif
-	tile_abs(x, b, bf16, t0, cnt, a, key);
-#if MK_GTA_X86
-	if (have_avx2) {
-		rand_keep_avx2(g->stream, g->thr, e0, cnt, a, m, g->mask);
-		fsum_run_f32(&g->before, e0, a, cnt);
-		fsum_run_f32(&g->after, e0, m, cnt);
-		return;
-	}
-#endif
-	tile_rand_u8(g->stream, g->thr, e0, cnt, kb);
-	if (g->mask)
-		tile_setbits(g->mask, e0, cnt, kb);
-	fsum_run_f32(&g->before, e0, a, cnt);
-	for (uint64_t k = 0; k < cnt; k++)
-		m[k] = kb[k] ? a[k] : 0.0f;   /* x + 0.0 is x: terms >= 0 */
-	fsum_run_f32(&g->after, e0, m, cnt);
+	mk_gta_simd.rand_tile(g->stream, g->thr, g->mask, e0, cnt, (const char *)x + t0 * es,
+			      (const char *)b + t0 * es, bf16, &g->before, &g->after);
 }
 
 void mk_gta_rand_sums(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t n, const void *x, const void *b, bool bf16,
@@ -2316,6 +1300,7 @@ void mk_gta_rand_sums(uint64_t stream, uint64_t thr, uint64_t e0, uint64_t n, co
 {
 	struct gin g = { .kind = K_RAND, .stream = stream, .thr = thr, .mask = mask };
 
+	mk_gta_simd_init();
 	for (uint64_t t0 = 0; t0 < n; t0 += TILE)
 		rand_stats_tile(&g, e0 + t0, n - t0 < TILE ? n - t0 : TILE, x, b, bf16, t0);
 	memcpy(before, g.before.lane, sizeof(g.before.lane));
@@ -2359,8 +1344,8 @@ static void window_tile(struct target *tw, const uint32_t *restrict key, uint64_
 	win_room(tw);
 	if (!tw->widx)
 		return;
-	tw->nw += SIMD3(have_avx512, tile_window, key, cnt, tw->wlo, tw->whi, (uint32_t)e0, tw->widx + tw->nw,
-			tw->wkey + tw->nw, &tw->wbelow);
+	tw->nw += mk_gta_simd.window(key, cnt, tw->wlo, tw->whi, (uint32_t)e0, tw->widx + tw->nw, tw->wkey + tw->nw,
+				     &tw->wbelow);
 	if (tw->nw > tw->wcap)
 		win_drop(tw);
 }
@@ -2448,7 +1433,7 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 			/* the tile within one slab: its keys straight into it */
 			uint64_t p = e0 % s->slab;
 			tile_abs(x, b, c->bf16, t0, cnt, a, g->key32 + p);
-			fsum_run_f32(&g->before, e0, a, cnt);
+			mk_gta_fsum_run_f32(&g->before, e0, a, cnt);
 			if (p + cnt == s->slab)
 				della_slab32(s, g, e0 + cnt - s->slab);
 			continue;
@@ -2463,7 +1448,7 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 		}
 		tile_abs(x, b, c->bf16, t0, cnt, a, key);
 		if (g->kind == K_DELLA) {
-			fsum_run_f32(&g->before, e0, a, cnt);
+			mk_gta_fsum_run_f32(&g->before, e0, a, cnt);
 			for (uint64_t k = 0; k < cnt;) {
 				uint64_t e = e0 + k, p = e % s->slab, r = s->slab - p;
 				if (r > cnt - k)
@@ -2477,7 +1462,7 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 		}
 		if (lv < s->nlevels) {
 			if (pass == 0 && s->rescale)
-				fsum_run_f32(&g->before, e0, a, cnt);
+				mk_gta_fsum_run_f32(&g->before, e0, a, cnt);
 			/* the windows open on the histogram of the elements
 			 * before this tile */
 			for (unsigned t = 0; pass == 0 && s->win && t < g->nt; t++)
@@ -2510,10 +1495,10 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 				 * recorded: the low digits straight into the
 				 * record, counted from there */
 				uint16_t lo_tile[TILE + 16], *lo = tg->ridx ? tg->rlo + tg->nrec : lo_tile;
-				uint64_t nl = SIMD3(have_avx512, tile_under_prefix, key, ct, (uint32_t)tg->prefix, lo);
+				uint64_t nl = mk_gta_simd.under_prefix(key, ct, (uint32_t)tg->prefix, lo);
 				if (tg->ridx) {
-					(void)SIMD3(have_avx512, tile_index_under_prefix, key, ct, (uint32_t)tg->prefix,
-						    (uint32_t)e0, tg->ridx + tg->nrec);
+					(void)mk_gta_simd.index_under_prefix(key, ct, (uint32_t)tg->prefix, (uint32_t)e0,
+									     tg->ridx + tg->nrec);
 					tg->nrec += nl;
 					if (tg->nrec > tg->rcap)
 						rec_drop(tg);   /* more than pass 0 counted */
@@ -2532,7 +1517,7 @@ static void accumulate_f32(struct state *s, struct gin *g, unsigned pass, const 
 		} else if (s->rescale) {
 			for (uint64_t k = 0; k < cnt; k++)
 				m[k] = sel_keep_scan(g, key[k], e0 + k) ? a[k] : 0.0f;
-			fsum_run_f32(&g->after, e0, m, cnt);
+			mk_gta_fsum_run_f32(&g->after, e0, m, cnt);
 		} else {
 			/* only the cuts: the index of the need-th tie */
 			for (unsigned t = 0; t < g->nt; t++) {
@@ -2962,7 +1947,7 @@ static inline uint32_t f32_key(float d)
 }
 
 /* A mask's bits of elements e0 .. e0 + cnt as 1.0f / 0.0f: whole bytes
- * through a table of the 256 bytes' eight values (byte_f32). */
+ * through a table of the 256 bytes' eight values (mk_gta_byte_f32). */
 
 static inline __attribute__((always_inline)) void tile_bits_f32(const uint8_t *restrict mask, uint64_t e0,
 								uint64_t cnt, float *restrict m)
@@ -2972,7 +1957,7 @@ static inline __attribute__((always_inline)) void tile_bits_f32(const uint8_t *r
 	for (; k < cnt && (e0 + k) % 8; k++)
 		m[k] = getbit(mask, e0 + k) ? 1.0f : 0.0f;
 	for (; k + 8 <= cnt; k += 8)
-		memcpy(m + k, byte_f32[mask[(e0 + k) >> 3]], 8 * sizeof(float));
+		memcpy(m + k, mk_gta_byte_f32[mask[(e0 + k) >> 3]], 8 * sizeof(float));
 	for (; k < cnt; k++)
 		m[k] = getbit(mask, e0 + k) ? 1.0f : 0.0f;
 }
@@ -3058,155 +2043,13 @@ static void tile_f32(const struct state *s, const struct gin *g, uint64_t e0, ui
 		v[k] = v[k] * w;
 }
 
-static inline float sgnf(float x)
-{
-	return (float)((x > 0) - (x < 0));
-}
-
-/* The merge of one tile's weighted task vectors v[j * TILE + k] (k in
- * [k0, cnt)) into o[k] = b[k] + mix: the consensus, the sum, the
- * normalisation and lambda, each a loop over the tile (sw, mix, div:
- * TILE floats each). */
-MK_HOT_CLONES
-static void mix_tile_c(const struct state *s, uint64_t k0, uint64_t cnt, const float *v,
-		       const float *bt, float *o, float *sw, float *mix, float *div)
-{
-	const enum mk_gta_consensus cons = s->cfg->cons;
-
-	if (cons != MK_GTA_CONS_NONE) {
-		if (cons == MK_GTA_CONS_SUM) {
-			for (uint64_t k = k0; k < cnt; k++)
-				sw[k] = v[k];
-			for (size_t j = 1; j < s->n; j++)
-				for (uint64_t k = k0; k < cnt; k++)
-					sw[k] = sw[k] + v[j * TILE + k];
-		} else {
-			for (uint64_t k = k0; k < cnt; k++)
-				sw[k] = sgnf(v[k]);
-			for (size_t j = 1; j < s->n; j++)
-				for (uint64_t k = k0; k < cnt; k++)
-					sw[k] = sw[k] + sgnf(v[j * TILE + k]);
-		}
-		for (uint64_t k = k0; k < cnt; k++)
-			sw[k] = sw[k] >= 0 ? 1.0f : -1.0f;      /* the majority sign */
-		for (size_t j = 0; j < s->n; j++) {
-			const float *vj = v + j * TILE, wj = s->g[j].wf;
-			for (uint64_t k = k0; k < cnt; k++) {
-				float kk = sgnf(vj[k]) == sw[k] ? 1.0f : 0.0f;
-				float tm = vj[k] * kk, tw = wj * kk;
-				mix[k] = j ? mix[k] + tm : tm;
-				div[k] = j ? div[k] + tw : tw;
-			}
-		}
-		for (uint64_t k = k0; k < cnt; k++)
-			div[k] = div[k] == 0 ? 1.0f : div[k];
-	} else {
-		for (uint64_t k = k0; k < cnt; k++)
-			mix[k] = v[k];
-		for (size_t j = 1; j < s->n; j++)
-			for (uint64_t k = k0; k < cnt; k++)
-				mix[k] = mix[k] + v[j * TILE + k];
-		for (uint64_t k = k0; k < cnt; k++)
-			div[k] = s->divf;
-	}
-	if (s->normalize)
-		for (uint64_t k = k0; k < cnt; k++)
-			mix[k] = mix[k] / div[k];
-	if (s->scale_lam)
-		for (uint64_t k = k0; k < cnt; k++)
-			mix[k] = mix[k] * s->lamf;
-	for (uint64_t k = k0; k < cnt; k++)
-		o[k] = bt[k] + mix[k];
-}
-
-#if MK_GTA_X86
-/* sgnf of sixteen floats: 1, -1, or 0 (zeros and NaN). */
-__attribute__((target("avx512f"))) static inline __m512 sgn16(__m512 x)
-{
-	const __m512 zero = _mm512_setzero_ps();
-	__m512 r = _mm512_mask_mov_ps(zero, _mm512_cmp_ps_mask(x, zero, _CMP_GT_OQ), _mm512_set1_ps(1.0f));
-	return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(x, zero, _CMP_LT_OQ), _mm512_set1_ps(-1.0f));
-}
-
-/* The merge of sixteen elements' weighted deltas vv[0 .. s->n): the
- * consensus (majority sign, each delta kept where its sign is the
- * majority's, the kept weights summed, 0 made 1) or the plain sum, then
- * the normalisation and lambda; mix_tile_c's operations in its order. */
-__attribute__((target("avx512f"), always_inline)) static inline __m512 merge16(const struct state *s,
-									       const __m512 *vv)
-{
-	const enum mk_gta_consensus cons = s->cfg->cons;
-	const size_t n = s->n;
-	const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
-	__m512 m, d;
-
-	if (cons != MK_GTA_CONS_NONE) {
-		__m512 t = cons == MK_GTA_CONS_SUM ? vv[0] : sgn16(vv[0]), maj;
-		for (size_t j = 1; j < n; j++)
-			t = _mm512_add_ps(t, cons == MK_GTA_CONS_SUM ? vv[j] : sgn16(vv[j]));
-		maj = _mm512_mask_mov_ps(_mm512_set1_ps(-1.0f), _mm512_cmp_ps_mask(t, zero, _CMP_GE_OQ), one);
-		m = d = zero;
-		for (size_t j = 0; j < n; j++) {
-			__m512 kk = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(sgn16(vv[j]), maj, _CMP_EQ_OQ), one);
-			__m512 tm = _mm512_mul_ps(vv[j], kk), tw = _mm512_mul_ps(_mm512_set1_ps(s->g[j].wf), kk);
-			m = j ? _mm512_add_ps(m, tm) : tm;
-			d = j ? _mm512_add_ps(d, tw) : tw;
-		}
-		d = _mm512_mask_mov_ps(d, _mm512_cmp_ps_mask(d, zero, _CMP_EQ_OQ), one);
-	} else {
-		m = vv[0];
-		for (size_t j = 1; j < n; j++)
-			m = _mm512_add_ps(m, vv[j]);
-		d = _mm512_set1_ps(s->divf);
-	}
-	if (s->normalize)
-		m = _mm512_div_ps(m, d);
-	if (s->scale_lam)
-		m = _mm512_mul_ps(m, _mm512_set1_ps(s->lamf));
-	return m;
-}
-
-/* mix_tile_c with AVX-512 in one pass: sixteen elements through all the
- * inputs at a time, the same operations on each element in the same
- * order (so the same bits); the rest of the tile by mix_tile_c. */
-__attribute__((target("avx512f")))
-static void mix_tile_avx512(const struct state *s, uint64_t cnt, const float *v, const float *bt,
-			    float *o, float *sw, float *mix, float *div)
-{
-	const size_t n = s->n;
-	__m512 vv[n ? n : 1];
-	uint64_t k = 0;
-
-	for (; k + 16 <= cnt; k += 16) {
-		for (size_t j = 0; j < n; j++)
-			vv[j] = _mm512_loadu_ps(v + j * TILE + k);
-		_mm512_storeu_ps(o + k, _mm512_add_ps(_mm512_loadu_ps(bt + k), merge16(s, vv)));
-	}
-	if (k < cnt)
-		mix_tile_c(s, k, cnt, v, bt, o, sw, mix, div);
-}
-#endif
-
-/* The fused apply of one tile with AVX-512, for up to FUSE_MAX inputs
- * whose masks in this tile are plain: per sixteen elements, each input's
- * delta, mask, rescale and weight (tile_f32's operations, in its order)
- * in registers, then the merge of mix_tile_avx512 on them, so that the
- * tile is read once and nothing goes through memory in between.  What
- * each input's mask is for the tile: */
-#define FUSE_MAX 8
-enum fuse_kind { FU_DENSE, FU_ZERO, FU_RANGE, FU_BITS };
-struct fuse_in {
-	enum fuse_kind kind;
-	const void *x;              /* float32, or BF16 (fused_tile's B) */
-	const uint8_t *mask;        /* FU_BITS */
-	uint32_t lo, hi;            /* FU_RANGE: kept when lo <= key <= hi */
-	bool none;                  /* FU_RANGE: the range is empty */
-	bool scale;
-	float f, w;
-};
-
-/* Whether input g's mask is plain over elements e0 .. e0 + cnt (no cut
- * inside, no draw in apply), and how; false: tile_f32 takes it. */
+/* The fused apply (gta_simd.h's fused_tile, where the CPU has one) takes
+ * a tile whose every input's mask is plain: per eight or sixteen
+ * elements, each input's delta, mask, rescale and weight (tile_f32's
+ * operations, in its order) in registers, then the merge of mix_tile on
+ * them, so that the tile is read once and nothing goes through memory in
+ * between.  Whether input g's mask is plain over elements e0 .. e0 + cnt
+ * (no cut inside, no draw in apply), and how; false: tile_f32 takes it. */
 static bool fuse_of(const struct gin *g, uint64_t e0, uint64_t cnt, const void *x, struct fuse_in *fi)
 {
 	*fi = (struct fuse_in){ .x = x, .scale = g->scale, .f = g->ff, .w = g->wf };
@@ -3262,232 +2105,6 @@ static bool fuse_of(const struct gin *g, uint64_t e0, uint64_t cnt, const void *
 	return false;
 }
 
-#if MK_GTA_X86
-/* Sixteen float32 at element k of p, or (B) sixteen BF16 widened: the
- * same values. */
-__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline))
-static inline __m512 load16(const void *p, uint64_t k, __mmask16 live, const bool B)
-{
-	if (!B)
-		return _mm512_maskz_loadu_ps(live, (const float *)p + k);
-	__m256i h = _mm256_maskz_loadu_epi16(live, (const uint16_t *)p + k);
-	return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-/* K: the kind of every input, or -1 for each its own (a constant where
- * this is inlined, so that the common tiles have no switch); B: the
- * inputs are BF16. */
-__attribute__((target("avx512f,avx512bw,avx512vl"), always_inline))
-static inline void fused_tile_k(const struct state *s, const struct fuse_in *fi, uint64_t e0, uint64_t cnt,
-				const void *bt, float *o, const int K, const bool B)
-{
-	const size_t n = s->n;
-	const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
-	const __m512i absm = _mm512_set1_epi32(0x7fffffff);
-
-	for (uint64_t k = 0; k < cnt; k += 16) {
-		const __mmask16 live = cnt - k >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (cnt - k)) - 1);
-		const __m512 b = load16(bt, k, live, B);
-		__m512 vv[FUSE_MAX];
-		vv[0] = zero;
-		for (size_t j = 0; j < n; j++) {
-			const struct fuse_in *f = &fi[j];
-			__m512 dl = _mm512_sub_ps(load16(f->x, k, live, B), b), v;
-			__mmask16 keep = 0;
-			switch (K >= 0 ? (enum fuse_kind)K : f->kind) {
-			case FU_DENSE:
-				vv[j] = _mm512_mul_ps(dl, _mm512_set1_ps(f->w));
-				continue;
-			case FU_ZERO:
-				vv[j] = _mm512_mul_ps(zero, _mm512_set1_ps(f->w));
-				continue;
-			case FU_RANGE:
-				if (!f->none) {
-					__m512i key = _mm512_and_si512(_mm512_castps_si512(dl), absm);
-					keep = _mm512_cmpge_epu32_mask(key, _mm512_set1_epi32((int)f->lo)) &
-					       _mm512_cmple_epu32_mask(key, _mm512_set1_epi32((int)f->hi));
-				}
-				break;
-			case FU_BITS: {
-				uint64_t e = e0 + k;
-				uint32_t w32;
-				memcpy(&w32, f->mask + (e >> 3), sizeof(w32));
-				keep = (__mmask16)(w32 >> (e & 7));
-				break;
-			}
-			}
-			v = _mm512_mul_ps(dl, _mm512_maskz_mov_ps(keep, one));
-			if (f->scale)
-				v = _mm512_mul_ps(v, _mm512_set1_ps(f->f));
-			vv[j] = _mm512_mul_ps(v, _mm512_set1_ps(f->w));
-		}
-		_mm512_mask_storeu_ps(o + k, live, _mm512_add_ps(b, merge16(s, vv)));
-	}
-}
-
-__attribute__((target("avx512f,avx512bw,avx512vl")))
-static void fused_tile_avx512(const struct state *s, const struct fuse_in *fi, uint64_t e0, uint64_t cnt,
-			      const void *bt, float *o, bool bf16)
-{
-	int k = (int)fi[0].kind;
-
-	for (size_t j = 1; j < s->n; j++)
-		if ((int)fi[j].kind != k)
-			k = -1;
-	if (bf16) {
-		switch (k) {
-		case FU_DENSE: fused_tile_k(s, fi, e0, cnt, bt, o, FU_DENSE, true); break;
-		case FU_RANGE: fused_tile_k(s, fi, e0, cnt, bt, o, FU_RANGE, true); break;
-		case FU_BITS: fused_tile_k(s, fi, e0, cnt, bt, o, FU_BITS, true); break;
-		default: fused_tile_k(s, fi, e0, cnt, bt, o, -1, true); break;
-		}
-		return;
-	}
-	switch (k) {
-	case FU_DENSE: fused_tile_k(s, fi, e0, cnt, bt, o, FU_DENSE, false); break;
-	case FU_RANGE: fused_tile_k(s, fi, e0, cnt, bt, o, FU_RANGE, false); break;
-	case FU_BITS: fused_tile_k(s, fi, e0, cnt, bt, o, FU_BITS, false); break;
-	default: fused_tile_k(s, fi, e0, cnt, bt, o, -1, false); break;
-	}
-}
-#endif
-
-#if MK_GTA_X86
-/* The same with AVX2, eight elements at a time (sgn16, merge16, load16,
- * fused_tile_k's operations in their order: the same bits), the masks
- * as lanes of all ones or zeros. */
-__attribute__((target("avx2"), always_inline)) static inline __m256 sgn8(__m256 x)
-{
-	const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
-	__m256 r = _mm256_and_ps(_mm256_cmp_ps(x, zero, _CMP_GT_OQ), one);
-	return _mm256_blendv_ps(r, _mm256_set1_ps(-1.0f), _mm256_cmp_ps(x, zero, _CMP_LT_OQ));
-}
-
-__attribute__((target("avx2"), always_inline)) static inline __m256 merge8(const struct state *s,
-									   const __m256 *vv, const size_t n)
-{
-	const enum mk_gta_consensus cons = s->cfg->cons;
-	const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f);
-	__m256 m, d;
-
-	if (cons != MK_GTA_CONS_NONE) {
-		__m256 t = cons == MK_GTA_CONS_SUM ? vv[0] : sgn8(vv[0]), maj;
-		for (size_t j = 1; j < n; j++)
-			t = _mm256_add_ps(t, cons == MK_GTA_CONS_SUM ? vv[j] : sgn8(vv[j]));
-		maj = _mm256_blendv_ps(_mm256_set1_ps(-1.0f), one, _mm256_cmp_ps(t, zero, _CMP_GE_OQ));
-		m = d = zero;
-		for (size_t j = 0; j < n; j++) {
-			__m256 kk = _mm256_and_ps(_mm256_cmp_ps(sgn8(vv[j]), maj, _CMP_EQ_OQ), one);
-			__m256 tm = _mm256_mul_ps(vv[j], kk), tw = _mm256_mul_ps(_mm256_set1_ps(s->g[j].wf), kk);
-			m = j ? _mm256_add_ps(m, tm) : tm;
-			d = j ? _mm256_add_ps(d, tw) : tw;
-		}
-		d = _mm256_blendv_ps(d, one, _mm256_cmp_ps(d, zero, _CMP_EQ_OQ));
-	} else {
-		m = vv[0];
-		for (size_t j = 1; j < n; j++)
-			m = _mm256_add_ps(m, vv[j]);
-		d = _mm256_set1_ps(s->divf);
-	}
-	if (s->normalize)
-		m = _mm256_div_ps(m, d);
-	if (s->scale_lam)
-		m = _mm256_mul_ps(m, _mm256_set1_ps(s->lamf));
-	return m;
-}
-
-__attribute__((target("avx2"), always_inline))
-static inline __m256 load8(const void *p, uint64_t k, const bool B)
-{
-	if (!B)
-		return _mm256_loadu_ps((const float *)p + k);
-	__m128i h = _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)p + k));
-	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-/* cnt a multiple of 8; N: s->n where it is a constant (2, the common
- * case: unrolled, the deltas kept in registers), else 0. */
-__attribute__((target("avx2"), always_inline))
-static inline void fused_tile8_k(const struct state *s, const struct fuse_in *fi, uint64_t e0, uint64_t cnt,
-				 const void *bt, float *o, const int K, const bool B, const size_t N)
-{
-	const size_t n = N ? N : s->n;
-	const __m256 zero = _mm256_setzero_ps();
-	const __m256i absm = _mm256_set1_epi32(0x7fffffff);
-
-	for (uint64_t k = 0; k < cnt; k += 8) {
-		const __m256 b = load8(bt, k, B);
-		__m256 vv[FUSE_MAX];
-		vv[0] = zero;
-		for (size_t j = 0; j < n; j++) {
-			const struct fuse_in *f = &fi[j];
-			__m256 dl = _mm256_sub_ps(load8(f->x, k, B), b), keep = zero, v;
-			switch (K >= 0 ? (enum fuse_kind)K : f->kind) {
-			case FU_DENSE:
-				vv[j] = _mm256_mul_ps(dl, _mm256_set1_ps(f->w));
-				continue;
-			case FU_ZERO:
-				vv[j] = _mm256_mul_ps(zero, _mm256_set1_ps(f->w));
-				continue;
-			case FU_RANGE:
-				if (!f->none) {
-					__m256i key = _mm256_and_si256(_mm256_castps_si256(dl), absm);
-					__m256i ge = _mm256_cmpeq_epi32(_mm256_max_epu32(key, _mm256_set1_epi32((int)f->lo)), key);
-					__m256i le = _mm256_cmpeq_epi32(_mm256_min_epu32(key, _mm256_set1_epi32((int)f->hi)), key);
-					keep = _mm256_and_ps(_mm256_castsi256_ps(_mm256_and_si256(ge, le)), _mm256_set1_ps(1.0f));
-				}
-				break;
-			case FU_BITS: {
-				uint64_t e = e0 + k;
-				uint16_t w16;
-				memcpy(&w16, f->mask + (e >> 3), sizeof(w16));
-				keep = _mm256_loadu_ps(byte_f32[(uint8_t)(w16 >> (e & 7))]);
-				break;
-			}
-			}
-			v = _mm256_mul_ps(dl, keep);
-			if (f->scale)
-				v = _mm256_mul_ps(v, _mm256_set1_ps(f->f));
-			vv[j] = _mm256_mul_ps(v, _mm256_set1_ps(f->w));
-		}
-		_mm256_storeu_ps(o + k, _mm256_add_ps(b, merge8(s, vv, n)));
-	}
-}
-
-/* fused_tile_avx512's work with AVX2 on the first cnt & ~7 elements;
- * returns how many it did. */
-__attribute__((target("avx2")))
-static uint64_t fused_tile_avx2(const struct state *s, const struct fuse_in *fi, uint64_t e0, uint64_t cnt,
-				const void *bt, float *o, bool bf16)
-{
-	int k = (int)fi[0].kind;
-
-	cnt &= ~(uint64_t)7;
-	for (size_t j = 1; j < s->n; j++)
-		if ((int)fi[j].kind != k)
-			k = -1;
-#define FUSED8(K, B)                                                      \
-	(s->n == 2 ? fused_tile8_k(s, fi, e0, cnt, bt, o, K, B, 2) : fused_tile8_k(s, fi, e0, cnt, bt, o, K, B, 0))
-	if (bf16) {
-		switch (k) {
-		case FU_DENSE: FUSED8(FU_DENSE, true); break;
-		case FU_RANGE: FUSED8(FU_RANGE, true); break;
-		case FU_BITS: FUSED8(FU_BITS, true); break;
-		default: fused_tile8_k(s, fi, e0, cnt, bt, o, -1, true, 0); break;
-		}
-		return cnt;
-	}
-	switch (k) {
-	case FU_DENSE: FUSED8(FU_DENSE, false); break;
-	case FU_RANGE: FUSED8(FU_RANGE, false); break;
-	case FU_BITS: FUSED8(FU_BITS, false); break;
-	default: fused_tile8_k(s, fi, e0, cnt, bt, o, -1, false, 0); break;
-	}
-#undef FUSED8
-	return cnt;
-}
-#endif
-
 /* Elements [t0, t0 + cnt) of a chunk's input p as float32: where they
  * are, or (bf16) widened into w. */
 static const float *tile_in(const void *p, bool bf16, uint64_t t0, uint64_t cnt, float *w)
@@ -3502,45 +2119,31 @@ static const float *tile_in(const void *p, bool bf16, uint64_t t0, uint64_t cnt,
 static void apply_f32(const struct state *s, const struct mk_job_chunk *c, const void *b,
 		      float *o, float *v)
 {
-	float *sw = v + s->n * TILE, *mix = sw + TILE, *div = mix + TILE, *wide = div + TILE;
+	float *sw = v + s->n * TILE, *wide = sw + 3 * TILE;
 	const size_t es = c->bf16 ? 2 : 4;
 
 	for (uint64_t t = 0; t < c->count; t += TILE) {
 		uint64_t t0 = t, cnt = c->count - t < TILE ? c->count - t : TILE;
-#if MK_GTA_X86
-		bool wide512 = have_avx512 && (!c->bf16 || have_avx512bw);
-		if ((wide512 || have_avx2) && s->n <= FUSE_MAX) {
+		if (mk_gta_simd.fused_tile && s->n <= FUSE_MAX) {
 			struct fuse_in fi[FUSE_MAX];
 			bool fuse = true;
 			for (size_t j = 0; j < s->n && fuse; j++)
 				fuse = fuse_of(&s->g[j], c->elem_begin + t0, cnt,
 					       (const char *)c->in[s->g[j].idx] + t0 * es, &fi[j]);
-			if (fuse && wide512) {
-				fused_tile_avx512(s, fi, c->elem_begin + t0, cnt, (const char *)b + t0 * es, o + t0,
-						  c->bf16);
-				continue;
-			}
 			if (fuse) {
-				/* AVX2 to the last multiple of 8; the rest below */
-				uint64_t done = fused_tile_avx2(s, fi, c->elem_begin + t0, cnt,
-								(const char *)b + t0 * es, o + t0, c->bf16);
+				/* (AVX2: to the last multiple of 8; the rest below) */
+				uint64_t done = mk_gta_simd.fused_tile(&s->mix, fi, c->elem_begin + t0, cnt,
+								       (const char *)b + t0 * es, o + t0, c->bf16);
 				t0 += done, cnt -= done;
 				if (!cnt)
 					continue;
 			}
 		}
-#endif
 		const float *bt = tile_in(b, c->bf16, t0, cnt, wide + s->n * TILE);
 		for (size_t j = 0; j < s->n; j++)
 			tile_f32(s, &s->g[j], c->elem_begin + t0, cnt,
 				 tile_in(c->in[s->g[j].idx], c->bf16, t0, cnt, wide + j * TILE), bt, v + j * TILE);
-#if MK_GTA_X86
-		if (have_avx512) {
-			mix_tile_avx512(s, cnt, v, bt, o + t0, sw, mix, div);
-			continue;
-		}
-#endif
-		mix_tile_c(s, 0, cnt, v, bt, o + t0, sw, mix, div);
+		mk_gta_simd.mix_tile(&s->mix, cnt, v, bt, o + t0, sw);
 	}
 }
 
