@@ -119,8 +119,7 @@ struct mk_gta_simd {
 	 * the row's first half, then c1[x] of its second) into c0 and c1;
 	 * returns the most elements a class of nonzero lower halves (x odd)
 	 * holds.  nc a multiple of 16.  class_starts16: on 16-bit counts (a
-	 * row of at most 65535 elements), which may be read one word past
-	 * c0 and c1's ends. */
+	 * row of at most 65535 elements). */
 	uint32_t (*class_starts)(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t nc);
 	uint32_t (*class_starts16)(uint16_t *restrict c0, uint16_t *restrict c1, uint32_t nc);
 	/* rank[j] += start[bix[j]], 16-bit starts (start may be read one word
