@@ -1,6 +1,7 @@
-/* gta.h - internals of the generalized task arithmetic family (gta.c),
- * exposed for the unit tests.  Internal to src/methods: what a device
- * computes for these methods is their device hook's (mk/device.h). */
+/* gta.h - internals of the generalized task arithmetic family (gta.c
+ * and the gta_*.c beside it), exposed for the unit tests.  Internal to
+ * src/methods: what a device computes for these methods is their device
+ * hook's (mk/device.h). */
 #ifndef MK_METHODS_GTA_H
 #define MK_METHODS_GTA_H
 
@@ -23,7 +24,7 @@ double mk_gta_della_prob_f64(uint64_t rank0, uint64_t len, double density, doubl
 
 /* The hand-vectorised paths that may run, where the CPU has them: up to
  * AVX-512 (the default), up to AVX2, or none (the portable C
- * everywhere), for the tests that compare them.  Returns the previous
+ * everywhere), for the tests that compare them (gta_simd.h's table).  Returns the previous
  * limit.  Not thread-safe: set it while no job runs. */
 enum { MK_GTA_SIMD_C, MK_GTA_SIMD_AVX2, MK_GTA_SIMD_AVX512 };
 int mk_gta_simd_limit(int top);
