@@ -58,9 +58,9 @@ void cli_common_option(int c, const char *arg, int *want_progress, void (*usage)
 		if (mk_plugin_load(arg, &err))
 			cli_fail(&err);
 		return;
-	case 'h': usage(); break;
-	case 'V': cli_version();
 	case CLI_STAGE_FED: cli_fed_by_stage = true; return;
+	case 'h': usage(); break; /* exits */
+	case 'V': cli_version();
 	}
 	cli_usage_hint();
 }
