@@ -45,6 +45,37 @@ void cli_init(const char *prog)
 	mallopt(M_TRIM_THRESHOLD, 128 << 20);
 }
 
+void cli_common_option(int c, const char *arg, int *want_progress, void (*usage)(void))
+{
+	struct mk_err err = { 0 };
+
+	switch (c) {
+	case 'v': cli_verbose++; return;
+	case 'q': cli_verbose--; return;
+	case CLI_PROGRESS: *want_progress = 1; return;
+	case CLI_NO_PROGRESS: *want_progress = 0; return;
+	case 'P':
+		if (mk_plugin_load(arg, &err))
+			cli_fail(&err);
+		return;
+	case CLI_STAGE_FED: cli_fed_by_stage = true; return;
+	case 'h': usage(); break; /* exits */
+	case 'V': cli_version();
+	}
+	cli_usage_hint();
+}
+
+int cli_compress_level(const char *arg)
+{
+	uint64_t v;
+
+	if (!arg)
+		return 3;
+	if (mk_size_parse(arg, &v) || v < 1 || v > 19)
+		cli_usage_error("--compress: level must be 1..19, not '%s'", arg);
+	return (int)v;
+}
+
 void cli_message(const char *kind, const char *msg)
 {
 	/* a message names tensors, paths and files, which may hold control
@@ -139,6 +170,54 @@ void cli_check_binary_in(int fd, bool force)
 		fprintf(stderr, "%s: error: refusing to read a binary stream from a terminal; "
 				"pipe mk-fetch (or mk-merge) into it, or give a file\n", cli_prog);
 		exit(EXIT_USAGE);
+	}
+}
+
+static int open_or_fail(const char *path, int flags)
+{
+	int fd = open(path, flags | O_CLOEXEC, 0644);
+	struct mk_err err;
+
+	if (fd < 0) {
+		mk_err_sys(&err, errno, "%s", path);
+		cli_fail(&err);
+	}
+	return fd;
+}
+
+int cli_open_read(const char *path)
+{
+	return open_or_fail(path, O_RDONLY);
+}
+
+int cli_open_write(const char *path)
+{
+	return open_or_fail(path, O_WRONLY | O_CREAT | O_TRUNC);
+}
+
+int cli_open_input(const char *path)
+{
+	if (strcmp(path, "-"))
+		return cli_open_read(path);
+	cli_check_binary_in(0, false);
+	return 0;
+}
+
+int cli_open_output(const char *path, bool force)
+{
+	if (strcmp(path, "-"))
+		return cli_open_write(path);
+	cli_check_binary_out(1, force);
+	return 1;
+}
+
+void cli_close_output(int fd, const char *path)
+{
+	struct mk_err err;
+
+	if (fd != 1 && close(fd) < 0) {
+		mk_err_sys(&err, errno, "%s", path);
+		cli_fail(&err);
 	}
 }
 

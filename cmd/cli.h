@@ -22,6 +22,26 @@ extern bool cli_fed_by_stage;
 #define CLI_STAGE_FED 0x5fed
 #define CLI_STAGE_FED_OPTION { MK_STAGE_FED_OPTION + 2, 0, 0, CLI_STAGE_FED }   /* 0 quiet, 1 errors, 2 warnings (default), 3 info, 4 debug */
 
+/* The options most mk-* programs share, in their getopt_long tables:
+ * CLI_PLUGIN_OPTION (--plugin FILE.so), CLI_PROGRESS_OPTIONS (--progress,
+ * --no-progress) and, at the end, CLI_COMMON_OPTIONS (-v, -q, -h, -V).
+ * The option switch ends in `default: cli_common_option(c, optarg,
+ * &want_progress, usage);`, which acts on them: -v and -q step
+ * cli_verbose, --progress and --no-progress set *want_progress to 1 or 0
+ * (want_progress NULL: the table has no CLI_PROGRESS_OPTIONS), --plugin
+ * loads a plugin (failing on error), -h calls usage, -V prints the version,
+ * CLI_STAGE_FED sets cli_fed_by_stage; anything else is a bad option
+ * (cli_usage_hint). */
+enum { CLI_PROGRESS = 0x5f01, CLI_NO_PROGRESS };
+#define CLI_PLUGIN_OPTION { "plugin", 1, 0, 'P' }
+#define CLI_PROGRESS_OPTIONS { "progress", 0, 0, CLI_PROGRESS }, { "no-progress", 0, 0, CLI_NO_PROGRESS }
+#define CLI_COMMON_OPTIONS \
+	{ "verbose", 0, 0, 'v' }, { "quiet", 0, 0, 'q' }, { "help", 0, 0, 'h' }, { "version", 0, 0, 'V' }
+void cli_common_option(int c, const char *arg, int *want_progress, void (*usage)(void));
+/* The zstd level of -z[LEVEL], --compress[=LEVEL] (arg NULL: 3); a usage
+ * error outside 1..19. */
+int cli_compress_level(const char *arg);
+
 void cli_init(const char *prog);
 /* "prog: KIND: msg" on stderr (KIND NULL: "prog: msg"), the message's
  * control characters and bytes that are not UTF-8 escaped (mk_text_escape). */
@@ -44,6 +64,20 @@ void cli_check_binary_in(int fd, bool force);
  * reached through a symlink is emptied (the link stays); a device, pipe
  * or socket (-o /dev/null, a FIFO) is left alone. */
 void cli_discard_output(int fd, const char *path);
+/* The file of -i FILE (cli_open_read) or -o FILE (cli_open_write: created
+ * or truncated, mode 0644), opened close-on-exec; fails ("prog: error:
+ * FILE: reason") when it cannot be. */
+int cli_open_read(const char *path);
+int cli_open_write(const char *path);
+/* A binary stream's -i FILE: the file, or for "-" standard input (0),
+ * refused when it is a terminal (cli_check_binary_in). */
+int cli_open_input(const char *path);
+/* A binary stream's -o FILE: the file, or for "-" standard output (1),
+ * refused when it is a terminal unless force (cli_check_binary_out). */
+int cli_open_output(const char *path, bool force);
+/* Close fd, opened on -o path (standard output, 1, stays open), failing
+ * on an error. */
+void cli_close_output(int fd, const char *path);
 /* Read a configuration (mk-plan, mk-yaml): the file `path`, a pipe
  * (mk-plan <(...)) to its end, or "-" standard input; fails on error.
  * Returns the label for its messages ("stdin" for "-"). */

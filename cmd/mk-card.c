@@ -31,7 +31,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
-		{ "plugin", required_argument, NULL, 'P' },
+		CLI_PLUGIN_OPTION,
 		{ "name", 1, 0, 'n' }, { "help", 0, 0, 'h' }, { "version", 0, 0, 'V' }, { 0 },
 	};
 	const char *name = NULL, *label;
@@ -48,13 +48,7 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "hV", lo, NULL)) != -1) {
 		switch (c) {
 		case 'n': name = optarg; break;
-		case 'P':
-			if (mk_plugin_load(optarg, &err))
-				cli_fail(&err);
-			break;
-		case 'h': usage(); break;
-		case 'V': cli_version(); break;
-		default: cli_usage_hint();
+		default: cli_common_option(c, optarg, NULL, usage);
 		}
 	}
 	if (optind + 1 != argc)

@@ -1,6 +1,4 @@
 /* mk-cat - show an mk stream's frames readably, or verify it. */
-#include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,7 +67,7 @@ int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "verify", no_argument, NULL, 'c' },
-		{ "plugin", required_argument, NULL, 'P' },
+		CLI_PLUGIN_OPTION,
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
@@ -90,29 +88,15 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "vhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'c': verify = true; break;
-		case 'P':
-			if (mk_plugin_load(optarg, &err))
-				cli_fail(&err);
-			break;
-		case 'v': verbose++; break;
-		case 'h': usage(); break;
-		case 'V': cli_version(); break;
-		default: cli_usage_hint();
+		case 'v': verbose++; break; /* more output, not more messages */
+		default: cli_common_option(c, optarg, NULL, usage);
 		}
 	}
 	if (argc - optind > 1)
 		cli_usage_error("too many arguments");
 	if (optind < argc)
 		input = argv[optind];
-	if (strcmp(input, "-")) {
-		fd = open(input, O_RDONLY | O_CLOEXEC);
-		if (fd < 0) {
-			mk_err_sys(&err, errno, "%s", input);
-			cli_fail(&err);
-		}
-	} else {
-		cli_check_binary_in(0, false);
-	}
+	fd = cli_open_input(input);
 	if (verify) {
 		struct mk_verify_summary sum;
 		if (mk_stream_verify(fd, fd ? input : "stdin", &sum, &err))

@@ -1,6 +1,4 @@
 /* mk-fetch - read model checkpoints and emit an mk stream. */
-#include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +55,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total)
 
 int main(int argc, char **argv)
 {
-	enum { O_CHUNK = 256, O_QD, O_IO, O_PROGRESS, O_NO_PROGRESS, O_MEM, O_SKIP, O_REMOTE, O_NOCACHE, O_NOSPLICE };
+	enum { O_CHUNK = 256, O_QD, O_IO, O_MEM, O_SKIP, O_REMOTE, O_NOCACHE, O_NOSPLICE };
 	static const struct option longopts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "input", required_argument, NULL, 'i' },
@@ -72,12 +70,8 @@ int main(int argc, char **argv)
 		{ "no-splice", no_argument, NULL, O_NOSPLICE },
 		{ "skip-done", required_argument, NULL, O_SKIP },
 		{ "force", no_argument, NULL, 'f' },
-		{ "progress", no_argument, NULL, O_PROGRESS },
-		{ "no-progress", no_argument, NULL, O_NO_PROGRESS },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
+		CLI_PROGRESS_OPTIONS,
+		CLI_COMMON_OPTIONS,
 		CLI_STAGE_FED_OPTION,
 		{ 0 },
 	};
@@ -102,13 +96,7 @@ int main(int argc, char **argv)
 		}
 		case 'o': output = optarg; break;
 		case 'i': input = optarg; break;
-		case 'z':
-			o.compress_level = 3;
-			if (optarg && (mk_size_parse(optarg, &v) || v < 1 || v > 19))
-				cli_usage_error("--compress: level must be 1..19, not '%s'", optarg);
-			if (optarg)
-				o.compress_level = (int)v;
-			break;
+		case 'z': o.compress_level = cli_compress_level(optarg); break;
 		case O_CHUNK:
 			if (mk_size_parse(optarg, &v) || v < 1024 || v > (1u << 30))
 				cli_usage_error("--chunk-size: expected a size from 1KiB to 1GiB, not '%s'", optarg);
@@ -137,14 +125,7 @@ int main(int argc, char **argv)
 			o.skip_done = optarg;
 			break;
 		case 'f': force = true; break;
-		case O_PROGRESS: want_progress = 1; break;
-		case O_NO_PROGRESS: want_progress = 0; break;
-		case 'v': cli_verbose++; break;
-		case 'q': cli_verbose--; break;
-		case 'h': usage(); break;
-		case 'V': cli_version(); break;
-		case CLI_STAGE_FED: cli_fed_by_stage = true; break;
-		default: cli_usage_hint();
+		default: cli_common_option(c, optarg, &want_progress, usage);
 		}
 	}
 	if (optind < argc)
@@ -155,25 +136,12 @@ int main(int argc, char **argv)
 		cli_usage_error("--model (copy mode) and --input (plan mode) do not go together");
 	int in_fd = 0;
 	if (!o.nmodels) {
-		if (input && strcmp(input, "-")) {
-			in_fd = open(input, O_RDONLY | O_CLOEXEC);
-			if (in_fd < 0) {
-				mk_err_sys(&err, errno, "%s", input);
-				cli_fail(&err);
-			}
-		} else if (isatty(0)) {
+		if (input && strcmp(input, "-"))
+			in_fd = cli_open_read(input);
+		else if (isatty(0))
 			cli_usage_error("no --model given and standard input is a terminal (pipe a plan from mk-plan)");
-		}
 	}
-	if (strcmp(output, "-")) {
-		fd = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (fd < 0) {
-			mk_err_sys(&err, errno, "%s", output);
-			cli_fail(&err);
-		}
-	} else {
-		cli_check_binary_out(1, force);
-	}
+	fd = cli_open_output(output, force);
 	o.models = models;
 	cli_hub_progress(-1);
 	if (cli_progress_enabled(want_progress ? 1 : 0))
@@ -186,10 +154,7 @@ int main(int argc, char **argv)
 		cli_fail(&err);
 	}
 	cli_progress_end();
-	if (fd != 1 && close(fd) < 0) {
-		mk_err_sys(&err, errno, "%s", output);
-		cli_fail(&err);
-	}
+	cli_close_output(fd, output);
 	if (st.note[0])
 		cli_info(3, "%s", st.note);
 	if (st.skipped)

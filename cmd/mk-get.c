@@ -35,16 +35,12 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-	enum { O_HEADERS = 256, O_CACHE, O_PROGRESS, O_NOPROGRESS };
+	enum { O_HEADERS = 256, O_CACHE };
 	static const struct option lo[] = {
 		{ "headers-only", no_argument, NULL, O_HEADERS },
 		{ "cache-dir", required_argument, NULL, O_CACHE },
-		{ "progress", no_argument, NULL, O_PROGRESS },
-		{ "no-progress", no_argument, NULL, O_NOPROGRESS },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
+		CLI_PROGRESS_OPTIONS,
+		CLI_COMMON_OPTIONS,
 		{ 0 },
 	};
 	struct mk_model_open_opts o = { .weights = MK_MODEL_DOWNLOAD, .refresh = true };
@@ -60,13 +56,7 @@ int main(int argc, char **argv)
 			if (setenv("HF_HUB_CACHE", optarg, 1))
 				cli_fail_oom();
 			break;
-		case O_PROGRESS: want = 1; break;
-		case O_NOPROGRESS: want = 0; break;
-		case 'v': cli_verbose++; break;
-		case 'q': cli_verbose--; break;
-		case 'h': usage(); break;
-		case 'V': cli_version(); break;
-		default: cli_usage_hint();
+		default: cli_common_option(c, optarg, &want, usage);
 		}
 	}
 	if (optind >= argc)

@@ -1,6 +1,4 @@
 /* mk-merge - run each job's merge method over its input chunks. */
-#include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,9 +101,9 @@ static void warn(void *ctx, const char *msg)
 
 int main(int argc, char **argv)
 {
-	enum { O_LIST = 256, O_CUDA, O_PROGRESS, O_NO_PROGRESS, O_MEM, O_SPILL, O_STRICT };
+	enum { O_LIST = 256, O_CUDA, O_MEM, O_SPILL, O_STRICT };
 	static const struct option longopts[] = {
-		{ "plugin", required_argument, NULL, 'P' },
+		CLI_PLUGIN_OPTION,
 		{ "input", required_argument, NULL, 'i' },
 		{ "output", required_argument, NULL, 'o' },
 		{ "compress", optional_argument, NULL, 'z' },
@@ -116,12 +114,8 @@ int main(int argc, char **argv)
 		{ "strict", no_argument, NULL, O_STRICT },
 		{ "jobs", required_argument, NULL, 'j' },
 		{ "force", no_argument, NULL, 'f' },
-		{ "progress", no_argument, NULL, O_PROGRESS },
-		{ "no-progress", no_argument, NULL, O_NO_PROGRESS },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
+		CLI_PROGRESS_OPTIONS,
+		CLI_COMMON_OPTIONS,
 		CLI_STAGE_FED_OPTION,
 		{ 0 },
 	};
@@ -141,13 +135,7 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'i': input = optarg; break;
 		case 'o': output = optarg; break;
-		case 'z':
-			o.compress_level = 3;
-			if (optarg && (mk_size_parse(optarg, &v) || v < 1 || v > 19))
-				cli_usage_error("--compress: level must be 1..19, not '%s'", optarg);
-			if (optarg)
-				o.compress_level = (int)v;
-			break;
+		case 'z': o.compress_level = cli_compress_level(optarg); break;
 		case O_LIST: list_methods(); break;
 		case O_CUDA: cuda = true; break;
 		case O_MEM:
@@ -163,18 +151,7 @@ int main(int argc, char **argv)
 			o.threads = (unsigned)v;
 			break;
 		case 'f': force = true; break;
-		case O_PROGRESS: want_progress = 1; break;
-		case O_NO_PROGRESS: want_progress = 0; break;
-		case 'v': cli_verbose++; break;
-		case 'q': cli_verbose--; break;
-		case 'P':
-			if (mk_plugin_load(optarg, &err))
-				cli_fail(&err);
-			break;
-		case 'h': usage(); break;
-		case 'V': cli_version(); break;
-		case CLI_STAGE_FED: cli_fed_by_stage = true; break;
-		default: cli_usage_hint();
+		default: cli_common_option(c, optarg, &want_progress, usage);
 		}
 	}
 	if (optind < argc)
@@ -193,24 +170,8 @@ int main(int argc, char **argv)
 		}
 		o.cuda = cx;
 	}
-	if (strcmp(input, "-")) {
-		in_fd = open(input, O_RDONLY | O_CLOEXEC);
-		if (in_fd < 0) {
-			mk_err_sys(&err, errno, "%s", input);
-			cli_fail(&err);
-		}
-	} else {
-		cli_check_binary_in(0, false);
-	}
-	if (strcmp(output, "-")) {
-		out_fd = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-		if (out_fd < 0) {
-			mk_err_sys(&err, errno, "%s", output);
-			cli_fail(&err);
-		}
-	} else {
-		cli_check_binary_out(1, force);
-	}
+	in_fd = cli_open_input(input);
+	out_fd = cli_open_output(output, force);
 	if (cli_progress_enabled(want_progress ? 1 : 0))
 		o.progress = on_progress;
 	if (mk_merge_run(&o, mk_io_fd(in_fd), in_fd ? input : "stdin", mk_io_fd(out_fd), &st, &err)) {
@@ -219,10 +180,7 @@ int main(int argc, char **argv)
 		cli_fail(&err);
 	}
 	cli_progress_end();
-	if (out_fd != 1 && close(out_fd) < 0) {
-		mk_err_sys(&err, errno, "%s", output);
-		cli_fail(&err);
-	}
+	cli_close_output(out_fd, output);
 	cli_info(3, "%llu jobs (%llu byte copies, %llu statistics passes added), %llu chunks in, %llu out, %llu bytes out",
 		 (unsigned long long)st.jobs, (unsigned long long)st.byte_copies, (unsigned long long)st.passes_added,
 		 (unsigned long long)st.chunks_in,

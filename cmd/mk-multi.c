@@ -113,9 +113,7 @@ int main(int argc, char **argv)
 		case O_NOLAZY: lazy = false; break;
 		case O_ORDER: print_order = true; break;
 		case O_NOINTER: stream = true; break;
-		case 'h': usage(); break;
-		case 'V': cli_version(); break;
-		default: cli_usage_hint();
+		default: cli_common_option(c, optarg, NULL, usage);
 		}
 	}
 	if (argc - optind != 1)

@@ -1,6 +1,4 @@
 /* mk-pack - write an mk stream of tensors as a sharded safetensors model. */
-#include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -52,7 +50,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, siz
 
 int main(int argc, char **argv)
 {
-	enum { O_SHARD = 256, O_FORCE, O_KEEP, O_RESUME, O_PROGRESS, O_NO_PROGRESS, O_MEM, O_NOSPLICE, O_BUFFERED };
+	enum { O_SHARD = 256, O_FORCE, O_KEEP, O_RESUME, O_MEM, O_NOSPLICE, O_BUFFERED };
 	static const struct option longopts[] = {
 		{ "input", required_argument, NULL, 'i' },
 		{ "out-shard-size", required_argument, NULL, O_SHARD },
@@ -62,12 +60,8 @@ int main(int argc, char **argv)
 		{ "resume", no_argument, NULL, O_RESUME },
 		{ "no-splice", no_argument, NULL, O_NOSPLICE },
 		{ "buffered", no_argument, NULL, O_BUFFERED },
-		{ "progress", no_argument, NULL, O_PROGRESS },
-		{ "no-progress", no_argument, NULL, O_NO_PROGRESS },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
+		CLI_PROGRESS_OPTIONS,
+		CLI_COMMON_OPTIONS,
 		CLI_STAGE_FED_OPTION,
 		{ 0 },
 	};
@@ -96,14 +90,7 @@ int main(int argc, char **argv)
 		case O_RESUME: o.resume = true; break;
 		case O_NOSPLICE: o.no_splice = true; break;
 		case O_BUFFERED: o.buffered = true; break;
-		case O_PROGRESS: want_progress = 1; break;
-		case O_NO_PROGRESS: want_progress = 0; break;
-		case 'v': cli_verbose++; break;
-		case 'q': cli_verbose--; break;
-		case 'h': usage(); break;
-		case 'V': cli_version(); break;
-		case CLI_STAGE_FED: cli_fed_by_stage = true; break;
-		default: cli_usage_hint();
+		default: cli_common_option(c, optarg, &want_progress, usage);
 		}
 	}
 	if (optind + 1 != argc)
@@ -114,15 +101,7 @@ int main(int argc, char **argv)
 	/* refuse early, before the producer has done any work */
 	if (mk_pack_check_out(&o, &err))
 		cli_fail(&err);
-	if (strcmp(input, "-")) {
-		fd = open(input, O_RDONLY | O_CLOEXEC);
-		if (fd < 0) {
-			mk_err_sys(&err, errno, "%s", input);
-			cli_fail(&err);
-		}
-	} else {
-		cli_check_binary_in(0, false);
-	}
+	fd = cli_open_input(input);
 	if (cli_progress_enabled(want_progress))
 		o.progress = on_progress;
 	if (mk_pack_run(&o, mk_io_fd(fd), strcmp(input, "-") ? input : "stdin", &st, &err))

@@ -1,6 +1,4 @@
 /* mk-plan - turn a mergekit YAML configuration into a plan stream. */
-#include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +55,7 @@ int main(int argc, char **argv)
 {
 	enum { O_EXPLAIN = 256, O_NAME, O_CRIMES, O_COPY_TOK, O_NO_COPY_TOK, O_CARD, O_NO_CARD, O_SEED, O_MEM, O_SPILL, O_LORA_DT, O_RAW, O_INTER, O_UNION };
 	static const struct option longopts[] = {
-		{ "plugin", required_argument, NULL, 'P' },
+		CLI_PLUGIN_OPTION,
 		{ "output", required_argument, NULL, 'o' },
 		{ "explain", no_argument, NULL, O_EXPLAIN },
 		{ "state-dicts", no_argument, NULL, O_RAW },
@@ -74,10 +72,7 @@ int main(int argc, char **argv)
 		{ "spill", no_argument, NULL, O_SPILL },
 		{ "lora-merge-dtype", required_argument, NULL, O_LORA_DT },
 		{ "force", no_argument, NULL, 'f' },
-		{ "verbose", no_argument, NULL, 'v' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
-		{ "version", no_argument, NULL, 'V' },
+		CLI_COMMON_OPTIONS,
 		{ 0 },
 	};
 	struct mk_plan_opts o = { .copy_tokenizer = true, .write_card = true };
@@ -130,15 +125,7 @@ int main(int argc, char **argv)
 				cli_usage_error("--max-memory: expected a size like 8G or 512MiB, not '%s'", optarg);
 			break;
 		case 'f': force = true; break;
-		case 'v': cli_verbose++; break;
-		case 'q': cli_verbose--; break;
-		case 'P':
-			if (mk_plugin_load(optarg, &err))
-				cli_fail(&err);
-			break;
-		case 'h': usage(); break;
-		case 'V': cli_version(); break;
-		default: cli_usage_hint();
+		default: cli_common_option(c, optarg, NULL, usage);
 		}
 	}
 	if (optind + 1 != argc)
@@ -168,11 +155,7 @@ int main(int argc, char **argv)
 		cli_close_stdout();
 	} else {
 		if (strcmp(output, "-")) {
-			fd = open(output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-			if (fd < 0) {
-				mk_err_sys(&err, errno, "%s", output);
-				cli_fail(&err);
-			}
+			fd = cli_open_write(output);
 			/* -o /dev/stdout, -o /dev/tty: the same refusal as for '-' */
 			cli_check_binary_out(fd, force);
 		}
@@ -181,10 +164,7 @@ int main(int argc, char **argv)
 				cli_discard_output(fd, output);
 			cli_fail(&err);
 		}
-		if (fd != 1 && close(fd) < 0) {
-			mk_err_sys(&err, errno, "%s", output);
-			cli_fail(&err);
-		}
+		cli_close_output(fd, output);
 	}
 	mk_plan_free(plan);
 	free(text);

@@ -76,9 +76,7 @@ int main(int argc, char **argv)
 		case 'u': uni = true; break;
 		case O_FORCE: o.force = true; break;
 		case O_RESUME: o.resume = true; break;
-		case 'h': usage(); break;
-		case 'V': cli_version(); break;
-		default: cli_usage_hint();
+		default: cli_common_option(c, optarg, NULL, usage);
 		}
 	}
 	if (argc - optind != 2)

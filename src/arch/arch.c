@@ -193,32 +193,15 @@ out:
 
 /* ---------------------------------------------------------------- equality */
 
-static bool str_eq(const char *a, const char *b)
-{
-	if (!a || !b)
-		return a == b;
-	return !strcmp(a, b);
-}
-
-static bool strv_eq(char *const *a, size_t na, char *const *b, size_t nb)
-{
-	if (na != nb)
-		return false;
-	for (size_t i = 0; i < na; i++)
-		if (strcmp(a[i], b[i]))
-			return false;
-	return true;
-}
-
 static bool weights_eq(const struct mk_weight *a, size_t na, const struct mk_weight *b, size_t nb)
 {
 	if (na != nb)
 		return false;
 	for (size_t i = 0; i < na; i++)
-		if (!str_eq(a[i].name, b[i].name) || a[i].is_embed != b[i].is_embed ||
-		    a[i].optional != b[i].optional || !str_eq(a[i].force_dtype, b[i].force_dtype) ||
-		    !strv_eq(a[i].aliases, a[i].naliases, b[i].aliases, b[i].naliases) ||
-		    !strv_eq(a[i].tied_names, a[i].ntied, b[i].tied_names, b[i].ntied))
+		if (!mk_str_eq(a[i].name, b[i].name) || a[i].is_embed != b[i].is_embed ||
+		    a[i].optional != b[i].optional || !mk_str_eq(a[i].force_dtype, b[i].force_dtype) ||
+		    !mk_strv_eq(a[i].aliases, a[i].naliases, b[i].aliases, b[i].naliases) ||
+		    !mk_strv_eq(a[i].tied_names, a[i].ntied, b[i].tied_names, b[i].ntied))
 			return false;
 	return true;
 }
@@ -228,17 +211,17 @@ bool mk_arch_equal(const struct mk_arch *a, const struct mk_arch *b)
 	if (a == b)
 		return true;
 	if (!a || !b || a->kind != b->kind || a->nmodules != b->nmodules ||
-	    !str_eq(a->model_type, b->model_type) || !str_eq(a->vocab_size_key, b->vocab_size_key) ||
-	    !strv_eq(a->architectures, a->narchitectures, b->architectures, b->narchitectures) ||
-	    !strv_eq(a->tagalong_files, a->ntagalong, b->tagalong_files, b->ntagalong))
+	    !mk_str_eq(a->model_type, b->model_type) || !mk_str_eq(a->vocab_size_key, b->vocab_size_key) ||
+	    !mk_strv_eq(a->architectures, a->narchitectures, b->architectures, b->narchitectures) ||
+	    !mk_strv_eq(a->tagalong_files, a->ntagalong, b->tagalong_files, b->ntagalong))
 		return false;
 	/* as mergekit: the procedural classes compare their expert count only */
 	if ((a->kind == MK_ARCH_AFMOE || a->kind == MK_ARCH_GLM4MOE) && a->num_experts != b->num_experts)
 		return false;
 	for (size_t i = 0; i < a->nmodules; i++) {
 		const struct mk_arch_module *x = &a->modules[i], *y = &b->modules[i];
-		if (!str_eq(x->name, y->name) || !str_eq(x->weight_prefix, y->weight_prefix) ||
-		    !str_eq(x->subfolder, y->subfolder) || !str_eq(x->num_layers_key, y->num_layers_key) ||
+		if (!mk_str_eq(x->name, y->name) || !mk_str_eq(x->weight_prefix, y->weight_prefix) ||
+		    !mk_str_eq(x->subfolder, y->subfolder) || !mk_str_eq(x->num_layers_key, y->num_layers_key) ||
 		    x->override_num_layers != y->override_num_layers ||
 		    !weights_eq(x->pre, x->npre, y->pre, y->npre) ||
 		    !weights_eq(x->layer, x->nlayer, y->layer, y->nlayer) ||

@@ -3,7 +3,7 @@
 #define MK_ARCH_IMPL_H
 
 #include "arch/arch.h"
-#include "core/sbuf.h"  /* mk_strv_free */
+#include "core/sbuf.h"  /* mk_strv_free, mk_strv_eq, mk_str_eq */
 
 char *mk_xstrdup(const char *s);                 /* NULL stays NULL */
 void mk_weight_clear(struct mk_weight *w);       /* free contents, zero */

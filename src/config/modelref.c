@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "config_impl.h"
+#include "core/sbuf.h"
 
 void mk__model_path_clear(struct mk_model_path *p)
 {
@@ -101,22 +102,15 @@ int mk_model_ref_parse(const char *s, struct mk_model_ref *out,
 	return 0;
 }
 
-static bool str_eq(const char *a, const char *b)
-{
-	if (!a || !b)
-		return a == b;
-	return strcmp(a, b) == 0;
-}
-
 bool mk_model_ref_equal(const struct mk_model_ref *a, const struct mk_model_ref *b)
 {
 	if (!a || !b)
 		return a == b;
-	return str_eq(a->model.path, b->model.path) &&
-	       str_eq(a->model.revision, b->model.revision) &&
-	       str_eq(a->lora.path, b->lora.path) &&
-	       str_eq(a->lora.revision, b->lora.revision) &&
-	       str_eq(a->override_arch, b->override_arch);
+	return mk_str_eq(a->model.path, b->model.path) &&
+	       mk_str_eq(a->model.revision, b->model.revision) &&
+	       mk_str_eq(a->lora.path, b->lora.path) &&
+	       mk_str_eq(a->lora.revision, b->lora.revision) &&
+	       mk_str_eq(a->override_arch, b->override_arch);
 }
 
 /* Append "path[@rev]" to a FILE. */

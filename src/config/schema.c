@@ -226,6 +226,54 @@ static yaml_node_t *item(struct parser *p, yaml_node_t *seq, size_t i)
 	return node(p, seq->data.sequence.items.start[i]);
 }
 
+/* An optional list of `what` (null: none): an array for its items,
+ * calloc'ed (size bytes an item), their count in *n.  NULL with *n 0 for
+ * an empty list; NULL with *ok false when v is no list or memory ran out. */
+static void *list_new(struct parser *p, yaml_node_t *v, const char *path, const char *what,
+		      size_t size, size_t *n, bool *ok)
+{
+	void *items;
+	size_t cnt;
+
+	*n = 0;
+	if (!want_list(p, v, path, what, &cnt)) {
+		*ok = false;
+		return NULL;
+	}
+	if (!cnt)
+		return NULL;
+	if (!(items = calloc(cnt, size))) {
+		p->nomem = true;
+		*ok = false;
+		return NULL;
+	}
+	*n = cnt;
+	return items;
+}
+
+/* Fills the array items' item i from node n, its location at path (which
+ * it keeps); false when the item is bad. */
+typedef bool list_item_fn(struct parser *p, yaml_node_t *n, char *path, void *items, size_t i);
+
+/* The n items of the list v, each at path[i], through fn (until the node
+ * budget is spent); good[i] (good may be NULL) whether item i is good.
+ * False when one is not. */
+static bool list_items(struct parser *p, yaml_node_t *v, const char *path, size_t n,
+		       list_item_fn *fn, void *items, bool *good)
+{
+	bool ok = true;
+
+	for (size_t i = 0; i < n && !p->over; i++) {
+		yaml_node_t *it = item(p, v, i);
+		char *ip = jpath(p, path, "[%zu]", i);
+		bool g = fn(p, it, ip, items, i);
+		if (good)
+			good[i] = g;
+		ok = g && ok;
+	}
+	return ok;
+}
+
 /* ------------------------------------------------------------ model references */
 
 static bool model_path(struct parser *p, yaml_node_t *n, const char *path,
@@ -561,12 +609,30 @@ static bool opt_params(struct parser *p, const struct field *f, size_t nf,
 	return ok;
 }
 
+/* The 'model' an input model or a slice source must have (f: the map's
+ * fields). */
+static bool required_model(struct parser *p, yaml_node_t *n, const char *path,
+			   const struct field *f, size_t nf, struct mk_model_ref *out)
+{
+	yaml_node_t *v = fval(f, nf, "model");
+	char *cp;
+	bool ok;
+
+	if (!v || mk__node_is_null(v)) {
+		ERR(p, n, path, "missing 'model'");
+		return false;
+	}
+	cp = jpath(p, path, "model");
+	ok = model_ref(p, v, cp, out);
+	free(cp);
+	return ok;
+}
+
 static bool input_model(struct parser *p, yaml_node_t *n, const char *path,
 			struct mk_input_model *m)
 {
 	struct field f[] = { { .name = "model" }, { .name = "parameters" } };
-	yaml_node_t *v;
-	bool ok = true;
+	bool ok;
 
 	if (n->type == YAML_SCALAR_NODE && !mk__node_is_null(n)) {
 		char ex[64];
@@ -577,14 +643,7 @@ static bool input_model(struct parser *p, yaml_node_t *n, const char *path,
 	if (!want_map(p, n, path, "an input model {model, parameters}"))
 		return false;
 	get_fields(p, n, path, f, NF(f));
-	if (!(v = FIELD(f, "model")) || mk__node_is_null(v)) {
-		ERR(p, n, path, "missing 'model'");
-		ok = false;
-	} else {
-		char *cp = jpath(p, path, "model");
-		ok = model_ref(p, v, cp, &m->model);
-		free(cp);
-	}
+	ok = required_model(p, n, path, f, NF(f), &m->model);
 	return opt_params(p, f, NF(f), path, &m->params) && ok;
 }
 
@@ -632,20 +691,13 @@ static bool input_slice(struct parser *p, yaml_node_t *n, const char *path,
 {
 	struct field f[] = { { .name = "model" }, { .name = "layer_range" }, { .name = "parameters" } };
 	yaml_node_t *v;
-	bool ok = true;
+	bool ok;
 	char *cp;
 
 	if (!want_map(p, n, path, "a source {model, layer_range, parameters}"))
 		return false;
 	get_fields(p, n, path, f, NF(f));
-	if (!(v = FIELD(f, "model")) || mk__node_is_null(v)) {
-		ERR(p, n, path, "missing 'model'");
-		ok = false;
-	} else {
-		cp = jpath(p, path, "model");
-		ok = model_ref(p, v, cp, &s->model);
-		free(cp);
-	}
+	ok = required_model(p, n, path, f, NF(f), &s->model);
 	if (!(v = FIELD(f, "layer_range")) || mk__node_is_null(v)) {
 		ERR(p, n, path, "missing 'layer_range' (required for a slice source: "
 		    "[start, end))");
@@ -683,6 +735,43 @@ static bool check_dups_sources(struct parser *p, yaml_node_t *seq,
 	return ok;
 }
 
+/* All sources of a slice span the same number of layers, judged against
+ * the first good one. */
+static bool check_spans(struct parser *p, yaml_node_t *seq,
+			const struct mk_input_slice *src, const bool *good, size_t n)
+{
+	bool ok = true;
+	size_t ref = n;
+
+	for (size_t i = 0; i < n; i++) {
+		const struct mk_input_slice *a = &src[i];
+		if (!good[i])
+			continue;
+		if (ref == n) {
+			ref = i;
+			continue;
+		}
+		const struct mk_input_slice *r = &src[ref];
+		if (a->end - a->start != r->end - r->start) {
+			ERR(p, item(p, seq, i), a->loc.path,
+			    "all sources of a slice must span the same number of layers: "
+			    "this one spans %lld ([%lld, %lld)), sources[%zu] spans %lld "
+			    "([%lld, %lld))", a->end - a->start, a->start, a->end, ref,
+			    r->end - r->start, r->start, r->end);
+			ok = false;
+		}
+	}
+	return ok;
+}
+
+static bool source_item(struct parser *p, yaml_node_t *n, char *path, void *items, size_t i)
+{
+	struct mk_input_slice *s = (struct mk_input_slice *)items + i;
+
+	set_loc(&s->loc, n, path);
+	return enter(p, n) && input_slice(p, n, path, s);
+}
+
 static bool output_slice(struct parser *p, yaml_node_t *n, const char *path,
 			 struct mk_output_slice *s)
 {
@@ -691,7 +780,6 @@ static bool output_slice(struct parser *p, yaml_node_t *n, const char *path,
 	yaml_node_t *v;
 	bool ok = true;
 	char *cp;
-	size_t cnt;
 
 	if (!want_map(p, n, path, "an output slice {sources, ...}"))
 		return false;
@@ -701,53 +789,19 @@ static bool output_slice(struct parser *p, yaml_node_t *n, const char *path,
 		ok = false;
 	} else {
 		cp = jpath(p, path, "sources");
-		if (!want_list(p, v, cp, "sources", &cnt)) {
-			ok = false;
-		} else if (cnt == 0) {
-			ERR(p, v, cp, "a slice needs at least one source");
-			ok = false;
-		} else if (!(s->sources = calloc(cnt, sizeof(*s->sources)))) {
-			p->nomem = true;
+		s->sources = list_new(p, v, cp, "sources", sizeof(*s->sources), &s->nsources, &ok);
+		if (!s->sources) {
+			if (ok)
+				ERR(p, v, cp, "a slice needs at least one source");
 			ok = false;
 		} else {
-			bool *good = calloc(cnt, sizeof(bool));
-			bool all = true;
+			bool *good = calloc(s->nsources, sizeof(bool));
 			if (!good)
 				p->nomem = true;
-			s->nsources = cnt;
-			for (size_t i = 0; i < cnt && !p->over; i++) {
-				yaml_node_t *it = item(p, v, i);
-				char *ip = jpath(p, cp, "[%zu]", i);
-				set_loc(&s->sources[i].loc, it, ip);
-				bool g = enter(p, it) && input_slice(p, it, ip, &s->sources[i]);
-				if (good)
-					good[i] = g;
-				all = all && g;
-			}
-			ok = all && ok;
+			ok = list_items(p, v, cp, s->nsources, source_item, s->sources, good);
 			if (good && !p->over) {
-				ok = check_dups_sources(p, v, s->sources, good, cnt, cp) && ok;
-				/* equal spans, judged against the first good source */
-				size_t ref = cnt;
-				for (size_t i = 0; i < cnt; i++) {
-					struct mk_input_slice *a = &s->sources[i];
-					if (!good[i])
-						continue;
-					if (ref == cnt) {
-						ref = i;
-						continue;
-					}
-					struct mk_input_slice *r = &s->sources[ref];
-					if (a->end - a->start != r->end - r->start) {
-						ERR(p, item(p, v, i), a->loc.path,
-						    "all sources of a slice must span the same "
-						    "number of layers: this one spans %lld "
-						    "([%lld, %lld)), sources[%zu] spans %lld "
-						    "([%lld, %lld))", a->end - a->start, a->start,
-						    a->end, ref, r->end - r->start, r->start, r->end);
-						ok = false;
-					}
-				}
+				ok = check_dups_sources(p, v, s->sources, good, s->nsources, cp) && ok;
+				ok = check_spans(p, v, s->sources, good, s->nsources) && ok;
 			}
 			free(good);
 		}
@@ -773,38 +827,28 @@ static bool output_slice(struct parser *p, yaml_node_t *n, const char *path,
 	return opt_params(p, f, NF(f), path, &s->params) && ok;
 }
 
+static bool model_item(struct parser *p, yaml_node_t *n, char *path, void *items, size_t i)
+{
+	struct mk_input_model *m = (struct mk_input_model *)items + i;
+
+	set_loc(&m->loc, n, path);
+	return enter(p, n) && input_model(p, n, path, m);
+}
+
 /* A list of input models (top level or a module). */
 static bool models_list(struct parser *p, yaml_node_t *v, const char *path,
 			struct mk_input_model **out, size_t *nout)
 {
-	size_t cnt;
 	bool ok = true;
 
-	*out = NULL;
-	*nout = 0;
-	if (!want_list(p, v, path, "models", &cnt))
-		return false;
-	if (!cnt)
-		return true;
-	if (!(*out = calloc(cnt, sizeof(**out)))) {
-		p->nomem = true;
-		return false;
-	}
-	*nout = cnt;
-	bool *good = calloc(cnt, sizeof(bool));
+	if (!(*out = list_new(p, v, path, "models", sizeof(**out), nout, &ok)))
+		return ok;
+	bool *good = calloc(*nout, sizeof(bool));
 	if (!good)
 		p->nomem = true;
-	for (size_t i = 0; i < cnt && !p->over; i++) {
-		yaml_node_t *it = item(p, v, i);
-		char *ip = jpath(p, path, "[%zu]", i);
-		set_loc(&(*out)[i].loc, it, ip);
-		bool g = enter(p, it) && input_model(p, it, ip, &(*out)[i]);
-		if (good)
-			good[i] = g && (*out)[i].model.model.path;
-		ok = g && ok;
-	}
+	ok = list_items(p, v, path, *nout, model_item, *out, good);
 	/* the same model twice becomes the same model twice in one slice */
-	for (size_t i = 0; good && !p->over && i < cnt; i++)
+	for (size_t i = 0; good && !p->over && i < *nout; i++)
 		for (size_t j = 0; j < i && good[i]; j++)
 			if (good[j] && mk_model_ref_equal(&(*out)[i].model, &(*out)[j].model)) {
 				char *s = NULL;
@@ -820,30 +864,22 @@ static bool models_list(struct parser *p, yaml_node_t *v, const char *path,
 	return ok;
 }
 
+static bool slice_item(struct parser *p, yaml_node_t *n, char *path, void *items, size_t i)
+{
+	struct mk_output_slice *s = (struct mk_output_slice *)items + i;
+
+	set_loc(&s->loc, n, path);
+	return enter(p, n) && output_slice(p, n, path, s);
+}
+
 static bool slices_list(struct parser *p, yaml_node_t *v, const char *path,
 			struct mk_output_slice **out, size_t *nout)
 {
-	size_t cnt;
 	bool ok = true;
 
-	*out = NULL;
-	*nout = 0;
-	if (!want_list(p, v, path, "slices", &cnt))
-		return false;
-	if (!cnt)
-		return true;
-	if (!(*out = calloc(cnt, sizeof(**out)))) {
-		p->nomem = true;
-		return false;
-	}
-	*nout = cnt;
-	for (size_t i = 0; i < cnt && !p->over; i++) {
-		yaml_node_t *it = item(p, v, i);
-		char *ip = jpath(p, path, "[%zu]", i);
-		set_loc(&(*out)[i].loc, it, ip);
-		ok = enter(p, it) && output_slice(p, it, ip, &(*out)[i]) && ok;
-	}
-	return ok;
+	if (!(*out = list_new(p, v, path, "slices", sizeof(**out), nout, &ok)))
+		return ok;
+	return list_items(p, v, path, *nout, slice_item, *out, NULL);
 }
 
 static bool module(struct parser *p, yaml_node_t *n, const char *path,

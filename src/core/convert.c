@@ -403,19 +403,24 @@ struct kern16 {
 	kern_count_fn *dec_bf16_count;
 };
 
+/* The kernels of struct kern16: n float32 bit patterns to 16-bit values
+ * by conv (ENC16), or n 16-bit values to float32 bit patterns (DEC16). */
+#define ENC16(name, attr, conv)						\
+	attr static void name(unsigned char *restrict d, const unsigned char *restrict s, size_t n) \
+	{								\
+		BLOCKED(n, st16(d + 2 * i, conv(ld32(s + 4 * i))));	\
+	}
+#define DEC16(name, attr, conv)						\
+	attr static void name(unsigned char *restrict d, const unsigned char *restrict s, size_t n) \
+	{								\
+		BLOCKED(n, st32(d + 4 * i, conv(ld16(s + 2 * i))));	\
+	}
+
 #define KERN16(isa, attr)						\
-	attr static void enc_bf16_##isa(unsigned char *restrict d,	\
-					const unsigned char *restrict s, \
-					size_t n)			\
-	{								\
-		BLOCKED(n, st16(d + 2 * i, vbits_to_bf16(ld32(s + 4 * i)))); \
-	}								\
-	attr static void dec_bf16_##isa(unsigned char *restrict d,	\
-					const unsigned char *restrict s, \
-					size_t n)			\
-	{								\
-		BLOCKED(n, st32(d + 4 * i, bf16_to_bits(ld16(s + 2 * i)))); \
-	}								\
+	ENC16(enc_bf16_##isa, attr, vbits_to_bf16)			\
+	DEC16(dec_bf16_##isa, attr, bf16_to_bits)			\
+	ENC16(enc_f16_##isa, attr, vbits_to_f16)			\
+	DEC16(dec_f16_##isa, attr, vf16_to_bits)			\
 	/* dec_bf16, and how many are NaN or infinite (exponent all	\
 	 * ones), counted in 32-bit sums of blocks that cannot overflow */ \
 	attr static uint64_t dec_bf16_count_##isa(unsigned char *restrict d, \
@@ -434,18 +439,6 @@ struct kern16 {
 			bad += c_;					\
 		}							\
 		return bad;						\
-	}								\
-	attr static void enc_f16_##isa(unsigned char *restrict d,	\
-				       const unsigned char *restrict s,	\
-				       size_t n)			\
-	{								\
-		BLOCKED(n, st16(d + 2 * i, vbits_to_f16(ld32(s + 4 * i)))); \
-	}								\
-	attr static void dec_f16_##isa(unsigned char *restrict d,	\
-				       const unsigned char *restrict s,	\
-				       size_t n)			\
-	{								\
-		BLOCKED(n, st32(d + 4 * i, vf16_to_bits(ld16(s + 2 * i)))); \
 	}								\
 	static const struct kern16 kern16_##isa = {			\
 		enc_bf16_##isa, dec_bf16_##isa, enc_f16_##isa, dec_f16_##isa, \

@@ -241,6 +241,67 @@ uint32_t mk_crc32c(uint32_t crc, const void *buf, size_t len)
 	return mk_crc32c_sse42(crc, buf, len);
 }
 
+/* ---- what SHA-256 and SHA-1 share ---- */
+
+/* block: one 64-byte block into the chaining value h. */
+typedef void md_block_fn(uint32_t *h, const uint8_t *p);
+
+static void md_init(struct mk_md *m, const uint32_t *iv, size_t nwords)
+{
+	memset(m, 0, sizeof(*m));
+	memcpy(m->h, iv, nwords * sizeof(*iv));
+}
+
+/* The 64-byte block buffering. */
+static void md_update(struct mk_md *m, md_block_fn *block, const void *data, size_t len)
+{
+	const uint8_t *p = data;
+
+	m->nbytes += len;
+	if (m->nbuf) {
+		size_t k = 64 - m->nbuf < len ? 64 - m->nbuf : len;
+		memcpy(m->buf + m->nbuf, p, k);
+		m->nbuf += k;
+		p += k;
+		len -= k;
+		if (m->nbuf < 64)
+			return;
+		block(m->h, m->buf);
+		m->nbuf = 0;
+	}
+	for (; len >= 64; p += 64, len -= 64)
+		block(m->h, p);
+	memcpy(m->buf, p, len);
+	m->nbuf = len;
+}
+
+/* The final padding (a 1 bit, zeros, the message's length in bits,
+ * big-endian), then the digest: the first nwords words of h, big-endian.
+ * m is wiped. */
+static void md_final(struct mk_md *m, md_block_fn *block, uint8_t *out, size_t nwords)
+{
+	uint64_t bits = m->nbytes * 8;
+	size_t n = m->nbuf;
+
+	m->buf[n++] = 0x80;
+	if (n > 56) {
+		memset(m->buf + n, 0, 64 - n);
+		block(m->h, m->buf);
+		n = 0;
+	}
+	memset(m->buf + n, 0, 56 - n);
+	for (int i = 0; i < 8; i++)
+		m->buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
+	block(m->h, m->buf);
+	for (size_t i = 0; i < nwords; i++) {
+		out[4 * i] = (uint8_t)(m->h[i] >> 24);
+		out[4 * i + 1] = (uint8_t)(m->h[i] >> 16);
+		out[4 * i + 2] = (uint8_t)(m->h[i] >> 8);
+		out[4 * i + 3] = (uint8_t)m->h[i];
+	}
+	memset(m, 0, sizeof(*m));
+}
+
 /* ---- SHA-256 (FIPS 180-4) ---- */
 
 static const uint32_t sha_k[64] = {
@@ -297,68 +358,17 @@ void mk_sha256_init(struct mk_sha256 *s)
 		0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19,
 	};
 
-	memcpy(s->h, iv, sizeof(iv));
-	s->nbytes = 0;
-	s->nbuf = 0;
-}
-
-/* The 64-byte block buffering and the final padding (a 1 bit, zeros, the
- * message's length in bits, big-endian) that SHA-1 and SHA-256 share. */
-static void md_update(uint32_t *h, uint8_t buf[64], size_t *nbuf, uint64_t *nbytes,
-		      void (*block)(uint32_t *, const uint8_t *), const void *data, size_t len)
-{
-	const uint8_t *p = data;
-
-	*nbytes += len;
-	if (*nbuf) {
-		size_t k = 64 - *nbuf < len ? 64 - *nbuf : len;
-		memcpy(buf + *nbuf, p, k);
-		*nbuf += k;
-		p += k;
-		len -= k;
-		if (*nbuf < 64)
-			return;
-		block(h, buf);
-		*nbuf = 0;
-	}
-	for (; len >= 64; p += 64, len -= 64)
-		block(h, p);
-	memcpy(buf, p, len);
-	*nbuf = len;
-}
-
-static void md_pad(uint32_t *h, uint8_t buf[64], size_t nbuf, uint64_t nbytes,
-		   void (*block)(uint32_t *, const uint8_t *))
-{
-	uint64_t bits = nbytes * 8;
-
-	buf[nbuf++] = 0x80;
-	if (nbuf > 56) {
-		memset(buf + nbuf, 0, 64 - nbuf);
-		block(h, buf);
-		nbuf = 0;
-	}
-	memset(buf + nbuf, 0, 56 - nbuf);
-	for (int i = 0; i < 8; i++)
-		buf[56 + i] = (uint8_t)(bits >> (56 - 8 * i));
-	block(h, buf);
+	md_init(&s->md, iv, 8);
 }
 
 void mk_sha256_update(struct mk_sha256 *s, const void *data, size_t len)
 {
-	md_update(s->h, s->buf, &s->nbuf, &s->nbytes, sha_block, data, len);
+	md_update(&s->md, sha_block, data, len);
 }
 
 void mk_sha256_final(struct mk_sha256 *s, uint8_t out[32])
 {
-	md_pad(s->h, s->buf, s->nbuf, s->nbytes, sha_block);
-	for (int i = 0; i < 8; i++) {
-		out[4 * i] = (uint8_t)(s->h[i] >> 24);
-		out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
-		out[4 * i + 2] = (uint8_t)(s->h[i] >> 8);
-		out[4 * i + 3] = (uint8_t)s->h[i];
-	}
-	memset(s, 0, sizeof(*s));
+	md_final(&s->md, sha_block, out, 8);
 }
 
 void mk_sha256(const void *data, size_t len, uint8_t out[32])
@@ -422,24 +432,15 @@ void mk_sha1_init(struct mk_sha1 *s)
 {
 	static const uint32_t iv[5] = { 0x67452301, 0xefcdab89, 0x98badcfe, 0x10325476, 0xc3d2e1f0 };
 
-	memcpy(s->h, iv, sizeof(iv));
-	s->nbytes = 0;
-	s->nbuf = 0;
+	md_init(&s->md, iv, 5);
 }
 
 void mk_sha1_update(struct mk_sha1 *s, const void *data, size_t len)
 {
-	md_update(s->h, s->buf, &s->nbuf, &s->nbytes, sha1_block, data, len);
+	md_update(&s->md, sha1_block, data, len);
 }
 
 void mk_sha1_final(struct mk_sha1 *s, uint8_t out[20])
 {
-	md_pad(s->h, s->buf, s->nbuf, s->nbytes, sha1_block);
-	for (int i = 0; i < 5; i++) {
-		out[4 * i] = (uint8_t)(s->h[i] >> 24);
-		out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
-		out[4 * i + 2] = (uint8_t)(s->h[i] >> 8);
-		out[4 * i + 3] = (uint8_t)s->h[i];
-	}
-	memset(s, 0, sizeof(*s));
+	md_final(&s->md, sha1_block, out, 5);
 }

@@ -23,23 +23,23 @@ uint32_t mk_crc32c(uint32_t crc, const void *buf, size_t len);
 uint32_t mk_crc32c_sw(uint32_t crc, const void *buf, size_t len);
 uint32_t mk_crc32c_sse42(uint32_t crc, const void *buf, size_t len);
 
-struct mk_sha256 {
+/* What SHA-256 and SHA-1 keep between updates: the chaining value (SHA-1
+ * uses five words of it), the bytes hashed so far and the partial block. */
+struct mk_md {
 	uint32_t h[8];
 	uint64_t nbytes;
 	uint8_t buf[64];
 	size_t nbuf;
 };
+
+struct mk_sha256 { struct mk_md md; };
 void mk_sha256_init(struct mk_sha256 *s);
 void mk_sha256_update(struct mk_sha256 *s, const void *data, size_t len);
 void mk_sha256_final(struct mk_sha256 *s, uint8_t out[32]);
 /* One-shot digest. */
 void mk_sha256(const void *data, size_t len, uint8_t out[32]);
-struct mk_sha1 {
-	uint32_t h[5];
-	uint64_t nbytes;
-	uint8_t buf[64];
-	size_t nbuf;
-};
+
+struct mk_sha1 { struct mk_md md; };
 void mk_sha1_init(struct mk_sha1 *s);
 void mk_sha1_update(struct mk_sha1 *s, const void *data, size_t len);
 void mk_sha1_final(struct mk_sha1 *s, uint8_t out[20]);

@@ -66,3 +66,20 @@ void mk_strv_free(char **v, size_t n)
 		free(v[i]);
 	free(v);
 }
+
+bool mk_strv_eq(char *const *a, size_t na, char *const *b, size_t nb)
+{
+	if (na != nb)
+		return false;
+	for (size_t i = 0; i < na; i++)
+		if (strcmp(a[i], b[i]))
+			return false;
+	return true;
+}
+
+bool mk_str_eq(const char *a, const char *b)
+{
+	if (!a || !b)
+		return a == b;
+	return !strcmp(a, b);
+}

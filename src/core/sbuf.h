@@ -17,6 +17,10 @@ struct mk_sbuf {
 
 /* Free an array of n malloc'ed strings and the array (NULL: nothing). */
 void mk_strv_free(char **v, size_t n);
+/* Whether two arrays hold the same strings in the same order. */
+bool mk_strv_eq(char *const *a, size_t na, char *const *b, size_t nb);
+/* Whether two strings are equal, NULL equal only to NULL. */
+bool mk_str_eq(const char *a, const char *b);
 
 void mk_sbuf_add(struct mk_sbuf *b, const void *s, size_t n);
 void mk_sbuf_str(struct mk_sbuf *b, const char *s);

@@ -24,17 +24,20 @@ static void expert_clear(struct mk_moe_expert *e)
 	mk_strv_free(e->negative, e->nnegative);
 }
 
+static void experts_free(struct mk_moe_expert *e, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		expert_clear(&e[i]);
+	free(e);
+}
+
 void mk_moe_config_free(struct mk_moe_config *c)
 {
 	if (!c)
 		return;
 	free(c->base_model);
-	for (size_t i = 0; i < c->nexperts; i++)
-		expert_clear(&c->experts[i]);
-	free(c->experts);
-	for (size_t i = 0; i < c->nshared; i++)
-		expert_clear(&c->shared[i]);
-	free(c->shared);
+	experts_free(c->experts, c->nexperts);
+	experts_free(c->shared, c->nshared);
 	free(c->architecture);
 	free(c->text);
 	free(c);
@@ -308,16 +311,6 @@ int mk_moe_parse(const char *text, size_t len, const char *label, struct mk_moe_
 	return 0;
 }
 
-static bool strv_eq(char *const *a, size_t na, char *const *b, size_t nb)
-{
-	if (na != nb)
-		return false;
-	for (size_t i = 0; i < na; i++)
-		if (strcmp(a[i], b[i]))
-			return false;
-	return true;
-}
-
 int mk_moe_check(const struct mk_moe_config *c, bool allow_all_same, struct mk_err *err)
 {
 	if (c->experts_per_token < 1)
@@ -338,8 +331,8 @@ int mk_moe_check(const struct mk_moe_config *c, bool allow_all_same, struct mk_e
 	const struct mk_moe_expert *e0 = &c->experts[0];
 	for (size_t i = 1; i < c->nexperts && same; i++) {
 		const struct mk_moe_expert *e = &c->experts[i];
-		same = strv_eq(e->positive, e->npositive, e0->positive, e0->npositive) &&
-		       strv_eq(e->negative, e->nnegative, e0->negative, e0->nnegative);
+		same = mk_strv_eq(e->positive, e->npositive, e0->positive, e0->npositive) &&
+		       mk_strv_eq(e->negative, e->nnegative, e0->negative, e0->nnegative);
 	}
 	if (same)
 		return mk_err_set(err, MK_EINVAL,

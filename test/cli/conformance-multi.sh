@@ -5,9 +5,7 @@
 # the case's first line states; config.json with mergekit's values; and
 # the final merge run with --no-intermediates, the same bytes.
 . "$MK_TOP/test/cli/lib.inc"
-cd "$MK_TOP"
-out=$(mktemp -d "${TMPDIR:-/tmp}/mk-conf-multi.XXXXXX")
-trap 'rm -rf "$out"' EXIT
+conformance_scratch conf-multi
 n=0
 for cfg in test/conformance-multi/*.yml; do
 	case=$(basename "$cfg" .yml)

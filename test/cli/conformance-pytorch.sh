@@ -6,9 +6,7 @@
 # line states (see scripts/conformance); and OUT holds the tensors alone,
 # as mergekit-pytorch's does.
 . "$MK_TOP/test/cli/lib.inc"
-cd "$MK_TOP"
-out=$(mktemp -d "${TMPDIR:-/tmp}/mk-conf-pt.XXXXXX")
-trap 'rm -rf "$out"' EXIT
+conformance_scratch conf-pt
 n=0
 for cfg in test/conformance-pytorch/*.yml; do
 	case=$(basename "$cfg" .yml)

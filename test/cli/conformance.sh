@@ -3,9 +3,7 @@
 # mergekit (testdata/golden/CASE), with the tolerance the case's first line
 # states (see scripts/conformance).
 . "$MK_TOP/test/cli/lib.inc"
-cd "$MK_TOP"
-out=$(mktemp -d "${TMPDIR:-/tmp}/mk-conf.XXXXXX")
-trap 'rm -rf "$out"' EXIT
+conformance_scratch conf
 n=0
 for cfg in test/conformance/*.yml; do
 	case=$(basename "$cfg" .yml)

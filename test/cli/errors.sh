@@ -150,25 +150,20 @@ models:
 parameters: {normalise: false}
 YML
 mk-plan p.yml -o p.mks 2>err.txt || { cat err.txt >&2; fail "mk-plan refused a config with a misspelled parameter"; }
-grep -qF "p.yml:6:29: models[1].parameters.densty: ties has no parameter 'densty'; it is ignored (did you mean 'density'?)" err.txt ||
-	{ cat err.txt >&2; fail "no warning for densty"; }
-grep -qF "p.yml:7:14: parameters.normalise: ties has no parameter 'normalise'; it is ignored (did you mean 'normalize'?)" err.txt ||
-	{ cat err.txt >&2; fail "no warning for normalise"; }
+err_has "p.yml:6:29: models[1].parameters.densty: ties has no parameter 'densty'; it is ignored (did you mean 'density'?)" "no warning for densty"
+err_has "p.yml:7:14: parameters.normalise: ties has no parameter 'normalise'; it is ignored (did you mean 'normalize'?)" "no warning for normalise"
 printf 'merge_method: linear\nmodels:\n  - model: m\n    parameters: {weight: 1, zap: 2}\n  - model: m2\n    parameters: {weight: 1}\n' > p.yml
 mk-plan p.yml -o p.mks 2>err.txt
-grep -qF "linear has no parameter 'zap'; it is ignored (linear's are: weight, normalize)" err.txt ||
-	{ cat err.txt >&2; fail "no warning for zap"; }
+err_has "linear has no parameter 'zap'; it is ignored (linear's are: weight, normalize)" "no warning for zap"
 # a global parameter set for one model is ignored (mergekit reads it only
 # from the top-level, module and slice parameters): said at its key, and
 # the merge is the one without it
 printf 'merge_method: linear\nmodels:\n  - model: m\n    parameters: {weight: 1, normalize: false}\n  - model: m2\n    parameters: {weight: 1}\n' > p.yml
 mk-plan p.yml -o scoped.mks 2>err.txt
-grep -qF "p.yml:4:29: models[0].parameters.normalize: 'normalize' is one value for all models in linear; set for one model it is ignored (set it in the top-level parameters)" err.txt ||
-	{ cat err.txt >&2; fail "no warning for a per-model normalize"; }
+err_has "p.yml:4:29: models[0].parameters.normalize: 'normalize' is one value for all models in linear; set for one model it is ignored (set it in the top-level parameters)" "no warning for a per-model normalize"
 printf 'merge_method: slerp\nbase_model: m\nslices:\n  - sources:\n      - model: m\n        layer_range: [0, 1]\n      - model: m2\n        layer_range: [0, 1]\n        parameters: {t: 0.5}\n    parameters: {t: 0.3}\n' > p.yml
 mk-plan p.yml -o p.mks 2>err.txt
-grep -qF "p.yml:9:22: slices[0].sources[1].parameters.t: 't' is one value for all models in slerp" err.txt ||
-	{ cat err.txt >&2; fail "no warning for a per-source t"; }
+err_has "p.yml:9:22: slices[0].sources[1].parameters.t: 't' is one value for all models in slerp" "no warning for a per-source t"
 [ "$(grep -c warning err.txt)" -eq 1 ] || { cat err.txt >&2; fail "a slice's own t drew a warning"; }
 # an integer parameter that is not whole: the method's resolution says
 # so, once for the tensors it spoils, not once per tensor
@@ -236,7 +231,7 @@ for name in "$(printf 'a\033]0;x\007b')" "$(printf 'cr\rlf\nz')" "$(printf 'caf\
 done
 mk-forge "bad-file=$(printf 'a\033]0;x\007b')" > s.mks
 mk-pack -i s.mks out 2>err.txt || true
-grep -qF 'a\x1b]0;x\x07b' err.txt || { cat err.txt >&2; fail "the name is not escaped as \\xHH"; }
+err_has 'a\x1b]0;x\x07b' "the name is not escaped as \\xHH"
 # printable UTF-8 is a name like any other
 mk-forge "named-file=café.txt" > s.mks
 mk-pack -i s.mks utf && [ -f utf/café.txt ] || fail "a UTF-8 file name was refused"
@@ -263,7 +258,7 @@ expect_fail 1 "stdin: empty input" mk-fetch < /dev/null
 for k in dtype out_dtype; do
 	printf 'merge_method: linear\n%s: int64\nmodels:\n  - model: m\n    parameters: {weight: 1}\n  - model: m2\n    parameters: {weight: 1}\n' $k > p.yml
 	expect_fail 1 "p.yml:2:" mk-plan p.yml -o p.mks
-	grep -qF "$k: int64 is not supported: mk merges weights as floating point" err.txt || { cat err.txt >&2; fail "$k int64"; }
+	err_has "$k: int64 is not supported: mk merges weights as floating point" "$k int64"
 done
 # a shape mismatch is reported at the model that has the other shape
 mk-gen-model --layers 1 --seed 5 --hidden 32 narrow >/dev/null

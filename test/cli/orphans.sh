@@ -103,8 +103,7 @@ for sig in INT TERM HUP KILL; do
 	if [ $sig != KILL ]; then
 		grep -q "stopped by SIG$sig" err.txt || { cat err.txt >&2; fail "SIG$sig: no word of the stop"; }
 		if [ -e one.mk-partial ]; then
-			grep -qF "one.mk-partial is kept: run again with --resume" err.txt ||
-				{ cat err.txt >&2; fail "SIG$sig: the kept partial is not named"; }
+			err_has "one.mk-partial is kept: run again with --resume" "SIG$sig: the kept partial is not named"
 		fi
 	fi
 	# nothing but the partial output (no stray scratch or temporary file)

@@ -265,43 +265,48 @@ static void test_open_pt(void **state)
 	check_open("pytorch_model.bin", "archive");
 }
 
-static void test_views(void **state)
+/* mk_torchbin_parse of a zip (top folder TOP, named NAME) holding the
+ * float storage data (dlen bytes) viewed as pickle() says */
+static int parse_view(const char *name, const char *top, unsigned numel, unsigned off, unsigned r,
+		      unsigned c, unsigned s0, unsigned s1, const void *data, size_t dlen,
+		      struct mk_st_file **f, struct mk_err *err)
 {
 	struct buf p = { 0 }, z = { 0 };
+	int rc;
+
+	pickle(&p, numel, off, r, c, s0, s1);
+	zip(&z, top, &p, data, dlen);
+	rc = mk_torchbin_parse(z.b, z.n, name, f, err);
+	free(p.b);
+	free(z.b);
+	return rc;
+}
+
+static void test_views(void **state)
+{
 	float st[64] = { 0 };
 	struct mk_st_file *f = NULL;
 	struct mk_err err;
 
 	(void)state;
 	/* contiguous (any stride on a dimension of size 1): no strides */
-	pickle(&p, 64, 3, 1, 8, 77, 1);
-	zip(&z, "a", &p, st, sizeof(st));
-	assert_int_equal(mk_torchbin_parse(z.b, z.n, "c.pt", &f, &err), 0);
+	assert_int_equal(parse_view("c.pt", "a", 64, 3, 1, 8, 77, 1, st, sizeof(st), &f, &err), 0);
 	assert_null(f->tensors[0].stride);
 	assert_int_equal(f->tensors[0].end - f->tensors[0].begin, 32);
 	mk_st_file_free(f);
 	/* expanded: stride 0, eight bytes of storage for 4x2 floats */
-	p.n = z.n = 0;
-	pickle(&p, 64, 0, 4, 2, 0, 1);
-	zip(&z, "a", &p, st, sizeof(st));
-	assert_int_equal(mk_torchbin_parse(z.b, z.n, "e.pt", &f, &err), 0);
+	assert_int_equal(parse_view("e.pt", "a", 64, 0, 4, 2, 0, 1, st, sizeof(st), &f, &err), 0);
 	assert_non_null(f->tensors[0].stride);
 	assert_int_equal(f->tensors[0].end - f->tensors[0].begin, 8);
 	mk_st_file_free(f);
 	/* past the storage's end: refused */
-	p.n = z.n = 0;
-	pickle(&p, 64, 10, 2, 2, 60, 1);
-	zip(&z, "a", &p, st, sizeof(st));
-	assert_int_equal(mk_torchbin_parse(z.b, z.n, "p.pt", &f, &err), -MK_EFORMAT);
+	assert_int_equal(parse_view("p.pt", "a", 64, 10, 2, 2, 60, 1, st, sizeof(st), &f, &err), -MK_EFORMAT);
 	assert_non_null(strstr(err.msg, "past the end of its storage"));
-	free(p.b);
-	free(z.b);
 }
 
 /* a view spread over far more storage than its bytes: refused, naming it */
 static void test_view_too_wide(void **state)
 {
-	struct buf p = { 0 }, z = { 0 };
 	size_t dlen = 24u << 20;
 	uint8_t *data = calloc(1, dlen);
 	struct mk_st_file *f = NULL;
@@ -310,21 +315,15 @@ static void test_view_too_wide(void **state)
 	(void)state;
 	assert_non_null(data);
 	/* (2, 2) floats of stride (5Mi, 1): the rows 20 MiB apart */
-	pickle(&p, (unsigned)(dlen / 4), 0, 2, 2, 5u << 20, 1);
-	zip(&z, "w", &p, data, dlen);
-	assert_int_equal(mk_torchbin_parse(z.b, z.n, "wide.pt", &f, &err), -MK_EUNSUPPORTED);
+	assert_int_equal(parse_view("wide.pt", "w", (unsigned)(dlen / 4), 0, 2, 2, 5u << 20, 1, data, dlen, &f, &err),
+			 -MK_EUNSUPPORTED);
 	assert_null(f);
 	assert_non_null(strstr(err.msg, "wide.pt: tensor 'w' is a view (stride (5242880, 1)) of 16 bytes spread over"));
 	assert_non_null(strstr(err.msg, ".contiguous()"));
 	/* 4 MiB apart: read */
-	p.n = z.n = 0;
-	pickle(&p, (unsigned)(dlen / 4), 0, 2, 2, 1u << 20, 1);
-	zip(&z, "w", &p, data, dlen);
-	assert_int_equal(mk_torchbin_parse(z.b, z.n, "wide.pt", &f, &err), 0);
+	assert_int_equal(parse_view("wide.pt", "w", (unsigned)(dlen / 4), 0, 2, 2, 1u << 20, 1, data, dlen, &f, &err), 0);
 	mk_st_file_free(f);
 	free(data);
-	free(p.b);
-	free(z.b);
 }
 
 int main(void)
