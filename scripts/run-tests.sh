@@ -30,7 +30,7 @@
 # the end, then, alone on the last line, "check: N passed, N failed, N
 # skipped"; the status is 1 on any failure.  A test exiting 77 is skipped.
 # The graph is scripts/tests.mk; the tests start slowest first, by the
-# times of the last run (build/test-logs/times).
+# times of the last run (build/test-logs/times, else scripts/test-times).
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -79,10 +79,12 @@ for t in $all; do
 	tests="$tests $t"
 done
 [ -n "$tests" ] || { echo "run-tests.sh: no test matches '$pats'" >&2; exit 2; }
-# slowest first: the last run's seconds; a test never timed, by its kind
-# (a CLI test under the sanitizers, then a plain one, then the rest)
-printf '%s\n' $tests | awk -v times="$logdir/times" '
-	BEGIN { while ((getline l < times) > 0) { split(l, f, " "); t[f[2]] = f[1] } }
+# slowest first: by the last run's seconds, else by scripts/test-times
+# (a run's here, for a first run: cp build/test-logs/times to refresh
+# it), else by kind (a CLI test under the sanitizers, a plain one, the rest)
+printf '%s\n' $tests | awk -v times="$logdir/times" -v dflt="$top/scripts/test-times" '
+	BEGIN { while ((getline l < dflt) > 0) { split(l, f, " "); t[f[2]] = f[1] }
+		while ((getline l < times) > 0) { split(l, f, " "); t[f[2]] = f[1] } }
 	{ s = ($0 in t) ? t[$0] : ($0 ~ /san[^\/]*\/cli\// ? 1e6 : $0 ~ /\/cli\// ? 1e5 : 1e4)
 	  printf "%s %d %s\n", s, NR, $0 }' | sort -k1,1gr -k2,2n | cut -d' ' -f3 > "$logdir/list"
 for t in $tests; do rm -f "$logdir/$(echo "$t" | tr / _).res"; done
