@@ -24,7 +24,7 @@
 #
 # Usage: run-tests.sh [-j N] [-m] [-t 'PATTERN...'] BUILD...
 #   -m  make each BUILD first (`make all-tests`, SAN=address,undefined for
-#       a BUILD named *san*), in parallel with the tests of those made
+#       a BUILD named *san*), the BUILDs in parallel
 # Each test's output is in build/test-logs/BUILD_KIND_NAME.log
 # (MK_TEST_LOGS), its line shows its seconds, the slowest ten are listed at
 # the end, then, alone on the last line, "check: N passed, N failed, N
@@ -89,10 +89,19 @@ printf '%s\n' $tests | awk -v times="$logdir/times" -v dflt="$top/scripts/test-t
 	  printf "%s %d %s\n", s, NR, $0 }' | sort -k1,1gr -k2,2n | cut -d' ' -f3 > "$logdir/list"
 for t in $tests; do rm -f "$logdir/$(echo "$t" | tr / _).res"; done
 
+# (the builds first, then the tests: with the builds' sub-makes holding
+# job slots, make starts the tests it finds ready in no useful order)
 t0=$(date +%s)
-${MAKE:-make} --no-print-directory -k -j"$jobs" -f scripts/tests.mk \
-	CHECK_LIST="$logdir/list" CHECK_LOGS="$logdir" CHECK_MAKE=$domake
-mrc=$?
+mrc=0
+if [ $domake = 1 ]; then
+	${MAKE:-make} --no-print-directory -k -j"$jobs" -f scripts/tests.mk \
+		CHECK_LIST="$logdir/list" CHECK_LOGS="$logdir" CHECK_MAKE=1 builds || mrc=$?
+fi
+tb=$(date +%s)
+if [ $mrc = 0 ]; then
+	${MAKE:-make} --no-print-directory -k -j"$jobs" -f scripts/tests.mk \
+		CHECK_LIST="$logdir/list" CHECK_LOGS="$logdir" CHECK_MAKE=0 || mrc=$?
+fi
 t1=$(date +%s)
 
 pass=0 fail=0 skip=0 failed="" notrun=""
@@ -117,12 +126,13 @@ done
 [ -f "$logdir/times" ] && awk 'NR == FNR { seen[$2] = 1; next } !($2 in seen)' \
 	"$logdir/times.new" "$logdir/times" >> "$logdir/times.new"
 mv "$logdir/times.new" "$logdir/times"
-echo "slowest (wall, cpu):"
+[ -s "$logdir/ran" ] && echo "slowest (wall, cpu):"
 sort -k1,1gr "$logdir/ran" | head -n 10 | awk '{ printf "  %7.1fs %7.1fs  %s\n", $1, $2, $3 }'
-echo "check: $((t1 - t0)) s wall in all, $(awk '{ w += $1; c += $2 } END { printf "%.0f s of tests, %.0f s of their cpu", w, c }' \
+[ $domake = 0 ] || echo "check: $((tb - t0)) s to build"
+echo "check: $((t1 - tb)) s wall of tests, $(awk '{ w += $1; c += $2 } END { printf "%.0f s of tests, %.0f s of their cpu", w, c }' \
 	"$logdir/ran"); $jobs jobs; seed $MK_TEST_SEED"
-[ $mrc = 0 ] || echo "check: make failed (exit $mrc): a build failed"
-[ -z "$notrun" ] || echo "not run (their build failed):$notrun"
+[ $mrc = 0 ] || echo "check: make failed (exit $mrc): a build failed, no test was run"
+[ -z "$notrun" ] || echo "not run:$notrun"
 [ -z "$failed" ] || echo "failed:$failed"
 echo "check: $pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ] && [ $mrc = 0 ]
