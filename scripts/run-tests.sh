@@ -30,7 +30,10 @@
 # the end, then, alone on the last line, "check: N passed, N failed, N
 # skipped"; the status is 1 on any failure.  A test exiting 77 is skipped.
 # The graph is scripts/tests.mk; the tests start slowest first, by the
-# times of the last run (build/test-logs/times, else scripts/test-times).
+# times of the last run (build/test-logs/times, else scripts/test-times);
+# those that time their own threads' CPU run alone at the end (alone=).
+# A test that races a process waits for states (a file, a byte count, a
+# process's wait channel), never for a time: here it shares the CPUs.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -79,6 +82,9 @@ for t in $all; do
 	tests="$tests $t"
 done
 [ -n "$tests" ] || { echo "run-tests.sh: no test matches '$pats'" >&2; exit 2; }
+# Tests that measure the CPU time their threads take (a busy machine
+# moves them): run last, one at a time, with no other test beside them.
+alone='*/unit/test_pool *unit/test_pool-tsan'
 # slowest first: by the last run's seconds, else by scripts/test-times
 # (a run's here, for a first run: cp build/test-logs/times to refresh
 # it), else by kind (a CLI test under the sanitizers, a plain one, the rest)
@@ -86,7 +92,16 @@ printf '%s\n' $tests | awk -v times="$logdir/times" -v dflt="$top/scripts/test-t
 	BEGIN { while ((getline l < dflt) > 0) { split(l, f, " "); t[f[2]] = f[1] }
 		while ((getline l < times) > 0) { split(l, f, " "); t[f[2]] = f[1] } }
 	{ s = ($0 in t) ? t[$0] : ($0 ~ /san[^\/]*\/cli\// ? 1e6 : $0 ~ /\/cli\// ? 1e5 : 1e4)
-	  printf "%s %d %s\n", s, NR, $0 }' | sort -k1,1gr -k2,2n | cut -d' ' -f3 > "$logdir/list"
+	  printf "%s %d %s\n", s, NR, $0 }' | sort -k1,1gr -k2,2n | cut -d' ' -f3 > "$logdir/order"
+: > "$logdir/list"
+: > "$logdir/alone"
+while read -r t; do
+	l=list
+	for p in $alone; do
+		case $t in $p) l=alone ;; esac
+	done
+	echo "$t" >> "$logdir/$l"
+done < "$logdir/order"
 for t in $tests; do rm -f "$logdir/$(echo "$t" | tr / _).res"; done
 
 # (the builds first, then the tests: with the builds' sub-makes holding
@@ -95,12 +110,14 @@ t0=$(date +%s)
 mrc=0
 if [ $domake = 1 ]; then
 	${MAKE:-make} --no-print-directory -k -j"$jobs" -f scripts/tests.mk \
-		CHECK_LIST="$logdir/list" CHECK_LOGS="$logdir" CHECK_MAKE=1 builds || mrc=$?
+		CHECK_LIST="$logdir/order" CHECK_LOGS="$logdir" CHECK_MAKE=1 builds || mrc=$?
 fi
 tb=$(date +%s)
 if [ $mrc = 0 ]; then
-	${MAKE:-make} --no-print-directory -k -j"$jobs" -f scripts/tests.mk \
+	[ ! -s "$logdir/list" ] || ${MAKE:-make} --no-print-directory -k -j"$jobs" -f scripts/tests.mk \
 		CHECK_LIST="$logdir/list" CHECK_LOGS="$logdir" CHECK_MAKE=0 || mrc=$?
+	[ ! -s "$logdir/alone" ] || ${MAKE:-make} --no-print-directory -k -j1 -f scripts/tests.mk \
+		CHECK_LIST="$logdir/alone" CHECK_LOGS="$logdir" CHECK_MAKE=0 || mrc=$?
 fi
 t1=$(date +%s)
 
