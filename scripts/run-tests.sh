@@ -9,7 +9,8 @@
 #                             faultio, ...) try a sample of their points
 #   make check-full           the same, every point of every sweep
 #                             (MK_TEST_FULL=1)
-#   make check JOBS=4         4 tests (or compilers) at a time
+#   make check JOBS=4         4 tests (or compilers) at a time (under
+#                             make -j4 check, that make's 4 job slots)
 #   MK_TEST_SEED=N make check repeat a run: the seed that picks the sampled
 #                             points is printed first ("check: seed N");
 #                             each run draws a new one unless it is given
@@ -20,7 +21,8 @@
 #                             one test alone, its output on the terminal
 #                             (build-san/cli/hub, build/unit/test_pool,
 #                             build/fuzz/fuzz_config; MK_TEST_SEED and
-#                             MK_TEST_FULL as above; make all-tests first)
+#                             MK_TEST_FULL as above; after make all-tests,
+#                             and make SAN=address,undefined all-tests)
 #
 # Usage: run-tests.sh [-j N] [-m] [-t 'PATTERN...'] BUILD...
 #   -m  make each BUILD first (`make all-tests`, SAN=address,undefined for
@@ -104,20 +106,26 @@ while read -r t; do
 done < "$logdir/order"
 for t in $tests; do rm -f "$logdir/$(echo "$t" | tr / _).res"; done
 
+# -jN, unless this runs under a make -jM (make -j4 check), whose job
+# slots it then shares
+case " ${MAKEFLAGS:-} " in
+*jobserver*) jflag="" jobs="make's" ;;
+*) jflag=-j$jobs ;;
+esac
 # (the builds first, then the tests: with the builds' sub-makes holding
 # job slots, make starts the tests it finds ready in no useful order)
 t0=$(date +%s)
 mrc=0
 if [ $domake = 1 ]; then
-	${MAKE:-make} --no-print-directory -k -j"$jobs" -f scripts/tests.mk \
+	${MAKE:-make} --no-print-directory -k $jflag -f scripts/tests.mk \
 		CHECK_LIST="$logdir/order" CHECK_LOGS="$logdir" CHECK_MAKE=1 builds || mrc=$?
 fi
 tb=$(date +%s)
 if [ $mrc = 0 ]; then
-	[ ! -s "$logdir/list" ] || ${MAKE:-make} --no-print-directory -k -j"$jobs" -f scripts/tests.mk \
+	[ ! -s "$logdir/list" ] || ${MAKE:-make} --no-print-directory -k $jflag -f scripts/tests.mk \
 		CHECK_LIST="$logdir/list" CHECK_LOGS="$logdir" CHECK_MAKE=0 || mrc=$?
-	[ ! -s "$logdir/alone" ] || ${MAKE:-make} --no-print-directory -k -j1 -f scripts/tests.mk \
-		CHECK_LIST="$logdir/alone" CHECK_LOGS="$logdir" CHECK_MAKE=0 || mrc=$?
+	[ ! -s "$logdir/alone" ] || ${MAKE:-make} --no-print-directory -k -f scripts/tests.mk \
+		CHECK_LIST="$logdir/alone" CHECK_LOGS="$logdir" CHECK_MAKE=0 CHECK_SERIAL=1 || mrc=$?
 fi
 t1=$(date +%s)
 

@@ -1,5 +1,5 @@
 # tests.mk - the job graph of scripts/run-tests.sh (which see), run as
-# make -f scripts/tests.mk -jN -k CHECK_LIST=FILE CHECK_LOGS=DIR [all]
+# make -f scripts/tests.mk -jN -k CHECK_LIST=FILE CHECK_LOGS=DIR [CHECK_SERIAL=1] [all]
 # One target per test, run/BUILD/KIND/NAME, made by scripts/run-test.sh
 # (its log, its .res, one line); they start in CHECK_LIST's order (the
 # slowest first).  A test's recipe never fails.  `builds` with
@@ -22,6 +22,11 @@ $(ids:%=run/%): run/%:
 	@sh scripts/run-test.sh -l $(CHECK_LOGS) $*
 
 builds: $(builds:%=made/%)
+
+# CHECK_SERIAL=1: one test at a time, whatever -j (or a parent's job slots)
+ifeq ($(CHECK_SERIAL),1)
+.NOTPARALLEL:
+endif
 
 ifeq ($(CHECK_MAKE),1)
 $(builds:%=made/%): made/%:
