@@ -2,6 +2,7 @@
 #
 #   make [all]          libmk.a, the programs, test tools      (build/)
 #   make check          deps, then every test, plain and under ASan+UBSan
+#   make check-full     the same, every point of every fault sweep
 #   make demo           deps, build, run the bundled demo
 #   make fuzz           libFuzzer harnesses (clang), FUZZ_SECONDS each
 #                       (scripts/fuzz-coverage.sh: the lines their corpora reach)
@@ -97,7 +98,7 @@ MANS      := $(sort $(wildcard man/man*/*.[1357]))
 # Per-module rules (generated sources, embedded data) live beside the code.
 -include $(sort $(wildcard src/*/*.mk))
 
-.PHONY: all check check-run check-cuda demo fuzz bench install deps clean man-lint
+.PHONY: all check check-full check-run check-cuda demo fuzz bench install deps clean man-lint
 .DELETE_ON_ERROR:
 # Keep the objects of programs, tools and tests (make would delete them as
 # intermediate on a first build and remake them on the next).
@@ -226,11 +227,17 @@ $(BUILD)/mk-uninstalled.pc: Makefile $(BUILD)/lib-flags
 deps:
 	@sh scripts/deps.sh
 
-# `make check`: the plain build, then the same tests under ASan+UBSan.
+# `make check`: the plain build and the ASan+UBSan one (build-san), made
+# in parallel, and every test of each, JOBS at a time; the fault sweeps
+# sample their points (MK_TEST_SEED=N repeats a run's), `make check-full`
+# tries them all.  TESTS='cli/hub unit/test_pool': only those.  How to run
+# one test alone: scripts/run-tests.sh.
+JOBS      ?= $(shell nproc 2>/dev/null || echo 2)
+CHECK_RUN  = MAKE='$(MAKE)' sh scripts/run-tests.sh -j $(JOBS) -m $(if $(TESTS),-t '$(TESTS)') build build-san
 check: deps
-	@$(MAKE) --no-print-directory all-tests
-	@$(MAKE) --no-print-directory SAN=address,undefined all-tests
-	@sh scripts/run-tests.sh build build-san
+	+@$(CHECK_RUN)
+check-full: deps
+	+@MK_TEST_FULL=1 $(CHECK_RUN)
 
 .PHONY: all-tests
 all-tests: all $(UNITS) $(FUZZ_REPLAY) $(if $(SAN),,$(BUILD)/test/test_pool-tsan)

@@ -5,21 +5,19 @@
 # run where nothing failed.  Never a crash, an abort or a usage error.
 # In the sanitized build the same shim sits in front of ASan's allocator
 # (which then serves the allocations it lets through), so every run is
-# also checked for leaks (LeakSanitizer, at exit) and memory errors; there
-# a sweep takes every Nth allocation, about 400 points a stage.
+# also checked for leaks (LeakSanitizer, at exit) and memory errors.
+# Which allocations fail: every one under make check-full (MK_TEST_FULL=1),
+# a seeded sample of each stage's under make check (sweep_points, in
+# lib.inc: the first four, the last and 32 spread between).
 . "$MK_TOP/test/cli/lib.inc"
 if [ "$MK_SAN" = 1 ]; then
 	P=$MK_TOP/build/preload/failalloc.so   # the plain build's (make check builds it first)
 	[ -f "$P" ] || exit 77
 	export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0:detect_leaks=1"
-	points=400
 else
 	P=$MK_BUILD/preload/failalloc.so
 	[ -f "$P" ] || fail "no $P"
-	points=0
 fi
-# step C: the distance between the allocations tried out of C
-step() { if [ "$points" = 0 ] || [ "$1" -le "$points" ]; then echo 1; else echo $(( ($1 + points - 1) / points )); fi; }
 # clean ERRFILE NAME N: no sanitizer report in ERRFILE
 clean() {
 	if grep -q "Sanitizer" "$1"; then
@@ -34,15 +32,14 @@ mk-merge < in.mks > t.mks
 mk-pack ref < t.mks
 count() { MK_FAIL_ALLOC_COUNT=1 LD_PRELOAD=$P "$@" 2>&1 >/dev/null | sed -n 's/^failalloc: \([0-9]*\) allocations$/\1/p'; }
 total=0 fails=0
-# sweep NAME INPUT EXPECTED CMD...: N = 1..count (every 4th past 400)
+# sweep NAME INPUT EXPECTED CMD...: N = the sweep's points of 1..count
 sweep() {
 	name=$1 input=$2 want=$3
 	shift 3
 	c=$(count "$@" < "$input")
 	[ -n "$c" ] && [ "$c" -gt 10 ] || fail "$name: no allocation counted ($c)"
-	st=$(step "$c") tried=0
-	n=1
-	while [ $n -le "$c" ]; do
+	tried=0
+	for n in $(sweep_points "$c" "$name"); do
 		rc=0
 		MK_FAIL_ALLOC=$n LD_PRELOAD=$P "$@" < "$input" > "$W/got" 2> "$W/err" || rc=$?
 		clean "$W/err" "$name" $n
@@ -54,8 +51,8 @@ sweep() {
 		*) cat "$W/err"; fail "$name: allocation $n failed: exit $rc" ;;
 		esac
 		total=$((total + 1))
-		if [ "$st" -gt 1 ]; then n=$((n + st)); elif [ $n -lt 400 ]; then n=$((n + 1)); else n=$((n + 4)); fi
 	done
+	[ "$tried" -gt 0 ] || fail "$name: no allocation tried"
 	echo "$name: $c allocations, $tried of them failed in turn"
 }
 (cd "$MK_TOP" && sweep mk-plan /dev/null "$OLDPWD/plan.mks" mk-plan testdata/configs/ties.yml)
@@ -84,9 +81,9 @@ if command -v python3 >/dev/null 2>&1; then
 fi
 # mk-pack writes a directory
 c=$(rm -rf p; count mk-pack p < t.mks)
-st=$(step "$c") tried=0
-n=1
-while [ $n -le "$c" ]; do
+[ -n "$c" ] && [ "$c" -gt 10 ] || fail "mk-pack: no allocation counted ($c)"
+tried=0
+for n in $(sweep_points "$c" mk-pack); do
 	rm -rf p p.mk-partial
 	rc=0
 	MK_FAIL_ALLOC=$n LD_PRELOAD=$P mk-pack p < t.mks 2> err || rc=$?
@@ -98,6 +95,6 @@ while [ $n -le "$c" ]; do
 	   no_out p ;;
 	*) cat err; fail "mk-pack: allocation $n failed: exit $rc" ;;
 	esac
-	n=$((n + st))
 done
+[ "$tried" -gt 0 ] || fail "mk-pack: no allocation tried"
 echo "mk-pack: $c allocations, $tried of them failed in turn"

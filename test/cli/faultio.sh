@@ -4,8 +4,10 @@
 # with EINVAL, as for an alignment the file system refuses, which must
 # not matter either (the rest goes through the page cache); the Nth fsync, fdatasync, ftruncate,
 # posix_fallocate or rename fails with EIO (test/preload/faultio.c).  N is
-# spread over each call's count in a clean run (the first two, the
-# quarters, the last two).  A failure must end cleanly: exit 1 with a
+# every call of a clean run's count under make check-full (MK_TEST_FULL=1);
+# under make check a seeded sample of them, for each call and fault
+# (sweep_points, in lib.inc: the first four, the last and three spread
+# between).  A failure must end cleanly: exit 1 with a
 # message that says what failed, mk-pack leaving neither OUT nor
 # OUT.mk-partial (or, for a failure after OUT was renamed into place,
 # exit 0, OUT whole, and a warning saying what failed); a short or interrupted call must not matter at all
@@ -24,12 +26,6 @@ mk-merge < in.mks > t.mks
 mk-pack ref < t.mks
 runs=0 failed=0 same=0 warned=0
 ONLY=""                # stage: try only this op's faults
-# points C: the calls tried out of C
-points() {
-	c=$1
-	printf '%s\n' 1 2 $((c / 4)) $((c / 2)) $((c * 3 / 4)) $((c - 1)) "$c" |
-		awk -v c="$c" '$1 >= 1 && $1 <= c && !seen[$1]++'
-}
 # counts NAME INPUT CMD...: the shim's counts of a clean run, "op=n ..."
 counts() {
 	name=$1 input=$2
@@ -90,12 +86,13 @@ stage() {
 		esac
 		case $op in write|pwrite|dpwrite|writev|splice|fallocate) kinds="$kinds enospc" ;; esac
 		for k in $kinds; do
-			for at in $(points "$n"); do
+			for at in $(sweep_points "$n" "$name $op $k" 3); do
 				one "$name" "$input" "$want" "$op:$at:$k" "$@"
 			done
 		done
 		case $op in read|pread|write|pwrite|dpwrite|writev|splice) one "$name" "$input" "$want" "$op:1:shortall" "$@" ;; esac
 	done
+	[ $runs -gt $tried ] || fail "$name: no fault tried"
 	echo "$name: calls $c; $((runs - tried)) faults tried ($((failed - f0)) clean errors, $((same - s0)) short or interrupted calls with the same output, $((warned - w0)) warnings)"
 }
 (cd "$MK_TOP" && stage mk-plan /dev/null "$OLDPWD/plan.mks" mk-plan testdata/configs/ties.yml)

@@ -274,7 +274,8 @@ echo "streaming survived dropped ranges"
 
 # --- allocation failures on the way to the Hub: each of mk's allocations
 # in mk-plan (metadata, headers by range) and mk-get (downloads) failed in
-# turn, about 300 points each, a fresh cache each time: a clean error or
+# turn (every one under make check-full, a seeded sample under make check:
+# sweep_points, in lib.inc), a fresh cache each time: a clean error or
 # the same plan, never a crash (test/cli/failalloc.sh does the rest)
 P=$MK_BUILD/preload/failalloc.so
 if [ "$MK_SAN" = 0 ] && [ -f "$P" ]; then
@@ -286,8 +287,8 @@ if [ "$MK_SAN" = 0 ] && [ -f "$P" ]; then
 		if [ $what = plan ]; then set -- mk-plan hub.yml; else set -- mk-get org/a; fi
 		c=$(MK_FAIL_ALLOC_COUNT=1 LD_PRELOAD=$P "$@" 2>&1 >/dev/null | sed -n 's/^failalloc: \([0-9]*\) allocations$/\1/p')
 		[ -n "$c" ] && [ "$c" -gt 10 ] || fail "failalloc $what: no allocation counted ($c)"
-		st=$(( (c + 299) / 300 )) n=1 tried=0
-		while [ $n -le "$c" ]; do
+		tried=0
+		for n in $(sweep_points "$c" $what); do
 			rm -rf facache
 			rc=0
 			MK_FAIL_ALLOC=$n LD_PRELOAD=$P "$@" > fa-got 2> fa-err || rc=$?
@@ -296,8 +297,9 @@ if [ "$MK_SAN" = 0 ] && [ -f "$P" ]; then
 			1) grep -q "error: " fa-err || { cat fa-err; fail "failalloc $what: allocation $n: exit 1 without a message"; } ;;
 			*) cat fa-err; fail "failalloc $what: allocation $n failed: exit $rc" ;;
 			esac
-			tried=$((tried + 1)) n=$((n + st))
+			tried=$((tried + 1))
 		done
+		[ "$tried" -gt 0 ] || fail "failalloc $what: no allocation tried"
 		echo "failalloc $what: $c allocations, $tried of them failed in turn"
 	done
 fi

@@ -1,7 +1,9 @@
 # mk-multi --no-intermediates under allocation failure: over a chain of
 # three merges streamed into each other (s1 -> s2 -> final, on threads of
-# one process), make mk's own allocations fail in turn at about 150
-# points spread over the run (test/preload/failalloc.c).  Each run ends
+# one process), make mk's own allocations fail in turn, at every point
+# of the run under make check-full (MK_TEST_FULL=1), at a seeded sample
+# of them under make check (sweep_points, in lib.inc: the first four,
+# the last and 32 spread between; test/preload/failalloc.c).  Each run ends
 # cleanly: exit 1 with an error message and no output of the chain (no
 # OUT, no DIR/NAME, nothing partial), or exit 0 with the bytes of a run
 # where nothing failed; never a crash, a hang or a usage error.  In the
@@ -36,8 +38,8 @@ c=$(MK_FAIL_ALLOC_COUNT=1 LD_PRELOAD=$P mk-multi --no-intermediates r.yml -I int
 	sed -n 's/^failalloc: \([0-9]*\) allocations$/\1/p')
 [ -n "$c" ] && [ "$c" -gt 100 ] || fail "no allocations counted ($c)"
 rm -rf out
-st=$(( (c + 149) / 150 )) n=1 tried=0 fails=0
-while [ $n -le "$c" ]; do
+tried=0 fails=0
+for n in $(sweep_points "$c" mk-multi); do
 	rm -rf out inter
 	rc=0
 	MK_FAIL_ALLOC=$n LD_PRELOAD=$P timeout 120 mk-multi --no-intermediates r.yml -I inter --out-path out > /dev/null 2> err || rc=$?
@@ -55,6 +57,6 @@ while [ $n -le "$c" ]; do
 	esac
 	[ ! -e inter ] || [ -z "$(ls -A inter)" ] || { ls -R inter; fail "allocation $n: a streamed merge was written"; }
 	tried=$((tried + 1))
-	n=$((n + st))
 done
+[ "$tried" -gt 0 ] || fail "no allocation tried"
 echo "mk-multi --no-intermediates: $c allocations, $tried of them failed in turn ($fails runs failed cleanly)"

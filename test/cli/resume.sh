@@ -1,6 +1,7 @@
 # Resume an interrupted merge: kill each stage of the pipe (mk-fetch,
-# mk-merge: kill -9 after varying delays; mk-pack: killed at its Nth write
-# of tensor data by test/preload/faultio.so, and by kill -9), resume with
+# mk-merge: kill -9 at varying points of the run, once mk-merge has read
+# so much of its input; mk-pack: killed at its Nth write of tensor data by
+# test/preload/faultio.so, and by kill -9), resume with
 # mk-fetch --skip-done | mk-merge | mk-pack --resume, and compare OUT byte
 # for byte with an uninterrupted run.  Then mk-yaml --resume, copy mode,
 # and the refusals: no --resume, another merge, another shard size, a
@@ -40,16 +41,13 @@ pipe() { # pipe [ENV=..]: the resumable hand-built pipe into out
 	mk-plan --name out slerp.yml | mk-fetch --skip-done out.mk-partial | mk-merge |
 		mk-pack --resume $pack_opts out
 }
-# the reference; timed the second time (the models' pages cached)
+# the reference, and the size of the stream mk-merge reads
 mk-plan --name out slerp.yml | mk-fetch | mk-merge | mk-pack $pack_opts ref
-t0=$(date +%s%N)
-mk-plan --name out slerp.yml | mk-fetch | mk-merge | mk-pack $pack_opts out
-t1=$(date +%s%N)
-diff -r ref out
-rm -rf out
-ms=$(( (t1 - t0) / 1000000 ))
+mk-plan --name out slerp.yml | mk-fetch > in.mks
+bytes=$(wc -c < in.mks)
+rm in.mks
 ntensors=$(grep -c '": "model-' ref/model.safetensors.index.json)
-echo "uninterrupted run: ${ms} ms, $ntensors tensors"
+echo "uninterrupted run: $bytes bytes into mk-merge, $ntensors tensors"
 [ "$ntensors" -gt 20 ] || fail "only $ntensors tensors in the reference"
 # mk-pack's writes of tensor data in the pipe: where it is killed below
 set -- $(writes mk-pack pipe)
@@ -73,14 +71,38 @@ count_done() {
 	echo "$n"
 }
 
-# kill -9 one stage of the background pipe after a delay
-kill_stage() { # kill_stage STAGE DELAY_MS
-	( pipe ) 2>/dev/null &
+# the bytes process PID has read (/proc/PID/io; empty once it is gone)
+read_bytes() { sed -n 's/^rchar: //p' "/proc/$1/io" 2>/dev/null || true; }
+# kill -9 one stage of the pipe at a point of the run, BYTES into
+# mk-merge's input: a state, not a time (the pipe takes 0.1 s here, and
+# any time on a loaded machine).  A gate after mk-fetch passes BYTES (and
+# drops what head reads beyond them: the run is failed anyway) and holds
+# the rest until the kill, so that every stage is still running then:
+# mk-fetch blocked on its output, mk-merge and mk-pack on their input.
+gate() { # gate BYTES: until gate.open is made
+	head -c "$1" || :
+	while [ ! -e gate.open ]; do sleep 0.01; done
+}
+kill_stage() { # kill_stage STAGE BYTES
+	( mk-plan --name out slerp.yml | mk-fetch --skip-done out.mk-partial | gate "$2" | mk-merge |
+		mk-pack --resume $pack_opts out ) 2>/dev/null &
 	sub=$!
-	sleep "$(awk -v m="$2" 'BEGIN { printf "%.3f", m / 1000 }')"
+	i=0
+	while :; do
+		m=$(pgrep -P $sub -x mk-merge || true)
+		r=
+		[ -z "$m" ] || r=$(read_bytes "$m")
+		[ -n "$r" ] && [ "$r" -ge "$2" ] && break
+		i=$((i + 1))
+		[ $i -lt 6000 ] || fail "mk-merge never read $2 bytes (it read ${r:-none})"
+		sleep 0.01
+	done
 	pid=$(pgrep -P $sub -x "$1" || true)
-	[ -n "$pid" ] && kill -9 $pid 2>/dev/null || true
+	[ -n "$pid" ] || fail "$1 was not running at $2 bytes"
+	kill -9 $pid
+	: > gate.open
 	wait $sub 2>/dev/null || true
+	rm gate.open
 	# an mk-pack killed with the others' output cut keeps its partial
 	if [ -d out ]; then
 		diff -r ref out > diff.txt || { cat diff.txt >&2; fail "$1 not killed: OUT differs"; }
@@ -89,23 +111,23 @@ kill_stage() { # kill_stage STAGE DELAY_MS
 	fi
 	if [ ! -d out.mk-partial ]; then
 		# killed before mk-pack had the HEAD (and made it)
-		finish "kill -9 $1 after $2 ms (early)"
+		finish "kill -9 $1 at $2 bytes (early)"
 		return
 	fi
 	interrupted=$((interrupted + 1))
 	resumed_tensors=$((resumed_tensors + $(count_done)))
-	finish "kill -9 $1 after $2 ms"
+	finish "kill -9 $1 at $2 bytes"
 }
 for stage in mk-fetch mk-merge mk-pack; do
 	before=$interrupted
 	k=1
 	while [ $k -le $points ]; do
-		kill_stage $stage $(( ms * k * 9 / (points * 10) + 5 ))
+		kill_stage $stage $(( bytes * k / (points + 1) ))
 		k=$((k + 1))
 	done
 	echo "$stage: $((interrupted - before)) of $points runs interrupted and resumed"
-	# (how many land depends on the load: the delays follow one timed run)
-	[ $((interrupted - before)) -ge 1 ] || fail "$stage: no kill landed before the run finished"
+	# (a kill before mk-pack has the HEAD, and so OUT.mk-partial, is early)
+	[ $((interrupted - before)) -ge 1 ] || fail "$stage: no kill landed after mk-pack began"
 done
 
 # mk-pack killed at its Nth write of tensor data, N over the range
@@ -215,10 +237,11 @@ diff -r yref out
 rm -rf out
 mk-yaml --quiet $shard slerp.yml out &
 y=$!
-sleep "$(awk -v m="$ms" 'BEGIN { printf "%.3f", m / 2000 }')"
+# stopped once mk-pack has begun OUT (its partial directory)
+while [ ! -d out.mk-partial ] && kill -0 $y 2>/dev/null; do sleep 0.01; done
 kill -TERM $y 2>/dev/null || true
 wait $y 2>/dev/null || true
-# (on a loaded machine the merge may have finished before the kill)
+# (the merge may have finished before the kill)
 [ -d out ] || mk-yaml --quiet --resume $shard slerp.yml out
 diff -r yref out
 rm -rf out
