@@ -294,6 +294,36 @@ static uint64_t cpu_ns(pid_t tid, pid_t a, pid_t b)
 	return sum;
 }
 
+/* Wait until every thread but the caller sleeps (state S in
+ * /proc/self/task/TID/stat): the pool's workers have stopped looking for
+ * work and parked.  A state, not a time (10 s only if one never does). */
+static void wait_parked(pid_t self)
+{
+	for (int i = 0; i < 10000; i++) {
+		DIR *d = opendir("/proc/self/task");
+		struct dirent *e;
+		bool all = true;
+
+		assert_non_null(d);
+		while ((e = readdir(d)) && all) {
+			char path[300], buf[512], *rp;
+			FILE *f;
+			if (e->d_name[0] == '.' || (pid_t)atoi(e->d_name) == self)
+				continue;
+			snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+			if (!(f = fopen(path, "r")))
+				continue;
+			if (fgets(buf, sizeof(buf), f) && (rp = strrchr(buf, ')')) && rp[1] == ' ' && rp[2] != 'S')
+				all = false;
+			fclose(f);
+		}
+		closedir(d);
+		if (all)
+			return;
+		nap(1000000);
+	}
+}
+
 static uint64_t thread_cpu_ns(void)
 {
 	struct timespec t;
@@ -328,12 +358,13 @@ static void test_left_out_parked(void **state)
 
 	mk__pool_run(9, 9, record, r);
 	check_once(r, 9);
-	nap(2000000);    /* every worker parked */
+	wait_parked(self);    /* every worker parked */
 	/* the one worker that takes part: its CPU is not counted */
 	for (unsigned s = 0; s < 100 && !atomic_load(&slot1_tid); s++)
 		mk__pool_run(2, 2, note_slot1, NULL);
 	assert_true(atomic_load(&slot1_tid) != 0);
 	pid_t w = atomic_load(&slot1_tid);
+	wait_parked(self);    /* and the one that took part too */
 	uint64_t w0 = cpu_ns(0, self, w), s0 = cpu_ns(self, 0, 0), c0 = thread_cpu_ns();
 	for (unsigned s = 0; s < 200; s++) {
 		memset(r->runs, 0, sizeof(r->runs));
@@ -381,7 +412,7 @@ static void test_all_woken(void **state)
 	free(r);
 	for (unsigned round = 0; round < 3; round++) {
 		struct gather g = { 0 };
-		nap(2000000);    /* every worker parked */
+		wait_parked((pid_t)syscall(SYS_gettid));    /* every worker parked */
 		mk__pool_run(9, 9, wait_all, &g);
 		assert_int_equal(atomic_load(&g.arrived), 9);
 		assert_int_equal(atomic_load(&g.full), 9);
