@@ -25,6 +25,8 @@
 						 of finished jobs' buffers for the next */
 #define MK_BUDGET_PACK_HEADROOM (4u << 20)    /* mk-pack's headers beside its two frames */
 #define MK_BUDGET_SYNC_DEFAULT (64u << 20)    /* mk-pack's group commit, by default */
+#define MK_BUDGET_FETCH_HOLD_DEFAULT (64u << 20) /* with no budget, the plan's FILE
+						 frames mk-fetch holds in memory */
 #define MK_BUDGET_HOLD_DEFAULT (256u << 20)   /* with no --max-memory, the most one
 						 job held in memory may take (its
 						 inputs as sent); see mk_budget_hold_max */
@@ -90,6 +92,11 @@ void mk_budget_fetch_fit(uint64_t budget, size_t *chunk, unsigned *qdepth);
  * and *hold, the passes of a job it keeps to send again (a spool over
  * that goes to a file), a quarter. */
 void mk_budget_fetch_apply(uint64_t budget, size_t *chunk, unsigned *qdepth, uint64_t *hold);
+
+/* What mk-fetch holds of a plan's FILE frames until its HEAD goes out
+ * (the rest in a scratch file): `asked` (mk_budget_fetch_apply's quarter),
+ * MK_BUDGET_FETCH_HOLD_DEFAULT when 0. */
+uint64_t mk_budget_fetch_hold(uint64_t asked);
 
 /* The most mk-merge keeps of finished jobs' buffers for the next ones:
  * half its budget, MK_BUDGET_POOL_DEFAULT without one. */

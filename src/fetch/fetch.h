@@ -45,7 +45,7 @@ struct mk_fetch_opts {
 	 * error; a missing directory or journal skips nothing. */
 	const char *skip_done;
 	/* plan mode: the bytes of the plan's FILE frames held in memory until
-	 * the HEAD goes out (0: MK_FETCH_HOLD_DEFAULT); the rest wait in an
+	 * the HEAD goes out (0: mk_budget_fetch_hold's default); the rest wait in an
 	 * unlinked scratch file in $TMPDIR (or /tmp) */
 	uint64_t hold_bytes;
 	/* plan mode: models whose tensors come from a live "tensors" stream
@@ -70,8 +70,6 @@ struct mk_fetch_opts {
 	 * are then not sent; NULL: every planned pass is sent */
 	const struct mk_chan_skip *skip;
 };
-
-#define MK_FETCH_HOLD_DEFAULT (64ull << 20)
 
 struct mk_fetch_stats {
 	char backend[64];            /* reader backend used */

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include "core/budget.h"
 #include "fetch/fetch.h"
 #include "core/fsutil.h"
 #include "stream/job.h"
@@ -540,7 +541,7 @@ int mk_fetch_plan(const struct mk_fetch_opts *o, struct mk_io in, const char *la
 {
 	struct run q = {
 		.o = o, .label = label, .st = st,
-		.sp = { .fd = -1, .bound = o->hold_bytes ? o->hold_bytes : MK_FETCH_HOLD_DEFAULT },
+		.sp = { .fd = -1, .bound = mk_budget_fetch_hold(o->hold_bytes) },
 		.ropts = { .kind = o->io, .chunk_bytes = o->chunk_bytes, .qdepth = o->qdepth },
 		.placeholder = -1,
 	};

@@ -160,6 +160,38 @@ static void test_hold_values(void **state)
 	}
 }
 
+/* The stages' other shares: each the one place its fraction is decided. */
+static void test_stage_shares(void **state)
+{
+	const uint64_t M = 1u << 20;
+	size_t chunk = 0;
+	unsigned qd = 0;
+	uint64_t hold = 0;
+
+	(void)state;
+	/* mk-fetch: its reads fitted in half, a quarter held */
+	mk_budget_fetch_apply(100 * M, &chunk, &qd, &hold);
+	assert_int_equal(hold, 25 * M);
+	assert_true((uint64_t)(qd + 2) * chunk <= 50 * M);
+	assert_int_equal(mk_budget_fetch_hold(0), MK_BUDGET_FETCH_HOLD_DEFAULT);
+	assert_int_equal(mk_budget_fetch_hold(7), 7);
+	/* mk-merge's pool: half, or the default */
+	assert_int_equal(mk_budget_merge_pool(0), MK_BUDGET_POOL_DEFAULT);
+	assert_int_equal(mk_budget_merge_pool(100 * M), 50 * M);
+	/* mk-pack: two frames and the headers; the sync batch at most a
+	 * quarter, never 0 */
+	assert_int_equal(mk_budget_pack_frames(4 * M), 8 * M + MK_BUDGET_PACK_HEADROOM);
+	assert_int_equal(mk_budget_pack_sync(0, 0), MK_BUDGET_SYNC_DEFAULT);
+	assert_int_equal(mk_budget_pack_sync(0, 5 * M), 5 * M);
+	assert_int_equal(mk_budget_pack_sync(40 * M, 0), 10 * M);
+	assert_int_equal(mk_budget_pack_sync(40 * M, 1 * M), 1 * M);
+	assert_int_equal(mk_budget_pack_sync(3, 0), 1);
+	/* a program's own base taken off, never down to "no bound" */
+	assert_int_equal(mk_budget_less_process(MK_BUDGET_STAGE_BASE + 5), 5);
+	assert_int_equal(mk_budget_less_process(MK_BUDGET_STAGE_BASE), 1);
+	assert_int_equal(mk_budget_less_process(1), 1);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -168,6 +200,7 @@ int main(void)
 		cmocka_unit_test(test_fetch_values),
 		cmocka_unit_test(test_fetch_invariant),
 		cmocka_unit_test(test_hold_values),
+		cmocka_unit_test(test_stage_shares),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
