@@ -810,8 +810,7 @@ static void fmt_real(struct mk_sbuf *b, double d)
 	}
 }
 
-/* A JSON string as Python's json.dumps(ensure_ascii=True) writes it. */
-static void fmt_string(struct mk_sbuf *b, const char *s, size_t len)
+void mk_json_put_ascii_string(struct mk_sbuf *b, const char *s, size_t len)
 {
 	const unsigned char *u = (const unsigned char *)s;
 
@@ -940,7 +939,7 @@ static void py_dump(struct mk_sbuf *b, const struct mk_jsondoc *d, size_t v, int
 		for (size_t i = 0; i < nk; i++) {
 			py_indent(b, level + 1);
 			if (obj) {
-				fmt_string(b, k[i].key, strlen(k[i].key));
+				mk_json_put_ascii_string(b, k[i].key, strlen(k[i].key));
 				mk_sbuf_str(b, ": ");
 			}
 			py_dump(b, d, k[i].node, level + 1);
@@ -959,7 +958,7 @@ static void py_dump(struct mk_sbuf *b, const struct mk_jsondoc *d, size_t v, int
 			b->oom = true;
 			return;
 		}
-		fmt_string(b, s, sl);
+		mk_json_put_ascii_string(b, s, sl);
 		free(s);
 		return;
 	}

@@ -94,5 +94,11 @@ int mk_jsondoc_int64_text(const struct mk_jsondoc *d, char **out, size_t *len, s
  * json.dumps(ensure_ascii=False) escapes it (quote, backslash, control
  * characters); malloc'ed, NULL when out of memory. */
 char *mk_json_quote(const char *s, size_t n);
+/* Append s (len bytes of UTF-8) as a JSON string as Python's json.dumps
+ * writes it by default (ensure_ascii): every character outside printable
+ * ASCII as \n, \t, ... or \uXXXX in lower-case hex, surrogate pairs above
+ * U+FFFF. */
+struct mk_sbuf;
+void mk_json_put_ascii_string(struct mk_sbuf *b, const char *s, size_t len);
 
 #endif

@@ -8,8 +8,9 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include <jansson.h>
 #include "core/fsutil.h"
+#include "core/jsondoc.h"
+#include "core/sbuf.h"
 #include "stream/manifest.h"
 #include "io/safetensors.h"
 #include "pack_impl.h"
@@ -160,41 +161,40 @@ int mk__pack_check_space(struct pack *p, const char *dir, struct mk_err *err)
 
 int mk__pack_write_index(struct pack *p, struct mk_err *err)
 {
-	json_t *o = json_object(), *meta = json_object(), *wm = json_object();
-	char *text = NULL, *path = NULL;
+	struct mk_sbuf b = { 0 };
+	char *path = NULL;
 	int fd = -1, rc = 0;
 
-	if (!o || !meta || !wm)
-		goto oom;
-	json_object_set_new(meta, "total_size", json_integer((json_int_t)p->st->tensor_bytes));
-	for (size_t i = 0; i < p->man->ntensors; i++)
-		json_object_set_new(wm, p->man->tensors[i].name, json_string(p->sh[p->slot[i].shard].name));
-	json_object_set_new(o, "metadata", meta);
-	json_object_set_new(o, "weight_map", wm);
-	meta = wm = NULL;
-	/* Python's json.dump(indent=2): 2-space indent, ASCII escapes */
-	text = json_dumps(o, JSON_INDENT(2) | JSON_ENSURE_ASCII | JSON_PRESERVE_ORDER);
+	/* as Python's json.dump(indent=2) writes it (ASCII escapes in
+	 * lower-case hex, no newline at the end), the form of mergekit's
+	 * model.safetensors.index.json */
+	mk_sbuf_fmt(&b, "{\n  \"metadata\": {\n    \"total_size\": %llu\n  },\n  \"weight_map\": {",
+		    (unsigned long long)p->st->tensor_bytes);
+	for (size_t i = 0; i < p->man->ntensors; i++) {
+		const char *name = p->man->tensors[i].name, *shard = p->sh[p->slot[i].shard].name;
+		mk_sbuf_str(&b, i ? ",\n    " : "\n    ");
+		mk_json_put_ascii_string(&b, name, strlen(name));
+		mk_sbuf_str(&b, ": ");
+		mk_json_put_ascii_string(&b, shard, strlen(shard));
+	}
+	mk_sbuf_str(&b, p->man->ntensors ? "\n  }\n}" : "}\n}");
 	path = mk__pack_join(p->partial, INDEX_NAME);
-	if (!text || !path)
-		goto oom;
+	if (b.oom || !path) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
 	fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	if (fd < 0) {
 		rc = mk_err_sys(err, errno, "%s", path);
 		goto out;
 	}
-	rc = mk_write_all(fd, text, strlen(text), path, err);
+	rc = mk_write_all(fd, b.p, b.n, path, err);
 	if (!rc && fsync(fd) < 0)
 		rc = mk_err_sys(err, errno, "%s: fsync", path);
-	goto out;
-oom:
-	rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 out:
 	if (fd >= 0)
 		close(fd);
 	free(path);
-	free(text);
-	json_decref(meta);
-	json_decref(wm);
-	json_decref(o);
+	free(b.p);
 	return rc;
 }

@@ -34,3 +34,26 @@ for f in live/*; do cmp "$f" "zout/$(basename "$f")" || fail "$f differs with --
 mk-gen-model --pad-leading --layers 1 --vocab 32 p
 mk-fetch --model p | mk-pack pout
 mk-st-diff p pout
+# the index of a sharded output is written as Python's json.dump(indent=2)
+# writes it (mergekit's form): tensor names outside ASCII, quotes,
+# backslashes and control characters escaped as Python escapes them
+mkdir -p u && python3 - u/model.safetensors <<'PY'
+import json, struct, sys
+names = ["caf\u00e9.weight", "emoji\U0001F600.bias", 'q"uote', "back\\slash", "tab\tnew\nline", "\u4e2d\u6587", "plain.weight"]
+hdr, off = {}, 0
+for n in names:
+    hdr[n] = {"dtype": "F32", "shape": [4], "data_offsets": [off, off + 16]}
+    off += 16
+h = json.dumps(hdr, ensure_ascii=False).encode()
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<Q", len(h)) + h + bytes(off))
+PY
+mk-fetch --model u/model.safetensors | mk-pack --out-shard-size 1 uout
+python3 - uout/model.safetensors.index.json <<'PY' || fail "the index is not written as Python's json.dump(indent=2) writes it"
+import json, sys
+raw = open(sys.argv[1], "rb").read().decode("ascii")
+if raw != json.dumps(json.loads(raw), indent=2):
+    sys.exit("index differs from json.dumps(indent=2) of itself:\n" + raw)
+if len(json.loads(raw)["weight_map"]) != 7:
+    sys.exit("not every tensor is in the index")
+PY
