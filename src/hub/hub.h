@@ -17,6 +17,12 @@
  * only after its size and that digest were checked, so a partial or
  * corrupt download never becomes a cache entry.
  *
+ * Files with the same bytes share one blob: it is downloaded once (one
+ * lock, taken once) and every name is linked to it.  Blobs are locked in
+ * the order of their ids, so two downloaders never wait for each other.
+ * A download is refused when the cache's file system lacks its listed
+ * sizes plus 64 MiB.
+ *
  * Settings come from the environment, as huggingface_hub reads them:
  * HF_ENDPOINT (default https://huggingface.co), HF_TOKEN, else the file
  * $HF_TOKEN_PATH, else $HF_HOME/token (HF_HOME default

@@ -4,6 +4,7 @@
 #define MK_HUB_IMPL_H
 
 #include "curl_fn.h"
+#include <stdbool.h>
 #include <stdint.h>
 #include "hub/hub.h"
 
@@ -35,5 +36,12 @@ void mk__hub_sleep_ms(unsigned ms);
 
 /* Count body bytes received (all requests). */
 void mk__hub_count(uint64_t n);
+
+/* Lock blob ETAG of the repository cached in repo_dir (lock.c): *fd, 0;
+ * 1 when !wait and another holds it (or this thread does); an error
+ * when this thread holds it already and wait (it would wait for itself).
+ * Released by mk__hub_unlock_blob (fd < 0: nothing). */
+int mk__hub_lock_blob(const char *repo_dir, const char *etag, bool wait, int *fd, struct mk_err *err);
+void mk__hub_unlock_blob(int fd);
 
 #endif
