@@ -123,17 +123,42 @@ char *mk_hub_cache_dir(struct mk_err *err)
 	return s;
 }
 
-/* The token: $HF_TOKEN, else the first line of $HF_TOKEN_PATH or
- * $HF_HOME/token. */
-static char *read_token(void)
+/* A token as huggingface_hub cleans it: white space around it stripped;
+ * empty is none (*out NULL).  One with a control character inside (a
+ * second line, a carriage return: another HTTP header) is refused, and
+ * never shown.  `src` names where it came from. */
+static int token_clean(const char *t, size_t n, const char *src, char **out, struct mk_err *err)
+{
+	*out = NULL;
+	while (n && isspace((unsigned char)*t)) {
+		t++;
+		n--;
+	}
+	while (n && isspace((unsigned char)t[n - 1]))
+		n--;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)t[i] < 0x20 || t[i] == 0x7f)
+			return mk_err_set(err, MK_EINVAL, "the Hub token in %s has a control character inside "
+					  "(byte %zu of %zu: a line break or the like), so it is not sent (and not shown "
+					  "here); set it to the token alone", src, i + 1, n);
+	if (n && !(*out = strndup(t, n)))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	return 0;
+}
+
+/* The token: $HF_TOKEN, else the file $HF_TOKEN_PATH or $HF_HOME/token
+ * (cleaned: token_clean). */
+static int read_token(char **out, struct mk_err *err)
 {
 	const char *e = getenv("HF_TOKEN");
 	char *path = NULL, *home;
 	uint8_t *buf = NULL;
 	size_t len;
+	int rc;
 
+	*out = NULL;
 	if (e && e[0])
-		return strdup(e);
+		return token_clean(e, strlen(e), "HF_TOKEN", out, err);
 	if ((e = getenv("HF_TOKEN_PATH")) && e[0])
 		path = strdup(e);
 	else if ((home = hf_home())) {
@@ -143,15 +168,39 @@ static char *read_token(void)
 	}
 	if (!path || mk_file_read(path, 4096, &buf, &len, NULL) < 0) {
 		free(path);
-		return NULL;
+		return 0;
 	}
+	rc = token_clean((const char *)buf, len, path, out, err);
+	free(buf);
 	free(path);
-	buf[strcspn((char *)buf, "\r\n")] = '\0';
-	if (!buf[0]) {
-		free(buf);
-		return NULL;
-	}
-	return (char *)buf;
+	return rc;
+}
+
+/* Whole seconds, at least 1, from a variable huggingface_hub reads as a
+ * float (rounded up; def when unset, not above 0 or above hi). */
+static unsigned env_seconds(const char *name, unsigned def, unsigned hi)
+{
+	const char *e = getenv(name);
+	char *end;
+	double v;
+
+	if (!e || !e[0])
+		return def;
+	v = strtod(e, &end);
+	if (*end || !(v > 0 && v <= hi))
+		return def;
+	return (unsigned)v + (v > (unsigned)v);
+}
+
+/* MK_HUB_MIN_SPEED: bytes a second, with a size suffix ("1K"). */
+static unsigned env_speed(const char *name, unsigned def)
+{
+	const char *e = getenv(name);
+	uint64_t v;
+
+	if (!e || !e[0] || mk_size_parse(e, &v) < 0 || v < 1 || v > (1u << 30))
+		return def;
+	return (unsigned)v;
 }
 
 static void settings_init(void)
@@ -173,11 +222,15 @@ static void settings_init(void)
 	}
 	for (size_t n = strlen(g_set.endpoint); n > 0 && g_set.endpoint[n - 1] == '/'; n--)
 		g_set.endpoint[n - 1] = '\0';
-	g_set.token = read_token();
+	if ((g_set_rc = mk__hub_endpoint_check(g_set.endpoint, &g_set_err)) < 0 ||
+	    (g_set_rc = read_token(&g_set.token, &g_set_err)) < 0)
+		return;
 	g_set.parallel = env_uint("MK_HUB_PARALLEL", 8, 1, 64);
 	g_set.retries = env_uint("MK_HUB_RETRIES", 5, 0, 100);
 	g_set.retry_ms = env_uint("MK_HUB_RETRY_MS", 500, 0, 600000);
-	g_set.stall_s = env_uint("MK_HUB_STALL_S", 30, 1, 3600);
+	g_set.stall_s = env_uint("MK_HUB_STALL_S", env_seconds("HF_HUB_DOWNLOAD_TIMEOUT", STALL_S, 3600),
+				 1, 3600);
+	g_set.min_speed = env_speed("MK_HUB_MIN_SPEED", MIN_SPEED);
 }
 
 const struct mk_hub_settings *mk__hub_settings(struct mk_err *err)
@@ -261,6 +314,26 @@ static char *url_escape(const char *s, bool keep_slash)
 
 /* ---- requests ---- */
 
+/* http and https only, for the request and every redirect: libcurl
+ * 7.85's names for the lists where the libcurl loaded knows them, else
+ * the older bitmasks; -1 when neither is taken. */
+static int restrict_protocols(CURL *e)
+{
+	const long bits = CURLPROTO_HTTP | CURLPROTO_HTTPS;
+	int ok = 0;
+
+#if LIBCURL_VERSION_NUM >= 0x075500
+	ok += curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK ||
+	      curl_easy_setopt(e, CURLOPT_PROTOCOLS, bits) == CURLE_OK;
+	ok += curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https") == CURLE_OK ||
+	      curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS, bits) == CURLE_OK;
+#else
+	ok += curl_easy_setopt(e, CURLOPT_PROTOCOLS, bits) == CURLE_OK;
+	ok += curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS, bits) == CURLE_OK;
+#endif
+	return ok == 2 ? 0 : -1;
+}
+
 int mk__hub_easy_setup(CURL *e, const char *url, uint64_t from, uint64_t to,
 		       struct curl_slist **hdrs, struct mk_err *err)
 {
@@ -274,10 +347,12 @@ int mk__hub_easy_setup(CURL *e, const char *url, uint64_t from, uint64_t to,
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+	if (restrict_protocols(e) < 0)
+		return mk_err_set(err, MK_EUNSUPPORTED, "the libcurl loaded cannot be limited to http and https");
 	curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
 	curl_easy_setopt(e, CURLOPT_USERAGENT, "mk/" MK_VERSION);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, (long)s->stall_s);
-	curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, (long)s->min_speed);
 	curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)s->stall_s);
 	curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, NULL);  /* identity: sizes are exact */
 	if (from != UINT64_MAX) {
@@ -358,8 +433,25 @@ int mk__hub_judge(CURL *e, CURLcode res, const char *what, unsigned attempt,
 		if (ra > back)
 			back = ra;
 	} else {
+		char *to = NULL, shown[512];
 		switch (res) {
-		case CURLE_COULDNT_CONNECT: case CURLE_OPERATION_TIMEDOUT: case CURLE_PARTIAL_FILE:
+		case CURLE_UNSUPPORTED_PROTOCOL:
+			/* HF_ENDPOINT is checked: a redirect led elsewhere */
+			curl_easy_getinfo(e, CURLINFO_EFFECTIVE_URL, &to);   /* where it led */
+			return mk_err_set(err, MK_EUNSUPPORTED, "%s: the Hub redirected to %s, which is not http or "
+					  "https; mk follows http and https only", what,
+					  to ? mk__hub_url_shown(to, shown, sizeof(shown)) : "another protocol");
+		case CURLE_OPERATION_TIMEDOUT:
+			/* (a kept connection has no connect time: the status
+			 * says whether the server answered) */
+			if (code > 0)
+				snprintf(why, sizeof(why), "the transfer was slower than %u bytes/s for %u s "
+					 "(MK_HUB_MIN_SPEED, MK_HUB_STALL_S)", s->min_speed, s->stall_s);
+			else
+				snprintf(why, sizeof(why), "no answer within %u s, or one slower than %u bytes/s "
+					 "(MK_HUB_STALL_S, MK_HUB_MIN_SPEED)", s->stall_s, s->min_speed);
+			break;
+		case CURLE_COULDNT_CONNECT: case CURLE_PARTIAL_FILE:
 		case CURLE_RECV_ERROR: case CURLE_SEND_ERROR: case CURLE_GOT_NOTHING:
 		case CURLE_HTTP2: case CURLE_HTTP2_STREAM: case CURLE_COULDNT_RESOLVE_HOST:
 		case CURLE_SSL_CONNECT_ERROR:
@@ -438,8 +530,9 @@ static int get_small(struct mk_hub *h, const char *url, uint64_t from, uint64_t 
 			curl_easy_getinfo(h->easy, CURLINFO_RESPONSE_CODE, &code);
 			curl_easy_getinfo(h->easy, CURLINFO_EFFECTIVE_URL, &eff);
 			free(b.p);
+			char shown[512];
 			return mk_err_set(err, MK_EFORMAT, "%s: the answer (HTTP %ld from %s) is larger than %zu bytes",
-					  what, code, eff ? eff : "?", max);
+					  what, code, eff ? mk__hub_url_shown(eff, shown, sizeof(shown)) : "?", max);
 		}
 		rc = mk__hub_judge(h->easy, res, what, attempt, &wait, err);
 		if (rc == 0) {
@@ -642,7 +735,11 @@ int mk_hub_repo_open(const char *id, const char *rev, struct mk_hub_repo **out, 
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	snprintf(what, sizeof(what), "model '%s', revision %s (%s)", id, r->rev, url);
+	{
+		char shown[400];
+		snprintf(what, sizeof(what), "model '%s', revision %s (%s)", id, r->rev,
+			 mk__hub_url_shown(url, shown, sizeof(shown)));
+	}
 	rc = get_small(r->hub, url, UINT64_MAX, 0, API_MAX, what, &b, err);
 	if (rc < 0)
 		goto out;

@@ -3,9 +3,14 @@
 #  - files of one repository with the same bytes (one blob, several
 #    names) are downloaded once and all linked, never locked twice by one
 #    process; two processes downloading one repository both succeed;
+#  - only http and https are spoken, on every request and redirect;
+#  - a transfer slower than MK_HUB_MIN_SPEED for MK_HUB_STALL_S ends;
 #  - listed sizes the cache's file system cannot hold are refused before
 #    any byte is asked for, and a body longer than its listing stops at
-#    the listed size and can be continued.
+#    the listed size and can be continued;
+#  - a token with a control character is refused (no header is injected)
+#    and surrounding white space is stripped;
+#  - credentials and tokens in URLs are never printed.
 # The Hub is test/tools/mk-mock-hub.py on 127.0.0.1 (hub.inc).
 . "$MK_TOP/test/cli/lib.inc"
 . "$MK_TOP/test/cli/hub.inc"
@@ -103,6 +108,45 @@ cmp get1.out get2.out
 twins_linked c5
 echo "equal files: downloaded once, every name linked, two processes both succeed"
 
+# --- only http and https, for the request and every redirect
+export HF_HUB_CACHE=$PWD/c6
+for to in "/api/models/ ftp://127.0.0.1:$port/x" "/resolve/ ftp://127.0.0.1:$port/x" "/cdn/ ftp://127.0.0.1:$port/x" \
+	  "/cdn/ file:///etc/passwd" "/cdn/ gopher://127.0.0.1:$port/x" "/cdn/ dict://127.0.0.1:$port/x" \
+	  "/resolve/ FTP://127.0.0.1:$port/x"; do
+	where=${to%% *} to=${to#* }
+	hub_reset
+	fault "[{\"kind\": \"redirect\", \"match\": \"$where\", \"location\": \"$to\", \"count\": 100}]"
+	expect_fail 1 "mk follows http and https only" timeout 60 mk-get org/local
+	err_has "redirected to $(echo "$to" | tr A-Z a-z)" "the refused redirect ($where to $to) is not named"
+done
+hub_reset
+fault "[{\"kind\": \"redirect\", \"match\": \"/cdn/\", \"location\": \"ftp://127.0.0.1:$port/x\", \"count\": 100}]"
+expect_fail 1 "mk follows http and https only" timeout 60 mk-yaml twins.yml rout
+no_out rout
+for e in "ftp://127.0.0.1:$port" "file:///tmp" "http://127.0.0.1:$port/a b"; do
+	HF_ENDPOINT=$e expect_fail 1 "HF_ENDPOINT" timeout 60 mk-get org/local
+done
+echo "redirects to ftp, file, gopher and dict refused"
+
+# --- a trickle ends: slower than MK_HUB_MIN_SPEED for MK_HUB_STALL_S
+export HF_HUB_CACHE=$PWD/c7
+hub_reset
+fault '[{"kind": "trickle", "match": "/cdn/", "rate": 2, "count": 100}]'
+MK_HUB_STALL_S=1 MK_HUB_MIN_SPEED=1000 MK_HUB_RETRIES=0 \
+	expect_fail 1 "slower than 1000 bytes/s for 1 s (MK_HUB_MIN_SPEED, MK_HUB_STALL_S)" timeout 60 mk-get org/local
+err_has "downloading model.safetensors" "the trickle's message does not name the file"
+# the default floor catches it too, in huggingface_hub's window variable
+hub_reset
+fault '[{"kind": "trickle", "match": "/cdn/", "rate": 2, "count": 100}]'
+MK_HUB_STALL_S= HF_HUB_DOWNLOAD_TIMEOUT=0.5 MK_HUB_RETRIES=0 \
+	expect_fail 1 "slower than 1024 bytes/s for 1 s" timeout 60 mk-get org/local
+# a trickling range read (mk-plan reads the shards' headers)
+hub_reset
+rm -rf c7
+fault '[{"kind": "trickle", "match": "/cdn/", "rate": 2, "count": 100}]'
+MK_HUB_STALL_S=1 MK_HUB_RETRIES=0 expect_fail 1 "slower than" timeout 60 mk-plan twins.yml
+echo "trickles end"
+
 # --- the cache's disk: listed sizes it cannot hold are refused before
 # any byte is asked for
 for m in huge over; do
@@ -159,3 +203,53 @@ assert len(r) == 1 and r[0] and r[0].startswith("bytes=%s-" % sys.argv[1]), r' "
 	fail "the short body was not resumed from $have: $(hub_log)"
 check_cache c11
 echo "sizes: refused before asking, a long body stopped at its listed size"
+
+# --- the token: white space around it stripped; a control character
+# inside refused before any request, and never shown
+export HF_HUB_CACHE=$PWD/c12
+no_injection() {
+	hub_log | python3 -c 'import json, sys
+log = json.load(sys.stdin)
+assert not [e for e in log if any(h.lower().startswith("x-injected") for h in e["headers"])], log' ||
+		fail "a header was injected: $(hub_log)"
+}
+nl='
+'
+cr=$(printf '\r')
+hub_reset
+for t in "hf_sesame${cr}${nl}X-Injected: 1" "hf_sesame${nl}X-Injected: 1" "hf_sesame${cr}X-Injected: 1" \
+	 "hf_ses$(printf '\001')ame" "hf_sesame$(printf '\033')"; do
+	HF_TOKEN=$t expect_fail 1 "control character" timeout 60 mk-get org/gated
+	err_has "HF_TOKEN" "the message does not say which token"
+	! grep -q sesame err.txt || fail "the token was shown: $(cat err.txt)"
+	printf '%s\n' "$t" > tok
+	HF_TOKEN_PATH=$PWD/tok expect_fail 1 "control character" timeout 60 mk-get org/gated
+	err_has "$PWD/tok" "the message does not name the token file"
+	! grep -q sesame err.txt || fail "the token was shown: $(cat err.txt)"
+done
+no_injection
+HF_TOKEN="  hf_sesame ${cr}${nl}" timeout 60 mk-get org/gated > /dev/null || fail "a token with white space around was refused"
+rm -rf c12
+printf '\n hf_sesame\r\n\n' > tok
+HF_TOKEN_PATH=$PWD/tok timeout 60 mk-get org/gated > /dev/null || fail "a token file with white space around was refused"
+echo "tokens: white space stripped, control characters refused"
+
+# --- secrets in URLs are never shown: userinfo of HF_ENDPOINT, query
+# values of a redirect
+export HF_HUB_CACHE=$PWD/c13
+hub_reset
+fault '[{"kind": "500", "match": "/api/models/", "count": 100}]'
+HF_ENDPOINT=http://someone:s3cretpw@127.0.0.1:$port MK_HUB_RETRIES=1 expect_fail 1 "HTTP 500" timeout 60 mk-get org/local
+! grep -q s3cretpw err.txt || fail "HF_ENDPOINT's password was shown: $(cat err.txt)"
+err_has "http://***@127.0.0.1:$port/api/models/org/local/revision/main?blobs=true" "the address is not shown redacted"
+hub_reset
+hub_reset
+fault "[{\"kind\": \"redirect\", \"match\": \"/cdn/\", \"location\": \"ftp://u:s3cretpw@127.0.0.1:$port/x?token=hf_qsecret&X-Amz-Signature=qsig&blobs=1#hf_frag\", \"count\": 100}]"
+expect_fail 1 "mk follows http and https only" timeout 60 mk-get org/local
+for secret in s3cretpw hf_qsecret qsig hf_frag; do
+	! grep -q "$secret" err.txt || fail "a redirect's secret ($secret) was shown: $(cat err.txt)"
+done
+err_has "ftp://***@127.0.0.1:$port/x?token=***&X-Amz-Signature=***&blobs=1" "the redirect is not shown redacted"
+HF_ENDPOINT="ftp://someone:s3cretpw@127.0.0.1:$port/?token=hf_qsecret" expect_fail 1 "HF_ENDPOINT" mk-get org/local
+! grep -qE "s3cretpw|hf_qsecret" err.txt || fail "a bad HF_ENDPOINT's secrets were shown: $(cat err.txt)"
+echo "secrets in addresses are not shown"
