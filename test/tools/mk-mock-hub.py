@@ -290,6 +290,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 pass
             return
         if kind == "trickle":
+            # logged as it begins (sent: 0), not when the client has gone
+            self.record(status, 0)
             try:
                 for i in range(len(data)):
                     self.wfile.write(data[i:i + 1])
@@ -297,8 +299,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     time.sleep(1.0 / fault.get("rate", 2))
             except OSError:
                 self.close_connection = True
-                return self.record(status, i)
-        elif kind == "slow":
+            return
+        if kind == "slow":
             for i in range(0, len(data), 4096):
                 self.wfile.write(data[i:i + 4096])
                 self.wfile.flush()
