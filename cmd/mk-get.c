@@ -27,7 +27,8 @@ static void usage(void)
 	       "  -V, --version          show the version and exit\n"
 	       "\n"
 	       "Environment: HF_ENDPOINT, HF_TOKEN (or HF_HOME/token), HF_HUB_OFFLINE,\n"
-	       "HF_HUB_CACHE, HF_HOME; MK_HUB_PARALLEL, MK_HUB_RETRIES.\n"
+	       "HF_HUB_CACHE, HF_HOME, HF_HUB_DOWNLOAD_TIMEOUT; MK_HUB_PARALLEL, MK_HUB_RETRIES,\n"
+	       "MK_HUB_STALL_S, MK_HUB_MIN_SPEED.\n"
 	       "Exit status: 0 success, 1 failure, 2 usage error.  See mk-get(1).\n",
 	       cli_prog);
 	exit(EXIT_OK);

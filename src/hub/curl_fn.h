@@ -9,6 +9,9 @@
 #define MK_CURL_FN_H
 
 #define CURL_DISABLE_TYPECHECK 1
+/* the older options are set on purpose when the libcurl loaded lacks
+ * their successors (CURLOPT_PROTOCOLS) */
+#define CURL_DISABLE_DEPRECATION 1
 #include <curl/curl.h>
 #include "mk/err.h"
 

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 #include "hub_impl.h"
@@ -18,6 +19,13 @@
 #include "core/hash.h"
 
 #define API_MAX (64u << 20)          /* a listing of a huge repository */
+/* Space a download leaves free on the cache's file system, above the
+ * listed sizes of its files (mk-get(1)) */
+#define FREE_MARGIN ((uint64_t)64 << 20)
+/* A transfer slower than MIN_SPEED bytes a second for STALL_S seconds is
+ * a stall, retried (MK_HUB_MIN_SPEED, MK_HUB_STALL_S; mk-get(1)) */
+#define MIN_SPEED 1024u
+#define STALL_S 30u
 
 struct mk_hub {
 	CURL *easy;                  /* single requests, kept for its connection */
@@ -115,17 +123,42 @@ char *mk_hub_cache_dir(struct mk_err *err)
 	return s;
 }
 
-/* The token: $HF_TOKEN, else the first line of $HF_TOKEN_PATH or
- * $HF_HOME/token. */
-static char *read_token(void)
+/* A token as huggingface_hub cleans it: white space around it stripped;
+ * empty is none (*out NULL).  One with a control character inside (a
+ * second line, a carriage return: another HTTP header) is refused, and
+ * never shown.  `src` names where it came from. */
+static int token_clean(const char *t, size_t n, const char *src, char **out, struct mk_err *err)
+{
+	*out = NULL;
+	while (n && isspace((unsigned char)*t)) {
+		t++;
+		n--;
+	}
+	while (n && isspace((unsigned char)t[n - 1]))
+		n--;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)t[i] < 0x20 || t[i] == 0x7f)
+			return mk_err_set(err, MK_EINVAL, "the Hub token in %s has a control character inside "
+					  "(byte %zu of %zu: a line break or the like), so it is not sent (and not shown "
+					  "here); set it to the token alone", src, i + 1, n);
+	if (n && !(*out = strndup(t, n)))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	return 0;
+}
+
+/* The token: $HF_TOKEN, else the file $HF_TOKEN_PATH or $HF_HOME/token
+ * (cleaned: token_clean). */
+static int read_token(char **out, struct mk_err *err)
 {
 	const char *e = getenv("HF_TOKEN");
 	char *path = NULL, *home;
 	uint8_t *buf = NULL;
 	size_t len;
+	int rc;
 
+	*out = NULL;
 	if (e && e[0])
-		return strdup(e);
+		return token_clean(e, strlen(e), "HF_TOKEN", out, err);
 	if ((e = getenv("HF_TOKEN_PATH")) && e[0])
 		path = strdup(e);
 	else if ((home = hf_home())) {
@@ -135,15 +168,39 @@ static char *read_token(void)
 	}
 	if (!path || mk_file_read(path, 4096, &buf, &len, NULL) < 0) {
 		free(path);
-		return NULL;
+		return 0;
 	}
+	rc = token_clean((const char *)buf, len, path, out, err);
+	free(buf);
 	free(path);
-	buf[strcspn((char *)buf, "\r\n")] = '\0';
-	if (!buf[0]) {
-		free(buf);
-		return NULL;
-	}
-	return (char *)buf;
+	return rc;
+}
+
+/* Whole seconds, at least 1, from a variable huggingface_hub reads as a
+ * float (rounded up; def when unset, not above 0 or above hi). */
+static unsigned env_seconds(const char *name, unsigned def, unsigned hi)
+{
+	const char *e = getenv(name);
+	char *end;
+	double v;
+
+	if (!e || !e[0])
+		return def;
+	v = strtod(e, &end);
+	if (*end || !(v > 0 && v <= hi))
+		return def;
+	return (unsigned)v + (v > (unsigned)v);
+}
+
+/* MK_HUB_MIN_SPEED: bytes a second, with a size suffix ("1K"). */
+static unsigned env_speed(const char *name, unsigned def)
+{
+	const char *e = getenv(name);
+	uint64_t v;
+
+	if (!e || !e[0] || mk_size_parse(e, &v) < 0 || v < 1 || v > (1u << 30))
+		return def;
+	return (unsigned)v;
 }
 
 static void settings_init(void)
@@ -165,11 +222,15 @@ static void settings_init(void)
 	}
 	for (size_t n = strlen(g_set.endpoint); n > 0 && g_set.endpoint[n - 1] == '/'; n--)
 		g_set.endpoint[n - 1] = '\0';
-	g_set.token = read_token();
+	if ((g_set_rc = mk__hub_endpoint_check(g_set.endpoint, &g_set_err)) < 0 ||
+	    (g_set_rc = read_token(&g_set.token, &g_set_err)) < 0)
+		return;
 	g_set.parallel = env_uint("MK_HUB_PARALLEL", 8, 1, 64);
 	g_set.retries = env_uint("MK_HUB_RETRIES", 5, 0, 100);
 	g_set.retry_ms = env_uint("MK_HUB_RETRY_MS", 500, 0, 600000);
-	g_set.stall_s = env_uint("MK_HUB_STALL_S", 30, 1, 3600);
+	g_set.stall_s = env_uint("MK_HUB_STALL_S", env_seconds("HF_HUB_DOWNLOAD_TIMEOUT", STALL_S, 3600),
+				 1, 3600);
+	g_set.min_speed = env_speed("MK_HUB_MIN_SPEED", MIN_SPEED);
 }
 
 const struct mk_hub_settings *mk__hub_settings(struct mk_err *err)
@@ -253,6 +314,26 @@ static char *url_escape(const char *s, bool keep_slash)
 
 /* ---- requests ---- */
 
+/* http and https only, for the request and every redirect: libcurl
+ * 7.85's names for the lists where the libcurl loaded knows them, else
+ * the older bitmasks; -1 when neither is taken. */
+static int restrict_protocols(CURL *e)
+{
+	const long bits = CURLPROTO_HTTP | CURLPROTO_HTTPS;
+	int ok = 0;
+
+#if LIBCURL_VERSION_NUM >= 0x075500
+	ok += curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http,https") == CURLE_OK ||
+	      curl_easy_setopt(e, CURLOPT_PROTOCOLS, bits) == CURLE_OK;
+	ok += curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS_STR, "http,https") == CURLE_OK ||
+	      curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS, bits) == CURLE_OK;
+#else
+	ok += curl_easy_setopt(e, CURLOPT_PROTOCOLS, bits) == CURLE_OK;
+	ok += curl_easy_setopt(e, CURLOPT_REDIR_PROTOCOLS, bits) == CURLE_OK;
+#endif
+	return ok == 2 ? 0 : -1;
+}
+
 int mk__hub_easy_setup(CURL *e, const char *url, uint64_t from, uint64_t to,
 		       struct curl_slist **hdrs, struct mk_err *err)
 {
@@ -266,10 +347,12 @@ int mk__hub_easy_setup(CURL *e, const char *url, uint64_t from, uint64_t to,
 	curl_easy_setopt(e, CURLOPT_URL, url);
 	curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
 	curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 1L);
+	if (restrict_protocols(e) < 0)
+		return mk_err_set(err, MK_EUNSUPPORTED, "the libcurl loaded cannot be limited to http and https");
 	curl_easy_setopt(e, CURLOPT_MAXREDIRS, 10L);
 	curl_easy_setopt(e, CURLOPT_USERAGENT, "mk/" MK_VERSION);
 	curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT, (long)s->stall_s);
-	curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, 1L);
+	curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, (long)s->min_speed);
 	curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME, (long)s->stall_s);
 	curl_easy_setopt(e, CURLOPT_ACCEPT_ENCODING, NULL);  /* identity: sizes are exact */
 	if (from != UINT64_MAX) {
@@ -350,8 +433,25 @@ int mk__hub_judge(CURL *e, CURLcode res, const char *what, unsigned attempt,
 		if (ra > back)
 			back = ra;
 	} else {
+		char *to = NULL, shown[512];
 		switch (res) {
-		case CURLE_COULDNT_CONNECT: case CURLE_OPERATION_TIMEDOUT: case CURLE_PARTIAL_FILE:
+		case CURLE_UNSUPPORTED_PROTOCOL:
+			/* HF_ENDPOINT is checked: a redirect led elsewhere */
+			curl_easy_getinfo(e, CURLINFO_EFFECTIVE_URL, &to);   /* where it led */
+			return mk_err_set(err, MK_EUNSUPPORTED, "%s: the Hub redirected to %s, which is not http or "
+					  "https; mk follows http and https only", what,
+					  to ? mk__hub_url_shown(to, shown, sizeof(shown)) : "another protocol");
+		case CURLE_OPERATION_TIMEDOUT:
+			/* (a kept connection has no connect time: the status
+			 * says whether the server answered) */
+			if (code > 0)
+				snprintf(why, sizeof(why), "the transfer was slower than %u bytes/s for %u s "
+					 "(MK_HUB_MIN_SPEED, MK_HUB_STALL_S)", s->min_speed, s->stall_s);
+			else
+				snprintf(why, sizeof(why), "no answer within %u s, or one slower than %u bytes/s "
+					 "(MK_HUB_STALL_S, MK_HUB_MIN_SPEED)", s->stall_s, s->min_speed);
+			break;
+		case CURLE_COULDNT_CONNECT: case CURLE_PARTIAL_FILE:
 		case CURLE_RECV_ERROR: case CURLE_SEND_ERROR: case CURLE_GOT_NOTHING:
 		case CURLE_HTTP2: case CURLE_HTTP2_STREAM: case CURLE_COULDNT_RESOLVE_HOST:
 		case CURLE_SSL_CONNECT_ERROR:
@@ -430,8 +530,9 @@ static int get_small(struct mk_hub *h, const char *url, uint64_t from, uint64_t 
 			curl_easy_getinfo(h->easy, CURLINFO_RESPONSE_CODE, &code);
 			curl_easy_getinfo(h->easy, CURLINFO_EFFECTIVE_URL, &eff);
 			free(b.p);
+			char shown[512];
 			return mk_err_set(err, MK_EFORMAT, "%s: the answer (HTTP %ld from %s) is larger than %zu bytes",
-					  what, code, eff ? eff : "?", max);
+					  what, code, eff ? mk__hub_url_shown(eff, shown, sizeof(shown)) : "?", max);
 		}
 		rc = mk__hub_judge(h->easy, res, what, attempt, &wait, err);
 		if (rc == 0) {
@@ -634,7 +735,11 @@ int mk_hub_repo_open(const char *id, const char *rev, struct mk_hub_repo **out, 
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	snprintf(what, sizeof(what), "model '%s', revision %s (%s)", id, r->rev, url);
+	{
+		char shown[400];
+		snprintf(what, sizeof(what), "model '%s', revision %s (%s)", id, r->rev,
+			 mk__hub_url_shown(url, shown, sizeof(shown)));
+	}
 	rc = get_small(r->hub, url, UINT64_MAX, 0, API_MAX, what, &b, err);
 	if (rc < 0)
 		goto out;
@@ -807,33 +912,6 @@ static char *blob_path(const struct mk_hub_repo *r, const struct mk_hub_file *f,
 	return asprintf(&p, "%s/blobs/%s%s", r->dir, f->etag, suffix) < 0 ? NULL : p;
 }
 
-/* The lock huggingface_hub takes for a blob: CACHE/.locks/REPO/ETAG.lock */
-static int lock_blob(const struct mk_hub_repo *r, const struct mk_hub_file *f, bool wait,
-		     int *fd, struct mk_err *err)
-{
-	const char *base = strrchr(r->dir, '/');
-	char *p;
-	int rc = 0;
-
-	*fd = -1;
-	if (!base || asprintf(&p, "%.*s/.locks%s/%s.lock", (int)(base - r->dir), r->dir, base, f->etag) < 0)
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	if (mk_mkdirs_for(p, err) < 0) {
-		free(p);
-		return -MK_EIO;
-	}
-	*fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (*fd < 0)
-		rc = mk_err_sys(err, errno, "%s", p);
-	else if (flock(*fd, wait ? LOCK_EX : LOCK_EX | LOCK_NB) < 0) {
-		rc = errno == EWOULDBLOCK ? 1 : mk_err_sys(err, errno, "%s: flock", p);
-		close(*fd);
-		*fd = -1;
-	}
-	free(p);
-	return rc;
-}
-
 static bool file_is(const char *path, uint64_t size)
 {
 	struct stat st;
@@ -907,6 +985,8 @@ static int digest_fd(struct mk__hub_digest *d, int fd, uint64_t n, const char *l
 struct xfer {
 	struct mk_hub_repo *r;
 	const struct mk_hub_file *f;
+	const struct mk_hub_file **names; /* every file asked for with these bytes */
+	size_t nnames;
 	char *part, *blob, *url;
 	int fd, lock;
 	uint64_t have;              /* bytes in the .incomplete */
@@ -950,7 +1030,16 @@ static size_t xfer_write(char *data, size_t sz, size_t nm, void *ctx)
 		digest_init(&x->dg, x->f);
 	}
 	if (x->have + n > x->f->size) {
-		x->wrc = mk_err_set(&x->werr, MK_ECORRUPT, "model '%s': %s: the Hub sent more than its %llu bytes",
+		/* the bytes up to the listed size are kept (the next run checks
+		 * them, and continues or starts again); none past it */
+		size_t k = (size_t)(x->f->size - x->have);
+		if (k && mk_pwrite_all(x->fd, data, k, x->have, x->part, NULL) == 0) {
+			digest_update(&x->dg, data, k);
+			x->have += k;
+			*x->total_got += k;
+		}
+		x->wrc = mk_err_set(&x->werr, MK_ECORRUPT, "model '%s': %s: the Hub sent more than the %llu bytes "
+				    "its listing gives the file; stopped there",
 				    x->r->id, x->f->name, (unsigned long long)x->f->size);
 		return 0;
 	}
@@ -984,6 +1073,17 @@ static int xfer_start(CURLM *m, struct xfer *x, struct mk_err *err)
 	if (curl_multi_add_handle(m, x->e) != CURLM_OK)
 		return mk_err_set(err, MK_EIO, "libcurl refused a transfer");
 	x->running = true;
+	return 0;
+}
+
+/* The .incomplete, whole and checked, becomes the blob. */
+static int xfer_finish(struct xfer *x, struct mk_err *err)
+{
+	if (fsync(x->fd) < 0)
+		return mk_err_sys(err, errno, "%s", x->part);
+	if (rename(x->part, x->blob) < 0)
+		return mk_err_sys(err, errno, "%s", x->blob);
+	x->done = true;
 	return 0;
 }
 
@@ -1035,12 +1135,7 @@ static int xfer_end(CURLM *m, struct xfer *x, CURLcode res, struct mk_err *err)
 		x->not_before_ms = now_ms() + mk__hub_settings(NULL)->retry_ms;
 		return 1;
 	}
-	if (fsync(x->fd) < 0)
-		return mk_err_sys(err, errno, "%s", x->part);
-	if (rename(x->part, x->blob) < 0)
-		return mk_err_sys(err, errno, "%s", x->blob);
-	x->done = true;
-	return 0;
+	return xfer_finish(x, err);
 }
 
 static void xfer_clear(CURLM *m, struct xfer *x)
@@ -1053,19 +1148,20 @@ static void xfer_clear(CURLM *m, struct xfer *x)
 	curl_slist_free_all(x->hdrs);
 	if (x->fd >= 0)
 		close(x->fd);
-	if (x->lock >= 0)
-		close(x->lock);
+	mk__hub_unlock_blob(x->lock);
 	free(x->part);
 	free(x->blob);
 	free(x->url);
 }
 
 /* Prepare a transfer: lock, then skip a blob already whole, else open the
- * .incomplete and hash what it holds.  Returns 0, or 1 when nothing is to
- * be downloaded. */
+ * .incomplete and hash what it holds (one as long as the listing says is
+ * the blob if its digest is right, else begun again).  Returns 0, or 1
+ * when nothing is to be downloaded. */
 static int xfer_prepare(struct xfer *x, struct mk_err *err)
 {
 	struct stat st;
+	char hex[65];
 	int rc;
 
 	if (!(x->part = blob_path(x->r, x->f, ".incomplete")) || !(x->blob = blob_path(x->r, x->f, "")) ||
@@ -1073,7 +1169,7 @@ static int xfer_prepare(struct xfer *x, struct mk_err *err)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	if (file_is(x->blob, x->f->size))
 		return 1;
-	rc = lock_blob(x->r, x->f, true, &x->lock, err);
+	rc = mk__hub_lock_blob(x->r->dir, x->f->etag, true, &x->lock, err);
 	if (rc < 0)
 		return rc;
 	if (file_is(x->blob, x->f->size))   /* another process finished it */
@@ -1090,17 +1186,105 @@ static int xfer_prepare(struct xfer *x, struct mk_err *err)
 		x->have = 0;
 	}
 	digest_init(&x->dg, x->f);
-	return digest_fd(&x->dg, x->fd, x->have, x->part, err);
+	rc = digest_fd(&x->dg, x->fd, x->have, x->part, err);
+	if (rc < 0 || x->have < x->f->size)
+		return rc;
+	digest_hex(&x->dg, hex);
+	if (!strcmp(hex, x->f->etag))
+		return (rc = xfer_finish(x, err)) < 0 ? rc : 1;
+	if (ftruncate(x->fd, 0) < 0)
+		return mk_err_sys(err, errno, "%s", x->part);
+	x->have = 0;
+	digest_init(&x->dg, x->f);
+	return 0;
+}
+
+/* Link every name of a blob now whole into the snapshot. */
+static int xfer_link(const struct xfer *x, struct mk_err *err)
+{
+	int rc = 0;
+
+	for (size_t i = 0; i < x->nnames && rc == 0; i++)
+		rc = link_snapshot(x->r, x->names[i], err);
+	return rc;
+}
+
+/* The files to download in the order their blobs are locked: by blob id
+ * (every mk locks in one order, so two never wait for each other), then
+ * by name. */
+static int cmp_by_blob(const void *a, const void *b)
+{
+	const struct mk_hub_file *x = *(const struct mk_hub_file *const *)a;
+	const struct mk_hub_file *y = *(const struct mk_hub_file *const *)b;
+	int c = strcmp(x->etag, y->etag);
+
+	return c ? c : strcmp(x->name, y->name);
+}
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+	return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* Does dir's file system have need bytes free to this user, and
+ * FREE_MARGIN more?  (*free_b: what it has; true when statvfs fails: the
+ * writes will say.) */
+static bool fits(const char *dir, uint64_t need, uint64_t *free_b)
+{
+	struct statvfs vs;
+
+	if (statvfs(dir, &vs) < 0)
+		return true;
+	*free_b = (uint64_t)vs.f_bavail * (uint64_t)vs.f_frsize;
+	return add_sat(need, FREE_MARGIN) <= *free_b;
+}
+
+/* Refuse a download the cache's file system cannot hold: the listed sizes
+ * of the blobs not yet whole, less what their .incomplete files hold,
+ * plus FREE_MARGIN, against the space free to this user. */
+static int check_space(const struct mk_hub_repo *r, const struct xfer *xs, size_t nx, struct mk_err *err)
+{
+	uint64_t need = 0, free_b = 0;
+	size_t files = 0;
+	char a[32], b[32], c[32];
+
+	for (size_t i = 0; i < nx; i++) {
+		char *part = blob_path(r, xs[i].f, ".incomplete"), *blob = blob_path(r, xs[i].f, "");
+		uint64_t have = 0;
+		struct stat st;
+
+		if (!part || !blob) {
+			free(part);
+			free(blob);
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		}
+		if (!file_is(blob, xs[i].f->size)) {
+			if (stat(part, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size <= xs[i].f->size)
+				have = (uint64_t)st.st_size;
+			need = add_sat(need, xs[i].f->size - have);
+			files++;
+		}
+		free(part);
+		free(blob);
+	}
+	if (!files || fits(r->dir, need, &free_b))
+		return 0;
+	return mk_err_set(err, MK_ENOSPC, "model '%s': the %zu file%s to download need %s (%llu bytes, as the Hub "
+			  "lists them) and a margin of %s, but %s has %s free; free some space, or set HF_HUB_CACHE "
+			  "to another file system", r->id, files, files == 1 ? "" : "s",
+			  mk_size_human(need, a, sizeof(a)), (unsigned long long)need,
+			  mk_size_human(FREE_MARGIN, c, sizeof(c)), r->dir, mk_size_human(free_b, b, sizeof(b)));
 }
 
 int mk_hub_download(struct mk_hub_repo *r, const char *const *names, size_t n, uint64_t *bytes,
 		    struct mk_err *err)
 {
 	const struct mk_hub_settings *s = mk__hub_settings(err);
+	const struct mk_hub_file **fs = NULL;
 	struct xfer *xs = NULL;
 	CURLM *m = NULL;
 	uint64_t got = 0, last = 0;
-	size_t nx = 0, left = 0;
+	size_t nx = 0, nf = 0, left = 0;
 	int rc = 0;
 
 	if (bytes)
@@ -1111,7 +1295,8 @@ int mk_hub_download(struct mk_hub_repo *r, const char *const *names, size_t n, u
 		return mk_err_set(err, MK_ENOENT, "model '%s': files are missing from the cache and "
 				  "HF_HUB_OFFLINE=1 forbids downloading them", r->id);
 	xs = calloc(n + 1, sizeof(*xs));
-	if (!xs || !(m = curl_multi_init())) {
+	fs = calloc(n + 1, sizeof(*fs));
+	if (!xs || !fs || !(m = curl_multi_init())) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
@@ -1128,17 +1313,31 @@ int mk_hub_download(struct mk_hub_repo *r, const char *const *names, size_t n, u
 					r->id, names[i], r->commit);
 			goto out;
 		}
-		for (size_t k = 0; k < nx; k++)
-			dup |= xs[k].f == f;
-		if (dup)
+		for (size_t k = 0; k < nf; k++)
+			dup |= fs[k] == f;
+		if (!dup)
+			fs[nf++] = f;
+	}
+	/* one transfer per blob: files with the same bytes (two empty
+	 * files, say) share it, and are all linked to it */
+	qsort(fs, nf, sizeof(*fs), cmp_by_blob);
+	for (size_t i = 0; i < nf; i++) {
+		if (nx && !strcmp(xs[nx - 1].f->etag, fs[i]->etag)) {
+			xs[nx - 1].nnames++;
 			continue;
-		xs[nx] = (struct xfer){ .r = r, .f = f, .fd = -1, .lock = -1, .total_got = &got };
-		rc = xfer_prepare(&xs[nx], err);
-		nx++;
+		}
+		xs[nx++] = (struct xfer){ .r = r, .f = fs[i], .names = &fs[i], .nnames = 1, .fd = -1,
+					  .lock = -1, .total_got = &got };
+	}
+	rc = check_space(r, xs, nx, err);
+	if (rc < 0)
+		goto out;
+	for (size_t i = 0; i < nx; i++) {
+		rc = xfer_prepare(&xs[i], err);
 		if (rc < 0)
 			goto out;
 		if (rc == 1) {
-			xs[nx - 1].done = true;
+			xs[i].done = true;
 			rc = 0;
 			continue;
 		}
@@ -1180,7 +1379,7 @@ int mk_hub_download(struct mk_hub_repo *r, const char *const *names, size_t n, u
 				goto out;
 			if (rc == 0) {
 				left--;
-				rc = link_snapshot(r, x->f, err);
+				rc = xfer_link(x, err);
 				if (rc < 0)
 					goto out;
 			}
@@ -1208,11 +1407,12 @@ int mk_hub_download(struct mk_hub_repo *r, const char *const *names, size_t n, u
 	 * revision's download, or by huggingface_hub) */
 	for (size_t i = 0; i < nx && rc == 0; i++)
 		if (xs[i].done)
-			rc = link_snapshot(r, xs[i].f, err);
+			rc = xfer_link(&xs[i], err);
 out:
 	for (size_t i = 0; i < nx; i++)
 		xfer_clear(m, &xs[i]);
 	free(xs);
+	free(fs);
 	if (m)
 		curl_multi_cleanup(m);
 	if (bytes)
@@ -1221,6 +1421,63 @@ out:
 }
 
 /* ---- blobs for the streaming reader ---- */
+
+/* Start caching a blob the reader reads, best effort: a blob another
+ * process is writing, a cache that cannot be written or lacks the space
+ * leaves it only read.  An .incomplete already whole becomes the blob
+ * when its digest is right, else is begun again. */
+static void blob_cache_open(struct mk_hub_blob *b)
+{
+	struct mk_hub_repo *r = b->repo;
+	const struct mk_hub_file *f = b->file;
+	struct mk_err e = { 0 };
+	char *part = blob_path(r, f, ".incomplete"), *blob = blob_path(r, f, ""), hex[65];
+	uint64_t have = 0, free_b;
+	struct stat st;
+
+	if (!part || !blob)
+		goto out;
+	if (file_is(blob, f->size)) {
+		(void)link_snapshot(r, f, NULL);   /* its bytes came under another name */
+		goto out;
+	}
+	if (stat(part, &st) == 0 && (uint64_t)st.st_size <= f->size)
+		have = (uint64_t)st.st_size;
+	if (!fits(r->dir, f->size - have, &free_b) || mk_hub_repo_pin(r, &e) < 0 ||
+	    mk__hub_lock_blob(r->dir, f->etag, false, &b->lock, &e) != 0 || mk_mkdirs_for(part, &e) < 0)
+		goto out;
+	b->cache_fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	if (b->cache_fd < 0 || fstat(b->cache_fd, &st) < 0 || (uint64_t)st.st_size > f->size ||
+	    !(b->dg = malloc(sizeof(*b->dg))))
+		goto drop;
+	b->cached = (uint64_t)st.st_size;
+	b->part = part;
+	b->blob = blob;
+	part = blob = NULL;
+	digest_init(b->dg, f);
+	if (digest_fd(b->dg, b->cache_fd, b->cached, b->part, &e) < 0)
+		goto drop;
+	if (b->cached < f->size)
+		goto out;
+	digest_hex(b->dg, hex);
+	if (!strcmp(hex, f->etag)) {
+		if (fsync(b->cache_fd) == 0 && rename(b->part, b->blob) == 0)
+			(void)link_snapshot(r, f, NULL);
+		goto drop;
+	}
+	if (ftruncate(b->cache_fd, 0) < 0)
+		goto drop;
+	b->cached = 0;
+	digest_init(b->dg, f);
+	goto out;
+drop:
+	if (b->cache_fd >= 0)
+		close(b->cache_fd);
+	b->cache_fd = -1;
+out:
+	free(part);
+	free(blob);
+}
 
 int mk_hub_blob_open(struct mk_hub_repo *r, const char *name, bool cache, struct mk_hub_blob **out,
 		     struct mk_err *err)
@@ -1241,34 +1498,8 @@ int mk_hub_blob_open(struct mk_hub_repo *r, const char *name, bool cache, struct
 		free(b);
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	}
-	if (cache) {
-		/* best effort: a blob another process is writing, or a cache
-		 * that cannot be written, is only read */
-		struct mk_err e = { 0 };
-		char *part = blob_path(r, f, ".incomplete"), *blob = blob_path(r, f, "");
-		struct stat st;
-		if (part && blob && !file_is(blob, f->size) && mk_hub_repo_pin(r, &e) == 0 &&
-		    lock_blob(r, f, false, &b->lock, &e) == 0 && mk_mkdirs_for(part, &e) == 0) {
-			b->cache_fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-			if (b->cache_fd >= 0 && fstat(b->cache_fd, &st) == 0 && (uint64_t)st.st_size <= f->size) {
-				b->cached = (uint64_t)st.st_size;
-				b->part = part;
-				b->blob = blob;
-				part = blob = NULL;
-				b->dg = malloc(sizeof(*b->dg));
-				if (!b->dg || (digest_init(b->dg, f),
-					       digest_fd(b->dg, b->cache_fd, b->cached, b->part, &e) < 0)) {
-					close(b->cache_fd);
-					b->cache_fd = -1;
-				}
-			} else if (b->cache_fd >= 0) {
-				close(b->cache_fd);
-				b->cache_fd = -1;
-			}
-		}
-		free(part);
-		free(blob);
-	}
+	if (cache)
+		blob_cache_open(b);
 	*out = b;
 	return 0;
 }
@@ -1309,8 +1540,7 @@ void mk_hub_blob_free(struct mk_hub_blob *b)
 		return;
 	if (b->cache_fd >= 0)
 		close(b->cache_fd);
-	if (b->lock >= 0)
-		close(b->lock);
+	mk__hub_unlock_blob(b->lock);
 	free(b->part);
 	free(b->blob);
 	free(b->dg);

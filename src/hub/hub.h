@@ -17,16 +17,24 @@
  * only after its size and that digest were checked, so a partial or
  * corrupt download never becomes a cache entry.
  *
+ * Files with the same bytes share one blob: it is downloaded once (one
+ * lock, taken once) and every name is linked to it.  Blobs are locked in
+ * the order of their ids, so two downloaders never wait for each other.
+ *
  * Settings come from the environment, as huggingface_hub reads them:
- * HF_ENDPOINT (default https://huggingface.co), HF_TOKEN, else the file
- * $HF_TOKEN_PATH, else $HF_HOME/token (HF_HOME default
- * ~/.cache/huggingface); HF_HUB_OFFLINE=1 (no request at all); the cache
- * HF_HUB_CACHE, else $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub,
- * else ~/.cache/huggingface/hub.  mk's own: MK_HUB_PARALLEL (transfers at
- * once, default 8), MK_HUB_RETRIES (default 5), MK_HUB_RETRY_MS (first
- * back-off, default 500, doubled each time up to 30 s; a 429 or 503's
- * Retry-After wins), MK_HUB_STALL_S (a transfer moving no byte for this
- * long is retried, default 30).
+ * HF_ENDPOINT (default https://huggingface.co; http or https only),
+ * HF_TOKEN, else the file $HF_TOKEN_PATH, else $HF_HOME/token (HF_HOME
+ * default ~/.cache/huggingface; white space around it stripped, a control
+ * character inside refused); HF_HUB_OFFLINE=1 (no request at all); the
+ * cache HF_HUB_CACHE, else $HF_HOME/hub, else
+ * $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub.  mk's
+ * own: MK_HUB_PARALLEL (transfers at once, default 8), MK_HUB_RETRIES
+ * (default 5), MK_HUB_RETRY_MS (first back-off, default 500, doubled each
+ * time up to 30 s; a 429 or 503's Retry-After wins), MK_HUB_MIN_SPEED
+ * and MK_HUB_STALL_S (a transfer slower than MIN_SPEED bytes/s, default
+ * 1024, for STALL_S seconds, default HF_HUB_DOWNLOAD_TIMEOUT else 30, is
+ * retried).  Every request and redirect is http or https; a download is
+ * refused when the cache's file system lacks its listed sizes plus 64 MiB.
  */
 #ifndef MK_HUB_H
 #define MK_HUB_H

@@ -47,18 +47,19 @@ static size_t slot_write(char *data, size_t sz, size_t nm, void *ctx)
 	const struct mk_read_req *q = &r->q[p].req;
 	size_t n = sz * nm;
 	long code = 0;
+	char shown[512];
 
 	curl_easy_getinfo(s->e, CURLINFO_RESPONSE_CODE, &code);
 	if (code != 206 && code != 200)
 		return n;                       /* an error page */
 	if (code == 200 && !(q->off == 0 && q->len == q->remote->file->size)) {
 		s->wrc = mk_err_set(&s->werr, MK_EIO, "%s: the server ignored the byte range (HTTP 200)",
-				    q->remote->url);
+				    mk__hub_url_shown(q->remote->url, shown, sizeof(shown)));
 		return 0;
 	}
 	if (s->got + n > q->len) {
 		s->wrc = mk_err_set(&s->werr, MK_ECORRUPT, "%s: more bytes than the range asked for",
-				    q->remote->url);
+				    mk__hub_url_shown(q->remote->url, shown, sizeof(shown)));
 		return 0;
 	}
 	memcpy(r->slab + (size_t)p * r->chunk + s->got, data, n);

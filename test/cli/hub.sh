@@ -9,8 +9,7 @@
 # test/tools/mk-mock-hub.py on 127.0.0.1 (a free port), serving models
 # mk-gen-model wrote.
 . "$MK_TOP/test/cli/lib.inc"
-command -v python3 >/dev/null 2>&1 || exit 77
-unset HF_HUB_OFFLINE HF_TOKEN HF_HOME XDG_CACHE_HOME
+. "$MK_TOP/test/cli/hub.inc"
 export MK_HUB_RETRY_MS=50 MK_HUB_STALL_S=3
 mkdir -p root/org
 mk-gen-model --seed 1 --dtype BF16 --shards 2 root/org/a > /dev/null
@@ -22,49 +21,7 @@ mk-gen-model --seed 6 --dtype BF16 root/org/c > /dev/null
 python3 "$MK_TOP/test/tools/mk-gen-lora.py" root/org/c root/org/c-lora --r 4 --alpha 8 > /dev/null
 mk-gen-model --seed 4 --dtype F32 --hidden 1024 --layers 1 --vocab 16384 root/org/big > /dev/null
 mk-gen-model --seed 5 --dtype F32 --hidden 1024 --layers 1 --vocab 16384 root/org/big2 > /dev/null
-python3 "$MK_TOP/test/tools/mk-mock-hub.py" --root root --port-file port 2> hub.log &
-hub=$!
-trap 'kill $hub 2>/dev/null || :' EXIT
-i=0
-while [ ! -s port ]; do
-	i=$((i + 1)); [ $i -lt 100 ] || fail "the mock Hub did not start: $(cat hub.log)"
-	sleep 0.1
-done
-HF_ENDPOINT=http://127.0.0.1:$(cat port)
-export HF_ENDPOINT
-hub_log() { python3 -c 'import json, sys, urllib.request
-print(json.dumps(json.load(urllib.request.urlopen(sys.argv[1] + "/_mock/log"))))' "$HF_ENDPOINT"; }
-hub_post() { python3 -c 'import sys, urllib.request
-urllib.request.urlopen(urllib.request.Request(sys.argv[1] + sys.argv[2], data=sys.argv[3].encode())).read()' "$HF_ENDPOINT" "$@"; }
-hub_reset() { hub_post /_mock/reset '{}'; }
-fault() { hub_post /_mock/faults "$1"; }
-# the body bytes the Hub sent since the last reset
-sent() { hub_log | python3 -c 'import json, sys; print(sum(e["sent"] for e in json.load(sys.stdin) if not e["path"].startswith("/_mock")))'; }
-requests() { hub_log | python3 -c 'import json, sys; print(len([e for e in json.load(sys.stdin) if not e["path"].startswith("/_mock")]))'; }
-# check_cache DIR: every blob's name is its sha256 or git blob id, no
-# .incomplete is left, every snapshot file links into blobs/
-check_cache() {
-	python3 - "$1" <<'PY' || fail "the cache $1 is not what huggingface_hub writes"
-import hashlib, os, sys
-root = sys.argv[1]
-for repo in os.listdir(root):
-    if not repo.startswith("models--"):
-        continue
-    blobs = os.path.join(root, repo, "blobs")
-    for b in os.listdir(blobs):
-        assert not b.endswith(".incomplete"), b
-        data = open(os.path.join(blobs, b), "rb").read()
-        ok = {hashlib.sha256(data).hexdigest(), hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()}
-        assert b in ok, "blob %s has other bytes" % b
-    for rev in os.listdir(os.path.join(root, repo, "refs")):
-        commit = open(os.path.join(root, repo, "refs", rev)).read()
-        assert os.path.isdir(os.path.join(root, repo, "snapshots", commit)), rev
-    for d, _, fs in os.walk(os.path.join(root, repo, "snapshots")):
-        for f in fs:
-            p = os.path.join(d, f)
-            assert os.path.islink(p) and "blobs/" in os.readlink(p) and os.path.exists(p), p
-PY
-}
+hub_start root
 cfg() { # cfg FILE A B
 	printf 'merge_method: slerp\nbase_model: %s\nmodels:\n  - model: %s\n  - model: %s\nparameters: {t: 0.3}\ndtype: bfloat16\n' "$2" "$2" "$3" > "$1"
 }

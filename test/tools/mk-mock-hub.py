@@ -8,7 +8,8 @@ only).
 Repositories are folders: DIR/ORG/NAME is the branch "main" of ORG/NAME,
 DIR/ORG/NAME@REV another branch.  A folder's optional .mock.json sets
 {"token": "..."} (the repository is gated: requests need "Authorization:
-Bearer TOKEN", else 401).  Each revision's commit is a hash of its files.
+Bearer TOKEN", else 401) and {"sizes": {"PATH": N}} (the listing says PATH
+has N bytes, whatever it holds: a lying Hub).  Each revision's commit is a hash of its files.
 Files of more than 1 KiB, and weights (.safetensors, .bin, .pt, .pth,
 .model), are LFS files: their id is their sha256 and resolve/ redirects
 them to /cdn/ on the same server (an absolute URL naming it localhost, as
@@ -25,9 +26,14 @@ Control:
           "after": BYTES, "delay": SECONDS, "retry_after": SECONDS}
          K: drop (the connection is closed after `after` body bytes),
          500, 503, 429 (with Retry-After), 401, slow (the body in 4 KiB
-         pieces, `delay` apart), corrupt (the byte at `after` is flipped)
-    GET  /_mock/log      JSON list of {method, path, range, status, sent, auth}
-                         (auth: the request had an Authorization header)
+         pieces, `delay` apart), corrupt (the byte at `after` is flipped),
+         trickle (the body a byte at a time, `rate` bytes a second, for as
+         long as the client stays), long (`extra` bytes more than the
+         file, counted in Content-Length), redirect (302 to `location`,
+         which may be any URL: ftp://, file://, ...)
+    GET  /_mock/log      JSON list of {method, path, range, status, sent, auth,
+                         headers}  (auth: the request had an Authorization
+                         header; headers: the names of all its headers)
     POST /_mock/reset    forget the log and the faults left
 """
 import argparse
@@ -64,7 +70,8 @@ class Repo:
     def __init__(self, root, repo_id, folder):
         self.id, self.folder, self.files = repo_id, folder, {}
         conf = os.path.join(folder, ".mock.json")
-        self.token = json.load(open(conf)).get("token") if os.path.exists(conf) else None
+        conf = json.load(open(conf)) if os.path.exists(conf) else {}
+        self.token, self.sizes = conf.get("token"), conf.get("sizes", {})
         for d, dirs, names in os.walk(folder):
             dirs[:] = sorted(x for x in dirs if not x.startswith("."))
             for n in sorted(names):
@@ -113,7 +120,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def record(self, status, sent):
         with lock:
             log.append({"method": self.command, "path": self.path, "range": self.headers.get("Range"),
-                        "status": status, "sent": sent, "auth": "Authorization" in self.headers})
+                        "status": status, "sent": sent, "auth": "Authorization" in self.headers,
+                        "headers": list(self.headers.keys())})
 
     def plain(self, status, body=b"", headers=()):
         self.send_response(status)
@@ -162,6 +170,8 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if f and f["kind"] in ("500", "503", "429", "401"):
             hdr = [("Retry-After", str(f.get("retry_after", 1)))] if f["kind"] in ("429", "503") else []
             return self.plain(int(f["kind"]), b'{"error": "injected"}', hdr)
+        if f and f["kind"] == "redirect":
+            return self.plain(302, b"", [("Location", f["location"])])
         parts = path.strip("/").split("/")
         if parts[:2] == ["api", "models"] and len(parts) >= 6 and parts[4] == "revision":
             return self.listing(parts[2] + "/" + parts[3], "/".join(parts[5:]))
@@ -184,6 +194,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.plain(401, b'{"error": "Access to this repository is restricted"}')
         sib = []
         for rel, (_, lfs, etag, size) in sorted(r.files.items()):
+            size = r.sizes.get(rel, size)
             e = {"rfilename": rel, "size": size}
             if lfs:
                 e["blobId"] = hashlib.sha1(etag.encode()).hexdigest()
@@ -246,12 +257,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 return self.plain(416, b"", [("Content-Range", "bytes */%d" % size)])
             status = 206
         n = b - a + 1
+        kind = fault["kind"] if fault else None
+        more = fault.get("extra", 0) if kind == "long" else 0
         self.send_response(status)
         for k, v in extra:
             self.send_header(k, v)
         self.send_header("ETag", '"%s"' % etag)
         self.send_header("Accept-Ranges", "bytes")
-        self.send_header("Content-Length", str(n))
+        self.send_header("Content-Length", str(n + more))
         if status == 206:
             self.send_header("Content-Range", "bytes %d-%d/%d" % (a, b, size))
         self.end_headers()
@@ -259,8 +272,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.record(status, 0)
         with open(p, "rb") as fh:
             fh.seek(a)
-            data = fh.read(n)
-        kind = fault["kind"] if fault else None
+            data = fh.read(n) + b"x" * more
         if kind == "corrupt":
             at = min(fault.get("after", 0), len(data) - 1)
             if at >= 0:
@@ -276,6 +288,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+            return
+        if kind == "trickle":
+            # logged as it begins (sent: 0), not when the client has gone
+            self.record(status, 0)
+            try:
+                for i in range(len(data)):
+                    self.wfile.write(data[i:i + 1])
+                    self.wfile.flush()
+                    time.sleep(1.0 / fault.get("rate", 2))
+            except OSError:
+                self.close_connection = True
             return
         if kind == "slow":
             for i in range(0, len(data), 4096):
