@@ -38,6 +38,13 @@
  *                      random lengths, the tensors' chunks interleaved at
  *                      random (each tensor's in order); every byte a hash
  *                      of its tensor and place
+ *   big-chunk=N        HEAD with chunk_bytes N, one DATA frame of N bytes
+ *                      (a tensor "t" of N/4 F32 zeros), not compressed
+ *   big-note=N         the ok stream with an ancillary "note" frame of N
+ *                      zero bytes, zstd-compressed, before its DATA
+ *   big-head=N         a tensors stream whose HEAD lists N tensors of one
+ *                      element (long names; zstd-compressed), and no DATA:
+ *                      END follows the HEAD
  * The three bombs are compressed in pieces (N may be larger than memory)
  * and written around the writer, so END does not count them: a reader
  * must refuse them before it gets there.
@@ -282,6 +289,56 @@ static int interleaved(uint64_t seed)
 	return 0;
 }
 
+static int big_head(uint64_t n)
+{
+	struct mk_manifest *m = mk_manifest_new("tensors", "mk-forge");
+	struct mk_stream_writer *w;
+	uint64_t shape[1] = { 1 };
+	char name[96], *head;
+	size_t hlen;
+
+	m->chunk_bytes = 1 << 20;
+	for (uint64_t i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "model.layers.%llu.self_attn.q_proj.weight.%08llx",
+			 (unsigned long long)(i / 8), (unsigned long long)i);
+		check(mk_manifest_add_tensor(m, name, MK_DT_F32, 1, shape, &err));
+	}
+	check(mk_manifest_encode(m, &head, &hlen, &err));
+	check(mk_sw_open(&w, 1, 3, &err));
+	check(mk_sw_frame1(w, MK_FT_HEAD, head, hlen, &err));
+	check(mk_sw_end(w, &err));
+	mk_sw_free(w);
+	mk_manifest_free(m);
+	free(head);
+	return 0;
+}
+
+static int big_chunk(uint64_t n)
+{
+	struct mk_manifest *m = mk_manifest_new("tensors", "mk-forge");
+	struct mk_stream_writer *w;
+	uint64_t shape[1] = { n / 4 };
+	char *head;
+	size_t hlen;
+	struct mk_chunk c = { .dtype = MK_DT_F32, .row_count = 1, .elem_count = n / 4 };
+
+	m->chunk_bytes = n;
+	check(mk_manifest_add_tensor(m, "t", MK_DT_F32, 1, shape, &err));
+	check(mk_manifest_encode(m, &head, &hlen, &err));
+	check(mk_sw_open(&w, 1, 0, &err));
+	check(mk_sw_frame1(w, MK_FT_HEAD, head, hlen, &err));
+	mk_chunk_set_rows(&c, 1);
+	c.data_len = n / 4 * 4;
+	c.data = calloc(c.data_len ? c.data_len : 1, 1);
+	check(mk_sw_chunk(w, MK_FT_DATA, &c, &err));
+	check(mk_sw_end(w, &err));
+	free((void *)c.data);
+	mk_sw_free(w);
+	mk_manifest_free(m);
+	free(head);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *kind = argc > 1 ? argv[1] : "ok";
@@ -308,6 +365,10 @@ int main(int argc, char **argv)
 		return drop_input(kind + 11);
 	if (!strncmp(kind, "interleaved=", 12))
 		return interleaved(strtoull(kind + 12, NULL, 10));
+	if (!strncmp(kind, "big-head=", 9))
+		return big_head(strtoull(kind + 9, NULL, 10));
+	if (!strncmp(kind, "big-chunk=", 10))
+		return big_chunk(strtoull(kind + 10, NULL, 10));
 	bool plan = !strcmp(kind, "plan") || !strncmp(kind, "plan-file=", 10);
 	m = mk_manifest_new(plan ? "plan" : "tensors", "mk-forge");
 	m->planned = plan; /* a plan has a (here empty) model table */
@@ -326,7 +387,7 @@ int main(int argc, char **argv)
 	else if (strncmp(kind, "big-file=", 9) && strncmp(kind, "bad-file=", 9))
 		check(mk_manifest_add_file(m, "config.json", 3, &err));
 	check(mk_manifest_encode(m, &head, &hlen, &err));
-	check(mk_sw_open(&w, 1, !strncmp(kind, "zstd-file=", 10) ? 3 : 0, &err));
+	check(mk_sw_open(&w, 1, !strncmp(kind, "zstd-file=", 10) || !strncmp(kind, "big-note=", 9) ? 3 : 0, &err));
 	check(mk_sw_frame1(w, MK_FT_HEAD, head, hlen, &err));
 	if (is_bomb) {
 		uint8_t pre[15] = { 0xa4, 0x01, 0, 0, 7, 0, 0, 0, 'b', 'i', 'g', '.', 'b', 'i', 'n' };
@@ -367,6 +428,11 @@ int main(int argc, char **argv)
 		c[1].pass = 1;
 	if (!strcmp(kind, "unknown-critical"))
 		check(mk_sw_frame1(w, "ZZZZ", "?", 1, &err));
+	if (!strncmp(kind, "big-note=", 9)) {
+		char *big = calloc(n ? n : 1, 1);
+		check(mk_sw_frame1(w, MK_FT_NOTE, big, n, &err));
+		free(big);
+	}
 	if (!strcmp(kind, "unknown-ancillary"))
 		check(mk_sw_frame1(w, "zzzz", "?", 1, &err));
 	if (!strcmp(kind, "bad-dtype"))
