@@ -69,3 +69,51 @@ set -e
 err_has "incomplete" "mk-pack: the missing DATA not named"
 no_out hout
 rss_under pack.rss $((120 * KiB)) "mk-pack, a 13 MiB HEAD"
+
+# -- two runs into one OUT: the second refused, touching nothing ------------
+mk-gen-model --dtype F32 --hidden 64 --layers 2 ma
+mk-gen-model --dtype F32 --hidden 64 --layers 2 --seed 9 mb
+slerp_config two.yml ma mb
+mk-fetch --model ma > ma.mks
+hl=$(mk-cat ma.mks | sed -n 2p | sed 's/.* len=\([0-9]*\) .*/\1/')
+mkfifo feed
+mk-pack held < feed &
+first=$!
+exec 3> feed
+# wait_for PATH: until it exists (the first run's state), or fail
+wait_for() {
+	t=0
+	while [ ! -e "$1" ] && [ $t -lt 6000 ]; do sleep 0.01; t=$((t + 1)); done
+	[ -e "$1" ] || fail "$1 never appeared"
+}
+# second_runs: each way of writing OUT refused, naming the first run;
+# the partial as it was, no OUT
+second_runs() {
+	ls -A held.mk-partial > before.txt
+	for c in "mk-pack held" "mk-pack --resume held" "mk-pack --force held" "mk-yaml two.yml held" \
+		 "mk-yaml --resume two.yml held" "mk-yaml --processes two.yml held" \
+		 "mk-yaml --processes --resume two.yml held" "mk-yaml --force two.yml held"; do
+		expect_fail 1 "another mk run is writing held (pid $first)" $c < ma.mks
+		ls -A held.mk-partial | cmp -s - before.txt || fail "$c changed held.mk-partial"
+		[ ! -e held ] || fail "$c wrote held"
+	done
+}
+wait_for held.mk-partial          # locked, before the HEAD
+second_runs
+head -c $((16 + 32 + hl)) ma.mks >&3
+wait_for held.mk-partial/model.safetensors   # writing
+second_runs
+tail -c +$((16 + 32 + hl + 1)) ma.mks >&3
+exec 3>&-
+wait $first || fail "the first run failed"
+mk-st-diff ma held
+[ ! -e held.mk-partial ] || fail "held.mk-partial left beside held"
+# a partial an earlier run left is still its to resume, and a run that
+# fails before writing leaves none
+mkdir left.mk-partial
+expect_fail 1 "did not finish" mk-pack left < ma.mks
+[ -d left.mk-partial ] && [ ! -e left ] || fail "an earlier run's partial touched"
+rmdir left.mk-partial
+mk-forge no-end | { set +e; mk-pack cut; echo $? > rc.txt; }
+[ "$(cat rc.txt)" = 1 ] || fail "a truncated stream accepted"
+no_out cut
