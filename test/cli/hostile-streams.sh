@@ -117,3 +117,51 @@ rmdir left.mk-partial
 mk-forge no-end | { set +e; mk-pack cut; echo $? > rc.txt; }
 [ "$(cat rc.txt)" = 1 ] || fail "a truncated stream accepted"
 no_out cut
+
+# -- plugins: the very file checked is loaded, from trusted directories ----
+cc=${CC:-cc}
+if command -v "$cc" >/dev/null 2>&1; then
+	cp "$MK_TOP/test/plugins/weighted_average.c" .
+	"$cc" -O2 -fPIC -shared -I"$MK_TOP/include" -o wa.so weighted_average.c
+	printf 'merge_method: weighted_average\nmodels:\n  - model: ma\n    parameters: {weight: 3}\n  - model: mb\n    parameters: {weight: 1}\n' > wa.yml
+	mk-plan --plugin ./wa.so wa.yml > /dev/null || fail "a plugin in the test's own directory refused"
+	# a directory others may write (the plugin root's or the user's, 0644)
+	mkdir -m 0777 ww && cp wa.so ww/ && chmod 0777 ww
+	expect_fail 1 "plugin ww/wa.so: its directory $PWD/ww is writable by group or others and not sticky" \
+		mk-plan --plugin ww/wa.so wa.yml
+	expect_fail 1 "writable by group or others and not sticky" env MK_PLUGIN_PATH="$PWD/ww" mk-plan wa.yml
+	mkdir -p gw/sub && cp wa.so gw/sub/ && chmod 0775 gw
+	expect_fail 1 "its directory $PWD/gw is writable by group or others" mk-plan --plugin gw/sub/wa.so wa.yml
+	# sticky (as /tmp): others may add files, not replace these; accepted
+	mkdir sticky && chmod 1777 sticky && cp wa.so sticky/
+	mk-plan --plugin sticky/wa.so wa.yml > /dev/null || fail "a plugin in a sticky directory refused"
+	# symbolic links: to the plugin refused; through a directory, the
+	# directories the file is really in are checked
+	ln -s wa.so link.so
+	expect_fail 1 "plugin ./link.so: a symbolic link" mk-plan --plugin ./link.so wa.yml
+	mkdir -p ww/real && cp wa.so ww/real/ && ln -s ww/real via
+	expect_fail 1 "its directory $PWD/ww is writable" mk-plan --plugin via/wa.so wa.yml
+	mkdir safe && cp wa.so safe/ && ln -s safe safe-link
+	mk-plan --plugin safe-link/wa.so wa.yml > /dev/null || fail "a plugin through a link to a safe directory refused"
+	# owned by another user: the file, or a directory above it
+	if [ "$(id -u)" = 0 ]; then
+		mkdir theirs && cp wa.so theirs/ && chown 4242 theirs/wa.so
+		expect_fail 1 "plugin theirs/wa.so: owned by another user" mk-plan --plugin theirs/wa.so wa.yml
+		mkdir -p theirdir/sub && cp wa.so theirdir/sub/ && chown 4242 theirdir
+		expect_fail 1 "its directory $PWD/theirdir is owned by another user" mk-plan --plugin theirdir/sub/wa.so wa.yml
+	fi
+	# swapped between the check and dlopen: the file checked is loaded, not
+	# what the path names by then (a preload renames a plugin whose
+	# constructor leaves a mark over it as dlopen is called)
+	sed 's/^#include "mk\/method.h"/&\n#include <fcntl.h>\n#include <unistd.h>\n__attribute__((constructor)) static void ran(void) { close(open("swapped-ran", O_CREAT | O_WRONLY, 0644)); }/' \
+		weighted_average.c > evil.c
+	grep -q swapped-ran evil.c || fail "evil.c not made"
+	"$cc" -O2 -fPIC -shared -I"$MK_TOP/include" -o evil.so evil.c
+	printf '#define _GNU_SOURCE\n#include <dlfcn.h>\n#include <stdio.h>\n#include <stdlib.h>\nvoid *dlopen(const char *f, int fl)\n{\n\tstatic void *(*real)(const char *, int);\n\tconst char *a = getenv("SWAP_FROM"), *b = getenv("SWAP_TO");\n\tif (!real)\n\t\t*(void **)&real = dlsym(RTLD_NEXT, "dlopen");\n\tif (a && b)\n\t\trename(a, b);\n\treturn real(f, fl);\n}\n' > swap.c
+	"$cc" -fPIC -shared -o swap.so swap.c -ldl
+	mkdir swapdir && cp wa.so swapdir/ && cp evil.so swapdir/
+	[ "$MK_SAN" = 1 ] && export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
+	SWAP_FROM=swapdir/evil.so SWAP_TO=swapdir/wa.so LD_PRELOAD=$PWD/swap.so mk-plan --plugin swapdir/wa.so wa.yml > /dev/null
+	[ ! -e swapdir/evil.so ] || fail "the swap did not happen"
+	[ ! -e swapped-ran ] || fail "the file swapped in after the check was loaded"
+fi
