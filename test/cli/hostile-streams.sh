@@ -165,3 +165,50 @@ if command -v "$cc" >/dev/null 2>&1; then
 	[ ! -e swapdir/evil.so ] || fail "the swap did not happen"
 	[ ! -e swapped-ran ] || fail "the file swapped in after the check was loaded"
 fi
+
+# -- quantized checkpoints refused at plan time, by every program ----------
+mk-gen-model --dtype BF16 --hidden 64 --layers 2 \
+	--config-extra '"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}' qcfg
+mk-gen-model --dtype BF16 --hidden 64 --layers 2 --quantized fp8 qfp8
+mk-gen-model --dtype BF16 --hidden 64 --layers 2 --quantized mxfp4 qmx
+for q in bitsandbytes gptq awq compressed-tensors hqq eetq; do
+	mk-gen-model --dtype BF16 --hidden 64 --layers 2 \
+		--config-extra "\"text_config\": {\"quantization_config\": {\"quant_method\": \"$q\"}}" q-$q
+done
+mk-gen-model --dtype BF16 --hidden 64 --layers 2 --seed 3 qplain
+# quant MODEL: what names the format in the message
+for m in qcfg:"quant_method 'fp8'" qfp8:"tensor 'model.layers.0.mlp.fp8_proj.weight' in F8_E4M3" \
+	 qmx:"beside 'model.layers.0.mlp.experts.down_proj_scales'" q-gptq:"quant_method 'gptq'" \
+	 q-bitsandbytes:"quant_method 'bitsandbytes'" q-awq:"quant_method 'awq'" \
+	 q-compressed-tensors:"quant_method 'compressed-tensors'" q-hqq:"quant_method 'hqq'" q-eetq:"quant_method 'eetq'"; do
+	q=${m%%:*} what=${m#*:}
+	printf 'merge_method: linear\nmodels:\n  - model: qplain\n    parameters: {weight: 0.5}\n  - model: %s\n    parameters: {weight: 0.5}\n' $q > q.yml
+	expect_fail 1 "model '$q'" mk-plan q.yml
+	err_has "$what" "mk-plan: $q: the format not named"
+	err_has "dequantize it to BF16 first" "mk-plan: $q: no word of what to do"
+	expect_fail 1 "model '$q'" mk-yaml q.yml qout
+	no_out qout
+done
+printf 'merge_method: linear\nmodels:\n  - model: qplain\n    parameters: {weight: 0.5}\n  - model: qcfg\n    parameters: {weight: 0.5}\n' > q.yml
+expect_fail 1 "model 'qcfg' is quantized (quant_method 'fp8'" mk-yaml --processes q.yml qout
+no_out qout
+printf 'merge_method: linear\nmodels:\n  - model: qplain\n    parameters: {weight: 0.5}\n  - model: qfp8\n    parameters: {weight: 0.5}\n' > q.yml
+expect_fail 1 "model 'qfp8' holds quantized weights" mk-yaml --processes q.yml qout
+no_out qout
+# as a base, with a slerp
+printf 'merge_method: slerp\nbase_model: qcfg\nmodels:\n  - model: qcfg\n  - model: qplain\nparameters:\n  t: 0.5\n' > qs.yml
+expect_fail 1 "model 'qcfg' is quantized" mk-yaml qs.yml qout
+no_out qout
+# a state dict (mk-pytorch: no config.json, its tensors tell)
+cp qfp8/model.safetensors qsd.safetensors && cp qplain/model.safetensors plain.safetensors
+printf 'merge_method: linear\nmodels:\n  - model: plain.safetensors\n    parameters: {weight: 0.5}\n  - model: qsd.safetensors\n    parameters: {weight: 0.5}\n' > qp.yml
+expect_fail 1 "model 'qsd.safetensors' holds quantized weights" mk-pytorch qp.yml qout
+no_out qout
+# mk-multi, a step reading a quantized model
+printf 'name: s1\nmerge_method: linear\nmodels:\n  - model: qplain\n    parameters: {weight: 0.5}\n  - model: qmx\n    parameters: {weight: 0.5}\n' > qm.yml
+expect_fail 1 "model 'qmx' holds quantized weights" mk-multi qm.yml -I qinter --out-path qfinal
+no_out qinter/s1
+# mk-moe, an expert quantized
+printf 'base_model: qplain\ngate_mode: random\nexperts:\n  - source_model: qplain\n  - source_model: qcfg\n' > qmoe.yml
+expect_fail 1 "model 'qcfg' is quantized" mk-moe qmoe.yml qout
+no_out qout
