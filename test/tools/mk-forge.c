@@ -45,6 +45,9 @@
  *   big-head=N         a tensors stream whose HEAD lists N tensors of one
  *                      element (long names; zstd-compressed), and no DATA:
  *                      END follows the HEAD
+ *   big-job=N          a plan of one JOB frame whose JSON is N bytes: an
+ *                      array of zeros under an unknown key (what the JOB
+ *                      decoder's tree costs)
  * The three bombs are compressed in pieces (N may be larger than memory)
  * and written around the writer, so END does not count them: a reader
  * must refuse them before it gets there.
@@ -313,6 +316,41 @@ static int big_head(uint64_t n)
 	return 0;
 }
 
+static int big_job(uint64_t n)
+{
+	struct mk_manifest *m = mk_manifest_new("plan", "mk-forge");
+	struct mk_stream_writer *w;
+	uint64_t shape[2] = { 4, 2 };
+	static const char pre[] = "{\"id\":0,\"output\":0,\"method\":\"passthrough\",\"inputs\":[{\"model\":0,"
+		"\"tensor\":\"t\",\"dtype\":\"F32\",\"shape\":[4,2]}],\"base\":null,\"is_embed\":false,"
+		"\"params\":{\"global\":{},\"inputs\":[{}]},\"passes\":0,\"sends\":1,\"zzz\":[0";
+	char *head, *job;
+	size_t hlen, len = sizeof(pre) - 1;
+
+	m->planned = true;
+	m->njobs = 1;
+	check(mk_manifest_add_tensor(m, "t", MK_DT_F32, 2, shape, &err));
+	check(mk_manifest_add_model(m, "a", NULL, &err));
+	check(mk_manifest_encode(m, &head, &hlen, &err));
+	job = malloc(n + sizeof(pre) + 4);
+	memcpy(job, pre, len);
+	while (len + 4 < n) {
+		memcpy(job + len, ",0", 2);
+		len += 2;
+	}
+	memcpy(job + len, "]}", 2);
+	len += 2;
+	check(mk_sw_open(&w, 1, 3, &err));
+	check(mk_sw_frame1(w, MK_FT_HEAD, head, hlen, &err));
+	check(mk_sw_frame1(w, MK_FT_JOB, job, len, &err));
+	check(mk_sw_end(w, &err));
+	mk_sw_free(w);
+	mk_manifest_free(m);
+	free(head);
+	free(job);
+	return 0;
+}
+
 static int big_chunk(uint64_t n)
 {
 	struct mk_manifest *m = mk_manifest_new("tensors", "mk-forge");
@@ -367,6 +405,8 @@ int main(int argc, char **argv)
 		return interleaved(strtoull(kind + 12, NULL, 10));
 	if (!strncmp(kind, "big-head=", 9))
 		return big_head(strtoull(kind + 9, NULL, 10));
+	if (!strncmp(kind, "big-job=", 8))
+		return big_job(strtoull(kind + 8, NULL, 10));
 	if (!strncmp(kind, "big-chunk=", 10))
 		return big_chunk(strtoull(kind + 10, NULL, 10));
 	bool plan = !strcmp(kind, "plan") || !strncmp(kind, "plan-file=", 10);
