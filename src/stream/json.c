@@ -1,4 +1,5 @@
 /* json.c - the small JSON helper behind HEAD and JOB frames. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/sbuf.h"
@@ -137,7 +138,7 @@ int sj_walk_value(struct sj_walk *w, size_t max, const char *name, json_t **out,
 	if (span_end(w->s, w->len, w->at, &end))
 		return walk_bad(w, "a value does not end", err);
 	if (end - w->at > max)
-		return mk_err_set(err, MK_EFORMAT, "%s: %s at position %zu takes %zu bytes, more than the %zu bytes allowed",
+		return mk_err_set(err, MK_EFORMAT, "%s: %s (at position %zu): %zu bytes of JSON, over the %zu bytes left for it",
 				  w->what, name, w->at, end - w->at, max);
 	*out = json_loadb(w->s + w->at, end - w->at, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
 	if (!*out)
@@ -184,6 +185,55 @@ void sj_put_entry(struct mk_sbuf *b, size_t i, json_t *v)
 	if (i)
 		mk_sbuf_add(b, ",", 1);
 	put_value(b, v);
+}
+
+int sj_load_bounded(const void *buf, size_t len, const char *what, const char *const *known, size_t extra_max,
+		    json_t **out, struct mk_err *err)
+{
+	struct sj_walk w = { .s = buf, .len = len, .what = what };
+	struct sj_list l;
+	json_t *o = json_object();
+	size_t extra = 0;
+	int rc;
+
+	*out = NULL;
+	if (!o)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	if ((rc = sj_walk_open(&w, '{', &l, err))) {
+		if (w.at < w.len)
+			rc = mk_err_set(err, MK_EFORMAT, "%s: not a JSON object", what);
+		goto out;
+	}
+	while ((rc = sj_walk_next(&w, &l, err)) > 0) {
+		char *key;
+		json_t *v;
+		size_t at, k;
+		if ((rc = sj_walk_key(&w, &key, err)))
+			goto out;
+		for (k = 0; known[k] && strcmp(known[k], key); k++)
+			;
+		at = w.at;
+		char name[80];
+		snprintf(name, sizeof(name), "unknown key \"%.40s\"", key);
+		if (json_object_get(o, key))
+			rc = mk_err_set(err, MK_EFORMAT, "%s: duplicate key \"%s\"", what, key);
+		else if (!(rc = sj_walk_value(&w, known[k] ? len : extra_max - extra, known[k] ? key : name,
+					      &v, err)) && json_object_set_new(o, key, v))
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		if (!known[k])
+			extra += w.at - at;
+		free(key);
+		if (rc)
+			goto out;
+	}
+	if (!rc)
+		rc = sj_walk_end(&w, err);
+out:
+	if (rc)
+		json_decref(o);
+	else
+		*out = o;
+	return rc;
 }
 
 int sj_dump(json_t *o, char **out, size_t *len, struct mk_err *err)

@@ -52,6 +52,13 @@ struct mk_sbuf;
 void sj_put_member(struct mk_sbuf *b, bool *first, const char *key, json_t *v);
 void sj_put_entry(struct mk_sbuf *b, size_t i, json_t *v);
 
+/* sj_load for a frame whose unknown keys are kept: the object read a
+ * member at a time (sj_walk_*), so that a member whose key is not in the
+ * NULL-terminated list `known` is refused once the unknown members' JSON
+ * passes extra_max bytes together, before it becomes a tree. */
+int sj_load_bounded(const void *buf, size_t len, const char *what, const char *const *known, size_t extra_max,
+		    json_t **out, struct mk_err *err);
+
 /* Compact dump, key order kept; malloc'ed, length without the NUL. */
 int sj_dump(json_t *o, char **out, size_t *len, struct mk_err *err);
 

@@ -70,6 +70,15 @@ err_has "incomplete" "mk-pack: the missing DATA not named"
 no_out hout
 rss_under pack.rss $((120 * KiB)) "mk-pack, a 13 MiB HEAD"
 
+# a JOB's unknown keys (kept with each job a reader holds): 16 MB of them
+# refused before they become a tree
+mk-forge big-job=16000000 > job.mks
+mk-gen-model --dtype F32 --hidden 64 --layers 1 a   # the plan's model
+expect_fail 1 "frame #1: JOB: unknown key \"zzz\"" mk-rss verify.rss mk-cat --verify job.mks
+rss_under verify.rss $((48 * KiB)) "mk-cat --verify, a JOB of 16 MB of unknown keys"
+expect_fail 1 "unknown key \"zzz\"" mk-rss fetch.rss mk-fetch -i job.mks -o /dev/null
+rss_under fetch.rss $((48 * KiB)) "mk-fetch, a JOB of 16 MB of unknown keys"
+
 # -- two runs into one OUT: the second refused, touching nothing ------------
 mk-gen-model --dtype F32 --hidden 64 --layers 2 ma
 mk-gen-model --dtype F32 --hidden 64 --layers 2 --seed 9 mb

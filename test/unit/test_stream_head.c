@@ -219,7 +219,7 @@ static void test_manifest_errors(void **state)
 		int k = snprintf(big, 256, "{\"kind\":\"tensors\",\"tensors\":[{\"name\":\"");
 		memset(big + k, 'a', n);
 		strcpy(big + k + n, "\",\"dtype\":\"F32\",\"shape\":[1]}]}");
-		expect_bad_manifest(big, "tensors #0 at position");
+		expect_bad_manifest(big, "tensors #0 (at position 29): 1048677 bytes of JSON");
 		k = snprintf(big, 256, "{\"kind\":\"tensors\",\"tensors\":[],\"x\":\"");
 		memset(big + k, 'a', n / 2);
 		k += snprintf(big + k + n / 2, 256, "\",\"y\":\"") + (int)(n / 2);
@@ -479,6 +479,23 @@ static void test_job_errors(void **state)
 {
 	struct mk_manifest *head = job_head();
 
+	/* unknown keys kept, at most MK_JOB_EXTRA_MAX of JSON together;
+	 * a key given twice */
+	{
+		size_t n = MK_JOB_EXTRA_MAX / 2 + 16;
+		char *big = malloc(2 * n + 512);
+		assert_non_null(big);
+		int k = snprintf(big, 512, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],\"x\":\"");
+		memset(big + k, 'a', n);
+		k += (int)n;
+		k += snprintf(big + k, 512, "\",\"y\":\"");
+		memset(big + k, 'a', n);
+		strcpy(big + k + n, "\"}");
+		expect_bad_job(head, big, "unknown key \"y\"");
+		free(big);
+	}
+	expect_bad_job(head, "{\"id\":0,\"id\":1,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "]}",
+		       "duplicate key \"id\"");
 	/* the base must be one of the inputs (a JOB like this crashed
 	 * mk-merge and mk-fetch: the error path freed inputs never made) */
 	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],\"base\":1}",
