@@ -77,6 +77,17 @@ int mk_out_lock(const char *out, struct mk_out_lock *lk, struct mk_err *err)
 	*lk = (struct mk_out_lock){ .fd = -1 };
 	if (!(lk->path = mk_out_partial_name(out)))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	/* OUT's parents, as mk-pack makes them: the first missing one noted */
+	for (char *d = strdup(lk->path), *s; d; free(d), d = NULL) {
+		struct stat st;
+		while ((s = strrchr(d, '/')) && s != d) {
+			*s = '\0';
+			if (stat(d, &st) == 0)
+				break;
+			free(lk->top);
+			lk->top = strdup(d);
+		}
+	}
 	if ((rc = mk_mkdirs_for(lk->path, err)))
 		return rc;
 	for (int tries = 0; tries < 100; tries++) {
@@ -139,10 +150,18 @@ void mk_out_unlock(struct mk_out_lock *lk)
 		struct stat a, b;
 		/* made here and left empty: no trace (rmdir refuses a full one) */
 		if (lk->made && fstat(lk->fd, &a) == 0 && stat(lk->path, &b) == 0 && a.st_dev == b.st_dev &&
-		    a.st_ino == b.st_ino)
-			(void)rmdir(lk->path);
+		    a.st_ino == b.st_ino && rmdir(lk->path) == 0 && lk->top) {
+			/* and the parents made for it, up to the first, if empty */
+			char *s;
+			while ((s = strrchr(lk->path, '/')) && s != lk->path) {
+				*s = '\0';
+				if (rmdir(lk->path) < 0 || !strcmp(lk->path, lk->top))
+					break;
+			}
+		}
 		close(lk->fd);
 	}
+	free(lk->top);
 	free(lk->path);
 	*lk = (struct mk_out_lock){ .fd = -1 };
 }

@@ -26,6 +26,7 @@ struct mk_out_lock {
 	bool owner;      /* taken here (else held by this process already,
 			    or by the parent that started it) */
 	bool made;       /* the directory was made here */
+	char *top;       /* the first of OUT's parents made here, or NULL */
 };
 
 /* OUT.mk-partial for OUT (trailing slashes dropped), malloc'ed. */
@@ -39,7 +40,8 @@ int mk_out_lock(const char *out, struct mk_out_lock *lk, struct mk_err *err);
  * the lock, so that their own mk_out_lock finds it theirs. */
 int mk_out_lock_share(struct mk_out_lock *lk, struct mk_err *err);
 /* Release: the owner removes the directory if it made it and it is still
- * there and empty, and closes it; else nothing. */
+ * there and empty (and then the parents it made, when empty), and closes
+ * it; else nothing. */
 void mk_out_unlock(struct mk_out_lock *lk);
 
 #endif

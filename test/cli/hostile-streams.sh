@@ -20,6 +20,8 @@ mk-forge big-note=268435456 > note.mks
 for s in zf note; do
 	mk-rss cat.rss mk-cat $s.mks > cat.txt
 	rss_under cat.rss $((48 * KiB)) "mk-cat, 256 MiB $s frame"
+	mk-rss cat.rss mk-cat -v $s.mks > /dev/null
+	rss_under cat.rss $((48 * KiB)) "mk-cat -v, 256 MiB $s frame"
 	mk-rss verify.rss mk-cat --verify $s.mks > /dev/null
 	rss_under verify.rss $((48 * KiB)) "mk-cat --verify, 256 MiB $s frame"
 	mk-rss pack.rss mk-pack out-$s < $s.mks
@@ -59,6 +61,9 @@ no_out cout
 mk-forge big-head=150000 > head.mks
 mk-rss cat.rss mk-cat head.mks > /dev/null
 rss_under cat.rss $((64 * KiB)) "mk-cat, a 13 MiB HEAD"
+mk-rss cat.rss mk-cat -v head.mks > cat.txt
+rss_under cat.rss $((64 * KiB)) "mk-cat -v, a 13 MiB HEAD"
+[ "$(grep -c '^  tensor ' cat.txt)" = 150000 ] || fail "mk-cat -v: not every tensor listed"
 mk-rss verify.rss mk-cat --verify head.mks > /dev/null 2>&1 || true
 rss_under verify.rss $((64 * KiB)) "mk-cat --verify, a 13 MiB HEAD"
 set +e
@@ -123,6 +128,9 @@ mkdir left.mk-partial
 expect_fail 1 "did not finish" mk-pack left < ma.mks
 [ -d left.mk-partial ] && [ ! -e left ] || fail "an earlier run's partial touched"
 rmdir left.mk-partial
+printf 'merge_method: bogus\nmodels:\n  - model: ma\n' > bogus.yml
+expect_fail 1 "unknown merge method" mk-yaml bogus.yml n1/n2/out
+[ ! -e n1 ] || fail "a run that failed left OUT's parents it made"
 mk-forge no-end | { set +e; mk-pack cut; echo $? > rc.txt; }
 [ "$(cat rc.txt)" = 1 ] || fail "a truncated stream accepted"
 no_out cut
