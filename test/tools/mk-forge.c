@@ -292,13 +292,35 @@ static int interleaved(uint64_t seed)
 	return 0;
 }
 
+/* A writer on stdout (zstd at `level`, 0: none) that has written m as
+ * its HEAD; m is freed. */
+static struct mk_stream_writer *open_with_head(struct mk_manifest *m, int level)
+{
+	struct mk_stream_writer *w;
+	char *head;
+	size_t hlen;
+
+	check(mk_manifest_encode(m, &head, &hlen, &err));
+	check(mk_sw_open(&w, 1, level, &err));
+	check(mk_sw_frame1(w, MK_FT_HEAD, head, hlen, &err));
+	mk_manifest_free(m);
+	free(head);
+	return w;
+}
+
+/* END, and the writer freed. */
+static int finish(struct mk_stream_writer *w)
+{
+	check(mk_sw_end(w, &err));
+	mk_sw_free(w);
+	return 0;
+}
+
 static int big_head(uint64_t n)
 {
 	struct mk_manifest *m = mk_manifest_new("tensors", "mk-forge");
-	struct mk_stream_writer *w;
 	uint64_t shape[1] = { 1 };
-	char name[96], *head;
-	size_t hlen;
+	char name[96];
 
 	m->chunk_bytes = 1 << 20;
 	for (uint64_t i = 0; i < n; i++) {
@@ -306,14 +328,7 @@ static int big_head(uint64_t n)
 			 (unsigned long long)(i / 8), (unsigned long long)i);
 		check(mk_manifest_add_tensor(m, name, MK_DT_F32, 1, shape, &err));
 	}
-	check(mk_manifest_encode(m, &head, &hlen, &err));
-	check(mk_sw_open(&w, 1, 3, &err));
-	check(mk_sw_frame1(w, MK_FT_HEAD, head, hlen, &err));
-	check(mk_sw_end(w, &err));
-	mk_sw_free(w);
-	mk_manifest_free(m);
-	free(head);
-	return 0;
+	return finish(open_with_head(m, 3));
 }
 
 static int big_job(uint64_t n)
@@ -324,14 +339,13 @@ static int big_job(uint64_t n)
 	static const char pre[] = "{\"id\":0,\"output\":0,\"method\":\"passthrough\",\"inputs\":[{\"model\":0,"
 		"\"tensor\":\"t\",\"dtype\":\"F32\",\"shape\":[4,2]}],\"base\":null,\"is_embed\":false,"
 		"\"params\":{\"global\":{},\"inputs\":[{}]},\"passes\":0,\"sends\":1,\"zzz\":[0";
-	char *head, *job;
-	size_t hlen, len = sizeof(pre) - 1;
+	char *job;
+	size_t len = sizeof(pre) - 1;
 
 	m->planned = true;
 	m->njobs = 1;
 	check(mk_manifest_add_tensor(m, "t", MK_DT_F32, 2, shape, &err));
 	check(mk_manifest_add_model(m, "a", NULL, &err));
-	check(mk_manifest_encode(m, &head, &hlen, &err));
 	job = malloc(n + sizeof(pre) + 4);
 	memcpy(job, pre, len);
 	while (len + 4 < n) {
@@ -340,15 +354,10 @@ static int big_job(uint64_t n)
 	}
 	memcpy(job + len, "]}", 2);
 	len += 2;
-	check(mk_sw_open(&w, 1, 3, &err));
-	check(mk_sw_frame1(w, MK_FT_HEAD, head, hlen, &err));
+	w = open_with_head(m, 3);
 	check(mk_sw_frame1(w, MK_FT_JOB, job, len, &err));
-	check(mk_sw_end(w, &err));
-	mk_sw_free(w);
-	mk_manifest_free(m);
-	free(head);
 	free(job);
-	return 0;
+	return finish(w);
 }
 
 static int big_chunk(uint64_t n)
@@ -356,25 +365,17 @@ static int big_chunk(uint64_t n)
 	struct mk_manifest *m = mk_manifest_new("tensors", "mk-forge");
 	struct mk_stream_writer *w;
 	uint64_t shape[1] = { n / 4 };
-	char *head;
-	size_t hlen;
 	struct mk_chunk c = { .dtype = MK_DT_F32, .row_count = 1, .elem_count = n / 4 };
 
 	m->chunk_bytes = n;
 	check(mk_manifest_add_tensor(m, "t", MK_DT_F32, 1, shape, &err));
-	check(mk_manifest_encode(m, &head, &hlen, &err));
-	check(mk_sw_open(&w, 1, 0, &err));
-	check(mk_sw_frame1(w, MK_FT_HEAD, head, hlen, &err));
+	w = open_with_head(m, 0);
 	mk_chunk_set_rows(&c, 1);
 	c.data_len = n / 4 * 4;
 	c.data = calloc(c.data_len ? c.data_len : 1, 1);
 	check(mk_sw_chunk(w, MK_FT_DATA, &c, &err));
-	check(mk_sw_end(w, &err));
 	free((void *)c.data);
-	mk_sw_free(w);
-	mk_manifest_free(m);
-	free(head);
-	return 0;
+	return finish(w);
 }
 
 int main(int argc, char **argv)
