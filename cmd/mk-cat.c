@@ -1,11 +1,15 @@
 /* mk-cat - show an mk stream's frames readably, or verify it. */
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
+#include "core/budget.h"
+#include "core/fsutil.h"
 #include "core/hash.h"
+#include "stream/piecewise.h"
 #include "stream/manifest.h"
 #include "mk/plugin.h"
 #include "mk/stream.h"
@@ -23,6 +27,8 @@ static void usage(void)
 	       "                 checksums, END's counts, every HEAD, JOB, INPT, DATA and\n"
 	       "                 FILE frame and their cross-references, each tensor whole and\n"
 	       "                 in order; print one summary line; exit 1 on any fault\n"
+	       "      --max-memory SIZE  refuse a frame that would take more than SIZE held\n"
+	       "                 whole (default 256M); FILE frames are read in pieces\n"
 	       "      --plugin FILE.so  load merge methods from a shared object (also\n"
 	       "                 MK_PLUGIN_PATH), to verify an inputs stream that uses them\n"
 	       "  -v, --verbose  also print the HEAD frame's JSON and each tensor of the manifest\n"
@@ -42,17 +48,22 @@ static const char *esc_name(const char *s, char *buf)
 }
 #define ESC(s) esc_name((s), (char[4096]){ 0 })
 
-static char *payload_buf;
-
-static const char *esc_payload(const void *p, size_t len)
+/* The same for a payload of any length, printed in pieces cut at a
+ * character, so that its escaped copy is never held whole. */
+static void print_payload(const void *p, size_t len)
 {
-	size_t size = len * 4 + 8;
-	char *b = realloc(payload_buf, size);
+	enum { PIECE = 64 << 10 };
+	static char b[4 * PIECE + 8];
+	const uint8_t *s = p;
 
-	if (!b)
-		return "(out of memory)";
-	payload_buf = b;
-	return mk_text_escape(p, len, b, size);
+	while (len) {
+		size_t n = len < PIECE ? len : PIECE;
+		while (n < len && n > PIECE - 4 && (s[n] & 0xC0) == 0x80)
+			n--;
+		fputs(mk_text_escape((const char *)s, n, b, sizeof(b)), stdout);
+		s += n;
+		len -= n;
+	}
 }
 
 static void print_shape(const uint64_t *shape, unsigned ndim)
@@ -67,6 +78,7 @@ int main(int argc, char **argv)
 {
 	static const struct option longopts[] = {
 		{ "verify", no_argument, NULL, 'c' },
+		{ "max-memory", required_argument, NULL, 'm' },
 		CLI_PLUGIN_OPTION,
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "help", no_argument, NULL, 'h' },
@@ -79,6 +91,7 @@ int main(int argc, char **argv)
 	struct mk_frame f;
 	const char *input = "-";
 	bool verify = false, bad = false;
+	uint64_t budget = 0;
 
 	int c, fd = 0, rc, verbose = 0;
 
@@ -88,6 +101,10 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "vhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'c': verify = true; break;
+		case 'm':
+			if (mk_size_parse(optarg, &budget) || !budget)
+				cli_usage_error("--max-memory: expected a size, not '%s'", optarg);
+			break;
 		case 'v': verbose++; break; /* more output, not more messages */
 		default: cli_common_option(c, optarg, NULL, usage);
 		}
@@ -99,7 +116,7 @@ int main(int argc, char **argv)
 	fd = cli_open_input(input);
 	if (verify) {
 		struct mk_verify_summary sum;
-		if (mk_stream_verify(fd, fd ? input : "stdin", &sum, &err))
+		if (mk_stream_verify(fd, fd ? input : "stdin", budget, &sum, &err))
 			cli_fail(&err);
 		printf("ok: %s stream, %llu frames, %llu bytes, %llu tensors, %llu jobs, %llu chunks\n", sum.kind,
 		       (unsigned long long)sum.frames, (unsigned long long)sum.bytes,
@@ -108,12 +125,12 @@ int main(int argc, char **argv)
 		cli_close_stdout();
 		return EXIT_OK;
 	}
-	if (mk_sr_open(&r, fd, fd ? input : "stdin", MK_SR_NO_VERIFY, &err))
+	if (mk_sr_open(&r, fd, fd ? input : "stdin", MK_SR_NO_VERIFY | MK_SR_PIECEWISE_FILE, &err))
 		cli_fail(&err);
+	mk_sr_set_bounds(r, &(struct mk_sr_bounds){ .memory = mk_budget_cat(budget) });
 	printf("mk stream %d.%d\n", MK_STREAM_MAJOR, MK_STREAM_MINOR);
 	while ((rc = mk_sr_next(r, &f, &err)) > 0) {
-		uint32_t crc;
-		memcpy(&crc, f.wire + 24, 4);
+		uint32_t crc = f.crc;
 		if (!f.csum_ok)
 			bad = true;
 		printf("#%llu %s %s len=%llu%s raw=%llu crc32c=%08x%s", (unsigned long long)f.index, f.type,
@@ -130,7 +147,9 @@ int main(int argc, char **argv)
 			printf(" kind=%s producer=\"%s\" chunk=%llu tensors=%zu files=%zu\n", ESC(man->kind),
 			       ESC(man->producer), (unsigned long long)man->chunk_bytes, man->ntensors, man->nfiles);
 			if (verbose) {
-				printf("  %s\n", esc_payload(f.payload, f.payload_len));
+				fputs("  ", stdout);
+				print_payload(f.payload, f.payload_len);
+				putchar('\n');
 				for (size_t i = 0; i < man->ntensors; i++) {
 					printf("  tensor %zu %s %s ", i, ESC(man->tensors[i].name),
 					       mk_dtype_name(man->tensors[i].desc.dtype));
@@ -139,13 +158,14 @@ int main(int argc, char **argv)
 				}
 			}
 		} else if (!strcmp(f.type, MK_FT_FILE)) {
-			struct mk_file_frame ff;
-			if (mk_file_decode(f.payload, f.payload_len, &ff, &err)) {
-				mk_err_prefix(&err, "frame #%llu: ", (unsigned long long)f.index);
+			/* its name only: the contents are drained, verified,
+			 * by the next mk_sr_next, never held */
+			char name[PATH_MAX + 1];
+			uint32_t mode;
+			uint64_t size;
+			if (mk_file_read_head(r, &f, &mode, name, &size, &err))
 				cli_fail(&err);
-			}
-			printf(" name=%s mode=%04o size=%zu\n", ESC(ff.name), ff.mode, ff.len);
-			free(ff.name);
+			printf(" name=%s mode=%04o size=%llu\n", ESC(name), mode, (unsigned long long)size);
 		} else if (!strcmp(f.type, MK_FT_DATA) || !strcmp(f.type, MK_FT_INPT)) {
 			struct mk_chunk ch;
 			const char *name = "?";
@@ -163,9 +183,23 @@ int main(int argc, char **argv)
 			       (unsigned long long)(ch.row_begin + ch.row_count), (unsigned long long)ch.elem_begin,
 			       (unsigned long long)(ch.elem_begin + ch.elem_count), mk_crc32c(0, ch.data, ch.data_len));
 		} else if (!strcmp(f.type, MK_FT_JOB)) {
-			printf(" %s\n", esc_payload(f.payload, f.payload_len)); /* small JSON */
+			putchar(' ');
+			print_payload(f.payload, f.payload_len);
+			putchar('\n');
+		} else if (f.piecewise) {
+			/* an ancillary frame, read in pieces: its first bytes */
+			uint8_t head[200];
+			size_t have;
+			if (mk_sr_read_exact(r, head, f.raw_len < sizeof(head) ? (size_t)f.raw_len : sizeof(head),
+					     &have, &err))
+				cli_fail(&err);
+			putchar(' ');
+			print_payload(head, have);
+			putchar('\n');
 		} else {
-			printf(" %s\n", esc_payload(f.payload, f.payload_len > 200 ? 200 : f.payload_len));
+			putchar(' ');
+			print_payload(f.payload, f.payload_len > 200 ? 200 : f.payload_len);
+			putchar('\n');
 		}
 	}
 	if (rc < 0)
@@ -176,7 +210,6 @@ int main(int argc, char **argv)
 	}
 	mk_manifest_free(man);
 	mk_sr_free(r);
-	free(payload_buf);
 	cli_close_stdout();
 	return EXIT_OK;
 }

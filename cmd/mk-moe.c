@@ -14,6 +14,7 @@
 #include "core/budget.h"
 #include "core/fsutil.h"
 #include "moe/moe.h"
+#include "journal/outlock.h"
 #include "pack/pack.h"
 #include "run/procs.h"
 #include "mk/run.h"
@@ -178,7 +179,7 @@ int main(int argc, char **argv)
 	mo.cfg = cfg;
 
 	struct mk_pack_opts po = { .out_dir = out, .force = ro.force };
-	if (!print && mk_pack_check_out(&po, &err))
+	if (!print && mk_pack_check_out(&po, NULL, &err))
 		cli_fail(&err);
 	const char *tmp = getenv("TMPDIR");
 	if ((size_t)snprintf(work, sizeof(work), "%s/mk-moe.XXXXXX", tmp && *tmp ? tmp : "/tmp") >= sizeof(work))
@@ -242,8 +243,14 @@ int main(int argc, char **argv)
 	char *partial = mk_pack_partial_name(out);
 	if (!partial)
 		cli_fail_oom();
-	if (mk_pipeline_run(st, 3, partial, &err))
+	/* OUT locked for the stages' run, which inherit the lock */
+	struct mk_out_lock lock;
+	if (mk_out_lock(out, &lock, &err) || mk_out_lock_share(&lock, &err) || mk_pack_check_out(&po, &lock, &err) ||
+	    mk_pipeline_run(st, 3, partial, &err)) {
+		mk_out_unlock(&lock);
 		cli_fail(&err);
+	}
+	mk_out_unlock(&lock);
 	free(partial);
 	cli_info(3, "wrote %s (%s)", out, mk_moe_arch_name(arch));
 	return EXIT_OK;

@@ -99,7 +99,7 @@ int main(int argc, char **argv)
 	if (!o.out_dir[0])
 		cli_usage_error("the output directory name is empty");
 	/* refuse early, before the producer has done any work */
-	if (mk_pack_check_out(&o, &err))
+	if (mk_pack_check_out(&o, NULL, &err))
 		cli_fail(&err);
 	fd = cli_open_input(input);
 	if (cli_progress_enabled(want_progress))

@@ -13,6 +13,7 @@
 #include "core/budget.h"
 #include "card/card.h"
 #include "core/fsutil.h"
+#include "journal/outlock.h"
 #include "pack/pack.h"
 #include "run/procs.h"
 #include "mk/plugin.h"
@@ -235,11 +236,15 @@ int main(int argc, char **argv)
 	/* refuse an existing OUT before any work, as mk-pack would */
 	struct mk_err err = { 0 };
 	struct mk_pack_opts po = { .out_dir = out, .resume = resume, .force = ro.force };
-	if (mk_pack_check_out(&po, &err))
+	struct mk_out_lock lock;
+	/* OUT locked for the whole run, its stages inheriting the lock */
+	if (mk_out_lock(out, &lock, &err) || mk_out_lock_share(&lock, &err) || mk_pack_check_out(&po, &lock, &err) ||
+	    /* with --resume, a failed run leaves OUT.mk-partial for the next */
+	    mk_pipeline_run(st, 4, resume ? NULL : partial, &err)) {
+		mk_out_unlock(&lock);
 		cli_fail(&err);
-	/* with --resume, a failed run leaves OUT.mk-partial for the next */
-	if (mk_pipeline_run(st, 4, resume ? NULL : partial, &err))
-		cli_fail(&err);
+	}
+	mk_out_unlock(&lock);
 	cli_info(3, "wrote %s", out);
 	return EXIT_OK;
 }

@@ -140,10 +140,12 @@ struct mk_frame {
 	size_t payload_len;
 	bool csum_ok;         /* false only with MK_SR_NO_VERIFY */
 	bool piecewise;       /* payload not read yet: mk_sr_read_payload */
+	uint32_t crc;         /* the checksum its header carries */
 };
 
 #define MK_SR_NO_VERIFY 0x01  /* report bad checksums in csum_ok, go on */
-#define MK_SR_PIECEWISE_FILE 0x02 /* FILE frames come piecewise (below) */
+#define MK_SR_PIECEWISE_FILE 0x02 /* FILE and ancillary frames come piecewise
+				     (below) */
 #define MK_SR_SPLICE_DATA 0x04 /* raw DATA frames from a pipe come piecewise,
 				  for mk_sr_splice_payload (below) */
 #define MK_SPLICE_MIN 4096     /* fewer data bytes than this: never spliced */
@@ -195,9 +197,9 @@ MK_API int mk_sr_open(struct mk_stream_reader **out, int fd, const char *label,
  * that disagree are errors naming the frame number. */
 MK_API int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f,
 	       struct mk_err *err);
-/* With MK_SR_PIECEWISE_FILE, mk_sr_next returns a FILE frame with only
- * its header checked (f->piecewise, payload and wire NULL: it cannot be
- * passed through); its raw_len payload bytes then come from this call,
+/* With MK_SR_PIECEWISE_FILE, mk_sr_next returns a FILE (or ancillary)
+ * frame with only its header checked (f->piecewise, payload and wire
+ * NULL: it cannot be passed through); its raw_len payload bytes then come from this call,
  * up to `cap` at a time, decompressed into `buf` when the frame is zstd
  * (in a window bounded by the memory bound).  *got > 0: bytes delivered;
  * *got == 0: the payload is complete, its checksum matched and its size

@@ -52,6 +52,11 @@ uint64_t mk_budget_fetch_hold(uint64_t asked)
 	return asked ? asked : MK_BUDGET_FETCH_HOLD_DEFAULT;
 }
 
+uint64_t mk_budget_cat(uint64_t asked)
+{
+	return asked ? asked : MK_BUDGET_CAT_DEFAULT;
+}
+
 uint64_t mk_budget_merge_pool(uint64_t budget)
 {
 	return budget ? budget / 2 : MK_BUDGET_POOL_DEFAULT;

@@ -27,6 +27,9 @@
 #define MK_BUDGET_SYNC_DEFAULT (64u << 20)    /* mk-pack's group commit, by default */
 #define MK_BUDGET_FETCH_HOLD_DEFAULT (64u << 20) /* with no budget, the plan's FILE
 						 frames mk-fetch holds in memory */
+#define MK_BUDGET_CAT_DEFAULT (256u << 20)    /* with no --max-memory, the most mk-cat
+						 holds of one frame read whole (see
+						 mk_budget_cat) */
 #define MK_BUDGET_HOLD_DEFAULT (256u << 20)   /* with no --max-memory, the most one
 						 job held in memory may take (its
 						 inputs as sent); see mk_budget_hold_max */
@@ -110,6 +113,11 @@ uint64_t mk_budget_pack_frames(uint64_t chunk_bytes);
  * journals at once, `asked` (0: MK_BUDGET_SYNC_DEFAULT), at most a quarter
  * of its budget (when it has one). */
 uint64_t mk_budget_pack_sync(uint64_t budget, uint64_t asked);
+
+/* mk-cat's bound on a frame it holds whole (its reader's memory bound,
+ * mk_sr_set_bounds): `asked` (--max-memory), MK_BUDGET_CAT_DEFAULT when
+ * 0.  A stream's FILE frames it reads in pieces, whatever their size. */
+uint64_t mk_budget_cat(uint64_t asked);
 
 /* A budget less this process's own base (MK_BUDGET_STAGE_BASE), for the
  * stages a program starts after working itself (mk-moe's forward pass);

@@ -1,5 +1,6 @@
 /* fsutil.c - file-system helpers shared by the stages. */
 #include <ctype.h>
+#include <dirent.h>
 #include <stdbool.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -223,6 +224,31 @@ int mk_rmtree(const char *path, struct mk_err *err)
 	if (nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS) < 0)
 		return mk_err_sys(err, errno, "%s: remove", path);
 	return 0;
+}
+
+int mk_rmtree_contents(const char *dir, struct mk_err *err)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int rc = 0;
+
+	if (!d)
+		return mk_err_sys(err, errno, "%s", dir);
+	while (!rc && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		size_t n = strlen(dir) + strlen(e->d_name) + 2;
+		char *p = malloc(n);
+		if (!p) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			break;
+		}
+		snprintf(p, n, "%s/%s", dir, e->d_name);
+		rc = mk_rmtree(p, err);
+		free(p);
+	}
+	closedir(d);
+	return rc;
 }
 
 int mk_fsync_dir(const char *path, struct mk_err *err)

@@ -37,6 +37,8 @@ int mk_mkdirs_for(const char *path, struct mk_err *err);
 /* Remove a file or a directory tree (no symlink is followed).  A missing
  * path is not an error. */
 int mk_rmtree(const char *path, struct mk_err *err);
+/* Remove what a directory holds, keeping the directory itself. */
+int mk_rmtree_contents(const char *dir, struct mk_err *err);
 /* fsync a directory so renames and new entries in it are durable. */
 int mk_fsync_dir(const char *path, struct mk_err *err);
 /* Parse a size: an integer with an optional suffix.  mergekit's forms

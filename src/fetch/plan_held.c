@@ -21,7 +21,7 @@ int mk__pf_hold(struct held **v, size_t *n, const struct mk_frame *f, struct mk_
 	return 0;
 }
 
-/* A piecewise FILE frame into memory (under the spool's bound) or the
+/* A piecewise FILE (or ancillary) frame into memory (under the spool's bound) or the
  * spool file, as transmitted; kept only once its checksum matched. */
 int mk__pf_hold_piecewise(struct held **v, size_t *n, struct spool *sp, struct mk_stream_reader *r,
 			  const struct mk_frame *f, struct mk_err *err)

@@ -15,6 +15,7 @@
 #include "core/jsondoc.h"
 #include "stream/manifest.h"
 #include "io/model.h"
+#include "planner/quant.h"
 #include "moe/moe.h"
 #include "stream/job.h"
 #include "mk/stream.h"
@@ -75,7 +76,7 @@ static int open_model(const char *ref, struct pm *p, struct mk_err *err)
 	if (!p->cfg || !json_is_object(p->cfg))
 		return mk_err_set(err, MK_EFORMAT, "model '%s': config.json: %s", ref,
 				  p->cfg ? "not a JSON object" : je.text);
-	return 0;
+	return mk_quant_check(p->m, p->cfgtext, p->cfglen, ref, err);
 }
 
 static const char *cfg_str(json_t *cfg, const char *key)

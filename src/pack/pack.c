@@ -14,6 +14,7 @@
 #include "stream/manifest.h"
 #include "mk/stream.h"
 #include "core/bug.h"
+#include "journal/outlock.h"
 #include "pack_impl.h"
 
 /* A DATA frame; a piecewise one (MK_SR_SPLICE_DATA) is checked by its
@@ -186,16 +187,24 @@ int mk_pack_run(const struct mk_pack_opts *o, struct mk_io in, const char *label
 	char *parent = NULL;
 	bool made = false, resuming = false;
 	struct mk_journal *jn = NULL;
+	struct mk_out_lock lock;
 	struct stat sb;
 	int rc;
 
 	memset(st, 0, sizeof(*st));
-	rc = mk_pack_check_out(o, err);
-	if (rc)
+	/* held until OUT is in place, or the run failed (outlock.h) */
+	rc = mk_out_lock(o->out_dir, &lock, err);
+	if (!rc)
+		rc = mk_pack_check_out(o, &lock, err);
+	if (rc) {
+		mk_out_unlock(&lock);
 		return rc;
+	}
 	p.partial = mk_pack_partial_name(o->out_dir);
-	if (!p.partial)
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	if (!p.partial) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
 	rc = mk_sr_open_io(&r, in, label, MK_SR_PIECEWISE_FILE | (o->no_splice ? 0 : MK_SR_SPLICE_DATA), err);
 	if (rc)
 		goto out;
@@ -281,15 +290,9 @@ int mk_pack_run(const struct mk_pack_opts *o, struct mk_io in, const char *label
 			rc = mk__pack_check_space(&p, parent, err);
 			if (rc)
 				goto out;
-			if (o->force || o->resume) {
-				rc = mk_rmtree(p.partial, err);
-				if (rc)
-					goto out;
-			}
-			if (mkdir(p.partial, 0755) < 0) {
-				rc = mk_err_sys(err, errno, "%s: cannot create the output", p.partial);
+			/* the directory is the lock's (outlock.h): emptied, kept */
+			if ((o->force || o->resume) && (rc = mk_rmtree_contents(p.partial, err)))
 				goto out;
-			}
 		}
 		made = true;
 		if (resuming) {
@@ -400,5 +403,6 @@ out:
 	mk_journal_free(jn);
 	mk_manifest_free(p.man);
 	mk_sr_free(r);
+	mk_out_unlock(&lock);
 	return rc;
 }

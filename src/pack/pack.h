@@ -81,9 +81,13 @@ struct mk_manifest;
 /* The directory OUT is built in: "OUT.mk-partial" (trailing slashes of
  * OUT dropped); malloc'ed, NULL when out of memory. */
 char *mk_pack_partial_name(const char *out);
-/* Check OUT before any input is read (exists without force, partial
- * left behind without resume or force).  mk_pack_run calls it too. */
-int mk_pack_check_out(const struct mk_pack_opts *o, struct mk_err *err);
+/* Check OUT before any input is read: no other run writing it (OUT's
+ * lock, journal/outlock.h), OUT not there without force, no partial an
+ * earlier run left without resume or force.  `held`: the lock the
+ * caller took (NULL: taken and released here, a look before the run).
+ * mk_pack_run calls it too. */
+struct mk_out_lock;
+int mk_pack_check_out(const struct mk_pack_opts *o, const struct mk_out_lock *held, struct mk_err *err);
 /* A FILE frame's name mk-pack refuses: one that would overwrite a shard,
  * the index or the journal (mk-cat --verify checks tensors streams with
  * it too). */

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include "core/fsutil.h"
 #include "journal/journal.h"
+#include "stream/piecewise.h"
 #include "stream/manifest.h"
 #include "mk/stream.h"
 #include "pack_impl.h"
@@ -37,24 +38,6 @@ int mk_pack_file_size_check(const struct mk_manifest *head, const char *name, ui
 
 #define FILE_PIECE (256u << 10)  /* a FILE frame is written in pieces of this */
 
-/* Fill buf with n bytes of the FILE frame's payload; *have < n when the
- * payload ended first (and was verified). */
-static int file_read_exact(struct mk_stream_reader *r, uint8_t *buf, size_t n, size_t *have,
-			   struct mk_err *err)
-{
-	*have = 0;
-	while (*have < n) {
-		size_t got;
-		int rc = mk_sr_read_payload(r, buf + *have, n - *have, &got, err);
-		if (rc)
-			return rc;
-		if (!got)
-			break;
-		*have += got;
-	}
-	return 0;
-}
-
 /* A FILE frame, read piecewise (MK_SR_PIECEWISE_FILE): its name first,
  * checked against the HEAD, then its contents written to the partial
  * directory as they arrive; a payload whose checksum or size fails at the
@@ -63,30 +46,16 @@ int mk__pack_write_file_frame(struct pack *p, struct mk_stream_reader *r, const 
 			      struct mk_err *err)
 {
 	unsigned long long idx = (unsigned long long)f->index;
-	uint8_t hdr[8], *buf = NULL;
+	uint8_t *buf = NULL;
 	char name[PATH_MAX + 1];
-	uint32_t mode, nlen;
+	uint32_t mode;
 	uint64_t size, wrote = 0;
 	char *path = NULL;
 	size_t have;
 	int fd = -1, rc;
 
-	if ((rc = file_read_exact(r, hdr, 8, &have, err)))
+	if ((rc = mk_file_read_head(r, f, &mode, name, &size, err)))
 		return rc;
-	if (have < 8)
-		return mk_err_set(err, MK_EFORMAT, "frame #%llu (FILE): payload of %zu bytes is too short", idx, have);
-	mode = (uint32_t)hdr[0] | (uint32_t)hdr[1] << 8 | (uint32_t)hdr[2] << 16 | (uint32_t)hdr[3] << 24;
-	nlen = (uint32_t)hdr[4] | (uint32_t)hdr[5] << 8 | (uint32_t)hdr[6] << 16 | (uint32_t)hdr[7] << 24;
-	if (nlen > f->raw_len - 8 || nlen > PATH_MAX)
-		return mk_err_set(err, MK_EFORMAT, "frame #%llu (FILE): name length %u exceeds the payload", idx, nlen);
-	if ((rc = file_read_exact(r, (uint8_t *)name, nlen, &have, err)))
-		return rc;
-	if (have < nlen)
-		return mk_err_set(err, MK_EFORMAT, "frame #%llu (FILE): payload ends inside the name", idx);
-	if ((rc = mk_file_name_check(name, nlen, err)))
-		return mk_err_prefix(err, "frame #%llu (FILE): ", idx);
-	name[nlen] = '\0';
-	size = f->raw_len - 8 - nlen;
 	if ((rc = mk_pack_file_name_check(name, err)) || (rc = mk_pack_file_size_check(p->man, name, size, err)))
 		return mk_err_prefix(err, "frame #%llu (FILE): ", idx);
 	path = mk__pack_join(p->partial, name);

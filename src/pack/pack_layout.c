@@ -13,6 +13,7 @@
 #include "core/sbuf.h"
 #include "stream/manifest.h"
 #include "io/safetensors.h"
+#include "journal/outlock.h"
 #include "pack_impl.h"
 
 char *mk__pack_join(const char *a, const char *b)
@@ -27,33 +28,37 @@ char *mk__pack_join(const char *a, const char *b)
 
 char *mk_pack_partial_name(const char *out)
 {
-	size_t n = strlen(out);
-	char *p;
-
-	while (n > 1 && out[n - 1] == '/')
-		n--;
-	p = malloc(n + 16);
-	if (p)
-		snprintf(p, n + 16, "%.*s.mk-partial", (int)n, out);
-	return p;
+	return mk_out_partial_name(out);
 }
 
-int mk_pack_check_out(const struct mk_pack_opts *o, struct mk_err *err)
+int mk_pack_check_out(const struct mk_pack_opts *o, const struct mk_out_lock *held, struct mk_err *err)
 {
+	struct mk_out_lock probe;
 	struct stat sb;
-	char *partial = mk_pack_partial_name(o->out_dir);
-	int rc = 0;
+	bool earlier;
+	int rc;
 
-	if (!partial)
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	/* another run writing OUT first: then OUT.mk-partial is its */
+	if (!held && (rc = mk_out_lock(o->out_dir, &probe, err))) {
+		mk_out_unlock(&probe);
+		return rc;
+	}
+	/* an OUT.mk-partial the lock did not make is an earlier run's; one
+	 * whose lock this process inherited was looked at by its taker */
+	earlier = held ? held->owner && !held->made : probe.owner && !probe.made;
+	if (!held)
+		mk_out_unlock(&probe);
 	if (!o->force && lstat(o->out_dir, &sb) == 0)
-		rc = mk_err_set(err, MK_EEXIST, "%s already exists; use --force to replace it", o->out_dir);
-	else if (!o->force && !o->resume && lstat(partial, &sb) == 0)
+		return mk_err_set(err, MK_EEXIST, "%s already exists; use --force to replace it", o->out_dir);
+	if (!o->force && !o->resume && earlier) {
+		char *partial = mk_pack_partial_name(o->out_dir);
 		rc = mk_err_set(err, MK_EEXIST,
 				"%s exists: an earlier mk-pack into %s did not finish; continue it with --resume, or remove that directory (or use --force) to start over",
-				partial, o->out_dir);
-	free(partial);
-	return rc;
+				partial ? partial : "OUT.mk-partial", o->out_dir);
+		free(partial);
+		return rc;
+	}
+	return 0;
 }
 
 /* Greedy shard assignment in manifest order, as mergekit's writer. */

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include "core/fsutil.h"
 #include "planner/planner_impl.h"
+#include "planner/quant.h"
 
 #define MAX_FILE (1ull << 30)
 
@@ -131,12 +132,21 @@ int plan_open_models(struct mk_plan *p, const struct mk_arch_registry *reg, stru
 			diag(d, MK_DIAG_ERROR, &refs[i]->loc, "%s", e.msg);
 			continue;
 		}
-		if (p->o->raw)
+		if (p->o->raw) {
+			/* a state dict: no config.json, its tensors tell */
+			if (mk_quant_check(pm->m, NULL, 0, pm->display, &e))
+				diag(d, MK_DIAG_ERROR, &refs[i]->loc, "%s", e.msg);
 			continue;
+		}
 		snprintf(path, sizeof(path), "%s/config.json", pm->m->dir);
 		if (plan_model_file_read(pm->m, "config.json", (uint8_t **)&pm->hf_text, &pm->hf_len, &e) ||
 		    mk_hfconfig_parse(pm->hf_text, pm->hf_len, path, &pm->hf, &e)) {
 			diag(d, MK_DIAG_ERROR, &refs[i]->loc, "model '%s': %s", pm->display, e.msg);
+			continue;
+		}
+		/* quantized: refused before anything is planned (quant.h) */
+		if (mk_quant_check(pm->m, pm->hf_text, pm->hf_len, pm->display, &e)) {
+			diag(d, MK_DIAG_ERROR, &refs[i]->loc, "%s", e.msg);
 			continue;
 		}
 		if (mk_arch_for_config(reg, pm->hf, refs[i]->override_arch, &pm->arch, &unknown, &e)) {

@@ -1,5 +1,7 @@
 /* plugin.c - load merge methods from shared objects. */
 #include <dirent.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -29,38 +31,85 @@ const char *mk_plugin_of(const struct mk_method *m)
 
 #define PLUGIN_MAX_BYTES (256u << 20)
 
-/* Everything that can be checked before dlopen runs the plugin's code. */
-static int check_before_dlopen(const char *path, struct mk_err *err)
+/* May a file or directory of a plugin's be trusted: owned by root or the
+ * user, and writable by no one else (a directory that others may write
+ * counts when it is sticky, as /tmp: they can add files there, but not
+ * replace or rename the user's or root's, and a plugin file must be the
+ * user's or root's).  NULL, or what is wrong. */
+static const char *untrusted(const struct stat *st, bool dir)
+{
+	if (st->st_uid != 0 && st->st_uid != getuid())
+		return "owned by another user";
+	if ((st->st_mode & (S_IWGRP | S_IWOTH)) && !(dir && (st->st_mode & S_ISVTX)))
+		return dir ? "writable by group or others and not sticky" : "writable by group or others";
+	return NULL;
+}
+
+/* Every directory from the one the open file fd lies in (as the kernel
+ * names it: symbolic links resolved) up to the root, trusted. */
+static int check_dirs(int fd, const char *path, struct mk_err *err)
+{
+	char link[64], dir[PATH_MAX + 1];
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, dir, sizeof(dir) - 1);
+	if (n <= 0 || dir[0] != '/')
+		return mk_err_set(err, MK_EINVAL, "plugin %s: cannot tell the directory it is in (is /proc mounted?)",
+				  path);
+	dir[n] = '\0';
+	for (char *slash = strrchr(dir, '/'); slash; slash = strrchr(dir, '/')) {
+		struct stat st;
+		const char *why;
+		if (slash == dir)
+			slash[1] = '\0';   /* "/" itself, last */
+		else
+			*slash = '\0';
+		if (lstat(dir, &st) < 0)
+			return mk_err_sys(err, errno, "plugin %s: directory %s", path, dir);
+		if ((why = untrusted(&st, true)))
+			return mk_err_set(err, MK_EINVAL,
+					  "plugin %s: its directory %s is %s; others could put their code in its place (chmod go-w, or move the plugin)",
+					  path, dir, why);
+		if (slash == dir)
+			break;
+	}
+	return 0;
+}
+
+/* Open the plugin and check everything that can be checked before dlopen
+ * runs its code: *fd is the very file checked, for dlopen to load by
+ * /proc/self/fd (never the path again, which could name another file by
+ * then). */
+static int check_before_dlopen(const char *path, int *fd, struct mk_err *err)
 {
 	struct stat st;
 	uint8_t *buf = NULL;
+	const char *why;
 	size_t len;
-	int fd, rc;
+	int rc;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	*fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (*fd < 0 && errno == ELOOP)
+		return mk_err_set(err, MK_EINVAL, "plugin %s: a symbolic link; name the file itself", path);
+	if (*fd < 0)
 		return mk_err_sys(err, errno, "plugin %s", path);
-	if (fstat(fd, &st) < 0) {
+	if (fstat(*fd, &st) < 0)
 		rc = mk_err_sys(err, errno, "plugin %s", path);
-		close(fd);
-		return rc;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return mk_err_set(err, MK_EINVAL, "plugin %s: not a regular file", path);
-	}
-	if ((st.st_uid != getuid() && st.st_uid != 0) || (st.st_mode & (S_IWGRP | S_IWOTH))) {
-		close(fd);
-		return mk_err_set(err, MK_EINVAL,
-				  "plugin %s: %s; others could put their code in it (chmod go-w, or chown it to yourself)",
-				  path, (st.st_mode & (S_IWGRP | S_IWOTH)) ? "writable by group or others" :
-									   "owned by another user");
-	}
-	rc = mk_fd_read_all(fd, PLUGIN_MAX_BYTES, path, &buf, &len, err);
-	close(fd);
-	if (!rc)
+	else if (!S_ISREG(st.st_mode))
+		rc = mk_err_set(err, MK_EINVAL, "plugin %s: not a regular file", path);
+	else if ((why = untrusted(&st, false)))
+		rc = mk_err_set(err, MK_EINVAL,
+				"plugin %s: %s; others could put their code in it (chmod go-w, or chown it to yourself)",
+				path, why);
+	else if (!(rc = check_dirs(*fd, path, err)) &&
+		 !(rc = mk_fd_read_all(*fd, PLUGIN_MAX_BYTES, path, &buf, &len, err)))
 		rc = mk_plugin_elf_check(buf, len, path, MK_PLUGIN_INIT, err);
 	free(buf);
+	if (rc) {
+		close(*fd);
+		*fd = -1;
+	}
 	return rc;
 }
 
@@ -69,8 +118,9 @@ int mk_plugin_load(const char *path, struct mk_err *err)
 	const struct mk_method *const *ms = NULL;
 	mk_plugin_init_fn init;
 	size_t n = 0;
+	char self[64];
 	void *h;
-	int rc;
+	int fd, rc;
 
 	/* dlopen needs a slash to read a path instead of searching */
 	char *p = strchr(path, '/') ? strdup(path) : NULL;
@@ -82,11 +132,14 @@ int mk_plugin_load(const char *path, struct mk_err *err)
 	}
 	if (!p)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	if ((rc = check_before_dlopen(p, err))) {
+	if ((rc = check_before_dlopen(p, &fd, err))) {
 		free(p);
 		return rc;
 	}
-	h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+	/* the file checked, whatever the path names now */
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
+	h = dlopen(self, RTLD_NOW | RTLD_LOCAL);
+	close(fd);
 	if (!h) {
 		rc = mk_err_set(err, MK_EINVAL, "plugin %s: %s", path, dlerror());
 		free(p);

@@ -16,6 +16,7 @@
 #include "fetch/fetch.h"
 #include "core/fsutil.h"
 #include "merge/merge.h"
+#include "journal/outlock.h"
 #include "pack/pack.h"
 #include "planner/planner.h"
 #include "mk/run.h"
@@ -144,6 +145,7 @@ struct run {
 	struct mk_cuda_ctx *cx;
 	uint8_t *owned;
 	char *partial;
+	struct mk_out_lock lock;       /* OUT's, for the whole run (outlock.h) */
 	bool streamed;                 /* no mk-pack: the merge's output goes
 					  to another merge's fetch (out) */
 	struct mk_chan *out;           /* (that channel, the runner's) */
@@ -313,6 +315,7 @@ static void run_clear(struct run *r)
 	free(r->feeds);
 	free(r->partial);
 	free(r->owned);
+	mk_out_unlock(&r->lock);
 }
 
 /* Plan the merge and set its stages' options.  raw: mk-pytorch's plan
@@ -336,7 +339,7 @@ static int run_plan(struct run *r, bool raw, enum mk_raw_missing missing, bool s
 					.keep_partial = o->resume, .buffered = o->buffered,
 					.shard_size = o->out_shard_size ? o->out_shard_size : MK_PACK_DEFAULT_SHARD,
 					.progress = pack_progress, .progress_ctx = r };
-	if (!streamed && (rc = mk_pack_check_out(&r->pko, err)))
+	if (!streamed && ((rc = mk_out_lock(o->out_dir, &r->lock, err)) || (rc = mk_pack_check_out(&r->pko, &r->lock, err))))
 		return rc;
 	if ((rc = read_config(o, &r->owned, &text, &len, err)))
 		return rc;

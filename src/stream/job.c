@@ -353,7 +353,8 @@ int mk_plan_job_decode(const void *buf, size_t len, const struct mk_manifest *he
 	int rc;
 
 	*out = NULL;
-	if ((rc = sj_load(buf, len, "JOB", &o, err)))
+	/* its unknown keys kept, bounded (job.h) */
+	if ((rc = sj_load_bounded(buf, len, "JOB", job_keys, MK_JOB_EXTRA_MAX, &o, err)))
 		return rc;
 	if (sj_u64(json_object_get(o, "id"), &id) || id > UINT32_MAX) {
 		rc = mk_err_set(err, MK_EFORMAT, "JOB: missing or bad \"id\"");

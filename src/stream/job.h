@@ -15,7 +15,10 @@
  * the inputs from a local file (mk-merge --spill DIR) instead of having
  * them sent again.  "check_equal": true (passthrough only): the inputs
  * are not merged but must be equal, input 0 is the output.  Keys a reader
- * does not know are kept (extra) and passed on.
+ * does not know are kept (extra) and passed on: at most MK_JOB_EXTRA_MAX
+ * bytes of their JSON together (more is refused before it is parsed), so
+ * that a reader holding a plan's jobs holds no more than that of each
+ * beside what the job itself needs.
  */
 #ifndef MK_STREAM_JOB_H
 #define MK_STREAM_JOB_H
@@ -27,6 +30,8 @@
 #include "mk/err.h"
 #include "stream/manifest.h"
 #include "mk/method.h"
+
+#define MK_JOB_EXTRA_MAX (1u << 20)  /* a JOB's unknown keys' JSON, together */
 
 struct mk_plan_input {
 	size_t model;                /* index in the plan's model table */

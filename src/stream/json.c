@@ -1,5 +1,8 @@
 /* json.c - the small JSON helper behind HEAD and JOB frames. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include "core/sbuf.h"
 #include "json.h"
 
 int sj_load(const void *buf, size_t len, const char *what, json_t **out, struct mk_err *err)
@@ -16,6 +19,221 @@ int sj_load(const void *buf, size_t len, const char *what, json_t **out, struct 
 	}
 	*out = o;
 	return 0;
+}
+
+static void walk_ws(struct sj_walk *w)
+{
+	while (w->at < w->len && (w->s[w->at] == ' ' || w->s[w->at] == '\t' || w->s[w->at] == '\n' ||
+				  w->s[w->at] == '\r'))
+		w->at++;
+}
+
+static int walk_bad(struct sj_walk *w, const char *what, struct mk_err *err)
+{
+	return mk_err_set(err, MK_EFORMAT, "%s: invalid JSON at position %zu: %s", w->what, w->at, what);
+}
+
+/* Where the value starting at `at` ends: a string to its closing quote,
+ * an object or array to its closing bracket (strings skipped; jansson
+ * checks the rest), anything else to the next delimiter. */
+static int span_end(const char *s, size_t len, size_t at, size_t *end)
+{
+	size_t i = at, depth = 0;
+
+	if (i >= len)
+		return -1;
+	if (s[i] == '"') {
+		for (i++; i < len; i++)
+			if (s[i] == '\\')
+				i++;
+			else if (s[i] == '"')
+				return *end = i + 1, 0;
+		return -1;
+	}
+	if (s[i] == '{' || s[i] == '[') {
+		for (; i < len; i++) {
+			if (s[i] == '"') {
+				size_t e;
+				if (span_end(s, len, i, &e))
+					return -1;
+				i = e - 1;
+			} else if (s[i] == '{' || s[i] == '[') {
+				depth++;
+			} else if ((s[i] == '}' || s[i] == ']') && --depth == 0) {
+				return *end = i + 1, 0;
+			}
+		}
+		return -1;
+	}
+	while (i < len && !strchr(",:]} \t\r\n", s[i]))
+		i++;
+	*end = i;
+	return i > at ? 0 : -1;
+}
+
+int sj_walk_open(struct sj_walk *w, char open, struct sj_list *l, struct mk_err *err)
+{
+	walk_ws(w);
+	if (w->at >= w->len || w->s[w->at] != open)
+		return open == '{' ? walk_bad(w, "expected an object", err) : walk_bad(w, "expected an array", err);
+	w->at++;
+	l->close = open == '{' ? '}' : ']';
+	l->started = false;
+	return 0;
+}
+
+int sj_walk_next(struct sj_walk *w, struct sj_list *l, struct mk_err *err)
+{
+	walk_ws(w);
+	if (w->at >= w->len)
+		return walk_bad(w, "the text ends inside an object or array", err);
+	if (w->s[w->at] == l->close) {
+		w->at++;
+		return 0;
+	}
+	if (l->started) {
+		if (w->s[w->at] != ',')
+			return walk_bad(w, "expected ',' or a closing bracket", err);
+		w->at++;
+		walk_ws(w);
+		if (w->at < w->len && w->s[w->at] == l->close)
+			return walk_bad(w, "a ',' before a closing bracket", err);
+	}
+	l->started = true;
+	return 1;
+}
+
+int sj_walk_key(struct sj_walk *w, char **key, struct mk_err *err)
+{
+	json_t *k;
+	int rc;
+
+	*key = NULL;
+	walk_ws(w);
+	if (w->at >= w->len || w->s[w->at] != '"')
+		return walk_bad(w, "expected a string key", err);
+	if ((rc = sj_walk_value(w, w->len, "a key", &k, err)))
+		return rc;
+	*key = strdup(json_string_value(k));
+	json_decref(k);
+	if (!*key)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	walk_ws(w);
+	if (w->at >= w->len || w->s[w->at] != ':') {
+		free(*key);
+		*key = NULL;
+		return walk_bad(w, "expected ':'", err);
+	}
+	w->at++;
+	return 0;
+}
+
+int sj_walk_value(struct sj_walk *w, size_t max, const char *name, json_t **out, struct mk_err *err)
+{
+	json_error_t je;
+	size_t end;
+
+	*out = NULL;
+	walk_ws(w);
+	if (span_end(w->s, w->len, w->at, &end))
+		return walk_bad(w, "a value does not end", err);
+	if (end - w->at > max)
+		return mk_err_set(err, MK_EFORMAT, "%s: %s (at position %zu): %zu bytes of JSON, over the %zu bytes left for it",
+				  w->what, name, w->at, end - w->at, max);
+	*out = json_loadb(w->s + w->at, end - w->at, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+	if (!*out)
+		return mk_err_set(err, MK_EFORMAT, "%s: invalid JSON at position %zu: %s", w->what,
+				  w->at + (size_t)(je.position > 0 ? je.position : 0), je.text);
+	w->at = end;
+	return 0;
+}
+
+int sj_walk_end(struct sj_walk *w, struct mk_err *err)
+{
+	walk_ws(w);
+	return w->at < w->len ? walk_bad(w, "text after the object", err) : 0;
+}
+
+static void put_value(struct mk_sbuf *b, json_t *v)
+{
+	char *t = v ? json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) : NULL;
+
+	json_decref(v);
+	if (!t) {
+		b->oom = true;
+		return;
+	}
+	mk_sbuf_str(b, t);
+	free(t);
+}
+
+void sj_put_member(struct mk_sbuf *b, bool *first, const char *key, json_t *v)
+{
+	if (!*first)
+		mk_sbuf_add(b, ",", 1);
+	*first = false;
+	put_value(b, json_string(key));
+	mk_sbuf_add(b, ":", 1);
+	if (v)
+		put_value(b, v);
+	else
+		mk_sbuf_add(b, "[", 1);
+}
+
+void sj_put_entry(struct mk_sbuf *b, size_t i, json_t *v)
+{
+	if (i)
+		mk_sbuf_add(b, ",", 1);
+	put_value(b, v);
+}
+
+int sj_load_bounded(const void *buf, size_t len, const char *what, const char *const *known, size_t extra_max,
+		    json_t **out, struct mk_err *err)
+{
+	struct sj_walk w = { .s = buf, .len = len, .what = what };
+	struct sj_list l;
+	json_t *o = json_object();
+	size_t extra = 0;
+	int rc;
+
+	*out = NULL;
+	if (!o)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	if ((rc = sj_walk_open(&w, '{', &l, err))) {
+		if (w.at < w.len)
+			rc = mk_err_set(err, MK_EFORMAT, "%s: not a JSON object", what);
+		goto out;
+	}
+	while ((rc = sj_walk_next(&w, &l, err)) > 0) {
+		char *key;
+		json_t *v;
+		size_t at, k;
+		if ((rc = sj_walk_key(&w, &key, err)))
+			goto out;
+		for (k = 0; known[k] && strcmp(known[k], key); k++)
+			;
+		at = w.at;
+		char name[80];
+		snprintf(name, sizeof(name), "unknown key \"%.40s\"", key);
+		if (json_object_get(o, key))
+			rc = mk_err_set(err, MK_EFORMAT, "%s: duplicate key \"%s\"", what, key);
+		else if (!(rc = sj_walk_value(&w, known[k] ? len : extra_max - extra, known[k] ? key : name,
+					      &v, err)) && json_object_set_new(o, key, v))
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		if (!known[k])
+			extra += w.at - at;
+		free(key);
+		if (rc)
+			goto out;
+	}
+	if (!rc)
+		rc = sj_walk_end(&w, err);
+out:
+	if (rc)
+		json_decref(o);
+	else
+		*out = o;
+	return rc;
 }
 
 int sj_dump(json_t *o, char **out, size_t *len, struct mk_err *err)

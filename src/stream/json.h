@@ -14,6 +14,51 @@
 /* Parse a payload that must be one JSON object without duplicate keys;
  * `what` names the frame in the message ("HEAD", "JOB"). */
 int sj_load(const void *buf, size_t len, const char *what, json_t **out, struct mk_err *err);
+/* A JSON text read a value at a time, so that a large document is never
+ * one tree: its structure ('{', '[', keys, ',', ':') walked here, each
+ * value handed to jansson as a text of its own (sj_walk_value), whose
+ * size the caller bounds.  The text is checked as strictly as sj_load
+ * checks it, duplicate keys left to the caller (sj_walk_key). */
+struct sj_walk {
+	const char *s;
+	size_t len, at;
+	const char *what;     /* the frame, in messages ("HEAD") */
+};
+struct sj_list {
+	char close;           /* '}' or ']' */
+	bool started;
+};
+/* Open the object or array at w->at (open '{' or '['): 0, or -1 and an
+ * error when something else stands there. */
+int sj_walk_open(struct sj_walk *w, char open, struct sj_list *l, struct mk_err *err);
+/* Before each member or element: 1 when there is one (w->at at it), 0
+ * when the closing bracket was read, -1 on an error. */
+int sj_walk_next(struct sj_walk *w, struct sj_list *l, struct mk_err *err);
+/* An object member's key and its colon: 0 and *key (malloc'ed, decoded). */
+int sj_walk_key(struct sj_walk *w, char **key, struct mk_err *err);
+/* The value at w->at as a tree of its own, its text at most max bytes
+ * (else an error naming `name`, the member or list). */
+int sj_walk_value(struct sj_walk *w, size_t max, const char *name, json_t **out, struct mk_err *err);
+/* Nothing but whitespace is left: 0, else an error. */
+int sj_walk_end(struct sj_walk *w, struct mk_err *err);
+
+/* A JSON text written a value at a time (mk_sbuf: an allocation failure
+ * sets b->oom), as one compact dump of the whole would write it.
+ * sj_put_member writes `"key":` and v (taken: decref'ed), after a comma
+ * unless *first; with v NULL, '[' opens a list instead, whose entries
+ * sj_put_entry writes (v taken; entry i > 0 after a comma) and the
+ * caller closes with ']'. */
+struct mk_sbuf;
+void sj_put_member(struct mk_sbuf *b, bool *first, const char *key, json_t *v);
+void sj_put_entry(struct mk_sbuf *b, size_t i, json_t *v);
+
+/* sj_load for a frame whose unknown keys are kept: the object read a
+ * member at a time (sj_walk_*), so that a member whose key is not in the
+ * NULL-terminated list `known` is refused once the unknown members' JSON
+ * passes extra_max bytes together, before it becomes a tree. */
+int sj_load_bounded(const void *buf, size_t len, const char *what, const char *const *known, size_t extra_max,
+		    json_t **out, struct mk_err *err);
+
 /* Compact dump, key order kept; malloc'ed, length without the NUL. */
 int sj_dump(json_t *o, char **out, size_t *len, struct mk_err *err);
 

@@ -1,9 +1,11 @@
 /* manifest.c - the HEAD frame: encoded from and decoded into struct
  * mk_manifest, checked whole. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/fsutil.h"
 #include "core/hash.h"
+#include "core/sbuf.h"
 #include "stream/manifest.h"
 #include "mk/stream.h"
 #include "json.h"
@@ -182,23 +184,20 @@ int mk_manifest_set_kind(struct mk_manifest *m, const char *kind, const char *pr
 int mk_manifest_encode(const struct mk_manifest *m, char **out, size_t *len,
 		       struct mk_err *err)
 {
-	json_t *o = json_object(), *ts = json_array(), *fs = json_array();
-	int rc;
+	struct mk_sbuf b = { 0 };
+	bool first = true;
 
+	/* written a member, and a list entry, at a time: no tree of the
+	 * whole (the text is what one compact json_dumps of it would be) */
 	*out = NULL;
-	if (!o || !ts || !fs) {
-		json_decref(o);
-		json_decref(ts);
-		json_decref(fs);
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	}
-	json_object_set_new(o, "kind", json_string(m->kind));
-	json_object_set_new(o, "producer", json_string(m->producer));
+	mk_sbuf_add(&b, "{", 1);
+	sj_put_member(&b, &first, "kind", json_string(m->kind));
+	sj_put_member(&b, &first, "producer", json_string(m->producer));
 	if (m->chunk_bytes)
-		json_object_set_new(o, "chunk_bytes", json_integer((json_int_t)m->chunk_bytes));
+		sj_put_member(&b, &first, "chunk_bytes", json_integer((json_int_t)m->chunk_bytes));
 	if (m->planned) {
-		json_t *ms = json_array(), *ps = json_array();
 		char hex[65];
+		sj_put_member(&b, &first, "models", NULL);
 		for (size_t i = 0; i < m->nmodels; i++) {
 			json_t *sh = json_array();
 			for (size_t k = 0; k < m->models[i].nshards; k++) {
@@ -216,34 +215,44 @@ int mk_manifest_encode(const struct mk_manifest *m, char **out, size_t *len,
 				json_object_set_new(mo, "shards", sh);
 			else
 				json_decref(sh);
-			json_array_append_new(ms, mo);
+			sj_put_entry(&b, i, mo);
 		}
+		mk_sbuf_add(&b, "]", 1);
+		sj_put_member(&b, &first, "seed", json_integer((json_int_t)m->seed));
+		sj_put_member(&b, &first, "plugins", NULL);
 		for (size_t i = 0; i < m->nplugins; i++)
-			json_array_append_new(ps, json_pack("{s:s,s:i,s:s}", "name", m->plugins[i].name, "abi",
-							    (int)m->plugins[i].abi, "spec_sha256",
-							    m->plugins[i].spec_sha256));
-		json_object_set_new(o, "models", ms);
-		json_object_set_new(o, "seed", json_integer((json_int_t)m->seed));
-		json_object_set_new(o, "plugins", ps);
-		json_object_set_new(o, "jobs", json_integer((json_int_t)m->njobs));
-		json_object_set_new(o, "held_bytes_max", json_integer((json_int_t)m->held_bytes_max));
+			sj_put_entry(&b, i, json_pack("{s:s,s:i,s:s}", "name", m->plugins[i].name, "abi",
+						      (int)m->plugins[i].abi, "spec_sha256", m->plugins[i].spec_sha256));
+		mk_sbuf_add(&b, "]", 1);
+		sj_put_member(&b, &first, "jobs", json_integer((json_int_t)m->njobs));
+		sj_put_member(&b, &first, "held_bytes_max", json_integer((json_int_t)m->held_bytes_max));
 		if (m->spilled_jobs)
-			json_object_set_new(o, "spilled_jobs", json_integer((json_int_t)m->spilled_jobs));
+			sj_put_member(&b, &first, "spilled_jobs", json_integer((json_int_t)m->spilled_jobs));
 	}
-	sj_add_extra(o, m->extra);
+	if (m->extra) {
+		const char *key;
+		json_t *v;
+		json_object_foreach((json_t *)m->extra, key, v)
+			sj_put_member(&b, &first, key, json_incref(v));
+	}
+	sj_put_member(&b, &first, "tensors", NULL);
 	for (size_t i = 0; i < m->ntensors; i++) {
 		const struct mk_manifest_tensor *t = &m->tensors[i];
-		json_array_append_new(ts, json_pack("{s:s,s:s,s:o}", "name", t->name, "dtype",
-						    mk_dtype_name(t->desc.dtype), "shape", sj_shape(t->desc.ndim, t->desc.shape)));
+		sj_put_entry(&b, i, json_pack("{s:s,s:s,s:o}", "name", t->name, "dtype", mk_dtype_name(t->desc.dtype),
+					      "shape", sj_shape(t->desc.ndim, t->desc.shape)));
 	}
+	mk_sbuf_add(&b, "]", 1);
+	sj_put_member(&b, &first, "files", NULL);
 	for (size_t i = 0; i < m->nfiles; i++)
-		json_array_append_new(fs, json_pack("{s:s,s:I}", "name", m->files[i].name, "size",
-						    (json_int_t)m->files[i].size));
-	json_object_set_new(o, "tensors", ts);
-	json_object_set_new(o, "files", fs);
-	rc = sj_dump(o, out, len, err);
-	json_decref(o);
-	return rc;
+		sj_put_entry(&b, i, json_pack("{s:s,s:I}", "name", m->files[i].name, "size", (json_int_t)m->files[i].size));
+	mk_sbuf_add(&b, "]}", 2);
+	if (b.oom) {
+		free(b.p);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	*out = b.p;
+	*len = b.n;
+	return 0;
 }
 
 static int strcmp_p(const void *a, const void *b)
@@ -254,40 +263,45 @@ static int strcmp_p(const void *a, const void *b)
 static const char *const head_keys[] = { "kind", "producer", "chunk_bytes", "models", "seed", "plugins",
 					 "jobs", "held_bytes_max", "spilled_jobs", "tensors", "files", NULL };
 
-static int decode_models(json_t *o, struct mk_manifest *m, struct mk_err *err)
+/* One entry of "models": a model and its shards. */
+static int decode_model(json_t *v, size_t i, struct mk_manifest *m, struct mk_err *err)
 {
-	json_t *ms = json_object_get(o, "models"), *ps = json_object_get(o, "plugins"), *v, *s;
-	size_t i, k;
+	const char *ref = sj_str(v, "ref"), *commit = sj_str(v, "commit");
+	json_t *sh = json_object_get(v, "shards"), *ad = json_object_get(v, "adapter"), *s;
+	size_t k;
 	int rc;
 
-	if (!json_is_array(ms))
-		return mk_err_set(err, MK_EFORMAT, "HEAD: a '%s' stream needs a \"models\" table", m->kind);
-	m->planned = true;
-	json_array_foreach(ms, i, v) {
-		const char *ref = sj_str(v, "ref"), *commit = sj_str(v, "commit");
-		json_t *sh = json_object_get(v, "shards");
-		json_t *ad = json_object_get(v, "adapter");
-		if (!ref || !json_is_array(sh) || (ad && !json_is_boolean(ad)))
-			return mk_err_set(err, MK_EFORMAT, "HEAD: model #%zu needs \"ref\" and \"shards\" (and \"adapter\" is a boolean)", i);
-		if (json_object_get(v, "commit") && (!commit || !mk_path_stays_inside(commit) || strchr(commit, '/')))
-			return mk_err_set(err, MK_EFORMAT, "HEAD: model '%s': \"commit\" is not a commit", ref);
-		if ((rc = mk_manifest_add_model(m, ref, commit, err)))
+	if (!ref || !json_is_array(sh) || (ad && !json_is_boolean(ad)))
+		return mk_err_set(err, MK_EFORMAT, "HEAD: model #%zu needs \"ref\" and \"shards\" (and \"adapter\" is a boolean)", i);
+	if (json_object_get(v, "commit") && (!commit || !mk_path_stays_inside(commit) || strchr(commit, '/')))
+		return mk_err_set(err, MK_EFORMAT, "HEAD: model '%s': \"commit\" is not a commit", ref);
+	if ((rc = mk_manifest_add_model(m, ref, commit, err)))
+		return rc;
+	m->models[m->nmodels - 1].adapter = json_is_true(ad);
+	json_array_foreach(sh, k, s) {
+		const char *nm = sj_str(s, "name");
+		uint64_t size;
+		uint8_t hh[32];
+		if (!nm || sj_u64(json_object_get(s, "size"), &size) ||
+		    sj_sha256(json_object_get(s, "header_sha256"), hh))
+			return mk_err_set(err, MK_EFORMAT,
+					  "HEAD: model '%s': shard #%zu needs name, size and header_sha256", ref, k);
+		if (mk_file_name_check(nm, strlen(nm), err))
+			return mk_err_prefix(err, "HEAD: model '%s': shard #%zu: ", ref, k);
+		if ((rc = mk_manifest_add_shard(m, nm, size, hh, err)))
 			return rc;
-		m->models[m->nmodels - 1].adapter = json_is_true(ad);
-		json_array_foreach(sh, k, s) {
-			const char *nm = sj_str(s, "name");
-			uint64_t size;
-			uint8_t hh[32];
-			if (!nm || sj_u64(json_object_get(s, "size"), &size) ||
-			    sj_sha256(json_object_get(s, "header_sha256"), hh))
-				return mk_err_set(err, MK_EFORMAT,
-						  "HEAD: model '%s': shard #%zu needs name, size and header_sha256", ref, k);
-			if (mk_file_name_check(nm, strlen(nm), err))
-				return mk_err_prefix(err, "HEAD: model '%s': shard #%zu: ", ref, k);
-			if ((rc = mk_manifest_add_shard(m, nm, size, hh, err)))
-				return rc;
-		}
 	}
+	return 0;
+}
+
+/* The plan's other keys (the model table is read by then). */
+static int decode_plan(json_t *o, struct mk_manifest *m, struct mk_err *err)
+{
+	json_t *ps = json_object_get(o, "plugins"), *v;
+	size_t i;
+	int rc;
+
+	m->planned = true;
 	if (ps && !json_is_array(ps))
 		return mk_err_set(err, MK_EFORMAT, "HEAD: \"plugins\" is not an array");
 	json_array_foreach(ps, i, v) {
@@ -311,20 +325,120 @@ static int decode_models(json_t *o, struct mk_manifest *m, struct mk_err *err)
 	return 0;
 }
 
+/* One entry of "tensors". */
+static int decode_tensor(json_t *v, size_t i, struct mk_manifest *m, struct mk_err *err)
+{
+	struct mk_tensor_desc d;
+	uint64_t ne;
+	const char *nm = sj_str(v, "name");
+	int drc = nm ? sj_desc(json_object_get(v, "dtype"), json_object_get(v, "shape"), &d, &ne) : -1;
+
+	if (drc == -1)
+		return mk_err_set(err, MK_EFORMAT, "HEAD: tensor #%zu: needs name, a known dtype and a shape (at most %d dims)",
+				  i, MK_MAX_DIMS);
+	if (drc)
+		return mk_err_set(err, MK_EFORMAT, "HEAD: tensor '%s': %s", nm, sj_desc_error(drc));
+	if (!strcmp(nm, "__metadata__"))
+		return mk_err_set(err, MK_EFORMAT, "HEAD: a tensor may not be named '__metadata__' (safetensors keeps that key)");
+	return mk_manifest_add_tensor(m, nm, d.dtype, d.ndim, d.shape, err);
+}
+
+/* One entry of "files". */
+static int decode_file(json_t *v, size_t i, struct mk_manifest *m, struct mk_err *err)
+{
+	const char *nm = sj_str(v, "name");
+	uint64_t size;
+
+	if (!nm || sj_u64(json_object_get(v, "size"), &size))
+		return mk_err_set(err, MK_EFORMAT, "HEAD: file #%zu: needs name and size", i);
+	if (mk_file_name_check(nm, strlen(nm), err))
+		return mk_err_prefix(err, "HEAD: file #%zu: ", i);
+	return mk_manifest_add_file(m, nm, size, err);
+}
+
+/* The lists a HEAD may make long, read an entry at a time. */
+static const struct {
+	const char *key;
+	int (*entry)(json_t *v, size_t i, struct mk_manifest *m, struct mk_err *err);
+} head_lists[] = {
+	{ "tensors", decode_tensor },
+	{ "files", decode_file },
+	{ "models", decode_model },
+};
+#define NLISTS (sizeof(head_lists) / sizeof(head_lists[0]))
+
+/* A member of the HEAD: a list, an entry at a time, or any other value,
+ * kept in *top (its text counted in *kept). */
+static int decode_member(struct sj_walk *w, const char *key, json_t *top, bool *seen, size_t *kept,
+			 struct mk_manifest *m, struct mk_err *err)
+{
+	struct sj_list l;
+	size_t k, i, at = w->at;
+	json_t *v;
+	int rc;
+
+	for (k = 0; k < NLISTS && strcmp(key, head_lists[k].key); k++)
+		;
+	if ((k < NLISTS && seen[k]) || json_object_get(top, key))
+		return mk_err_set(err, MK_EFORMAT, "HEAD: duplicate key \"%s\"", key);
+	if (k == NLISTS) {
+		if ((rc = sj_walk_value(w, MK_HEAD_VALUE_MAX - *kept, "the values beside its lists", &v, err)))
+			return rc;
+		*kept += w->at - at;
+		return json_object_set_new(top, key, v) ? mk_err_set(err, MK_ENOMEM, "out of memory") : 0;
+	}
+	seen[k] = true;
+	if (sj_walk_open(w, '[', &l, err))
+		return mk_err_set(err, MK_EFORMAT, "HEAD: \"%s\" is not an array", key);
+	for (i = 0; (rc = sj_walk_next(w, &l, err)) > 0; i++) {
+		char what[32];
+		snprintf(what, sizeof(what), "%s #%zu", key, i);
+		if ((rc = sj_walk_value(w, MK_HEAD_VALUE_MAX, what, &v, err)))
+			return rc;
+		rc = head_lists[k].entry(v, i, m, err);
+		json_decref(v);
+		if (rc)
+			return rc;
+	}
+	return rc;
+}
+
 int mk_manifest_decode(const void *buf, size_t len, struct mk_manifest **out,
 		       struct mk_err *err)
 {
-	json_t *o, *v, *ts, *fs;
-	struct mk_manifest *m = NULL;
+	struct sj_walk w = { .s = buf, .len = len, .what = "HEAD" };
+	bool seen[NLISTS] = { false };
+	struct sj_list l;
+	json_t *top = json_object();
+	struct mk_manifest *m = mk_manifest_new("", "");
 	const char *kind, *producer;
+	size_t i, kept = 0;
 	int rc;
-	size_t i;
 
 	*out = NULL;
-	if ((rc = sj_load(buf, len, "HEAD", &o, err)))
-		return rc;
-	kind = sj_str(o, "kind");
-	producer = sj_str(o, "producer");
+	if (!top || !m) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		goto out;
+	}
+	/* a member at a time: no tree of the whole (mk-stream(5), Limits) */
+	if ((rc = sj_walk_open(&w, '{', &l, err))) {
+		if (w.at < w.len) /* else: empty, "invalid JSON" */
+			rc = mk_err_set(err, MK_EFORMAT, "HEAD: not a JSON object");
+		goto out;
+	}
+	while ((rc = sj_walk_next(&w, &l, err)) > 0) {
+		char *key;
+		if ((rc = sj_walk_key(&w, &key, err)))
+			goto out;
+		rc = decode_member(&w, key, top, seen, &kept, m, err);
+		free(key);
+		if (rc)
+			goto out;
+	}
+	if (rc || (rc = sj_walk_end(&w, err)))
+		goto out;
+	kind = sj_str(top, "kind");
+	producer = sj_str(top, "producer");
 	if (!kind) {
 		rc = mk_err_set(err, MK_EFORMAT, "HEAD: missing \"kind\"");
 		goto out;
@@ -333,46 +447,19 @@ int mk_manifest_decode(const void *buf, size_t len, struct mk_manifest **out,
 		rc = mk_err_set(err, MK_EFORMAT, "HEAD: unknown kind '%s' (tensors, plan or inputs)", kind);
 		goto out;
 	}
-	if (json_object_get(o, "producer") && !producer) {
+	if (json_object_get(top, "producer") && !producer) {
 		rc = mk_err_set(err, MK_EFORMAT, "HEAD: \"producer\" is not a string");
 		goto out;
 	}
-	m = mk_manifest_new(kind, producer ? producer : "");
-	if (!m) {
-		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+	if ((rc = mk_manifest_set_kind(m, kind, producer ? producer : "", err)))
 		goto out;
-	}
-	if (sj_opt_u64(o, "chunk_bytes", 0, &m->chunk_bytes) || m->chunk_bytes > MK_FRAME_MAX) {
+	if (sj_opt_u64(top, "chunk_bytes", 0, &m->chunk_bytes) || m->chunk_bytes > MK_FRAME_MAX) {
 		rc = mk_err_set(err, MK_EFORMAT, "HEAD: bad \"chunk_bytes\"");
 		goto out;
 	}
-	ts = json_object_get(o, "tensors");
-	if (!json_is_array(ts)) {
+	if (!seen[0]) {
 		rc = mk_err_set(err, MK_EFORMAT, "HEAD: \"tensors\" is not an array");
 		goto out;
-	}
-	json_array_foreach(ts, i, v) {
-		struct mk_tensor_desc d;
-		uint64_t ne;
-		const char *nm = sj_str(v, "name");
-		int drc = nm ? sj_desc(json_object_get(v, "dtype"), json_object_get(v, "shape"), &d, &ne) : -1;
-		if (drc == -1) {
-			rc = mk_err_set(err, MK_EFORMAT,
-					"HEAD: tensor #%zu: needs name, a known dtype and a shape (at most %d dims)", i,
-					MK_MAX_DIMS);
-			goto out;
-		}
-		if (drc) {
-			rc = mk_err_set(err, MK_EFORMAT, "HEAD: tensor '%s': %s", nm, sj_desc_error(drc));
-			goto out;
-		}
-		if (!strcmp(nm, "__metadata__")) {
-			rc = mk_err_set(err, MK_EFORMAT, "HEAD: a tensor may not be named '__metadata__' (safetensors keeps that key)");
-			goto out;
-		}
-		rc = mk_manifest_add_tensor(m, nm, d.dtype, d.ndim, d.shape, err);
-		if (rc)
-			goto out;
 	}
 	/* names must be unique: sort a copy of the pointers */
 	if (m->ntensors > 1) {
@@ -393,34 +480,17 @@ int mk_manifest_decode(const void *buf, size_t len, struct mk_manifest **out,
 		if (rc)
 			goto out;
 	}
-	fs = json_object_get(o, "files");
-	if (fs && !json_is_array(fs)) {
-		rc = mk_err_set(err, MK_EFORMAT, "HEAD: \"files\" is not an array");
-		goto out;
-	}
-	json_array_foreach(fs, i, v) {
-		const char *nm = sj_str(v, "name");
-		uint64_t size;
-		if (!nm || sj_u64(json_object_get(v, "size"), &size)) {
-			rc = mk_err_set(err, MK_EFORMAT, "HEAD: file #%zu: needs name and size", i);
+	if (seen[2] || strcmp(kind, "tensors")) {
+		if (!seen[2]) {
+			rc = mk_err_set(err, MK_EFORMAT, "HEAD: a '%s' stream needs a \"models\" table", kind);
 			goto out;
 		}
-		if (mk_file_name_check(nm, strlen(nm), err)) {
-			rc = mk_err_prefix(err, "HEAD: file #%zu: ", i);
-			goto out;
-		}
-		rc = mk_manifest_add_file(m, nm, size, err);
-		if (rc)
+		if ((rc = decode_plan(top, m, err)))
 			goto out;
 	}
-	if (json_object_get(o, "models") || strcmp(kind, "tensors")) {
-		rc = decode_models(o, m, err);
-		if (rc)
-			goto out;
-	}
-	m->extra = sj_extra(o, head_keys);
+	m->extra = sj_extra(top, head_keys);
 out:
-	json_decref(o);
+	json_decref(top);
 	if (rc)
 		mk_manifest_free(m);
 	else

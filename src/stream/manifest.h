@@ -84,6 +84,12 @@ struct mk_manifest {
 	void *extra;           /* unknown keys (json_t *), owned */
 };
 
+/* A HEAD is read a member at a time (mk_manifest_decode): each entry of
+ * its "tensors", "files" and "models" lists, and its other values
+ * together, at most this much JSON text, so that no JSON tree larger
+ * than a few times this is ever held beside the manifest. */
+#define MK_HEAD_VALUE_MAX (1u << 20)
+
 struct mk_manifest *mk_manifest_new(const char *kind, const char *producer);
 /* Append a tensor (name copied); checks the byte size is computable. */
 int mk_manifest_add_tensor(struct mk_manifest *m, const char *name,
@@ -110,7 +116,8 @@ int mk_manifest_encode(const struct mk_manifest *m, char **out, size_t *len,
 /* Parse a HEAD payload and check it whole: the kind is known, tensor
  * names unique with known dtypes and computable sizes, file names valid,
  * a plan or inputs stream has its model table, every model and plugin
- * entry is complete. */
+ * entry is complete, no key is given twice, no entry or the other values
+ * over MK_HEAD_VALUE_MAX.  Memory: the manifest and one entry's tree. */
 int mk_manifest_decode(const void *buf, size_t len, struct mk_manifest **out,
 		       struct mk_err *err);
 void mk_manifest_free(struct mk_manifest *m);

@@ -14,6 +14,7 @@
 #include <zstd_errors.h>
 #include "core/fsutil.h"
 #include "core/hash.h"
+#include "stream/piecewise.h"
 #include "stream/manifest.h"
 #include "mk/stream.h"
 #include "io.h"
@@ -217,6 +218,51 @@ int mk_file_decode(const uint8_t *p, size_t len, struct mk_file_frame *ff,
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	ff->data = p + 8 + nlen;
 	ff->len = len - 8 - nlen;
+	return 0;
+}
+
+int mk_sr_read_exact(struct mk_stream_reader *r, void *buf, size_t n, size_t *have, struct mk_err *err)
+{
+	*have = 0;
+	while (*have < n) {
+		size_t got;
+		int rc = mk_sr_read_payload(r, (uint8_t *)buf + *have, n - *have, &got, err);
+		if (rc)
+			return rc;
+		if (!got)
+			break;
+		*have += got;
+	}
+	return 0;
+}
+
+int mk_file_read_head(struct mk_stream_reader *r, const struct mk_frame *f, uint32_t *mode,
+		      char name[PATH_MAX + 1], uint64_t *size, struct mk_err *err)
+{
+	unsigned long long idx = (unsigned long long)f->index;
+	uint8_t hdr[8];
+	uint32_t nlen;
+	size_t have;
+	int rc;
+
+	if (!f->piecewise || memcmp(f->type, MK_FT_FILE, 4))
+		MK_BUG("mk_file_read_head without a piecewise FILE frame");
+	if ((rc = mk_sr_read_exact(r, hdr, 8, &have, err)))
+		return rc;
+	if (have < 8)
+		return mk_err_set(err, MK_EFORMAT, "frame #%llu (FILE): payload of %zu bytes is too short", idx, have);
+	*mode = get32(hdr);
+	nlen = get32(hdr + 4);
+	if (nlen > f->raw_len - 8 || nlen > PATH_MAX)
+		return mk_err_set(err, MK_EFORMAT, "frame #%llu (FILE): name length %u exceeds the payload", idx, nlen);
+	if ((rc = mk_sr_read_exact(r, (uint8_t *)name, nlen, &have, err)))
+		return rc;
+	if (have < nlen)
+		return mk_err_set(err, MK_EFORMAT, "frame #%llu (FILE): payload ends inside the name", idx);
+	if ((rc = mk_file_name_check(name, nlen, err)))
+		return mk_err_prefix(err, "frame #%llu (FILE): ", idx);
+	name[nlen] = '\0';
+	*size = f->raw_len - 8 - nlen;
 	return 0;
 }
 
@@ -699,6 +745,7 @@ static int pw_start(struct mk_stream_reader *r, const uint8_t *h, struct mk_fram
 	r->pw.raw_len = f->raw_len;
 	r->pw.zstd = f->flags & MK_FRAME_F_ZSTD;
 	r->pw.want = get32(h + 24);
+	f->crc = r->pw.want;
 	r->pw.nosum = f->csum == MK_CSUM_NONE;
 	memcpy(r->pw.hdr, h, MK_FRAME_HDR);
 	memcpy(hz, h, MK_FRAME_HDR);
@@ -838,7 +885,7 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 		const char *why;
 		uint64_t bound = type_bound(r, f->type, &why);
 		uint64_t hold = len + ((f->flags & MK_FRAME_F_ZSTD) ? raw_len : 0);
-		bool whole = !((r->flags & MK_SR_PIECEWISE_FILE) && !memcmp(f->type, MK_FT_FILE, 4));
+		bool whole = !((r->flags & MK_SR_PIECEWISE_FILE) && (!memcmp(f->type, MK_FT_FILE, 4) || !f->critical));
 		bool spliced = whole && splice_frame(r, f->type, f->flags, raw_len);
 		if (raw_len > bound)
 			return mk_err_set(err, MK_EFORMAT,
@@ -899,6 +946,7 @@ int mk_sr_next(struct mk_stream_reader *r, struct mk_frame *f, struct mk_err *er
 		have = mk_crc32c(0, h, MK_FRAME_HDR + len);
 		put32(h + 24, want);
 	}
+	f->crc = want;
 	f->csum_ok = want == have;
 	if (!f->csum_ok && !(r->flags & MK_SR_NO_VERIFY))
 		return mk_err_set(err, MK_ECORRUPT,

@@ -1,16 +1,18 @@
 /* verify.c - a stream checked whole by the stages' decoders and rules. */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/budget.h"
 #include "core/fsutil.h"
+#include "stream/piecewise.h"
 #include "stream/manifest.h"
 #include "merge/merge.h"
 #include "pack/pack.h"
 #include "stream/job.h"
-#include "core/fsutil.h"
 #include "mk/stream.h"
 #include "verify/verify.h"
 
@@ -32,7 +34,7 @@ static bool path_under(const char *a, const char *b)
 
 /* One frame after the HEAD of a plan (mk-fetch's rules) or a tensors
  * stream (mk-pack's). */
-static int frame(struct vs *v, const struct mk_frame *f, struct mk_err *err)
+static int frame(struct vs *v, struct mk_stream_reader *r, const struct mk_frame *f, struct mk_err *err)
 {
 	int rc;
 
@@ -41,31 +43,34 @@ static int frame(struct vs *v, const struct mk_frame *f, struct mk_err *err)
 	if (!strcmp(f->type, MK_FT_END) || !f->critical)
 		return 0;
 	if (!strcmp(f->type, MK_FT_FILE)) {
-		struct mk_file_frame ff;
-		rc = mk_file_decode(f->payload, f->payload_len, &ff, err);
-		if (rc || !v->tensors) {
-			free(rc ? NULL : ff.name);
+		/* read in pieces: its name here, its contents drained (and
+		 * verified) by the next mk_sr_next, never held */
+		char name[PATH_MAX + 1], *copy;
+		uint32_t mode;
+		uint64_t size;
+		rc = mk_file_read_head(r, f, &mode, name, &size, err);
+		if (rc || !v->tensors)
 			return rc;
-		}
 		/* mk-pack writes it: not over a weight file, not twice */
-		rc = mk_pack_file_name_check(ff.name, err);
+		rc = mk_pack_file_name_check(name, err);
 		if (!rc)
-			rc = mk_pack_file_size_check(v->head, ff.name, ff.len, err);
+			rc = mk_pack_file_size_check(v->head, name, size, err);
 		for (size_t k = 0; !rc && k < v->nfiles; k++)
-			if (!strcmp(v->files[k], ff.name))
-				rc = mk_err_set(err, MK_EFORMAT, "FILE '%s' sent twice", ff.name);
-			else if (path_under(ff.name, v->files[k]) || path_under(v->files[k], ff.name))
+			if (!strcmp(v->files[k], name))
+				rc = mk_err_set(err, MK_EFORMAT, "FILE '%s' sent twice", name);
+			else if (path_under(name, v->files[k]) || path_under(v->files[k], name))
 				rc = mk_err_set(err, MK_EFORMAT, "FILE '%s' and FILE '%s': one would be the other's folder",
-						v->files[k], ff.name);
-		char **q = rc ? NULL : realloc(v->files, (v->nfiles + 1) * sizeof(*q));
-		if (!rc && !q)
-			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-		if (rc) {
-			free(ff.name);
+						v->files[k], name);
+		if (rc)
 			return rc;
+		char **q = realloc(v->files, (v->nfiles + 1) * sizeof(*q));
+		if (!q || !(copy = strdup(name))) {
+			if (q)
+				v->files = q;
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
 		}
 		v->files = q;
-		v->files[v->nfiles++] = ff.name;
+		v->files[v->nfiles++] = copy;
 		return 0;
 	}
 	if (!strcmp(f->type, MK_FT_JOB) && v->plan) {
@@ -90,7 +95,8 @@ static int frame(struct vs *v, const struct mk_frame *f, struct mk_err *err)
 	return mk_err_set(err, MK_EFORMAT, "unexpected %s frame in a '%s' stream", f->type, v->head->kind);
 }
 
-int mk_stream_verify(int fd, const char *label, struct mk_verify_summary *sum, struct mk_err *err)
+int mk_stream_verify(int fd, const char *label, uint64_t budget, struct mk_verify_summary *sum,
+		     struct mk_err *err)
 {
 	struct mk_stream_reader *r = NULL;
 	struct mk_manifest *head = NULL;
@@ -99,14 +105,13 @@ int mk_stream_verify(int fd, const char *label, struct mk_verify_summary *sum, s
 	int rc;
 
 	memset(sum, 0, sizeof(*sum));
-	rc = mk_sr_open(&r, fd, label, 0, err);
+	rc = mk_sr_open(&r, fd, label, MK_SR_PIECEWISE_FILE, err);
 	if (rc)
 		return rc;
+	mk_sr_set_bounds(r, &(struct mk_sr_bounds){ .memory = mk_budget_cat(budget) });
 	rc = mk_sr_head(r, label, NULL, NULL, &head, &f, err);
 	if (rc)
 		goto out;
-	sum->frames = f.index + 1;
-	sum->bytes = MK_STREAM_PRELUDE + f.wire_len;
 	snprintf(sum->kind, sizeof(sum->kind), "%s", head->kind);
 	sum->ntensors = head->ntensors;
 	sum->nfiles = head->nfiles;
@@ -135,13 +140,11 @@ int mk_stream_verify(int fd, const char *label, struct mk_verify_summary *sum, s
 		goto out;
 	}
 	while ((rc = mk_sr_next(r, &f, err)) > 0) {
-		sum->frames++;
-		sum->bytes += f.wire_len;
 		if (!strcmp(f.type, MK_FT_JOB))
 			sum->jobs++;
 		if (!strcmp(f.type, MK_FT_INPT) || !strcmp(f.type, MK_FT_DATA))
 			sum->chunks++;
-		rc = frame(&v, &f, err);
+		rc = frame(&v, r, &f, err);
 		if (rc) {
 			mk_err_prefix(err, "%s: frame #%llu: ", label, (unsigned long long)f.index);
 			goto out;
@@ -149,6 +152,7 @@ int mk_stream_verify(int fd, const char *label, struct mk_verify_summary *sum, s
 	}
 	if (rc < 0)
 		goto out;
+	mk_sr_position(r, &sum->frames, &sum->bytes);
 	if (v.plan && sum->jobs != head->njobs) {
 		rc = mk_err_set(err, MK_EFORMAT, "%s: the HEAD announces %llu jobs, the stream has %llu", label,
 				(unsigned long long)head->njobs, (unsigned long long)sum->jobs);

@@ -28,7 +28,10 @@ struct mk_verify_summary {
 };
 
 /* Read the stream on fd to its end.  0 and *sum, or an error naming the
- * frame.  `label` names the stream in messages. */
-int mk_stream_verify(int fd, const char *label, struct mk_verify_summary *sum, struct mk_err *err);
+ * frame.  `label` names the stream in messages.  No frame is held whole
+ * above mk_budget_cat(budget) bytes (a larger one is an error); FILE
+ * frames are read in pieces, whatever their size. */
+int mk_stream_verify(int fd, const char *label, uint64_t budget, struct mk_verify_summary *sum,
+		     struct mk_err *err);
 
 #endif

@@ -282,7 +282,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int null = open("/dev/null", 1);
 	setenv("TMPDIR", spill, 1);   /* where mk_stream_verify spills */
 	lseek(fd, 0, SEEK_SET);
-	int vrc = mk_stream_verify(fd, "fuzz", &sum, &ev);
+	int vrc = mk_stream_verify(fd, "fuzz", 0, &sum, &ev);
 	lseek(fd, 0, SEEK_SET);
 	int mrc = mk_merge_run(&mo, mk_io_fd(fd), "fuzz", mk_io_fd(null), &st, &em);
 	if (!strcmp(kind, "inputs")) {

@@ -38,6 +38,16 @@
  *                      random lengths, the tensors' chunks interleaved at
  *                      random (each tensor's in order); every byte a hash
  *                      of its tensor and place
+ *   big-chunk=N        HEAD with chunk_bytes N, one DATA frame of N bytes
+ *                      (a tensor "t" of N/4 F32 zeros), not compressed
+ *   big-note=N         the ok stream with an ancillary "note" frame of N
+ *                      zero bytes, zstd-compressed, before its DATA
+ *   big-head=N         a tensors stream whose HEAD lists N tensors of one
+ *                      element (long names; zstd-compressed), and no DATA:
+ *                      END follows the HEAD
+ *   big-job=N          a plan of one JOB frame whose JSON is N bytes: an
+ *                      array of zeros under an unknown key (what the JOB
+ *                      decoder's tree costs)
  * The three bombs are compressed in pieces (N may be larger than memory)
  * and written around the writer, so END does not count them: a reader
  * must refuse them before it gets there.
@@ -282,6 +292,92 @@ static int interleaved(uint64_t seed)
 	return 0;
 }
 
+/* A writer on stdout (zstd at `level`, 0: none) that has written m as
+ * its HEAD; m is freed. */
+static struct mk_stream_writer *open_with_head(struct mk_manifest *m, int level)
+{
+	struct mk_stream_writer *w;
+	char *head;
+	size_t hlen;
+
+	check(mk_manifest_encode(m, &head, &hlen, &err));
+	check(mk_sw_open(&w, 1, level, &err));
+	check(mk_sw_frame1(w, MK_FT_HEAD, head, hlen, &err));
+	mk_manifest_free(m);
+	free(head);
+	return w;
+}
+
+/* END, and the writer freed. */
+static int finish(struct mk_stream_writer *w)
+{
+	check(mk_sw_end(w, &err));
+	mk_sw_free(w);
+	return 0;
+}
+
+static int big_head(uint64_t n)
+{
+	struct mk_manifest *m = mk_manifest_new("tensors", "mk-forge");
+	uint64_t shape[1] = { 1 };
+	char name[96];
+
+	m->chunk_bytes = 1 << 20;
+	for (uint64_t i = 0; i < n; i++) {
+		snprintf(name, sizeof(name), "model.layers.%llu.self_attn.q_proj.weight.%08llx",
+			 (unsigned long long)(i / 8), (unsigned long long)i);
+		check(mk_manifest_add_tensor(m, name, MK_DT_F32, 1, shape, &err));
+	}
+	return finish(open_with_head(m, 3));
+}
+
+static int big_job(uint64_t n)
+{
+	struct mk_manifest *m = mk_manifest_new("plan", "mk-forge");
+	struct mk_stream_writer *w;
+	uint64_t shape[2] = { 4, 2 };
+	static const char pre[] = "{\"id\":0,\"output\":0,\"method\":\"passthrough\",\"inputs\":[{\"model\":0,"
+		"\"tensor\":\"t\",\"dtype\":\"F32\",\"shape\":[4,2]}],\"base\":null,\"is_embed\":false,"
+		"\"params\":{\"global\":{},\"inputs\":[{}]},\"passes\":0,\"sends\":1,\"zzz\":[0";
+	char *job;
+	size_t len = sizeof(pre) - 1;
+
+	m->planned = true;
+	m->njobs = 1;
+	check(mk_manifest_add_tensor(m, "t", MK_DT_F32, 2, shape, &err));
+	check(mk_manifest_add_model(m, "a", NULL, &err));
+	job = malloc(n + sizeof(pre) + 4);
+	memcpy(job, pre, len);
+	while (len + 4 < n) {
+		memcpy(job + len, ",0", 2);
+		len += 2;
+	}
+	memcpy(job + len, "]}", 2);
+	len += 2;
+	w = open_with_head(m, 3);
+	check(mk_sw_frame1(w, MK_FT_JOB, job, len, &err));
+	free(job);
+	return finish(w);
+}
+
+static int big_chunk(uint64_t n)
+{
+	struct mk_manifest *m = mk_manifest_new("tensors", "mk-forge");
+	struct mk_stream_writer *w;
+	uint64_t shape[1] = { n / 4 };
+	struct mk_chunk c = { .dtype = MK_DT_F32, .row_count = 1, .elem_count = n / 4 };
+
+	m->chunk_bytes = n;
+	check(mk_manifest_add_tensor(m, "t", MK_DT_F32, 1, shape, &err));
+	w = open_with_head(m, 0);
+	mk_chunk_set_rows(&c, 1);
+	c.data_len = n / 4 * 4;
+	c.data = calloc(c.data_len ? c.data_len : 1, 1);
+	check(mk_sw_chunk(w, MK_FT_DATA, &c, &err));
+	free((void *)c.data);
+	return finish(w);
+}
+
 int main(int argc, char **argv)
 {
 	const char *kind = argc > 1 ? argv[1] : "ok";
@@ -308,6 +404,12 @@ int main(int argc, char **argv)
 		return drop_input(kind + 11);
 	if (!strncmp(kind, "interleaved=", 12))
 		return interleaved(strtoull(kind + 12, NULL, 10));
+	if (!strncmp(kind, "big-head=", 9))
+		return big_head(strtoull(kind + 9, NULL, 10));
+	if (!strncmp(kind, "big-job=", 8))
+		return big_job(strtoull(kind + 8, NULL, 10));
+	if (!strncmp(kind, "big-chunk=", 10))
+		return big_chunk(strtoull(kind + 10, NULL, 10));
 	bool plan = !strcmp(kind, "plan") || !strncmp(kind, "plan-file=", 10);
 	m = mk_manifest_new(plan ? "plan" : "tensors", "mk-forge");
 	m->planned = plan; /* a plan has a (here empty) model table */
@@ -326,7 +428,7 @@ int main(int argc, char **argv)
 	else if (strncmp(kind, "big-file=", 9) && strncmp(kind, "bad-file=", 9))
 		check(mk_manifest_add_file(m, "config.json", 3, &err));
 	check(mk_manifest_encode(m, &head, &hlen, &err));
-	check(mk_sw_open(&w, 1, !strncmp(kind, "zstd-file=", 10) ? 3 : 0, &err));
+	check(mk_sw_open(&w, 1, !strncmp(kind, "zstd-file=", 10) || !strncmp(kind, "big-note=", 9) ? 3 : 0, &err));
 	check(mk_sw_frame1(w, MK_FT_HEAD, head, hlen, &err));
 	if (is_bomb) {
 		uint8_t pre[15] = { 0xa4, 0x01, 0, 0, 7, 0, 0, 0, 'b', 'i', 'g', '.', 'b', 'i', 'n' };
@@ -367,6 +469,11 @@ int main(int argc, char **argv)
 		c[1].pass = 1;
 	if (!strcmp(kind, "unknown-critical"))
 		check(mk_sw_frame1(w, "ZZZZ", "?", 1, &err));
+	if (!strncmp(kind, "big-note=", 9)) {
+		char *big = calloc(n ? n : 1, 1);
+		check(mk_sw_frame1(w, MK_FT_NOTE, big, n, &err));
+		free(big);
+	}
 	if (!strcmp(kind, "unknown-ancillary"))
 		check(mk_sw_frame1(w, "zzzz", "?", 1, &err));
 	if (!strcmp(kind, "bad-dtype"))

@@ -45,6 +45,10 @@
  * unlike the rest, where a selection's window misses its cut);
  * --unit-norms fills the RMSNorm
  * weights with 1 + a value instead (norms that keep activations' size);
+ * --quantized fp8 adds a block-FP8 weight (F8_E4M3) and its
+ * weight_scale_inv, --quantized mxfp4 MXFP4 blocks and scales (U8), as
+ * quantized checkpoints hold them (config.json says nothing of it unless
+ * --config-extra adds a quantization_config);
  * --config-extra appends JSON members to config.json (a later duplicate
  * key wins, as Python reads it). */
 #include <errno.h>
@@ -151,6 +155,7 @@ int main(int argc, char **argv)
 		{ "seed", 1, 0, 's' }, { "layers", 1, 0, 'l' }, { "hidden", 1, 0, 'H' },
 		{ "inter", 1, 0, 'I' }, { "vocab", 1, 0, 'v' }, { "dtype", 1, 0, 'd' },
 		{ "shards", 1, 0, 'k' }, { "all-dtypes", 0, 0, 'a' }, { "big-rows", 1, 0, 'b' },
+		{ "quantized", 1, 0, 'z' },
 		{ "pad-leading", 0, 0, 'p' }, { "arch", 1, 0, 'A' }, { "bpe-tokenizer", 2, 0, 'T' },
 		{ "tok-skip", 1, 0, 'K' }, { "tok-size", 1, 0, 'S' }, { "tied", 0, 0, 't' }, { "unigram", 0, 0, 'U' },
 		{ "spm", 1, 0, 'P' }, { "spm-added", 1, 0, 'Q' }, { "slow", 0, 0, 'W' },
@@ -165,6 +170,7 @@ int main(int argc, char **argv)
 	bool tied = false, unigram = false, slow = false;
 	enum mk_dtype dt = MK_DT_BF16;
 	bool all = false, pad = false;
+	const char *quant = NULL;
 	const char *arch = "llama", *bpe = NULL, *spm = NULL, *spm_added = NULL;
 	struct mk_err err = { 0 };
 	char name[128], path[4096], buf[4096];
@@ -201,6 +207,7 @@ int main(int argc, char **argv)
 			break;
 		case 'Q': spm_added = optarg; break;
 		case 'a': all = true; break;
+		case 'z': quant = optarg; break;
 		case 'p': pad = true; break;
 		case 'T': bpe = optarg ? optarg : "</s>"; break;
 		case 'A':
@@ -293,6 +300,18 @@ int main(int argc, char **argv)
 		add("extra.scalar", MK_DT_F32, 0, 0, 0);
 		add("extra.empty", MK_DT_F16, 2, 0, 4);
 		add("extra.odd_f4", MK_DT_F4, 2, 2, 3); /* rows of 1.5 bytes */
+	}
+	if (quant && !strcmp(quant, "fp8")) {
+		/* DeepSeek-V3's block FP8: the weight, its inverse scales */
+		add("model.layers.0.mlp.fp8_proj.weight", MK_DT_F8_E4M3, 2, 8, 8);
+		add("model.layers.0.mlp.fp8_proj.weight_scale_inv", MK_DT_F32, 2, 1, 1);
+	} else if (quant && !strcmp(quant, "mxfp4")) {
+		/* gpt-oss's MXFP4: blocks and scales, both U8 */
+		add("model.layers.0.mlp.experts.down_proj_blocks", MK_DT_U8, 2, 8, 8);
+		add("model.layers.0.mlp.experts.down_proj_scales", MK_DT_U8, 2, 8, 1);
+	} else if (quant) {
+		fprintf(stderr, "mk-gen-model: --quantized fp8 or mxfp4\n");
+		return 2;
 	}
 	if (big)
 		add("big.weight", MK_DT_F32, 2, big, hidden);

@@ -197,6 +197,37 @@ static void test_manifest_errors(void **state)
 	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[],\"files\":{}}", "\"files\" is not an array");
 	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[],\"files\":[{\"name\":\"a\"}]}", "file #0");
 	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[],\"files\":[{\"name\":\"a\",\"size\":-5}]}", "file #0");
+	/* read a member at a time: the same strictness, and bounds */
+	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[],\"tensors\":[]}", "duplicate key \"tensors\"");
+	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[],}", "invalid JSON");
+	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[{\"name\":\"a\",\"dtype\":\"F32\",\"shape\":[1]},]}",
+			    "invalid JSON");
+	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[] \"files\":[]}", "invalid JSON");
+	expect_bad_manifest("{\"kind\":\"tensors\" \"x\",\"tensors\":[]}", "invalid JSON");
+	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[{\"name\":\"a]\",\"dtype\":\"F32\",\"shape\":[1}]}",
+			    "invalid JSON");
+	expect_bad_manifest("{\"kind\":\"tens\\\"ors\",\"tensors\":[]}", "unknown kind");
+	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[", "invalid JSON");
+	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[{\"name\":\"a\"", "invalid JSON");
+	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[],\"x\":tru}", "invalid JSON");
+	expect_bad_manifest("{\"kind\":\"plan\",\"tensors\":[]}", "needs a \"models\" table");
+	{
+		/* an entry over MK_HEAD_VALUE_MAX; the other values over it together */
+		size_t n = MK_HEAD_VALUE_MAX + 64;
+		char *big = malloc(n + 256);
+		assert_non_null(big);
+		int k = snprintf(big, 256, "{\"kind\":\"tensors\",\"tensors\":[{\"name\":\"");
+		memset(big + k, 'a', n);
+		strcpy(big + k + n, "\",\"dtype\":\"F32\",\"shape\":[1]}]}");
+		expect_bad_manifest(big, "tensors #0 (at position 29): 1048677 bytes of JSON");
+		k = snprintf(big, 256, "{\"kind\":\"tensors\",\"tensors\":[],\"x\":\"");
+		memset(big + k, 'a', n / 2);
+		k += snprintf(big + k + n / 2, 256, "\",\"y\":\"") + (int)(n / 2);
+		memset(big + k, 'a', n / 2);
+		strcpy(big + k + n / 2, "\"}");
+		expect_bad_manifest(big, "the values beside its lists");
+		free(big);
+	}
 
 	/* too many dimensions is an error, MK_MAX_DIMS is fine */
 	char buf[1024];
@@ -448,6 +479,23 @@ static void test_job_errors(void **state)
 {
 	struct mk_manifest *head = job_head();
 
+	/* unknown keys kept, at most MK_JOB_EXTRA_MAX of JSON together;
+	 * a key given twice */
+	{
+		size_t n = MK_JOB_EXTRA_MAX / 2 + 16;
+		char *big = malloc(2 * n + 512);
+		assert_non_null(big);
+		int k = snprintf(big, 512, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],\"x\":\"");
+		memset(big + k, 'a', n);
+		k += (int)n;
+		k += snprintf(big + k, 512, "\",\"y\":\"");
+		memset(big + k, 'a', n);
+		strcpy(big + k + n, "\"}");
+		expect_bad_job(head, big, "unknown key \"y\"");
+		free(big);
+	}
+	expect_bad_job(head, "{\"id\":0,\"id\":1,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "]}",
+		       "duplicate key \"id\"");
 	/* the base must be one of the inputs (a JOB like this crashed
 	 * mk-merge and mk-fetch: the error path freed inputs never made) */
 	expect_bad_job(head, "{\"id\":0,\"output\":0,\"method\":\"linear\",\"inputs\":[" IN1 "],\"base\":1}",
