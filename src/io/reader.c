@@ -98,6 +98,25 @@ int mk__rd_truncated(const struct mk_read_req *req, size_t got,
 			  (unsigned long long)req->off, req->len, got);
 }
 
+int mk__rd_pread(const struct mk_read_req *q, void *buf, struct mk_err *err)
+{
+	size_t done = 0;
+
+	while (done < q->len) {
+		ssize_t n = pread(q->fd, (char *)buf + done, q->len - done,
+				  (off_t)(q->off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return mk__rd_sys(q, errno, "read", err);
+		if (n == 0)
+			return mk__rd_truncated(q, done, err);
+		done += (size_t)n;
+	}
+	return 0;
+}
+
 /* cachestat(2)'s arguments (Linux 6.5 uapi; the headers here may be
  * older) and its number, the same on the architectures named */
 struct rd_cachestat_range {

@@ -112,6 +112,9 @@ void mk__rd_fd_name(int fd, char *buf, size_t size);
 /* The MK_ECORRUPT error for an extent that ended early after `got` bytes. */
 int mk__rd_truncated(const struct mk_read_req *req, size_t got,
 		     struct mk_err *err);
+/* Read the extent's bytes whole into buf by pread (EINTR and short reads
+ * retried); a file that ends first is mk__rd_truncated's error. */
+int mk__rd_pread(const struct mk_read_req *q, void *buf, struct mk_err *err);
 /* Is every page of fd's bytes [off, off + len) in the page cache?  Asked
  * of the kernel in one call (cachestat(2), Linux 6.5); false when it
  * cannot say.  A prefetch of cached pages is skipped: it finds nothing to
