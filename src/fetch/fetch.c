@@ -279,8 +279,8 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, struct mk_io out,
 		char path[4096];
 		struct stat sb;
 		snprintf(path, sizeof(path), "%s/%s", models[0]->dir, mk_fetch_copy_files[k]);
-		if (stat(path, &sb) < 0 || !S_ISREG(sb.st_mode))
-			continue;
+		if (stat(path, &sb) < 0)
+			continue;         /* there as anything else: refused by the read */
 		rc = mk_file_read(path, MAX_FILE_BYTES, &fbuf[k], &flen[k], err);
 		if (rc)
 			goto out;

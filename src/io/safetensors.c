@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <jansson.h>
+#include "core/fsutil.h"
 #include "core/hash.h"
 #include "io/safetensors.h"
 #include "st_impl.h"
@@ -543,18 +544,9 @@ int mk_st_open(const char *path, struct mk_st_file **out, struct mk_err *err)
 	int fd, rc;
 
 	*out = NULL;
-	/* O_NONBLOCK: a FIFO must not hang the open; it fails S_ISREG. */
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	fd = mk_file_open(path, &st, err);
 	if (fd < 0)
-		return mk_err_sys(err, errno, "%s: cannot open", path);
-	if (fstat(fd, &st) < 0) {
-		rc = mk_err_sys(err, errno, "%s: cannot stat", path);
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = mk_err_set(err, MK_EINVAL, "%s: not a regular file", path);
-		goto out;
-	}
+		return fd;
 	size = (uint64_t)st.st_size;
 	if (size < 8) {
 		rc = mk_st_parse(head, 0, size, path, out, err);

@@ -37,18 +37,9 @@ static int check_before_dlopen(const char *path, struct mk_err *err)
 	size_t len;
 	int fd, rc;
 
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = mk_file_open(path, &st, err);
 	if (fd < 0)
-		return mk_err_sys(err, errno, "plugin %s", path);
-	if (fstat(fd, &st) < 0) {
-		rc = mk_err_sys(err, errno, "plugin %s", path);
-		close(fd);
-		return rc;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		close(fd);
-		return mk_err_set(err, MK_EINVAL, "plugin %s: not a regular file", path);
-	}
+		return mk_err_prefix(err, "plugin ");
 	if ((st.st_uid != getuid() && st.st_uid != 0) || (st.st_mode & (S_IWGRP | S_IWOTH))) {
 		close(fd);
 		return mk_err_set(err, MK_EINVAL,
