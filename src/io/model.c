@@ -793,7 +793,9 @@ int mk_model_open_with(const char *ref, const struct mk_model_open_opts *o, stru
 	m->ref = strdup(ref ? ref : "");
 	if (!m->ref)
 		goto nomem;
-	if (!o->adapter && is_file(m->ref)) {
+	/* one file: a regular file, or anything else there but a directory,
+	 * which its open refuses by name (a FIFO, a device) */
+	if (!o->adapter && access(m->ref, F_OK) == 0 && !is_dir(m->ref)) {
 		if ((rc = open_one_file(mm, o, err)) < 0)
 			goto out;
 		*out = m;
