@@ -373,8 +373,10 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, struct mk_io out,
 			rc = mk_sw_chunk_splice(w, MK_FT_DATA, &p->c, req.fd, req.off, err);
 		else
 			rc = mk_sw_chunk(w, MK_FT_DATA, &p->c, err);
-		if (rc)
+		if (rc) {
+			rc = mk_reader_explain(rd, &req, rc, err);
 			goto out;
+		}
 		st->chunks++;
 		sent += p->c.data_len;
 		if (o->progress)

@@ -81,6 +81,7 @@ struct mk_reader {
 	int pend;              /* deferred error (negative MK_E*) */
 	struct mk_err pend_err;
 	int failed;            /* sticky error returned by get */
+	unsigned long faults0; /* mk_mapguard_faults() at open */
 	struct mk_err fail_err;
 
 	struct rd_file *files;
