@@ -550,12 +550,8 @@ int mk_st_parse(const void *buf, size_t len, uint64_t file_size,
 		if (rc < 0)
 			goto out;
 	}
-	if (more < 0)
-		goto json;
-	if (mk__sj_peek(&j) >= 0) {
-		mk__sj_fail(&j, "bytes after the object");
-		goto json;
-	}
+	if ((rc = mk__sj_finish(&j, more)) < 0)
+		goto out;
 	if (!f->tensors && !(f->tensors = malloc(sizeof(*f->tensors))))
 		goto nomem;
 	if (!f->meta && !(f->meta = malloc(sizeof(*f->meta))))

@@ -33,6 +33,9 @@ int mk__sj_at_end(struct mk__sj *j);
  * element follows (its ',' consumed), 0 when the close was consumed.
  * *first is true before the first one. */
 int mk__sj_more(struct mk__sj *j, char close, bool *first);
+/* After the root object's member loop (`more`, mk__sj_more's last
+ * result): 0 when it closed and only whitespace follows, else the error. */
+int mk__sj_finish(struct mk__sj *j, int more);
 /* A string decoded to UTF-8 into dst (NUL-terminated; it needs no more
  * room than the string's JSON text), or only checked when dst is NULL. */
 int mk__sj_string(struct mk__sj *j, char *dst, size_t *len);

@@ -124,12 +124,8 @@ int mk_st_index_parse(const void *buf, size_t len, const char *label,
 		if ((rc = read_map(&j, idx, &names, &off, label, err)) < 0)
 			goto out;
 	}
-	if (more < 0)
-		goto json;
-	if (mk__sj_peek(&j) >= 0) {
-		mk__sj_fail(&j, "bytes after the object");
-		goto json;
-	}
+	if ((rc = mk__sj_finish(&j, more)) < 0)
+		goto out;
 	if (!have_map) {
 		rc = mk_err_set(err, MK_EFORMAT, "%s: no \"weight_map\"", label);
 		goto out;

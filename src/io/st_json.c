@@ -39,6 +39,13 @@ int mk__sj_at_end(struct mk__sj *j)
 	return mk__sj_peek(j) < 0 ? mk__sj_fail(j, "the text ends where a value should be") : 0;
 }
 
+int mk__sj_finish(struct mk__sj *j, int more)
+{
+	if (more < 0)
+		return j->rc;
+	return mk__sj_peek(j) >= 0 ? mk__sj_fail(j, "bytes after the object") : 0;
+}
+
 int mk__sj_expect(struct mk__sj *j, char c)
 {
 	char what[32];
