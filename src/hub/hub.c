@@ -1452,8 +1452,9 @@ static void blob_cache_open(struct mk_hub_blob *b)
 	    mk__hub_lock_blob(r->dir, f->etag, false, &b->lock, &e) != 0 || mk_mkdirs_for(part, &e) < 0)
 		goto out;
 	b->cache_fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
-	if (b->cache_fd < 0 || fstat(b->cache_fd, &st) < 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > f->size ||
-	    !(b->dg = malloc(sizeof(*b->dg))))
+	/* (never through a link, never a FIFO put there: a regular file) */
+	if (b->cache_fd < 0 || fstat(b->cache_fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size > f->size || !(b->dg = malloc(sizeof(*b->dg))))
 		goto drop;
 	b->cached = (uint64_t)st.st_size;
 	b->part = part;

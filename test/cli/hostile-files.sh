@@ -98,19 +98,12 @@ MK_CURL_LIB=/nonexistent timeout 60 mk-fetch --io http --model m -o nocurl.mks &
 	fail "--io http of a local model without libcurl"
 # a Hub model (the test suite's mock Hub), from the cache and remote
 mkdir -p root/org && cp -r m root/org/a
-python3 "$MK_TOP/test/tools/mk-mock-hub.py" --root root --port-file port 2> hub.log &
-hub=$!
-trap 'kill $hub 2>/dev/null || :' EXIT
-n=0
-until [ -s port ]; do
-	n=$((n + 1))
-	[ $n -le 200 ] || fail "no mock Hub: $(cat hub.log)"
-	sleep 0.05
-done
+. "$MK_TOP/test/cli/hub.inc"
+hub_start root
 hub_fetch() { # hub_fetch OFFLINE IO [OPTION]...: mk-fetch org/a, a stream as m's
 	off=$1 io=$2
 	shift 2
-	env HF_HUB_OFFLINE=$off HF_ENDPOINT=http://127.0.0.1:$(cat port) HF_HUB_CACHE=$PWD/cache \
+	env HF_HUB_OFFLINE=$off HF_HUB_CACHE=$PWD/cache \
 		timeout 60 mk-fetch --io $io "$@" --model org/a -o hub.mks 2> err.txt ||
 		{ cat err.txt >&2; fail "--io $io $* --model org/a"; }
 	cmp -s hub.mks want-m.mks || fail "--io $io $* --model org/a: another stream"
@@ -133,7 +126,8 @@ P=$MK_TOP/build/preload/faultio.so
 [ -f "$P" ] || { [ "$MK_SAN" = 1 ] && exit 77; fail "no $P"; }
 [ "$MK_SAN" = 1 ] && export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
 mk-gen-model --seed 7 --dtype F32 --hidden 256 --layers 2 --vocab 4096 tb > /dev/null
-# cut_at SPEC PROG CMD...: run CMD, PROG stopping at SPEC; cut tc's weights
+# cut_at SPEC PROG CMD...: run CMD, PROG stopping at SPEC; cut tc's
+# weights there; CMD must exit 1 naming the file
 cut_at() {
 	spec=$1 prog=$2
 	shift 2
@@ -154,11 +148,11 @@ cut_at() {
 	set -e
 	[ $rc -eq 1 ] || { cat err.txt >&2; fail "$prog, its input cut at $spec: exit $rc, not 1"; }
 	err_has "tc/model.safetensors' was truncated while being read" "$prog, its input cut at $spec: no message"
-	no_out out
 }
 lin_config t.yml tc tb
 for io in mmap pread; do
 	MK_IO=$io cut_at pwrite:6:stop mk-yaml mk-yaml t.yml out
+	no_out out
 done
 for io in mmap pread uring; do
 	cut_at writev:40:stop mk-fetch mk-fetch --io $io --model tc --chunk-size 64KiB -o cut.mks
