@@ -366,23 +366,43 @@ int mk_config_parse_partial(const char *text, size_t len, const char *label, str
 	return parse(text, len, label, out, diags, err, true);
 }
 
+/* The descriptor a path names, for /dev/stdin, /dev/fd/N and
+ * /proc/self/fd/N (what a shell's <(...) gives); -1 for any other path. */
+static int descriptor_path(const char *path)
+{
+	static const char *const pre[] = { "/dev/fd/", "/proc/self/fd/" };
+	char *end;
+	long n;
+
+	if (!strcmp(path, "/dev/stdin"))
+		return 0;
+	for (size_t i = 0; i < sizeof(pre) / sizeof(*pre); i++) {
+		size_t k = strlen(pre[i]);
+		if (strncmp(path, pre[i], k) || path[k] < '0' || path[k] > '9')
+			continue;
+		n = strtol(path + k, &end, 10);
+		return *end || n > 65535 ? -1 : (int)n;
+	}
+	return -1;
+}
+
 int mk_config_read(const char *path, uint8_t **text, size_t *len, const char **label, struct mk_err *err)
 {
 	struct stat st;
-	int fd, rc;
+	int fd;
 
 	*label = path;
 	if (!strcmp(path, "-")) {
 		*label = "stdin";
 		return mk_fd_read_all(0, MK_CONFIG_MAX, "stdin", text, len, err);
 	}
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return mk_err_sys(err, errno, "%s", path);
-	if (fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
-		rc = mk_fd_read_all(fd, MK_CONFIG_MAX, path, text, len, err);
-	else
-		rc = mk_file_read(path, MK_CONFIG_MAX, text, len, err);
-	close(fd);
-	return rc;
+	/* a pipe or socket the caller handed over by its descriptor is read
+	 * from that descriptor to its end (not opened again: an open of a
+	 * pipe whose writer has gone would wait for another); any other
+	 * name must be a regular file -- a FIFO in the file system would
+	 * hang the open */
+	fd = descriptor_path(path);
+	if (fd >= 0 && fstat(fd, &st) == 0 && (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)))
+		return mk_fd_read_all(fd, MK_CONFIG_MAX, path, text, len, err);
+	return mk_file_read(path, MK_CONFIG_MAX, text, len, err);
 }

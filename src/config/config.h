@@ -381,8 +381,10 @@ void mk_output_slices_free(struct mk_output_slice *v, size_t n);
 #define MK_CONFIG_MAX (64u << 20)
 
 /* Read a configuration's text (at most MK_CONFIG_MAX bytes, NUL-
- * terminated, the caller frees *text): from a file, a pipe or socket
- * (read to its end: mk-plan <(...)), or standard input for "-".  *label
+ * terminated, the caller frees *text): from a regular file, a pipe or
+ * socket named by its descriptor (/dev/stdin, /dev/fd/N, /proc/self/fd/N;
+ * read to its end: mk-plan <(...)), or standard input for "-"; any other
+ * file that is not regular (a FIFO, a device) is refused.  *label
  * is what names it in messages: "stdin", else path. */
 int mk_config_read(const char *path, uint8_t **text, size_t *len, const char **label, struct mk_err *err);
 

@@ -12,6 +12,43 @@
 #include <unistd.h>
 #include "core/fsutil.h"
 
+const char *mk_file_kind(mode_t mode)
+{
+	return S_ISREG(mode) ? "a regular file" : S_ISDIR(mode) ? "a directory" :
+	       S_ISFIFO(mode) ? "a FIFO" : S_ISSOCK(mode) ? "a socket" :
+	       S_ISCHR(mode) ? "a character device" : S_ISBLK(mode) ? "a block device" :
+	       "not a file";
+}
+
+static int not_regular(const char *path, mode_t mode, struct mk_err *err)
+{
+	return mk_err_set(err, MK_EINVAL, "%s: not a regular file (%s)", path, mk_file_kind(mode));
+}
+
+int mk_file_open(const char *path, struct stat *st, struct mk_err *err)
+{
+	struct stat sb;
+	int fd, fl;
+
+	if (!st)
+		st = &sb;
+	if (stat(path, st) < 0)
+		return mk_err_sys(err, errno, "%s", path);
+	if (!S_ISREG(st->st_mode))
+		return not_regular(path, st->st_mode, err);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	if (fd < 0)
+		return mk_err_sys(err, errno, "%s", path);
+	if (fstat(fd, st) < 0 || !S_ISREG(st->st_mode) || (fl = fcntl(fd, F_GETFL)) < 0 ||
+	    fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+		int e = errno, rc = S_ISREG(st->st_mode) ? mk_err_sys(err, e, "%s", path) :
+						      not_regular(path, st->st_mode, err);
+		close(fd);
+		return rc;
+	}
+	return fd;
+}
+
 int mk_file_read(const char *path, size_t max, uint8_t **buf, size_t *len,
 		 struct mk_err *err)
 {
@@ -22,17 +59,9 @@ int mk_file_read(const char *path, size_t max, uint8_t **buf, size_t *len,
 
 	*buf = NULL;
 	*len = 0;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = mk_file_open(path, &st, err);
 	if (fd < 0)
-		return mk_err_sys(err, errno, "%s", path);
-	if (fstat(fd, &st) < 0) {
-		rc = mk_err_sys(err, errno, "%s", path);
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = mk_err_set(err, MK_EINVAL, "%s: not a regular file", path);
-		goto out;
-	}
+		return fd;
 	if ((uint64_t)st.st_size > max) {
 		rc = mk_err_set(err, MK_EINVAL, "%s: %lld bytes, more than the %zu allowed", path,
 				(long long)st.st_size, max);

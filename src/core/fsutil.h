@@ -5,9 +5,24 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include "mk/err.h"
 
+/* Open a file named by path for reading, only if it is a regular file.
+ * Anything else -- a FIFO, a socket, a character or block device, a
+ * directory -- is refused with "PATH: not a regular file (a FIFO)" and
+ * never waited on: the name is stat'ed first (a device is not opened at
+ * all), then opened with O_NONBLOCK (an open(2) of a FIFO with no writer
+ * would wait for one forever) and O_NOCTTY, fstat'ed again (the name may
+ * have changed in between), and O_NONBLOCK cleared.  Every input libmk
+ * opens by name goes through here; stdin and descriptors a caller hands
+ * over are not by name.  Returns the descriptor (O_CLOEXEC) and fills *st
+ * when st is not NULL, or a negative MK_E* code. */
+int mk_file_open(const char *path, struct stat *st, struct mk_err *err);
+/* What a file's type is in words, for messages: "a FIFO", "a directory",
+ * "a character device", ... ("a regular file" for one). */
+const char *mk_file_kind(mode_t mode);
 /* Read a whole regular file (at most max bytes) into a malloc'ed buffer
  * (NUL-terminated, the terminator not counted in *len). */
 int mk_file_read(const char *path, size_t max, uint8_t **buf, size_t *len,

@@ -188,8 +188,15 @@ static void grow(unsigned want)
 		want = POOL_MAX;
 	if (P.nthr >= want)
 		return;
-	/* workers take no signals: they stay with the program's threads */
+	/* workers take no signals: they stay with the program's threads;
+	 * but the faults of their own accesses they take (a blocked SIGBUS
+	 * kills the process: a worker reading a truncated file's map must
+	 * reach core/mapguard.c's handler) */
 	sigfillset(&all);
+	sigdelset(&all, SIGBUS);
+	sigdelset(&all, SIGSEGV);
+	sigdelset(&all, SIGFPE);
+	sigdelset(&all, SIGILL);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	while (P.nthr < want) {
 		pthread_t t;

@@ -279,8 +279,8 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, struct mk_io out,
 		char path[4096];
 		struct stat sb;
 		snprintf(path, sizeof(path), "%s/%s", models[0]->dir, mk_fetch_copy_files[k]);
-		if (stat(path, &sb) < 0 || !S_ISREG(sb.st_mode))
-			continue;
+		if (stat(path, &sb) < 0)
+			continue;         /* there as anything else: refused by the read */
 		rc = mk_file_read(path, MAX_FILE_BYTES, &fbuf[k], &flen[k], err);
 		if (rc)
 			goto out;
@@ -373,8 +373,10 @@ int mk_fetch_copy(const struct mk_fetch_opts *o, struct mk_io out,
 			rc = mk_sw_chunk_splice(w, MK_FT_DATA, &p->c, req.fd, req.off, err);
 		else
 			rc = mk_sw_chunk(w, MK_FT_DATA, &p->c, err);
-		if (rc)
+		if (rc) {
+			rc = mk_reader_explain(rd, &req, rc, err);
 			goto out;
+		}
 		st->chunks++;
 		sent += p->c.data_len;
 		if (o->progress)

@@ -432,7 +432,7 @@ static int read_arrived(struct run *q, const void *data, struct mk_read_req *req
 	else
 		rc = mk_sw_chunk(q->w, MK_FT_INPT, &t->c, err);
 	if (rc)
-		return rc;
+		return mk_reader_explain(q->rd, req, rc, err);
 	st->chunks++;
 	q->sent += t->c.data_len;
 	if (o->progress)

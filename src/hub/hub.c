@@ -1176,9 +1176,14 @@ static int xfer_prepare(struct xfer *x, struct mk_err *err)
 		return 1;
 	if (mk_mkdirs_for(x->part, err) < 0)
 		return -MK_EIO;
-	x->fd = open(x->part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+	/* a .incomplete is a regular file of the cache's own: never written
+	 * through a link, never waited on (a FIFO put there) */
+	x->fd = open(x->part, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
 	if (x->fd < 0 || fstat(x->fd, &st) < 0)
 		return mk_err_sys(err, errno, "%s", x->part);
+	if (!S_ISREG(st.st_mode))
+		return mk_err_set(err, MK_EINVAL, "%s: not a regular file (%s); remove it", x->part,
+				  mk_file_kind(st.st_mode));
 	x->have = (uint64_t)st.st_size;
 	if (x->have > x->f->size) {
 		if (ftruncate(x->fd, 0) < 0)
@@ -1446,9 +1451,10 @@ static void blob_cache_open(struct mk_hub_blob *b)
 	if (!fits(r->dir, f->size - have, &free_b) || mk_hub_repo_pin(r, &e) < 0 ||
 	    mk__hub_lock_blob(r->dir, f->etag, false, &b->lock, &e) != 0 || mk_mkdirs_for(part, &e) < 0)
 		goto out;
-	b->cache_fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-	if (b->cache_fd < 0 || fstat(b->cache_fd, &st) < 0 || (uint64_t)st.st_size > f->size ||
-	    !(b->dg = malloc(sizeof(*b->dg))))
+	b->cache_fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+	/* (never through a link, never a FIFO put there: a regular file) */
+	if (b->cache_fd < 0 || fstat(b->cache_fd, &st) < 0 || !S_ISREG(st.st_mode) ||
+	    (uint64_t)st.st_size > f->size || !(b->dg = malloc(sizeof(*b->dg))))
 		goto drop;
 	b->cached = (uint64_t)st.st_size;
 	b->part = part;

@@ -65,13 +65,9 @@ static int slurp(const char *path, size_t max, char **out, size_t *len,
 	int fd, rc;
 
 	*out = NULL;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = mk_file_open(path, &st, err);
 	if (fd < 0)
-		return mk_err_sys(err, errno, "%s: cannot open", path);
-	if (fstat(fd, &st) < 0) {
-		rc = mk_err_sys(err, errno, "%s: cannot stat", path);
-		goto out;
-	}
+		return fd;
 	if ((uint64_t)st.st_size > max) {
 		rc = mk_err_set(err, MK_EFORMAT, "%s: %lld bytes, larger than the "
 				"%zu this file may have", path,
@@ -448,22 +444,28 @@ out:
 	return rc;
 }
 
-/* Neither an index nor model.safetensors as a regular file: say which it
- * is when the name exists as something else. */
-static int single_missing(const struct mk_model *m, const char *path, struct mk_err *err)
+/* Neither an index nor a weight file as a regular file: say which it is
+ * when one of the names exists as something else (a FIFO, a directory,
+ * a link to nothing). */
+static int weights_missing(const struct mk_model *m, const char *const *names, size_t n,
+			   struct mk_err *err)
 {
 	struct stat st, lst;
 
-	if (lstat(path, &lst) < 0)
-		return mk_err_set(err, MK_ENOENT, "model '%s': no %s or %s in %s", m->ref, SINGLE_NAME,
-				  INDEX_NAME, m->dir);
-	if (stat(path, &st) < 0)
-		return mk_err_sys(err, errno, "model '%s': %s in %s is a symbolic link that does not "
-				  "resolve", m->ref, SINGLE_NAME, m->dir);
-	return mk_err_set(err, MK_EFORMAT, "model '%s': %s in %s is %s, not a regular file", m->ref, SINGLE_NAME,
-			  m->dir, S_ISDIR(st.st_mode) ? "a directory" : S_ISFIFO(st.st_mode) ? "a FIFO" :
-			  S_ISSOCK(st.st_mode) ? "a socket" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ?
-			  "a device" : "not a file");
+	for (size_t i = 0; i < n; i++) {
+		char *path = names[i] ? join(m->dir, names[i]) : NULL;
+		int got = path ? lstat(path, &lst) : -1, e = got == 0 && stat(path, &st) < 0 ? errno : 0;
+
+		free(path);
+		if (got < 0)
+			continue;
+		if (e)
+			return mk_err_sys(err, e, "model '%s': %s in %s is a symbolic link that does not "
+					  "resolve", m->ref, names[i], m->dir);
+		return mk_err_set(err, MK_EFORMAT, "model '%s': %s in %s is %s, not a regular file", m->ref,
+				  names[i], m->dir, mk_file_kind(st.st_mode));
+	}
+	return mk_err_set(err, MK_ENOENT, "model '%s': no %s or %s in %s", m->ref, names[1], names[0], m->dir);
 }
 
 /* The weights' layouts: safetensors (an index, else one file), else
@@ -634,11 +636,12 @@ static int open_weights(struct model *mm, const struct mk_model_open_opts *o, bo
 		}
 	}
 	if (!lay) {
-		if (!(path = join(m->dir, SINGLE_NAME)))
-			goto nomem;
-		rc = o->adapter ? mk_err_set(err, MK_ENOENT, "adapter '%s': no adapter_model.safetensors or "
-					     "adapter_model.bin in %s", m->ref, m->dir) :
-				  single_missing(m, path, err);
+		const char *names4[] = { layouts[0].index, layouts[0].single, layouts[1].index,
+					 layouts[1].single };
+		rc = weights_missing(m, names4, 4, err);
+		if (rc == -MK_ENOENT && o->adapter)
+			mk_err_set(err, MK_ENOENT, "adapter '%s': no adapter_model.safetensors or "
+				   "adapter_model.bin in %s", m->ref, m->dir);
 		if (can_ask && !mm->repo)
 			rc = 1;
 		goto out;
@@ -790,7 +793,9 @@ int mk_model_open_with(const char *ref, const struct mk_model_open_opts *o, stru
 	m->ref = strdup(ref ? ref : "");
 	if (!m->ref)
 		goto nomem;
-	if (!o->adapter && is_file(m->ref)) {
+	/* one file: a regular file, or anything else there but a directory,
+	 * which its open refuses by name (a FIFO, a device) */
+	if (!o->adapter && access(m->ref, F_OK) == 0 && !is_dir(m->ref)) {
 		if ((rc = open_one_file(mm, o, err)) < 0)
 			goto out;
 		*out = m;
@@ -920,12 +925,11 @@ int mk_model_open_fds(const struct mk_model *m, int **fds, struct mk_err *err)
 			v[s] = -1;           /* read by range requests (m->remote) */
 			continue;
 		}
-		v[s] = open(m->shards[s]->path, O_RDONLY | O_CLOEXEC);
+		v[s] = mk_file_open(m->shards[s]->path, NULL, err);
 		if (v[s] < 0) {
-			int rc = errno == ENOENT && ((const struct model *)m)->repo ?
+			int rc = v[s] == -MK_ENOENT && ((const struct model *)m)->repo ?
 				 mk_err_set(err, MK_ENOENT, "model '%s': %s was not downloaded (opened for its "
-					    "headers only)", m->ref, m->shard_names[s]) :
-				 mk_err_sys(err, errno, "%s", m->shards[s]->path);
+					    "headers only)", m->ref, m->shard_names[s]) : v[s];
 			while (s-- > 0)
 				if (v[s] >= 0)
 					close(v[s]);

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include "core/mapguard.h"
 #include "reader_impl.h"
 
 /* The backend MK_IO=auto (or unset) picks when io_uring works (when it
@@ -92,10 +93,31 @@ int mk__rd_truncated(const struct mk_read_req *req, size_t got,
 	char name[1024];
 
 	mk__rd_fd_name(req->fd, name, sizeof(name));
+	/* (a model's files are checked against their headers when opened:
+	 * one that ends early now was cut since) */
 	return mk_err_set(err, MK_ECORRUPT,
-			  "%s: file offset %llu: expected %zu bytes, got %zu "
-			  "(file truncated?)", name,
+			  "%s was truncated while being read (file offset %llu: "
+			  "expected %zu bytes, got %zu)", name,
 			  (unsigned long long)req->off, req->len, got);
+}
+
+int mk__rd_pread(const struct mk_read_req *q, void *buf, struct mk_err *err)
+{
+	size_t done = 0;
+
+	while (done < q->len) {
+		ssize_t n = pread(q->fd, (char *)buf + done, q->len - done,
+				  (off_t)(q->off + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return mk__rd_sys(q, errno, "read", err);
+		if (n == 0)
+			return mk__rd_truncated(q, done, err);
+		done += (size_t)n;
+	}
+	return 0;
 }
 
 /* cachestat(2)'s arguments (Linux 6.5 uapi; the headers here may be
@@ -283,6 +305,12 @@ int mk_reader_get(struct mk_reader *r, const void **data,
 		rc = fail(r, r->failed, &r->fail_err, err);
 		goto out;
 	}
+	/* a mapped file that lost pages under a reader of its bytes (this
+	 * one's or a channel's: core/mapguard.h) fails the read */
+	if ((rc = mk_mapguard_check(r->faults0, &r->fail_err)) < 0) {
+		rc = fail(r, rc, &r->fail_err, err);
+		goto out;
+	}
 	if (r->held) {
 		prev = r->q[r->head];
 		r->head = (r->head + 1) % r->cap;
@@ -364,6 +392,7 @@ int mk_reader_open(struct mk_reader **out, const struct mk_reader_opts *opts,
 	}
 	r->next = next;
 	r->ctx = ctx;
+	r->faults0 = mk_mapguard_faults();
 	r->chunk = opts && opts->chunk_bytes ? opts->chunk_bytes :
 		   MK_READER_DEFAULT_CHUNK;
 	r->qdepth = opts && opts->qdepth ? opts->qdepth :
@@ -419,6 +448,24 @@ int mk_reader_open(struct mk_reader **out, const struct mk_reader_opts *opts,
 out:
 	mk_reader_free(r);
 	return rc;
+}
+
+int mk_reader_explain(const struct mk_reader *r, const struct mk_read_req *req, int rc, struct mk_err *err)
+{
+	struct stat st;
+	char name[1024];
+
+	if (rc >= 0)
+		return rc;
+	if (mk_mapguard_check(r->faults0, err) < 0)
+		return -MK_ECORRUPT;
+	if (req->remote || req->fd < 0 || fstat(req->fd, &st) < 0 ||
+	    (uint64_t)st.st_size >= req->off + req->len)
+		return rc;
+	mk__rd_fd_name(req->fd, name, sizeof(name));
+	return mk_err_set(err, MK_ECORRUPT, "%s was truncated while being read (it has %llu bytes, %llu were "
+			  "read from it)", name, (unsigned long long)st.st_size,
+			  (unsigned long long)(req->off + req->len));
 }
 
 void mk_reader_free(struct mk_reader *r)

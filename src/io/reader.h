@@ -69,11 +69,19 @@ int mk_reader_open(struct mk_reader **out, const struct mk_reader_opts *opts,
 /* Next extent's data, in request order.  Returns 1 with *data and *req set
  * (data valid until the next call of mk_reader_get or mk_reader_free),
  * 0 at the end, or a negative code.  A short read (end of file before
- * off+len) is an MK_ECORRUPT error naming the file offset. */
+ * off+len) is an MK_ECORRUPT error, "PATH was truncated while being read"
+ * with the file offset. */
 int mk_reader_get(struct mk_reader *r, const void **data,
 		  struct mk_read_req *req, struct mk_err *err);
 
 void mk_reader_free(struct mk_reader *r);
+
+/* After a failure to pass on an extent's bytes (a write from a map, a
+ * splice from the file that came up short): when the extent's file is
+ * now shorter than the extent's end, or a guarded map lost pages
+ * (core/mapguard.h), replace *err with "PATH was truncated while being
+ * read" and return its code; else return rc unchanged. */
+int mk_reader_explain(const struct mk_reader *r, const struct mk_read_req *req, int rc, struct mk_err *err);
 
 /* "uring", "uring (registered buffers)", "mmap", "pread", ... */
 const char *mk_reader_backend(const struct mk_reader *r);

@@ -15,7 +15,6 @@
 #include <unistd.h>
 #include "reader_impl.h"
 #include "hub/hub_impl.h"
-#include "core/fsutil.h"
 
 struct http_slot {
 	CURL *e;
@@ -77,6 +76,14 @@ static int slot_start(struct mk_reader *r, unsigned p, struct mk_err *err)
 	void **ctx = s->ctx;
 	int rc;
 
+	/* libcurl is loaded (and the multi handle made) at the first remote
+	 * extent: a reader that only meets local files needs neither */
+	if (!st->m) {
+		if (!mk__hub_settings(err))
+			return -MK_EIO;
+		if (!(st->m = curl_multi_init()))
+			return mk_err_set(err, MK_ENOMEM, "http reader: out of memory");
+	}
 	if (!s->e && !(s->e = curl_easy_init()))
 		return mk_err_set(err, MK_ENOMEM, "http reader: out of memory");
 	curl_easy_reset(s->e);
@@ -106,13 +113,9 @@ static int http_open(struct mk_reader *r, struct mk_err *err)
 	r->backend_state = st;
 	st->slots = calloc(r->cap, sizeof(*st->slots));
 	r->slab = malloc((size_t)r->cap * r->chunk);
-	if (!st->slots || !r->slab || !(st->m = curl_multi_init())) {
+	if (!st->slots || !r->slab) {
 		rc = mk_err_set(err, MK_ENOMEM, "http reader: cannot allocate %u slots of %zu bytes",
 				r->cap, r->chunk);
-		goto out;
-	}
-	if (!mk__hub_settings(err)) {
-		rc = -MK_EIO;
 		goto out;
 	}
 	snprintf(r->backend, sizeof(r->backend), "http (range requests)");
@@ -195,7 +198,7 @@ static int http_wait(struct mk_reader *r, unsigned p, const void **data, struct 
 	void *slot = r->slab + (size_t)p * r->chunk;
 
 	if (!q->remote) {
-		int rc = mk_pread_exact(q->fd, slot, q->len, q->off, "http reader", err);
+		int rc = mk__rd_pread(q, slot, err);
 		if (rc < 0)
 			return rc;
 		*data = slot;
@@ -237,7 +240,8 @@ static void http_close(struct mk_reader *r)
 					curl_multi_remove_handle(st->m, s->e);
 				curl_easy_cleanup(s->e);
 			}
-			curl_slist_free_all(s->hdrs);
+			if (s->hdrs)
+				curl_slist_free_all(s->hdrs);
 		}
 		if (st->m)
 			curl_multi_cleanup(st->m);

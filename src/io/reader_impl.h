@@ -81,6 +81,7 @@ struct mk_reader {
 	int pend;              /* deferred error (negative MK_E*) */
 	struct mk_err pend_err;
 	int failed;            /* sticky error returned by get */
+	unsigned long faults0; /* mk_mapguard_faults() at open */
 	struct mk_err fail_err;
 
 	struct rd_file *files;
@@ -112,6 +113,9 @@ void mk__rd_fd_name(int fd, char *buf, size_t size);
 /* The MK_ECORRUPT error for an extent that ended early after `got` bytes. */
 int mk__rd_truncated(const struct mk_read_req *req, size_t got,
 		     struct mk_err *err);
+/* Read the extent's bytes whole into buf by pread (EINTR and short reads
+ * retried); a file that ends first is mk__rd_truncated's error. */
+int mk__rd_pread(const struct mk_read_req *q, void *buf, struct mk_err *err);
 /* Is every page of fd's bytes [off, off + len) in the page cache?  Asked
  * of the kernel in one call (cachestat(2), Linux 6.5); false when it
  * cannot say.  A prefetch of cached pages is skipped: it finds nothing to

@@ -21,14 +21,19 @@
  * process's RSS stays near one chunk however large the file is.
  *
  * A file truncated by someone else while it is mapped makes a read of the
- * lost pages raise SIGBUS; the size is checked when the extent is queued,
- * which catches a file that is short to begin with.
+ * lost pages raise SIGBUS, in whichever thread reads them (the copy, a
+ * checksum, a merge worker handed the bytes by a channel).  Each map is
+ * guarded (core/mapguard.h): the fault reads zeros instead, and the next
+ * mk_reader_get fails with "PATH was truncated while being read", as does
+ * mk-pack before it would commit an output.  The size is also checked
+ * when an extent is queued, which catches a file short to begin with.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include "core/mapguard.h"
 #include "reader_impl.h"
 
 #ifndef MADV_POPULATE_READ
@@ -116,6 +121,7 @@ static int mmap_issue(struct mk_reader *r, unsigned p, struct mk_err *err)
 	struct rd_file *f = &r->files[e->file];
 	const struct mk_read_req *q = &e->req;
 	struct rd_span s;
+	char name[512];
 	int rc = 0;
 
 	if (q->off + q->len > f->size) {
@@ -129,6 +135,13 @@ static int mmap_issue(struct mk_reader *r, unsigned p, struct mk_err *err)
 
 		if (m == MAP_FAILED) {
 			rc = mk__rd_sys(q, errno, "mmap", err);
+			goto out;
+		}
+		mk__rd_fd_name(f->fd, name, sizeof(name));
+		if (mk_mapguard_add(m, (size_t)f->size, name) < 0) {
+			munmap(m, (size_t)f->size);
+			rc = mk_err_set(err, MK_EUNSUPPORTED, "mmap reader: %s cannot be mapped safely "
+					"(too many files mapped at once); use MK_IO=pread", name);
 			goto out;
 		}
 		f->map = m;
@@ -218,7 +231,7 @@ static void mmap_close(struct mk_reader *r)
 	}
 	for (i = 0; i < r->nfiles; i++) {
 		if (r->files[i].map)
-			munmap(r->files[i].map, (size_t)r->files[i].size);
+			mk_mapguard_unmap(r->files[i].map, (size_t)r->files[i].size);
 		r->files[i].map = NULL;
 	}
 }

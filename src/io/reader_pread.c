@@ -38,28 +38,10 @@ static int pread_issue(struct mk_reader *r, unsigned p, struct mk_err *err)
 static int pread_wait(struct mk_reader *r, unsigned p, const void **data,
 		      struct mk_err *err)
 {
-	const struct mk_read_req *q = &r->q[p].req;
-	size_t done = 0;
-	int rc = 0;
+	int rc = mk__rd_pread(&r->q[p].req, r->slab, err);
 
-	while (done < q->len) {
-		ssize_t n = pread(q->fd, r->slab + done, q->len - done,
-				  (off_t)(q->off + done));
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			rc = mk__rd_sys(q, errno, "read", err);
-			goto out;
-		}
-		if (n == 0) {
-			rc = mk__rd_truncated(q, done, err);
-			goto out;
-		}
-		done += (size_t)n;
-	}
-	*data = r->slab;
-out:
+	if (rc == 0)
+		*data = r->slab;
 	return rc;
 }
 

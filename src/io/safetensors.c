@@ -5,10 +5,19 @@
  * SafeTensors::read_metadata then Metadata::validate); messages carry the
  * reference's error names so a user can compare with what Python says.
  *
- * Integers (shape, data_offsets) must be JSON integers >= 0.  jansson reads
- * them as long long, so values >= 2^63 fail as a JSON error (the reference
- * accepts up to 2^64-1, which no real file can use).  No 2^48 cap (the
- * schema's) is applied: the reference does not apply one either.
+ * Integers (shape, data_offsets) must be JSON integers >= 0, up to 2^64-1
+ * as in the reference.  No 2^48 cap (the schema's) is applied: the
+ * reference does not apply one either.
+ *
+ * The header is read in one pass by st_json.c's scanner, straight into
+ * the arrays kept (no JSON tree): its cost is linear in its bytes, and
+ * its memory, besides the header read, is an arena of the header's size
+ * for the strings, plus per tensor its struct and index (about 120 bytes;
+ * a tensor's entry takes 50 or more) and per metadata entry 16 bytes (an
+ * entry takes 6 or more): at most about 4 times the header's bytes.  A
+ * repeated key is refused at every level the reader uses (the tensors,
+ * __metadata__'s keys, a tensor's fields); an unknown field's value is
+ * skipped with only its syntax checked.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -18,7 +27,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <jansson.h>
+#include "core/fsutil.h"
 #include "core/hash.h"
 #include "io/safetensors.h"
 #include "st_impl.h"
@@ -46,9 +55,8 @@ static uint64_t le64(const uint8_t *p)
 	return v;
 }
 
-/* Rust's str::from_utf8 rules: no overlongs, no surrogates, <= U+10FFFF.
- * Returns the offset of the first bad byte, or len when all is valid. */
-static size_t utf8_check(const uint8_t *s, size_t len)
+/* (st_impl.h) */
+size_t mk__st_utf8_check(const uint8_t *s, size_t len)
 {
 	size_t i = 0;
 
@@ -89,19 +97,6 @@ static size_t utf8_check(const uint8_t *s, size_t len)
 	return len;
 }
 
-static int get_u64(const json_t *v, uint64_t *out)
-{
-	json_int_t x;
-
-	if (!json_is_integer(v))
-		return -1;
-	x = json_integer_value(v);
-	if (x < 0)
-		return -1;
-	*out = (uint64_t)x;
-	return 0;
-}
-
 static void fmt_shape(char *buf, size_t size, const uint64_t *shape,
 		      unsigned ndim)
 {
@@ -115,57 +110,179 @@ static void fmt_shape(char *buf, size_t size, const uint64_t *shape,
 		snprintf(buf + n, size - n, "]");
 }
 
-/* Convert one tensor entry; `name` already points into the arena. */
-static int read_tensor(const json_t *v, struct mk_st_tensor *t,
-		       const char *label, struct mk_err *err)
+/* Read one tensor's entry, the value after its name; `tmp` is arena room
+ * for a field name or dtype (st_json.c: it fits). */
+static int read_tensor(struct mk__sj *j, struct mk_st_tensor *t, char *tmp, const char *label,
+		       struct mk_err *err)
 {
-	const json_t *dt, *shape, *offs, *x;
-	size_t i;
+	bool first = true, seen[3] = { false, false, false };
+	static const char *const field[3] = { "dtype", "shape", "data_offsets" };
+	size_t len, k;
+	int more;
 
-	if (!json_is_object(v))
-		return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': entry is not "
+	if (mk__sj_peek(j) != '{')
+		return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': entry is not "
 				  "a JSON object (InvalidHeaderDeserialization)",
 				  label, t->name);
-	dt = json_object_get(v, "dtype");
-	shape = json_object_get(v, "shape");
-	offs = json_object_get(v, "data_offsets");
-	if (!dt || !shape || !offs)
-		return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': missing field "
-				  "\"%s\" (InvalidHeaderDeserialization)", label,
-				  t->name, !dt ? "dtype" : !shape ? "shape" :
-				  "data_offsets");
-	if (!json_is_string(dt))
-		return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': dtype is not "
-				  "a string (InvalidHeaderDeserialization)", label,
-				  t->name);
-	if (mk_dtype_from_name(json_string_value(dt), &t->desc.dtype) < 0)
-		return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': unknown dtype "
-				  "'%s' (InvalidHeaderDeserialization)", label,
-				  t->name, json_string_value(dt));
-	if (!json_is_array(shape))
-		return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': shape is not "
-				  "an array (InvalidHeaderDeserialization)", label,
-				  t->name);
-	json_array_foreach(shape, i, x) {
-		if (i >= MK_MAX_DIMS)
-			return mk_err_set(err, MK_EUNSUPPORTED, "%s: tensor '%s': "
-					  "%zu dimensions; mk supports at most %d",
-					  label, t->name, json_array_size(shape),
-					  MK_MAX_DIMS);
-		if (get_u64(x, &t->desc.shape[i]) < 0)
-			return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': shape[%zu] "
-					  "is not a non-negative integer "
-					  "(InvalidHeaderDeserialization)", label,
-					  t->name, i);
+	j->p++;
+	while ((more = mk__sj_more(j, '}', &first)) == 1) {
+		if (mk__sj_string(j, tmp, &len) < 0 || mk__sj_expect(j, ':') < 0)
+			return j->rc;
+		for (k = 0; k < 3 && strcmp(tmp, field[k]); k++)
+			;
+		if (k == 3) {
+			if (mk__sj_skip(j) < 0)
+				return j->rc;
+			continue;
+		}
+		if (seen[k])
+			return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': duplicate object key "
+					  "'%s' (InvalidHeaderDeserialization)", label, t->name, field[k]);
+		seen[k] = true;
+		if (k == 0) {
+			if (mk__sj_peek(j) != '"')
+				return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': dtype is not "
+						  "a string (InvalidHeaderDeserialization)", label,
+						  t->name);
+			if (mk__sj_string(j, tmp, &len) < 0)
+				return j->rc;
+			if (mk_dtype_from_name(tmp, &t->desc.dtype) < 0)
+				return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': unknown dtype "
+						  "'%s' (InvalidHeaderDeserialization)", label,
+						  t->name, tmp);
+		} else if (k == 1) {
+			bool f2 = true;
+			size_t i = 0;
+			uint64_t x;
+			if (mk__sj_peek(j) != '[')
+				return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': shape is not "
+						  "an array (InvalidHeaderDeserialization)", label,
+						  t->name);
+			j->p++;
+			while ((more = mk__sj_more(j, ']', &f2)) == 1) {
+				int r = mk__sj_u64(j, &x);
+				if (r < 0)
+					return r;
+				if (r > 0)
+					return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': shape[%zu] "
+							  "is not a non-negative integer "
+							  "(InvalidHeaderDeserialization)", label,
+							  t->name, i);
+				if (i < MK_MAX_DIMS)
+					t->desc.shape[i] = x;
+				i++;
+			}
+			if (more < 0)
+				return more;
+			if (i > MK_MAX_DIMS)
+				return mk_err_set(err, MK_EUNSUPPORTED, "%s: tensor '%s': "
+						  "%zu dimensions; mk supports at most %d",
+						  label, t->name, i, MK_MAX_DIMS);
+			t->desc.ndim = (unsigned)i;
+		} else {
+			bool f2 = true;
+			size_t i = 0;
+			uint64_t x[2];
+			int r = 0;
+			if (mk__sj_peek(j) == '[') {
+				j->p++;
+				while ((more = mk__sj_more(j, ']', &f2)) == 1 && i < 2 &&
+				       (r = mk__sj_u64(j, &x[i])) == 0)
+					i++;
+				if (more < 0 || r < 0)
+					return j->rc ? j->rc : r;
+			}
+			if (i != 2 || more != 0 || r > 0)
+				return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': data_offsets is "
+						  "not an array of two non-negative integers "
+						  "(InvalidHeaderDeserialization)", label, t->name);
+			t->begin = x[0];
+			t->end = x[1];
+		}
 	}
-	t->desc.ndim = (unsigned)json_array_size(shape);
-	if (!json_is_array(offs) || json_array_size(offs) != 2 ||
-	    get_u64(json_array_get(offs, 0), &t->begin) < 0 ||
-	    get_u64(json_array_get(offs, 1), &t->end) < 0)
-		return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': data_offsets is "
-				  "not an array of two non-negative integers "
-				  "(InvalidHeaderDeserialization)", label, t->name);
+	if (more < 0)
+		return more;
+	for (k = 0; k < 3; k++)
+		if (!seen[k])
+			return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': missing field "
+					  "\"%s\" (InvalidHeaderDeserialization)", label,
+					  t->name, field[k]);
 	return 0;
+}
+
+/* "__metadata__"'s value: null (absent, as serde reads it) or an object
+ * of strings, kept in the arena at *off. */
+static int read_meta(struct mk__sj *j, struct st_file *sf, size_t *off, size_t *cap, const char *label,
+		     struct mk_err *err)
+{
+	struct mk_st_file *f = &sf->pub;
+	bool first = true;
+	size_t kl, vl;
+	int more;
+
+	if (mk__sj_peek(j) == 'n')
+		return mk__sj_skip(j);
+	if (mk__sj_peek(j) != '{')
+		return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: __metadata__ is not an object "
+				  "of strings (InvalidHeaderDeserialization)", label);
+	j->p++;
+	while ((more = mk__sj_more(j, '}', &first)) == 1) {
+		char *key = sf->strings + *off;
+		if (mk__sj_string(j, key, &kl) < 0 || mk__sj_expect(j, ':') < 0)
+			return j->rc;
+		if (mk__sj_peek(j) != '"')
+			return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: __metadata__ value "
+					  "for '%s' is not a string "
+					  "(InvalidHeaderDeserialization)", label, key);
+		if (mk__sj_string(j, key + kl + 1, &vl) < 0)
+			return j->rc;
+		if (f->nmeta == *cap) {
+			size_t nc = *cap ? 2 * *cap : 16;
+			struct mk_st_meta *m = realloc(f->meta, nc * sizeof(*m));
+			if (!m)
+				return mk_err_set(err, MK_ENOMEM, "%s: out of memory reading the header", label);
+			f->meta = m;
+			*cap = nc;
+		}
+		f->meta[f->nmeta].key = key;
+		f->meta[f->nmeta++].value = key + kl + 1;
+		*off += kl + 1 + vl + 1;
+	}
+	return more;
+}
+
+static int cmp_meta_key(const void *a, const void *b, void *ctx)
+{
+	const struct mk_st_meta *m = ctx;
+
+	return strcmp(m[*(const size_t *)a].key, m[*(const size_t *)b].key);
+}
+
+/* A key twice: among the tensors (by_name sorted) or __metadata__'s. */
+static int check_unique(struct st_file *sf, const char *label, struct mk_err *err)
+{
+	struct mk_st_file *f = &sf->pub;
+	size_t *mi;
+	int rc = 0;
+
+	for (size_t i = 1; i < f->ntensors; i++)
+		if (!strcmp(f->tensors[sf->by_name[i]].name, f->tensors[sf->by_name[i - 1]].name))
+			return mk_err_set(err, MK_EFORMAT, "%s: duplicate object key '%s' "
+					  "(InvalidHeaderDeserialization)", label,
+					  f->tensors[sf->by_name[i]].name);
+	if (f->nmeta < 2)
+		return 0;
+	if (!(mi = malloc(f->nmeta * sizeof(*mi))))
+		return mk_err_set(err, MK_ENOMEM, "%s: out of memory reading the header", label);
+	for (size_t i = 0; i < f->nmeta; i++)
+		mi[i] = i;
+	qsort_r(mi, f->nmeta, sizeof(*mi), cmp_meta_key, f->meta);
+	for (size_t i = 1; i < f->nmeta && !rc; i++)
+		if (!strcmp(f->meta[mi[i]].key, f->meta[mi[i - 1]].key))
+			rc = mk_err_set(err, MK_EFORMAT, "%s: __metadata__: duplicate object key '%s' "
+					"(InvalidHeaderDeserialization)", label, f->meta[mi[i]].key);
+	free(mi);
+	return rc;
 }
 
 static int cmp_offsets(const void *a, const void *b)
@@ -324,19 +441,18 @@ int mk_st_parse(const void *buf, size_t len, uint64_t file_size,
 	const uint8_t *p = buf;
 	struct st_file *sf = NULL;
 	struct mk_st_file *f;
-	json_t *root = NULL, *meta = NULL;
-	json_error_t jerr;
-	const char *key;
-	json_t *val;
-	size_t arena = 0, off = 0, bad, ti = 0, mi = 0;
+	struct mk__sj j = { .what = "header", .kind = "InvalidHeaderDeserialization", .err = err };
+	size_t off = 0, bad, kl, tcap = 0, mcap = 0;
 	uint64_t n, data_len = 0, total;
-	int rc;
+	bool first = true, have_meta = false;
+	int rc, more;
 
 	*out = NULL;
 	if (!label)
 		label = "safetensors header";
 	if (len > file_size)
 		len = (size_t)file_size;     /* bytes past EOF are not the file's */
+	j.label = label;
 
 	/* read_metadata: 1. HeaderTooSmall, 2. HeaderTooLarge,
 	 * 3. InvalidHeaderLength, 4. InvalidHeader (UTF-8),
@@ -372,95 +488,83 @@ int mk_st_parse(const void *buf, size_t len, uint64_t file_size,
 				label, n, len);
 		goto out;
 	}
-	bad = utf8_check(p + 8, (size_t)n);
+	bad = mk__st_utf8_check(p + 8, (size_t)n);
 	if (bad != n) {
 		rc = mk_err_set(err, MK_EFORMAT, "%s: header is not valid UTF-8 "
 				"(bad byte 0x%02x at header offset %zu) (InvalidHeader)",
 				label, p[8 + bad], bad);
 		goto out;
 	}
-	root = json_loadb((const char *)p + 8, (size_t)n, JSON_REJECT_DUPLICATES,
-			  &jerr);
-	if (!root) {
-		rc = mk_err_set(err, MK_EFORMAT, "%s: header is not valid JSON: %s "
-				"(line %d, column %d) (InvalidHeaderDeserialization)",
-				label, jerr.text, jerr.line, jerr.column);
-		goto out;
-	}
-	if (!json_is_object(root)) {
-		rc = mk_err_set(err, MK_EFORMAT, "%s: header is not a JSON object "
-				"(InvalidHeaderDeserialization)", label);
-		goto out;
-	}
-
-	/* Size the allocations: one arena for every string. */
-	meta = json_object_get(root, "__metadata__");
-	if (meta && !json_is_null(meta) && !json_is_object(meta)) {
-		rc = mk_err_set(err, MK_EFORMAT, "%s: __metadata__ is not an object "
-				"of strings (InvalidHeaderDeserialization)", label);
-		goto out;
-	}
-	if (meta && json_is_null(meta))   /* serde reads null as "absent" */
-		meta = NULL;
-	json_object_foreach(root, key, val)
-		arena += strlen(key) + 1;
-	if (meta) {
-		json_object_foreach(meta, key, val) {
-			if (!json_is_string(val)) {
-				rc = mk_err_set(err, MK_EFORMAT, "%s: __metadata__ value "
-						"for '%s' is not a string "
-						"(InvalidHeaderDeserialization)", label, key);
-				goto out;
-			}
-			arena += strlen(key) + 1 + json_string_length(val) + 1;
-		}
-	}
-
 	sf = calloc(1, sizeof(*sf));
 	if (!sf)
 		goto nomem;
 	f = &sf->pub;
-	f->ntensors = json_object_size(root) -
-		      (json_object_get(root, "__metadata__") ? 1 : 0);
-	f->nmeta = meta ? json_object_size(meta) : 0;
 	f->path = strdup(label);
-	f->tensors = calloc(f->ntensors ? f->ntensors : 1, sizeof(*f->tensors));
-	f->meta = calloc(f->nmeta ? f->nmeta : 1, sizeof(*f->meta));
-	sf->by_name = calloc(f->ntensors ? f->ntensors : 1, sizeof(*sf->by_name));
-	sf->strings = malloc(arena ? arena : 1);
-	if (!f->path || !f->tensors || !f->meta || !sf->by_name || !sf->strings)
+	/* every string kept decodes to fewer bytes than its JSON text */
+	sf->strings = malloc((size_t)n + 1);
+	if (!f->path || !sf->strings)
 		goto nomem;
 	f->file_size = file_size;
 	f->header_len = n;
 	f->data_start = 8 + n;
-
-	if (meta) {
-		json_object_foreach(meta, key, val) {
-			struct mk_st_meta *m = &f->meta[mi++];
-			size_t kl = strlen(key) + 1, vl = json_string_length(val);
-
-			m->key = memcpy(sf->strings + off, key, kl);
-			off += kl;
-			/* jansson rejects \u0000 unless JSON_ALLOW_NUL, so the
-			 * value has no embedded NUL. */
-			m->value = memcpy(sf->strings + off, json_string_value(val), vl);
-			m->value[vl] = '\0';
-			off += vl + 1;
-		}
+	j.start = j.p = (const char *)p + 8;
+	j.end = j.start + n;
+	if (mk__sj_peek(&j) != '{') {
+		rc = mk_err_set(err, MK_EFORMAT, mk__sj_peek(&j) < 0 ?
+				"%s: header is not valid JSON: no value (InvalidHeaderDeserialization)" :
+				"%s: header is not a JSON object (InvalidHeaderDeserialization)", label);
+		goto out;
 	}
-	json_object_foreach(root, key, val) {
+	j.p++;
+	while ((more = mk__sj_more(&j, '}', &first)) == 1) {
+		char *key = sf->strings + off;
 		struct mk_st_tensor *t;
-		size_t kl = strlen(key) + 1;
 
-		if (!strcmp(key, "__metadata__"))
+		if (mk__sj_string(&j, key, &kl) < 0 || mk__sj_expect(&j, ':') < 0)
+			goto json;
+		if (!strcmp(key, "__metadata__")) {
+			if (have_meta) {
+				rc = mk_err_set(err, MK_EFORMAT, "%s: duplicate object key "
+						"'__metadata__' (InvalidHeaderDeserialization)", label);
+				goto out;
+			}
+			have_meta = true;
+			rc = read_meta(&j, sf, &off, &mcap, label, err);
+			if (rc < 0)
+				goto out;
 			continue;
-		t = &f->tensors[ti++];
-		t->name = memcpy(sf->strings + off, key, kl);
-		off += kl;
-		rc = read_tensor(val, t, label, err);
+		}
+		off += kl + 1;
+		if (f->ntensors == tcap) {
+			size_t nc = tcap ? 2 * tcap : 64;
+			t = realloc(f->tensors, nc * sizeof(*t));
+			if (!t)
+				goto nomem;
+			f->tensors = t;
+			tcap = nc;
+		}
+		t = &f->tensors[f->ntensors++];
+		memset(t, 0, sizeof(*t));
+		t->name = key;
+		rc = read_tensor(&j, t, sf->strings + off, label, err);
 		if (rc < 0)
 			goto out;
 	}
+	if ((rc = mk__sj_finish(&j, more)) < 0)
+		goto out;
+	if (!f->tensors && !(f->tensors = malloc(sizeof(*f->tensors))))
+		goto nomem;
+	if (!f->meta && !(f->meta = malloc(sizeof(*f->meta))))
+		goto nomem;
+	sf->by_name = malloc((f->ntensors ? f->ntensors : 1) * sizeof(*sf->by_name));
+	if (!sf->by_name)
+		goto nomem;
+	for (size_t i = 0; i < f->ntensors; i++)
+		sf->by_name[i] = i;
+	qsort_r(sf->by_name, f->ntensors, sizeof(*sf->by_name), cmp_by_name, f->tensors);
+	rc = check_unique(sf, label, err);
+	if (rc < 0)
+		goto out;
 
 	qsort(f->tensors, f->ntensors, sizeof(*f->tensors), cmp_offsets);
 	rc = validate(f, label, &data_len, err);
@@ -483,11 +587,13 @@ int mk_st_parse(const void *buf, size_t len, uint64_t file_size,
 	sf = NULL;
 	rc = 0;
 	goto out;
+json:
+	rc = j.rc;
+	goto out;
 nomem:
 	rc = mk_err_set(err, MK_ENOMEM, "%s: out of memory reading the header",
 			label);
 out:
-	json_decref(root);
 	if (sf)
 		mk_st_file_free(&sf->pub);
 	return rc;
@@ -543,18 +649,9 @@ int mk_st_open(const char *path, struct mk_st_file **out, struct mk_err *err)
 	int fd, rc;
 
 	*out = NULL;
-	/* O_NONBLOCK: a FIFO must not hang the open; it fails S_ISREG. */
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	fd = mk_file_open(path, &st, err);
 	if (fd < 0)
-		return mk_err_sys(err, errno, "%s: cannot open", path);
-	if (fstat(fd, &st) < 0) {
-		rc = mk_err_sys(err, errno, "%s: cannot stat", path);
-		goto out;
-	}
-	if (!S_ISREG(st.st_mode)) {
-		rc = mk_err_set(err, MK_EINVAL, "%s: not a regular file", path);
-		goto out;
-	}
+		return fd;
 	size = (uint64_t)st.st_size;
 	if (size < 8) {
 		rc = mk_st_parse(head, 0, size, path, out, err);
@@ -717,7 +814,7 @@ static int header_build(struct mk_st_out_tensor *t, size_t n, size_t align, bool
 					t[i].name : "(null)");
 			goto out;
 		}
-		if (utf8_check((const uint8_t *)t[i].name, strlen(t[i].name)) !=
+		if (mk__st_utf8_check((const uint8_t *)t[i].name, strlen(t[i].name)) !=
 		    strlen(t[i].name)) {
 			rc = mk_err_set(err, MK_EINVAL, "tensor name '%s' is not "
 					"valid UTF-8", t[i].name);

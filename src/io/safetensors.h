@@ -102,9 +102,12 @@ struct mk_st_index {
 	char **shards;               /* sorted, unique shard file names */
 	size_t nentries;
 	struct mk_st_index_entry *entries; /* in the file's weight_map order */
+	char *strings;               /* owns the entries' tensor names */
 };
 
-/* Parse an index file's bytes.  Rejects: invalid JSON, duplicate keys,
+/* Parse an index file's bytes, in one pass (st_json.c; memory about 4
+ * times the index's bytes besides them).  Rejects: invalid JSON (UTF-8),
+ * a repeated "weight_map" or tensor,
  * missing/non-object weight_map, non-string shard names, shard names that
  * are empty, absolute, contain '/' or '\\' or are "." / "..".
  * `label` names the file in messages. */

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "core/fsutil.h"
 #include "core/hash.h"
 #include "io/torchbin.h"
 #include "st_impl.h"
@@ -894,15 +895,9 @@ int mk_torchbin_open(const char *path, struct mk_st_file **out, struct mk_err *e
 	int rc;
 
 	*out = NULL;
-	s.fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	s.fd = mk_file_open(path, &st, err);
 	if (s.fd < 0)
-		return mk_err_sys(err, errno, "%s: cannot open", path);
-	if (fstat(s.fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		rc = fstat(s.fd, &st) < 0 ? mk_err_sys(err, errno, "%s: cannot stat", path) :
-					    mk_err_set(err, MK_EINVAL, "%s: not a regular file", path);
-		close(s.fd);
-		return rc;
-	}
+		return s.fd;
 	s.size = (uint64_t)st.st_size;
 	rc = parse(&s, out, err);
 	close(s.fd);

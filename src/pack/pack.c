@@ -10,6 +10,7 @@
 #include "core/budget.h"
 #include "core/fsutil.h"
 #include "core/hash.h"
+#include "core/mapguard.h"
 #include "journal/journal.h"
 #include "stream/manifest.h"
 #include "mk/stream.h"
@@ -93,6 +94,10 @@ static int finish(struct pack *p, struct mk_err *err)
 	struct stat sb;
 	int rc;
 
+	/* in one process with the reader (mk-yaml), a model file truncated
+	 * under a mapping of it gave zeros: never an output */
+	if ((rc = mk_mapguard_check(p->faults0, err)) < 0)
+		return rc;
 	for (size_t i = 0; i < p->man->ntensors; i++)
 		if (p->slot[i].got != p->man->tensors[i].nelem)
 			return mk_err_set(err, MK_ECORRUPT,
@@ -179,7 +184,7 @@ out:
 int mk_pack_run(const struct mk_pack_opts *o, struct mk_io in, const char *label,
 		struct mk_pack_stats *st, struct mk_err *err)
 {
-	struct pack p = { .o = o, .jfd = -1, .st = st };
+	struct pack p = { .o = o, .jfd = -1, .st = st, .faults0 = mk_mapguard_faults() };
 	struct mk_stream_reader *r = NULL;
 	struct mk_frame f;
 	uint8_t **hdrs = NULL;

@@ -89,6 +89,7 @@ struct syncer {
 
 struct pack {
 	const struct mk_pack_opts *o;
+	unsigned long faults0;   /* mk_mapguard_faults() at the start */
 	char *partial;           /* OUT.mk-partial */
 	struct mk_manifest *man;
 	size_t nshards;

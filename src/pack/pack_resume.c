@@ -44,11 +44,12 @@ int mk__pack_resume_verify(struct pack *p, const struct mk_journal *j, struct mk
 				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 				break;
 			}
-			fds[sl->shard] = open(path, O_RDONLY | O_CLOEXEC);
+			struct mk_err e = { 0 };
+			fds[sl->shard] = mk_file_open(path, NULL, &e);
 			if (fds[sl->shard] < 0)
-				rc = mk_err_sys(err, errno,
+				rc = mk_err_set(err, e.code,
 						"%s (its journal says tensor '%s' is written there); remove %s to start over",
-						path, t->name, p->partial);
+						e.msg, t->name, p->partial);
 			free(path);
 			if (rc)
 				break;

@@ -159,7 +159,8 @@ enum { TP_NEXT = 0, TP_DONE = 1 };
 /* Read a model's file, which must resolve inside the model (mk_model_path). */
 int plan_model_file_read(const struct mk_model *m, const char *name, uint8_t **buf, size_t *len,
 			 struct mk_err *err);
-/* Does the model's directory hold a regular file NAME? */
+/* Does the model's directory hold NAME (a regular file, or something
+ * else that plan_model_file_read will refuse by name)? */
 bool plan_has_file(const struct pmodel *donor, const char *name);
 /* The plan's index of a referenced model, or -1. */
 long plan_model_index(const struct mk_plan *p, const struct mk_model_ref *r);

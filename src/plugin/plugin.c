@@ -89,7 +89,8 @@ static int check_before_dlopen(const char *path, int *fd, struct mk_err *err)
 	size_t len;
 	int rc;
 
-	*fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	/* O_NONBLOCK: a FIFO must not hang the open; it fails S_ISREG below */
+	*fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	if (*fd < 0 && errno == ELOOP)
 		return mk_err_set(err, MK_EINVAL, "plugin %s: a symbolic link; name the file itself", path);
 	if (*fd < 0)

@@ -15,6 +15,7 @@
 #include "cuda/cuda.h"
 #include "fetch/fetch.h"
 #include "core/fsutil.h"
+#include "core/mapguard.h"
 #include "merge/merge.h"
 #include "journal/outlock.h"
 #include "pack/pack.h"
@@ -161,6 +162,7 @@ struct run {
 	bool mu_live;
 	int finished;
 	volatile int cancelled;        /* a cancel was acted on */
+	unsigned long faults0;         /* mk_mapguard_faults() at the start */
 	int first_fail;                /* the stage that failed first, or -1:
 					  the others then failed for want of
 					  its stream (an end, EPIPE) */
@@ -297,7 +299,7 @@ static void pack_progress(void *ctx, uint64_t done, uint64_t total, size_t tenso
 
 static void run_init(struct run *r, const struct mk_run_opts *o, struct run_group *grp)
 {
-	*r = (struct run){ .o = o, .first_fail = -1, .grp = grp };
+	*r = (struct run){ .o = o, .first_fail = -1, .grp = grp, .faults0 = mk_mapguard_faults() };
 	pthread_mutex_init(&r->mu, NULL);
 	r->mu_live = true;
 }
@@ -471,6 +473,11 @@ static int run_result(struct run *r, struct mk_err *err)
 	if (r->cancelled && r->first_fail >= 0)
 		return mk_err_set(err, MK_EIO, "cancelled%s", o->resume || o->keep_partial_on_cancel ? " (OUT.mk-partial is kept for --resume)" : "");
 	if (r->first_fail >= 0) {
+		/* a model file truncated under a map of it: the stages fail on
+		 * the zeros read in its place, each its own way; the cause is
+		 * the truncation (core/mapguard.h) */
+		if (mk_mapguard_check(r->faults0, err) < 0)
+			return -MK_ECORRUPT;
 		*err = r->err[r->first_fail];
 		return mk_err_prefix(err, "%s: ", stage_name[r->first_fail]);
 	}

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include "core/mapguard.h"
 #include "chan_impl.h"
 #include "mk/stream.h"
 
@@ -19,14 +20,14 @@ struct blk {
 void mk_frame_keep_release(struct mk_frame_keep *k)
 {
 	if (k->map)
-		munmap(k->map, k->len);
+		mk_mapguard_unmap(k->map, k->len);
 	*k = (struct mk_frame_keep){ 0 };
 }
 
 static void blk_free(struct blk *b)
 {
 	if (b->map)
-		munmap(b->map, b->cap);
+		mk_mapguard_unmap(b->map, b->cap);
 	else
 		free(b->buf);
 	free(b);
@@ -220,7 +221,7 @@ int mk__chan_write_map(struct mk_chan *c, uint8_t *frame, size_t len, void *map,
 	struct blk *b = malloc(sizeof(*b));
 
 	if (!b) {
-		munmap(map, map_len);
+		mk_mapguard_unmap(map, map_len);
 		return -ENOMEM;
 	}
 	*b = (struct blk){ .buf = frame, .len = len, .cap = map_len, .map = map };

@@ -14,6 +14,7 @@
 #include <zstd_errors.h>
 #include "core/fsutil.h"
 #include "core/hash.h"
+#include "core/mapguard.h"
 #include "stream/piecewise.h"
 #include "stream/manifest.h"
 #include "mk/stream.h"
@@ -1307,6 +1308,22 @@ static int map_chunk(struct mk_stream_writer *w, const char *type, const struct 
 	m = mmap(NULL, (size_t)len, PROT_READ | PROT_WRITE, MAP_PRIVATE, src_fd, (off_t)a);
 	if (m == MAP_FAILED)
 		return 0;
+	/* the consumer reads these pages: a truncated file must not kill it */
+	char link[64], name[512];
+	ssize_t nl;
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", src_fd);
+	nl = readlink(link, name + 1, sizeof(name) - 3);
+	if (nl > 0) {
+		name[0] = '\'';
+		name[nl + 1] = '\'';
+		name[nl + 2] = '\0';
+	} else {
+		snprintf(name, sizeof(name), "the file of fd %d", src_fd);
+	}
+	if (mk_mapguard_add(m, (size_t)len, name) < 0) {
+		munmap(m, (size_t)len);
+		return 0;
+	}
 	h = m + (off - pre - a);
 	frame_hdr(h, type, 0, MK_CSUM_NONE, raw_len, raw_len);   /* a chunk on a channel (sw_sums) */
 	mk_chunk_encode(c, h + MK_FRAME_HDR);

@@ -377,13 +377,13 @@ int mk_merge_groups(const char *method, struct mk_group *g, size_t ng, enum mk_d
 static int read_tensor(const struct mk_st_file *f, const struct mk_st_tensor *t, void **out, struct mk_err *err)
 {
 	uint64_t len = t->end - t->begin;
-	int fd = open(f->path, O_RDONLY | O_CLOEXEC), rc = 0;
+	int fd = mk_file_open(f->path, NULL, err), rc = 0;
 	char *b = malloc(len ? len : 1);
 	uint64_t got = 0;
 
 	*out = NULL;
 	if (fd < 0 || !b) {
-		rc = fd < 0 ? mk_err_sys(err, errno, "%s", f->path) : mk_err_set(err, MK_ENOMEM, "out of memory");
+		rc = fd < 0 ? fd : mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
 	while (got < len) {

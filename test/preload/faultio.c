@@ -18,6 +18,10 @@
  *   shortall every call from the Nth on is short
  *   kill     the process is killed (SIGKILL) as it makes the call: a crash
  *            there, for the resume tests
+ *   stop     the process stops (SIGSTOP) as it makes the call, then makes
+ *            it as asked once continued: a test waits for the stop (state
+ *            T in /proc/PID/stat), changes what the program reads (a file
+ *            truncated under its maps) and sends SIGCONT
  * Only calls made from the program itself (libmk and the main, which the
  * programs link statically) after main has started are counted, and none
  * on fd 2 (the messages).  With MK_FAULT_IO_PROG=NAME only the program of
@@ -46,7 +50,7 @@ enum op { READ, PREAD, WRITE, PWRITE, DPWRITE, WRITEV, SPLICE, FSYNC, FDATASYNC,
 	  NOPS };
 static const char *const op_names[NOPS] = { "read", "pread", "write", "pwrite", "dpwrite", "writev", "splice",
 					    "fsync", "fdatasync", "ftruncate", "fallocate", "rename" };
-enum kind { NONE, EIO_, ENOSPC_, EINTR_, EINVAL_, SHORT, SHORTALL, KILL };
+enum kind { NONE, EIO_, ENOSPC_, EINTR_, EINVAL_, SHORT, SHORTALL, KILL, STOP };
 
 static unsigned long seen[NOPS];
 static int fault_op = -1;
@@ -85,7 +89,7 @@ __attribute__((constructor)) static void init(void)
 			fault_op = i;
 	fault_kind = !strcmp(kind, "eio") ? EIO_ : !strcmp(kind, "enospc") ? ENOSPC_ :
 		     !strcmp(kind, "eintr") ? EINTR_ : !strcmp(kind, "einval") ? EINVAL_ : !strcmp(kind, "short") ? SHORT :
-		     !strcmp(kind, "shortall") ? SHORTALL : !strcmp(kind, "kill") ? KILL : NONE;
+		     !strcmp(kind, "shortall") ? SHORTALL : !strcmp(kind, "kill") ? KILL : !strcmp(kind, "stop") ? STOP : NONE;
 	if (fault_op < 0 || fault_kind == NONE) {
 		fprintf(stderr, "faultio: bad MK_FAULT_IO '%s'\n", spec);
 		_exit(99);
@@ -105,6 +109,10 @@ static enum kind fault(enum op op, int fd, void *caller)
 		return NONE;
 	if (n == fault_at && fault_kind == KILL)
 		raise(SIGKILL);
+	if (n == fault_at && fault_kind == STOP) {
+		raise(SIGSTOP);
+		return NONE;
+	}
 	if (n == fault_at || (fault_kind == SHORTALL && n >= fault_at))
 		return fault_kind;
 	return NONE;
@@ -242,6 +250,7 @@ int io_uring_submit(struct io_uring *ring)
 		switch (fault(DPWRITE, sqe->fd, __builtin_return_address(0))) {
 		case NONE:
 		case KILL:             /* (fault() has killed the process) */
+		case STOP:             /* (fault() stopped it, then went on) */
 			break;
 		case SHORT:
 		case SHORTALL:

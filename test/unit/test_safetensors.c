@@ -196,9 +196,20 @@ static void test_wrong_types(void **state)
 	       4, MK_EFORMAT, "data_offsets is not an array of two");
 	reject("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4]}}",
 	       4, MK_EFORMAT, "data_offsets is not an array of two");
-	/* >= 2^63: jansson's "too big integer" */
+	/* up to 2^64 - 1 is an integer, as in the reference; past it, not */
 	reject("{" T("a", "U8", "[18446744073709551615]", 0, 4) "}", 4,
+	       MK_EFORMAT, "(ValidationOverflow)");
+	reject("{" T("a", "U8", "[18446744073709551616]", 0, 4) "}", 4,
+	       MK_EFORMAT, "integer larger than 2^64 - 1 at byte 28 (InvalidHeaderDeserialization)");
+	/* JSON that is not: in a skipped field too */
+	reject("{\"a\":{\"x\":[1,],\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+	       MK_EFORMAT, "header is not valid JSON");
+	reject("{\"a\":{\"x\":{\"k\" 1},\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
+	       MK_EFORMAT, "expected ':'");
+	reject("{\"a\":{\"x\":01,\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1,
 	       MK_EFORMAT, "(InvalidHeaderDeserialization)");
+	reject("{\"a\\ud800\":{}}", 0, MK_EFORMAT, "lone surrogate");
+	reject("{\"a\x01\":{}}", 0, MK_EFORMAT, "control character");
 }
 
 static void test_metadata_must_be_strings(void **state)
