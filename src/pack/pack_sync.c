@@ -6,24 +6,30 @@
 #include <unistd.h>
 #include "core/budget.h"
 #include "core/fsutil.h"
+#include "core/mapguard.h"
 #include "journal/journal.h"
 #include "stream/manifest.h"
 #include "pack_impl.h"
 
 /* Group commit: fdatasync every shard, then journal `n` tensors whose
- * bytes were all written before the call. */
+ * bytes were all written before the call -- unless a mapped input was
+ * cut since mk-pack began (mapguard.h): the bytes written may then hold
+ * the zeros read in place of the lost pages, and a tensor journalled
+ * with them would be skipped, not rewritten, by --resume. */
 int mk__pack_journal_commit(struct pack *p, const size_t *ids, size_t n, struct mk_err *err)
 {
 	char line[512];
+	int rc;
 
 	for (size_t s = 0; s < p->nshards; s++)
 		if (fdatasync(p->sh[s].fd) < 0)
 			return mk_err_sys(err, errno, "%s/%s: fdatasync", p->partial, p->sh[s].name);
+	if ((rc = mk_mapguard_check(p->faults0, err)) < 0)
+		return rc;
 	for (size_t k = 0; k < n; k++) {
 		size_t i = ids[k];
 		int len = mk_journal_done_line(line, sizeof(line), i, p->slot[i].crc, p->man->tensors[i].name);
-		int rc = mk_write_all(p->jfd, line, (size_t)len, MK_JOURNAL_NAME, err);
-		if (rc)
+		if ((rc = mk_write_all(p->jfd, line, (size_t)len, MK_JOURNAL_NAME, err)))
 			return rc;
 	}
 	if (fdatasync(p->jfd) < 0)

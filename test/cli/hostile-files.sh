@@ -154,6 +154,17 @@ for io in mmap pread; do
 	MK_IO=$io cut_at pwrite:6:stop mk-yaml mk-yaml t.yml out
 	no_out out
 done
+# with --resume the cut run keeps OUT.mk-partial; resumed on the whole
+# file again, it must rewrite every tensor written after the cut (none
+# journalled with the zeros read in place of the lost pages)
+MK_IO=mmap cut_at pwrite:6:stop mk-yaml mk-yaml --resume t.yml out
+[ ! -e out ] || fail "--resume: OUT written although its input was cut"
+[ -d out.mk-partial ] || fail "--resume: the cut run kept no OUT.mk-partial"
+rm -rf tc && cp -r tb tc
+mk-yaml --quiet --resume t.yml out
+mk-yaml --quiet t.yml whole
+cmp out/model.safetensors whole/model.safetensors || fail "--resume after a cut input: the output differs from a whole run's"
+rm -rf out whole
 for io in mmap pread uring; do
 	cut_at writev:40:stop mk-fetch mk-fetch --io $io --model tc --chunk-size 64KiB -o cut.mks
 done
