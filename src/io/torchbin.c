@@ -973,9 +973,14 @@ static int parse(const struct src *s, struct mk_st_file **out, struct mk_err *er
 		const struct member *sm;
 		uint64_t bytes, es8;
 		if (k->k != V_STR || !t) {
-			rc = mk_err_set(err, MK_EUNSUPPORTED,
-					"%s: data.pkl's dict holds %s that is not a tensor under a name (a checkpoint with more than a state dict?)",
-					s->label, k->k == V_STR ? k->s : "an entry");
+			if (k->k == V_STR)
+				rc = mk_err_set(err, MK_EUNSUPPORTED,
+						"%s: data.pkl's dict holds '%s', which is not a tensor (a checkpoint with more "
+						"than a state dict?)", s->label, k->s);
+			else
+				rc = mk_err_set(err, MK_EUNSUPPORTED,
+						"%s: data.pkl's dict holds an entry not named by a string (a checkpoint with "
+						"more than a state dict?)", s->label);
 			goto out;
 		}
 		snprintf(mname, sizeof(mname), "%s/data/%s", prefix, t->key);

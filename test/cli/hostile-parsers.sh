@@ -104,3 +104,48 @@ refuse "m/pytorch_model.bin: data.pkl: more than 65536 tensors" mk-pytorch sd.ym
 pkl tensors 3
 mk-fetch --model m -o ok.mks
 fi
+
+# --- checkpoints with no tensors -------------------------------------------
+# a safetensors header of only __metadata__, or of nothing; a .bin whose
+# state dict is empty or holds no tensor; a model directory of such
+# shards; every model of a merge empty: refused naming the file, no OUT
+st_empty() { # st_empty FILE HEADER
+	printf '%s' "$2" > hdr
+	n=$(wc -c < hdr)
+	printf "$(printf '\\%03o' $((n & 255)) $((n >> 8 & 255)) 0 0 0 0 0 0)" > "$1"
+	cat hdr >> "$1"
+}
+st_empty meta.safetensors '{"__metadata__":{"format":"pt"}}'
+st_empty none.safetensors '{}'
+printf 'merge_method: linear\nmodels:\n  - model: meta.safetensors\n    parameters: {weight: 1}\n  - model: none.safetensors\n    parameters: {weight: 1}\n' > empty.yml
+refuse "model 'meta.safetensors': ./meta.safetensors: no tensors" mk-pytorch empty.yml out
+err_has "model 'none.safetensors': ./none.safetensors: no tensors" "the second empty model is not named"
+refuse "./none.safetensors: no tensors" mk-fetch --model none.safetensors -o out
+if command -v python3 >/dev/null 2>&1; then
+	python3 - <<'PY'
+import zipfile
+for name, pkl in (("emptydict.bin", b"\x80\x02}q\x00."), ("ints.bin", b"\x80\x02}q\x00(\x8c\x01aK\x01\x8c\x01bK\x02u.")):
+    with zipfile.ZipFile(name, "w", zipfile.ZIP_STORED) as z:
+        z.writestr("archive/data.pkl", pkl)
+        z.writestr("archive/byteorder", "little")
+PY
+	printf 'merge_method: linear\nmodels:\n  - model: emptydict.bin\n    parameters: {weight: 1}\n' > bin.yml
+	refuse "model 'emptydict.bin': ./emptydict.bin: no tensors" mk-pytorch bin.yml out
+	refuse "./ints.bin: data.pkl's dict holds 'a', which is not a tensor" mk-fetch --model ints.bin -o out
+fi
+# a model directory: one shard, or an index that maps nothing
+mkdir e1 e2
+cp a/config.json e1/ && cp meta.safetensors e1/model.safetensors
+cp a/config.json e2/ && cp none.safetensors e2/model-00001-of-00001.safetensors
+echo '{"metadata": {}, "weight_map": {}}' > e2/model.safetensors.index.json
+slerp_config e.yml e1 a
+refuse "model 'e1': e1/model.safetensors: no tensors" mk-yaml e.yml out
+refuse "model 'e1': e1/model.safetensors: no tensors" mk-plan e.yml -o out
+slerp_config e.yml a e2
+refuse "model 'e2': e2/model.safetensors.index.json: no tensors (its weight_map is empty)" mk-yaml e.yml out
+# state dicts with no tensor in common, intersected: nothing to merge
+cp a/model.safetensors x.safetensors
+st_empty y.safetensors '{"y":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+printf '\0\0\0\0' >> y.safetensors
+printf 'merge_method: linear\nmodels:\n  - model: x.safetensors\n    parameters: {weight: 1}\n  - model: y.safetensors\n    parameters: {weight: 1}\n' > xy.yml
+refuse "no tensor to merge (no tensor is in every model" mk-pytorch -i xy.yml out
