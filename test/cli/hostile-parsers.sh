@@ -149,3 +149,64 @@ st_empty y.safetensors '{"y":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
 printf '\0\0\0\0' >> y.safetensors
 printf 'merge_method: linear\nmodels:\n  - model: x.safetensors\n    parameters: {weight: 1}\n  - model: y.safetensors\n    parameters: {weight: 1}\n' > xy.yml
 refuse "no tensor to merge (no tensor is in every model" mk-pytorch -i xy.yml out
+
+# --- tokenizer.json: what encoding a prompt may build ----------------------
+# tok DIR NORMALIZER PRE_TOKENIZER POST_PROCESSOR: a BPE tokenizer over
+# "a", "b", " " and <s> (the BOS) with those parts (JSON or null)
+tok() {
+	mkdir -p "$1"
+	printf '{"version":"1.0","added_tokens":[{"id":3,"content":"<s>","single_word":false,"lstrip":false,"rstrip":false,"normalized":false,"special":true}],"normalizer":%s,"pre_tokenizer":%s,"post_processor":%s,"decoder":null,"model":{"type":"BPE","vocab":{"a":0,"b":1," ":2,"<s>":3},"merges":[]}}' \
+		"$2" "$3" "$4" > "$1/tokenizer.json"
+	echo '{"bos_token": "<s>"}' > "$1/tokenizer_config.json"
+}
+# rules N RULE: a Sequence of N copies of RULE (JSON)
+rules() {
+	i=0 r=''
+	while [ $i -lt "$1" ]; do r="$r${r:+,}$2"; i=$((i + 1)); done
+	echo "$r"
+}
+echo '"aab ab"' > short.txt
+awk 'BEGIN { s = ""; for (i = 0; i < 20000; i++) s = s "ab "; print "\"" s "\"" }' > long.txt
+# Replace rules that each double the text
+tok dbl "{\"type\":\"Sequence\",\"normalizers\":[$(rules 40 '{"type":"Replace","pattern":{"String":"a"},"content":"aa"}')]}" null null
+refuse "prompt 1: dbl/tokenizer.json: normalizer 15 (Replace) makes more than 66112 bytes of text from a text of 9 bytes (at most 64 times the text and 64 KiB): refused" \
+	mk-tok-encode --prompts dbl < short.txt
+rss_under 204800 rss "Replace rules doubling a prompt"
+refuse "dbl/tokenizer.json: normalizer 8 (Replace) makes more than" mk-tok-encode --prompts dbl < long.txt
+rss_under 204800 rss "Replace rules doubling a long prompt"
+# the same by a regex, and by Prepend rules of 1000 bytes
+tok dblre "{\"type\":\"Sequence\",\"normalizers\":[$(rules 40 '{"type":"Replace","pattern":{"Regex":"b"},"content":"bb"}')]}" null null
+refuse "dblre/tokenizer.json: normalizer 16 (Replace) makes more than" mk-tok-encode --prompts dblre < short.txt
+k=$(awk 'BEGIN { for (i = 0; i < 1000; i++) printf "a" }')
+tok pre "{\"type\":\"Sequence\",\"normalizers\":[$(rules 200 "{\"type\":\"Prepend\",\"prepend\":\"$k\"}")]}" null null
+refuse "pre/tokenizer.json: normalizer 67 (Prepend) makes more than" mk-tok-encode --prompts pre < short.txt
+# a Metaspace replacement of 1000 bytes on a text of spaces; a Split into
+# pieces of one byte (each a piece's cost too)
+tok meta null "{\"type\":\"Metaspace\",\"replacement\":\"$k\",\"prepend_scheme\":\"always\",\"split\":true}" null
+refuse "meta/tokenizer.json: pre-tokenizer 1 (Metaspace) makes more than" mk-tok-encode --prompts meta < long.txt
+tok split "{\"type\":\"Sequence\",\"normalizers\":[$(rules 3 '{"type":"Replace","pattern":{"String":"a"},"content":"aa"}')]}" \
+	'{"type":"Split","pattern":{"Regex":"."},"behavior":"Isolated","invert":false}' null
+refuse "split/tokenizer.json: pre-tokenizer 1 (Split) makes more than" mk-tok-encode --prompts split < long.txt
+# templates that each add 64 ids, 2000 times over
+ids=$(awk 'BEGIN { for (i = 0; i < 64; i++) printf "%s3", i ? "," : "" }')
+tmpl="{\"type\":\"TemplateProcessing\",\"single\":[{\"SpecialToken\":{\"id\":\"<s>\",\"type_id\":0}},{\"Sequence\":{\"id\":\"A\",\"type_id\":0}}],\"pair\":[],\"special_tokens\":{\"<s>\":{\"id\":\"<s>\",\"ids\":[$ids],\"tokens\":[]}}}"
+tok post null null "{\"type\":\"Sequence\",\"processors\":[$(rules 2000 "$tmpl")]}"
+refuse "post/tokenizer.json: post-processor 1030 makes more than 65920 tokens" mk-tok-encode post < short.txt
+# a normalized added token goes through the same normalizers, as loaded
+tok addn "{\"type\":\"Sequence\",\"normalizers\":[$(rules 40 '{"type":"Replace","pattern":{"String":"<"},"content":"<<"}')]}" null null
+sed -i 's/"normalized":false/"normalized":true/' addn/tokenizer.json
+refuse "added token '<s>': addn/tokenizer.json: normalizer 17 (Replace) makes more than" mk-tok-encode --prompts addn < short.txt
+# a prompt over the limit on text
+awk 'BEGIN { s = "ab"; while (length(s) < 5000000) s = s s; print "\"" s "\"" }' > huge.txt
+tok plain null null null
+refuse "plain/tokenizer.json: a text of 8388611 bytes to encode, more than 4 MiB: refused" mk-tok-encode --prompts plain < huge.txt
+# a regex that backtracks past PCRE2's match limit is reported as that,
+# naming the rule, not as memory
+tok bt null '{"type":"Split","pattern":{"Regex":"((a+)+)+[bd]"},"behavior":"Isolated","invert":false}' null
+awk 'BEGIN { s = ""; for (i = 0; i < 5000; i++) s = s "a"; print "\"" s "c\"" }' > bt.txt
+refuse "prompt 1: bt/tokenizer.json: pre-tokenizer 1 (Split): its pattern failed on the text: match limit exceeded" \
+	mk-tok-encode --prompts bt < bt.txt
+! grep -q "out of memory" err.txt || fail "a match limit reported as out of memory"
+# ordinary prompts still encode
+mk-tok-encode --prompts dbl < /dev/null > /dev/null
+echo '"ab"' | mk-tok-encode --prompts plain > ok.json
