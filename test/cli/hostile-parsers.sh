@@ -161,9 +161,7 @@ tok() {
 }
 # rules N RULE: a Sequence of N copies of RULE (JSON)
 rules() {
-	i=0 r=''
-	while [ $i -lt "$1" ]; do r="$r${r:+,}$2"; i=$((i + 1)); done
-	echo "$r"
+	awk -v n="$1" -v r="$2" 'BEGIN { for (i = 0; i < n; i++) printf "%s%s", i ? "," : "", r; print "" }'
 }
 echo '"aab ab"' > short.txt
 awk 'BEGIN { s = ""; for (i = 0; i < 20000; i++) s = s "ab "; print "\"" s "\"" }' > long.txt
@@ -210,3 +208,49 @@ refuse "prompt 1: bt/tokenizer.json: pre-tokenizer 1 (Split): its pattern failed
 # ordinary prompts still encode
 mk-tok-encode --prompts dbl < /dev/null > /dev/null
 echo '"ab"' | mk-tok-encode --prompts plain > ok.json
+
+# --- YAML: nesting, nodes, aliases -----------------------------------------
+# deep (2 MB of '[' or '{', block lists, mixed), many nodes, many models,
+# alias bombs: refused at once with one error naming the bound, through
+# mk-plan, mk-yaml, mk-multi (a recipe of several documents) and mk-moe
+awk 'BEGIN { s = "["; while (length(s) < 2000000) s = s s; print "merge_method: " s }' > deep-flow.yml
+awk 'BEGIN { s = "{"; while (length(s) < 2000000) s = s s; print "models: " s }' > deep-map.yml
+awk 'BEGIN { print "models:"; s = "  -"; for (i = 0; i < 5000; i++) { print s " x: "; s = "  " s } }' > deep-block.yml
+awk 'BEGIN { s = "[{a: "; while (length(s) < 500000) s = s s; print "parameters: " s }' > deep-mixed.yml
+for f in deep-flow deep-map deep-block deep-mixed; do
+	refuse "$f.yml:" mk-plan $f.yml -o out
+	err_has "lists and maps nested more than 64 deep" "$f: the depth bound not named"
+	[ "$(wc -l < err.txt)" -eq 1 ] || { cat err.txt >&2; fail "$f: more than one error"; }
+	rss_under 204800 rss "$f"
+	refuse "lists and maps nested more than 64 deep" mk-yaml $f.yml out
+	{ printf 'name: first\nmerge_method: linear\nmodels: [{model: a}]\n---\n'; cat $f.yml; } > recipe.yml
+	refuse "lists and maps nested more than 64 deep" mk-multi recipe.yml -I inter --out-path out
+	refuse "$f.yml:" mk-moe $f.yml out
+	err_has "lists and maps nested more than 64 deep" "mk-moe: the depth bound not named"
+done
+# nesting of 64 is read (and found wrong for what it is, not refused)
+awk 'BEGIN { s = ""; for (i = 0; i < 60; i++) s = s "["; t = ""; for (i = 0; i < 60; i++) t = t "]"; print "merge_method: linear\nmodels:\n  - model: a\n    parameters: {weight: " s "1" t "}" }' > d64.yml
+expect_fail 1 "weight" mk-plan d64.yml -o out
+! grep -q "nested more than" err.txt || fail "a nesting of 64 refused"
+# 100 000 models (no aliases): the node bound, once; 5000: the models bound, once
+awk 'BEGIN { print "merge_method: linear\nmodels:"; for (i = 0; i < 100000; i++) print "  - model: m" i "\n    parameters: {weight: 1}" }' > many.yml
+refuse "many.yml:74900:5: more than 262144 YAML nodes" mk-plan many.yml -o out
+[ "$(wc -l < err.txt)" -eq 1 ] || { cat err.txt >&2; fail "100000 models: more than one error"; }
+! grep -q "through" err.txt || fail "100000 models said to expand through aliases"
+awk 'BEGIN { print "merge_method: linear\nmodels:"; for (i = 0; i < 5000; i++) print "  - model: m" i "\n    parameters: {weight: 1}" }' > m5k.yml
+refuse "m5k.yml:3:3: models: 5000 models, more than the 4096 mk merges at once" mk-plan m5k.yml -o out
+[ "$(wc -l < err.txt)" -eq 1 ] || { cat err.txt >&2; fail "5000 models: more than one error"; }
+# an alias bomb: 120 x 120 x 120 visits from a few kilobytes
+awk 'BEGIN {
+	printf "merge_method: linear\nx: &a [0"; for (i = 1; i < 120; i++) printf ",%d", i
+	printf "]\nz: &c [{value: *a}"; for (i = 1; i < 120; i++) printf ",{value: *a}"
+	printf "]\nmodels:\n  - model: m\n    parameters:\n"; for (i = 0; i < 120; i++) printf "      p%d: *c\n", i
+}' > laughs.yml
+refuse "laughs.yml:" mk-plan laughs.yml -o out
+err_has "expands to more than 262144 nodes through its" "alias bomb: the bound not named"
+rss_under 204800 rss "alias bomb"
+awk 'BEGIN {
+	print "base_model: a\np0: &p0 [x, x, x, x, x, x, x, x, x, x]\nexperts:"
+	for (i = 0; i < 30000; i++) print "  - {source_model: a, positive_prompts: *p0}"
+}' > moe-laughs.yml
+refuse "expands to more than 262144 strings through aliases" mk-moe moe-laughs.yml out
