@@ -62,41 +62,35 @@ mkdir m
 pkl() { # pkl MODE N: m/pytorch_model.bin that pickle; mk-fetch and mk-pytorch on it
 	python3 gen.py "$1" "$2" m/pytorch_model.bin
 }
-for mode in none emptylist emptydict emptytuple true shortstr binint; do
-	case $mode in shortstr|binint) n=10000000 ;; *) n=16000000 ;; esac
-	pkl $mode $n
-	refuse "m/pytorch_model.bin: data.pkl builds more than 4096 values for its 0 tensors" mk-fetch --model m -o out
-	rss_under 204800 rss "$n '$mode' opcodes"
-done
-pkl mark 16000000
-refuse "m/pytorch_model.bin: data.pkl: MARKs nested more than 64 deep" mk-fetch --model m -o out
-for mode in tuple1 list; do
-	pkl $mode 1000
-	refuse "m/pytorch_model.bin: data.pkl: tuples, lists and dicts nested more than 64 deep" mk-fetch --model m -o out
-done
-pkl fandeep 100
-refuse "m/pytorch_model.bin: data.pkl: tuples, lists and dicts nested more than 64 deep" mk-fetch --model m -o out
-pkl fanout 10000
-refuse "m/pytorch_model.bin: data.pkl builds more than 1048576 bytes for its 0 tensors" mk-fetch --model m -o out
-rss_under 204800 rss "tuples of a list 1000 times over"
-pkl memo 4294967280
-refuse "m/pytorch_model.bin: data.pkl: a memo index of 4294967280, past the 1 values built" mk-fetch --model m -o out
-pkl memo 9999999
-refuse "a memo index of 9999999" mk-fetch --model m -o out
-rss_under 204800 rss "a memo index of 9999999"
-pkl binget 16000000
-refuse "m/pytorch_model.bin: data.pkl builds more than 1048576 bytes for its 0 tensors" mk-fetch --model m -o out
-rss_under 204800 rss "16 million BINGETs"
-pkl bigstr 0
-refuse "m/pytorch_model.bin: data.pkl: cut short" mk-fetch --model m -o out
-pkl longstr 2000000
-refuse "m/pytorch_model.bin: data.pkl builds more than 1048576 bytes" mk-fetch --model m -o out
-pkl longstr 70000000
-refuse "m/pytorch_model.bin: data.pkl is 70000008 bytes, more than 64 MiB" mk-fetch --model m -o out
-rss_under 204800 rss "a data.pkl of 70 MB"
-pkl tensors 70000
-refuse "m/pytorch_model.bin: data.pkl: more than 65536 tensors" mk-fetch --model m -o out
-rss_under 204800 rss "70000 tensors"
+# each case: MODE N, then what the refusal says after "data.pkl" (and a
+# space, unless a colon); each in well under a second and 200 MB
+v=4096 b=1048576 deep="tuples, lists and dicts nested more than 64 deep"
+while read -r mode n msg; do
+	pkl $mode $n < /dev/null
+	case $msg in :*) sep= ;; *) sep=' ' ;; esac
+	refuse "m/pytorch_model.bin: data.pkl$sep$msg" mk-fetch --model m -o out < /dev/null
+	rss_under 204800 rss "$mode $n"
+done <<EOF
+none 16000000  builds more than $v values for its 0 tensors
+emptylist 16000000  builds more than $v values for its 0 tensors
+emptydict 16000000  builds more than $v values for its 0 tensors
+emptytuple 16000000  builds more than $v values for its 0 tensors
+true 16000000  builds more than $v values for its 0 tensors
+shortstr 10000000  builds more than $v values for its 0 tensors
+binint 10000000  builds more than $v values for its 0 tensors
+mark 16000000 : MARKs nested more than 64 deep
+tuple1 1000 : $deep
+list 1000 : $deep
+fandeep 100 : $deep
+fanout 10000  builds more than $b bytes for its 0 tensors
+memo 4294967280 : a memo index of 4294967280, past the 1 values built
+memo 9999999 : a memo index of 9999999, past the 1 values built
+binget 16000000  builds more than $b bytes for its 0 tensors
+bigstr 0 : cut short
+longstr 2000000  builds more than $b bytes
+longstr 70000000  is 70000008 bytes, more than 64 MiB
+tensors 70000 : more than 65536 tensors
+EOF
 # mk-pytorch and mk-yaml say the same, and leave no OUT
 printf 'merge_method: linear\nmodels:\n  - model: m/pytorch_model.bin\n    parameters: {weight: 1}\n' > sd.yml
 refuse "m/pytorch_model.bin: data.pkl: more than 65536 tensors" mk-pytorch sd.yml out
