@@ -46,8 +46,9 @@ MK_API int mk_err_set(struct mk_err *err, int code, const char *fmt, ...)
 MK_API int mk_err_sys(struct mk_err *err, int errnum, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 
-/* Prepend context ("file 'x': ") to an already-set message.  Returns the
- * record's negative code (or -MK_EIO if the record was clear). */
+/* Prepend context ("file 'x': ") to an already-set message; a context
+ * that does not end in a space gets ": " (or " " after a colon).  Returns
+ * the record's negative code (or -MK_EIO if the record was clear). */
 MK_API int mk_err_prefix(struct mk_err *err, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 

@@ -3,8 +3,10 @@
  * libyaml's document API loads the text into a node graph (aliases point
  * at their anchors' nodes); a schema-driven walk turns it into the structs
  * of mk/config.h and records every problem as a diagnostic instead of
- * stopping at the first.  The walk counts the nodes it visits, so a few
- * bytes of aliases cannot make it do unbounded work.
+ * stopping at the first.  The text is scanned first (mk_yaml_check:
+ * nesting, nodes, size), and the walk counts the nodes it visits, so
+ * neither deep nesting nor a few bytes of aliases make either do
+ * unbounded work.
  *
  * This file: the entry points, freeing and copying what they build, and
  * reading a configuration's text (mk_config_read).
@@ -294,7 +296,16 @@ static int parse(const char *text, size_t len, const char *label,
 	}
 	yp_open = true;
 	yaml_parser_set_input_string(&yp, (const unsigned char *)cfg->text, len);
-	if (!yaml_parser_load(&yp, &p.doc)) {
+	struct mk_yaml_over ov;
+	int scan = mk_yaml_check(cfg->text, len, &ov);
+	p.aliases = ov.aliases;
+	if (scan < 0) {
+		rc = mk_err_set(err, MK_ENOMEM, "out of memory reading the configuration");
+		goto out;
+	} else if (scan > 0) {
+		mk__config_err_at(&p, ov.line, ov.col, "%s: refusing to read it", ov.msg);
+		syntax = true;
+	} else if (!yaml_parser_load(&yp, &p.doc)) {
 		mk__config_yaml_error(&p, &yp);
 		syntax = true;
 	} else {

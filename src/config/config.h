@@ -388,4 +388,24 @@ void mk_output_slices_free(struct mk_output_slice *v, size_t n);
  * is what names it in messages: "stdin", else path. */
 int mk_config_read(const char *path, uint8_t **text, size_t *len, const char **label, struct mk_err *err);
 
+/* The bounds of every YAML text mk reads (a configuration, mk-multi's
+ * recipes, mk-moe's configuration), far above any real one: lists and
+ * maps nested MK_YAML_MAX_DEPTH deep, MK_YAML_MAX_NODES nodes (scalars,
+ * lists, maps, aliases; a stream's documents together), MK_CONFIG_MAX
+ * bytes.  (Expanding aliases is bounded where a document is walked.) */
+#define MK_YAML_MAX_DEPTH 64
+#define MK_YAML_MAX_NODES (1 << 18)
+
+struct mk_yaml_over {
+	unsigned line, col;          /* where the bound was passed */
+	size_t aliases;              /* the aliases met before it */
+	char msg[160];               /* which bound: "more than ..." */
+};
+
+/* Scan text (len bytes) with libyaml's event parser, in time linear in
+ * len: 0 within the bounds (or a syntax error, which loading the text
+ * reports), 1 past one (*over says which and where), -1 out of memory.
+ * *over's aliases counts the document's aliases either way. */
+int mk_yaml_check(const char *text, size_t len, struct mk_yaml_over *over);
+
 #endif

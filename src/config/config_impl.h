@@ -33,11 +33,15 @@ void mk__model_path_clear(struct mk_model_path *p);
 /* Nodes the walk may visit, aliases counted again: far above any real
  * config (400 slices of 10 sources is ~20000), far below a blow-up. */
 #define VISIT_MAX (1u << 18)
+/* Models of a models: or sources: list: real merges take a handful (model
+ * stock, a few dozen); each pair is compared (the same model twice). */
+#define MODELS_MAX 4096
 
 struct parser {
 	yaml_document_t doc;
 	struct mk_diags *d;
 	size_t visits;
+	size_t aliases;             /* the document's (mk_yaml_check) */
 	bool nomem;                 /* an allocation failed; results are partial */
 	bool over;                  /* VISIT_MAX reached */
 };

@@ -57,8 +57,11 @@ static bool enter(struct parser *p, const yaml_node_t *n)
 		return false;
 	if (++p->visits > VISIT_MAX) {
 		p->over = true;
-		ERR(p, n, "", "the document expands to more than %u nodes through "
-		    "aliases; refusing to read it", VISIT_MAX);
+		if (p->aliases)
+			ERR(p, n, "", "the document expands to more than %u nodes through its %zu "
+			    "alias%s; refusing to read it", VISIT_MAX, p->aliases, p->aliases == 1 ? "" : "es");
+		else
+			ERR(p, n, "", "the document has more than %u nodes; refusing to read it", VISIT_MAX);
 		return false;
 	}
 	return true;
@@ -228,9 +231,10 @@ static yaml_node_t *item(struct parser *p, yaml_node_t *seq, size_t i)
 
 /* An optional list of `what` (null: none): an array for its items,
  * calloc'ed (size bytes an item), their count in *n.  NULL with *n 0 for
- * an empty list; NULL with *ok false when v is no list or memory ran out. */
+ * an empty list; NULL with *ok false when v is no list, has more than max
+ * items (0: any number), or memory ran out. */
 static void *list_new(struct parser *p, yaml_node_t *v, const char *path, const char *what,
-		      size_t size, size_t *n, bool *ok)
+		      size_t size, size_t max, size_t *n, bool *ok)
 {
 	void *items;
 	size_t cnt;
@@ -242,6 +246,11 @@ static void *list_new(struct parser *p, yaml_node_t *v, const char *path, const 
 	}
 	if (!cnt)
 		return NULL;
+	if (max && cnt > max) {
+		ERR(p, v, path, "%zu %s, more than the %zu mk merges at once; refusing to read it", cnt, what, max);
+		*ok = false;
+		return NULL;
+	}
 	if (!(items = calloc(cnt, size))) {
 		p->nomem = true;
 		*ok = false;
@@ -789,7 +798,7 @@ static bool output_slice(struct parser *p, yaml_node_t *n, const char *path,
 		ok = false;
 	} else {
 		cp = jpath(p, path, "sources");
-		s->sources = list_new(p, v, cp, "sources", sizeof(*s->sources), &s->nsources, &ok);
+		s->sources = list_new(p, v, cp, "sources", sizeof(*s->sources), MODELS_MAX, &s->nsources, &ok);
 		if (!s->sources) {
 			if (ok)
 				ERR(p, v, cp, "a slice needs at least one source");
@@ -841,7 +850,7 @@ static bool models_list(struct parser *p, yaml_node_t *v, const char *path,
 {
 	bool ok = true;
 
-	if (!(*out = list_new(p, v, path, "models", sizeof(**out), nout, &ok)))
+	if (!(*out = list_new(p, v, path, "models", sizeof(**out), MODELS_MAX, nout, &ok)))
 		return ok;
 	bool *good = calloc(*nout, sizeof(bool));
 	if (!good)
@@ -877,7 +886,7 @@ static bool slices_list(struct parser *p, yaml_node_t *v, const char *path,
 {
 	bool ok = true;
 
-	if (!(*out = list_new(p, v, path, "slices", sizeof(**out), nout, &ok)))
+	if (!(*out = list_new(p, v, path, "slices", sizeof(**out), 0, nout, &ok)))
 		return ok;
 	return list_items(p, v, path, *nout, slice_item, *out, NULL);
 }
@@ -1278,13 +1287,18 @@ void mk__config_top(struct parser *p, yaml_node_t *root, struct mk_config *cfg)
 				for (size_t j = 0; j < NF(f); j++)
 					if (strcmp(f[j].name, names[i]) == 0)
 						at = f[j].key;
-		/* a list that failed to parse is not "missing": say nothing more */
+		/* a list that failed to parse (not a list, or refused whole) is
+		 * not "missing": say nothing more */
 		bool failed = false;
-		for (int i = 0; i < 3; i++)
-			if (FIELD(f, names[i]) && !mk__node_is_null(FIELD(f, names[i])) && !counts[i] &&
-			    !(FIELD(f, names[i])->type == YAML_SEQUENCE_NODE ||
-			      FIELD(f, names[i])->type == YAML_MAPPING_NODE))
+		for (int i = 0; i < 3; i++) {
+			const yaml_node_t *fv = FIELD(f, names[i]);
+			bool empty = fv && ((fv->type == YAML_SEQUENCE_NODE &&
+					     fv->data.sequence.items.top == fv->data.sequence.items.start) ||
+					    (fv->type == YAML_MAPPING_NODE &&
+					     fv->data.mapping.pairs.top == fv->data.mapping.pairs.start));
+			if (fv && !mk__node_is_null(fv) && !counts[i] && !empty)
 				failed = true;
+		}
 		if (!failed || nset > 1)
 			ERR(p, at, "", "exactly one of 'models', 'slices', or 'modules' must "
 			    "be present%s", which);

@@ -63,6 +63,14 @@ int mk_err_prefix(struct mk_err *err, const char *fmt, ...)
 	memcpy(old, err->msg, sizeof(old));
 	/* both parts fit MK_ERR_MSG_MAX; cut the joined message to it */
 	size_t n = strlen(pre);
+	/* a context that does not end in a separator gets ": " (": " after a
+	 * colon's missing space), so that no caller runs the two together */
+	if (n && old[0] && pre[n - 1] != ' ' && n + 2 < sizeof(pre)) {
+		if (pre[n - 1] != ':')
+			pre[n++] = ':';
+		pre[n++] = ' ';
+		pre[n] = '\0';
+	}
 	if (n >= sizeof(err->msg))
 		n = sizeof(err->msg) - 1;
 	memcpy(err->msg, pre, n);

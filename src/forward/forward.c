@@ -271,7 +271,7 @@ int mk_forward_open(const char *ref, const struct mk_forward_opts *opts, struct 
 	return 0;
 fail:
 	if (f->m)
-		mk_err_prefix(err, "forward pass of %s", ref);
+		mk_err_prefix(err, "forward pass of %s: ", ref);
 	free(path);
 	free(text);
 	mk_forward_close(f);

@@ -377,6 +377,13 @@ static int build_tensors(struct model *mm, struct mk_err *err)
 
 	for (size_t s = 0; s < m->nshards; s++)
 		n += m->shards[s]->ntensors;
+	/* a model is its tensors: one with none is refused, as mergekit
+	 * would find nothing to merge (and an empty output is no model) */
+	if (n == 0 && m->nshards == 1)
+		return mk_err_set(err, MK_EFORMAT, "model '%s': %s: no tensors", m->ref, m->shards[0]->path);
+	if (n == 0)
+		return mk_err_set(err, MK_EFORMAT, "model '%s': %s and its %zu other shards: no tensors", m->ref,
+				  m->shards[0]->path, m->nshards - 1);
 	m->tensors = calloc(n ? n : 1, sizeof(*m->tensors));
 	mm->by_name = calloc(n ? n : 1, sizeof(*mm->by_name));
 	if (!m->tensors || !mm->by_name)
@@ -668,6 +675,10 @@ static int open_weights(struct model *mm, const struct mk_model_open_opts *o, bo
 		if (rc < 0)
 			goto out;
 		n = idx->nshards;
+		if (n == 0) {
+			rc = mk_err_set(err, MK_EFORMAT, "model '%s': %s: no tensors (its weight_map is empty)", m->ref, path);
+			goto out;
+		}
 	} else {
 		n = 1;
 	}

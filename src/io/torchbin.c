@@ -15,10 +15,36 @@
 #include "io/torchbin.h"
 #include "st_impl.h"
 
-#define MAX_PICKLE (256u << 20)  /* a state dict's pickle is KBs to a few MBs */
 #define MAX_MEMBERS 1000000u
-#define MAX_DEPTH 64             /* nesting of tuples, lists and dicts */
 #define MAX_VIEW_SLACK (16u << 20) /* a view's span: 4 times its bytes and this */
+
+/* What the pickle machine may build.  A state dict's pickle builds, per
+ * tensor, its name, the persistent id (a tuple of 5), the storage, the
+ * offset, the size and stride tuples (up to 8 integers each), the
+ * requires_grad flag, the hooks' OrderedDict, the arguments' tuple and
+ * the tensor: about 35 values and 2 KiB (pointers in tuples, the stack
+ * and the memo included) with 8 dimensions, and its _metadata a few
+ * values per module.  So the budget grows with the tensors built so far:
+ * PKL_OBJ_PER_TENSOR values and PKL_BYTES_PER_TENSOR bytes each (about
+ * twice what one needs), over a base for what comes before the first
+ * tensor (the globals, the dict) of PKL_OBJ_BASE values and
+ * PKL_BYTES_BASE bytes.  A pickle that builds more, or more than
+ * PKL_MAX_TENSORS tensors (the largest checkpoints saved whole hold a
+ * few thousand), or nests tuples, lists, dicts or MARKs deeper than
+ * PKL_MAX_DEPTH (a state dict nests 3 deep), is refused, naming the bound:
+ * the memory it takes stays under about PKL_MAX_TENSORS *
+ * PKL_BYTES_PER_TENSOR (values' allocation overhead aside: 370 MB peak
+ * for a 64 MiB data.pkl built to the bounds), and a pickle of 16 million
+ * NONEs stops at the 4097th. */
+#define PKL_MAX_TENSORS 65536u
+#define PKL_MAX_DEPTH 64u
+#define PKL_OBJ_BASE 4096u
+#define PKL_OBJ_PER_TENSOR 64u
+#define PKL_BYTES_BASE (1u << 20)
+#define PKL_BYTES_PER_TENSOR 4096u
+/* data.pkl's own size: a tensor takes 150 to 300 bytes of it (its name,
+ * its storage's key, the opcodes), so 1 KiB each of PKL_MAX_TENSORS */
+#define MAX_PICKLE ((size_t)PKL_MAX_TENSORS << 10)
 
 /* ------------------------------------------------------------ reading */
 
@@ -211,15 +237,9 @@ enum vk { V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_TUPLE, V_LIST, V_DICT, V_GLOB
 
 enum glob { G_ORDERED_DICT, G_REBUILD_V2, G_REBUILD_PARAM, G_STORAGE };
 
-struct val {
-	enum vk k;
-	long long i;                 /* INT, BOOL */
-	double f;
-	char *s;                     /* STR */
-	size_t n;                    /* TUPLE, LIST: items; DICT: 2n items */
-	struct val **items;
-	enum glob g;                 /* GLOBAL */
-	enum mk_dtype dt;            /* GLOBAL storage type, STORAGE, TENSOR */
+/* a storage or a tensor: what REDUCE and BINPERSID make */
+struct tens {
+	enum mk_dtype dt;
 	char *key;                   /* STORAGE: its member; TENSOR: its storage's */
 	uint64_t numel;              /* STORAGE */
 	uint64_t offset;             /* TENSOR: storage offset, elements */
@@ -228,6 +248,25 @@ struct val {
 	uint64_t stride[8];          /* TENSOR: in elements */
 	bool strided;                /* TENSOR: not row-major contiguous */
 	uint64_t span;               /* TENSOR: elements of storage it spans */
+};
+
+struct val {
+	uint8_t k;                   /* enum vk */
+	uint8_t depth;               /* TUPLE, LIST, DICT: nesting, 1 for flat */
+	union {
+		long long i;         /* INT, BOOL */
+		double f;
+		char *s;             /* STR */
+		struct {             /* TUPLE, LIST: n items; DICT: 2n items */
+			struct val **items;
+			uint32_t n, cap;
+		} c;
+		struct {             /* GLOBAL */
+			enum glob g;
+			enum mk_dtype dt;
+		} gl;
+		struct tens *t;      /* STORAGE, TENSOR */
+	};
 	struct val *next_alloc;      /* every value, for freeing */
 };
 
@@ -240,6 +279,7 @@ struct vm {
 	struct val **memo;
 	size_t nmemo;
 	struct val *all;
+	size_t nobj, bytes, ntensors, marks; /* against the budget above */
 	struct mk_err *err;
 };
 
@@ -256,15 +296,61 @@ static int fail(struct vm *v, const char *fmt, ...)
 	return mk_err_set(v->err, MK_EFORMAT, "%s: data.pkl: %s (at byte %zu)", v->label, msg, v->at);
 }
 
+static int nomem(struct vm *v)
+{
+	return mk_err_set(v->err, MK_ENOMEM, "%s: data.pkl: out of memory", v->label);
+}
+
+/* Charge n bytes and k values against the budget: 0, or the refusal. */
+static int charge(struct vm *v, size_t n, size_t k)
+{
+	size_t t = v->ntensors;
+
+	v->bytes += n;
+	v->nobj += k;
+	if (v->nobj > PKL_OBJ_BASE + PKL_OBJ_PER_TENSOR * t)
+		return mk_err_set(v->err, MK_EFORMAT,
+				  "%s: data.pkl builds more than %zu values for its %zu tensors (at byte %zu): refused, as a "
+				  "state dict needs at most %u values and %u per tensor",
+				  v->label, PKL_OBJ_BASE + PKL_OBJ_PER_TENSOR * t, t, v->at, PKL_OBJ_BASE, PKL_OBJ_PER_TENSOR);
+	if (v->bytes > PKL_BYTES_BASE + (size_t)PKL_BYTES_PER_TENSOR * t)
+		return mk_err_set(v->err, MK_EFORMAT,
+				  "%s: data.pkl builds more than %zu bytes for its %zu tensors (at byte %zu): refused, as a "
+				  "state dict needs at most %u KiB and %u bytes per tensor",
+				  v->label, PKL_BYTES_BASE + (size_t)PKL_BYTES_PER_TENSOR * t, t, v->at, PKL_BYTES_BASE >> 10,
+				  PKL_BYTES_PER_TENSOR);
+	return 0;
+}
+
+/* A new value, or NULL with v->err set. */
 static struct val *mk(struct vm *v, enum vk k)
 {
-	struct val *x = calloc(1, sizeof(*x));
+	struct val *x;
+
+	if (charge(v, sizeof(*x), 1))
+		return NULL;
+	if (!(x = calloc(1, sizeof(*x)))) {
+		nomem(v);
+		return NULL;
+	}
+	x->k = (uint8_t)k;
+	x->next_alloc = v->all;
+	v->all = x;
+	return x;
+}
+
+/* A new storage or tensor (STORAGE, TENSOR) with its key, or NULL. */
+static struct val *mk_tens(struct vm *v, enum vk k, const char *key)
+{
+	size_t kl = strlen(key) + 1;
+	struct val *x = charge(v, sizeof(struct tens) + kl, 0) ? NULL : mk(v, k);
 
 	if (!x)
 		return NULL;
-	x->k = k;
-	x->next_alloc = v->all;
-	v->all = x;
+	if (!(x->t = calloc(1, sizeof(*x->t))) || !(x->t->key = strdup(key))) {
+		nomem(v);
+		return NULL;
+	}
 	return x;
 }
 
@@ -272,9 +358,21 @@ static void vm_free(struct vm *v)
 {
 	while (v->all) {
 		struct val *n = v->all->next_alloc;
-		free(v->all->s);
-		free(v->all->key);
-		free(v->all->items);
+		switch (v->all->k) {
+		case V_STR:
+			free(v->all->s);
+			break;
+		case V_TUPLE: case V_LIST: case V_DICT:
+			free(v->all->c.items);
+			break;
+		case V_STORAGE: case V_TENSOR:
+			if (v->all->t)
+				free(v->all->t->key);
+			free(v->all->t);
+			break;
+		default:
+			break;
+		}
 		free(v->all);
 		v->all = n;
 	}
@@ -282,15 +380,18 @@ static void vm_free(struct vm *v)
 	free(v->memo);
 }
 
+/* Push x (NULL: the failure that made it NULL is passed on). */
 static int push(struct vm *v, struct val *x)
 {
 	if (!x)
-		return mk_err_set(v->err, MK_ENOMEM, "out of memory");
+		return -v->err->code;
 	if (v->sp == v->cap) {
 		size_t nc = v->cap ? 2 * v->cap : 64;
-		struct val **q = realloc(v->stack, nc * sizeof(*q));
-		if (!q)
-			return mk_err_set(v->err, MK_ENOMEM, "out of memory");
+		struct val **q;
+		if (charge(v, (nc - v->cap) * sizeof(*q), 0))
+			return -v->err->code;
+		if (!(q = realloc(v->stack, nc * sizeof(*q))))
+			return nomem(v);
 		v->stack = q;
 		v->cap = nc;
 	}
@@ -308,6 +409,23 @@ static int need(struct vm *v, size_t n)
 	return v->len - v->at < n ? fail(v, "cut short") : 0;
 }
 
+/* A container's nesting over its items (the first n of items added):
+ * 0, or the refusal past PKL_MAX_DEPTH. */
+static int nest(struct vm *v, struct val *c, struct val *const *items, size_t n)
+{
+	unsigned d = c->depth ? c->depth : 1;
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned k = items[i]->k;
+		if ((k == V_TUPLE || k == V_LIST || k == V_DICT) && items[i]->depth + 1u > d)
+			d = items[i]->depth + 1u;
+	}
+	if (d > PKL_MAX_DEPTH)
+		return fail(v, "tuples, lists and dicts nested more than %u deep", PKL_MAX_DEPTH);
+	c->depth = (uint8_t)d;
+	return 0;
+}
+
 /* the items from the top MARK up, removed from the stack */
 static int pop_mark(struct vm *v, struct val ***items, size_t *n)
 {
@@ -318,25 +436,29 @@ static int pop_mark(struct vm *v, struct val ***items, size_t *n)
 	if (m == 0)
 		return fail(v, "no MARK");
 	*n = v->sp - m;
+	if (charge(v, *n * sizeof(**items), 0))
+		return -v->err->code;
 	*items = malloc((*n ? *n : 1) * sizeof(**items));
 	if (!*items)
-		return mk_err_set(v->err, MK_ENOMEM, "out of memory");
+		return nomem(v);
 	memcpy(*items, &v->stack[m], *n * sizeof(**items));
 	v->sp = m - 1;
+	v->marks--;
 	return 0;
 }
 
+/* A tuple of the n items (owned from here on); pushed. */
 static int make_seq(struct vm *v, enum vk k, struct val **items, size_t n)
 {
 	struct val *x = mk(v, k);
 
 	if (!x) {
 		free(items);
-		return mk_err_set(v->err, MK_ENOMEM, "out of memory");
+		return -v->err->code;
 	}
-	x->items = items;
-	x->n = n;
-	return push(v, x);
+	x->c.items = items;
+	x->c.n = x->c.cap = (uint32_t)n;
+	return nest(v, x, items, n) ? -v->err->code : push(v, x);
 }
 
 /* append items to a list or (pairs) to a dict */
@@ -344,13 +466,23 @@ static int extend(struct vm *v, struct val *c, struct val **items, size_t n)
 {
 	if (!c || (c->k != V_LIST && c->k != V_DICT) || (c->k == V_DICT && n % 2))
 		return fail(v, "items set on something that is not a list or dict");
-	size_t have = c->k == V_DICT ? 2 * c->n : c->n;
-	struct val **q = realloc(c->items, (have + n + 1) * sizeof(*q));
-	if (!q)
-		return mk_err_set(v->err, MK_ENOMEM, "out of memory");
-	memcpy(q + have, items, n * sizeof(*q));
-	c->items = q;
-	c->n += c->k == V_DICT ? n / 2 : n;
+	if (nest(v, c, items, n))
+		return -v->err->code;
+	size_t have = c->k == V_DICT ? 2 * (size_t)c->c.n : c->c.n;
+	if (have + n > c->c.cap) {
+		size_t nc = 2 * (have + n) + 4;
+		struct val **q;
+		if (nc > UINT32_MAX)
+			return fail(v, "a list or dict of more than %u items", UINT32_MAX / 2);
+		if (charge(v, (nc - c->c.cap) * sizeof(*q), 0))
+			return -v->err->code;
+		if (!(q = realloc(c->c.items, nc * sizeof(*q))))
+			return nomem(v);
+		c->c.items = q;
+		c->c.cap = (uint32_t)nc;
+	}
+	memcpy(c->c.items + have, items, n * sizeof(*items));
+	c->c.n += (uint32_t)(c->k == V_DICT ? n / 2 : n);
 	return 0;
 }
 
@@ -370,19 +502,19 @@ static int global(struct vm *v, const char *mod, const char *name)
 	struct val *x = mk(v, V_GLOBAL);
 
 	if (!x)
-		return mk_err_set(v->err, MK_ENOMEM, "out of memory");
+		return -v->err->code;
 	if (!strcmp(mod, "collections") && !strcmp(name, "OrderedDict"))
-		x->g = G_ORDERED_DICT;
+		x->gl.g = G_ORDERED_DICT;
 	else if (!strcmp(mod, "torch._utils") && !strcmp(name, "_rebuild_tensor_v2"))
-		x->g = G_REBUILD_V2;
+		x->gl.g = G_REBUILD_V2;
 	else if (!strcmp(mod, "torch._utils") && !strcmp(name, "_rebuild_parameter"))
-		x->g = G_REBUILD_PARAM;
+		x->gl.g = G_REBUILD_PARAM;
 	else {
 		bool ok = false;
 		for (size_t k = 0; !ok && !strcmp(mod, "torch") && k < sizeof(storages) / sizeof(*storages); k++)
 			if (!strcmp(name, storages[k].name)) {
-				x->g = G_STORAGE;
-				x->dt = storages[k].dt;
+				x->gl.g = G_STORAGE;
+				x->gl.dt = storages[k].dt;
 				ok = true;
 			}
 		if (!ok)
@@ -396,10 +528,10 @@ static int global(struct vm *v, const char *mod, const char *name)
 
 static bool is_int_tuple(const struct val *t, unsigned max)
 {
-	if (!t || t->k != V_TUPLE || t->n > max)
+	if (!t || t->k != V_TUPLE || t->c.n > max)
 		return false;
-	for (size_t i = 0; i < t->n; i++)
-		if (t->items[i]->k != V_INT || t->items[i]->i < 0)
+	for (size_t i = 0; i < t->c.n; i++)
+		if (t->c.items[i]->k != V_INT || t->c.items[i]->i < 0)
 			return false;
 	return true;
 }
@@ -407,34 +539,35 @@ static bool is_int_tuple(const struct val *t, unsigned max)
 /* REDUCE: a global called with a tuple of arguments */
 static int reduce(struct vm *v)
 {
-	struct val *args = pop(v), *fn = pop(v), *x;
+	struct val *args = pop(v), *fn = pop(v), *x, **a;
 
 	if (!args || !fn || args->k != V_TUPLE || fn->k != V_GLOBAL)
 		return fail(v, "REDUCE of something that is not an allowed global and its arguments");
-	switch (fn->g) {
+	a = args->c.items;
+	switch (fn->gl.g) {
 	case G_ORDERED_DICT:
-		if (args->n)
+		if (args->c.n)
 			return fail(v, "OrderedDict called with arguments");
 		return push(v, mk(v, V_DICT));
 	case G_REBUILD_PARAM:
-		if (args->n < 1 || args->items[0]->k != V_TENSOR)
+		if (args->c.n < 1 || a[0]->k != V_TENSOR)
 			return fail(v, "_rebuild_parameter without a tensor");
-		return push(v, args->items[0]);
+		return push(v, a[0]);
 	case G_REBUILD_V2: {
 		/* (storage, storage_offset, size, stride, requires_grad, backward_hooks[, metadata]) */
-		if (args->n < 6 || args->items[0]->k != V_STORAGE || args->items[1]->k != V_INT || args->items[1]->i < 0 ||
-		    !is_int_tuple(args->items[2], 8) || !is_int_tuple(args->items[3], 8) ||
-		    args->items[2]->n != args->items[3]->n)
+		if (args->c.n < 6 || a[0]->k != V_STORAGE || a[1]->k != V_INT || a[1]->i < 0 || !is_int_tuple(a[2], 8) ||
+		    !is_int_tuple(a[3], 8) || a[2]->c.n != a[3]->c.n)
 			return fail(v, "_rebuild_tensor_v2 with arguments other than (storage, offset, size, stride, ...)");
-		const struct val *st = args->items[0], *sz = args->items[2], *sd = args->items[3];
+		const struct tens *st = a[0]->t;
+		const struct val *sz = a[2], *sd = a[3];
 		/* contiguous: each stride the product of the sizes after it
 		 * (dimensions of size 1 may have any stride); else a view, its
 		 * elements at offset + sum of index * stride, spanning up to
 		 * offset + sum of (size - 1) * stride */
 		uint64_t span = 1, nelem = 1;
 		bool strided = false;
-		for (size_t d = sz->n; d-- > 0;) {
-			uint64_t n = (uint64_t)sz->items[d]->i, sd1 = (uint64_t)sd->items[d]->i, reach;
+		for (size_t d = sz->c.n; d-- > 0;) {
+			uint64_t n = (uint64_t)sz->c.items[d]->i, sd1 = (uint64_t)sd->c.items[d]->i, reach;
 			if (n != 1 && sd1 != nelem)
 				strided = true;
 			if (__builtin_mul_overflow(nelem, n, &nelem) ||
@@ -445,20 +578,25 @@ static int reduce(struct vm *v)
 			span = 0, strided = false;
 		else if (!strided)
 			span = nelem;
-		if ((uint64_t)args->items[1]->i > st->numel || span > st->numel - (uint64_t)args->items[1]->i)
+		if ((uint64_t)a[1]->i > st->numel || span > st->numel - (uint64_t)a[1]->i)
 			return fail(v, "a tensor past the end of its storage %s (%llu elements)", st->key,
 				    (unsigned long long)st->numel);
-		if (!(x = mk(v, V_TENSOR)) || !(x->key = strdup(st->key)))
-			return mk_err_set(v->err, MK_ENOMEM, "out of memory");
-		x->dt = st->dt;
-		x->offset = (uint64_t)args->items[1]->i;
-		x->ndim = (unsigned)sz->n;
-		for (size_t d = 0; d < sz->n; d++) {
-			x->shape[d] = (uint64_t)sz->items[d]->i;
-			x->stride[d] = (uint64_t)sd->items[d]->i;
+		if (v->ntensors == PKL_MAX_TENSORS)
+			return fail(v, "more than %u tensors: refused (a state dict that large is saved in shards)",
+				    PKL_MAX_TENSORS);
+		if (!(x = mk_tens(v, V_TENSOR, st->key)))
+			return -v->err->code;
+		v->ntensors++;
+		struct tens *t = x->t;
+		t->dt = st->dt;
+		t->offset = (uint64_t)a[1]->i;
+		t->ndim = sz->c.n;
+		for (size_t d = 0; d < sz->c.n; d++) {
+			t->shape[d] = (uint64_t)sz->c.items[d]->i;
+			t->stride[d] = (uint64_t)sd->c.items[d]->i;
 		}
-		x->strided = strided;
-		x->span = span;
+		t->strided = strided;
+		t->span = span;
 		return push(v, x);
 	}
 	default:
@@ -469,33 +607,37 @@ static int reduce(struct vm *v)
 /* BINPERSID: ('storage', storage_type, key, location, numel) */
 static int persid(struct vm *v)
 {
-	struct val *t = pop(v), *x;
+	struct val *t = pop(v), *x, **a = t && t->k == V_TUPLE ? t->c.items : NULL;
 
-	if (!t || t->k != V_TUPLE || t->n != 5 || t->items[0]->k != V_STR || strcmp(t->items[0]->s, "storage") ||
-	    t->items[1]->k != V_GLOBAL || t->items[1]->g != G_STORAGE || t->items[2]->k != V_STR ||
-	    t->items[4]->k != V_INT || t->items[4]->i < 0)
+	if (!a || t->c.n != 5 || a[0]->k != V_STR || strcmp(a[0]->s, "storage") || a[1]->k != V_GLOBAL ||
+	    a[1]->gl.g != G_STORAGE || a[2]->k != V_STR || a[4]->k != V_INT || a[4]->i < 0)
 		return fail(v, "a persistent id other than ('storage', type, key, location, numel)");
-	for (const char *c = t->items[2]->s; *c; c++)
+	for (const char *c = a[2]->s; *c; c++)
 		if (!(*c >= '0' && *c <= '9') && !(*c >= 'a' && *c <= 'z') && !(*c >= 'A' && *c <= 'Z') && *c != '_')
-			return fail(v, "a storage key '%s' that is not a plain name", t->items[2]->s);
-	if (!(x = mk(v, V_STORAGE)) || !(x->key = strdup(t->items[2]->s)))
-		return mk_err_set(v->err, MK_ENOMEM, "out of memory");
-	x->dt = t->items[1]->dt;
-	x->numel = (uint64_t)t->items[4]->i;
+			return fail(v, "a storage key '%s' that is not a plain name", a[2]->s);
+	if (!(x = mk_tens(v, V_STORAGE, a[2]->s)))
+		return -v->err->code;
+	x->t->dt = a[1]->gl.dt;
+	x->t->numel = (uint64_t)a[4]->i;
 	return push(v, x);
 }
 
+/* Memo slot idx: the pickler numbers its memo 0, 1, ... as it builds, so
+ * an index past the values built so far is refused (no slot beyond them
+ * is allocated). */
 static int memo_put(struct vm *v, size_t idx)
 {
 	if (!v->sp)
 		return fail(v, "memo of an empty stack");
-	if (idx > 10000000)
-		return fail(v, "a memo index of %zu", idx);
+	if (idx > v->nobj)
+		return fail(v, "a memo index of %zu, past the %zu values built", idx, v->nobj);
 	if (idx >= v->nmemo) {
 		size_t nn = idx + 1 > 2 * v->nmemo ? idx + 1 : 2 * v->nmemo;
-		struct val **q = realloc(v->memo, nn * sizeof(*q));
-		if (!q)
-			return mk_err_set(v->err, MK_ENOMEM, "out of memory");
+		struct val **q;
+		if (charge(v, (nn - v->nmemo) * sizeof(*q), 0))
+			return -v->err->code;
+		if (!(q = realloc(v->memo, nn * sizeof(*q))))
+			return nomem(v);
 		memset(q + v->nmemo, 0, (nn - v->nmemo) * sizeof(*q));
 		v->memo = q;
 		v->nmemo = nn;
@@ -520,8 +662,10 @@ static int string(struct vm *v, size_t n)
 		return rc;
 	if (memchr(v->p + v->at, 0, n))
 		return fail(v, "a string with a NUL");
-	if (!(x = mk(v, V_STR)) || !(x->s = strndup((const char *)v->p + v->at, n)))
-		return mk_err_set(v->err, MK_ENOMEM, "out of memory");
+	if (charge(v, n + 1, 0) || !(x = mk(v, V_STR)))
+		return -v->err->code;
+	if (!(x->s = strndup((const char *)v->p + v->at, n)))
+		return nomem(v);
 	v->at += n;
 	return push(v, x);
 }
@@ -555,7 +699,12 @@ static int vm_run(struct vm *v, struct val **root)
 			*root = v->stack[0];
 			return 0;
 		case '(':
-			rc = push(v, mk(v, V_MARK));
+			if (v->marks == PKL_MAX_DEPTH) {
+				rc = fail(v, "MARKs nested more than %u deep", PKL_MAX_DEPTH);
+				break;
+			}
+			if (!(rc = push(v, mk(v, V_MARK))))
+				v->marks++;
 			break;
 		case '}':
 			rc = push(v, mk(v, V_DICT));
@@ -662,8 +811,10 @@ static int vm_run(struct vm *v, struct val **root)
 				rc = fail(v, "TUPLE%zu on a stack of %zu", n, v->sp);
 				break;
 			}
+			if ((rc = charge(v, n * sizeof(*items), 0)))
+				break;
 			if (!(items = malloc(n * sizeof(*items)))) {
-				rc = mk_err_set(v->err, MK_ENOMEM, "out of memory");
+				rc = nomem(v);
 				break;
 			}
 			memcpy(items, &v->stack[v->sp - n], n * sizeof(*items));
@@ -738,7 +889,7 @@ static int vm_run(struct vm *v, struct val **root)
 
 /* ------------------------------------------------------------ the file */
 
-static const char *stride_text(const struct val *t, char *b, size_t n)
+static const char *stride_text(const struct tens *t, char *b, size_t n)
 {
 	size_t at = 0;
 
@@ -788,8 +939,13 @@ static int parse(const struct src *s, struct mk_st_file **out, struct mk_err *er
 		}
 	}
 	if (pm->method != 0 || pm->size > MAX_PICKLE) {
-		rc = mk_err_set(err, MK_EUNSUPPORTED, "%s: data.pkl is %s: not read", s->label,
-				pm->method ? "compressed" : "larger than 256 MiB");
+		if (pm->method)
+			rc = mk_err_set(err, MK_EUNSUPPORTED, "%s: data.pkl is compressed: not read", s->label);
+		else
+			rc = mk_err_set(err, MK_EUNSUPPORTED,
+					"%s: data.pkl is %llu bytes, more than %zu MiB (1 KiB for each of the %u tensors a "
+					"checkpoint may hold): not read", s->label, (unsigned long long)pm->size,
+					MAX_PICKLE >> 20, PKL_MAX_TENSORS);
 		goto out;
 	}
 	if (!(pkl = malloc(pm->size ? (size_t)pm->size : 1))) {
@@ -808,19 +964,25 @@ static int parse(const struct src *s, struct mk_st_file **out, struct mk_err *er
 				s->label);
 		goto out;
 	}
-	if (!(ts = calloc(root->n + 1, sizeof(*ts)))) {
+	if (!(ts = calloc((size_t)root->c.n + 1, sizeof(*ts)))) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	for (size_t i = 0; i < root->n; i++) {
-		struct val *k = root->items[2 * i], *t = root->items[2 * i + 1];
+	for (size_t i = 0; i < root->c.n; i++) {
+		struct val *k = root->c.items[2 * i], *tv = root->c.items[2 * i + 1];
+		const struct tens *t = tv->k == V_TENSOR ? tv->t : NULL;
 		char mname[700], sbuf[200];
 		const struct member *sm;
 		uint64_t bytes, es8;
-		if (k->k != V_STR || t->k != V_TENSOR) {
-			rc = mk_err_set(err, MK_EUNSUPPORTED,
-					"%s: data.pkl's dict holds %s that is not a tensor under a name (a checkpoint with more than a state dict?)",
-					s->label, k->k == V_STR ? k->s : "an entry");
+		if (k->k != V_STR || !t) {
+			if (k->k == V_STR)
+				rc = mk_err_set(err, MK_EUNSUPPORTED,
+						"%s: data.pkl's dict holds '%s', which is not a tensor (a checkpoint with more "
+						"than a state dict?)", s->label, k->s);
+			else
+				rc = mk_err_set(err, MK_EUNSUPPORTED,
+						"%s: data.pkl's dict holds an entry not named by a string (a checkpoint with "
+						"more than a state dict?)", s->label);
 			goto out;
 		}
 		snprintf(mname, sizeof(mname), "%s/data/%s", prefix, t->key);
@@ -872,7 +1034,7 @@ static int parse(const struct src *s, struct mk_st_file **out, struct mk_err *er
 			ts[i].stride = t->stride;
 		}
 	}
-	rc = mk__st_file_make(s->label, s->size, ts, root->n, hash, out, err);
+	rc = mk__st_file_make(s->label, s->size, ts, root->c.n, hash, out, err);
 out:
 	free(ts);
 	free(pkl);

@@ -18,7 +18,9 @@
  * contiguous (transposed, sliced, expanded) gets its strides
  * (mk_st_tensor.stride) and the span of storage it lies in; one spread
  * over more than 4 times its bytes and 16 MiB is refused.  header_hash is the SHA-256 of data.pkl.  The legacy
- * (pre-zip) torch.save format is refused with a message.
+ * (pre-zip) torch.save format is refused with a message.  What the
+ * machine may build is bounded by the tensors it has built (torchbin.c,
+ * PKL_*): a pickle that builds more is refused, naming the bound.
  */
 #ifndef MK_TORCHBIN_H
 #define MK_TORCHBIN_H

@@ -4,6 +4,7 @@
 #include <strings.h>
 #include <yaml.h>
 #include "moe/moe.h"
+#include "config/config.h"
 #include "core/sbuf.h"
 
 static const char *const gate_names[] = {
@@ -47,6 +48,7 @@ struct ctx {
 	yaml_document_t *doc;
 	const char *label;
 	struct mk_err *err;
+	size_t strings;              /* read, aliases counted again */
 };
 
 static int bad(struct ctx *x, const yaml_node_t *n, const char *key, const char *what)
@@ -67,6 +69,10 @@ static int get_str(struct ctx *x, const yaml_node_t *n, const char *key, char **
 {
 	if (n->type != YAML_SCALAR_NODE || is_null(n))
 		return bad(x, n, key, "expected a string");
+	if (++x->strings > MK_YAML_MAX_NODES)
+		return mk_err_set(x->err, MK_EINVAL, "%s:%lu: the document expands to more than %d strings through "
+				  "aliases; refusing to read it", x->label, (unsigned long)n->start_mark.line + 1,
+				  MK_YAML_MAX_NODES);
 	free(*out);
 	*out = strdup((const char *)n->data.scalar.value);
 	return *out ? 0 : mk_err_set(x->err, MK_ENOMEM, "out of memory");
@@ -290,6 +296,16 @@ int mk_moe_parse(const char *text, size_t len, const char *label, struct mk_moe_
 	c->text[len] = '\0';
 	c->len = len;
 	yaml_parser_set_input_string(&ps, (const unsigned char *)text, len);
+	struct mk_yaml_over ov;
+	int scan = mk_yaml_check(text, len, &ov);
+	if (scan) {
+		rc = scan < 0 ? mk_err_set(err, MK_ENOMEM, "out of memory") :
+				mk_err_set(err, MK_EINVAL, "%s:%u:%u: %s: refusing to read it", label, ov.line, ov.col,
+					   ov.msg);
+		yaml_parser_delete(&ps);
+		mk_moe_config_free(c);
+		return rc;
+	}
 	if (!yaml_parser_load(&ps, &doc)) {
 		rc = mk_err_set(err, MK_EINVAL, "%s:%lu:%lu: YAML: %s", label,
 				(unsigned long)ps.problem_mark.line + 1,
@@ -299,7 +315,7 @@ int mk_moe_parse(const char *text, size_t len, const char *label, struct mk_moe_
 		mk_moe_config_free(c);
 		return rc;
 	}
-	struct ctx x = { &doc, label, err };
+	struct ctx x = { &doc, label, err, 0 };
 	rc = parse_doc(&x, c);
 	yaml_document_delete(&doc);
 	yaml_parser_delete(&ps);

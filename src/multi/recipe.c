@@ -78,6 +78,16 @@ static int split_docs(const char *text, size_t len, struct doc **out, size_t *no
 
 	*out = NULL;
 	*nout = 0;
+	/* the bounds every YAML text has (the documents are loaded one by
+	 * one later, each checked again) */
+	struct mk_yaml_over ov;
+	int scan = mk_yaml_check(text, len, &ov);
+	if (scan < 0)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	if (scan > 0) {
+		mk_diags_add(d, MK_DIAG_ERROR, ov.line, ov.col, "", "%s: refusing to read it", ov.msg);
+		return 0;
+	}
 	if (!yaml_parser_initialize(&yp))
 		return mk_err_set(err, MK_ENOMEM, "out of memory starting the YAML parser");
 	yaml_parser_set_input_string(&yp, (const unsigned char *)text, len);

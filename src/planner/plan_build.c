@@ -149,7 +149,8 @@ static int order_jobs(struct mk_plan *p, struct mk_err *err)
 	qsort(k, p->njobs, sizeof(*k), cmp_key);
 	for (size_t i = 0; i < p->njobs; i++)
 		v[i] = p->jobs[k[i].pos];
-	memcpy(p->jobs, v, p->njobs * sizeof(*v));
+	if (p->njobs)
+		memcpy(p->jobs, v, p->njobs * sizeof(*v));
 	for (size_t i = 0; i < p->njobs; i++)
 		p->jobs[i]->id = (uint32_t)i;
 	free(k);
@@ -285,6 +286,11 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 			goto out;
 	}
 	rc = o->raw ? plan_raw(p, d, err) : plan_modules(p, out_layers, &layers_changed, d, err);
+	if (!rc && !d->nerrors && !p->njobs)
+		diag(d, MK_DIAG_ERROR, &p->cfg->merge_method_loc, "no tensor to merge%s: the output would be empty",
+		     o->raw && o->raw_missing == MK_RAW_MISSING_SKIP ?
+			     " (no tensor is in every model, and --tensor-intersection leaves out those some model lacks)" :
+			     "");
 	if (p->repeats)
 		diag(d, MK_DIAG_ERROR, &p->last_err_loc, "(the same for %zu more tensor%s)", p->repeats,
 		     p->repeats == 1 ? "" : "s");

@@ -180,6 +180,7 @@ struct norm {
 	pcre2_code *re;  /* Replace with a regex */
 	bool left, right; /* Strip */
 	const UNormalizer2 *unorm;
+	char type[8];    /* its type, for messages */
 };
 
 enum split_behavior { B_REMOVED, B_ISOLATED, B_PREVIOUS, B_NEXT, B_CONTIGUOUS };
@@ -197,6 +198,7 @@ struct pre {
 	bool split;
 	char bl[256][3]; /* ByteLevel: each byte's character (UTF-8) */
 	uint8_t bl_len[256];
+	char type[12];   /* its type, for messages */
 };
 
 struct atok {
@@ -303,7 +305,8 @@ static pcre2_code *re_compile(const char *pat, size_t len, bool literal, char *m
 }
 
 /* The non-empty matches of re in s, non-overlapping, left to right:
- * (*m)[2k], (*m)[2k+1]; -1 when out of memory or the matcher fails. */
+ * (*m)[2k], (*m)[2k+1]; else the matcher's error (PCRE2_ERROR_MATCHLIMIT,
+ * ...; PCRE2_ERROR_NOMEMORY when out of memory). */
 static int re_all(const pcre2_code *re, const char *s, size_t n, size_t **m, size_t *nm)
 {
 	pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
@@ -312,13 +315,13 @@ static int re_all(const pcre2_code *re, const char *s, size_t n, size_t **m, siz
 
 	*m = NULL, *nm = 0;
 	if (!md)
-		return -1;
+		return PCRE2_ERROR_NOMEMORY;
 	while (at <= n) {
 		int r = pcre2_match(re, (PCRE2_SPTR)s, n, at, PCRE2_NO_UTF_CHECK, md, NULL);
 		if (r == PCRE2_ERROR_NOMATCH)
 			break;
 		if (r < 0) {
-			rc = -1;
+			rc = r;
 			break;
 		}
 		PCRE2_SIZE *ov = pcre2_get_ovector_pointer(md);
@@ -332,7 +335,7 @@ static int re_all(const pcre2_code *re, const char *s, size_t n, size_t **m, siz
 			size_t nc = cap ? cap * 2 : 16;
 			size_t *p = realloc(*m, nc * 2 * sizeof *p);
 			if (!p) {
-				rc = -1;
+				rc = PCRE2_ERROR_NOMEMORY;
 				break;
 			}
 			*m = p, cap = nc;
@@ -348,6 +351,62 @@ static int re_all(const pcre2_code *re, const char *s, size_t n, size_t **m, siz
 	return rc;
 }
 
+/* ------------------------------------------------------------ bounds */
+
+/* What encoding may build from a text of n bytes: at most enc_cap(n)
+ * bytes of normalized text, of pieces (each counted with PIECE_COST more
+ * for its entry and allocation) after each pre-tokenizer, and tokens.
+ * Real tokenizers stay below: NFKC's worst character grows 11 times,
+ * ByteLevel doubles a byte at most, Metaspace triples a space, and pieces
+ * of one byte each count 33 times.  A text longer than ENC_TEXT_MAX (a
+ * prompt is a few KB) is refused, so that no encoding builds more than
+ * about 256 MiB in any stage.  What hits a bound names the tokenizer
+ * file and the rule. */
+#define ENC_GROWTH 64
+#define ENC_SLACK ((size_t)64 << 10)
+#define ENC_TEXT_MAX ((size_t)4 << 20)
+#define PIECE_COST 32
+
+static size_t enc_cap(size_t n)
+{
+	return n * ENC_GROWTH + ENC_SLACK;
+}
+
+/* An encoding under way: the tokenizer, the bound, and whether err
+ * already says why it failed (else a failure is out of memory). */
+struct enc {
+	const struct mk_tokenizer *t;
+	struct mk_err *err;
+	size_t len, cap;
+	bool said;
+};
+
+/* rule (its name) built more than the bound allows: say so once */
+static int enc_over(struct enc *e, const char *rule, const char *what)
+{
+	if (!e->said)
+		mk_err_set(e->err, MK_EFORMAT,
+			   "%s: %s makes more than %zu %s from a text of %zu bytes (at most %d times the text and "
+			   "%zu KiB): refused", e->t->label, rule, e->cap, what, e->len, ENC_GROWTH, ENC_SLACK >> 10);
+	e->said = true;
+	return -1;
+}
+
+/* rule's pattern failed on the text (rc from re_all): say why, unless
+ * it ran out of memory */
+static int enc_re(struct enc *e, const char *rule, int rc)
+{
+	char why[160];
+
+	if (rc == PCRE2_ERROR_NOMEMORY || e->said)
+		return -1;
+	pcre2_get_error_message(rc, (PCRE2_UCHAR *)why, sizeof why);
+	mk_err_set(e->err, MK_EFORMAT, "%s: %s: its pattern failed on the text: %s (PCRE2 error %d)", e->t->label,
+		   rule, why, rc);
+	e->said = true;
+	return -1;
+}
+
 /* ------------------------------------------------------------ pieces */
 
 struct piece {
@@ -359,12 +418,19 @@ struct plist {
 	struct piece *p;
 	size_t n, cap;
 	bool oom;
+	size_t bytes, max; /* held, counting PIECE_COST each; the bound (0: none) */
+	bool over;         /* the bound was reached (oom set too) */
 };
 
 static void pl_add(struct plist *l, const char *s, size_t n, bool first)
 {
 	if (l->oom)
 		return;
+	if (l->max && (n + PIECE_COST > l->max - l->bytes || l->bytes > l->max)) {
+		l->oom = l->over = true;
+		return;
+	}
+	l->bytes += n + PIECE_COST;
 	if (l->n == l->cap) {
 		size_t nc = l->cap ? l->cap * 2 : 16;
 		struct piece *p = realloc(l->p, nc * sizeof *p);
@@ -441,50 +507,69 @@ out:
 	return rc;
 }
 
-/* s (n bytes) through the normalizers, into *out (malloc'ed). */
-static int normalize(const struct mk_tokenizer *t, const char *s, size_t n, char **out, size_t *olen)
+/* Append n bytes to b unless that takes it past cap (then *over). */
+static void capped_add(struct mk_sbuf *b, const void *s, size_t n, size_t cap, bool *over)
 {
-	struct mk_sbuf cur = {0};
+	if (*over || n > cap - b->n) {
+		*over = true;
+		return;
+	}
+	mk_sbuf_add(b, s, n);
+}
 
+/* s (n bytes) through the normalizers, into *out (malloc'ed). */
+static int normalize(struct enc *e, const char *s, size_t n, char **out, size_t *olen)
+{
+	const struct mk_tokenizer *t = e->t;
+	struct mk_sbuf cur = {0};
+	bool over = false;
+	size_t k;
+
+	if (n > e->cap)
+		return enc_over(e, "the text", "bytes");
 	mk_sbuf_add(&cur, s, n);
 	if (!n)
 		mk_sbuf_str(&cur, "");
-	for (size_t k = 0; k < t->nnorm && !cur.oom; k++) {
+	for (k = 0; k < t->nnorm && !cur.oom && !over; k++) {
 		const struct norm *z = &t->norm[k];
 		struct mk_sbuf nx = {0};
 		switch (z->kind) {
 		case N_PREPEND:
 			if (cur.n)
-				mk_sbuf_add(&nx, z->a, z->alen);
-			mk_sbuf_add(&nx, cur.p, cur.n);
+				capped_add(&nx, z->a, z->alen, e->cap, &over);
+			capped_add(&nx, cur.p, cur.n, e->cap, &over);
 			break;
 		case N_REPLACE:
 			if (z->re) {
 				size_t *m, nm, at = 0;
-				if (re_all(z->re, cur.p, cur.n, &m, &nm)) {
+				int r = re_all(z->re, cur.p, cur.n, &m, &nm);
+				if (r) {
+					char rule[64];
+					snprintf(rule, sizeof rule, "normalizer %zu (Replace)", k + 1);
+					enc_re(e, rule, r);
 					nx.oom = true;
 					break;
 				}
 				for (size_t i = 0; i < nm; i++) {
-					mk_sbuf_add(&nx, cur.p + at, m[2 * i] - at);
-					mk_sbuf_add(&nx, z->b, z->blen);
+					capped_add(&nx, cur.p + at, m[2 * i] - at, e->cap, &over);
+					capped_add(&nx, z->b, z->blen, e->cap, &over);
 					at = m[2 * i + 1];
 				}
-				mk_sbuf_add(&nx, cur.p + at, cur.n - at);
+				capped_add(&nx, cur.p + at, cur.n - at, e->cap, &over);
 				free(m);
 			} else {
 				size_t at = 0;
-				while (z->alen && at + z->alen <= cur.n) {
+				while (z->alen && at + z->alen <= cur.n && !over) {
 					if (!memcmp(cur.p + at, z->a, z->alen)) {
-						mk_sbuf_add(&nx, z->b, z->blen);
+						capped_add(&nx, z->b, z->blen, e->cap, &over);
 						at += z->alen;
 					} else {
 						size_t l = u8len((unsigned char)cur.p[at]);
-						mk_sbuf_add(&nx, cur.p + at, l);
+						capped_add(&nx, cur.p + at, l, e->cap, &over);
 						at += l;
 					}
 				}
-				mk_sbuf_add(&nx, cur.p + at, cur.n - at);
+				capped_add(&nx, cur.p + at, cur.n - at, e->cap, &over);
 			}
 			break;
 		case N_STRIP: {
@@ -501,14 +586,23 @@ static int normalize(const struct mk_tokenizer *t, const char *s, size_t n, char
 			break;
 		}
 		case N_UNICODE:
+			/* at most 18 UTF-16 units a unit: bounded; checked after */
 			if (unicode_norm(z->unorm, cur.p, cur.n, &nx))
 				nx.oom = true;
+			else if (nx.n > e->cap)
+				over = true;
 			break;
 		}
 		if (!nx.p && !nx.oom)
 			mk_sbuf_str(&nx, "");
 		free(cur.p);
 		cur = nx;
+	}
+	if (over) {
+		char rule[64];
+		free(cur.p);
+		snprintf(rule, sizeof rule, "normalizer %zu (%s)", k, t->norm[k - 1].type);
+		return enc_over(e, rule, "bytes of text");
 	}
 	if (cur.oom) {
 		free(cur.p);
@@ -605,21 +699,27 @@ static void bytelevel_table(struct pre *z)
 	}
 }
 
-static int pre_apply(const struct pre *z, struct plist *in, struct plist *o)
+/* Pre-tokenizer number k (from 0), z, over the pieces in, into o (its
+ * bound set): 0, or -1 (e->said when not out of memory). */
+static int pre_apply(struct enc *e, size_t k, const struct pre *z, struct plist *in, struct plist *o)
 {
+	char rule[64];
+	int r;
+
+	snprintf(rule, sizeof rule, "pre-tokenizer %zu (%s)", k + 1, z->type);
 	for (size_t i = 0; i < in->n && !o->oom; i++) {
 		struct piece *p = &in->p[i];
 		size_t *m = NULL, nm = 0;
 		switch (z->kind) {
 		case P_SPLIT:
-			if (re_all(z->re, p->s, p->n, &m, &nm))
-				return -1;
+			if ((r = re_all(z->re, p->s, p->n, &m, &nm)))
+				return enc_re(e, rule, r);
 			split_piece(o, p, m, nm, z->behavior, z->invert);
 			free(m);
 			break;
 		case P_BYTELEVEL: {
 			struct mk_sbuf b = {0};
-			struct plist tmp = {0};
+			struct plist tmp = {.max = e->cap};
 			if (z->add_prefix_space && (p->n == 0 || p->s[0] != ' '))
 				mk_sbuf_str(&b, " ");
 			mk_sbuf_add(&b, p->s, p->n);
@@ -627,9 +727,9 @@ static int pre_apply(const struct pre *z, struct plist *in, struct plist *o)
 				return -1;
 			struct piece q = {b.p, b.n, p->first};
 			if (z->use_regex) {
-				if (re_all(z->re, q.s, q.n, &m, &nm)) {
+				if ((r = re_all(z->re, q.s, q.n, &m, &nm))) {
 					free(b.p);
-					return -1;
+					return enc_re(e, rule, r);
 				}
 				split_piece(&tmp, &q, m, nm, B_ISOLATED, false);
 				free(m);
@@ -651,6 +751,8 @@ static int pre_apply(const struct pre *z, struct plist *in, struct plist *o)
 				pl_add(o, c.p, c.n, tmp.p[j].first);
 				free(c.p);
 			}
+			if (tmp.over)
+				o->over = true;
 			if (tmp.oom)
 				o->oom = true;
 			pl_free(&tmp);
@@ -658,17 +760,21 @@ static int pre_apply(const struct pre *z, struct plist *in, struct plist *o)
 		}
 		case P_METASPACE: {
 			struct mk_sbuf b = {0};
-			bool starts = p->n >= z->repl_len && !memcmp(p->s, z->repl, z->repl_len);
+			bool starts = p->n >= z->repl_len && !memcmp(p->s, z->repl, z->repl_len), over = false;
 			/* spaces become the replacement; then the prefix */
 			bool space0 = p->n && p->s[0] == ' ';
 			if (!starts && !space0 &&
 			    (z->scheme == PS_ALWAYS || (z->scheme == PS_FIRST && p->first)))
-				mk_sbuf_add(&b, z->repl, z->repl_len);
-			for (size_t x = 0; x < p->n; x++) {
+				capped_add(&b, z->repl, z->repl_len, e->cap, &over);
+			for (size_t x = 0; x < p->n && !over; x++) {
 				if (p->s[x] == ' ')
-					mk_sbuf_add(&b, z->repl, z->repl_len);
+					capped_add(&b, z->repl, z->repl_len, e->cap, &over);
 				else
-					mk_sbuf_add(&b, p->s + x, 1);
+					capped_add(&b, p->s + x, 1, e->cap, &over);
+			}
+			if (over) {
+				free(b.p);
+				return enc_over(e, rule, "bytes of text");
 			}
 			if (b.oom)
 				return -1;
@@ -701,6 +807,8 @@ static int pre_apply(const struct pre *z, struct plist *in, struct plist *o)
 		}
 		}
 	}
+	if (o->over)
+		return enc_over(e, rule, "bytes of pieces");
 	return o->oom ? -1 : 0;
 }
 
@@ -710,12 +818,18 @@ struct ids {
 	int32_t *p;
 	size_t n, cap;
 	bool oom;
+	size_t max; /* the bound (0: none) */
+	bool over;  /* it was reached (oom set too) */
 };
 
 static void ids_add(struct ids *v, int32_t id)
 {
 	if (v->oom)
 		return;
+	if (v->max && v->n == v->max) {
+		v->oom = v->over = true;
+		return;
+	}
 	if (v->n == v->cap) {
 		size_t nc = v->cap ? v->cap * 2 : 64;
 		int32_t *p = realloc(v->p, nc * sizeof *p);
@@ -971,14 +1085,15 @@ static bool utf8_ok(const char *s, size_t n)
 	return true;
 }
 
-static int encode_text(const struct mk_tokenizer *t, const char *s, size_t n, bool first, struct ids *out)
+static int encode_text(struct enc *e, const char *s, size_t n, bool first, struct ids *out)
 {
+	const struct mk_tokenizer *t = e->t;
 	char *ns = NULL;
 	size_t nn;
 	struct segs sg = {0};
 	int rc = -1;
 
-	if (normalize(t, s, n, &ns, &nn))
+	if (normalize(e, s, n, &ns, &nn))
 		return -1;
 	split_added(t, ns, nn, true, &sg);
 	if (sg.oom)
@@ -988,11 +1103,11 @@ static int encode_text(const struct mk_tokenizer *t, const char *s, size_t n, bo
 			ids_add(out, sg.p[i].id);
 			continue;
 		}
-		struct plist a = {0};
+		struct plist a = {.max = e->cap};
 		pl_add(&a, ns + sg.p[i].a, sg.p[i].b - sg.p[i].a, first && sg.p[i].a == 0);
 		for (size_t k = 0; k < t->npre && !a.oom; k++) {
-			struct plist b = {0};
-			int r = pre_apply(&t->pre[k], &a, &b);
+			struct plist b = {.max = e->cap};
+			int r = pre_apply(e, k, &t->pre[k], &a, &b);
 			pl_free(&a);
 			a = b;
 			if (r)
@@ -1017,37 +1132,47 @@ int mk_tokenizer_encode(const struct mk_tokenizer *t, const char *text, size_t l
 			size_t *n, struct mk_err *err)
 {
 	struct segs sg = {0};
-	struct ids out = {0};
+	struct enc e = {t, err, len, enc_cap(len), false};
+	struct ids out = {.max = e.cap};
+	const char *rule = "the model";
 
 	*ids = NULL, *n = 0;
+	if (len > ENC_TEXT_MAX)
+		return mk_err_set(err, MK_EINVAL, "%s: a text of %zu bytes to encode, more than %zu MiB: refused", t->label,
+				  len, ENC_TEXT_MAX >> 20);
 	if (!utf8_ok(text, len))
 		return mk_err_set(err, MK_EINVAL, "%s: the text to encode is not UTF-8", t->label);
 	split_added(t, text, len, false, &sg);
-	for (size_t i = 0; i < sg.n && !sg.oom; i++) {
+	for (size_t i = 0; i < sg.n && !sg.oom && !out.oom; i++) {
 		if (sg.p[i].id >= 0)
 			ids_add(&out, sg.p[i].id);
-		else if (encode_text(t, text + sg.p[i].a, sg.p[i].b - sg.p[i].a, sg.p[i].a == 0, &out))
+		else if (encode_text(&e, text + sg.p[i].a, sg.p[i].b - sg.p[i].a, sg.p[i].a == 0, &out))
 			out.oom = true;
 	}
 	free(sg.p);
 	if (sg.oom)
 		out.oom = true;
+	char post[64];
 	for (size_t k = 0; add_special && k < t->npost && !out.oom; k++) {
 		const struct post *p = &t->post[k];
-		struct ids nx = {0};
-		for (size_t j = 0; j < p->n; j++) {
+		struct ids nx = {.max = e.cap};
+		for (size_t j = 0; j < p->n && !nx.oom; j++) {
 			if (p->tmpl[j] >= 0)
 				ids_add(&nx, p->tmpl[j]);
 			else
-				for (size_t x = 0; x < out.n; x++)
+				for (size_t x = 0; x < out.n && !nx.oom; x++)
 					ids_add(&nx, out.p[x]);
 		}
 		free(out.p);
 		out = nx;
+		snprintf(post, sizeof post, "post-processor %zu", k + 1);
+		rule = post;
 	}
+	if (out.over)
+		enc_over(&e, rule, "tokens");
 	if (out.oom) {
 		free(out.p);
-		return mk_err_set(err, MK_ENOMEM, "%s: out of memory encoding %zu bytes", t->label, len);
+		return e.said ? -err->code : mk_err_set(err, MK_ENOMEM, "%s: out of memory encoding %zu bytes", t->label, len);
 	}
 	*ids = out.p, *n = out.n;
 	return 0;
@@ -1115,7 +1240,7 @@ int mk_tokenizer_encode_prompts(const struct mk_tokenizer *t, const char *const 
 		rc = mk_tokenizer_encode(t, b.p, b.n, false, &row[i], &len[i], err);
 		free(b.p);
 		if (rc) {
-			mk_err_prefix(err, "prompt %zu", i + 1);
+			mk_err_prefix(err, "prompt %zu: ", i + 1);
 			goto out;
 		}
 		if (len[i] > cols)
@@ -1291,6 +1416,7 @@ static int load_normalizer(struct ld *l, size_t node)
 	}
 	struct norm *z = &t->norm[t->nnorm - 1];
 	UErrorCode e = U_ZERO_ERROR;
+	snprintf(z->type, sizeof z->type, "%s", type);
 	if (!strcmp(type, "Prepend")) {
 		z->kind = N_PREPEND;
 		if (!(z->a = str_of(l, node, "prepend", &z->alen)))
@@ -1342,6 +1468,7 @@ static int load_pre(struct ld *l, size_t node)
 		return mk_err_set(l->err, MK_ENOMEM, "out of memory");
 	}
 	struct pre *z = &t->pre[t->npre - 1];
+	snprintf(z->type, sizeof z->type, "%s", type);
 	if (!strcmp(type, "ByteLevel")) {
 		z->kind = P_BYTELEVEL;
 		bytelevel_table(z);
@@ -1693,8 +1820,11 @@ int mk_tokenizer_parse(const char *json, size_t len, const char *label, struct m
 	/* the normalized added tokens are matched as the normalizers leave them */
 	for (size_t i = 0; i < t->nadded; i++) {
 		struct atok *a = &t->added[i];
-		if (a->t.normalized && normalize(t, a->t.content, a->len, &a->norm, &a->nlen)) {
-			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+		struct enc e = {t, err, a->len, enc_cap(a->len), false};
+		if (a->t.normalized && normalize(&e, a->t.content, a->len, &a->norm, &a->nlen)) {
+			char w[80];
+			rc = e.said ? mk_err_prefix(err, "added token '%s': ", mk_text_escape(a->t.content, (size_t)-1, w, sizeof w))
+				    : mk_err_set(err, MK_ENOMEM, "out of memory");
 			goto fail;
 		}
 		unsigned char c0 = (unsigned char)(a->t.normalized ? (a->nlen ? a->norm[0] : 0) : a->t.content[0]);
