@@ -42,10 +42,81 @@ static int copy_from_donor(struct mk_plan *p, const struct pmodel *donor, const 
 	return add_file(p, name, buf, len, err);
 }
 
-/* A model's own chat template, as transformers loads it: its
- * chat_template.jinja, else the "chat_template" string of its
- * tokenizer_config.json (malloc'ed; NULL when it has none).  A file that
- * cannot be read or parsed is said, at the config's chat_template key. */
+/* Length of the white space (Python's str.isspace) that starts s[0..n):
+ * 0 when s[0] is none.  UTF-8 is assumed valid (jsondoc checked it). */
+static size_t space_len(const unsigned char *s, size_t n)
+{
+	if (n >= 1 && ((s[0] >= 0x09 && s[0] <= 0x0d) || (s[0] >= 0x1c && s[0] <= 0x20)))
+		return 1;
+	if (n >= 2 && s[0] == 0xc2 && (s[1] == 0x85 || s[1] == 0xa0))
+		return 2;
+	if (n >= 3) {
+		unsigned cp = (s[0] & 0x0fu) << 12 | (s[1] & 0x3fu) << 6 | (s[2] & 0x3fu);
+		if ((s[0] & 0xf0) == 0xe0 &&
+		    (cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 ||
+		     cp == 0x202f || cp == 0x205f || cp == 0x3000))
+			return 3;
+	}
+	return 0;
+}
+
+/* t with the white space at both ends removed in place, as Python's
+ * str.strip() does (mergekit strips each model's template before it
+ * counts them). */
+static char *template_strip(char *t)
+{
+	unsigned char *u = (unsigned char *)t;
+	size_t n = strlen(t), a = 0, k, end = 0;
+
+	while ((k = space_len(u + a, n - a)))
+		a += k;
+	/* the end: after the last character that is not white space */
+	for (size_t i = a; i < n;) {
+		if ((k = space_len(u + i, n - i))) {
+			i += k;
+			continue;
+		}
+		do
+			i++;
+		while (i < n && (u[i] & 0xc0) == 0x80);
+		end = i;
+	}
+	if (end < a)
+		end = a;
+	memmove(t, t + a, end - a);
+	t[end - a] = 0;
+	return t;
+}
+
+/* The template named "default" of a list of named templates
+ * ([{"name": ..., "template": ...}, ...]: Hermes, Command-R), which
+ * transformers reads into a dict, the last of a name counting; NULL when
+ * none is named so. */
+static char *default_of_named(const struct mk_jsondoc *doc)
+{
+	size_t list = mk_jsondoc_at(doc, "chat_template");
+	char *found = NULL;
+
+	for (size_t e = mk_jsondoc_first(doc, list); e != SIZE_MAX; e = mk_jsondoc_next(doc, e)) {
+		size_t nm = mk_jsondoc_get(doc, e, "name"), tm = mk_jsondoc_get(doc, e, "template");
+		char *name = mk_jsondoc_type(doc, nm) == MK_JSON_STRING ? mk_jsondoc_node_string(doc, nm, NULL) : NULL;
+
+		if (name && !strcmp(name, "default") && mk_jsondoc_type(doc, tm) == MK_JSON_STRING) {
+			free(found);
+			found = mk_jsondoc_node_string(doc, tm, NULL);
+		}
+		free(name);
+	}
+	return found;
+}
+
+/* A model's own chat template, as mergekit's chat_template auto counts
+ * it: what transformers loads (its chat_template.jinja, else the
+ * "chat_template" of its tokenizer_config.json, from a list of named
+ * templates the one named "default"), left out when empty, stripped of
+ * white space at both ends (malloc'ed; NULL when it has none).  A file
+ * that cannot be read or parsed is said, at the config's chat_template
+ * key. */
 static char *model_chat_template(const struct pmodel *pm, struct mk_diags *d, const struct mk_config_loc *loc)
 {
 	struct mk_err e = { 0 };
@@ -59,7 +130,8 @@ static char *model_chat_template(const struct pmodel *pm, struct mk_diags *d, co
 			diag(d, MK_DIAG_WARNING, loc, "chat_template auto: %s; its template is not counted", e.msg);
 			return NULL;
 		}
-		return (char *)buf;
+		t = (char *)buf;
+		goto out;
 	}
 	if (!plan_has_file(pm, "tokenizer_config.json"))
 		return NULL;
@@ -71,9 +143,14 @@ static char *model_chat_template(const struct pmodel *pm, struct mk_diags *d, co
 		enum mk_json_type ty;
 		if (mk_jsondoc_find(doc, "chat_template", &ty) == 0 && ty == MK_JSON_STRING)
 			t = mk_jsondoc_string(doc, "chat_template", NULL);
-		else if (mk_jsondoc_find(doc, "chat_template", &ty) == 0 && ty != MK_JSON_NULL)
+		else if (mk_jsondoc_find(doc, "chat_template", &ty) == 0 && ty == MK_JSON_ARRAY) {
+			if (!(t = default_of_named(doc)))
+				diag(d, MK_DIAG_WARNING, loc,
+				     "chat_template auto: model '%s': none of its named chat templates is named 'default'; not counted",
+				     pm->display);
+		} else if (mk_jsondoc_find(doc, "chat_template", &ty) == 0 && ty != MK_JSON_NULL)
 			diag(d, MK_DIAG_WARNING, loc,
-			     "chat_template auto: model '%s': its tokenizer_config.json's chat_template is not a string (named templates?); not counted",
+			     "chat_template auto: model '%s': its tokenizer_config.json's chat_template is neither a string nor a list of named templates; not counted",
 			     pm->display);
 		mk_jsondoc_free(doc);
 	} else {
@@ -81,7 +158,12 @@ static char *model_chat_template(const struct pmodel *pm, struct mk_diags *d, co
 		     e.msg);
 	}
 	free(buf);
-	return t;
+out:
+	if (t && !*t) {  /* an empty template counts as none */
+		free(t);
+		return NULL;
+	}
+	return t ? template_strip(t) : NULL;
 }
 
 /* The chat template asked for: a built-in name, "auto" (the most common

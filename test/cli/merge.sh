@@ -166,6 +166,25 @@ grep -q "chat_template auto: model 'models/tiny-big': tokenizer_config.json:3:1:
 [ "$(cat ct-jinja/chat_template.jinja)" = "{{ jinja }}" ] || fail "auto did not find chat_template.jinja"
 python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["chat_template"] == "{{ jinja }}"' ct-jinja/tokenizer_config.json ||
 	fail "auto: tokenizer_config.json lacks the template from chat_template.jinja"
+# auto counts as mergekit does: from a list of named templates (Hermes,
+# Command-R) the one named "default", each stripped of white space at
+# both ends (Python's str.strip, Unicode spaces too), empty ones left out
+cp -r models/tiny-a models/tiny-named && python3 - models/tiny-named/tokenizer_config.json <<'PY'
+import json, sys
+json.dump({"bos_token": "<s>", "chat_template": [{"name": "tool_use", "template": "{{ tools }}"},
+          {"name": "default", "template": "\u3000 {{ named }}\n\n"}]}, open(sys.argv[1], "w"))
+PY
+cp -r models/tiny-a models/tiny-named2 && cp models/tiny-named/tokenizer_config.json models/tiny-named2/
+cp -r models/tiny-a models/tiny-empty && printf '{"chat_template": ""}' > models/tiny-empty/tokenizer_config.json
+cp -r models/tiny-a models/tiny-empty2 && cp models/tiny-empty/tokenizer_config.json models/tiny-empty2/
+printf 'merge_method: linear\nmodels:\n' > ct-named.yml
+for m in tiny-empty tiny-empty2 tiny-jinja tiny-named tiny-named2; do
+	printf '  - model: models/%s\n    parameters: {weight: 1}\n' $m >> ct-named.yml
+done
+printf 'chat_template: auto\n' >> ct-named.yml
+mk-yaml --quiet ct-named.yml ct-named
+python3 -c 'import json, sys; t = json.load(open(sys.argv[1]))["chat_template"]; assert t == "{{ named }}", t' \
+	ct-named/tokenizer_config.json || fail "auto: the named default template, stripped, is not the one written"
 # donors without tokenizer.json or tokenizer_config.json: a tokenizer in
 # any layout transformers loads is copied as it is (mergekit writes one
 # whenever AutoTokenizer loads it); none at all is said
