@@ -700,6 +700,56 @@ int mk_jsondoc_set(struct mk_jsondoc *d, const char *path, const char *value_jso
 	return 0;
 }
 
+int mk_jsondoc_remove(struct mk_jsondoc *d, const char *path, struct mk_err *err)
+{
+	size_t i = lookup(d, path, NULL, NULL, NULL), parent, at, end, prev = SIZE_MAX;
+	char *text, *ptext;
+
+	if (i == SIZE_MAX || !*path)
+		return 0;
+	parent = d->n[i].parent;
+	for (size_t k = d->n[parent].first_kid; k != i; k = d->n[k].next)
+		prev = k;
+	if (prev != SIZE_MAX) {
+		/* from the end of the member before: its comma, the layout, the member */
+		at = d->n[prev].end;
+		end = d->n[i].end;
+	} else if (d->n[i].next != SIZE_MAX) {
+		/* the first of several: the member, its comma, up to the next key */
+		at = d->n[i].key_begin;
+		end = d->n[d->n[i].next].key_begin;
+	} else {
+		/* the only member: the object is left empty, "{}" */
+		at = d->n[parent].begin + 1;
+		end = d->n[parent].end - 1;
+	}
+	text = strdup("");
+	ptext = strdup(path);
+	if (!text || !ptext) {
+		free(text);
+		free(ptext);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	/* an earlier edit of this member is dropped with it */
+	for (size_t k = 0; k < d->ne; k++)
+		if (!strcmp(d->e[k].path, path)) {
+			free(d->e[k].text);
+			free(d->e[k].path);
+			d->e[k] = (struct edit){ ptext, at, end, text, d->e[k].seq };
+			return 0;
+		}
+	struct edit *q = realloc(d->e, (d->ne + 1) * sizeof(*q));
+	if (!q) {
+		free(text);
+		free(ptext);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	d->e = q;
+	d->e[d->ne] = (struct edit){ ptext, at, end, text, d->ne };
+	d->ne++;
+	return 0;
+}
+
 static int cmp_edit(const void *a, const void *b)
 {
 	const struct edit *x = a, *y = b;

@@ -73,6 +73,12 @@ const char *mk_jsondoc_node_text(const struct mk_jsondoc *d, size_t node, size_t
  * second edit of the same path replaces the first.  A value_json that is
  * not one JSON value is MK_EINVAL. */
 int mk_jsondoc_set(struct mk_jsondoc *d, const char *path, const char *value_json, struct mk_err *err);
+/* Remove the member at path (an object's key) with its comma and the
+ * layout before it, so that the rest reads as if it had never been there
+ * (the only member of an object leaves "{}"); an earlier edit of it is
+ * dropped.  A path that is missing is no error.  Not to be combined with
+ * other edits of the same object (write, parse again, then remove). */
+int mk_jsondoc_remove(struct mk_jsondoc *d, const char *path, struct mk_err *err);
 /* The text with the edits applied (malloc'ed, *len bytes): with no edit,
  * the parsed bytes exactly. */
 int mk_jsondoc_write(const struct mk_jsondoc *d, char **out, size_t *len, struct mk_err *err);

@@ -216,6 +216,54 @@ static void python_is(const char *text, const char *want)
 	mk_jsondoc_free(d);
 }
 
+/* remove path from s; the written text must be want, and must read
+ * back without the key */
+static void remove_is(const char *s, const char *path, const char *want)
+{
+	struct mk_jsondoc *d = parse_ok(s), *again;
+	enum mk_json_type ty;
+	struct mk_err err;
+	char *out;
+	size_t len;
+
+	assert_int_equal(mk_jsondoc_remove(d, path, &err), 0);
+	assert_int_equal(mk_jsondoc_write(d, &out, &len, &err), 0);
+	assert_string_equal(out, want);
+	assert_int_equal(len, strlen(want));
+	again = parse_ok(out);
+	assert_int_equal(mk_jsondoc_find(again, path, &ty), -1);
+	mk_jsondoc_free(again);
+	free(out);
+	mk_jsondoc_free(d);
+}
+
+static void test_remove(void **state)
+{
+	(void)state;
+	/* last, first, middle, only member; two layouts */
+	remove_is("{\n  \"a\": 1,\n  \"b\": [2, 3],\n  \"c\": \"x\"\n}\n", "c", "{\n  \"a\": 1,\n  \"b\": [2, 3]\n}\n");
+	remove_is("{\n  \"a\": 1,\n  \"b\": [2, 3],\n  \"c\": \"x\"\n}\n", "a", "{\n  \"b\": [2, 3],\n  \"c\": \"x\"\n}\n");
+	remove_is("{\n  \"a\": 1,\n  \"b\": [2, 3],\n  \"c\": \"x\"\n}\n", "b", "{\n  \"a\": 1,\n  \"c\": \"x\"\n}\n");
+	remove_is("{\"a\":1,\"b\":{\"c\":2}}", "b", "{\"a\":1}");
+	remove_is("{\"a\":1,\"b\":{\"c\":2}}", "b.c", "{\"a\":1,\"b\":{}}");
+	remove_is("{ \"only\" : {\"x\": [1]} }", "only", "{}");
+	/* missing: nothing changes */
+	remove_is("{\"a\": 1}", "z", "{\"a\": 1}");
+	/* a value set before is removed with its member */
+	{
+		struct mk_jsondoc *d = parse_ok("{\"a\": 1, \"b\": 2}");
+		struct mk_err err;
+		char *out;
+		size_t len;
+		assert_int_equal(mk_jsondoc_set(d, "b", "\"new\"", &err), 0);
+		assert_int_equal(mk_jsondoc_remove(d, "b", &err), 0);
+		assert_int_equal(mk_jsondoc_write(d, &out, &len, &err), 0);
+		assert_string_equal(out, "{\"a\": 1}");
+		free(out);
+		mk_jsondoc_free(d);
+	}
+}
+
 static void test_python_layout(void **state)
 {
 	(void)state;
@@ -245,6 +293,7 @@ int main(void)
 		cmocka_unit_test(test_refuses_with_position),
 		cmocka_unit_test(test_lookup),
 		cmocka_unit_test(test_edits_keep_every_other_byte),
+		cmocka_unit_test(test_remove),
 		cmocka_unit_test(test_python_layout),
 		cmocka_unit_test(test_quote),
 	};
