@@ -336,9 +336,9 @@ int plan_make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_ch
 			diag(d, MK_DIAG_WARNING, &p->cfg->merge_method_loc,
 			     "model '%s' has no tokenizer (no tokenizer.json, tokenizer.model, vocab.json with merges.txt, or vocab.txt): the output has none",
 			     donor->display);
-		/* a template over a donor with neither file that holds one: in
-		 * chat_template.jinja, as transformers 5 keeps it */
-		if (ok && tmpl && !plan_has_file(donor, "tokenizer_config.json") && !plan_has_file(donor, "chat_template.jinja")) {
+		/* the template in chat_template.jinja, as mergekit writes it
+		 * (transformers 5's save_pretrained), the donor's replaced */
+		if (ok && tmpl) {
 			char *t = strdup(tmpl);
 			rc = t ? add_file(p, "chat_template.jinja", (uint8_t *)t, strlen(t), err) :
 				 mk_err_set(err, MK_ENOMEM, "out of memory");
@@ -347,9 +347,7 @@ int plan_make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_ch
 			if (!plan_has_file(donor, tokenizer_files[k]))
 				continue;
 			if (tmpl && !strcmp(tokenizer_files[k], "chat_template.jinja")) {
-				char *t = strdup(tmpl);
-				rc = t ? add_file(p, "chat_template.jinja", (uint8_t *)t, strlen(t), err) :
-					 mk_err_set(err, MK_ENOMEM, "out of memory");
+				continue; /* written above */
 			} else if (newvocab && !strcmp(tokenizer_files[k], "tokenizer.json")) {
 				/* the merged vocabulary: the donor's file, tokens added or cut */
 				char path[4096];
@@ -369,7 +367,8 @@ int plan_make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_ch
 			} else if (newvocab && !strcmp(tokenizer_files[k], "added_tokens.json")) {
 				continue; /* a slow tokenizer's list, stale for the new vocabulary */
 			} else if ((tmpl || newvocab) && !strcmp(tokenizer_files[k], "tokenizer_config.json")) {
-				/* set "chat_template" and the added tokens, keep the rest */
+				/* the added tokens set, a "chat_template" removed (the
+				 * template is in chat_template.jinja), the rest kept */
 				char path[4096];
 				uint8_t *buf;
 				size_t blen;
@@ -386,14 +385,20 @@ int plan_make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_ch
 				if (!rc && mk_jsondoc_root_type(doc) != MK_JSON_OBJECT)
 					rc = mk_err_set(err, MK_EFORMAT, "%s: not a JSON object (a tokenizer_config.json holds one)",
 							path);
-				if (!rc && tmpl && !(q = mk_json_quote(tmpl, strlen(tmpl))))
-					rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-				if (!rc && tmpl)
-					rc = mk_jsondoc_set(doc, "chat_template", q, err);
 				if (!rc && newvocab)
 					rc = mk_tokmerge_edit_config(p->tok, doc, err);
 				if (!rc)
 					rc = mk_jsondoc_write(doc, &s, &slen, err);
+				if (!rc && tmpl) {
+					/* removed from the text with the edits made */
+					mk_jsondoc_free(doc);
+					doc = NULL;
+					q = s;
+					s = NULL;
+					if (!(rc = mk_jsondoc_parse(q, slen, path, &doc, err)) &&
+					    !(rc = mk_jsondoc_remove(doc, "chat_template", err)))
+						rc = mk_jsondoc_write(doc, &s, &slen, err);
+				}
 				free(q);
 				mk_jsondoc_free(doc);
 				if (!rc)

@@ -115,13 +115,16 @@ for ct in chatml literal auto; do
 	esac
 	printf 'merge_method: linear\nmodels:\n  - model: models/tiny-ct\n    parameters: {weight: 1}\n  - model: models/tiny-a\n    parameters: {weight: 1}\nchat_template: %s\n' "$v" > ct-$ct.yml
 	mk-yaml ct-$ct.yml ct-$ct
-	python3 - ct-$ct/tokenizer_config.json "$ct" "$MK_TOP/src/planner/templates/chatml.jinja" <<'PY'
+	# the template in chat_template.jinja (transformers 5's layout, as
+	# mergekit writes it), none left in tokenizer_config.json
+	python3 - ct-$ct "$ct" "$MK_TOP/src/planner/templates/chatml.jinja" <<'PY'
 import json, sys
-t = json.load(open(sys.argv[1]))["chat_template"]
-want = {"chatml": open(sys.argv[3]).read(), "literal": "{% for m in messages %}{{ m.content }}{% endfor %}",
+t = open(sys.argv[1] + "/chat_template.jinja", encoding="utf-8", newline="").read()
+want = {"chatml": open(sys.argv[3], newline="").read(), "literal": "{% for m in messages %}{{ m.content }}{% endfor %}",
         "auto": "{{ messages }}"}[sys.argv[2]]
 assert t == want, (sys.argv[2], t)
-assert json.load(open(sys.argv[1]))["bos_token"] == "<s>"
+c = json.load(open(sys.argv[1] + "/tokenizer_config.json"))
+assert c == {"bos_token": "<s>"}, c
 PY
 done
 # the donor's tokenizer_config.json as transformers writes it (an integer
@@ -131,13 +134,23 @@ cp -r models/tiny-a models/tiny-big
 printf '{\n    "bos_token": "<s>",\n    "model_max_length": 1000000000000000019884624838656,\n    "clean_up_tokenization_spaces": false\n}\n' > models/tiny-big/tokenizer_config.json
 printf 'merge_method: linear\nmodels:\n  - model: models/tiny-big\n    parameters: {weight: 1}\n  - model: models/tiny-a\n    parameters: {weight: 1}\nchat_template: chatml\n' > ct-big.yml
 mk-yaml ct-big.yml ct-big
-python3 - models/tiny-big/tokenizer_config.json ct-big/tokenizer_config.json "$MK_TOP/src/planner/templates/chatml.jinja" <<'PY'
-import json, sys
-donor, out, tmpl = (open(p, encoding="utf-8").read() for p in sys.argv[1:])
-want = donor[:-3] + ',\n    "chat_template": ' + json.dumps(tmpl, ensure_ascii=False) + "\n}\n"
-assert out == want, (out, want)
-assert json.loads(out)["model_max_length"] == 1000000000000000019884624838656
+cmp models/tiny-big/tokenizer_config.json ct-big/tokenizer_config.json || fail "the donor's tokenizer_config.json was not kept byte for byte"
+cmp "$MK_TOP/src/planner/templates/chatml.jinja" ct-big/chat_template.jinja || fail "chatml: chat_template.jinja is not the built-in template"
+# a donor whose tokenizer_config.json has a template of its own: that key
+# alone is removed (the chosen template is in chat_template.jinja), every
+# other byte kept
+python3 - models/tiny-big/tokenizer_config.json models/tiny-bigct/tokenizer_config.json <<'PY'
+import os, sys
+donor = open(sys.argv[1], encoding="utf-8").read()
+os.makedirs(os.path.dirname(sys.argv[2]), exist_ok=True)
+with open(sys.argv[2], "w", encoding="utf-8") as f:
+    f.write(donor.replace('"bos_token": "<s>",', '"bos_token": "<s>",\n    "chat_template": "{{ old }}",'))
 PY
+for f in models/tiny-big/*; do [ -e "models/tiny-bigct/${f##*/}" ] || cp "$f" models/tiny-bigct/; done
+sed 's#models/tiny-big$#models/tiny-bigct#' ct-big.yml > ct-bigct.yml
+mk-yaml --quiet ct-bigct.yml ct-bigct
+cmp models/tiny-big/tokenizer_config.json ct-bigct/tokenizer_config.json || fail "the donor's chat_template key was not removed alone"
+cmp "$MK_TOP/src/planner/templates/chatml.jinja" ct-bigct/chat_template.jinja || fail "chatml over a donor's template: chat_template.jinja differs"
 # config.json too is read losslessly: an integer beyond 64 bits comes
 # through (transformers' layout: sorted keys, 2-space indent)
 python3 - models/tiny-big/config.json <<'PY'
@@ -164,8 +177,8 @@ mk-yaml ct-jinja.yml ct-jinja 2> jinja.err
 grep -q "chat_template auto: model 'models/tiny-big': tokenizer_config.json:3:1: a comma before the closing bracket; its template is not counted" jinja.err ||
 	{ cat jinja.err; fail "auto skipped a broken tokenizer_config.json silently"; }
 [ "$(cat ct-jinja/chat_template.jinja)" = "{{ jinja }}" ] || fail "auto did not find chat_template.jinja"
-python3 -c 'import json, sys; assert json.load(open(sys.argv[1]))["chat_template"] == "{{ jinja }}"' ct-jinja/tokenizer_config.json ||
-	fail "auto: tokenizer_config.json lacks the template from chat_template.jinja"
+python3 -c 'import json, sys; assert "chat_template" not in json.load(open(sys.argv[1]))' ct-jinja/tokenizer_config.json ||
+	fail "auto: a template left in tokenizer_config.json beside chat_template.jinja"
 # auto counts as mergekit does: from a list of named templates (Hermes,
 # Command-R) the one named "default", each stripped of white space at
 # both ends (Python's str.strip, Unicode spaces too), empty ones left out
@@ -183,8 +196,7 @@ for m in tiny-empty tiny-empty2 tiny-jinja tiny-named tiny-named2; do
 done
 printf 'chat_template: auto\n' >> ct-named.yml
 mk-yaml --quiet ct-named.yml ct-named
-python3 -c 'import json, sys; t = json.load(open(sys.argv[1]))["chat_template"]; assert t == "{{ named }}", t' \
-	ct-named/tokenizer_config.json || fail "auto: the named default template, stripped, is not the one written"
+[ "$(cat ct-named/chat_template.jinja)" = "{{ named }}" ] || fail "auto: the named default template, stripped, is not the one written"
 # donors without tokenizer.json or tokenizer_config.json: a tokenizer in
 # any layout transformers loads is copied as it is (mergekit writes one
 # whenever AutoTokenizer loads it); none at all is said
