@@ -616,13 +616,41 @@ static void member_lead(const struct mk_jsondoc *d, size_t o, size_t kid, const 
 	}
 }
 
+/* Record the edit of path: [at, end) replaced by text (taken; NULL when
+ * its allocation failed), in place of an earlier edit of the same path. */
+static int put_edit(struct mk_jsondoc *d, const char *path, size_t at, size_t end, char *text, struct mk_err *err)
+{
+	char *ptext = NULL;
+	struct edit *q;
+
+	if (!text)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t k = 0; k < d->ne; k++)
+		if (!strcmp(d->e[k].path, path)) {
+			free(d->e[k].text);
+			d->e[k].text = text;
+			d->e[k].at = at;
+			d->e[k].end = end;
+			return 0;
+		}
+	if (!(ptext = strdup(path)) || !(q = realloc(d->e, (d->ne + 1) * sizeof(*q)))) {
+		free(text);
+		free(ptext);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	d->e = q;
+	d->e[d->ne] = (struct edit){ ptext, at, end, text, d->ne };
+	d->ne++;
+	return 0;
+}
+
 int mk_jsondoc_set(struct mk_jsondoc *d, const char *path, const char *value_json, struct mk_err *err)
 {
 	struct mk_jsondoc *v = NULL;
 	size_t parent, lastlen, at, end;
 	const char *last;
 	size_t i;
-	char *text = NULL, *ptext = NULL;
+	char *text = NULL;
 	int rc;
 
 	if ((rc = mk_jsondoc_parse(value_json, strlen(value_json), "the new value", &v, err))) {
@@ -675,35 +703,12 @@ int mk_jsondoc_set(struct mk_jsondoc *d, const char *path, const char *value_jso
 		}
 		free(key);
 	}
-	ptext = strdup(path);
-	if (!text || !ptext) {
-		free(text);
-		free(ptext);
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	}
-	for (size_t k = 0; k < d->ne; k++)
-		if (!strcmp(d->e[k].path, path)) {
-			free(d->e[k].text);
-			free(ptext);
-			d->e[k].text = text;
-			return 0;
-		}
-	struct edit *q = realloc(d->e, (d->ne + 1) * sizeof(*q));
-	if (!q) {
-		free(text);
-		free(ptext);
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	}
-	d->e = q;
-	d->e[d->ne] = (struct edit){ ptext, at, end, text, d->ne };
-	d->ne++;
-	return 0;
+	return put_edit(d, path, at, end, text, err);
 }
 
 int mk_jsondoc_remove(struct mk_jsondoc *d, const char *path, struct mk_err *err)
 {
 	size_t i = lookup(d, path, NULL, NULL, NULL), parent, at, end, prev = SIZE_MAX;
-	char *text, *ptext;
 
 	if (i == SIZE_MAX || !*path)
 		return 0;
@@ -723,31 +728,8 @@ int mk_jsondoc_remove(struct mk_jsondoc *d, const char *path, struct mk_err *err
 		at = d->n[parent].begin + 1;
 		end = d->n[parent].end - 1;
 	}
-	text = strdup("");
-	ptext = strdup(path);
-	if (!text || !ptext) {
-		free(text);
-		free(ptext);
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	}
 	/* an earlier edit of this member is dropped with it */
-	for (size_t k = 0; k < d->ne; k++)
-		if (!strcmp(d->e[k].path, path)) {
-			free(d->e[k].text);
-			free(d->e[k].path);
-			d->e[k] = (struct edit){ ptext, at, end, text, d->e[k].seq };
-			return 0;
-		}
-	struct edit *q = realloc(d->e, (d->ne + 1) * sizeof(*q));
-	if (!q) {
-		free(text);
-		free(ptext);
-		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	}
-	d->e = q;
-	d->e[d->ne] = (struct edit){ ptext, at, end, text, d->ne };
-	d->ne++;
-	return 0;
+	return put_edit(d, path, at, end, strdup(""), err);
 }
 
 static int cmp_edit(const void *a, const void *b)
