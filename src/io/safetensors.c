@@ -9,7 +9,7 @@
  * as in the reference.  No 2^48 cap (the schema's) is applied: the
  * reference does not apply one either.
  *
- * The header is read in one pass by st_json.c's scanner, straight into
+ * The header is read in one pass by the JSON scanner (core/jsonscan.c), straight into
  * the arrays kept (no JSON tree): its cost is linear in its bytes, and
  * its memory, besides the header read, is an arena of the header's size
  * for the strings, plus per tensor its struct and index (about 120 bytes;
@@ -111,8 +111,8 @@ static void fmt_shape(char *buf, size_t size, const uint64_t *shape,
 }
 
 /* Read one tensor's entry, the value after its name; `tmp` is arena room
- * for a field name or dtype (st_json.c: it fits). */
-static int read_tensor(struct mk__sj *j, struct mk_st_tensor *t, char *tmp, const char *label,
+ * for a field name or dtype (jsonscan.c: it fits). */
+static int read_tensor(struct mk_jscan *j, struct mk_st_tensor *t, char *tmp, const char *label,
 		       struct mk_err *err)
 {
 	bool first = true, seen[3] = { false, false, false };
@@ -120,18 +120,18 @@ static int read_tensor(struct mk__sj *j, struct mk_st_tensor *t, char *tmp, cons
 	size_t len, k;
 	int more;
 
-	if (mk__sj_peek(j) != '{')
-		return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': entry is not "
+	if (mk_jscan_peek(j) != '{')
+		return mk_jscan_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': entry is not "
 				  "a JSON object (InvalidHeaderDeserialization)",
 				  label, t->name);
 	j->p++;
-	while ((more = mk__sj_more(j, '}', &first)) == 1) {
-		if (mk__sj_string(j, tmp, &len) < 0 || mk__sj_expect(j, ':') < 0)
+	while ((more = mk_jscan_more(j, '}', &first)) == 1) {
+		if (mk_jscan_string(j, tmp, &len) < 0 || mk_jscan_expect(j, ':') < 0)
 			return j->rc;
 		for (k = 0; k < 3 && strcmp(tmp, field[k]); k++)
 			;
 		if (k == 3) {
-			if (mk__sj_skip(j) < 0)
+			if (mk_jscan_skip(j) < 0)
 				return j->rc;
 			continue;
 		}
@@ -140,11 +140,11 @@ static int read_tensor(struct mk__sj *j, struct mk_st_tensor *t, char *tmp, cons
 					  "'%s' (InvalidHeaderDeserialization)", label, t->name, field[k]);
 		seen[k] = true;
 		if (k == 0) {
-			if (mk__sj_peek(j) != '"')
-				return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': dtype is not "
+			if (mk_jscan_peek(j) != '"')
+				return mk_jscan_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': dtype is not "
 						  "a string (InvalidHeaderDeserialization)", label,
 						  t->name);
-			if (mk__sj_string(j, tmp, &len) < 0)
+			if (mk_jscan_string(j, tmp, &len) < 0)
 				return j->rc;
 			if (mk_dtype_from_name(tmp, &t->desc.dtype) < 0)
 				return mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': unknown dtype "
@@ -154,17 +154,17 @@ static int read_tensor(struct mk__sj *j, struct mk_st_tensor *t, char *tmp, cons
 			bool f2 = true;
 			size_t i = 0;
 			uint64_t x;
-			if (mk__sj_peek(j) != '[')
-				return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': shape is not "
+			if (mk_jscan_peek(j) != '[')
+				return mk_jscan_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': shape is not "
 						  "an array (InvalidHeaderDeserialization)", label,
 						  t->name);
 			j->p++;
-			while ((more = mk__sj_more(j, ']', &f2)) == 1) {
-				int r = mk__sj_u64(j, &x);
+			while ((more = mk_jscan_more(j, ']', &f2)) == 1) {
+				int r = mk_jscan_u64(j, &x);
 				if (r < 0)
 					return r;
 				if (r > 0)
-					return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': shape[%zu] "
+					return mk_jscan_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': shape[%zu] "
 							  "is not a non-negative integer "
 							  "(InvalidHeaderDeserialization)", label,
 							  t->name, i);
@@ -184,16 +184,16 @@ static int read_tensor(struct mk__sj *j, struct mk_st_tensor *t, char *tmp, cons
 			size_t i = 0;
 			uint64_t x[2];
 			int r = 0;
-			if (mk__sj_peek(j) == '[') {
+			if (mk_jscan_peek(j) == '[') {
 				j->p++;
-				while ((more = mk__sj_more(j, ']', &f2)) == 1 && i < 2 &&
-				       (r = mk__sj_u64(j, &x[i])) == 0)
+				while ((more = mk_jscan_more(j, ']', &f2)) == 1 && i < 2 &&
+				       (r = mk_jscan_u64(j, &x[i])) == 0)
 					i++;
 				if (more < 0 || r < 0)
 					return j->rc ? j->rc : r;
 			}
 			if (i != 2 || more != 0 || r > 0)
-				return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': data_offsets is "
+				return mk_jscan_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: tensor '%s': data_offsets is "
 						  "not an array of two non-negative integers "
 						  "(InvalidHeaderDeserialization)", label, t->name);
 			t->begin = x[0];
@@ -212,7 +212,7 @@ static int read_tensor(struct mk__sj *j, struct mk_st_tensor *t, char *tmp, cons
 
 /* "__metadata__"'s value: null (absent, as serde reads it) or an object
  * of strings, kept in the arena at *off. */
-static int read_meta(struct mk__sj *j, struct st_file *sf, size_t *off, size_t *cap, const char *label,
+static int read_meta(struct mk_jscan *j, struct st_file *sf, size_t *off, size_t *cap, const char *label,
 		     struct mk_err *err)
 {
 	struct mk_st_file *f = &sf->pub;
@@ -220,21 +220,21 @@ static int read_meta(struct mk__sj *j, struct st_file *sf, size_t *off, size_t *
 	size_t kl, vl;
 	int more;
 
-	if (mk__sj_peek(j) == 'n')
-		return mk__sj_skip(j);
-	if (mk__sj_peek(j) != '{')
-		return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: __metadata__ is not an object "
+	if (mk_jscan_peek(j) == 'n')
+		return mk_jscan_skip(j);
+	if (mk_jscan_peek(j) != '{')
+		return mk_jscan_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: __metadata__ is not an object "
 				  "of strings (InvalidHeaderDeserialization)", label);
 	j->p++;
-	while ((more = mk__sj_more(j, '}', &first)) == 1) {
+	while ((more = mk_jscan_more(j, '}', &first)) == 1) {
 		char *key = sf->strings + *off;
-		if (mk__sj_string(j, key, &kl) < 0 || mk__sj_expect(j, ':') < 0)
+		if (mk_jscan_string(j, key, &kl) < 0 || mk_jscan_expect(j, ':') < 0)
 			return j->rc;
-		if (mk__sj_peek(j) != '"')
-			return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: __metadata__ value "
+		if (mk_jscan_peek(j) != '"')
+			return mk_jscan_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: __metadata__ value "
 					  "for '%s' is not a string "
 					  "(InvalidHeaderDeserialization)", label, key);
-		if (mk__sj_string(j, key + kl + 1, &vl) < 0)
+		if (mk_jscan_string(j, key + kl + 1, &vl) < 0)
 			return j->rc;
 		if (f->nmeta == *cap) {
 			size_t nc = *cap ? 2 * *cap : 16;
@@ -441,7 +441,7 @@ int mk_st_parse(const void *buf, size_t len, uint64_t file_size,
 	const uint8_t *p = buf;
 	struct st_file *sf = NULL;
 	struct mk_st_file *f;
-	struct mk__sj j = { .what = "header", .kind = "InvalidHeaderDeserialization", .err = err };
+	struct mk_jscan j = { .what = "header", .kind = "InvalidHeaderDeserialization", .err = err };
 	size_t off = 0, bad, kl, tcap = 0, mcap = 0;
 	uint64_t n, data_len = 0, total;
 	bool first = true, have_meta = false;
@@ -509,18 +509,18 @@ int mk_st_parse(const void *buf, size_t len, uint64_t file_size,
 	f->data_start = 8 + n;
 	j.start = j.p = (const char *)p + 8;
 	j.end = j.start + n;
-	if (mk__sj_peek(&j) != '{') {
-		rc = mk_err_set(err, MK_EFORMAT, mk__sj_peek(&j) < 0 ?
+	if (mk_jscan_peek(&j) != '{') {
+		rc = mk_err_set(err, MK_EFORMAT, mk_jscan_peek(&j) < 0 ?
 				"%s: header is not valid JSON: no value (InvalidHeaderDeserialization)" :
 				"%s: header is not a JSON object (InvalidHeaderDeserialization)", label);
 		goto out;
 	}
 	j.p++;
-	while ((more = mk__sj_more(&j, '}', &first)) == 1) {
+	while ((more = mk_jscan_more(&j, '}', &first)) == 1) {
 		char *key = sf->strings + off;
 		struct mk_st_tensor *t;
 
-		if (mk__sj_string(&j, key, &kl) < 0 || mk__sj_expect(&j, ':') < 0)
+		if (mk_jscan_string(&j, key, &kl) < 0 || mk_jscan_expect(&j, ':') < 0)
 			goto json;
 		if (!strcmp(key, "__metadata__")) {
 			if (have_meta) {
@@ -550,7 +550,7 @@ int mk_st_parse(const void *buf, size_t len, uint64_t file_size,
 		if (rc < 0)
 			goto out;
 	}
-	if ((rc = mk__sj_finish(&j, more)) < 0)
+	if ((rc = mk_jscan_finish(&j, more)) < 0)
 		goto out;
 	if (!f->tensors && !(f->tensors = malloc(sizeof(*f->tensors))))
 		goto nomem;

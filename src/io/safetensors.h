@@ -105,7 +105,7 @@ struct mk_st_index {
 	char *strings;               /* owns the entries' tensor names */
 };
 
-/* Parse an index file's bytes, in one pass (st_json.c; memory about 4
+/* Parse an index file's bytes, in one pass (core/jsonscan.c; memory about 4
  * times the index's bytes besides them).  Rejects: invalid JSON (UTF-8),
  * a repeated "weight_map" or tensor,
  * missing/non-object weight_map, non-string shard names, shard names that

@@ -1,5 +1,5 @@
 /* st_index.c - parse model.safetensors.index.json, in one pass with
- * st_json.c's scanner: the tensor names go into one arena of the text's
+ * the JSON scanner (core/jsonscan.c): the tensor names go into one arena of the text's
  * size, and besides it each entry costs 32 bytes while it is parsed (its
  * text takes 8 or more). */
 #include <stdlib.h>
@@ -34,25 +34,25 @@ static int cmp_str(const void *a, const void *b)
 
 /* weight_map's members: entries (tensor names in the arena at *off) and
  * their shard names (names[i], in the arena too). */
-static int read_map(struct mk__sj *j, struct mk_st_index *idx, const char ***names, size_t *off,
+static int read_map(struct mk_jscan *j, struct mk_st_index *idx, const char ***names, size_t *off,
 		    const char *label, struct mk_err *err)
 {
 	size_t cap = 0, kl, vl;
 	bool first = true;
 	int more;
 
-	if (mk__sj_peek(j) != '{')
-		return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: \"weight_map\" is not an object", label);
+	if (mk_jscan_peek(j) != '{')
+		return mk_jscan_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: \"weight_map\" is not an object", label);
 	j->p++;
-	while ((more = mk__sj_more(j, '}', &first)) == 1) {
+	while ((more = mk_jscan_more(j, '}', &first)) == 1) {
 		char *key = idx->strings + *off, *val;
-		if (mk__sj_string(j, key, &kl) < 0 || mk__sj_expect(j, ':') < 0)
+		if (mk_jscan_string(j, key, &kl) < 0 || mk_jscan_expect(j, ':') < 0)
 			return j->rc;
-		if (mk__sj_peek(j) != '"')
-			return mk__sj_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: weight_map: tensor '%s': "
+		if (mk_jscan_peek(j) != '"')
+			return mk_jscan_at_end(j) ?: mk_err_set(err, MK_EFORMAT, "%s: weight_map: tensor '%s': "
 					  "shard name is not a string", label, key);
 		val = key + kl + 1;
-		if (mk__sj_string(j, val, &vl) < 0)
+		if (mk_jscan_string(j, val, &vl) < 0)
 			return j->rc;
 		if (!shard_name_ok(val))
 			return mk_err_set(err, MK_EFORMAT, "%s: weight_map: tensor '%s': "
@@ -82,7 +82,7 @@ int mk_st_index_parse(const void *buf, size_t len, const char *label,
 	struct mk_st_index *idx = NULL;
 	const char **names = NULL;   /* each entry's shard, in the arena */
 	const char **sorted = NULL;
-	struct mk__sj j = { .what = "index", .err = err };
+	struct mk_jscan j = { .what = "index", .err = err };
 	size_t off = 0, u = 0, n, bad, kl;
 	bool first = true, have_map = false;
 	int rc, more;
@@ -95,24 +95,24 @@ int mk_st_index_parse(const void *buf, size_t len, const char *label,
 	j.end = j.start + len;
 	if ((bad = mk__st_utf8_check(buf, len)) != len) {
 		j.p = j.start + bad;
-		rc = mk__sj_fail(&j, "bad UTF-8");
+		rc = mk_jscan_fail(&j, "bad UTF-8");
 		goto out;
 	}
 	idx = calloc(1, sizeof(*idx));
 	if (!idx || !(idx->strings = malloc(len + 1)))
 		goto nomem;
-	if (mk__sj_peek(&j) != '{') {
-		rc = mk__sj_peek(&j) < 0 ? mk__sj_fail(&j, "no value") :
+	if (mk_jscan_peek(&j) != '{') {
+		rc = mk_jscan_peek(&j) < 0 ? mk_jscan_fail(&j, "no value") :
 					   mk_err_set(err, MK_EFORMAT, "%s: not a JSON object", label);
 		goto out;
 	}
 	j.p++;
-	while ((more = mk__sj_more(&j, '}', &first)) == 1) {
+	while ((more = mk_jscan_more(&j, '}', &first)) == 1) {
 		char *key = idx->strings + off;
-		if (mk__sj_string(&j, key, &kl) < 0 || mk__sj_expect(&j, ':') < 0)
+		if (mk_jscan_string(&j, key, &kl) < 0 || mk_jscan_expect(&j, ':') < 0)
 			goto json;
 		if (strcmp(key, "weight_map")) {
-			if (mk__sj_skip(&j) < 0)
+			if (mk_jscan_skip(&j) < 0)
 				goto json;
 			continue;
 		}
@@ -124,7 +124,7 @@ int mk_st_index_parse(const void *buf, size_t len, const char *label,
 		if ((rc = read_map(&j, idx, &names, &off, label, err)) < 0)
 			goto out;
 	}
-	if ((rc = mk__sj_finish(&j, more)) < 0)
+	if ((rc = mk_jscan_finish(&j, more)) < 0)
 		goto out;
 	if (!have_map) {
 		rc = mk_err_set(err, MK_EFORMAT, "%s: no \"weight_map\"", label);

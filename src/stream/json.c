@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/jsonscan.h"
 #include "core/sbuf.h"
 #include "json.h"
 
@@ -21,137 +22,89 @@ int sj_load(const void *buf, size_t len, const char *what, json_t **out, struct 
 	return 0;
 }
 
-static void walk_ws(struct sj_walk *w)
+/* A scanner (core/jsonscan.h) at the walk's position; walk_done moves
+ * the walk to where the scanner stopped and returns rc. */
+static struct mk_jscan walk_scan(struct sj_walk *w, struct mk_err *err)
 {
-	while (w->at < w->len && (w->s[w->at] == ' ' || w->s[w->at] == '\t' || w->s[w->at] == '\n' ||
-				  w->s[w->at] == '\r'))
-		w->at++;
+	return (struct mk_jscan){ .start = w->s, .p = w->s + w->at, .end = w->s + w->len, .label = w->what,
+				  .what = "the frame", .err = err };
 }
 
-static int walk_bad(struct sj_walk *w, const char *what, struct mk_err *err)
+static int walk_done(struct sj_walk *w, const struct mk_jscan *j, int rc)
 {
-	return mk_err_set(err, MK_EFORMAT, "%s: invalid JSON at position %zu: %s", w->what, w->at, what);
-}
-
-/* Where the value starting at `at` ends: a string to its closing quote,
- * an object or array to its closing bracket (strings skipped; jansson
- * checks the rest), anything else to the next delimiter. */
-static int span_end(const char *s, size_t len, size_t at, size_t *end)
-{
-	size_t i = at, depth = 0;
-
-	if (i >= len)
-		return -1;
-	if (s[i] == '"') {
-		for (i++; i < len; i++)
-			if (s[i] == '\\')
-				i++;
-			else if (s[i] == '"')
-				return *end = i + 1, 0;
-		return -1;
-	}
-	if (s[i] == '{' || s[i] == '[') {
-		for (; i < len; i++) {
-			if (s[i] == '"') {
-				size_t e;
-				if (span_end(s, len, i, &e))
-					return -1;
-				i = e - 1;
-			} else if (s[i] == '{' || s[i] == '[') {
-				depth++;
-			} else if ((s[i] == '}' || s[i] == ']') && --depth == 0) {
-				return *end = i + 1, 0;
-			}
-		}
-		return -1;
-	}
-	while (i < len && !strchr(",:]} \t\r\n", s[i]))
-		i++;
-	*end = i;
-	return i > at ? 0 : -1;
+	w->at = (size_t)(j->p - w->s);
+	return rc < 0 ? j->rc : rc;
 }
 
 int sj_walk_open(struct sj_walk *w, char open, struct sj_list *l, struct mk_err *err)
 {
-	walk_ws(w);
-	if (w->at >= w->len || w->s[w->at] != open)
-		return open == '{' ? walk_bad(w, "expected an object", err) : walk_bad(w, "expected an array", err);
-	w->at++;
+	struct mk_jscan j = walk_scan(w, err);
+
 	l->close = open == '{' ? '}' : ']';
 	l->started = false;
-	return 0;
+	return walk_done(w, &j, mk_jscan_expect(&j, open));
 }
 
 int sj_walk_next(struct sj_walk *w, struct sj_list *l, struct mk_err *err)
 {
-	walk_ws(w);
-	if (w->at >= w->len)
-		return walk_bad(w, "the text ends inside an object or array", err);
-	if (w->s[w->at] == l->close) {
-		w->at++;
-		return 0;
-	}
-	if (l->started) {
-		if (w->s[w->at] != ',')
-			return walk_bad(w, "expected ',' or a closing bracket", err);
-		w->at++;
-		walk_ws(w);
-		if (w->at < w->len && w->s[w->at] == l->close)
-			return walk_bad(w, "a ',' before a closing bracket", err);
-	}
+	struct mk_jscan j = walk_scan(w, err);
+	bool first = !l->started;
+
 	l->started = true;
-	return 1;
+	return walk_done(w, &j, mk_jscan_more(&j, l->close, &first));
 }
 
 int sj_walk_key(struct sj_walk *w, char **key, struct mk_err *err)
 {
-	json_t *k;
-	int rc;
+	struct mk_jscan j = walk_scan(w, err);
+	const char *at;
+	size_t n;
 
 	*key = NULL;
-	walk_ws(w);
-	if (w->at >= w->len || w->s[w->at] != '"')
-		return walk_bad(w, "expected a string key", err);
-	if ((rc = sj_walk_value(w, w->len, "a key", &k, err)))
-		return rc;
-	*key = strdup(json_string_value(k));
-	json_decref(k);
-	if (!*key)
+	mk_jscan_peek(&j);
+	at = j.p;
+	/* checked and measured, then decoded into a buffer of that size */
+	if (mk_jscan_string(&j, NULL, &n) < 0)
+		return walk_done(w, &j, -1);
+	if (!(*key = malloc(n + 1)))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	walk_ws(w);
-	if (w->at >= w->len || w->s[w->at] != ':') {
+	j.p = at;
+	if (mk_jscan_string(&j, *key, &n) < 0 || mk_jscan_expect(&j, ':') < 0) {
 		free(*key);
 		*key = NULL;
-		return walk_bad(w, "expected ':'", err);
+		return walk_done(w, &j, -1);
 	}
-	w->at++;
-	return 0;
+	return walk_done(w, &j, 0);
 }
 
 int sj_walk_value(struct sj_walk *w, size_t max, const char *name, json_t **out, struct mk_err *err)
 {
+	struct mk_jscan j = walk_scan(w, err);
 	json_error_t je;
-	size_t end;
+	size_t at, end;
 
 	*out = NULL;
-	walk_ws(w);
-	if (span_end(w->s, w->len, w->at, &end))
-		return walk_bad(w, "a value does not end", err);
-	if (end - w->at > max)
+	mk_jscan_peek(&j);
+	at = (size_t)(j.p - w->s);
+	if (mk_jscan_skip(&j) < 0)
+		return walk_done(w, &j, -1);
+	end = (size_t)(j.p - w->s);
+	if (end - at > max)
 		return mk_err_set(err, MK_EFORMAT, "%s: %s (at position %zu): %zu bytes of JSON, over the %zu bytes left for it",
-				  w->what, name, w->at, end - w->at, max);
-	*out = json_loadb(w->s + w->at, end - w->at, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
+				  w->what, name, at, end - at, max);
+	*out = json_loadb(w->s + at, end - at, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, &je);
 	if (!*out)
 		return mk_err_set(err, MK_EFORMAT, "%s: invalid JSON at position %zu: %s", w->what,
-				  w->at + (size_t)(je.position > 0 ? je.position : 0), je.text);
+				  at + (size_t)(je.position > 0 ? je.position : 0), je.text);
 	w->at = end;
 	return 0;
 }
 
 int sj_walk_end(struct sj_walk *w, struct mk_err *err)
 {
-	walk_ws(w);
-	return w->at < w->len ? walk_bad(w, "text after the object", err) : 0;
+	struct mk_jscan j = walk_scan(w, err);
+
+	return walk_done(w, &j, mk_jscan_finish(&j, 0));
 }
 
 static void put_value(struct mk_sbuf *b, json_t *v)

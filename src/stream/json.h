@@ -17,8 +17,9 @@ int sj_load(const void *buf, size_t len, const char *what, json_t **out, struct 
 /* A JSON text read a value at a time, so that a large document is never
  * one tree: its structure ('{', '[', keys, ',', ':') walked here, each
  * value handed to jansson as a text of its own (sj_walk_value), whose
- * size the caller bounds.  The text is checked as strictly as sj_load
- * checks it, duplicate keys left to the caller (sj_walk_key). */
+ * size the caller bounds.  The structure is read by core/jsonscan.h,
+ * each value checked again by jansson; duplicate keys are left to the
+ * caller (sj_walk_key). */
 struct sj_walk {
 	const char *s;
 	size_t len, at;

@@ -152,9 +152,9 @@ static void expect_bad_manifest(const char *json, const char *sub)
 
 static void test_manifest_errors(void **state)
 {
-	expect_bad_manifest("", "invalid JSON");
-	expect_bad_manifest("{\"kind\":\"tensors\",", "invalid JSON");
-	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[]} x", "invalid JSON");
+	expect_bad_manifest("", "valid JSON");
+	expect_bad_manifest("{\"kind\":\"tensors\",", "valid JSON");
+	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[]} x", "valid JSON");
 	expect_bad_manifest("[1,2]", "not a JSON object");
 	expect_bad_manifest("{\"tensors\":[]}", "missing \"kind\"");
 	expect_bad_manifest("{\"kind\":3,\"tensors\":[]}", "missing \"kind\"");
@@ -175,7 +175,7 @@ static void test_manifest_errors(void **state)
 			    "tensor 'a' is listed twice");
 	expect_bad_manifest("{\"kind\":\"tensors\",\"kind\":\"plan\",\"tensors\":[]}", "duplicate");
 	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[{\"name\":\"a\",\"name\":\"b\",\"dtype\":\"F32\",\"shape\":[1]}]}",
-			    "invalid JSON");
+			    "valid JSON");
 	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[{\"name\":\"a\",\"dtype\":\"F32\",\"shape\":[-1]}]}",
 			    "tensor 'a': bad shape");
 	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[{\"name\":\"a\",\"dtype\":\"F32\",\"shape\":[2.5]}]}",
@@ -199,17 +199,17 @@ static void test_manifest_errors(void **state)
 	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[],\"files\":[{\"name\":\"a\",\"size\":-5}]}", "file #0");
 	/* read a member at a time: the same strictness, and bounds */
 	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[],\"tensors\":[]}", "duplicate key \"tensors\"");
-	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[],}", "invalid JSON");
+	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[],}", "valid JSON");
 	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[{\"name\":\"a\",\"dtype\":\"F32\",\"shape\":[1]},]}",
-			    "invalid JSON");
-	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[] \"files\":[]}", "invalid JSON");
-	expect_bad_manifest("{\"kind\":\"tensors\" \"x\",\"tensors\":[]}", "invalid JSON");
+			    "valid JSON");
+	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[] \"files\":[]}", "valid JSON");
+	expect_bad_manifest("{\"kind\":\"tensors\" \"x\",\"tensors\":[]}", "valid JSON");
 	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[{\"name\":\"a]\",\"dtype\":\"F32\",\"shape\":[1}]}",
-			    "invalid JSON");
+			    "valid JSON");
 	expect_bad_manifest("{\"kind\":\"tens\\\"ors\",\"tensors\":[]}", "unknown kind");
-	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[", "invalid JSON");
-	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[{\"name\":\"a\"", "invalid JSON");
-	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[],\"x\":tru}", "invalid JSON");
+	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[", "valid JSON");
+	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[{\"name\":\"a\"", "valid JSON");
+	expect_bad_manifest("{\"kind\":\"tensors\",\"tensors\":[],\"x\":tru}", "valid JSON");
 	expect_bad_manifest("{\"kind\":\"plan\",\"tensors\":[]}", "needs a \"models\" table");
 	{
 		/* an entry over MK_HEAD_VALUE_MAX; the other values over it together */

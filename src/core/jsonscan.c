@@ -1,8 +1,7 @@
-/* st_json.c - the JSON scanner behind the safetensors header and index
- * readers (st_impl.h).
+/* jsonscan.c - JSON read in place (jsonscan.h).
  *
- * A header is one JSON object whose members are read once, in order, and
- * kept in compact arrays; a general JSON tree (a node and a malloc per
+ * A safetensors header is one JSON object whose members are read once, in
+ * order, and kept in compact arrays; a general JSON tree (a node and a malloc per
  * value, a hash table per object) cost 10-30 times the header's bytes and
  * seconds of allocator time for a large one.  This scanner allocates
  * nothing: the caller decodes each string into an arena of its own (a
@@ -14,11 +13,11 @@
  * strings are C strings) and no lone surrogate. */
 #include <stdio.h>
 #include <string.h>
-#include "st_impl.h"
+#include "core/jsonscan.h"
 
 #define SJ_MAX_DEPTH 128          /* nesting of a skipped value */
 
-int mk__sj_fail(struct mk__sj *j, const char *what)
+int mk_jscan_fail(struct mk_jscan *j, const char *what)
 {
 	if (!j->rc)
 		j->rc = mk_err_set(j->err, MK_EFORMAT, "%s: %s is not valid JSON: %s at byte %zu%s%s%s", j->label,
@@ -27,40 +26,40 @@ int mk__sj_fail(struct mk__sj *j, const char *what)
 	return j->rc;
 }
 
-int mk__sj_peek(struct mk__sj *j)
+int mk_jscan_peek(struct mk_jscan *j)
 {
 	while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
 		j->p++;
 	return j->p < j->end ? (unsigned char)*j->p : -1;
 }
 
-int mk__sj_at_end(struct mk__sj *j)
+int mk_jscan_at_end(struct mk_jscan *j)
 {
-	return mk__sj_peek(j) < 0 ? mk__sj_fail(j, "the text ends where a value should be") : 0;
+	return mk_jscan_peek(j) < 0 ? mk_jscan_fail(j, "the text ends where a value should be") : 0;
 }
 
-int mk__sj_finish(struct mk__sj *j, int more)
+int mk_jscan_finish(struct mk_jscan *j, int more)
 {
 	if (more < 0)
 		return j->rc;
-	return mk__sj_peek(j) >= 0 ? mk__sj_fail(j, "bytes after the object") : 0;
+	return mk_jscan_peek(j) >= 0 ? mk_jscan_fail(j, "bytes after the object") : 0;
 }
 
-int mk__sj_expect(struct mk__sj *j, char c)
+int mk_jscan_expect(struct mk_jscan *j, char c)
 {
 	char what[32];
 
-	if (mk__sj_peek(j) == (unsigned char)c) {
+	if (mk_jscan_peek(j) == (unsigned char)c) {
 		j->p++;
 		return 0;
 	}
 	snprintf(what, sizeof(what), "expected '%c'", c);
-	return mk__sj_fail(j, what);
+	return mk_jscan_fail(j, what);
 }
 
-int mk__sj_more(struct mk__sj *j, char close, bool *first)
+int mk_jscan_more(struct mk_jscan *j, char close, bool *first)
 {
-	int c = mk__sj_peek(j);
+	int c = mk_jscan_peek(j);
 
 	if (*first) {
 		*first = false;
@@ -75,7 +74,7 @@ int mk__sj_more(struct mk__sj *j, char close, bool *first)
 		return 0;
 	}
 	if (c != ',')
-		return mk__sj_fail(j, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
+		return mk_jscan_fail(j, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
 	j->p++;
 	return 1;
 }
@@ -94,25 +93,25 @@ static int hex4(const char *p, unsigned *v)
 	return 0;
 }
 
-int mk__sj_string(struct mk__sj *j, char *dst, size_t *len)
+int mk_jscan_string(struct mk_jscan *j, char *dst, size_t *len)
 {
 	size_t n = 0;
 
-	if (mk__sj_peek(j) != '"')
-		return mk__sj_fail(j, "expected a string");
+	if (mk_jscan_peek(j) != '"')
+		return mk_jscan_fail(j, "expected a string");
 	j->p++;
 	for (;;) {
 		unsigned char c;
 		unsigned u, lo;
 
 		if (j->p >= j->end)
-			return mk__sj_fail(j, "unterminated string");
+			return mk_jscan_fail(j, "unterminated string");
 		c = (unsigned char)*j->p++;
 		if (c == '"')
 			break;
 		if (c < 0x20) {
 			j->p--;
-			return mk__sj_fail(j, "control character in a string");
+			return mk_jscan_fail(j, "control character in a string");
 		}
 		if (c != '\\') {
 			if (dst)
@@ -121,7 +120,7 @@ int mk__sj_string(struct mk__sj *j, char *dst, size_t *len)
 			continue;
 		}
 		if (j->p >= j->end)
-			return mk__sj_fail(j, "unterminated string");
+			return mk_jscan_fail(j, "unterminated string");
 		c = (unsigned char)*j->p++;
 		switch (c) {
 		case '"': case '\\': case '/': break;
@@ -132,19 +131,19 @@ int mk__sj_string(struct mk__sj *j, char *dst, size_t *len)
 		case 't': c = '\t'; break;
 		case 'u':
 			if (j->end - j->p < 4 || hex4(j->p, &u) < 0)
-				return mk__sj_fail(j, "bad \\u escape");
+				return mk_jscan_fail(j, "bad \\u escape");
 			j->p += 4;
 			if (u >= 0xdc00 && u <= 0xdfff)
-				return mk__sj_fail(j, "lone surrogate in a \\u escape");
+				return mk_jscan_fail(j, "lone surrogate in a \\u escape");
 			if (u >= 0xd800 && u <= 0xdbff) {
 				if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || hex4(j->p + 2, &lo) < 0 ||
 				    lo < 0xdc00 || lo > 0xdfff)
-					return mk__sj_fail(j, "lone surrogate in a \\u escape");
+					return mk_jscan_fail(j, "lone surrogate in a \\u escape");
 				j->p += 6;
 				u = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
 			}
 			if (u == 0)
-				return mk__sj_fail(j, "\\u0000 in a string");
+				return mk_jscan_fail(j, "\\u0000 in a string");
 			/* UTF-8 of u: at most as long as its escape (6 or 12 bytes) */
 			if (dst) {
 				if (u < 0x80) {
@@ -167,7 +166,7 @@ int mk__sj_string(struct mk__sj *j, char *dst, size_t *len)
 			continue;
 		default:
 			j->p--;
-			return mk__sj_fail(j, "bad escape in a string");
+			return mk_jscan_fail(j, "bad escape in a string");
 		}
 		if (dst)
 			dst[n] = (char)c;
@@ -181,7 +180,7 @@ int mk__sj_string(struct mk__sj *j, char *dst, size_t *len)
 
 /* A number's text, checked against JSON's grammar; *integer when it has
  * no fraction or exponent. */
-static int number(struct mk__sj *j, const char **s, size_t *n, bool *integer)
+static int number(struct mk_jscan *j, const char **s, size_t *n, bool *integer)
 {
 	const char *p = j->p, *b = p;
 
@@ -189,7 +188,7 @@ static int number(struct mk__sj *j, const char **s, size_t *n, bool *integer)
 	if (p < j->end && *p == '-')
 		p++;
 	if (p >= j->end || *p < '0' || *p > '9')
-		return mk__sj_fail(j, "expected a value");
+		return mk_jscan_fail(j, "expected a value");
 	if (*p == '0')
 		p++;
 	else
@@ -198,7 +197,7 @@ static int number(struct mk__sj *j, const char **s, size_t *n, bool *integer)
 	if (p < j->end && *p == '.') {
 		*integer = false;
 		if (++p >= j->end || *p < '0' || *p > '9')
-			return mk__sj_fail(j, "bad number");
+			return mk_jscan_fail(j, "bad number");
 		while (p < j->end && *p >= '0' && *p <= '9')
 			p++;
 	}
@@ -207,7 +206,7 @@ static int number(struct mk__sj *j, const char **s, size_t *n, bool *integer)
 		if (++p < j->end && (*p == '+' || *p == '-'))
 			p++;
 		if (p >= j->end || *p < '0' || *p > '9')
-			return mk__sj_fail(j, "bad number");
+			return mk_jscan_fail(j, "bad number");
 		while (p < j->end && *p >= '0' && *p <= '9')
 			p++;
 	}
@@ -217,13 +216,13 @@ static int number(struct mk__sj *j, const char **s, size_t *n, bool *integer)
 	return 0;
 }
 
-int mk__sj_u64(struct mk__sj *j, uint64_t *out)
+int mk_jscan_u64(struct mk_jscan *j, uint64_t *out)
 {
 	const char *s;
 	size_t n;
 	bool integer;
 	uint64_t v = 0;
-	int c = mk__sj_peek(j);
+	int c = mk_jscan_peek(j);
 
 	if (c != '-' && (c < '0' || c > '9'))
 		return 1;
@@ -234,20 +233,20 @@ int mk__sj_u64(struct mk__sj *j, uint64_t *out)
 	for (size_t i = 0; i < n; i++)
 		if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, (uint64_t)(s[i] - '0'), &v)) {
 			j->p = s;
-			return mk__sj_fail(j, "integer larger than 2^64 - 1");
+			return mk_jscan_fail(j, "integer larger than 2^64 - 1");
 		}
 	*out = v;
 	return 0;
 }
 
-int mk__sj_skip(struct mk__sj *j)
+int mk_jscan_skip(struct mk_jscan *j)
 {
 	char stack[SJ_MAX_DEPTH];
 	unsigned depth = 0;
 	bool first = false;
 
 	for (;;) {
-		int c = mk__sj_peek(j);
+		int c = mk_jscan_peek(j);
 		const char *s;
 		size_t n;
 		bool integer;
@@ -255,19 +254,19 @@ int mk__sj_skip(struct mk__sj *j)
 		/* a value */
 		if (c == '{' || c == '[') {
 			if (depth == SJ_MAX_DEPTH)
-				return mk__sj_fail(j, "nested too deep");
+				return mk_jscan_fail(j, "nested too deep");
 			stack[depth++] = c == '{' ? '}' : ']';
 			j->p++;
 			first = true;
 		} else {
 			if (c == '"') {
-				if (mk__sj_string(j, NULL, &n) < 0)
+				if (mk_jscan_string(j, NULL, &n) < 0)
 					return j->rc;
 			} else if (c == 't' || c == 'f' || c == 'n') {
 				const char *w = c == 't' ? "true" : c == 'f' ? "false" : "null";
 				size_t k = strlen(w);
 				if ((size_t)(j->end - j->p) < k || memcmp(j->p, w, k))
-					return mk__sj_fail(j, "expected a value");
+					return mk_jscan_fail(j, "expected a value");
 				j->p += k;
 			} else if (number(j, &s, &n, &integer) < 0) {
 				return j->rc;
@@ -280,7 +279,7 @@ int mk__sj_skip(struct mk__sj *j)
 
 			if (!depth)
 				return 0;
-			more = mk__sj_more(j, stack[depth - 1], &first);
+			more = mk_jscan_more(j, stack[depth - 1], &first);
 			if (more < 0)
 				return j->rc;
 			if (more == 0) {
@@ -288,7 +287,7 @@ int mk__sj_skip(struct mk__sj *j)
 				continue;
 			}
 			if (stack[depth - 1] == '}' &&
-			    (mk__sj_string(j, NULL, &n) < 0 || mk__sj_expect(j, ':') < 0))
+			    (mk_jscan_string(j, NULL, &n) < 0 || mk_jscan_expect(j, ':') < 0))
 				return j->rc;
 			break;
 		}
