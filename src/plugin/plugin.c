@@ -3,6 +3,7 @@
 #include <limits.h>
 #include <stdbool.h>
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -137,10 +138,19 @@ int mk_plugin_load(const char *path, struct mk_err *err)
 		free(p);
 		return rc;
 	}
-	/* the file checked, whatever the path names now */
+	/* the file checked, whatever the path names now.  dlopen knows a
+	 * library by the name it was opened by, and a plugin is never
+	 * unloaded: so the descriptor stays open with it, or the next plugin,
+	 * given the same descriptor number, would be taken for this one.  A
+	 * file loaded before is known by its inode and comes back under its
+	 * first name; its new descriptor is not needed. */
 	snprintf(self, sizeof(self), "/proc/self/fd/%d", fd);
 	h = dlopen(self, RTLD_NOW | RTLD_LOCAL);
-	close(fd);
+	{
+		struct link_map *lm = NULL;
+		if (!h || dlinfo(h, RTLD_DI_LINKMAP, &lm) || !lm || strcmp(lm->l_name, self))
+			close(fd);
+	}
 	if (!h) {
 		rc = mk_err_set(err, MK_EINVAL, "plugin %s: %s", path, dlerror());
 		free(p);

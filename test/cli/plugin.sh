@@ -21,6 +21,21 @@ mkdir plugins && cp wa.so plugins/
 MK_PLUGIN_PATH=$PWD/plugins mk-plan --name out wa.yml > plan.mks
 MK_PLUGIN_PATH=$PWD/plugins sh -c 'mk-fetch < plan.mks | mk-merge | mk-pack hand'
 for f in out/*; do cmp "$f" "hand/$(basename "$f")" || fail "$f differs between mk-yaml and the pipe"; done
+# two plugins in one process, by MK_PLUGIN_PATH and by two --plugin: each
+# its own file (each is loaded through its descriptor, and dlopen knows a
+# library by that name)
+sed 's/"weighted_average"/"weighted_average_two"/; s/"Weighted Average"/"Weighted Average Two"/' weighted_average.c > two.c
+"$cc" -O2 -fPIC -shared -I"$MK_TOP/include" -o plugins/two.so two.c
+tab=$(printf '\t')
+for how in path flags; do
+	if [ $how = path ]; then
+		MK_PLUGIN_PATH=$PWD/plugins mk-merge --list-methods > list.txt
+	else
+		mk-merge --plugin ./wa.so --plugin plugins/two.so --list-methods > list.txt
+	fi
+	grep -q "^weighted_average$tab" list.txt && grep -q "^weighted_average_two$tab" list.txt ||
+		{ cat list.txt; fail "two plugins ($how): not both methods listed"; }
+done
 # the plan records the plugin; mk-merge without it, or with another spec, refuses
 mk-fetch < plan.mks > inputs.mks
 expect_fail 1 "load it with --plugin" mk-merge -i inputs.mks -o x.mks
