@@ -277,7 +277,8 @@ struct vm {
 	struct val **stack;
 	size_t sp, cap;
 	struct val **memo;
-	size_t nmemo;
+	size_t nmemo;                    /* slots allocated */
+	size_t memo_used;                /* slots set: MEMOIZE's next index */
 	struct val *all;
 	size_t nobj, bytes, ntensors, marks; /* against the budget above */
 	struct mk_err *err;
@@ -642,6 +643,7 @@ static int memo_put(struct vm *v, size_t idx)
 		v->memo = q;
 		v->nmemo = nn;
 	}
+	v->memo_used += !v->memo[idx];
 	v->memo[idx] = v->stack[v->sp - 1];
 	return 0;
 }
@@ -868,7 +870,7 @@ static int vm_run(struct vm *v, struct val **root)
 			}
 			break;
 		case 0x94: /* MEMOIZE */
-			rc = memo_put(v, v->nmemo);
+			rc = memo_put(v, v->memo_used);
 			break;
 		case 'h': /* BINGET */
 			if (!(rc = need(v, 1)))

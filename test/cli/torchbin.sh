@@ -20,6 +20,13 @@ for d in a b; do
 	mk-fetch --model $d-bin | mk-pack $d-copy
 	mk-st-diff $d $d-copy
 done
+# pickles of the later protocols (torch.save(..., pickle_protocol=4 or 5)):
+# MEMOIZE numbers the memo by its count of entries
+for proto in 3 4 5; do
+	$GEN a a-p$proto --protocol $proto
+	mk-fetch --model a-p$proto | mk-pack a-p$proto-copy
+	mk-st-diff a a-p$proto-copy
+done
 # merges: .bin inputs and safetensors inputs, the same output bytes
 cfg() { # cfg FILE A B
 	printf 'merge_method: slerp\nbase_model: %s\nmodels:\n  - model: %s\n  - model: %s\nparameters: {t: 0.3}\ndtype: bfloat16\n' "$2" "$2" "$3" > "$1"

@@ -8,6 +8,7 @@ persistent storage ids, and ARCHIVE/data/KEY per storage, stored.
   mk-gen-torchbin.py SRC DST [--shards N] [--tie A=B] [--evil GLOBAL]
                      [--deflate] [--legacy] [--offset] [--strided]
                      [--view NAME=KIND] [--expand NAME] [--file NAME]
+                     [--protocol N]
 
 DST gets SRC's other files, and pytorch_model.bin (or N shards and
 pytorch_model.bin.index.json) instead of the safetensors.  --tie A=B: B
@@ -26,7 +27,8 @@ becomes its first row repeated, stride (0, 1) (its values change);
 --deflate compresses the storages; --legacy writes a bare pickle (the
 pre-zip format's first bytes); --file NAME: one file DST/NAME (such as
 model.pt) with every tensor, its top folder NAME's stem as torch.save
-names it."""
+names it; --protocol N: the pickle in protocol N (2 by default, as
+torch.save writes; 4 and 5 memoize with MEMOIZE, not BINPUT)."""
 import collections, json, os, pickle, shutil, struct, sys, types, zipfile
 
 DT = {"F32": ("FloatStorage", 4), "F16": ("HalfStorage", 2), "BF16": ("BFloat16Storage", 2),
@@ -146,7 +148,7 @@ def write_bin(path, tensors, ties, opts):
         sd["evil"] = Evil(opts["evil"])
     import io
     buf = io.BytesIO()
-    P(buf, protocol=2).dump(sd)
+    P(buf, protocol=opts.get("protocol", 2)).dump(sd)
     if opts.get("legacy"):
         open(path, "wb").write(buf.getvalue())
         return
@@ -169,6 +171,8 @@ def main():
         a = args[i]
         if a == "--shards":
             shards = int(args[i + 1]); i += 1
+        elif a == "--protocol":
+            opts["protocol"] = int(args[i + 1]); i += 1
         elif a == "--tie":
             x, y = args[i + 1].split("="); ties[y] = x; i += 1
         elif a == "--view":
