@@ -7,6 +7,7 @@
  * a fault in it is handled is not possible: a fault is raised by an
  * access, and the owner unmaps only after its accesses are done. */
 #include <pthread.h>
+#include <errno.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -27,8 +28,9 @@ struct slot {
 
 static struct slot slots[MK_MAPGUARD_SLOTS];
 static _Atomic unsigned long faults;
-static char last_name[NAME_MAX_LEN];    /* of the first fault (then fixed) */
-static _Atomic int named;
+static char last_name[NAME_MAX_LEN];    /* the file of a recent fault ... */
+static _Atomic unsigned long named_at;  /* ... and its number (faults' value) */
+static _Atomic int naming;              /* a handler is writing last_name */
 static struct sigaction previous;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int installed;
@@ -38,6 +40,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static void on_sigbus(int sig, siginfo_t *si, void *uc)
 {
 	uintptr_t a = (uintptr_t)si->si_addr;
+	int saved = errno;      /* mmap below must not change what the thread sees */
 
 	if (si->si_code == BUS_ADRERR) {
 		for (size_t i = 0; i < MK_MAPGUARD_SLOTS; i++) {
@@ -47,10 +50,15 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 			if (mmap((void *)(a & ~(page - 1)), page, PROT_READ | PROT_WRITE,
 				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
 				break;
-			if (!atomic_exchange(&named, 1))
+			unsigned long n = atomic_fetch_add(&faults, 1) + 1;
+			/* one writer at a time; a fault meanwhile keeps the name before */
+			if (!atomic_exchange(&naming, 1)) {
 				for (size_t k = 0; k < NAME_MAX_LEN && (last_name[k] = slots[i].name[k]); k++)
 					;
-			atomic_fetch_add(&faults, 1);
+				atomic_store(&named_at, n);
+				atomic_store(&naming, 0);
+			}
+			errno = saved;
 			return;                 /* the access is tried again: zeros */
 		}
 	}
@@ -66,6 +74,7 @@ static void on_sigbus(int sig, siginfo_t *si, void *uc)
 		dfl.sa_handler = SIG_DFL;
 		sigaction(SIGBUS, &dfl, NULL);
 	}
+	errno = saved;
 }
 
 static void install(void)
@@ -124,5 +133,8 @@ int mk_mapguard_check(unsigned long since, struct mk_err *err)
 {
 	if (atomic_load(&faults) == since)
 		return 0;
-	return mk_err_set(err, MK_ECORRUPT, "%s was truncated while being read", last_name);
+	/* the name of a fault since `since`, when one was recorded whole */
+	if (atomic_load(&named_at) > since && !atomic_load(&naming))
+		return mk_err_set(err, MK_ECORRUPT, "%s was truncated while being read", last_name);
+	return mk_err_set(err, MK_ECORRUPT, "a model file was truncated while being read");
 }
