@@ -244,7 +244,6 @@ HF_ENDPOINT=http://someone:s3cretpw@127.0.0.1:$port MK_HUB_RETRIES=1 expect_fail
 ! grep -q s3cretpw err.txt || fail "HF_ENDPOINT's password was shown: $(cat err.txt)"
 err_has "http://***@127.0.0.1:$port/api/models/org/local/revision/main?blobs=true" "the address is not shown redacted"
 hub_reset
-hub_reset
 fault "[{\"kind\": \"redirect\", \"match\": \"/cdn/\", \"location\": \"ftp://u:s3cretpw@127.0.0.1:$port/x?token=hf_qsecret&X-Amz-Signature=qsig&blobs=1#hf_frag\", \"count\": 100}]"
 expect_fail 1 "mk follows http and https only" timeout 60 mk-get org/local
 for secret in s3cretpw hf_qsecret qsig hf_frag; do
