@@ -240,7 +240,7 @@ int main(int argc, char **argv)
 		cli_close_stdout();
 		return EXIT_OK;
 	}
-	char *partial = mk_pack_partial_name(out);
+	char *partial = mk_out_partial_name(out);
 	if (!partial)
 		cli_fail_oom();
 	/* OUT locked for the stages' run, which inherit the lock */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "cli.h"
+#include "journal/outlock.h"
 #include "pack/pack.h"
 #include "mk/plugin.h"
 #include "mk/run.h"
@@ -94,7 +95,7 @@ int main(int argc, char **argv)
 	cli_progress_end();
 	cli_print_diags(&d);
 	if (rc && cli_cancel) {
-		char *partial = mk_pack_partial_name(o.out_dir);
+		char *partial = mk_out_partial_name(o.out_dir);
 		cli_exit_cancelled(partial);
 	}
 	if (rc) {

@@ -206,7 +206,7 @@ int main(int argc, char **argv)
 	const char *config = argv[optind], *out = argv[optind + 1];
 	/* mk-pack builds in OUT.mk-partial */
 	static char *partial;
-	if (!(partial = mk_pack_partial_name(out)))
+	if (!(partial = mk_out_partial_name(out)))
 		cli_fail_oom();
 	if (!print && !procs) {
 		ro.out_dir = out;

@@ -365,3 +365,20 @@ bool mk_path_stays_inside(const char *path)
 	}
 	return path[strlen(path) - 1] != '/';
 }
+
+void mk_fd_name(int fd, char *buf, size_t size)
+{
+	char link[64], path[4096];
+	ssize_t n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	n = readlink(link, path, sizeof(path) - 1);
+	if (n > 0) {
+		path[n] = '\0';
+		/* a path longer than the message's room ends in "...'" */
+		if (snprintf(buf, size, "'%s'", path) >= (int)size && size > 5)
+			memcpy(buf + size - 5, "...'", 5);
+	} else {
+		snprintf(buf, size, "fd %d", fd);
+	}
+}

@@ -69,4 +69,8 @@ const char *mk_size_human(uint64_t n, char *buf, size_t len);
  * component and no trailing slash (a Hub revision, a file of a snapshot). */
 bool mk_path_stays_inside(const char *path);
 
+/* The file behind descriptor fd, for messages: its path quoted ('PATH',
+ * cut with "...'" to fit size), or "fd N" when /proc does not say. */
+void mk_fd_name(int fd, char *buf, size_t size);
+
 #endif

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+#include "core/fsutil.h"
 #include "core/mapguard.h"
 #include "reader_impl.h"
 
@@ -70,29 +71,12 @@ int mk_io_kind_parse(const char *s, enum mk_io_kind *out)
 	return -1;
 }
 
-void mk__rd_fd_name(int fd, char *buf, size_t size)
-{
-	char link[64], path[4096];
-	ssize_t n;
-
-	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
-	n = readlink(link, path, sizeof(path) - 1);
-	if (n > 0) {
-		path[n] = '\0';
-		/* a path longer than the message's room ends in "...'" */
-		if (snprintf(buf, size, "'%s'", path) >= (int)size && size > 5)
-			memcpy(buf + size - 5, "...'", 5);
-	} else {
-		snprintf(buf, size, "fd %d", fd);
-	}
-}
-
 int mk__rd_truncated(const struct mk_read_req *req, size_t got,
 		     struct mk_err *err)
 {
 	char name[1024];
 
-	mk__rd_fd_name(req->fd, name, sizeof(name));
+	mk_fd_name(req->fd, name, sizeof(name));
 	/* (a model's files are checked against their headers when opened:
 	 * one that ends early now was cut since) */
 	return mk_err_set(err, MK_ECORRUPT,
@@ -169,7 +153,7 @@ int mk__rd_sys(const struct mk_read_req *req, int errnum, const char *what,
 {
 	char name[1024];
 
-	mk__rd_fd_name(req->fd, name, sizeof(name));
+	mk_fd_name(req->fd, name, sizeof(name));
 	return mk_err_sys(err, errnum, "%s %s at file offset %llu (%zu bytes)",
 			  what, name, (unsigned long long)req->off, req->len);
 }
@@ -462,7 +446,7 @@ int mk_reader_explain(const struct mk_reader *r, const struct mk_read_req *req, 
 	if (req->remote || req->fd < 0 || fstat(req->fd, &st) < 0 ||
 	    (uint64_t)st.st_size >= req->off + req->len)
 		return rc;
-	mk__rd_fd_name(req->fd, name, sizeof(name));
+	mk_fd_name(req->fd, name, sizeof(name));
 	return mk_err_set(err, MK_ECORRUPT, "%s was truncated while being read (it has %llu bytes, %llu were "
 			  "read from it)", name, (unsigned long long)st.st_size,
 			  (unsigned long long)(req->off + req->len));

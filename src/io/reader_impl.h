@@ -109,7 +109,6 @@ extern const struct rd_ops mk__rd_pread_ops;
 extern const struct rd_ops mk__rd_http_ops;
 
 /* "'path'" of an fd (via /proc/self/fd), or "fd N". */
-void mk__rd_fd_name(int fd, char *buf, size_t size);
 /* The MK_ECORRUPT error for an extent that ended early after `got` bytes. */
 int mk__rd_truncated(const struct mk_read_req *req, size_t got,
 		     struct mk_err *err);

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include "core/fsutil.h"
 #include "core/mapguard.h"
 #include "reader_impl.h"
 
@@ -137,7 +138,7 @@ static int mmap_issue(struct mk_reader *r, unsigned p, struct mk_err *err)
 			rc = mk__rd_sys(q, errno, "mmap", err);
 			goto out;
 		}
-		mk__rd_fd_name(f->fd, name, sizeof(name));
+		mk_fd_name(f->fd, name, sizeof(name));
 		if (mk_mapguard_add(m, (size_t)f->size, name) < 0) {
 			munmap(m, (size_t)f->size);
 			rc = mk_err_set(err, MK_EUNSUPPORTED, "mmap reader: %s cannot be mapped safely "

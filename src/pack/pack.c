@@ -205,7 +205,7 @@ int mk_pack_run(const struct mk_pack_opts *o, struct mk_io in, const char *label
 		mk_out_unlock(&lock);
 		return rc;
 	}
-	p.partial = mk_pack_partial_name(o->out_dir);
+	p.partial = strdup(lock.path);   /* OUT.mk-partial, the directory locked */
 	if (!p.partial) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;

@@ -78,9 +78,6 @@ struct mk_pack_stats {
 
 struct mk_manifest;
 
-/* The directory OUT is built in: "OUT.mk-partial" (trailing slashes of
- * OUT dropped); malloc'ed, NULL when out of memory. */
-char *mk_pack_partial_name(const char *out);
 /* Check OUT before any input is read: no other run writing it (OUT's
  * lock, journal/outlock.h), OUT not there without force, no partial an
  * earlier run left without resume or force.  `held`: the lock the

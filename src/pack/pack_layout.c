@@ -26,11 +26,6 @@ char *mk__pack_join(const char *a, const char *b)
 	return p;
 }
 
-char *mk_pack_partial_name(const char *out)
-{
-	return mk_out_partial_name(out);
-}
-
 int mk_pack_check_out(const struct mk_pack_opts *o, const struct mk_out_lock *held, struct mk_err *err)
 {
 	struct mk_out_lock probe;
@@ -51,7 +46,7 @@ int mk_pack_check_out(const struct mk_pack_opts *o, const struct mk_out_lock *he
 	if (!o->force && lstat(o->out_dir, &sb) == 0)
 		return mk_err_set(err, MK_EEXIST, "%s already exists; use --force to replace it", o->out_dir);
 	if (!o->force && !o->resume && earlier) {
-		char *partial = mk_pack_partial_name(o->out_dir);
+		char *partial = mk_out_partial_name(o->out_dir);
 		rc = mk_err_set(err, MK_EEXIST,
 				"%s exists: an earlier mk-pack into %s did not finish; continue it with --resume, or remove that directory (or use --force) to start over",
 				partial ? partial : "OUT.mk-partial", o->out_dir);

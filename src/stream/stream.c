@@ -1309,17 +1309,8 @@ static int map_chunk(struct mk_stream_writer *w, const char *type, const struct 
 	if (m == MAP_FAILED)
 		return 0;
 	/* the consumer reads these pages: a truncated file must not kill it */
-	char link[64], name[512];
-	ssize_t nl;
-	snprintf(link, sizeof(link), "/proc/self/fd/%d", src_fd);
-	nl = readlink(link, name + 1, sizeof(name) - 3);
-	if (nl > 0) {
-		name[0] = '\'';
-		name[nl + 1] = '\'';
-		name[nl + 2] = '\0';
-	} else {
-		snprintf(name, sizeof(name), "the file of fd %d", src_fd);
-	}
+	char name[512];
+	mk_fd_name(src_fd, name, sizeof(name));
 	if (mk_mapguard_add(m, (size_t)len, name) < 0) {
 		munmap(m, (size_t)len);
 		return 0;

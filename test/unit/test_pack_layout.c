@@ -17,6 +17,7 @@
 #include "io/safetensors.h"
 #include "stream/manifest.h"
 #include "pack/pack_impl.h"
+#include "journal/outlock.h"
 
 /* A manifest of n U8 tensors "t0", "t1", ... of sizes[i] bytes. */
 static struct mk_manifest *manifest_of(const uint64_t *sizes, size_t n)
@@ -324,10 +325,10 @@ static void test_names(void **state)
 		assert_int_equal(mk_pack_file_name_check(refused[i], &err), -MK_EFORMAT);
 	for (size_t i = 0; i < sizeof(taken) / sizeof(taken[0]); i++)
 		assert_int_equal(mk_pack_file_name_check(taken[i], &err), 0);
-	assert_non_null(s = mk_pack_partial_name("out/merged//"));
+	assert_non_null(s = mk_out_partial_name("out/merged//"));
 	assert_string_equal(s, "out/merged.mk-partial");
 	free(s);
-	assert_non_null(s = mk_pack_partial_name("/"));
+	assert_non_null(s = mk_out_partial_name("/"));
 	assert_string_equal(s, "/.mk-partial");
 	free(s);
 }
