@@ -460,7 +460,11 @@ static void pl_free(struct plist *l)
 
 /* ------------------------------------------------------------ normalizers */
 
-static int unicode_norm(const UNormalizer2 *nz, const char *s, size_t n, struct mk_sbuf *o)
+#define UNORM_PIECE 65536   /* bytes normalized at a time (N_UNICODE) */
+
+/* The normal form of s appended to o: 0; 1 when it would be longer than cap
+ * bytes (found before a buffer that large is made); -1 on a failure. */
+static int unicode_norm(const UNormalizer2 *nz, const char *s, size_t n, size_t cap, struct mk_sbuf *o)
 {
 	UErrorCode e = U_ZERO_ERROR;
 	int32_t ulen = 0, olen = 0, blen = 0;
@@ -482,6 +486,10 @@ static int unicode_norm(const UNormalizer2 *nz, const char *s, size_t n, struct 
 		e = U_ZERO_ERROR;
 		olen = unorm2_normalize(nz, u, ulen, w, wcap, &e);
 		if (e == U_BUFFER_OVERFLOW_ERROR && olen >= wcap) {
+			if ((size_t)olen > cap) {      /* each unit is a byte or more */
+				rc = 1;
+				goto out;
+			}
 			wcap = olen + 1;
 			continue;
 		}
@@ -493,6 +501,10 @@ static int unicode_norm(const UNormalizer2 *nz, const char *s, size_t n, struct 
 	u_strToUTF8(NULL, 0, &blen, w, olen, &e);
 	if (e != U_BUFFER_OVERFLOW_ERROR && U_FAILURE(e))
 		goto out;
+	if ((size_t)blen > cap) {
+		rc = 1;
+		goto out;
+	}
 	char *b = malloc((size_t)blen + 1);
 	if (!b)
 		goto out;
@@ -585,13 +597,28 @@ static int normalize(struct enc *e, const char *s, size_t n, char **out, size_t 
 			mk_sbuf_add(&nx, cur.p + a, b - a);
 			break;
 		}
-		case N_UNICODE:
-			/* at most 18 UTF-16 units a unit: bounded; checked after */
-			if (unicode_norm(z->unorm, cur.p, cur.n, &nx))
-				nx.oom = true;
-			else if (nx.n > e->cap)
-				over = true;
+		case N_UNICODE: {
+			/* in pieces of about UNORM_PIECE bytes, each cut where the
+			 * form has a boundary (so the same text as the whole): what
+			 * the pieces made is held to the cap before the next is
+			 * made, and ICU's buffers stay the size of a piece's form */
+			size_t pos = 0, l;
+			while (pos < cur.n && !nx.oom && !over) {
+				size_t end = cur.n - pos > UNORM_PIECE ? pos + UNORM_PIECE : cur.n;
+				while (end < cur.n && ((unsigned char)cur.p[end] & 0xc0) == 0x80)
+					end++;
+				while (end < cur.n &&
+				       !unorm2_hasBoundaryBefore(z->unorm, (UChar32)u8dec(cur.p + end, &l)))
+					end += l;
+				int r = unicode_norm(z->unorm, cur.p + pos, end - pos, e->cap - nx.n, &nx);
+				if (r < 0)
+					nx.oom = true;
+				else if (r > 0)
+					over = true;
+				pos = end;
+			}
 			break;
+		}
 		}
 		if (!nx.p && !nx.oom)
 			mk_sbuf_str(&nx, "");

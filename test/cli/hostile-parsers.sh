@@ -164,6 +164,37 @@ refuse "prompt 1: dbl/tokenizer.json: normalizer 15 (Replace) makes more than 66
 rss_under rss 32768 "Replace rules doubling a prompt"
 refuse "dbl/tokenizer.json: normalizer 8 (Replace) makes more than" mk-tok-encode --prompts dbl < long.txt
 rss_under rss 32768 "Replace rules doubling a long prompt"
+# Unicode forms run in pieces cut at the form's boundaries: what they make
+# is held to the bound a piece at a time (four doublings then NFKC, whose
+# U+FDFA becomes 18 characters), and the pieces give the text the whole
+# would: 692 KB of combining marks, ligatures, Hangul jamo and wide forms
+# encode to the ids of the tokenizers library (0.23.3; sha256 of the ids
+# as compact JSON, stored when this test was written)
+R='{"type":"Replace","pattern":{"String":"\ufdfa"},"content":"\ufdfa\ufdfa"}'
+tok nf "{\"type\":\"Sequence\",\"normalizers\":[$R,$R,$R,$R,{\"type\":\"NFKC\"}]}" null null
+python3 -c 'import json; print(json.dumps("\ufdfa" * 60000))' > fdfa.txt
+refuse "nf/tokenizer.json: normalizer 5 (NFKC) makes more than" mk-tok-encode --prompts nf < fdfa.txt
+rss_under rss 40960 "NFKC of 2.9 MB of U+FDFA"
+python3 - > mix.txt <<'PY'
+import json, random
+random.seed(3)
+parts = ['e\u0301', '\ufb01', 'A\u030a\u0323', '\u1100\u1161\u11a8', 'x', '\u2460', ' ', '\uff21',
+         '\u00e9\u0327', '\u0390', '\ufdfa', '\u3000', '\U0001d400']
+print(json.dumps(''.join(random.choice(parts) for _ in range(90000))))
+PY
+while read -r tk n sum; do
+	mk-tok-encode "$MK_TOP/testdata/tokenizers/encode/$tk" < mix.txt > ids.txt
+	python3 - ids.txt "$n" "$sum" <<'PY' || fail "$tk: the long text's ids differ from the tokenizers library's"
+import hashlib, json, sys
+ids, _ = json.JSONDecoder().raw_decode(open(sys.argv[1]).read())
+got = (len(ids), hashlib.sha256(json.dumps(ids, separators=(",", ":")).encode()).hexdigest())
+assert got == (int(sys.argv[2]), sys.argv[3]), got
+PY
+done <<EOF
+misc-a 331984 a1a4b50d88c14eed28be76f25b3401dfccb05cfba915b66c63c79945d565e3e9
+misc-b 357422 f767ad55bf0225d56bfe8b1c913e7f4add368f5a0a651f5683ae3e50cda8d52f
+qwen2 226841 3ac500b1bd287ba31af9de13d2bb0db2b6b8c24cc2112dfc62e4e613c3776463
+EOF
 # the same by a regex, and by Prepend rules of 1000 bytes
 tok dblre "{\"type\":\"Sequence\",\"normalizers\":[$(rules 40 '{"type":"Replace","pattern":{"Regex":"b"},"content":"bb"}')]}" null null
 refuse "dblre/tokenizer.json: normalizer 16 (Replace) makes more than" mk-tok-encode --prompts dblre < short.txt
