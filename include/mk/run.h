@@ -78,6 +78,20 @@ struct mk_run_opts {
 	/* where the stages' counts are added (atomically: steps run at once
 	 * may share one), or NULL */
 	struct mk_run_stats *stats;
+	/* Merge into memory (out_dir NULL): each output tensor, complete and
+	 * in its output dtype, is given to sink(ctx, name, desc, data) from
+	 * a stage thread, in the order the tensors complete; data lives until
+	 * the call returns.  Nothing is written: no shards, tokenizer, card
+	 * or configuration.  Nonzero from sink stops the run (its message in
+	 * *err).  Tensors are held whole until complete: at most one per
+	 * merge thread at a time. */
+	int (*sink)(void *ctx, const char *name, const struct mk_tensor_desc *desc, const void *data,
+		    struct mk_err *err);
+	void *sink_ctx;
+	/* mergekit-yaml --unsafe-truncate-embeddings: models' vocabularies
+	 * of different sizes are merged over the smallest one (the rows past
+	 * it dropped) instead of refused */
+	bool unsafe_truncate_embeddings;
 };
 
 /* What the stages of a run did beyond the plan. */

@@ -334,6 +334,8 @@ static int run_plan(struct run *r, bool raw, enum mk_raw_missing missing, bool s
 	int rc;
 
 	r->streamed = streamed;
+	if (o->sink)
+		return mk_err_set(err, MK_EINVAL, "a merge into memory is not supported yet");
 	if (!o->out_dir || !o->out_dir[0])
 		return mk_err_set(err, MK_EINVAL, "no output directory given");
 	/* OUT refused before any work, as mk-pack would */
