@@ -362,6 +362,39 @@ MK_API const char *mk_method_closest(const char *name);
 MK_API int mk_method_lookup(const char *name, const struct mk_method **out,
 		     struct mk_err *err);
 
+/* ------------------------------------------------ methods from callbacks */
+
+/* A method whose kernel is a function called on whole tensors: a language
+ * binding's (the Python package registers the methods written in Python
+ * this way).  The kernel gets every input of one output tensor whole; the
+ * method is whole_tensor (mk-plan checks each tensor fits the merge
+ * budget), its output rule mergekit's: the inputs' shapes agree
+ * (embeddings of different vocabularies merge over their common top-left
+ * block: mk_rectify_shapes), the output dtype is their promotion, the
+ * compute dtype float64 when an input is float64, else float32. */
+struct mk_callback_call {
+	const struct mk_job_desc *d;      /* the tensor's name, its inputs (in[i].dtype:
+					     the dtype the merge reads input i as),
+					     base, labels */
+	const struct mk_pval *global;     /* [nparams] resolved (defaults applied) */
+	const struct mk_pval *input;      /* [ninputs * nparams] resolved */
+	const struct mk_tensor_desc *out; /* the output's shape; dtype: the compute dtype */
+	const void *const *in;            /* [ninputs] whole inputs, out's shape and dtype */
+	void *result;                     /* out's elements: the kernel fills them */
+};
+/* 0, or a negative MK_E* with a message in *err (MK_EIO when it sets
+ * none).  Called from a merge thread, one call at a time per merge. */
+typedef int (*mk_callback_fn)(void *ctx, const struct mk_callback_call *c, struct mk_err *err);
+
+/* Make a method of fn (ctx passed to it) with these names, parameters and
+ * contract (copied), and register it (mk_method_register's checks).  The
+ * method stays registered for the process's life; fn and ctx must live as
+ * long. */
+MK_API int mk_method_register_callback(const char *name, const char *pretty_name, const char *reference_url,
+				       const struct mk_param_spec *params, size_t nparams,
+				       const struct mk_contract *contract, mk_callback_fn fn, void *ctx,
+				       struct mk_err *err);
+
 /* Index of a parameter in m->params, or -1. */
 MK_API int mk_method_param_index(const struct mk_method *m, const char *name);
 

@@ -59,6 +59,7 @@ static void run_release(struct run *r)
 	free(r->vsum);
 	mk_plan_job_free(r->pj);
 	free(r->in);
+	free(r->labels);
 	mk__pool_put(r->pool, r->outc, r->outc_cap);
 	if (r->rp)
 		mk__spill_reset(r->rp);
@@ -80,12 +81,15 @@ static int run_prepare(struct run *r, const struct mk_manifest *man, struct mk_e
 	if (rc)
 		return mk_err_prefix(err, "job %u (%s): ", r->pj->id, r->name);
 	r->in = calloc(r->pj->ninputs + 1, sizeof(*r->in));
+	r->labels = calloc(r->pj->ninputs + 1, sizeof(*r->labels));
 	r->ib = calloc(run_nin(r) + 1, sizeof(*r->ib));
-	if (!r->in || !r->ib)
+	if (!r->in || !r->labels || !r->ib)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	for (size_t i = 0; i < r->pj->ninputs; i++) {
 		r->in[i] = r->pj->inputs[i].desc;
 		r->in[i].dtype = r->pj->inputs[i].load_dtype; /* what the method sees */
+		if (r->pj->inputs[i].model < man->nmodels)
+			r->labels[i] = man->models[r->pj->inputs[i].model].ref;
 		if (r->pj->vocab) {
 			/* aligned to the merged vocabulary */
 			r->in[i].shape[0] = r->pj->vocab->rows;
@@ -97,7 +101,7 @@ static int run_prepare(struct run *r, const struct mk_manifest *man, struct mk_e
 	r->d = (struct mk_job_desc){ .tensor = r->name, .elem_base = r->pj->part_begin, .seed = r->seed,
 				     .is_embed = r->pj->is_embed, .spare_pass = r->pj->spare,
 				     .ninputs = r->check_equal ? 1 : r->pj->ninputs,
-				     .base = r->check_equal ? -1 : (int)r->pj->base, .in = r->in,
+				     .base = r->check_equal ? -1 : (int)r->pj->base, .in = r->in, .labels = r->labels,
 				     .global = r->pj->params.global, .input = r->pj->params.input };
 	rc = mk_job_init(&r->job, r->m, &r->d, t->desc.dtype, err);
 	if (rc)

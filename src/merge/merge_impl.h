@@ -55,6 +55,7 @@ struct run {                     /* the job being merged */
 	uint64_t seed;               /* the plan's random seed */
 	unsigned threads;            /* worker threads (-j) */
 	struct mk_tensor_desc *in;
+	const char **labels;         /* [ninputs] the inputs' models as configured */
 	const char *name;
 	uint64_t out_nelem, out_row_len;   /* the job's output (a part's) */
 	size_t out_index;

@@ -99,4 +99,19 @@ int mk_pack_file_size_check(const struct mk_manifest *head, const char *name, ui
 int mk_pack_run(const struct mk_pack_opts *o, struct mk_io in, const char *label,
 		struct mk_pack_stats *st, struct mk_err *err);
 
+/* A merge into memory's output stage (pack_memory.c): every tensor of the
+ * stream, assembled whole, given to sink (mk_run_opts.sink); nothing is
+ * written.  budget (0: none) bounds the tensors being assembled at once. */
+struct mk_pack_memory_opts {
+	int (*sink)(void *ctx, const char *name, const struct mk_tensor_desc *desc, const void *data,
+		    struct mk_err *err);
+	void *sink_ctx;
+	uint64_t budget;
+	void (*progress)(void *ctx, uint64_t done, uint64_t total,
+			 size_t tensors_done, size_t ntensors);
+	void *progress_ctx;
+};
+int mk_pack_to_memory(const struct mk_pack_memory_opts *o, struct mk_io in, const char *label,
+		      struct mk_err *err);
+
 #endif

@@ -227,6 +227,8 @@ static void stage_warn(void *ctx, const char *msg)
 	pthread_mutex_unlock(&r->mu);
 }
 
+static void pack_progress(void *ctx, uint64_t done, uint64_t total, size_t tensors_done, size_t ntensors);
+
 static void *stage_main(void *p)
 {
 	struct stage_arg *a = p;
@@ -263,6 +265,13 @@ static void *stage_main(void *p)
 	}
 	case S_PACK: {
 		struct mk_pack_stats st;
+		if (r->o->sink) {
+			struct mk_pack_memory_opts mo = { .sink = r->o->sink, .sink_ctx = r->o->sink_ctx,
+							  .budget = r->o->max_memory, .progress = pack_progress,
+							  .progress_ctx = r };
+			r->rc[i] = mk_pack_to_memory(&mo, mk_io_chan(r->ch[2]), "tensors", &r->err[i]);
+			break;
+		}
 		r->rc[i] = mk_pack_run(&r->pko, mk_io_chan(r->ch[2]), "tensors", &st, &r->err[i]);
 		if (!r->rc[i] && st.warning[0] && r->o->warn)
 			stage_warn(r, st.warning);
@@ -334,16 +343,17 @@ static int run_plan(struct run *r, bool raw, enum mk_raw_missing missing, bool s
 	int rc;
 
 	r->streamed = streamed;
-	if (o->sink)
-		return mk_err_set(err, MK_EINVAL, "a merge into memory is not supported yet");
-	if (!o->out_dir || !o->out_dir[0])
+	if (o->sink && (o->out_dir || o->resume || streamed))
+		return mk_err_set(err, MK_EINVAL, "a merge into memory (a sink) writes no output directory: give no out_dir and no resume");
+	if (!o->sink && (!o->out_dir || !o->out_dir[0]))
 		return mk_err_set(err, MK_EINVAL, "no output directory given");
 	/* OUT refused before any work, as mk-pack would */
 	r->pko = (struct mk_pack_opts){ .out_dir = o->out_dir, .force = o->force, .resume = o->resume,
 					.keep_partial = o->resume, .buffered = o->buffered,
 					.shard_size = o->out_shard_size ? o->out_shard_size : MK_PACK_DEFAULT_SHARD,
 					.progress = pack_progress, .progress_ctx = r };
-	if (!streamed && ((rc = mk_out_lock(o->out_dir, &r->lock, err)) || (rc = mk_pack_check_out(&r->pko, &r->lock, err))))
+	if (!streamed && !o->sink &&
+	    ((rc = mk_out_lock(o->out_dir, &r->lock, err)) || (rc = mk_pack_check_out(&r->pko, &r->lock, err))))
 		return rc;
 	if ((rc = read_config(o, &r->owned, &text, &len, err)))
 		return rc;

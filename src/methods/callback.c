@@ -1,0 +1,197 @@
+/* callback.c - merge methods whose kernel is a callback on whole tensors:
+ * a language binding's methods (the Python package's methods written in
+ * Python) run by the same planner and merge stage as the built-ins.
+ *
+ * The kernel sees every input of one output tensor whole, so the method
+ * is whole_tensor (mk-plan checks each tensor fits the merge budget) and
+ * has one statistics pass: it gathers the inputs' elements in the compute
+ * dtype, finish calls the kernel once, apply hands out the result's
+ * elements.  The output rule is mergekit's for its methods: the inputs'
+ * shapes must agree (embeddings of different vocabularies merge over their
+ * common top-left block, mk_rectify_shapes), the output dtype is their
+ * promotion, the compute dtype float64 when an input is float64, else
+ * float32. */
+#include <stdlib.h>
+#include <string.h>
+#include "mk/method.h"
+
+struct callback_method {
+	struct mk_method m;          /* first: the registry's pointer is this struct's */
+	mk_callback_fn fn;
+	void *ctx;
+};
+
+struct state {
+	size_t n;
+	size_t es;                   /* bytes per element of the compute dtype */
+	uint8_t **in;                /* [n] whole inputs */
+	uint8_t *result;
+};
+
+static int output(const struct mk_method *m, const struct mk_job_desc *d, struct mk_plan_out *po, bool *used,
+		  struct mk_err *err)
+{
+	size_t n = d->ninputs;
+	enum mk_dtype dts[n ? n : 1];
+	bool rectified;
+	int rc;
+
+	if (!n)
+		return mk_err_set(err, MK_EINVAL, "%s: tensor '%s': no inputs", m->name, d->tensor);
+	if ((rc = mk_require_float_inputs(m, d, used, err)) || (rc = mk_rectify_shapes(m, d, used, &po->out, &rectified, err)))
+		return rc;
+	for (size_t i = 0; i < n; i++)
+		dts[i] = d->in[i].dtype;
+	po->out.dtype = mk_promote_dtypes(n, dts);
+	po->compute = mk_compute_dtype_of(n, dts);
+	return 0;
+}
+
+static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, const bool *used)
+{
+	return 1;
+}
+
+static void release(struct mk_job *job)
+{
+	struct state *s = job->state;
+
+	if (!s)
+		return;
+	for (size_t i = 0; s->in && i < s->n; i++)
+		free(s->in[i]);
+	free(s->in);
+	free(s->result);
+	free(s);
+	job->state = NULL;
+}
+
+static int init(struct mk_job *job, struct mk_err *err)
+{
+	struct state *s = calloc(1, sizeof(*s));
+	uint64_t bytes;
+
+	job->state = s;
+	if (!s)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	s->n = job->d.ninputs;
+	s->es = mk_dtype_bits(job->compute) / 8;
+	if (mk_dtype_nbytes(job->compute, job->nelem, &bytes) || bytes > SIZE_MAX)
+		return mk_err_set(err, MK_ENOMEM, "%s: tensor '%s' is too large", job->method->name, job->d.tensor);
+	s->in = calloc(s->n, sizeof(*s->in));
+	if (!s->in)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	/* (a zero-sized tensor still gets buffers: malloc(1)) */
+	for (size_t i = 0; i < s->n; i++)
+		if (!(s->in[i] = malloc(bytes ? bytes : 1)))
+			return mk_err_set(err, MK_ENOMEM, "%s: tensor '%s': out of memory for its inputs", job->method->name,
+					  job->d.tensor);
+	if (!(s->result = calloc(1, bytes ? bytes : 1)))
+		return mk_err_set(err, MK_ENOMEM, "%s: tensor '%s': out of memory for its output", job->method->name,
+				  job->d.tensor);
+	return 0;
+}
+
+static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c, struct mk_err *err)
+{
+	struct state *s = job->state;
+
+	for (size_t i = 0; i < s->n; i++)
+		memcpy(s->in[i] + c->elem_begin * s->es, c->in[i], c->count * s->es);
+	return 0;
+}
+
+static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
+{
+	const struct callback_method *cm = (const struct callback_method *)job->method;
+	struct state *s = job->state;
+	struct mk_tensor_desc out = job->out;
+	struct mk_callback_call call = { .d = &job->d, .global = job->global, .input = job->input, .out = &out,
+					 .in = (const void *const *)s->in, .result = s->result };
+	int rc;
+
+	out.dtype = job->compute;
+	err->msg[0] = '\0';
+	rc = cm->fn(cm->ctx, &call, err);
+	if (rc) {
+		if (!err->msg[0])
+			mk_err_set(err, MK_EIO, "%s: tensor '%s': the kernel failed", job->method->name, job->d.tensor);
+		return rc < 0 ? rc : -MK_EIO;
+	}
+	return 0;
+}
+
+static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, struct mk_err *err)
+{
+	struct state *s = job->state;
+
+	memcpy(out, s->result + c->elem_begin * s->es, c->count * s->es);
+	return 0;
+}
+
+/* A copy the registry may keep: the strings and the parameter specs. */
+static void callback_free(struct callback_method *cm)
+{
+	if (!cm)
+		return;
+	for (size_t p = 0; p < cm->m.nparams; p++) {
+		free((char *)cm->m.params[p].name);
+		free((char *)cm->m.params[p].doc);
+	}
+	free((struct mk_param_spec *)cm->m.params);
+	free((char *)cm->m.name);
+	free((char *)cm->m.pretty_name);
+	free((char *)cm->m.reference_url);
+	free(cm);
+}
+
+static char *dup_or_null(const char *s, bool *bad)
+{
+	char *d = s ? strdup(s) : NULL;
+
+	if (s && !d)
+		*bad = true;
+	return d;
+}
+
+int mk_method_register_callback(const char *name, const char *pretty_name, const char *reference_url,
+				const struct mk_param_spec *params, size_t nparams, const struct mk_contract *contract,
+				mk_callback_fn fn, void *ctx, struct mk_err *err)
+{
+	struct callback_method *cm;
+	struct mk_param_spec *ps;
+	bool bad = false;
+	int rc;
+
+	if (!name || !fn || !contract || (nparams && !params))
+		return mk_err_set(err, MK_EINVAL, "a callback method needs a name, a contract and a kernel");
+	cm = calloc(1, sizeof(*cm));
+	ps = calloc(nparams ? nparams : 1, sizeof(*ps));
+	if (!cm || !ps) {
+		free(cm);
+		free(ps);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	cm->m = (struct mk_method){ .abi = MK_METHOD_ABI, .params = ps, .contract = *contract, .whole_tensor = true,
+				    .output = output, .npasses = npasses, .init = init, .accumulate = accumulate,
+				    .finish = finish, .apply = apply, .release = release };
+	cm->fn = fn;
+	cm->ctx = ctx;
+	for (size_t p = 0; p < nparams; p++) {
+		ps[p] = params[p];
+		ps[p].name = dup_or_null(params[p].name, &bad);
+		ps[p].doc = dup_or_null(params[p].doc, &bad);
+		cm->m.nparams = p + 1;
+	}
+	cm->m.name = dup_or_null(name, &bad);
+	cm->m.pretty_name = dup_or_null(pretty_name ? pretty_name : name, &bad);
+	cm->m.reference_url = dup_or_null(reference_url, &bad);
+	if (bad) {
+		callback_free(cm);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	rc = mk_method_register(&cm->m, err);
+	if (rc)
+		callback_free(cm);   /* refused: nothing kept it */
+	return rc;
+}
