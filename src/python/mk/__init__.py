@@ -26,13 +26,13 @@ import logging
 
 from .config import MergeConfiguration, validate
 from .errors import ConfigError, MergeError
-from .merge import run_merge
+from .merge import iter_merge, run_merge, run_merge_in_memory
 from .merge_methods import (BatchOptions, Method, PerGroupValues, TensorGroup, get, merge_state_dicts,
                             merge_tensors, methods)
 from .options import MergeOptions
 
 __all__ = ["MergeConfiguration", "MergeOptions", "MergeError", "ConfigError", "run_merge", "validate",
            "merge_tensors", "merge_state_dicts", "methods", "BatchOptions", "TensorGroup", "PerGroupValues",
-           "Method", "get"]
+           "Method", "get", "iter_merge", "run_merge_in_memory"]
 
 log = logging.getLogger("mk")

@@ -166,6 +166,36 @@ def _tlib():
     return lib
 
 
+class _JobDesc(ctypes.Structure):  # struct mk_job_desc
+    _fields_ = [("tensor", ctypes.c_char_p), ("seed", ctypes.c_uint64), ("is_embed", ctypes.c_bool),
+                ("ninputs", ctypes.c_size_t), ("base", ctypes.c_int), ("in_", ctypes.POINTER(_Desc)),
+                ("labels", ctypes.POINTER(ctypes.c_char_p)), ("global_", ctypes.POINTER(_Pval)),
+                ("input", ctypes.POINTER(_Pval)), ("elem_base", ctypes.c_uint64), ("spare_pass", ctypes.c_bool)]
+
+
+class _CallbackCall(ctypes.Structure):  # struct mk_callback_call
+    _fields_ = [("d", ctypes.POINTER(_JobDesc)), ("global_", ctypes.POINTER(_Pval)),
+                ("input", ctypes.POINTER(_Pval)), ("out", ctypes.POINTER(_Desc)),
+                ("in_", ctypes.POINTER(ctypes.c_void_p)), ("result", ctypes.c_void_p)]
+
+
+# int fn(void *ctx, const struct mk_callback_call *c, struct mk_err *err)
+_CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_CallbackCall), ctypes.POINTER(_Err))
+MK_EIO, MK_EINVAL = 1, 4
+
+
+def _cblib():
+    lib = _tlib()
+    if not hasattr(lib, "_mk_callbacks"):
+        lib.mk_method_register_callback.argtypes = [
+            ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_ParamSpec), ctypes.c_size_t,
+            ctypes.POINTER(_Contract), _CALLBACK, ctypes.c_void_p, ctypes.POINTER(_Err)]
+        lib.mk_method_find.restype = ctypes.c_void_p
+        lib.mk_method_find.argtypes = [ctypes.c_char_p]
+        lib._mk_callbacks = True
+    return lib
+
+
 _SCOPES = ("global", "per_input", "per_non_base")
 _TYPES = ("float", "int", "bool")
 _BASES = ("ignored", "optional", "required", "forbidden")
