@@ -23,7 +23,8 @@ def run_merge(merge_config, out_path, options=None, config_source=None):
     lib = _load()
     if opt.transformers_cache:
         os.environ["HF_HUB_CACHE"] = str(opt.transformers_cache)
-    raw = config._text.encode()
+    text, label = config._source(config_source)
+    raw = text.encode()
     cancel = ctypes.c_int(0)
     bar = None
     if not opt.quiet:
@@ -48,7 +49,7 @@ def run_merge(merge_config, out_path, options=None, config_source=None):
     cb = _PROGRESS(on_progress)
     # the stages' warnings (an output that became NaN or infinite, ...)
     wcb = _WARN(lambda ctx, msg: log.warning("%s", msg.decode("utf-8", "replace")))
-    o = _RunOpts(text=raw, len=len(raw), label=config._label.encode(), out_dir=os.fsencode(out_path),
+    o = _RunOpts(text=raw, len=len(raw), label=label.encode(), out_dir=os.fsencode(out_path),
                  out_shard_size=_size(opt.out_shard_size), no_copy_tokenizer=not opt.copy_tokenizer,
                  no_model_card=not opt.write_model_card, allow_crimes=bool(opt.allow_crimes),
                  seed=int(opt.random_seed or 0), cuda=bool(opt.cuda), threads=int(opt.num_threads or 0),
