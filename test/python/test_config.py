@@ -4,7 +4,8 @@ and test/conformance/ and for ones built from the data classes (golden
 files in testdata/python/config/, made by scripts/python-config-golden.py
 with mergekit), every structural problem listed at once, model references
 parsed and printed back, and run_merge writing into mergekit_config.yml
-what mergekit writes.  Run by test/cli/python.sh in the repository's root."""
+the configuration's YAML text or its to_yaml().  Run by test/cli/python.sh
+in the repository's root."""
 import glob
 import json
 import os
@@ -348,8 +349,11 @@ def test_parse_kmb():
 
 @pytest.mark.parametrize("name", ["configs-linear", "configs-ties", "configs-gradient-slerp"])
 def test_run_merge_writes_mergekits_config_text(name, tmp_path):
-    # a configuration from a dict: mergekit writes to_yaml() into
-    # mergekit_config.yml (the golden); one from YAML text: the text
+    # a configuration from a dict: its to_yaml() (mergekit's, the golden)
+    # in mergekit_config.yml and the card; one from YAML text: the text, as
+    # mergekit-yaml writes it.  (mergekit's run_merge writes to_yaml() of
+    # the configuration its planner has rewritten in place: models under
+    # modules.default.slices; mk leaves the object as it was.)
     rec = golden(name)
     out = tmp_path / "dict"
     mk.run_merge(yaml.safe_load(open(rec["source"])), str(out),
