@@ -14,6 +14,7 @@ import time
 
 import numpy as np  # Debian's python3-numpy (make deps)
 import pytest
+import yaml  # Debian's python3-yaml
 
 import mk
 
@@ -44,14 +45,15 @@ def same_dirs(a, b):
 
 
 def test_validation_lists_every_error():
-    # two models missing and a misspelt parameter: all three said, each at
-    # its line and column of the JSON the planner read
+    # two models missing and a misspelt parameter: all three said by the
+    # planner (mk.validate), each at its line and column of the YAML it read
     bad = {"merge_method": "linear", "models": [
         {"model": A, "parameters": {"wieght": 1}},
         {"model": "/nonexistent/m1", "parameters": {"weight": 1}},
         {"model": "/nonexistent/m2", "parameters": {"weight": 1}}]}
+    mk.MergeConfiguration.model_validate(bad)  # structurally sound
     with pytest.raises(mk.ConfigError) as e:
-        mk.MergeConfiguration.model_validate(bad)
+        mk.validate(bad)
     d = e.value.diagnostics
     errs = [x for x in d if x.startswith("error: ")]
     assert len(errs) == 2 and "m1" in errs[0] and "m2" in errs[1], d
@@ -61,15 +63,17 @@ def test_validation_lists_every_error():
 
 
 def test_validation_of_a_missing_model():
+    c = mk.MergeConfiguration.model_validate({"merge_method": "linear", "models": [
+        {"model": "/nonexistent/no-such-model", "parameters": {"weight": 1}}]})
     with pytest.raises(mk.ConfigError, match="no-such-model"):
-        mk.MergeConfiguration.model_validate({"merge_method": "linear", "models": [
-            {"model": "/nonexistent/no-such-model", "parameters": {"weight": 1}}]})
+        mk.validate(c)
 
 
 def test_good_config_validates():
     c = mk.MergeConfiguration.model_validate(slerp())
     assert mk.MergeConfiguration.model_validate(c) is c
-    assert json.loads(c.to_yaml())["merge_method"] == "slerp"
+    assert not [x for x in mk.validate(c) if x.startswith("error: ")]
+    assert yaml.safe_load(c.to_yaml())["merge_method"] == "slerp"
 
 
 CONFIGS = sorted(os.path.join("testdata/configs", f) for f in os.listdir("testdata/configs") if f.endswith(".yml"))

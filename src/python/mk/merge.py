@@ -21,38 +21,22 @@ def run_merge(merge_config, out_path, options=None, config_source=None):
     ConfigError for a bad configuration, MergeError when the merge fails,
     KeyboardInterrupt after a Ctrl-C (the merge cancelled, no output); an
     exception a merge method written in Python raised is raised again."""
-    _run(merge_config, out_path, options)
+    _run(merge_config, out_path, options, config_source)
     log.info("wrote %s", out_path)
 
 
 def _model_refs(config):
     """The configuration's model references in order of appearance (models,
     else the slices' sources), for the order Python kernels see."""
-    import json
-    try:
-        doc = json.loads(config._text)
-    except ValueError:
-        try:
-            import yaml
-            doc = yaml.safe_load(config._text)
-        except Exception:
-            return None
     refs = []
-
-    def add(m):
-        r = m.get("model") if isinstance(m, dict) else None
-        if isinstance(r, str) and r not in refs:
-            refs.append(r)
-
-    for m in (doc or {}).get("models") or []:
-        add(m)
-    for sl in (doc or {}).get("slices") or []:
-        for m in (sl or {}).get("sources") or []:
-            add(m)
-    return refs
+    for m in config.models or []:
+        refs.append(str(m.model))
+    for sl in config.slices or []:
+        refs.extend(str(src.model) for src in sl.sources or [])
+    return list(dict.fromkeys(refs))
 
 
-def _run(merge_config, out_path, options, sink=None, stop=None):
+def _run(merge_config, out_path, options, config_source=None, sink=None, stop=None):
     """One merge: into out_path, or into memory through sink (a _SINK
     callback).  stop: a threading.Event that cancels it."""
     from .merge_methods import _bridge
@@ -61,7 +45,8 @@ def _run(merge_config, out_path, options, sink=None, stop=None):
     lib = _load()
     if opt.transformers_cache:
         os.environ["HF_HUB_CACHE"] = str(opt.transformers_cache)
-    raw = config._text.encode()
+    text, label = config._source(config_source)
+    raw = text.encode()
     cancel = ctypes.c_int(0)
     bar = None
     if not opt.quiet:
@@ -86,7 +71,8 @@ def _run(merge_config, out_path, options, sink=None, stop=None):
     cb = _PROGRESS(on_progress)
     # the stages' warnings (an output that became NaN or infinite, ...)
     wcb = _WARN(lambda ctx, msg: log.warning("%s", msg.decode("utf-8", "replace")))
-    o = _RunOpts(text=raw, len=len(raw), label=config._label.encode(), out_dir=os.fsencode(out_path) if out_path is not None else None,
+    o = _RunOpts(text=raw, len=len(raw), label=label.encode(),
+                 out_dir=os.fsencode(out_path) if out_path is not None else None,
                  out_shard_size=_size(opt.out_shard_size), no_copy_tokenizer=not opt.copy_tokenizer,
                  no_model_card=not opt.write_model_card, allow_crimes=bool(opt.allow_crimes),
                  seed=int(opt.random_seed or 0), cuda=bool(opt.cuda), threads=int(opt.num_threads or 0),
