@@ -350,6 +350,13 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 			cli_usage_error("--random-seed: expected a non-negative integer, not '%s'", arg);
 		return true;
 	case CLI_RUN_CUDA: o->cuda = true; return true;
+	case CLI_RUN_GPU_RICH:
+		/* mergekit's --cuda --low-cpu-memory --read-to-gpu --multi-gpu:
+		 * the first is mk's --cuda, the others mean nothing here */
+		o->cuda = true;
+		cli_info(2, "note: --gpu-rich is --cuda here (its --low-cpu-memory, --read-to-gpu and --multi-gpu mean nothing to %s)",
+			 cli_prog);
+		return true;
 	case CLI_RUN_NOCUDA: o->cuda = false; return true;
 	case 'j':
 		if (mk_size_parse(arg, &v) || v < 1 || v > 1024)

@@ -106,12 +106,13 @@ void cli_print_diags(const struct mk_diags *d);
  * one of them, its value in *o (or *quiet).  state_dicts: mk-pytorch,
  * where the tokenizer, card, architecture and LoRA options mean nothing
  * (they are noted).  mergekit's options without meaning for mk are
- * accepted with a note. */
+ * accepted with a note; --gpu-rich, which in mergekit implies --cuda, sets
+ * cuda (the rest of what it implies means nothing to mk). */
 enum { CLI_RUN_FIRST = 1000, CLI_RUN_SHARD = CLI_RUN_FIRST, CLI_RUN_COPY, CLI_RUN_NOCOPY, CLI_RUN_CARD,
        CLI_RUN_NOCARD, CLI_RUN_CRIMES, CLI_RUN_NOCRIMES, CLI_RUN_SEED, CLI_RUN_CUDA, CLI_RUN_NOCUDA, CLI_RUN_MEM, CLI_RUN_SPILL,
        CLI_RUN_STRICT, CLI_RUN_REMOTE, CLI_RUN_NOCACHE, CLI_RUN_QUIET, CLI_RUN_NOQUIET, CLI_RUN_CACHE,
        CLI_RUN_LORA_DT, CLI_RUN_LORA_CACHE, CLI_RUN_PLUGIN, CLI_RUN_VERBOSE, CLI_RUN_BUFFERED, CLI_RUN_IGN0,
-       CLI_RUN_IGN1 };
+       CLI_RUN_IGN1, CLI_RUN_GPU_RICH };
 #define CLI_RUN_OPTIONS \
 	{ "out-shard-size", 1, 0, CLI_RUN_SHARD }, \
 	{ "copy-tokenizer", 0, 0, CLI_RUN_COPY }, { "no-copy-tokenizer", 0, 0, CLI_RUN_NOCOPY }, \
@@ -128,7 +129,7 @@ enum { CLI_RUN_FIRST = 1000, CLI_RUN_SHARD = CLI_RUN_FIRST, CLI_RUN_COPY, CLI_RU
 	{ "clone-tensors", 0, 0, CLI_RUN_IGN0 }, { "no-clone-tensors", 0, 0, CLI_RUN_IGN0 }, \
 	{ "trust-remote-code", 0, 0, CLI_RUN_IGN0 }, { "no-trust-remote-code", 0, 0, CLI_RUN_IGN0 }, \
 	{ "read-to-gpu", 0, 0, CLI_RUN_IGN0 }, { "no-read-to-gpu", 0, 0, CLI_RUN_IGN0 }, \
-	{ "multi-gpu", 0, 0, CLI_RUN_IGN0 }, { "no-multi-gpu", 0, 0, CLI_RUN_IGN0 }, { "gpu-rich", 0, 0, CLI_RUN_IGN0 }, \
+	{ "multi-gpu", 0, 0, CLI_RUN_IGN0 }, { "no-multi-gpu", 0, 0, CLI_RUN_IGN0 }, { "gpu-rich", 0, 0, CLI_RUN_GPU_RICH }, \
 	{ "async-write", 0, 0, CLI_RUN_IGN0 }, { "no-async-write", 0, 0, CLI_RUN_IGN0 }, \
 	{ "safe-serialization", 0, 0, CLI_RUN_IGN0 }, { "no-safe-serialization", 0, 0, CLI_RUN_IGN0 }, \
 	{ "write-threads", 1, 0, CLI_RUN_IGN1 }, { "device", 1, 0, CLI_RUN_IGN1 }

@@ -52,13 +52,15 @@ static void usage(void)
 	       "  --resume                  continue an interrupted merge into OUT: the tensors\n"
 	       "                            OUT.mk-partial has are checked and not made again\n"
 	       "                            (mk-fetch --skip-done, mk-pack --resume)\n"
-	       "  --quiet                   no progress bar\n"
-	       "  -v, --verbose             say more\n"
+	       "  --quiet / --no-quiet      no progress bar / the bar (default)\n"
+	       "  -v, --verbose             say more (repeat for more)\n"
+	       "  --gpu-rich                --cuda (in mergekit, --cuda and three options that\n"
+	       "                            mean nothing here)\n"
 	       "  -h, --help, -V, --version\n"
-	       "mergekit-yaml options that mean nothing here (--lazy-unpickle, --low-cpu-memory,\n"
-	       "--clone-tensors, --trust-remote-code, --read-to-gpu, --multi-gpu, --gpu-rich,\n"
-	       "--async-write, --write-threads, --safe-serialization, --device, ...) are\n"
-	       "accepted with a note.  See mk-yaml(1).\n",
+	       "Every other mergekit-yaml option is accepted with a note and changes nothing\n"
+	       "(--lazy-unpickle, --low-cpu-memory, --clone-tensors, --trust-remote-code,\n"
+	       "--read-to-gpu, --multi-gpu, --async-write, --safe-serialization and their --no-\n"
+	       "forms, --write-threads N, --device D).  See mk-yaml(1).\n",
 	       cli_prog);
 	exit(EXIT_OK);
 }

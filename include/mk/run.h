@@ -118,4 +118,31 @@ MK_API size_t mk_run_opts_size(void);
 /* mk-merge's default worker threads: the online CPUs, 1 to 8. */
 MK_API unsigned mk_merge_default_threads(void);
 
+/* For bindings (the Python package), answers without a merge.  The texts
+ * are copied to buf (cap bytes) with a NUL when they fit (*len < cap);
+ * *len is always their length, so a caller whose buffer was too small
+ * calls again with *len + 1 bytes. */
+
+/* libmk's version, "0.1.0" (static). */
+MK_API const char *mk_version(void);
+
+/* The architecture a merge of o plans (o planned as mk_validate_config
+ * plans it; its OUT neither looked at nor written), as a JSON object:
+ * file, model_type, architectures, tagalong_files, vocab_size_config_key,
+ * inferred, and modules, each with name, weight_prefix, subfolder,
+ * num_layers_config_key, num_layers and its weights (pre, layers: one
+ * list per layer, post; each weight's name, is_embed, optional, aliases,
+ * tied_names, force_dtype).  Layer counts are those of model_config (len
+ * bytes of a config.json) when it is not NULL, else of the config.json
+ * of the base model (else the first). */
+MK_API int mk_arch_describe(const struct mk_run_opts *o, const char *model_config, size_t len, char *buf,
+			    size_t cap, size_t *out_len, struct mk_diags *d, struct mk_err *err);
+
+/* The README.md model card a merge of the configuration (len bytes of
+ * YAML, label naming it in messages) writes, titled name (NULL or "":
+ * mergekit's "Untitled Model (1)"), quoting yaml (NULL: the
+ * configuration's text).  Reads no model. */
+MK_API int mk_card_generate(const char *config, size_t len, const char *label, const char *yaml,
+			    const char *name, char *buf, size_t cap, size_t *out_len, struct mk_err *err);
+
 #endif

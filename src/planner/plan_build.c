@@ -106,6 +106,16 @@ const char *mk_plan_card(const struct mk_plan *p)
 	return p->card;
 }
 
+const struct mk_arch *mk_plan_arch(const struct mk_plan *p)
+{
+	return p->arch;
+}
+
+const struct mk_hfconfig *mk_plan_donor_config(const struct mk_plan *p)
+{
+	return p->nmodels ? p->models[0].hf : NULL;
+}
+
 /* Where a job's first read lands: its base's (else its first input's)
  * shard and offset, so the jobs can be sent in file order. */
 struct job_key {

@@ -91,4 +91,12 @@ int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err);
 /* The README.md the plan carries (borrowed; NULL when no card). */
 const char *mk_plan_card(const struct mk_plan *p);
 
+/* The output's architecture, and the config.json of the model the
+ * output's config.json is made from (the base, else the first model;
+ * NULL for state dicts).  Borrowed from the plan. */
+struct mk_arch;
+struct mk_hfconfig;
+const struct mk_arch *mk_plan_arch(const struct mk_plan *p);
+const struct mk_hfconfig *mk_plan_donor_config(const struct mk_plan *p);
+
 #endif

@@ -21,9 +21,16 @@ cancels the merge and leaves no output directory.
 
 libmk.so is looked for in $MK_LIB, then beside this package (an installed
 tree: PREFIX/lib/libmk.so.0), then by the system's loader.
+
+mergekit's other modules have their mk names: mk.merge, mk.options,
+mk.config, mk.architecture, mk.card, mk.sparsify (numpy), mk.merge_methods.
+``mk.__version__`` is the package's version, libmk's (``libmk_version()``
+asks the library loaded).
 """
 import logging
 
+from ._describe import libmk_version
+from ._version import __version__
 from .config import MergeConfiguration, validate
 from .errors import ConfigError, MergeError
 from .merge import iter_merge, run_merge, run_merge_in_memory
@@ -33,6 +40,6 @@ from .options import MergeOptions
 
 __all__ = ["MergeConfiguration", "MergeOptions", "MergeError", "ConfigError", "run_merge", "validate",
            "merge_tensors", "merge_state_dicts", "methods", "BatchOptions", "TensorGroup", "PerGroupValues",
-           "Method", "get", "iter_merge", "run_merge_in_memory"]
+           "Method", "get", "iter_merge", "run_merge_in_memory", "libmk_version", "__version__"]
 
 log = logging.getLogger("mk")
