@@ -20,5 +20,5 @@ def generate_card(config, config_yaml, name=None):
     elif isinstance(config, str):
         text, label = config, "config.yml"
     else:
-        text, label = config._text, getattr(config, "_label", "config")
+        text, label = config._source()
     return card_text(text, label, config_yaml if config_yaml is not None else text, name)

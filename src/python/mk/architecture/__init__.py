@@ -238,10 +238,9 @@ def _config_text(config):
         return json.dumps(config, indent=1), "config"
     if isinstance(config, str):
         return config, "config.yml"
-    text = getattr(config, "_text", None)
-    if text is None:
+    if not hasattr(config, "_source"):
         raise TypeError("expected a MergeConfiguration, a dict or YAML text, not %s" % type(config).__name__)
-    return text, getattr(config, "_label", "config")
+    return config._source()
 
 
 def get_architecture_info(config, options=None):
