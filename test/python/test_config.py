@@ -347,21 +347,22 @@ def test_parse_kmb():
         parse_kmb("1x")
 
 
-@pytest.mark.parametrize("name", ["configs-linear", "configs-ties", "configs-gradient-slerp"])
+WRITTEN = json.load(open("testdata/python/run-merge-written.json"))
+
+
+@pytest.mark.parametrize("name", sorted(WRITTEN))
 def test_run_merge_writes_mergekits_config_text(name, tmp_path):
-    # a configuration from a dict: its to_yaml() (mergekit's, the golden)
-    # in mergekit_config.yml and the card; one from YAML text: the text, as
-    # mergekit-yaml writes it.  (mergekit's run_merge writes to_yaml() of
-    # the configuration its planner has rewritten in place: models under
-    # modules.default.slices; mk leaves the object as it was.)
-    rec = golden(name)
-    out = tmp_path / "dict"
-    mk.run_merge(yaml.safe_load(open(rec["source"])), str(out),
-                 options=mk.MergeOptions(copy_tokenizer=False, quiet=True))
-    assert (out / "mergekit_config.yml").read_text() == rec["to_yaml"]
-    assert rec["to_yaml"] in (out / "README.md").read_text()
-    text = open(rec["source"]).read()
+    # a configuration given as a dict or an object: mergekit's run_merge
+    # writes to_yaml() of it as its planner rewrote it (the golden);
+    # one from YAML text: the text, as mergekit-yaml writes it
+    rec = WRITTEN[name]
+    for how, cfg in (("dict", rec["config"]), ("object", MergeConfiguration.model_validate(rec["config"]))):
+        out = tmp_path / how
+        mk.run_merge(cfg, str(out), options=mk.MergeOptions(copy_tokenizer=False, quiet=True))
+        assert (out / "mergekit_config.yml").read_text() == rec["written"]
+        assert rec["written"] in (out / "README.md").read_text()
+    text = yaml.safe_dump(rec["config"])
     out = tmp_path / "text"
-    mk.run_merge(MergeConfiguration.from_yaml(text, rec["source"]), str(out),
+    mk.run_merge(MergeConfiguration.from_yaml(text, name), str(out),
                  options=mk.MergeOptions(copy_tokenizer=False, quiet=True))
     assert (out / "mergekit_config.yml").read_text() == text

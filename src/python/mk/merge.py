@@ -36,6 +36,51 @@ def _model_refs(config):
     return list(dict.fromkeys(refs))
 
 
+def _as_mergekit_writes(config):
+    """The YAML mergekit's run_merge writes into mergekit_config.yml for a
+    configuration given as an object or a dict: to_yaml() of the
+    configuration as its planner rewrites it first (models and slices
+    under modules, each model a slice of all its layers, a base that is
+    not among the models added last).  None when the models' layer counts
+    cannot be read here (a model not on this machine): to_yaml() then."""
+    from .architecture import get_architecture_info
+    from .config import InputSliceDefinition, OutputModuleDefinition, OutputSliceDefinition
+    import json as _json
+    c = config.model_copy(deep=True)
+    arch = get_architecture_info(config)
+    counts = {}
+
+    def layers(module, ref):
+        key = (module, str(ref))
+        if key not in counts:
+            path = os.path.join(str(ref.model.path), "config.json")
+            if ref.lora is not None or ref.model.revision or not os.path.isfile(path):
+                raise LookupError(str(ref))
+            with open(path) as f:
+                counts[key] = arch.modules[module].architecture.num_layers(_json.load(f))
+        return counts[key]
+
+    if c.models:
+        c.modules = {name: OutputModuleDefinition(models=c.models) for name in arch.modules}
+        c.models = None
+    if c.slices:
+        c.modules = {next(iter(arch.modules)): OutputModuleDefinition(slices=c.slices)}
+        c.slices = None
+    for name, mod in (c.modules or {}).items():
+        if not mod.models:
+            continue
+        srcs, has_base = [], False
+        for m in mod.models:
+            has_base |= c.base_model is not None and m.model == c.base_model
+            srcs.append(InputSliceDefinition(layer_range=[0, layers(name, m.model)], model=m.model,
+                                             parameters=m.parameters))
+        if c.base_model is not None and not has_base:
+            srcs.append(InputSliceDefinition(layer_range=[0, layers(name, c.base_model)], model=c.base_model))
+        mod.slices = [OutputSliceDefinition(sources=srcs)]
+        mod.models = None
+    return c.to_yaml()
+
+
 def _run(merge_config, out_path, options, config_source=None, sink=None, stop=None):
     """One merge: into out_path, or into memory through sink (a _SINK
     callback).  stop: a threading.Event that cancels it."""
@@ -46,6 +91,11 @@ def _run(merge_config, out_path, options, config_source=None, sink=None, stop=No
     if opt.transformers_cache:
         os.environ["HF_HUB_CACHE"] = str(opt.transformers_cache)
     text, label = config._source(config_source)
+    if label == "config" and out_path is not None:
+        try:
+            text = _as_mergekit_writes(config)
+        except (LookupError, OSError, ValueError, KeyError) as ex:
+            log.debug("mergekit_config.yml: the configuration as given (%s)", ex)
     raw = text.encode()
     cancel = ctypes.c_int(0)
     bar = None
