@@ -242,6 +242,27 @@ def test_yaml_parameters_are_checked_by_the_planner(examples, tmp_path):
         mk.run_merge(bad, str(tmp_path / "o2"), options=mk.MergeOptions(**OPT))
 
 
+def test_yaml_kernels_see_mergekits_ids_and_order(tmp_path):
+    seen = {}
+
+    def k(group: mm.TensorGroup) -> np.ndarray:
+        seen[group.metadata.name] = [(str(e.id), type(e.id).__name__, e.is_base, str(e.tensor.dtype))
+                                     for e in group.entries]
+        return group.tensors[0]
+    mm.register(mm.merge_method(k, name="peek_ids"))
+    for base, models, order in ((B, [A, B], [A, B]), (A, [B], [B, A]), (None, [B, A], [B, A])):
+        seen.clear()
+        cfg = {"merge_method": "peek_ids", "models": [{"model": m} for m in models], "dtype": "float16"}
+        if base:
+            cfg["base_model"] = base
+        mk.run_merge(cfg, str(tmp_path / ("o%d" % len(os.listdir(tmp_path)))), options=mk.MergeOptions(**OPT))
+        assert len(seen) == 21
+        for name, entries in seen.items():
+            assert [e[0] for e in entries] == order, (name, entries)
+            assert [e[2] for e in entries] == [m == base for m in order]
+            assert {e[1] for e in entries} == {"ModelReference"} and {e[3] for e in entries} == {"float16"}
+
+
 def test_a_kernel_error_is_raised_again(tmp_path):
     def k(group: mm.TensorGroup) -> np.ndarray:
         if "mlp" in group.metadata.name:

@@ -7,9 +7,9 @@ kernel here, holding the GIL only for that call.
 
 A kernel sees its inputs as a YAML merge with mergekit would give them:
 converted to the dtype the merge reads them as (the configuration's
-dtype), with ids that are the configured model references, in mergekit's
-order (the configuration's models in order, a base not among them last;
-mergekit's older form: the base first)."""
+dtype), with ids that are the configured model references (ModelReference
+objects), in mergekit's order (the configuration's models in order, a base
+not among them last; mergekit's older form: the base first)."""
 import ctypes
 import threading
 
@@ -127,6 +127,22 @@ def _array(ptr, desc, kind):
     return A.to_kind(a, kind)
 
 
+_refs = {}
+
+
+def _ref(label):
+    """A model reference as the entries' id (mergekit's ModelReference)."""
+    r = _refs.get(label)
+    if r is None:
+        from ..common import ModelReference
+        try:
+            r = ModelReference.parse(label)
+        except (ValueError, TypeError):
+            r = label
+        _refs[label] = r
+    return r
+
+
 def _mergekit_order(labels, base):
     """Input indices in mergekit's order: the configuration's models in
     order, a base that is not among them last."""
@@ -144,6 +160,7 @@ def _call(method, index, c):
     nparams = len(index)
     kind = method.kind or ("torch" if A.torch_or_none() is not None else "numpy")
     labels = [d.labels[i].decode() if d.labels and d.labels[i] else str(i) for i in range(n)]
+    ids = [_ref(x) for x in labels]
     base = d.base
     from .easy_define import LegacyMergeMethod
     order = list(range(n)) if isinstance(method, LegacyMergeMethod) else _mergekit_order(labels, base)
@@ -153,7 +170,7 @@ def _call(method, index, c):
         want = _FLOAT_NAMES.get(d.in_[i].dtype)
         if want and not (kind == "numpy" and want == "bfloat16"):
             t = A.cast(t, want)    # the dtype the merge reads this input as (exact)
-        entries.append(TensorEntry(labels[i], t, i == base))
+        entries.append(TensorEntry(ids[i], t, i == base))
     group = TensorGroup(entries, TensorMetadata(d.tensor.decode(), 0 if d.is_embed else None))
     bound = {}
     for p in method.spec.parameters:
@@ -167,7 +184,7 @@ def _call(method, index, c):
         ents = group.entries if p.scope == ParameterScope.INPUT else group.non_base
         vals = []
         for e in ents:
-            i = labels.index(e.id)
+            i = ids.index(e.id)
             vals.append(p.default if k is None else c.input[i * nparams + k].value())
         bound[p.name] = PerInputValues([(e.id, p.validate(v)) for e, v in zip(ents, vals)])
     for p in method.spec.parameters:   # libmk checked the numbers; the rest as Python does
