@@ -381,19 +381,27 @@ struct mk_callback_call {
 	const struct mk_tensor_desc *out; /* the output's shape; dtype: the compute dtype */
 	const void *const *in;            /* [ninputs] whole inputs, out's shape and dtype */
 	void *result;                     /* out's elements: the kernel fills them */
+	uint64_t elem_begin;              /* MK_CALLBACK_PIECES: the piece's first element
+					     in the output (out is 1-D, its count) */
 };
 /* 0, or a negative MK_E* with a message in *err (MK_EIO when it sets
- * none).  Called from a merge thread, one call at a time per merge. */
+ * none).  Called from a merge thread, one call at a time per merge
+ * (MK_CALLBACK_PIECES: from several at once, on disjoint pieces). */
 typedef int (*mk_callback_fn)(void *ctx, const struct mk_callback_call *c, struct mk_err *err);
 
+/* flags: the kernel computes each output element from the same element
+ * of each input alone; it is called on pieces of the tensor (the merge's
+ * chunks, as 1-D tensors), so nothing is held whole. */
+#define MK_CALLBACK_PIECES 0x1u
+
 /* Make a method of fn (ctx passed to it) with these names, parameters and
- * contract (copied), and register it (mk_method_register's checks).  The
- * method stays registered for the process's life; fn and ctx must live as
- * long. */
+ * contract (copied) and flags (MK_CALLBACK_*), and register it
+ * (mk_method_register's checks).  The method stays registered for the
+ * process's life; fn and ctx must live as long. */
 MK_API int mk_method_register_callback(const char *name, const char *pretty_name, const char *reference_url,
 				       const struct mk_param_spec *params, size_t nparams,
-				       const struct mk_contract *contract, mk_callback_fn fn, void *ctx,
-				       struct mk_err *err);
+				       const struct mk_contract *contract, unsigned flags, mk_callback_fn fn,
+				       void *ctx, struct mk_err *err);
 
 /* Index of a parameter in m->params, or -1. */
 MK_API int mk_method_param_index(const struct mk_method *m, const char *name);

@@ -2,11 +2,13 @@
  * a language binding's methods (the Python package's methods written in
  * Python) run by the same planner and merge stage as the built-ins.
  *
- * The kernel sees every input of one output tensor whole, so the method
- * is whole_tensor (mk-plan checks each tensor fits the merge budget) and
- * has one statistics pass: it gathers the inputs' elements in the compute
- * dtype, finish calls the kernel once, apply hands out the result's
- * elements.  The output rule is mergekit's for its methods: the inputs'
+ * By default the kernel sees every input of one output tensor whole, so
+ * the method is whole_tensor (mk-plan checks each tensor fits the merge
+ * budget) and has one statistics pass: it gathers the inputs' elements in
+ * the compute dtype, finish calls the kernel once, apply hands out the
+ * result's elements.  A kernel that computes each element from the same
+ * element of the inputs alone (MK_CALLBACK_PIECES) is called in apply on
+ * each chunk instead, with no pass and nothing gathered.  The output rule is mergekit's for its methods: the inputs'
  * shapes must agree (embeddings of different vocabularies merge over their
  * common top-left block, mk_rectify_shapes), the output dtype is their
  * promotion, the compute dtype float64 when an input is float64, else
@@ -19,6 +21,7 @@ struct callback_method {
 	struct mk_method m;          /* first: the registry's pointer is this struct's */
 	mk_callback_fn fn;
 	void *ctx;
+	bool pieces;                 /* MK_CALLBACK_PIECES: called on chunks in apply */
 };
 
 struct state {
@@ -49,7 +52,7 @@ static int output(const struct mk_method *m, const struct mk_job_desc *d, struct
 
 static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, const bool *used)
 {
-	return 1;
+	return ((const struct callback_method *)m)->pieces ? 0 : 1;
 }
 
 static void release(struct mk_job *job)
@@ -68,9 +71,12 @@ static void release(struct mk_job *job)
 
 static int init(struct mk_job *job, struct mk_err *err)
 {
-	struct state *s = calloc(1, sizeof(*s));
+	struct state *s;
 	uint64_t bytes;
 
+	if (((const struct callback_method *)job->method)->pieces)
+		return 0;   /* nothing gathered: apply calls the kernel */
+	s = calloc(1, sizeof(*s));
 	job->state = s;
 	if (!s)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
@@ -101,30 +107,45 @@ static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 	return 0;
 }
 
-static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
+/* The kernel's call, its failure reported as the method's. */
+static int run_kernel(const struct callback_method *cm, const struct mk_callback_call *call, struct mk_err *err)
 {
-	const struct callback_method *cm = (const struct callback_method *)job->method;
-	struct state *s = job->state;
-	struct mk_tensor_desc out = job->out;
-	struct mk_callback_call call = { .d = &job->d, .global = job->global, .input = job->input, .out = &out,
-					 .in = (const void *const *)s->in, .result = s->result };
 	int rc;
 
-	out.dtype = job->compute;
 	err->msg[0] = '\0';
-	rc = cm->fn(cm->ctx, &call, err);
+	rc = cm->fn(cm->ctx, call, err);
 	if (rc) {
 		if (!err->msg[0])
-			mk_err_set(err, MK_EIO, "%s: tensor '%s': the kernel failed", job->method->name, job->d.tensor);
+			mk_err_set(err, MK_EIO, "%s: tensor '%s': the kernel failed", cm->m.name, call->d->tensor);
 		return rc < 0 ? rc : -MK_EIO;
 	}
 	return 0;
 }
 
+static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
+{
+	const struct callback_method *cm = (const struct callback_method *)job->method;
+	struct state *s = job->state;
+	struct mk_tensor_desc out = job->out;
+	struct mk_callback_call whole = { .d = &job->d, .global = job->global, .input = job->input, .out = &out,
+					  .in = (const void *const *)s->in, .result = s->result };
+
+	out.dtype = job->compute;
+	return run_kernel(cm, &whole, err);
+}
+
 static int apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, struct mk_err *err)
 {
+	const struct callback_method *cm = (const struct callback_method *)job->method;
 	struct state *s = job->state;
 
+	if (cm->pieces) {
+		/* the chunk as a tensor of its own: count elements */
+		struct mk_tensor_desc piece = { .dtype = job->compute, .ndim = 1, .shape = { c->count } };
+		struct mk_callback_call pc = { .d = &job->d, .global = job->global, .input = job->input, .out = &piece,
+					       .in = c->in, .result = out, .elem_begin = c->elem_begin };
+		return run_kernel(cm, &pc, err);
+	}
 	memcpy(out, s->result + c->elem_begin * s->es, c->count * s->es);
 	return 0;
 }
@@ -156,7 +177,7 @@ static char *dup_or_null(const char *s, bool *bad)
 
 int mk_method_register_callback(const char *name, const char *pretty_name, const char *reference_url,
 				const struct mk_param_spec *params, size_t nparams, const struct mk_contract *contract,
-				mk_callback_fn fn, void *ctx, struct mk_err *err)
+				unsigned flags, mk_callback_fn fn, void *ctx, struct mk_err *err)
 {
 	struct callback_method *cm;
 	struct mk_param_spec *ps;
@@ -172,7 +193,13 @@ int mk_method_register_callback(const char *name, const char *pretty_name, const
 		free(ps);
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	}
-	cm->m = (struct mk_method){ .abi = MK_METHOD_ABI, .params = ps, .contract = *contract, .whole_tensor = true,
+	if (flags & ~MK_CALLBACK_PIECES) {
+		free(cm);
+		free(ps);
+		return mk_err_set(err, MK_EINVAL, "%s: unknown callback method flags 0x%x", name, flags);
+	}
+	cm->pieces = flags & MK_CALLBACK_PIECES;
+	cm->m = (struct mk_method){ .abi = MK_METHOD_ABI, .params = ps, .contract = *contract, .whole_tensor = !cm->pieces,
 				    .output = output, .npasses = npasses, .init = init, .accumulate = accumulate,
 				    .finish = finish, .apply = apply, .release = release };
 	cm->fn = fn;

@@ -386,3 +386,36 @@ def test_torch_kernels_when_torch_is_installed(tmp_path):
     out = dict(mk.iter_merge({"merge_method": "linear", "models": [{"model": A, "parameters": {"weight": 1.0}}],
                               "dtype": "bfloat16"}, mk.MergeOptions(quiet=True)))
     assert all(isinstance(t, torch.Tensor) and t.dtype == torch.bfloat16 for t in out.values())
+
+
+def test_elementwise_methods_run_on_pieces(tmp_path):
+    shapes = []
+
+    def k(batch: mm.TensorBatch, weight: Annotated[np.ndarray, mm.BatchParameter(float, mm.ParameterScope.INPUT)]
+          ) -> np.ndarray:
+        shapes.append(batch.tensors[0].shape)
+        shape = (batch.tensors[0].shape[0],) + (1,) * (batch.tensors[0].ndim - 1)
+        out = np.zeros_like(batch.tensors[0])
+        for t, w in zip(batch.tensors, [weight[:, i] for i in range(weight.shape[1])]):
+            out = out + t * w.reshape(shape)
+        return out
+    whole = mm.merge_method(k, name="wsum_whole")
+    pieces = mm.merge_method(k, name="wsum_pieces", elementwise=True)
+    assert pieces.spec.elementwise and not whole.spec.elementwise
+    mm.register(whole)
+    mm.register(pieces)
+    assert mk.methods()["wsum_pieces"]["parameters"]["weight"]["scope"] == "per_input"
+    outs = {}
+    for name in ("wsum_whole", "wsum_pieces"):
+        shapes.clear()
+        cfg = {"merge_method": name, "models": [{"model": A, "parameters": {"weight": 0.5}},
+                                                {"model": B, "parameters": {"weight": [1.0, 3.0]}}],
+               "dtype": "float32"}
+        outs[name] = dict(mk.iter_merge(cfg, mk.MergeOptions(quiet=True), tensor_type="numpy"))
+        if name == "wsum_pieces":
+            # 1-D pieces of the merge's chunks, more calls than tensors
+            assert {len(s) for s in shapes} == {2} and len(shapes) >= len(outs[name])
+        else:
+            assert len(shapes) == len(outs[name]) and max(len(s) for s in shapes) == 3
+    assert outs["wsum_whole"].keys() == outs["wsum_pieces"].keys()
+    assert all(np.array_equal(outs["wsum_whole"][n], outs["wsum_pieces"][n]) for n in outs["wsum_whole"])

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 #include <fcntl.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +21,7 @@
 
 static int calls;
 static char last_tensor[128];
+static pthread_mutex_t last_mu = PTHREAD_MUTEX_INITIALIZER;
 static bool fail_next;
 
 static int axpy(void *ctx, const struct mk_callback_call *c, struct mk_err *err)
@@ -31,8 +33,11 @@ static int axpy(void *ctx, const struct mk_callback_call *c, struct mk_err *err)
 
 	assert_int_equal(c->out->dtype, MK_DT_F32);
 	assert_ptr_equal(ctx, &calls);
-	calls++;
+	/* (pieces come from several merge threads at once) */
+	__atomic_add_fetch(&calls, 1, __ATOMIC_RELAXED);
+	pthread_mutex_lock(&last_mu);
 	snprintf(last_tensor, sizeof(last_tensor), "%s", c->d->tensor);
+	pthread_mutex_unlock(&last_mu);
 	if (fail_next)
 		return mk_err_set(err, MK_EINVAL, "boom at %s", c->d->tensor);
 	for (uint64_t k = 0; k < n; k++) {
@@ -56,8 +61,11 @@ static const struct mk_contract any_inputs = { .base = MK_BASE_IGNORED, .min_inp
 static int group_setup(void **state)
 {
 	struct mk_err err = { 0 };
-	int rc = mk_method_register_callback("unit_axpy", "Unit AXPY", NULL, axpy_params, 2, &any_inputs, axpy,
+	int rc = mk_method_register_callback("unit_axpy", "Unit AXPY", NULL, axpy_params, 2, &any_inputs, 0, axpy,
 					     &calls, &err);
+	if (!rc)
+		rc = mk_method_register_callback("unit_axpy_pieces", NULL, NULL, axpy_params, 2, &any_inputs,
+						 MK_CALLBACK_PIECES, axpy, &calls, &err);
 	if (rc)
 		fprintf(stderr, "%s\n", err.msg);
 	return rc;
@@ -105,15 +113,18 @@ static void test_callback_registration_refused(void **state)
 {
 	struct mk_err err = { 0 };
 
-	assert_int_equal(mk_method_register_callback("unit_axpy", NULL, NULL, axpy_params, 2, &any_inputs, axpy,
+	assert_int_equal(mk_method_register_callback("unit_axpy", NULL, NULL, axpy_params, 2, &any_inputs, 0, axpy,
 						      &calls, &err), -MK_EEXIST);
-	assert_int_equal(mk_method_register_callback("linear", NULL, NULL, NULL, 0, &any_inputs, axpy, &calls, &err),
+	assert_int_equal(mk_method_register_callback("linear", NULL, NULL, NULL, 0, &any_inputs, 0, axpy, &calls, &err),
 			 -MK_EEXIST);
-	assert_int_equal(mk_method_register_callback("Bad-Name", NULL, NULL, NULL, 0, &any_inputs, axpy, &calls,
+	assert_int_equal(mk_method_register_callback("Bad-Name", NULL, NULL, NULL, 0, &any_inputs, 0, axpy, &calls,
 						      &err), -MK_EINVAL);
-	assert_int_equal(mk_method_register_callback("unit_none", NULL, NULL, NULL, 0, &any_inputs, NULL, NULL, &err),
+	assert_int_equal(mk_method_register_callback("unit_none", NULL, NULL, NULL, 0, &any_inputs, 0, NULL, NULL, &err),
 			 -MK_EINVAL);
+	assert_int_equal(mk_method_register_callback("unit_flags", NULL, NULL, NULL, 0, &any_inputs, 0x80, axpy,
+						      &calls, &err), -MK_EINVAL);
 	assert_null(mk_method_find("Bad-Name"));
+	assert_null(mk_method_find("unit_flags"));
 }
 
 /* ---- merges into memory */
@@ -154,6 +165,17 @@ static void got_free(struct got *g)
 
 static const char config[] =
 	"merge_method: unit_axpy\n"
+	"models:\n"
+	"  - model: testdata/models/tiny-a\n"
+	"  - model: testdata/models/tiny-b\n"
+	"    parameters:\n"
+	"      weight: [0.5, 2.0]\n"
+	"parameters:\n"
+	"  scale: 0.25\n"
+	"dtype: float32\n";
+
+static const char config_pieces[] =
+	"merge_method: unit_axpy_pieces\n"
 	"models:\n"
 	"  - model: testdata/models/tiny-a\n"
 	"  - model: testdata/models/tiny-b\n"
@@ -218,6 +240,19 @@ static void test_merge_into_memory(void **state)
 	mk_diags_free(&d);
 	same_as_written(&g, out);
 	got_free(&g);
+	/* the kernel on pieces: the same bytes, no whole tensor, calls per chunk */
+	assert_false(mk_method_find("unit_axpy_pieces")->whole_tensor);
+	calls = 0;
+	o.text = config_pieces;
+	o.len = sizeof(config_pieces) - 1;
+	o.max_memory = 0;
+	assert_int_equal(mk_run_merge(&o, &d, &err), 0);
+	mk_diags_free(&d);
+	assert_true(calls >= (int)g.n);
+	same_as_written(&g, out);
+	got_free(&g);
+	o.text = config;
+	o.len = sizeof(config) - 1;
 	/* the sink stops the run, its message kept */
 	o.max_memory = 0;
 	g.stop_at = 3;

@@ -176,12 +176,14 @@ class _JobDesc(ctypes.Structure):  # struct mk_job_desc
 class _CallbackCall(ctypes.Structure):  # struct mk_callback_call
     _fields_ = [("d", ctypes.POINTER(_JobDesc)), ("global_", ctypes.POINTER(_Pval)),
                 ("input", ctypes.POINTER(_Pval)), ("out", ctypes.POINTER(_Desc)),
-                ("in_", ctypes.POINTER(ctypes.c_void_p)), ("result", ctypes.c_void_p)]
+                ("in_", ctypes.POINTER(ctypes.c_void_p)), ("result", ctypes.c_void_p),
+                ("elem_begin", ctypes.c_uint64)]
 
 
 # int fn(void *ctx, const struct mk_callback_call *c, struct mk_err *err)
 _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(_CallbackCall), ctypes.POINTER(_Err))
 MK_EIO, MK_EINVAL = 1, 4
+MK_CALLBACK_PIECES = 0x1
 
 
 def _cblib():
@@ -189,7 +191,7 @@ def _cblib():
     if not hasattr(lib, "_mk_callbacks"):
         lib.mk_method_register_callback.argtypes = [
             ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(_ParamSpec), ctypes.c_size_t,
-            ctypes.POINTER(_Contract), _CALLBACK, ctypes.c_void_p, ctypes.POINTER(_Err)]
+            ctypes.POINTER(_Contract), ctypes.c_uint, _CALLBACK, ctypes.c_void_p, ctypes.POINTER(_Err)]
         lib.mk_method_find.restype = ctypes.c_void_p
         lib.mk_method_find.argtypes = [ctypes.c_char_p]
         lib._mk_callbacks = True

@@ -3,7 +3,8 @@ so that a YAML configuration run in this process (run_merge) can name
 them: libmk's planner resolves their parameters (gradients, filters, per
 slice and per model values) and checks their contracts as for its own
 methods; its merge threads gather each output's inputs whole and call the
-kernel here, holding the GIL only for that call.
+kernel here, holding the GIL only for that call (an elementwise method's
+kernel is called on each chunk instead, as a 1-D tensor).
 
 A kernel sees its inputs as a YAML merge with mergekit would give them:
 converted to the dtype the merge reads them as (the configuration's
@@ -97,7 +98,9 @@ def register(method):
     e = L._Err()
     rc = lib.mk_method_register_callback(spec.name.encode(), (spec.pretty_name or spec.name).encode(),
                                          spec.reference_url.encode() if spec.reference_url else None, arr,
-                                         len(params), ctypes.byref(contract), cb, None, ctypes.byref(e))
+                                         len(params), ctypes.byref(contract),
+                                         L.MK_CALLBACK_PIECES if spec.elementwise else 0, cb, None,
+                                         ctypes.byref(e))
     if rc:
         raise ValueError("merge method %s: %s" % (spec.name, e.msg.decode("utf-8", "replace")))
     with _lock:

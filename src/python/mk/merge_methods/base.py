@@ -338,8 +338,12 @@ class TensorBatch:
 
 class MergeMethodSpec:
     def __init__(self, name, parameters=(), contract=None, pretty_name=None, reference_url=None,
-                 optional_tensor_policy=OptionalTensorPolicy.ERROR, uses_accelerator=True):
+                 optional_tensor_policy=OptionalTensorPolicy.ERROR, uses_accelerator=True, elementwise=False):
         self.name = name
+        # mk's: each output element depends on the same element of the
+        # inputs alone, so a YAML merge may call the kernel on pieces of a
+        # tensor (1-D) instead of holding it whole
+        self.elementwise = bool(elementwise)
         self.parameters = tuple(parameters)
         self.contract = contract or InputContract()
         self.pretty_name = pretty_name

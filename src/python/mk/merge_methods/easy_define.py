@@ -16,7 +16,10 @@ whose form the kernel's first annotation chooses:
                 such a method registers itself when defined.
 
 The return annotation says which arrays the kernel works on: torch.Tensor
-or numpy.ndarray.  Everything is checked when the method is defined:
+or numpy.ndarray.  elementwise=True (mk's) says each output element
+depends only on the same element of the inputs: a YAML merge then calls
+the kernel on pieces of each tensor (1-D) instead of holding the tensor
+whole, which bounds its memory by the merge's chunks.  Everything is checked when the method is defined:
 unannotated parameters, ambiguous or unsupported annotations are refused.
 """
 import inspect
@@ -93,14 +96,15 @@ def _is_tensor_list(tp):
 
 
 def _method_from_function(func, name=None, pretty_name=None, reference_url=None, contract=None,
-                          optional_tensor_policy=OptionalTensorPolicy.ERROR, uses_accelerator=True):
+                          optional_tensor_policy=OptionalTensorPolicy.ERROR, uses_accelerator=True,
+                          elementwise=False):
     if not name:
         raise TypeError("merge_method needs a name=")
     args = list(inspect.signature(func).parameters.values())
     hints = typing.get_type_hints(func, include_extras=True)
     first = hints.get(args[0].name) if args else None
     if args and args[0].name == "tensors" and _is_tensor_list(first):
-        return _legacy(func, args, hints, name, pretty_name, reference_url)
+        return _legacy(func, args, hints, name, pretty_name, reference_url, elementwise)
     if first not in (TensorBatch, TensorGroup):
         raise TypeError("the kernel's first argument must be annotated TensorBatch or TensorGroup "
                         "(or tensors: List[torch.Tensor], mergekit's older form)")
@@ -110,7 +114,7 @@ def _method_from_function(func, name=None, pretty_name=None, reference_url=None,
     batched = first is TensorBatch
     spec = MergeMethodSpec(name, [_parameter(a, hints.get(a.name, inspect.Parameter.empty), batched)
                                   for a in args[1:]], contract or InputContract(), pretty_name, reference_url,
-                           optional_tensor_policy, uses_accelerator)
+                           optional_tensor_policy, uses_accelerator, elementwise)
     return (BatchedMergeMethod if batched else FunctionalGroupMergeMethod)(spec, func, kind)
 
 
@@ -170,7 +174,7 @@ def _optional_of(tp):
     return tp, False
 
 
-def _legacy(func, args, hints, name, pretty_name, reference_url):
+def _legacy(func, args, hints, name, pretty_name, reference_url, elementwise=False):
     kind = _kind_of_return(hints)
     has_base, base_optional = False, False
     params, vectors = [], set()
@@ -206,7 +210,8 @@ def _legacy(func, args, hints, name, pretty_name, reference_url):
         else:
             raise TypeError("parameter %s: scalar parameters are bool, int or float" % a.name)
     policy = BasePolicy.IGNORED if not has_base else BasePolicy.OPTIONAL if base_optional else BasePolicy.REQUIRED
-    spec = MergeMethodSpec(name, params, InputContract(base=policy), pretty_name, reference_url)
+    spec = MergeMethodSpec(name, params, InputContract(base=policy), pretty_name, reference_url,
+                           elementwise=elementwise)
     method = LegacyMergeMethod(spec, func, kind, has_base, vectors, wants_weight, wants_base_model)
     from .registry import register
     register(method)
