@@ -52,7 +52,22 @@ $PY -c '
 import sys, zipfile
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
 need = ["mk/__init__.py", "mk/_version.py", "mk/options.py", "mk/architecture/__init__.py", "mk/card.py",
-        "mk/sparsify.py", "mk/merge_methods/__init__.py"]
+        "mk/sparsify.py", "mk/merge_methods/__init__.py", "mk/merge_methods/_bridge.py", "mk/config.py",
+        "mk/common.py"]
 missing = [n for n in need if n not in names]
 assert not missing, missing' "$whl" || fail "the wheel lacks modules"
-echo "python-package: $whl holds the package; its merge is mk-yaml's"
+# an sdist, and a wheel built from it (what pip does with an sdist)
+(cd src && $PY -c 'from setuptools import build_meta; build_meta.build_sdist("../sdist")') > sdist.log 2>&1 ||
+	{ cat sdist.log >&2; fail "building the sdist failed"; }
+sd=sdist/mk-$version.tar.gz
+[ -f "$sd" ] || { ls sdist >&2; fail "no $sd"; }
+$PY -m pip wheel -q --no-deps --no-build-isolation -w dist2 "$sd" > wheel2.log 2>&1 ||
+	{ cat wheel2.log >&2; fail "pip wheel of the sdist failed"; }
+[ -f dist2/mk-$version-py3-none-any.whl ] || fail "the sdist built no wheel"
+$PY -c '
+import sys, zipfile
+a = sorted(n for n in zipfile.ZipFile(sys.argv[1]).namelist() if n.endswith(".py"))
+b = sorted(n for n in zipfile.ZipFile(sys.argv[2]).namelist() if n.endswith(".py"))
+assert a == b and "mk/merge_methods/_bridge.py" in a, (a, b)' "$whl" dist2/mk-$version-py3-none-any.whl ||
+	fail "the sdist's wheel holds other modules"
+echo "python-package: $whl and $sd hold the package; its merge is mk-yaml's"

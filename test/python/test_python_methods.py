@@ -131,11 +131,6 @@ def test_batch_kernel_equals_linear_bit_for_bit(examples):
 def test_batching_does_not_change_results_and_validates_first(examples):
     calls = []
     wavg = examples["weighted_average"]
-    counted = mm.merge_method(lambda batch, weight, normalize=True: (calls.append(batch.tensors[0].shape[0]),
-                                                                       wavg.implementation(batch, weight,
-                                                                                           normalize))[1],
-                              name="counted") if False else None
-    assert counted is None   # (lambdas have no annotations: see below)
 
     def k(batch: mm.TensorBatch, weight: Annotated[np.ndarray, mm.BatchParameter(float, mm.ParameterScope.INPUT)],
           normalize: bool = True) -> np.ndarray:
@@ -153,6 +148,14 @@ def test_batching_does_not_change_results_and_validates_first(examples):
     assert all(np.array_equal(x, y) for x, y in zip(one, small))
     lin = mk.get("linear")(groups, parameters=p)
     assert all(np.array_equal(x, y) for x, y in zip(one, lin))
+    # options partition the batches: a call per value
+    calls.clear()
+    flags = [True, False, True, False, True]
+    mixed = m(groups, parameters=dict(p, normalize=mm.PerGroupValues(flags)))
+    assert calls == [3, 2]
+    raw = mk.get("linear")(groups, parameters=dict(p, normalize=False))
+    for i, f in enumerate(flags):
+        assert np.array_equal(mixed[i], one[i] if f else raw[i])
     # a bad last group: refused before any kernel runs
     calls.clear()
     bad = groups[:4] + [mm.TensorGroup.from_tensors([rnd(4, 4), rnd(3, 4)], name="odd")]
