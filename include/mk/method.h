@@ -534,6 +534,14 @@ MK_API int mk_fsum_dots_bf16(struct mk_fsum sum[3], uint64_t e0, uint64_t n, con
 MK_API int mk_require_float_inputs(const struct mk_method *m, const struct mk_job_desc *d,
 			    const bool *used, struct mk_err *err);
 
+/* The output rule mergekit's methods share: every used input a float
+ * (mk_require_float_inputs), one shape (mk_rectify_shapes: embeddings
+ * merged over their common top-left block), the output dtype the inputs'
+ * promotion (mk_promote_dtypes), the compute dtype mk_compute_dtype_of's.
+ * Fills po->out and po->compute. */
+MK_API int mk_output_promoted(const struct mk_method *m, const struct mk_job_desc *d, const bool *used,
+			      struct mk_plan_out *po, struct mk_err *err);
+
 /* Edit distance, case-insensitive (ASCII): insertions, deletions,
  * substitutions and swaps of two neighbouring letters count 1 each
  * (optimal string alignment).  SIZE_MAX when out of memory. */

@@ -34,20 +34,9 @@ struct state {
 static int output(const struct mk_method *m, const struct mk_job_desc *d, struct mk_plan_out *po, bool *used,
 		  struct mk_err *err)
 {
-	size_t n = d->ninputs;
-	enum mk_dtype dts[n ? n : 1];
-	bool rectified;
-	int rc;
-
-	if (!n)
+	if (!d->ninputs)
 		return mk_err_set(err, MK_EINVAL, "%s: tensor '%s': no inputs", m->name, d->tensor);
-	if ((rc = mk_require_float_inputs(m, d, used, err)) || (rc = mk_rectify_shapes(m, d, used, &po->out, &rectified, err)))
-		return rc;
-	for (size_t i = 0; i < n; i++)
-		dts[i] = d->in[i].dtype;
-	po->out.dtype = mk_promote_dtypes(n, dts);
-	po->compute = mk_compute_dtype_of(n, dts);
-	return 0;
+	return mk_output_promoted(m, d, used, po, err);
 }
 
 static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, const bool *used)

@@ -66,26 +66,13 @@ static int output(const struct mk_method *m, const struct mk_job_desc *d,
 		  struct mk_plan_out *po, bool *used, struct mk_err *err)
 {
 	size_t n = d->ninputs;
-	enum mk_dtype dts[n];
-	bool rectified;
-	int rc;
 
 	if (n == 1) {
 		po->out = d->in[0];
 		po->compute = d->in[0].dtype == MK_DT_F64 ? MK_DT_F64 : MK_DT_F32;
 		return 0;
 	}
-	rc = mk_require_float_inputs(m, d, used, err);
-	if (rc)
-		return rc;
-	rc = mk_rectify_shapes(m, d, used, &po->out, &rectified, err);
-	if (rc)
-		return rc;
-	for (size_t i = 0; i < n; i++)
-		dts[i] = d->in[i].dtype;
-	po->out.dtype = mk_promote_dtypes(n, dts);
-	po->compute = mk_compute_dtype_of(n, dts);
-	return 0;
+	return mk_output_promoted(m, d, used, po, err);
 }
 
 static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, const bool *used)

@@ -91,10 +91,7 @@ static enum mk_geom_mode mode_of(const struct mk_job_desc *d)
 static int output(const struct mk_method *m, const struct mk_job_desc *d,
 		  struct mk_plan_out *po, bool *used, struct mk_err *err)
 {
-	enum mk_dtype dts[3];
-	bool rectified;
-	size_t n = 0;
-	int a, b, rc;
+	int a, b;
 
 	if (d->ninputs == 1) {
 		po->out = d->in[0];
@@ -107,17 +104,7 @@ static int output(const struct mk_method *m, const struct mk_job_desc *d,
 				  "base, and the base model cannot be one of them (%zu model%s besides the base)",
 				  d->tensor ? d->tensor : "?", d->ninputs - (d->base >= 0),
 				  d->ninputs - (d->base >= 0) == 1 ? "" : "s");
-	rc = mk_require_float_inputs(m, d, used, err);
-	if (rc)
-		return rc;
-	rc = mk_rectify_shapes(m, d, used, &po->out, &rectified, err);
-	if (rc)
-		return rc;
-	for (size_t i = 0; i < d->ninputs; i++)
-		dts[n++] = d->in[i].dtype;
-	po->out.dtype = mk_promote_dtypes(n, dts);
-	po->compute = mk_compute_dtype_of(n, dts);
-	return 0;
+	return mk_output_promoted(m, d, used, po, err);
 }
 
 static unsigned npasses(const struct mk_method *m, const struct mk_job_desc *d, const bool *used)
