@@ -19,72 +19,15 @@ import os
 import sys
 
 import yaml
-from mergekit.config import (ConditionalParameter, InputModelDefinition, InputSliceDefinition, MergeConfiguration,
-                             OutputModuleDefinition, OutputSliceDefinition)
-from mergekit.common import ModelPath, ModelReference
-from mergekit.tokenizer.config import ModelTokenEmbedding, TokenEmbeddingConfig, TokenizerConfig, ZeroEmbedding
+from mergekit.config import MergeConfiguration
 
 OUT = "testdata/python/config"
 
 
-# The builders below are repeated in test/python/test_config.py with mk's
-# import root: keep the two the same.
-def build_objects():
-    """Three models' slices with gradients and filtered parameters."""
-    models = ["testdata/models/conf/llama-f32-a", "testdata/models/conf/llama-f32-b",
-              "testdata/models/conf/llama-f32-c"]
-    weights = [[0.2, 0.5, 0.8], [0.3, 0.5, 0.7], [0.5, 0, 0.1]]
-    sources = [InputSliceDefinition(model=m, layer_range=(0, 3), parameters={"weight": w})
-               for m, w in zip(models, weights)]
-    return MergeConfiguration(
-        merge_method="ties",
-        slices=[OutputSliceDefinition(sources=sources)],
-        base_model=ModelReference.parse(models[0]),
-        parameters={
-            "density": [ConditionalParameter(value=[0.25, 0.5, 0.75], filter="self_attn"),
-                        ConditionalParameter(value=[0.75, 0.5, 0.25], filter="mlp"),
-                        ConditionalParameter(value=0.5)],
-            "normalize": True,
-            "epsilon": 1e-5,
-        },
-        dtype="float32",
-    )
+sys.path.insert(0, "testdata/python")
+import config_cases  # noqa: E402
 
-
-def build_tokenizer_modules():
-    """Modules, a tokenizer of every token kind, LoRA, revisions, an
-    architecture override, a residual weight given as an integer."""
-    a = ModelReference(model=ModelPath(path="org/base", revision="v2"), override_architecture="LlamaForCausalLM")
-    b = ModelReference.parse("org/tuned@main+org/adapter")
-    return MergeConfiguration(
-        merge_method="linear",
-        modules={
-            "text": OutputModuleDefinition(models=[InputModelDefinition(model=a, parameters={"weight": 0.7}),
-                                                   InputModelDefinition(model=b, parameters={"weight": 0.3})]),
-            "vision": OutputModuleDefinition(slices=[OutputSliceDefinition(
-                sources=[InputSliceDefinition(model="org/base", layer_range=[0, 4])], residual_weight=1,
-                base_model="org/base")], parameters={"weight": 1}),
-        },
-        tokenizer=TokenizerConfig(source="base", pad_to_multiple_of=64, tokens={
-            "<|im_start|>": TokenEmbeddingConfig(source=ModelTokenEmbedding(kind="model_token", model=b,
-                                                                            token="<s>"), force=True),
-            "<pad>": TokenEmbeddingConfig(source=ZeroEmbedding(kind="zero")),
-            "<tool>": TokenEmbeddingConfig(source="org/tuned"),
-            "<x>": TokenEmbeddingConfig()}),
-        chat_template="chatml",
-        out_dtype="bfloat16",
-    )
-
-
-def build_mutated():
-    """testdata/configs/linear.yml, then changed in place."""
-    c = MergeConfiguration.model_validate(yaml.safe_load(open("testdata/configs/linear.yml")))
-    c.dtype = "bfloat16"
-    c.models.append(InputModelDefinition(model="testdata/models/tiny-a+org/lora", parameters={"weight": 0.25}))
-    c.models[0].parameters["weight"] = [1, 0.5]
-    c.parameters = None
-    c.tokenizer_source = "union"
-    return c
+K = config_cases.namespace("mergekit")
 
 
 def plain(v):
@@ -117,9 +60,10 @@ def main():
             continue
         write(path.split("/")[-2] + "-" + os.path.basename(path)[:-4], path, c)
         n += 1
-    for name, fn in (("objects", build_objects), ("objects-tokenizer-modules", build_tokenizer_modules),
-                     ("mutated", build_mutated)):
-        write(name, fn.__name__, fn())
+    for name, fn in (("objects", config_cases.build_objects),
+                     ("objects-tokenizer-modules", config_cases.build_tokenizer_modules),
+                     ("mutated", config_cases.build_mutated)):
+        write(name, fn.__name__, fn(K))
         n += 1
     print("%d configurations written to %s" % (n, OUT))
 

@@ -9,6 +9,7 @@ in the repository's root."""
 import glob
 import json
 import os
+import sys
 
 import pytest
 import yaml
@@ -16,74 +17,26 @@ import yaml
 import mk
 from mk.common import ModelPath, ModelReference, parse_kmb
 from mk.config import (ConditionalParameter, ConfigReader, InputModelDefinition, InputSliceDefinition,
-                       MergeConfiguration, ModelTokenEmbedding, OutputModuleDefinition, OutputSliceDefinition,
-                       TokenEmbeddingConfig, TokenizerConfig, ZeroEmbedding, evaluate_setting)
+                       MergeConfiguration, OutputSliceDefinition, TokenEmbeddingConfig, TokenizerConfig,
+                       evaluate_setting)
 
 GOLDEN = "testdata/python/config"
 NAMES = sorted(os.path.basename(p)[:-5] for p in glob.glob(os.path.join(GOLDEN, "*.json")))
 
 
-# The builders are scripts/python-config-golden.py's, with mk's import root.
+sys.path.insert(0, "testdata/python")
+import config_cases  # noqa: E402
+
+K = config_cases.namespace("mk")
+BUILDERS = {name: (lambda fn: lambda: fn(K))(fn) for name, fn in config_cases.BUILDERS.items()}
+
+
 def build_objects():
-    """Three models' slices with gradients and filtered parameters."""
-    models = ["testdata/models/conf/llama-f32-a", "testdata/models/conf/llama-f32-b",
-              "testdata/models/conf/llama-f32-c"]
-    weights = [[0.2, 0.5, 0.8], [0.3, 0.5, 0.7], [0.5, 0, 0.1]]
-    sources = [InputSliceDefinition(model=m, layer_range=(0, 3), parameters={"weight": w})
-               for m, w in zip(models, weights)]
-    return MergeConfiguration(
-        merge_method="ties",
-        slices=[OutputSliceDefinition(sources=sources)],
-        base_model=ModelReference.parse(models[0]),
-        parameters={
-            "density": [ConditionalParameter(value=[0.25, 0.5, 0.75], filter="self_attn"),
-                        ConditionalParameter(value=[0.75, 0.5, 0.25], filter="mlp"),
-                        ConditionalParameter(value=0.5)],
-            "normalize": True,
-            "epsilon": 1e-5,
-        },
-        dtype="float32",
-    )
+    return config_cases.build_objects(K)
 
 
 def build_tokenizer_modules():
-    """Modules, a tokenizer of every token kind, LoRA, revisions, an
-    architecture override, a residual weight given as an integer."""
-    a = ModelReference(model=ModelPath(path="org/base", revision="v2"), override_architecture="LlamaForCausalLM")
-    b = ModelReference.parse("org/tuned@main+org/adapter")
-    return MergeConfiguration(
-        merge_method="linear",
-        modules={
-            "text": OutputModuleDefinition(models=[InputModelDefinition(model=a, parameters={"weight": 0.7}),
-                                                   InputModelDefinition(model=b, parameters={"weight": 0.3})]),
-            "vision": OutputModuleDefinition(slices=[OutputSliceDefinition(
-                sources=[InputSliceDefinition(model="org/base", layer_range=[0, 4])], residual_weight=1,
-                base_model="org/base")], parameters={"weight": 1}),
-        },
-        tokenizer=TokenizerConfig(source="base", pad_to_multiple_of=64, tokens={
-            "<|im_start|>": TokenEmbeddingConfig(source=ModelTokenEmbedding(kind="model_token", model=b,
-                                                                            token="<s>"), force=True),
-            "<pad>": TokenEmbeddingConfig(source=ZeroEmbedding(kind="zero")),
-            "<tool>": TokenEmbeddingConfig(source="org/tuned"),
-            "<x>": TokenEmbeddingConfig()}),
-        chat_template="chatml",
-        out_dtype="bfloat16",
-    )
-
-
-def build_mutated():
-    """testdata/configs/linear.yml, then changed in place."""
-    c = MergeConfiguration.model_validate(yaml.safe_load(open("testdata/configs/linear.yml")))
-    c.dtype = "bfloat16"
-    c.models.append(InputModelDefinition(model="testdata/models/tiny-a+org/lora", parameters={"weight": 0.25}))
-    c.models[0].parameters["weight"] = [1, 0.5]
-    c.parameters = None
-    c.tokenizer_source = "union"
-    return c
-
-
-BUILDERS = {"build_objects": build_objects, "build_tokenizer_modules": build_tokenizer_modules,
-            "build_mutated": build_mutated}
+    return config_cases.build_tokenizer_modules(K)
 
 
 def golden(name):

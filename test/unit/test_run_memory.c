@@ -163,8 +163,9 @@ static void got_free(struct got *g)
 	g->n = 0;
 }
 
-static const char config[] =
-	"merge_method: unit_axpy\n"
+/* The merge of the tests: `method` over tiny-a and tiny-b. */
+static const char config_fmt[] =
+	"merge_method: %s\n"
 	"models:\n"
 	"  - model: testdata/models/tiny-a\n"
 	"  - model: testdata/models/tiny-b\n"
@@ -173,17 +174,7 @@ static const char config[] =
 	"parameters:\n"
 	"  scale: 0.25\n"
 	"dtype: float32\n";
-
-static const char config_pieces[] =
-	"merge_method: unit_axpy_pieces\n"
-	"models:\n"
-	"  - model: testdata/models/tiny-a\n"
-	"  - model: testdata/models/tiny-b\n"
-	"    parameters:\n"
-	"      weight: [0.5, 2.0]\n"
-	"parameters:\n"
-	"  scale: 0.25\n"
-	"dtype: float32\n";
+static char config[512], config_pieces[512];
 
 /* Every tensor the sink got equals the one written into out/. */
 static void same_as_written(const struct got *g, const char *out)
@@ -216,8 +207,13 @@ static void test_merge_into_memory(void **state)
 	struct mk_diags d = { 0 };
 	struct mk_err err = { 0 };
 	char tmp[] = "/tmp/mk-unit-memory.XXXXXX", out[600];
-	struct mk_run_opts o = { .text = config, .len = sizeof(config) - 1, .label = "config.yml", .sink = sink,
-				 .sink_ctx = &g, .no_copy_tokenizer = true, .no_model_card = true };
+	struct mk_run_opts o = { .label = "config.yml", .sink = sink, .sink_ctx = &g, .no_copy_tokenizer = true,
+				 .no_model_card = true };
+
+	snprintf(config, sizeof(config), config_fmt, "unit_axpy");
+	snprintf(config_pieces, sizeof(config_pieces), config_fmt, "unit_axpy_pieces");
+	o.text = config;
+	o.len = strlen(config);
 
 	assert_non_null(mkdtemp(tmp));
 	snprintf(out, sizeof(out), "%s/out", tmp);
@@ -244,7 +240,7 @@ static void test_merge_into_memory(void **state)
 	assert_false(mk_method_find("unit_axpy_pieces")->whole_tensor);
 	calls = 0;
 	o.text = config_pieces;
-	o.len = sizeof(config_pieces) - 1;
+	o.len = strlen(config_pieces);
 	o.max_memory = 0;
 	assert_int_equal(mk_run_merge(&o, &d, &err), 0);
 	mk_diags_free(&d);
@@ -252,7 +248,7 @@ static void test_merge_into_memory(void **state)
 	same_as_written(&g, out);
 	got_free(&g);
 	o.text = config;
-	o.len = sizeof(config) - 1;
+	o.len = strlen(config);
 	/* the sink stops the run, its message kept */
 	o.max_memory = 0;
 	g.stop_at = 3;
