@@ -119,15 +119,16 @@ int tplan_truncate_job(struct tplan *t, struct mk_err *err)
 	return TP_NEXT;
 }
 
-/* A method's refusal of an embedding whose inputs differ in rows, with
- * neither a tokenizer source nor the option: what would merge them,
- * appended to msg (of size len). */
+/* A method's refusal of an embedding whose inputs differ in rows (a
+ * message about their shapes), with neither a tokenizer source nor the
+ * option: what would merge them, appended to msg (of size len). */
 void tplan_truncate_hint(const struct tplan *t, char *msg, size_t len)
 {
 	uint64_t lo = UINT64_MAX, hi = 0;
 	size_t n = strlen(msg);
 
-	if (t->p->o->unsafe_truncate_embeddings || t->p->tok || !t->ow->is_embed || t->check_equal)
+	if (t->p->o->unsafe_truncate_embeddings || t->p->tok || !t->ow->is_embed || t->check_equal ||
+	    !strstr(msg, "shape"))
 		return;
 	for (size_t i = 0; i < t->n; i++) {
 		if (t->in[i].ndim < 1)
