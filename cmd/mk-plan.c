@@ -36,6 +36,9 @@ static void usage(void)
 	       "                           replays their statistics passes from a local file\n"
 	       "      --lora-merge-dtype D a BASE+ADAPTER model's weights are loaded as D (bfloat16,\n"
 	       "                           float16, float32) where the configuration sets no dtype\n"
+	       "      --unsafe-truncate-embeddings  without a tokenizer source, cut the embeddings of\n"
+	       "                           models whose vocabularies differ in size to the fewest\n"
+	       "                           rows among them (--no-unsafe-truncate-embeddings: refuse)\n"
 	       "      --state-dicts        the models are state-dict files, merged without an\n"
 	       "                           architecture, as mk-pytorch(1) plans them\n"
 	       "      --tensor-intersection, --tensor-union  with --state-dicts: a tensor some\n"
@@ -53,7 +56,8 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-	enum { O_EXPLAIN = 256, O_NAME, O_CRIMES, O_COPY_TOK, O_NO_COPY_TOK, O_CARD, O_NO_CARD, O_SEED, O_MEM, O_SPILL, O_LORA_DT, O_RAW, O_INTER, O_UNION };
+	enum { O_EXPLAIN = 256, O_NAME, O_CRIMES, O_COPY_TOK, O_NO_COPY_TOK, O_CARD, O_NO_CARD, O_SEED, O_MEM, O_SPILL, O_LORA_DT, O_RAW, O_INTER, O_UNION,
+	       O_TRUNC, O_NO_TRUNC };
 	static const struct option longopts[] = {
 		CLI_PLUGIN_OPTION,
 		{ "output", required_argument, NULL, 'o' },
@@ -71,6 +75,8 @@ int main(int argc, char **argv)
 		{ "max-memory", required_argument, NULL, O_MEM },
 		{ "spill", no_argument, NULL, O_SPILL },
 		{ "lora-merge-dtype", required_argument, NULL, O_LORA_DT },
+		{ "unsafe-truncate-embeddings", no_argument, NULL, O_TRUNC },
+		{ "no-unsafe-truncate-embeddings", no_argument, NULL, O_NO_TRUNC },
 		{ "force", no_argument, NULL, 'f' },
 		CLI_COMMON_OPTIONS,
 		{ 0 },
@@ -105,6 +111,8 @@ int main(int argc, char **argv)
 		case O_CRIMES: o.allow_crimes = true; break;
 		case O_COPY_TOK: o.copy_tokenizer = true; break;
 		case O_NO_COPY_TOK: o.copy_tokenizer = false; break;
+		case O_TRUNC: o.unsafe_truncate_embeddings = true; break;
+		case O_NO_TRUNC: o.unsafe_truncate_embeddings = false; break;
 		case O_CARD: o.write_card = true; break;
 		case O_NO_CARD: o.write_card = false; break;
 		case O_SEED:

@@ -307,6 +307,7 @@ static int tplan_output_rule(struct tplan *t)
 		return TP_NEXT;
 	}
 	char key[MK_ERR_MSG_MAX];
+	tplan_truncate_hint(t, t->e.msg, sizeof(t->e.msg));
 	const char *at = strstr(t->e.msg, name);
 	snprintf(key, sizeof(key), "%.*s%s", at ? (int)(at - t->e.msg) : (int)strlen(t->e.msg), t->e.msg,
 		 at ? at + strlen(name) : "");
@@ -541,7 +542,8 @@ int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const struct src_
 		goto out;
 	}
 	if ((rc = tplan_sources(&t)) || (rc = tplan_inputs(&t)) || (rc = tplan_params(&t)) ||
-	    (rc = tplan_not_floats(&t)) || (rc = tplan_vocab_shapes(&t)) || (rc = tplan_output_rule(&t)) ||
+	    (rc = tplan_not_floats(&t)) || (rc = tplan_vocab_shapes(&t)) || (rc = tplan_truncate_shapes(&t)) ||
+	    (rc = tplan_output_rule(&t)) ||
 	    (rc = tplan_whole_budget(&t)))
 		goto out;
 	/* the job, then its output's manifest entry */
@@ -550,7 +552,8 @@ int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const struct src_
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	if ((rc = tplan_manifest_entry(&t, err)) || (rc = tplan_job_inputs(&t, err)) || (rc = tplan_vocab_job(&t, err)))
+	if ((rc = tplan_manifest_entry(&t, err)) || (rc = tplan_job_inputs(&t, err)) || (rc = tplan_vocab_job(&t, err)) ||
+	    (rc = tplan_truncate_job(&t, err)))
 		goto out;
 	tplan_sends(&t);
 	rc = tplan_job_add(&t, err);

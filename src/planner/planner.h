@@ -70,6 +70,10 @@ struct mk_plan_opts {
 	const char *const *alias_refs;
 	const char *const *alias_dirs;
 	size_t naliases;
+	/* --unsafe-truncate-embeddings: without a tokenizer source, the
+	 * inputs of a vocabulary-indexed weight (is_embed) are cut to the
+	 * fewest rows among them (plan_truncate.c) */
+	bool unsafe_truncate_embeddings;
 };
 
 struct mk_plan;

@@ -10,6 +10,8 @@
  *   plan_tensors.c  plan_tensor: one output tensor, inputs to job
  *   plan_vocab.c    the merged vocabulary (tokenizer source) and the
  *                   vocabulary-indexed jobs over it
+ *   plan_truncate.c vocabulary-indexed weights cut to the fewest rows
+ *                   (--unsafe-truncate-embeddings)
  *   plan_files.c    the output files: config.json, card, tokenizer files
  *   plan_write.c    the plan stream, and the plan in words
  */
@@ -148,6 +150,8 @@ struct tplan {
 	struct mk_plan_out po;            /* the method's output rule */
 	unsigned spare_passes;            /* po.npasses with the spare pass offered
 					     (mk_plan_opts.spare_pass; po.npasses: none) */
+	uint64_t trunc_rows;              /* the rows every input is cut to
+					     (--unsafe-truncate-embeddings; 0: none) */
 	struct mk_plan_job *j;            /* the job, until the plan takes it */
 	struct mk_err e;                  /* a method's or assembly's error, for a diagnostic */
 };
@@ -212,6 +216,18 @@ int plan_build_tokenizer(struct mk_plan *p, struct mk_diags *d, struct mk_err *e
  * source: the inputs' shapes as the method sees them, the job's rows. */
 int tplan_vocab_shapes(struct tplan *t);
 int tplan_vocab_job(struct tplan *t, struct mk_err *err);
+
+/* ----------------------------------------------------- plan_truncate.c */
+
+/* plan_tensor's stages for a vocabulary-indexed weight under
+ * --unsafe-truncate-embeddings (no tokenizer source): every input cut to
+ * the fewest rows as the method sees it, and the job reading those rows. */
+int tplan_truncate_shapes(struct tplan *t);
+int tplan_truncate_job(struct tplan *t, struct mk_err *err);
+/* Append to a method's refusal msg (of size len) of such a weight whose
+ * inputs differ in rows, without the option or a tokenizer source, the
+ * settings that would merge them. */
+void tplan_truncate_hint(const struct tplan *t, char *msg, size_t len);
 
 /* -------------------------------------------------------- plan_files.c */
 

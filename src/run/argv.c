@@ -73,6 +73,8 @@ int mk_run_stage_args(const struct mk_run_opts *o, unsigned verbose, struct mk_a
 	if (!rc)
 		rc = push_if(plan, o->has_lora_dtype, "--lora-merge-dtype", mk_dtype_name(o->lora_dtype), err);
 	if (!rc)
+		rc = push_if(plan, o->unsafe_truncate_embeddings, "--unsafe-truncate-embeddings", NULL, err);
+	if (!rc)
 		rc = push_if(merge, o->cuda, "--cuda", NULL, err);
 	if (!rc)
 		rc = push_if(merge, o->strict, "--strict", NULL, err);

@@ -53,6 +53,7 @@ static void plan_opts(const struct mk_run_opts *o, const struct mk_budget_split 
 		.spill = o->spill_dir != NULL,
 		.has_lora_dtype = o->has_lora_dtype,
 		.lora_dtype = o->lora_dtype,
+		.unsafe_truncate_embeddings = o->unsafe_truncate_embeddings,
 	};
 }
 
