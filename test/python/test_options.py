@@ -10,6 +10,8 @@ import warnings
 
 import pytest
 
+import mk
+
 from mk.merge import MergeOptions as MergeOptionsFromMerge
 from mk.options import IGNORED_FIELDS, MK_FIELDS, MergeOptions, parse_kmb
 
@@ -106,3 +108,28 @@ def test_verbosity_sets_the_mk_logger():
         assert lg.level == logging.WARNING
     finally:
         lg.setLevel(old)
+
+
+def test_unsafe_truncate_embeddings_reaches_the_merge(tmp_path):
+    # models of vocabularies 16 and 12 (testdata/truncate/README): refused
+    # without the option, cut to 12 rows with it, as mk-yaml's flag does
+    import subprocess
+    gen = os.path.join(os.environ["MK_BIN"], "..", "tools", "mk-gen-model")
+    for name, seed, vocab in (("a", 1, 16), ("b", 2, 12)):
+        subprocess.run([gen, "--seed", str(seed), "--layers", "1", "--hidden", "8", "--inter", "16", "--vocab",
+                        str(vocab), "--dtype", "F32", "--bpe-tokenizer", str(tmp_path / name)], check=True)
+    cfg = {"merge_method": "task_arithmetic", "base_model": str(tmp_path / "a"),
+           "models": [{"model": str(tmp_path / "b"), "parameters": {"weight": 0.5}}], "dtype": "float32"}
+    opts = dict(copy_tokenizer=False, write_model_card=False, quiet=True)
+    with pytest.raises((mk.MergeError, mk.ConfigError), match="unsafe-truncate-embeddings"):
+        mk.run_merge(cfg, str(tmp_path / "refused"), options=mk.MergeOptions(**opts))
+    mk.run_merge(cfg, str(tmp_path / "py"), options=mk.MergeOptions(unsafe_truncate_embeddings=True, **opts))
+    (tmp_path / "c.yml").write_text(json.dumps(cfg))
+    subprocess.run([os.path.join(os.environ["MK_BIN"], "mk-yaml"), "--unsafe-truncate-embeddings",
+                    "--no-copy-tokenizer", "--no-write-model-card", str(tmp_path / "c.yml"), str(tmp_path / "cli")],
+                   check=True, stderr=subprocess.DEVNULL)
+    for f in ("model.safetensors", "config.json"):
+        assert (tmp_path / "py" / f).read_bytes() == (tmp_path / "cli" / f).read_bytes(), f
+    raw = (tmp_path / "py" / "model.safetensors").read_bytes()
+    head = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
+    assert head["model.embed_tokens.weight"]["shape"] == [12, 8]
