@@ -332,7 +332,7 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 	if (state_dicts && (c == CLI_RUN_COPY || c == CLI_RUN_NOCOPY || c == CLI_RUN_CARD || c == CLI_RUN_NOCARD ||
 			    c == CLI_RUN_CRIMES || c == CLI_RUN_NOCRIMES || c == CLI_RUN_LORA_DT ||
 			    c == CLI_RUN_LORA_CACHE || c == CLI_RUN_REMOTE || c == CLI_RUN_NOCACHE ||
-			    c == CLI_RUN_CACHE))
+			    c == CLI_RUN_CACHE || c == CLI_RUN_TRUNC || c == CLI_RUN_NOTRUNC))
 		c = CLI_RUN_IGN0;
 	switch (c) {
 	case CLI_RUN_SHARD:
@@ -344,6 +344,8 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 	case CLI_RUN_CARD: o->no_model_card = false; return true;
 	case CLI_RUN_NOCARD: o->no_model_card = true; return true;
 	case CLI_RUN_CRIMES: o->allow_crimes = true; return true;
+	case CLI_RUN_TRUNC: o->unsafe_truncate_embeddings = true; return true;
+	case CLI_RUN_NOTRUNC: o->unsafe_truncate_embeddings = false; return true;
 	case CLI_RUN_NOCRIMES: o->allow_crimes = false; return true;
 	case CLI_RUN_SEED:
 		if (mk_size_parse(arg, &o->seed))

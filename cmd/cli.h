@@ -112,12 +112,13 @@ enum { CLI_RUN_FIRST = 1000, CLI_RUN_SHARD = CLI_RUN_FIRST, CLI_RUN_COPY, CLI_RU
        CLI_RUN_NOCARD, CLI_RUN_CRIMES, CLI_RUN_NOCRIMES, CLI_RUN_SEED, CLI_RUN_CUDA, CLI_RUN_NOCUDA, CLI_RUN_MEM, CLI_RUN_SPILL,
        CLI_RUN_STRICT, CLI_RUN_REMOTE, CLI_RUN_NOCACHE, CLI_RUN_QUIET, CLI_RUN_NOQUIET, CLI_RUN_CACHE,
        CLI_RUN_LORA_DT, CLI_RUN_LORA_CACHE, CLI_RUN_PLUGIN, CLI_RUN_VERBOSE, CLI_RUN_BUFFERED, CLI_RUN_IGN0,
-       CLI_RUN_IGN1, CLI_RUN_GPU_RICH };
+       CLI_RUN_IGN1, CLI_RUN_GPU_RICH, CLI_RUN_TRUNC, CLI_RUN_NOTRUNC };
 #define CLI_RUN_OPTIONS \
 	{ "out-shard-size", 1, 0, CLI_RUN_SHARD }, \
 	{ "copy-tokenizer", 0, 0, CLI_RUN_COPY }, { "no-copy-tokenizer", 0, 0, CLI_RUN_NOCOPY }, \
 	{ "write-model-card", 0, 0, CLI_RUN_CARD }, { "no-write-model-card", 0, 0, CLI_RUN_NOCARD }, \
 	{ "allow-crimes", 0, 0, CLI_RUN_CRIMES }, { "no-allow-crimes", 0, 0, CLI_RUN_NOCRIMES }, \
+	{ "unsafe-truncate-embeddings", 0, 0, CLI_RUN_TRUNC }, { "no-unsafe-truncate-embeddings", 0, 0, CLI_RUN_NOTRUNC }, \
 	{ "random-seed", 1, 0, CLI_RUN_SEED }, { "cuda", 0, 0, CLI_RUN_CUDA }, { "no-cuda", 0, 0, CLI_RUN_NOCUDA }, \
 	{ "num-threads", 1, 0, 'j' }, { "max-memory", 1, 0, CLI_RUN_MEM }, { "spill", 1, 0, CLI_RUN_SPILL }, \
 	{ "strict", 0, 0, CLI_RUN_STRICT }, { "buffered", 0, 0, CLI_RUN_BUFFERED }, { "remote", 0, 0, CLI_RUN_REMOTE }, { "no-cache", 0, 0, CLI_RUN_NOCACHE }, \

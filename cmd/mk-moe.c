@@ -104,7 +104,7 @@ static void on_stage_signal(int sig)
 static bool run_option_ignored(int c)
 {
 	static const int ign[] = { CLI_RUN_CRIMES, CLI_RUN_NOCRIMES, CLI_RUN_SPILL, CLI_RUN_REMOTE, CLI_RUN_NOCACHE, CLI_RUN_PLUGIN,
-				   CLI_RUN_LORA_DT, CLI_RUN_LORA_CACHE };
+				   CLI_RUN_LORA_DT, CLI_RUN_LORA_CACHE, CLI_RUN_TRUNC, CLI_RUN_NOTRUNC };
 	for (size_t i = 0; i < sizeof(ign) / sizeof(*ign); i++)
 		if (c == ign[i])
 			return true;

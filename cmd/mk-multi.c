@@ -33,6 +33,8 @@ static void usage(void)
 	       "  --copy-tokenizer / --no-copy-tokenizer      (default on)\n"
 	       "  --write-model-card / --no-write-model-card  (default on)\n"
 	       "  --allow-crimes            allow mixing architectures\n"
+	       "  --unsafe-truncate-embeddings  without a tokenizer source, merge vocabularies of\n"
+	       "                            different sizes over their smallest\n"
 	       "  --random-seed N           seed for random methods\n"
 	       "  --cuda / --no-cuda        merge on the GPU where a kernel exists\n"
 	       "  -j, --num-threads N       merge threads\n"

@@ -57,7 +57,7 @@ static void usage(void)
 int main(int argc, char **argv)
 {
 	enum { O_EXPLAIN = 256, O_NAME, O_CRIMES, O_COPY_TOK, O_NO_COPY_TOK, O_CARD, O_NO_CARD, O_SEED, O_MEM, O_SPILL, O_LORA_DT, O_RAW, O_INTER, O_UNION,
-	       O_TRUNC, O_NO_TRUNC };
+	       O_CUT_VOCAB, O_NO_CUT_VOCAB };
 	static const struct option longopts[] = {
 		CLI_PLUGIN_OPTION,
 		{ "output", required_argument, NULL, 'o' },
@@ -75,8 +75,8 @@ int main(int argc, char **argv)
 		{ "max-memory", required_argument, NULL, O_MEM },
 		{ "spill", no_argument, NULL, O_SPILL },
 		{ "lora-merge-dtype", required_argument, NULL, O_LORA_DT },
-		{ "unsafe-truncate-embeddings", no_argument, NULL, O_TRUNC },
-		{ "no-unsafe-truncate-embeddings", no_argument, NULL, O_NO_TRUNC },
+		{ "unsafe-truncate-embeddings", no_argument, NULL, O_CUT_VOCAB },
+		{ "no-unsafe-truncate-embeddings", no_argument, NULL, O_NO_CUT_VOCAB },
 		{ "force", no_argument, NULL, 'f' },
 		CLI_COMMON_OPTIONS,
 		{ 0 },
@@ -111,8 +111,8 @@ int main(int argc, char **argv)
 		case O_CRIMES: o.allow_crimes = true; break;
 		case O_COPY_TOK: o.copy_tokenizer = true; break;
 		case O_NO_COPY_TOK: o.copy_tokenizer = false; break;
-		case O_TRUNC: o.unsafe_truncate_embeddings = true; break;
-		case O_NO_TRUNC: o.unsafe_truncate_embeddings = false; break;
+		case O_CUT_VOCAB: o.unsafe_truncate_embeddings = true; break;
+		case O_NO_CUT_VOCAB: o.unsafe_truncate_embeddings = false; break;
 		case O_CARD: o.write_card = true; break;
 		case O_NO_CARD: o.write_card = false; break;
 		case O_SEED:

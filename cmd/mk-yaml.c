@@ -143,11 +143,10 @@ static void stage_args(const struct mk_run_opts *o, char **plugins, size_t nplug
 
 int main(int argc, char **argv)
 {
-	enum { O_PRINT = 256, O_PROCS, O_FORCE, O_RESUME, O_TRUNC, O_NO_TRUNC };
+	enum { O_PRINT = 256, O_PROCS, O_FORCE, O_RESUME };
 	static const struct option lo[] = {
 		{ "print-pipeline", 0, 0, O_PRINT }, { "processes", 0, 0, O_PROCS }, { "force", 0, 0, O_FORCE },
 		{ "resume", 0, 0, O_RESUME }, { "help", 0, 0, 'h' }, { "version", 0, 0, 'V' },
-		{ "unsafe-truncate-embeddings", 0, 0, O_TRUNC }, { "no-unsafe-truncate-embeddings", 0, 0, O_NO_TRUNC },
 		CLI_RUN_OPTIONS,
 		{ 0 },
 	};
@@ -176,8 +175,6 @@ int main(int argc, char **argv)
 		case O_PROCS: procs = true; break;
 		case O_FORCE: ro.force = true; break;
 		case O_RESUME: resume = true; ro.resume = true; break;
-		case O_TRUNC:
-		case O_NO_TRUNC: ro.unsafe_truncate_embeddings = c == O_TRUNC; break;
 		case CLI_RUN_PLUGIN: {
 			/* loaded where the merge runs: here (run_here), or by
 			 * mk-plan and mk-merge */

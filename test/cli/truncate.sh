@@ -114,4 +114,11 @@ mk-gen-model --seed 4 --layers 1 --hidden 12 --inter 16 --vocab 12 --dtype F32 d
 printf 'merge_method: linear\nbase_model: a\nmodels:\n  - model: a\n    parameters: {weight: 0.5}\n  - model: d\n    parameters: {weight: 0.5}\n' > wide.yml
 expect_fail 1 "[16, 8], [12, 12]: --unsafe-truncate-embeddings cuts the vocabulary rows only; model 'd' differs from model 'a' in its other dimensions" \
 	mk-plan -o /dev/null --unsafe-truncate-embeddings wide.yml
-echo "$n golden cases agree with mergekit; refusals, stages and passthrough checked"
+# --- mk-multi takes the option for its steps (mergekit-multi's merge options)
+cp "$td/task-arithmetic.yml" multi.yml
+mk-multi --quiet --unsafe-truncate-embeddings multi.yml -I inter --out-path multi-out 2> /dev/null ||
+	fail "mk-multi --unsafe-truncate-embeddings failed"
+mk-yaml --quiet --unsafe-truncate-embeddings "$td/task-arithmetic.yml" yaml-out 2> /dev/null
+cmp multi-out/model.safetensors yaml-out/model.safetensors || fail "mk-multi's step differs from mk-yaml's"
+expect_fail 1 "unsafe-truncate-embeddings" mk-multi --quiet multi.yml -I inter2 --out-path multi-refused
+echo "$n golden cases agree with mergekit; refusals, stages, passthrough and mk-multi checked"
