@@ -30,16 +30,8 @@ import config_cases  # noqa: E402
 K = config_cases.namespace("mergekit")
 
 
-def plain(v):
-    if isinstance(v, (list, tuple)):
-        return [plain(x) for x in v]
-    if isinstance(v, dict):
-        return {k: plain(x) for k, x in v.items()}
-    return v
-
-
 def write(name, source, c):
-    rec = {"source": source, "model_dump": c.model_dump(mode="json"), "model_dump_python": plain(c.model_dump()),
+    rec = {"source": source, "model_dump": c.model_dump(mode="json"), "model_dump_python": config_cases.plain(c.model_dump()),
            "exclude_none": c.model_dump(mode="json", exclude_none=True), "model_dump_json": c.model_dump_json(),
            "referenced_models": sorted(str(m) for m in c.referenced_models())}
     with open(os.path.join(OUT, name + ".json"), "w") as f:

@@ -6,6 +6,15 @@ test_config.py (mk)."""
 import yaml
 
 
+def plain(v):
+    """v with tuples as lists, recursively (a dump as JSON holds it)."""
+    if isinstance(v, (list, tuple)):
+        return [plain(x) for x in v]
+    if isinstance(v, dict):
+        return {k: plain(x) for k, x in v.items()}
+    return v
+
+
 def namespace(root):
     """The classes the builders use, from root ("mergekit" or "mk")."""
     import importlib
