@@ -186,10 +186,22 @@ struct mk_job_desc {
 };
 
 /* The output rule's answer (see mk_method_plan). */
+#define MK_MORE_OUTPUTS_MAX 7u   /* outputs of one job besides the first */
+
 struct mk_plan_out {
 	struct mk_tensor_desc out; /* dtype and shape the method returns */
 	enum mk_dtype compute;     /* MK_DT_F32 or MK_DT_F64 */
 	unsigned npasses;          /* statistics passes before apply */
+	/* A job with several outputs (a factorisation's factors): `nmore`
+	 * further outputs, their dtypes and shapes (preset 0: one output).
+	 * Such a method needs statistics passes (at least one) and computes
+	 * every output from what they gathered: after the last pass, apply is
+	 * called for each output (mk_job_chunk.output) with chunks of that
+	 * output's elements and no inputs (the plan does not send the inputs
+	 * for apply).  Last, so that a method built before them leaves them
+	 * as preset. */
+	unsigned nmore;
+	struct mk_tensor_desc more[MK_MORE_OUTPUTS_MAX];
 };
 
 struct mk_method;
@@ -251,6 +263,14 @@ struct mk_job {
 	 * it reads npasses again after each finish.  Not held: npasses is
 	 * fixed by init (mk_job_finish refuses a change). */
 	bool held;
+	/* Set by init from the output rule (mk_plan_out): the further outputs,
+	 * in the requested dtype of `out` where the rule's is a float. */
+	unsigned nmore;
+	struct mk_tensor_desc more[MK_MORE_OUTPUTS_MAX];
+	/* The elements a statistics pass covers: nelem, or, for a job with
+	 * several outputs, the inputs' (every used input of one shape: their
+	 * element count; their chunks are the inputs' own elements). */
+	uint64_t pass_nelem;
 };
 
 /* Elements [elem_begin, elem_begin + count) of the output; in[i] holds
@@ -263,6 +283,9 @@ struct mk_job_chunk {
 	uint64_t count;
 	const void *const *in;     /* [ninputs] */
 	bool bf16;
+	/* Which output the elements are of: 0 (`out`), or k for more[k - 1] of
+	 * a job with several outputs, whose apply chunks have in = NULL. */
+	unsigned output;
 };
 
 /* ------------------------------------------------------------ batch form */

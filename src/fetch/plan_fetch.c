@@ -189,7 +189,11 @@ static int skip_done_jobs(struct run *q, struct mk_err *err)
 		for (size_t d = 0; d < j->ndone; d++)
 			isdone[j->done[d].index] = true;
 		for (size_t k = 0; k < p->njobs; k++) {
-			if (isdone[p->jobs[k]->output]) {
+			/* done: every output of the job (one, or several) */
+			bool done = isdone[p->jobs[k]->output];
+			for (unsigned o = 0; done && o < p->jobs[k]->nmore; o++)
+				done = isdone[p->jobs[k]->more[o]];
+			if (done) {
 				mk_plan_job_free(p->jobs[k]);
 				free(q->jobframes[k].wire);
 				q->st->skipped++;

@@ -61,6 +61,7 @@ static void run_release(struct run *r)
 	free(r->in);
 	free(r->labels);
 	mk__pool_put(r->pool, r->outc, r->outc_cap);
+	free(r->conv);
 	if (r->rp)
 		mk__spill_reset(r->rp);
 	run_reset(r);
@@ -120,6 +121,23 @@ static int run_prepare(struct run *r, const struct mk_manifest *man, struct mk_e
 	r->out_row_len = mk_shape_row_len(od->ndim, od->shape);
 	r->out_at = r->pj->part_begin;
 	r->emit_row_len = mk_shape_row_len(t->desc.ndim, t->desc.shape);
+	r->chunk_bytes = man->chunk_bytes;
+	if (r->pj->nmore != r->job.nmore)
+		return mk_err_set(err, MK_EFORMAT, "job %u (%s): the plan gives it %u outputs, %s %u", r->pj->id, r->name,
+				  r->pj->nmore + 1, r->m->name, r->job.nmore + 1);
+	for (unsigned k = 0; k < r->job.nmore; k++) {
+		const struct mk_tensor_desc *md = &man->tensors[r->pj->more[k]].desc, *jd = &r->job.more[k];
+		if (md->dtype != jd->dtype || md->ndim != jd->ndim || memcmp(md->shape, jd->shape, md->ndim * sizeof(uint64_t)))
+			return mk_err_set(err, MK_EFORMAT, "job %u (%s): %s gives output %u (%s) a shape or dtype other than the manifest's",
+					  r->pj->id, r->name, r->m->name, k + 1, man->tensors[r->pj->more[k]].name);
+	}
+	if (r->job.nmore) {
+		/* the inputs feed the passes alone, over their own elements */
+		r->out_nelem = r->job.pass_nelem;
+		for (size_t i = 0; i < r->pj->ninputs; i++)
+			if (r->job.used[i])
+				r->out_row_len = mk_shape_row_len(r->in[i].ndim, r->in[i].shape);
+	}
 	for (size_t i = 0; i < r->pj->ninputs; i++) {
 		uint64_t rl = mk_shape_row_len(r->in[i].ndim, r->in[i].shape);
 		if (r->job.used[i] && r->in[i].ndim > 1 && od->ndim > 1 && rl != r->out_row_len)
@@ -128,7 +146,8 @@ static int run_prepare(struct run *r, const struct mk_manifest *man, struct mk_e
 					  r->pj->id, r->name, i, (unsigned long long)rl,
 					  (unsigned long long)r->out_row_len);
 	}
-	if (r->pj->sends != r->job.npasses + 1 && r->pj->sends != 1)
+	if (r->job.nmore ? r->pj->sends != r->job.npasses && r->pj->sends != 1
+			 : r->pj->sends != r->job.npasses + 1 && r->pj->sends != 1)
 		return mk_err_set(err, MK_EUNSUPPORTED,
 				  "job %u (%s): %s needs %u statistics passes; the plan sends the inputs %u times",
 				  r->pj->id, r->name, r->m->name, r->job.npasses, r->pj->sends);
@@ -154,7 +173,9 @@ static int run_start(struct run *r, const struct mk_manifest *man, const struct 
 	if (r->pj->spill && !r->spill)
 		return mk_err_set(err, MK_EINVAL, "job %u (%s): the plan spills it: run mk-merge with --spill DIR",
 				  r->pj->id, r->name);
-	bool once = r->pj->sends == 1 && r->job.npasses > 0 && !r->job.byte_copy;
+	/* (a job with several outputs is sent for its passes alone: held when
+	 * it has more than the one it is sent for) */
+	bool once = r->pj->sends == 1 && r->job.npasses > (r->job.nmore ? 1u : 0u) && !r->job.byte_copy;
 	r->held = once && !r->pj->spill;
 	r->rp = !once ? NULL : r->pj->spill ? r->spill : r->mem;
 	r->job.held = r->rp != NULL;   /* replayed: the kernel may add a pass */
@@ -321,17 +342,57 @@ clear:
 	return rc;
 }
 
+/* A job with several outputs, its passes done: each output computed in
+ * chunks (of about the stream's chunk size, whole rows where a row fits)
+ * with no inputs, converted to its dtype and sent. */
+static int emit_outputs(struct mk_stream_writer *w, struct run *r, struct mk_merge_stats *st, struct mk_err *err)
+{
+	size_t es = mk_dtype_bits(r->job.compute) / 8, index = r->out_index;
+	uint64_t row = r->emit_row_len;
+	int rc = 0;
+
+	for (unsigned k = 0; !rc && k <= r->job.nmore; k++) {
+		const struct mk_tensor_desc *od = k ? &r->job.more[k - 1] : &r->job.out;
+		uint64_t n = mk_tensor_desc_count(od), rl = mk_shape_row_len(od->ndim, od->shape), ob;
+		uint64_t step = r->chunk_bytes / (es ? es : 4);
+		if (!step)
+			step = 1;
+		if (rl && step >= rl)
+			step -= step % rl;
+		r->out_index = k ? r->pj->more[k - 1] : index;
+		r->emit_row_len = rl;
+		r->out_at = 0;
+		for (uint64_t b = 0; !rc && b < n; b += step) {
+			uint64_t c = n - b < step ? n - b : step;
+			struct mk_job_chunk ch = { .elem_begin = b, .count = c, .output = k };
+			mk_dtype_nbytes(od->dtype, c, &ob);
+			if (grow(&r->outc, &r->outc_cap, (size_t)(c * es) + 1) || grow(&r->conv, &r->conv_cap, (size_t)ob + 1))
+				return mk_err_set(err, MK_ENOMEM, "out of memory");
+			rc = mk_job_apply(&r->job, &ch, r->outc, err);
+			if (!rc && mk_dtype_convert(od->dtype, r->conv, r->job.compute, r->outc, c))
+				rc = mk_err_set(err, MK_EUNSUPPORTED, "job %u (%s): cannot write output %u as %s", r->pj->id,
+						r->name, k, mk_dtype_name(od->dtype));
+			if (!rc)
+				rc = mk__gpuq_emit(w, r, b, c, od->dtype, r->conv, (size_t)ob, st, err);
+		}
+	}
+	r->out_index = index;
+	r->emit_row_len = row;
+	r->next_out = r->out_nelem;   /* (the inputs' elements, all seen by the passes) */
+	return rc;
+}
+
 static int finish_passes(struct run *r, unsigned upto, struct mk_err *err)
 {
 	while (r->passes_done < upto && r->passes_done < r->job.npasses) {
 		/* a pass the stream ends early: only one marked for mk-fetch
 		 * (mk_merge_opts.skip) that the method has what it needs of */
-		if (r->job.next_elem != r->job.nelem &&
+		if (r->job.next_elem != r->job.pass_nelem &&
 		    !(r->skip && mk_chan_skip_test(r->skip, r->pj->id, r->passes_done) && !mk_job_wants(&r->job)))
 			return mk_err_set(err, MK_ECORRUPT,
 					  "job %u (%s): statistics pass %u ended after %llu of its %llu elements",
 					  r->pj->id, r->name, r->passes_done, (unsigned long long)r->job.next_elem,
-					  (unsigned long long)r->job.nelem);
+					  (unsigned long long)r->job.pass_nelem);
 		int rc = mk_job_finish(&r->job, r->passes_done, err);
 		if (rc)
 			return rc;
@@ -510,8 +571,9 @@ static int run_end(struct mk_stream_writer *w, struct run *r, struct mk_merge_st
 
 	if (!r->pj)
 		return 0;
-	/* a job sent once: its later passes replayed */
-	for (unsigned p = 1; r->rp && !rc && p <= r->job.npasses; p++)
+	/* a job sent once: its later passes replayed (and the apply's, but
+	 * for a job with several outputs, which computes them from its passes) */
+	for (unsigned p = 1; r->rp && !rc && p < r->job.npasses + (r->job.nmore ? 0u : 1u); p++)
 		for (size_t i = 0; !rc && i < r->rp->n; i++) {
 			struct mk_chunk c;
 			rc = mk__spill_get(r->rp, i, &c, err);
@@ -525,6 +587,8 @@ static int run_end(struct mk_stream_writer *w, struct run *r, struct mk_merge_st
 		rc = vocab_gaps(w, r, r->out_nelem, st, err);
 	if (!rc)
 		rc = finish_passes(r, r->job.npasses, err);
+	if (!rc && r->job.nmore)
+		rc = emit_outputs(w, r, st, err);
 	if (!rc && r->next_out != r->out_nelem)
 		rc = mk_err_set(err, MK_ECORRUPT, "job %u (%s): the inputs covered %llu of %llu output elements",
 				r->pj->id, r->name, (unsigned long long)r->next_out, (unsigned long long)r->out_nelem);

@@ -73,6 +73,9 @@ struct run {                     /* the job being merged */
 	uint64_t next_out;       /* output elements written */
 	void *outc;              /* the output range, in the output dtype */
 	size_t outc_cap;
+	void *conv;                  /* a job with several outputs: an output chunk in its dtype */
+	size_t conv_cap;
+	uint64_t chunk_bytes;        /* the stream's chunk size (HEAD), for those outputs' chunks */
 	struct pool *pool;       /* where buffers go when the job ends */
 	struct spill *spill;     /* the spill file (--spill DIR), or NULL */
 	struct spill *mem;       /* the in-memory record of held jobs */

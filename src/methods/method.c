@@ -538,6 +538,12 @@ static int run_rule(const struct mk_method *m, const struct mk_job_desc *d, stru
 	if (po->compute != MK_DT_F32 && po->compute != MK_DT_F64)
 		MK_BUG("method '%s': compute dtype %d", m->name, po->compute);
 	po->npasses = m->npasses ? m->npasses(m, d, used) : 0;
+	if (po->nmore > MK_MORE_OUTPUTS_MAX)
+		MK_BUG("method '%s': %u further outputs", m->name, po->nmore);
+	if (po->nmore && !po->npasses)
+		return mk_err_set(err, MK_EINVAL,
+				  "method '%s', tensor '%s': %u outputs but no statistics pass to compute them from",
+				  m->name, d->tensor ? d->tensor : "?", po->nmore + 1);
 	return 0;
 }
 
@@ -640,6 +646,31 @@ int mk_job_init(struct mk_job *job, const struct mk_method *m, const struct mk_j
 	job->compute = po.compute;
 	job->npasses = po.npasses;
 	job->nelem = mk_tensor_desc_count(&po.out);
+	job->nmore = po.nmore;
+	job->pass_nelem = job->nelem;
+	if (po.nmore) {
+		/* the passes go over the inputs' own elements: one shape */
+		int first = -1;
+		for (size_t i = 0; i < n; i++) {
+			if (!job->used[i])
+				continue;
+			if (first < 0)
+				first = (int)i;
+			else if (!same_shape(&d->in[i], &d->in[first])) {
+				rc = mk_err_set(err, MK_EMISMATCH,
+						"method '%s', tensor '%s': inputs %d and %zu differ in shape (a job with several outputs reads inputs of one shape)",
+						m->name, d->tensor ? d->tensor : "?", first, i);
+				goto out;
+			}
+		}
+		job->pass_nelem = first < 0 ? 0 : mk_tensor_desc_count(&d->in[first]);
+	}
+	for (unsigned k = 0; k < po.nmore; k++) {
+		job->more[k] = po.more[k];
+		if (out_dtype != MK_DT_COUNT && out_dtype < MK_DT_COUNT && mk_dtype_is_float(out_dtype) &&
+		    mk_dtype_is_float(po.more[k].dtype))
+			job->more[k].dtype = out_dtype;
+	}
 	if (out_dtype != MK_DT_COUNT && out_dtype != po.out.dtype) {
 		if (out_dtype > MK_DT_COUNT || !mk_dtype_is_float(out_dtype) ||
 		    !mk_dtype_is_float(po.out.dtype)) {
@@ -680,12 +711,12 @@ int mk_job_accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chu
 	if (pass >= job->npasses || pass != job->pass_done)
 		return mk_err_set(err, MK_EINVAL, "tensor '%s': statistics pass %u out of order",
 				  job->d.tensor ? job->d.tensor : "?", pass);
-	if (c->elem_begin != job->next_elem || c->count > job->nelem - job->next_elem)
+	if (c->elem_begin != job->next_elem || c->count > job->pass_nelem - job->next_elem)
 		return mk_err_set(err, MK_EINVAL,
 				  "tensor '%s': pass %u chunk at element %llu (+%llu), expected element %llu of %llu",
 				  job->d.tensor ? job->d.tensor : "?", pass,
 				  (unsigned long long)c->elem_begin, (unsigned long long)c->count,
-				  (unsigned long long)job->next_elem, (unsigned long long)job->nelem);
+				  (unsigned long long)job->next_elem, (unsigned long long)job->pass_nelem);
 	if (!c->count)
 		return 0;
 	job->next_elem += c->count;
@@ -710,10 +741,10 @@ int mk_job_finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 		return mk_err_set(err, MK_EINVAL, "tensor '%s': statistics pass %u out of order",
 				  job->d.tensor ? job->d.tensor : "?", pass);
 	/* (a pass may end early once the kernel said it has what it gathers) */
-	if (job->next_elem != job->nelem && !job->pass_enough)
+	if (job->next_elem != job->pass_nelem && !job->pass_enough)
 		return mk_err_set(err, MK_EINVAL, "tensor '%s': pass %u saw %llu of %llu elements",
 				  job->d.tensor ? job->d.tensor : "?", pass,
-				  (unsigned long long)job->next_elem, (unsigned long long)job->nelem);
+				  (unsigned long long)job->next_elem, (unsigned long long)job->pass_nelem);
 	job->pass_enough = false;   /* finish may say the next pass needs none */
 	unsigned np = job->npasses;
 	rc = job->method->finish(job, pass, err);
@@ -738,18 +769,22 @@ int mk_job_apply(struct mk_job *job, const struct mk_job_chunk *c, void *out, st
 	if (job->pass_done != job->npasses)
 		return mk_err_set(err, MK_EINVAL, "tensor '%s': apply before its %u statistics passes",
 				  job->d.tensor ? job->d.tensor : "?", job->npasses);
-	if (c->elem_begin > job->nelem || c->count > job->nelem - c->elem_begin)
-		return mk_err_set(err, MK_EINVAL, "tensor '%s': chunk [%llu, +%llu) outside %llu elements",
+	if (c->output > job->nmore)
+		return mk_err_set(err, MK_EINVAL, "tensor '%s': output %u of a job with %u", job->d.tensor ? job->d.tensor : "?",
+				  c->output, job->nmore + 1);
+	uint64_t nelem = c->output ? mk_tensor_desc_count(&job->more[c->output - 1]) : job->nelem;
+	if (c->elem_begin > nelem || c->count > nelem - c->elem_begin)
+		return mk_err_set(err, MK_EINVAL, "tensor '%s': chunk [%llu, +%llu) of output %u outside %llu elements",
 				  job->d.tensor ? job->d.tensor : "?",
-				  (unsigned long long)c->elem_begin, (unsigned long long)c->count,
-				  (unsigned long long)job->nelem);
+				  (unsigned long long)c->elem_begin, (unsigned long long)c->count, c->output,
+				  (unsigned long long)nelem);
 	if (!c->count)
 		return 0;
 	if (c->bf16 && !job->apply_bf16)
 		return mk_err_set(err, MK_EINVAL, "tensor '%s': BF16 inputs passed to %s's apply, which takes %s",
 				  job->d.tensor ? job->d.tensor : "?", job->method->name, mk_dtype_name(job->compute));
 	/* the output is one input as it is (the method said so in init) */
-	if (job->copy_input >= 0 && c->in[job->copy_input]) {
+	if (job->copy_input >= 0 && c->in && c->in[job->copy_input]) {
 		memcpy(out, c->in[job->copy_input], c->count * (job->compute == MK_DT_F64 ? 8 : 4));
 		return 0;
 	}

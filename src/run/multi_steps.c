@@ -180,8 +180,11 @@ static int describe_weights(const struct plan_view *v, const char *dir, struct m
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	}
 	/* the jobs' outputs in their order, then any tensor no job makes */
-	for (size_t k = 0; k < v->njobs; k++)
+	for (size_t k = 0; k < v->njobs; k++) {
 		place(h, v->jobs[k]->output, placed, ot, &n);
+		for (unsigned q = 0; q < v->jobs[k]->nmore; q++)
+			place(h, v->jobs[k]->more[q], placed, ot, &n);
+	}
 	for (size_t i = 0; i < h->ntensors; i++)
 		place(h, i, placed, ot, &n);
 	free(placed);
@@ -234,8 +237,11 @@ static int plan_read(const struct mk_plan *plan, const char *dir, struct plan_vi
 	}
 	if (!rc && !(v->rank = calloc(v->head->ntensors + 1, sizeof(*v->rank))))
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-	for (size_t k = 0; !rc && k < v->njobs; k++)
+	for (size_t k = 0; !rc && k < v->njobs; k++) {
 		v->rank[v->jobs[k]->output] = k;
+		for (unsigned q = 0; q < v->jobs[k]->nmore; q++)
+			v->rank[v->jobs[k]->more[q]] = k;
+	}
 	if (!rc && dir)
 		rc = describe_weights(v, dir, err);
 	mk_sr_free(r);

@@ -77,6 +77,7 @@ void mk_plan_job_free(struct mk_plan_job *j)
 	free(j->params.global);
 	free(j->params.input);
 	free(j->method);
+	free(j->more);
 	json_decref(j->extra);
 	free(j);
 }
@@ -314,8 +315,43 @@ static int check_inputs_agree(const struct mk_plan_job *j, struct mk_err *err)
 	return 0;
 }
 
+/* "more_outputs": [K, ...]: the further outputs of a job with several
+ * (mk_plan_out.nmore), manifest indices other than "output" and each
+ * other. */
+static int decode_more(json_t *o, const struct mk_manifest *head, struct mk_plan_job *j, struct mk_err *err)
+{
+	json_t *mo = json_object_get(o, "more_outputs");
+	size_t n;
+
+	if (!mo)
+		return 0;
+	n = json_is_array(mo) ? json_array_size(mo) : 0;
+	if (!n || n > MK_MORE_OUTPUTS_MAX)
+		return mk_err_set(err, MK_EFORMAT, "JOB %u: \"more_outputs\" is not an array of 1 to %u outputs", j->id,
+				  MK_MORE_OUTPUTS_MAX);
+	if (!(j->more = calloc(n, sizeof(*j->more))))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t k = 0; k < n; k++) {
+		uint64_t u;
+		if (sj_u64(json_array_get(mo, k), &u))
+			return mk_err_set(err, MK_EFORMAT, "JOB %u: \"more_outputs\"[%zu] is not an index", j->id, k);
+		if (head && u >= head->ntensors)
+			return mk_err_set(err, MK_EFORMAT, "JOB %u: output #%llu is not in the manifest (%zu tensors)", j->id,
+					  (unsigned long long)u, head->ntensors);
+		if (u == j->output)
+			return mk_err_set(err, MK_EFORMAT, "JOB %u: output #%llu given twice", j->id, (unsigned long long)u);
+		for (size_t q = 0; q < k; q++)
+			if (j->more[q] == u)
+				return mk_err_set(err, MK_EFORMAT, "JOB %u: output #%llu given twice", j->id,
+						  (unsigned long long)u);
+		j->more[k] = (size_t)u;
+		j->nmore = (unsigned)(k + 1);
+	}
+	return 0;
+}
+
 static const char *const job_keys[] = { "id", "output", "method", "inputs", "base", "passes", "sends", "spill",
-					"is_embed", "check_equal", "spare", "params", "vocab", "part", NULL };
+					"is_embed", "check_equal", "spare", "params", "vocab", "part", "more_outputs", NULL };
 
 /* "part": {"begin": B} (mk_plan_job.has_part): a passthrough job's of
  * one input, not a vocabulary job's; against the HEAD, its input's
@@ -381,6 +417,8 @@ int mk_plan_job_decode(const void *buf, size_t len, const struct mk_manifest *he
 		goto out;
 	}
 	j->output = (size_t)u;
+	if ((rc = decode_more(o, head, j, err)))
+		goto out;
 	method = sj_str(o, "method");
 	if (!method || !(j->method = strdup(method))) {
 		rc = mk_err_set(err, MK_EFORMAT, "JOB %u: missing \"method\"", j->id);
@@ -390,8 +428,11 @@ int mk_plan_job_decode(const void *buf, size_t len, const struct mk_manifest *he
 		rc = mk_err_set(err, MK_EFORMAT, "JOB %u: bad \"passes\" or \"sends\"", j->id);
 		goto out;
 	}
-	if (passes > 64 || (sends != 1 && sends != passes + 1)) {
-		rc = mk_err_set(err, MK_EFORMAT, "JOB %u: sends %llu with %llu passes (must be 1 or passes + 1, passes <= 64)",
+	if (passes > 64 || (!j->nmore && sends != 1 && sends != passes + 1) ||
+	    (j->nmore && (!passes || (sends != 1 && sends != passes)))) {
+		rc = mk_err_set(err, MK_EFORMAT,
+				j->nmore ? "JOB %u: sends %llu with %llu passes (a job with several outputs: passes >= 1, sends 1 or passes)"
+					 : "JOB %u: sends %llu with %llu passes (must be 1 or passes + 1, passes <= 64)",
 				j->id, (unsigned long long)sends, (unsigned long long)passes);
 		goto out;
 	}
@@ -540,6 +581,12 @@ int mk_plan_job_encode(const struct mk_plan_job *j, char **out, size_t *len, str
 	}
 	json_object_set_new(o, "id", json_integer(j->id));
 	json_object_set_new(o, "output", json_integer((json_int_t)j->output));
+	if (j->nmore) {
+		json_t *mo = json_array();
+		for (unsigned k = 0; k < j->nmore; k++)
+			json_array_append_new(mo, json_integer((json_int_t)j->more[k]));
+		json_object_set_new(o, "more_outputs", mo);
+	}
 	json_object_set_new(o, "method", json_string(j->method));
 	for (size_t i = 0; i < j->ninputs; i++) {
 		json_array_append_new(ins, input_json(&j->inputs[i], j->vocab != NULL));

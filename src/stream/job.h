@@ -137,6 +137,12 @@ struct mk_job_params {
 struct mk_plan_job {
 	uint32_t id;
 	size_t output;               /* index in the manifest */
+	/* "more_outputs": a job with several outputs (mk_plan_out.nmore):
+	 * their manifest indices, in the method's order.  Its inputs are sent
+	 * for the statistics passes only ("sends": passes, or 1 held), the
+	 * outputs computed from what they gathered.  nmore 0: one output. */
+	unsigned nmore;
+	size_t *more;
 	char *method;
 	/* The method, when it is registered (mk_method_find): then `params`
 	 * holds the JOB's parameters.  NULL (a plugin's method the reader

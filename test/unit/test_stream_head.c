@@ -380,6 +380,55 @@ static void test_job_part(void **state)
 	mk_manifest_free(head);
 }
 
+/* a job with several outputs: "more_outputs" beside "output", its inputs
+ * sent for the passes alone (sends 1 or passes) */
+#define MORE_JOB(more, passes, sends) "{\"id\":6,\"output\":0,\"method\":\"karcher\",\"inputs\":[" PART_IN "]," \
+	"\"more_outputs\":" more ",\"passes\":" passes ",\"sends\":" sends "}"
+static void test_job_more_outputs(void **state)
+{
+	struct mk_manifest *head = job_head();
+	const char *good = MORE_JOB("[1]", "1", "1");
+	struct mk_plan_job *j, *k;
+	struct mk_err err;
+	char *s;
+	size_t len;
+
+	(void)state;
+	assert_int_equal(mk_plan_job_decode(good, strlen(good), head, &j, &err), 0);
+	for (int round = 0; round < 2; round++) {
+		assert_int_equal(j->nmore, 1);
+		assert_int_equal(j->more[0], 1);
+		assert_null(j->extra); /* a key of the format */
+		assert_int_equal(mk_plan_job_encode(j, &s, &len, &err), 0);
+		assert_non_null(strstr(s, "\"more_outputs\":[1]"));
+		assert_int_equal(mk_plan_job_decode(s, len, head, &k, &err), 0);
+		free(s);
+		mk_plan_job_free(j);
+		j = k;
+	}
+	mk_plan_job_free(j);
+	/* held (sends 1) with two passes: the later replayed */
+	assert_int_equal(mk_plan_job_decode(MORE_JOB("[1]", "2", "1"), strlen(MORE_JOB("[1]", "2", "1")), head, &j, &err), 0);
+	mk_plan_job_free(j);
+	/* one output: no key written */
+	assert_int_equal(mk_plan_job_decode(GOOD_JOB, strlen(GOOD_JOB), head, &j, &err), 0);
+	assert_int_equal(j->nmore, 0);
+	assert_int_equal(mk_plan_job_encode(j, &s, &len, &err), 0);
+	assert_null(strstr(s, "more_outputs"));
+	free(s);
+	mk_plan_job_free(j);
+	expect_bad_job(head, MORE_JOB("[0]", "1", "1"), "output #0 given twice");
+	expect_bad_job(head, MORE_JOB("[1,1]", "1", "1"), "output #1 given twice");
+	expect_bad_job(head, MORE_JOB("[2]", "1", "1"), "output #2 is not in the manifest");
+	expect_bad_job(head, MORE_JOB("[]", "1", "1"), "is not an array of 1 to 7 outputs");
+	expect_bad_job(head, MORE_JOB("[1,1,1,1,1,1,1,1]", "1", "1"), "is not an array of 1 to 7 outputs");
+	expect_bad_job(head, MORE_JOB("[-1]", "1", "1"), "\"more_outputs\"[0] is not an index");
+	/* no pass to compute them from; an apply send they do not read */
+	expect_bad_job(head, MORE_JOB("[1]", "0", "1"), "a job with several outputs: passes >= 1");
+	expect_bad_job(head, MORE_JOB("[1]", "2", "3"), "a job with several outputs: passes >= 1, sends 1 or passes");
+	mk_manifest_free(head);
+}
+
 /* a vocabulary job: 6 output rows (5 tokens + 1 padding); input 0 has
  * rows 0-1 and 3, input 1 rows 0-3; row 4 is filled from aux 0 (model 0's
  * stored row 2), row 2 averaged... by the fill list */
@@ -642,6 +691,7 @@ int main(void)
 		cmocka_unit_test(test_job_roundtrip),
 		cmocka_unit_test(test_job_vocab),
 		cmocka_unit_test(test_job_part),
+		cmocka_unit_test(test_job_more_outputs),
 		cmocka_unit_test(test_job_errors),
 		cmocka_unit_test(test_chunk_checks),
 	};
