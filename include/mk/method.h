@@ -264,7 +264,7 @@ struct mk_job {
 	 * fixed by init (mk_job_finish refuses a change). */
 	bool held;
 	/* Set by init from the output rule (mk_plan_out): the further outputs,
-	 * in the requested dtype of `out` where the rule's is a float. */
+	 * in the rule's dtypes (the requested dtype is output 0's alone). */
 	unsigned nmore;
 	struct mk_tensor_desc more[MK_MORE_OUTPUTS_MAX];
 	/* The elements a statistics pass covers: nelem, or, for a job with

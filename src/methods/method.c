@@ -665,12 +665,8 @@ int mk_job_init(struct mk_job *job, const struct mk_method *m, const struct mk_j
 		}
 		job->pass_nelem = first < 0 ? 0 : mk_tensor_desc_count(&d->in[first]);
 	}
-	for (unsigned k = 0; k < po.nmore; k++) {
-		job->more[k] = po.more[k];
-		if (out_dtype != MK_DT_COUNT && out_dtype < MK_DT_COUNT && mk_dtype_is_float(out_dtype) &&
-		    mk_dtype_is_float(po.more[k].dtype))
-			job->more[k].dtype = out_dtype;
-	}
+	for (unsigned k = 0; k < po.nmore; k++)
+		job->more[k] = po.more[k];   /* (out_dtype is output 0's alone) */
 	if (out_dtype != MK_DT_COUNT && out_dtype != po.out.dtype) {
 		if (out_dtype > MK_DT_COUNT || !mk_dtype_is_float(out_dtype) ||
 		    !mk_dtype_is_float(po.out.dtype)) {

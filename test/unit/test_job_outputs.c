@@ -142,10 +142,10 @@ static void test_two_outputs(void **state)
 	assert_int_equal(mk_job_apply(&job, &bad, out, &err), -MK_EINVAL);
 	assert_non_null(strstr(err.msg, "output 2 of a job with 2"));
 	mk_job_release(&job);
-	/* a requested float dtype reaches the further outputs too */
+	/* a requested dtype is the first output's: the others keep the rule's */
 	assert_int_equal(mk_job_init(&job, &rowcol, &d, MK_DT_BF16, &err), 0);
 	assert_int_equal(job.out.dtype, MK_DT_BF16);
-	assert_int_equal(job.more[0].dtype, MK_DT_BF16);
+	assert_int_equal(job.more[0].dtype, MK_DT_F32);
 	mk_job_release(&job);
 }
 
