@@ -33,16 +33,18 @@ void lr_free(struct lr_mem *mem, void *p, uint64_t bytes);
  * cannot: glibc always can). */
 void *lr_shrink(struct lr_mem *mem, void *p, uint64_t old, uint64_t bytes);
 
-/* exact.c.  The thin SVD of the column-major rows x cols matrix `x`
- * (destroyed) by sgesdd: x = U diag(s) VT with k = min(rows, cols), U
- * rows x k (leading dimension rows), VT k x cols (leading dimension k),
- * both allocated here; its workspace is freed before it returns. */
-int lr_gesdd(struct lr_mem *mem, float *x, uint64_t rows, uint64_t cols, float *s, float **u,
-	     float **vt, struct mk_err *err);
+/* exact.c.  The thin SVD of the column-major rows x cols matrix `x` by
+ * sgesdd (JOBZ 'O'): x = U diag(s) VT with k = min(rows, cols); the
+ * larger factor overwrites x (rows >= cols: U, rows x k, leading
+ * dimension rows; else VT, k x cols, leading dimension k), the other one
+ * (k x k) is allocated here as *small; the workspace is freed before it
+ * returns. */
+int lr_gesdd(struct lr_mem *mem, float *x, uint64_t rows, uint64_t cols, float *s, float **small,
+	     struct mk_err *err);
 /* sgesdd's workspace for that shape, in floats (the queried optimum,
  * rounded up); MK_EUNSUPPORTED beyond 32-bit integers. */
 int lr_gesdd_lwork(uint64_t rows, uint64_t cols, uint64_t *lwork, struct mk_err *err);
-/* The bytes lr_gesdd holds at its peak: U, VT, workspace, integers. */
+/* The bytes lr_gesdd holds at its peak: the small factor, workspace, integers. */
 uint64_t lr_gesdd_bytes(uint64_t rows, uint64_t cols);
 
 /* The exact path: F (p x q) as in lowrank.h, out->s, a, b and rank set

@@ -10,7 +10,7 @@
  *                                                plain power (F F^T)^i Omega
  *                                                loses the small directions)
  *   Z      = F^T Q = (Q^T F)^T                  q x k
- *   Z      = U_z S VT_z  (sgesdd, small)
+ *   Z      = U_z S VT_z  (sgesdd; U_z overwrites Z)
  *   F ~= Q Q^T F = (Q VT_z^T) S U_z^T
  * so A's rows are U_z's first r columns as stored, and B (row-major,
  * i.e. column-major r x p) = VT_z[:r, :] Q^T, one sgemm.  orth() is
@@ -68,7 +68,7 @@ static int orth(float *y, uint64_t rows, unsigned k, float *tau, float *work, ui
 
 /* The phases' sizes, in bytes: one function for the run and the bound. */
 struct phases {
-	uint64_t z, y, s, tau, qwork, ux, vtx, sdd_rest, b;
+	uint64_t z, y, s, tau, qwork, vtx, sdd, b;
 };
 
 static int phases(uint64_t p, uint64_t q, unsigned k, unsigned r, struct phases *ph)
@@ -84,9 +84,8 @@ static int phases(uint64_t p, uint64_t q, unsigned k, unsigned r, struct phases 
 	ph->s = 4 * (uint64_t)k;
 	ph->tau = 4 * (uint64_t)k;
 	ph->qwork = 4 * qlw;
-	ph->ux = 4 * q * k;
 	ph->vtx = 4 * (uint64_t)k * k;
-	ph->sdd_rest = sdd - ph->ux - ph->vtx;   /* sgesdd's workspace */
+	ph->sdd = sdd;                           /* VT_z, sgesdd's workspace */
 	ph->b = 4 * p * r;
 	return 0;
 }
@@ -101,8 +100,8 @@ uint64_t lr_randomized_bytes(uint64_t m, uint64_t n, bool transpose, unsigned k,
 	if (phases(p, q, k, r, &ph))
 		return 0;
 	uint64_t iter = ph.z + ph.y + ph.tau + ph.qwork;
-	uint64_t svd = ph.z + ph.y + ph.s + ph.ux + ph.vtx + ph.sdd_rest;
-	uint64_t back = ph.y + ph.s + ph.ux + ph.vtx + ph.b;
+	uint64_t svd = ph.z + ph.y + ph.s + ph.sdd;
+	uint64_t back = ph.z + ph.y + ph.s + ph.vtx + ph.b;   /* U_z in Z's place */
 	uint64_t w = iter > svd ? iter : svd;
 	return w > back ? w : back;
 }
@@ -116,7 +115,7 @@ int lr_randomized(struct lr_mem *mem, const float *delta, uint64_t m, uint64_t n
 	enum CBLAS_TRANSPOSE opf = transpose ? CblasNoTrans : CblasTrans;    /* F   */
 	enum CBLAS_TRANSPOSE opt = transpose ? CblasTrans : CblasNoTrans;    /* F^T */
 	struct phases ph;
-	float *z = NULL, *y = NULL, *tau = NULL, *qw = NULL, *ux = NULL, *vtx = NULL;
+	float *z = NULL, *y = NULL, *tau = NULL, *qw = NULL, *vtx = NULL;
 	int rc;
 
 	if (phases(p, q, k, o->max_rank < k ? o->max_rank : k, &ph))
@@ -160,10 +159,9 @@ int lr_randomized(struct lr_mem *mem, const float *delta, uint64_t m, uint64_t n
 		goto out;
 	}
 	out->ns = k;
-	if ((rc = lr_gesdd(mem, z, q, k, out->s, &ux, &vtx, err)))
+	/* q > k: U_z overwrites Z, VT_z is k x k */
+	if ((rc = lr_gesdd(mem, z, q, k, out->s, &vtx, err)))
 		goto out;
-	lr_free(mem, z, ph.z);
-	z = NULL;
 
 	unsigned r = lr_rank(out->s, k, fro2, false, o);
 	out->rank = r;
@@ -176,12 +174,11 @@ int lr_randomized(struct lr_mem *mem, const float *delta, uint64_t m, uint64_t n
 		/* B^T (r x p, column-major) = VT_z[:r, :] Q^T */
 		cblas_sgemm(CblasColMajor, CblasNoTrans, CblasTrans, (blasint)r, P, K, 1.0f, vtx, K, y, P,
 			    0.0f, out->b, (blasint)r);
-		out->a = lr_shrink(mem, ux, ph.ux, 4 * q * r);
-		ux = NULL;
+		out->a = lr_shrink(mem, z, ph.z, 4 * q * r);
+		z = NULL;
 	}
 out:
 	lr_free(mem, vtx, ph.vtx);
-	lr_free(mem, ux, ph.ux);
 	lr_free(mem, qw, ph.qwork);
 	lr_free(mem, tau, ph.tau);
 	lr_free(mem, y, ph.y);
