@@ -36,6 +36,14 @@
  * Gaussian test matrix; it reads delta in place (no copy), its working
  * set is O((m + n) k).  It falls back to exact when that k reaches
  * min(m, n).  BLAS runs with the process's thread setting (core/blas.h).
+ *
+ * GPU (opts.cuda, randomized only): the products with delta and the QRs
+ * run on a CUDA device by cuBLAS and cuSOLVER, loaded at run time
+ * (lowrank_cuda.c); MK_EUNSUPPORTED, nothing done, when mk was built
+ * without CUDA, there is no device or the libraries cannot be loaded: the
+ * caller then runs the CPU path.  Exact with opts.cuda is MK_EUNSUPPORTED
+ * too (not implemented); a randomized call that falls back to exact runs
+ * it on the CPU.
  */
 #ifndef MK_EXTRACT_LOWRANK_H
 #define MK_EXTRACT_LOWRANK_H
@@ -54,6 +62,8 @@ struct mk_lowrank_opts {
 	unsigned oversample;     /* randomized: extra columns (MK_LOWRANK_OVERSAMPLE) */
 	unsigned power_iters;    /* randomized: subspace iterations (MK_LOWRANK_POWER_ITERS) */
 	uint64_t seed;           /* randomized: the Gaussian test matrix */
+	bool cuda;               /* randomized: its products and QRs on a CUDA device */
+	int cuda_device;         /* which (an ordinal) */
 };
 
 /* The randomized defaults (measured: randomized.c). */
@@ -80,7 +90,8 @@ struct mk_lowrank {
  * Errors: MK_EINVAL (bad options, a non-finite element: its row and
  * column are named), MK_ENOMEM, MK_EUNSUPPORTED (a dimension beyond
  * LAPACK's 32-bit integers), MK_EIO (LAPACK failed to converge: its info
- * code).  The message names no tensor: the caller prefixes it. */
+ * code; a CUDA call), MK_EUNSUPPORTED (opts.cuda without a usable
+ * device).  The message names no tensor: the caller prefixes it. */
 int mk_lowrank_factor(const float *delta, uint64_t m, uint64_t n, bool transpose,
 		      const struct mk_lowrank_opts *o, struct mk_lowrank *out, struct mk_err *err);
 

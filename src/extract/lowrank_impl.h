@@ -60,6 +60,14 @@ int lr_randomized(struct lr_mem *mem, const float *delta, uint64_t m, uint64_t n
 uint64_t lr_randomized_bytes(uint64_t m, uint64_t n, bool transpose, unsigned k,
 			     const struct mk_lowrank_opts *o);
 
+/* lowrank_cuda.c: lr_randomized's range finder on the device
+ * o->cuda_device, from Omega in z (q x k column-major): on return y holds
+ * Q (p x k) and z holds F^T Q (q x k), in host memory.  MK_EUNSUPPORTED
+ * (nothing done) without CUDA, a device, cuBLAS or cuSOLVER; MK_EIO when
+ * a call fails. */
+int lr_range_cuda(const float *delta, uint64_t m, uint64_t n, bool transpose, unsigned k,
+		  const struct mk_lowrank_opts *o, float *y, float *z, struct mk_err *err);
+
 /* rank.c: the rank the rules of lowrank.h allow among the ns singular
  * values s (descending); `total` is the sum of all s_i^2 (||F||_F^2);
  * `complete`: s holds every singular value (exact), else the energy rule

@@ -18,6 +18,9 @@
  * transpose flags: delta is never copied.  The cost: 2 + 2 power_iters
  * products of F with a k-column matrix, plus QRs and an SVD of q x k.
  *
+ * With opts.cuda the range finder (everything before the small SVD) runs
+ * on a CUDA device instead (lowrank_cuda.c), from the same Omega.
+ *
  * The defaults, MK_LOWRANK_OVERSAMPLE and MK_LOWRANK_POWER_ITERS, come
  * from measurements (test/tools/mk-lowrank-bench, two cores): see the
  * table at the end of this comment.
@@ -123,9 +126,11 @@ int lr_randomized(struct lr_mem *mem, const float *delta, uint64_t m, uint64_t n
 				  (unsigned long long)m, (unsigned long long)n, k);
 	z = lr_alloc(mem, ph.z);
 	y = lr_alloc(mem, ph.y);
-	tau = lr_alloc(mem, ph.tau);
-	qw = lr_alloc(mem, ph.qwork);
-	if (!z || !y || !tau || !qw) {
+	if (!o->cuda) {
+		tau = lr_alloc(mem, ph.tau);
+		qw = lr_alloc(mem, ph.qwork);
+	}
+	if (!z || !y || (!o->cuda && (!tau || !qw))) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory for a randomized SVD of a %llu x %llu delta",
 				(unsigned long long)m, (unsigned long long)n);
 		goto out;
@@ -134,23 +139,28 @@ int lr_randomized(struct lr_mem *mem, const float *delta, uint64_t m, uint64_t n
 	for (uint64_t e = 0; e < q * k; e++)      /* Omega, column-major q x k */
 		z[e] = (float)mk_rng_normal(stream, e);
 	const blasint ld = (blasint)n, P = (blasint)p, Q = (blasint)q, K = (blasint)k;
-	uint64_t lw = ph.qwork / 4;
 
-	cblas_sgemm(CblasColMajor, opf, CblasNoTrans, P, K, Q, 1.0f, delta, ld, z, Q, 0.0f, y, P);
-	if ((rc = orth(y, p, k, tau, qw, lw, err)))
-		goto out;
-	for (unsigned it = 0; it < o->power_iters; it++) {
-		cblas_sgemm(CblasColMajor, opt, CblasNoTrans, Q, K, P, 1.0f, delta, ld, y, P, 0.0f, z, Q);
-		if ((rc = orth(z, q, k, tau, qw, lw, err)))
+	if (o->cuda) {          /* the same steps on the device: Y = Q, Z = F^T Q */
+		if ((rc = lr_range_cuda(delta, m, n, transpose, k, o, y, z, err)))
 			goto out;
+	} else {
+		uint64_t lw = ph.qwork / 4;
 		cblas_sgemm(CblasColMajor, opf, CblasNoTrans, P, K, Q, 1.0f, delta, ld, z, Q, 0.0f, y, P);
 		if ((rc = orth(y, p, k, tau, qw, lw, err)))
 			goto out;
+		for (unsigned it = 0; it < o->power_iters; it++) {
+			cblas_sgemm(CblasColMajor, opt, CblasNoTrans, Q, K, P, 1.0f, delta, ld, y, P, 0.0f, z, Q);
+			if ((rc = orth(z, q, k, tau, qw, lw, err)))
+				goto out;
+			cblas_sgemm(CblasColMajor, opf, CblasNoTrans, P, K, Q, 1.0f, delta, ld, z, Q, 0.0f, y, P);
+			if ((rc = orth(y, p, k, tau, qw, lw, err)))
+				goto out;
+		}
+		lr_free(mem, qw, ph.qwork);
+		lr_free(mem, tau, ph.tau);
+		qw = tau = NULL;
+		cblas_sgemm(CblasColMajor, opt, CblasNoTrans, Q, K, P, 1.0f, delta, ld, y, P, 0.0f, z, Q);
 	}
-	lr_free(mem, qw, ph.qwork);
-	lr_free(mem, tau, ph.tau);
-	qw = tau = NULL;
-	cblas_sgemm(CblasColMajor, opt, CblasNoTrans, Q, K, P, 1.0f, delta, ld, y, P, 0.0f, z, Q);
 
 	out->s = lr_alloc(mem, ph.s);
 	if (!out->s) {

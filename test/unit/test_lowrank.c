@@ -605,6 +605,53 @@ static void test_errors(void **state)
 	free(f);
 }
 
+/* the GPU's range finder: the CPU's factors to float rounding where a
+ * device (and cuBLAS, cuSOLVER) is there; else MK_EUNSUPPORTED, nothing
+ * returned */
+static void test_cuda(void **state)
+{
+	const double alpha = 0.7;
+	uint64_t m = 300, n = 520;
+	double s[300];
+	for (int i = 0; i < 300; i++)
+		s[i] = pow(i + 1.0, -alpha);
+	float *f = planted(m, n, 300, s);
+	struct mk_lowrank_opts o = opts(24);
+	struct mk_lowrank cpu, gpu;
+	struct mk_err err = { 0 };
+
+	o.cuda = true;
+	assert_int_equal(mk_lowrank_factor(f, m, n, false, &o, &gpu, &err), -MK_EUNSUPPORTED);
+	assert_non_null(strstr(err.msg, "exact"));
+	o.randomized = true;
+	for (int tr = 0; tr < 2; tr++) {
+		o.cuda = false;
+		factor_ok(f, m, n, tr, &o, &cpu);
+		o.cuda = true;
+		int rc = mk_lowrank_factor(f, m, n, tr, &o, &gpu, &err);
+		if (rc == -MK_EUNSUPPORTED) {
+			print_message("no GPU path here: %s\n", err.msg);
+			assert_true(err.msg[0] != 0);
+			assert_null(gpu.a);
+			assert_int_equal(gpu.rank, 0);
+		} else {
+			if (rc)
+				fail_msg("GPU: %s", err.msg);
+			assert_true(gpu.randomized);
+			assert_int_equal(gpu.rank, cpu.rank);
+			double *pc = product(&cpu), *pg = product(&gpu), d = rel_dist(pg, pc, m * n);
+			print_message("GPU: B A %.2g from the CPU's, error %.6f vs %.6f\n", d, gpu.rel_error, cpu.rel_error);
+			assert_true(d < 1e-3);
+			assert_true(fabs(gpu.rel_error - cpu.rel_error) < 1e-4);
+			free(pc);
+			free(pg);
+		}
+		mk_lowrank_free(&gpu);
+		mk_lowrank_free(&cpu);
+	}
+	free(f);
+}
+
 /* ---- torch's factors, per mergekit's rule ----------------------------- */
 
 static const char *top(void)
@@ -685,6 +732,7 @@ int main(void)
 		cmocka_unit_test(test_randomized),
 		cmocka_unit_test(test_working_set),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_cuda),
 		cmocka_unit_test(test_torch),
 	};
 
