@@ -428,6 +428,7 @@ static int read_arrived(struct run *q, const void *data, struct mk_read_req *req
 		rc = mk__pf_lora_apply(&q->lw, p, q->models, q->fds, t, t->c.data, &t->c.data, err);
 		if (rc)
 			return rc;
+		t->c.dtype = mk__pf_lora_dtype(mk_plan_job_input(p->jobs[t->job], t->input));
 		(void)mk_dtype_nbytes(t->c.dtype, t->c.elem_count, &wb);
 		t->c.data_len = (size_t)wb;
 	}
@@ -493,6 +494,8 @@ static void run_free(struct run *q)
 	for (size_t k = 0; k < lw->nab; k++) {
 		free(lw->ab[k].a);
 		free(lw->ab[k].b);
+		free(lw->ab[k].fac);
+		free(lw->ab[k].bias);
 	}
 	free(lw->ab);
 	free(lw->w);

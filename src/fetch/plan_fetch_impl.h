@@ -86,12 +86,16 @@ struct tag {                     /* what an extent is */
 };
 
 /* A LoRA input's A and B (mk/plan.h), in float32, read whole when its job's
- * first chunk comes: r·(in + out) elements, small beside W. */
+ * first chunk comes: r·(in + out) elements, small beside W; DoRA's factor
+ * per output channel, or a bias: one vector of W's rows or columns. */
 struct lora_ab {
 	size_t job, input;
 	bool live;
 	float *a, *b;
 	uint64_t r, a1, b0;      /* A [r, a1], B [b0, r] */
+	float *fac;              /* DoRA: magnitude / norm per output channel
+				    (computed from the whole W first), or NULL */
+	float *bias;             /* lora_B's bias (a bias input), or NULL */
 };
 
 /* W + s·B·A for a chunk, in float32, rounded to W's dtype (mk-stream(5)):
@@ -187,6 +191,11 @@ int mk__pf_pass_held(struct mk_stream_writer *w, const struct spool *sp, const s
 int mk__pf_lora_check(const struct mk_manifest *head, struct mk_model **models, const struct mk_plan_job *jb,
 		      size_t i, const struct mk_plan_input *in, const struct mk_model_tensor **rep,
 		      struct mk_err *err);
+/* The dtype a LoRA input's chunks are sent in: the plan's "dtype", else W's. */
+static inline enum mk_dtype mk__pf_lora_dtype(const struct mk_plan_input *in)
+{
+	return in->lora->has_dtype ? in->lora->dtype : in->desc.dtype;
+}
 /* The chunk of a LoRA input made into what mk-fetch sends (*sent). */
 int mk__pf_lora_apply(struct lora_work *lw, const struct pf *p, struct mk_model **models, int **fds,
 		      const struct tag *t, const void *data, const void **sent, struct mk_err *err);

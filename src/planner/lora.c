@@ -24,6 +24,8 @@ void mk_lora_free(struct mk_lora *l)
 		free(l->v[i].a);
 		free(l->v[i].b);
 		free(l->v[i].replace);
+		free(l->v[i].magnitude);
+		free(l->v[i].bias);
 	}
 	free(l->v);
 	mk_model_free(l->m);
@@ -86,6 +88,30 @@ struct pair {                    /* one module's tensors, while reading */
 	bool embedding;
 };
 
+struct extra {                   /* a module's DoRA magnitude or lora_B bias */
+	char *module;
+	const struct mk_st_tensor *t;
+	const char *name;
+	bool bias;
+};
+
+/* PEFT names an lm_head tied to the input embedding by its own name; the
+ * checkpoint holds the embedding only (tie_word_embeddings).  The tensor a
+ * LoRA of "lm_head" then changes: the embedding, where the base lacks
+ * lm_head.weight and has one of the usual embedding names. */
+static const char *tied_target(const struct mk_model *base, const char *target)
+{
+	static const char *const emb[] = { "model.embed_tokens.weight", "transformer.wte.weight",
+					   "gpt_neox.embed_in.weight", NULL };
+
+	if (strcmp(target, "lm_head.weight") || mk_model_find(base, target))
+		return target;
+	for (size_t k = 0; emb[k]; k++)
+		if (mk_model_find(base, emb[k]))
+			return emb[k];
+	return target;
+}
+
 static struct pair *pair_of(struct pair **v, size_t *n, const char *module, size_t mlen, bool emb)
 {
 	for (size_t i = 0; i < *n; i++)
@@ -136,16 +162,11 @@ static int read_config(json_t *c, const char *name, struct mk_err *err)
 		return mk_err_set(err, MK_EUNSUPPORTED,
 				  "adapter '%s': peft_type %s is not supported: mk applies LoRA adapters only (peft_type LORA)",
 				  name, pt);
-	if (json_is_true(json_object_get(c, "use_dora")))
-		return mk_err_set(err, MK_EUNSUPPORTED,
-				  "adapter '%s': use_dora is true: DoRA adapters are not supported (only plain LoRA)", name);
 	v = json_object_get(c, "bias");
 	if (v && !json_is_null(v) && (!json_is_string(v) || strcmp(json_string_value(v), "none")))
 		return mk_err_set(err, MK_EUNSUPPORTED,
 				  "adapter '%s': bias is %s: adapters that train the base's biases are not supported (only bias \"none\")",
 				  name, json_is_string(v) ? json_string_value(v) : "not a string");
-	if (json_is_true(json_object_get(c, "lora_bias")))
-		return mk_err_set(err, MK_EUNSUPPORTED, "adapter '%s': lora_bias is true: a bias on lora_B is not supported", name);
 	static const char *const refused[] = { "layer_replication", "trainable_token_indices", "target_parameters",
 					       "alora_invocation_tokens", NULL };
 	for (size_t k = 0; refused[k]; k++) {
@@ -194,7 +215,8 @@ int mk_lora_open(const char *ref, const char *name, const struct mk_model *base,
 {
 	struct mk_lora *l = calloc(1, sizeof(*l));
 	struct pair *pairs = NULL;
-	size_t npairs = 0;
+	struct extra *extras = NULL;
+	size_t npairs = 0, nextras = 0;
 	json_t *c = NULL;
 	uint8_t *buf = NULL;
 	size_t len;
@@ -222,6 +244,7 @@ int mk_lora_open(const char *ref, const char *name, const struct mk_model *base,
 	double alpha0 = json_number_value(json_object_get(c, "lora_alpha"));
 	bool rslora = json_is_true(json_object_get(c, "use_rslora"));
 	bool fifo = json_is_true(json_object_get(c, "fan_in_fan_out"));
+	bool dora = json_is_true(json_object_get(c, "use_dora")), lbias = json_is_true(json_object_get(c, "lora_bias"));
 	json_t *rp = json_object_get(c, "rank_pattern"), *ap = json_object_get(c, "alpha_pattern");
 	json_t *mts = json_object_get(c, "modules_to_save");
 	if (json_is_string(mts)) {
@@ -275,10 +298,34 @@ int mk_lora_open(const char *ref, const char *name, const struct mk_model *base,
 			}
 			continue;
 		}
-		if ((at = strstr(rest, "lora_magnitude_vector"))) {
-			rc = mk_err_set(err, MK_EUNSUPPORTED, "adapter '%s': tensor '%s' is DoRA's magnitude: DoRA is not supported",
-					name, k);
-			goto out;
+		/* DoRA's magnitude and lora_B's bias: read as PEFT loads them,
+		 * only where the config makes the module have them (use_dora,
+		 * lora_bias); otherwise PEFT drops them (an unexpected key), and
+		 * so does mk (mergekit-extract-lora writes lora_B.bias without
+		 * lora_bias) */
+		bool mag = ends_with(rest, ".lora_magnitude_vector") || ends_with(rest, ".lora_magnitude_vector.weight"),
+		     lb = ends_with(rest, ".lora_B.bias");
+		if (mag || lb) {
+			if (!(mag ? dora : lbias))
+				continue;
+			at = strstr(rest, mag ? ".lora_magnitude_vector" : ".lora_B.bias");
+			struct extra *q = realloc(extras, (nextras + 1) * sizeof(*q));
+			if (!q || !(q[nextras].module = strndup(rest, (size_t)(at - rest)))) {
+				if (q)
+					extras = q;
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				goto out;
+			}
+			extras = q;
+			q[nextras].t = t;
+			q[nextras].name = k;
+			q[nextras++].bias = lb;
+			if (t->desc.ndim != 1 || !mk_dtype_is_float(t->desc.dtype)) {
+				rc = mk_err_set(err, MK_EFORMAT, "adapter '%s': tensor '%s' is %s %s, not a 1-dimensional float",
+						name, k, mk_dtype_name(t->desc.dtype), shape_str(&t->desc, s1, sizeof(s1)));
+				goto out;
+			}
+			continue;
 		}
 		if (strstr(rest, ".lora_")) {
 			rc = mk_err_set(err, MK_EUNSUPPORTED,
@@ -301,6 +348,22 @@ int mk_lora_open(const char *ref, const char *name, const struct mk_model *base,
 			rc = mk_err_set(err, MK_EFORMAT,
 					"adapter '%s': tensor '%s' is neither a LoRA weight nor of a module in modules_to_save", name, k);
 			goto out;
+		}
+		if (!target && !strcmp(rest, "lm_head.weight") && !mk_model_find(base, rest)) {
+			/* modules_to_save of a tied lm_head: PEFT's copy unties it */
+			rc = mk_err_set(err, MK_EUNSUPPORTED,
+					"adapter '%s': tensor '%s' (modules_to_save) replaces lm_head, which the base ties to its "
+					"input embedding (no lm_head.weight): untying it is not supported", name, k);
+			goto out;
+		}
+		if (target && strcmp(tied_target(base, target), target)) {
+			/* an embedding layer PEFT saved with a LoRA of a tied lm_head */
+			char *te = strdup(tied_target(base, target));
+			free(target);
+			if (!(target = te)) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				goto out;
+			}
 		}
 		const char *tname = target ? target : rest;
 		const struct mk_model_tensor *bt = mk_model_find(base, tname);
@@ -359,6 +422,15 @@ int mk_lora_open(const char *ref, const char *name, const struct mk_model *base,
 		bool tr = p->embedding || fifo;
 		uint64_t want0 = tr ? p->a->desc.shape[1] : p->b->desc.shape[0],
 			 want1 = tr ? p->b->desc.shape[0] : p->a->desc.shape[1];
+		const char *tt = tied_target(base, target);
+		if (tt != target) {
+			char *te = strdup(tt);
+			free(target);
+			if (!(target = te)) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				goto out;
+			}
+		}
 		const struct mk_model_tensor *bt = mk_model_find(base, target);
 		if (!bt || bt->t->desc.ndim != 2 || bt->t->desc.shape[0] != want0 || bt->t->desc.shape[1] != want1 ||
 		    !mk_dtype_is_float(bt->t->desc.dtype)) {
@@ -388,6 +460,84 @@ int mk_lora_open(const char *ref, const char *name, const struct mk_model *base,
 			goto out;
 		}
 	}
+	/* the magnitudes and biases onto their pairs' entries (all made above,
+	 * in pair order after the replacements) */
+	size_t first_pair = l->n - npairs;
+	for (size_t x = 0; x < nextras; x++) {
+		struct extra *q = &extras[x];
+		size_t i;
+		for (i = 0; i < npairs && strcmp(pairs[i].module, q->module); i++)
+			;
+		if (i == npairs) {
+			rc = mk_err_set(err, MK_EFORMAT, "adapter '%s': tensor '%s' belongs to module '%s', which has no lora_A/lora_B",
+					name, q->name, q->module);
+			goto out;
+		}
+		struct mk_lora_ent *e = &l->v[first_pair + i];
+		const struct mk_model_tensor *bt = mk_model_find(base, e->target);
+		if (!q->bias) {
+			/* one per output channel: W's rows, or its columns where
+			 * the delta is transposed (fan_in_fan_out, embeddings) */
+			uint64_t want = bt->t->desc.shape[e->transpose ? 1 : 0];
+			if (q->t->desc.shape[0] != want) {
+				rc = mk_err_set(err, MK_EMISMATCH,
+						"adapter '%s': DoRA magnitude '%s' has %llu elements, but '%s' %s has %llu output channels",
+						name, q->name, (unsigned long long)q->t->desc.shape[0], e->target,
+						shape_str(&bt->t->desc, s1, sizeof(s1)), (unsigned long long)want);
+				goto out;
+			}
+			if (e->magnitude) {
+				rc = mk_err_set(err, MK_EFORMAT, "adapter '%s': module '%s' has two DoRA magnitudes", name, q->module);
+				goto out;
+			}
+			if (!(e->magnitude = strdup(q->name))) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				goto out;
+			}
+			continue;
+		}
+		/* lora_B's bias: added to the base layer's bias, which PEFT
+		 * requires (its merge fails without one) */
+		char *bn = NULL;
+		if (e->embedding) {
+			rc = mk_err_set(err, MK_EUNSUPPORTED,
+					"adapter '%s': tensor '%s': lora_bias on an embedding layer (PEFT refuses it too)", name,
+					q->name);
+			goto out;
+		}
+		if (asprintf(&bn, "%.*s.bias", (int)(strlen(e->target) - strlen(".weight")), e->target) < 0) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			goto out;
+		}
+		const struct mk_model_tensor *bb = mk_model_find(base, bn);
+		if (!bb || bb->t->desc.ndim != 1 || bb->t->desc.shape[0] != q->t->desc.shape[0] ||
+		    !mk_dtype_is_float(bb->t->desc.dtype)) {
+			rc = bb ? mk_err_set(err, MK_EMISMATCH, "adapter '%s': tensor '%s' is %s, the base model's '%s' %s", name,
+					     q->name, shape_str(&q->t->desc, s1, sizeof(s1)), bn,
+					     shape_str(&bb->t->desc, s2, sizeof(s2))) :
+				  mk_err_set(err, MK_EUNSUPPORTED,
+					     "adapter '%s': lora_bias is true and the adapter has '%s', but the base model has no "
+					     "'%s': a LoRA bias merges only into a layer with a bias (PEFT's merge fails too)",
+					     name, q->name, bn);
+			free(bn);
+			goto out;
+		}
+		struct mk_lora_ent be = { .target = bn, .bias = strdup(q->name), .scale = e->scale };
+		if (!be.bias || add_ent(l, be)) {
+			free(be.target);
+			free(be.bias);
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			goto out;
+		}
+	}
+	if (dora)
+		for (size_t i = 0; i < npairs; i++)
+			if (!l->v[first_pair + i].magnitude) {
+				rc = mk_err_set(err, MK_EFORMAT,
+						"adapter '%s': use_dora is true but module '%s' has no lora_magnitude_vector", name,
+						pairs[i].module);
+				goto out;
+			}
 	qsort(l->v, l->n, sizeof(*l->v), cmp_ent);
 	/* a replaced base layer with a LoRA on it: one entry (W := saved, then
 	 * W + s·B·A); anything else twice is a mistake */
@@ -398,6 +548,11 @@ int mk_lora_open(const char *ref, const char *name, const struct mk_model *base,
 			if (!!q->a == !!e->a) {
 				rc = mk_err_set(err, MK_EFORMAT, "adapter '%s': '%s' is changed twice (%s)", name, e->target,
 						q->a ? "two LoRA pairs" : "two tensors replace it");
+				goto out;
+			}
+			if (q->bias || e->bias) {
+				rc = mk_err_set(err, MK_EUNSUPPORTED, "adapter '%s': '%s' is changed twice (a lora_B bias and a saved tensor)",
+						name, e->target);
 				goto out;
 			}
 			struct mk_lora_ent *lo = q->a ? q : e, *re = q->a ? e : q;
@@ -420,6 +575,9 @@ out:
 	for (size_t i = 0; i < npairs; i++)
 		free(pairs[i].module);
 	free(pairs);
+	for (size_t i = 0; i < nextras; i++)
+		free(extras[i].module);
+	free(extras);
 	json_decref(c);
 	free(buf);
 	free(path);

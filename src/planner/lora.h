@@ -14,6 +14,8 @@ struct mk_lora_ent {
 	char *target;                /* the base weight ("model.layers.0.self_attn.q_proj.weight") */
 	char *a, *b;                 /* LoRA: the adapter's A and B tensors; NULL: a replacement */
 	char *replace;               /* modules_to_save: the adapter's tensor that replaces it */
+	char *magnitude;             /* DoRA (use_dora): the module's lora_magnitude_vector */
+	char *bias;                  /* lora_bias: lora_B.bias, added to the target, a bias */
 	double scale;                /* alpha / r, or alpha / sqrt(r) with use_rslora */
 	bool transpose;              /* delta (B·A)ᵀ: fan_in_fan_out or an embedding */
 	bool embedding;              /* lora_embedding_A/B */
@@ -27,11 +29,14 @@ struct mk_lora {
 
 /* Open adapter `ref` (a directory or Hub repo with adapter_config.json and
  * adapter_model.safetensors or .bin) for base model `base` and check it
- * whole: a LoRA (not DoRA, not another PEFT type, no bias training),
- * every tensor a lora_A/lora_B (or lora_embedding_A/B) pair or a
- * modules_to_save weight, each pair of the rank its rank_pattern (or r)
- * says, mapping onto a 2-dimensional weight of the base of the right
- * shape.  `name` names the adapter in messages. */
+ * whole: a LoRA or DoRA (not another PEFT type, no bias training but
+ * lora_B's), every tensor a lora_A/lora_B (or lora_embedding_A/B) pair,
+ * its DoRA magnitude or lora_B bias, or a modules_to_save weight, each
+ * pair of the rank its rank_pattern (or r) says, mapping onto a
+ * 2-dimensional weight of the base of the right shape.  A LoRA of lm_head
+ * on a base whose lm_head is its tied input embedding (no lm_head.weight)
+ * changes the embedding, as PEFT's merge does.  `name` names the adapter
+ * in messages. */
 int mk_lora_open(const char *ref, const char *name, const struct mk_model *base, struct mk_lora **out,
 		 struct mk_err *err);
 /* The entry for base weight `target`, or NULL. */

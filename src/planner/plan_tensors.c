@@ -335,9 +335,11 @@ int plan_lora_copy(struct mk_plan_lora **dst, const struct mk_plan_lora *src)
 	if (!l)
 		return -1;
 	*l = *src;
-	l->a = l->b = l->replace = NULL;
+	l->a = l->b = l->replace = l->magnitude = l->bias = NULL;
 	return (src->a && !(l->a = strdup(src->a))) || (src->b && !(l->b = strdup(src->b))) ||
-	       (src->replace && !(l->replace = strdup(src->replace))) ? -1 : 0;
+	       (src->replace && !(l->replace = strdup(src->replace))) ||
+	       (src->magnitude && !(l->magnitude = strdup(src->magnitude))) ||
+	       (src->bias && !(l->bias = strdup(src->bias))) ? -1 : 0;
 }
 
 /* A whole-tensor method must fit the merge budget: every input and the
@@ -422,8 +424,13 @@ static int tplan_job_inputs(struct tplan *t, struct mk_err *err)
 		const struct mk_lora_ent *le = t->lora[i];
 		if (le) {
 			const struct pmodel *pm = &t->p->models[pi->model];
+			/* --lora-merge-dtype: computed in it, as mergekit's copy
+			 * of the model loaded in it */
 			struct mk_plan_lora l = { .model = pm->lora_index, .a = le->a, .b = le->b, .replace = le->replace,
-						  .scale = le->scale, .transpose = le->transpose, .embedding = le->embedding };
+						  .magnitude = le->magnitude, .bias = le->bias, .scale = le->scale,
+						  .transpose = le->transpose, .embedding = le->embedding,
+						  .has_dtype = t->p->o->has_lora_dtype,
+						  .dtype = t->p->o->has_lora_dtype ? t->p->o->lora_dtype : pi->desc.dtype };
 			if (plan_lora_copy(&pi->lora, &l))
 				return mk_err_set(err, MK_ENOMEM, "out of memory");
 		}

@@ -103,9 +103,12 @@ int mk_plan_explain(const struct mk_plan *p, char **out, struct mk_err *err)
 				snprintf(asm_, sizeof(asm_), " (%s of %zu tensors)", j->inputs[i].assembly, j->inputs[i].nsources);
 			const struct mk_plan_lora *lo = j->inputs[i].lora;
 			if (lo) {
-				char d[64] = "";
+				char d[96] = "";
 				if (lo->a)
-					snprintf(d, sizeof(d), lo->transpose ? " + %.6g·(B·A)ᵀ" : " + %.6g·B·A", lo->scale);
+					snprintf(d, sizeof(d), lo->transpose ? " + %.6g·(B·A)ᵀ%s" : " + %.6g·B·A%s", lo->scale,
+						 lo->magnitude ? lo->transpose ? ", DoRA (columns' norms)" : ", DoRA (rows' norms)" : "");
+				else if (lo->bias)
+					snprintf(d, sizeof(d), " + %.6g·lora_B.bias", lo->scale);
 				snprintf(asm_, sizeof(asm_), "%s%s%.400s%s", lo->replace ? " (the adapter's " : "",
 					 lo->replace ? lo->replace : "", lo->replace ? ")" : "", d);
 			}

@@ -54,9 +54,11 @@ int mk_chunk_check_input(const struct mk_plan_job *j, const struct mk_chunk *c, 
 	if (!in || c->pass >= j->sends)
 		return mk_err_set(err, MK_EFORMAT, "INPT: input %u pass %u does not fit job %u (%zu inputs, %u sends)",
 				  c->input, c->pass, j->id, j->ninputs + (j->vocab ? j->vocab->naux : 0), j->sends);
-	if (c->dtype != in->desc.dtype)
+	/* a LoRA input with a dtype is sent in it (mk/plan.h) */
+	enum mk_dtype want = in->lora && in->lora->has_dtype ? in->lora->dtype : in->desc.dtype;
+	if (c->dtype != want)
 		return mk_err_set(err, MK_EFORMAT, "INPT: job %u input %u is %s, chunk is %s", j->id, c->input,
-				  mk_dtype_name(in->desc.dtype), mk_dtype_name(c->dtype));
+				  mk_dtype_name(want), mk_dtype_name(c->dtype));
 	snprintf(what, sizeof(what), "INPT: job %u input %u", j->id, c->input);
 	uint64_t rl = mk_shape_row_len(in->desc.ndim, in->desc.shape);
 	if (j->vocab) {

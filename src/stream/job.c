@@ -20,43 +20,59 @@ static void input_clear(struct mk_plan_input *in)
 		free(in->lora->replace);
 		free(in->lora->a);
 		free(in->lora->b);
+		free(in->lora->magnitude);
+		free(in->lora->bias);
 		free(in->lora);
 	}
 }
 
 /* An input's "lora" (mk_plan_lora): an adapter model of the table (not
- * the input's own model); A and B with a finite scale, over a
- * 2-dimensional stored tensor, and/or the tensor that replaces W; no
- * assembly with it. */
+ * the input's own model); A and B with a finite scale (and a magnitude)
+ * over a 2-dimensional stored tensor, and/or the tensor that replaces W;
+ * or a bias with a finite scale over a 1-dimensional one; a float dtype;
+ * no assembly with it. */
 static int decode_lora(json_t *v, struct mk_plan_input *in, uint32_t id, size_t i, const struct mk_manifest *head,
 		       struct mk_err *err)
 {
 	json_t *l = json_object_get(v, "lora"), *sc;
-	const char *a, *b, *rp;
+	const char *a, *b, *rp, *mg, *bi, *dt;
 	uint64_t u;
 	bool tr = false, emb = false;
+	enum mk_dtype d = MK_DT_F32;
 
 	if (!l)
 		return 0;
 	a = sj_str(l, "a");
 	b = sj_str(l, "b");
 	rp = sj_str(l, "replace");
+	mg = sj_str(l, "magnitude");
+	bi = sj_str(l, "bias");
+	dt = sj_str(l, "dtype");
 	sc = json_object_get(l, "scale");
-	if (!json_is_object(l) || sj_u64(json_object_get(l, "model"), &u) || !a != !b || (!a && !rp) ||
-	    (json_object_get(l, "replace") && !rp) || (a && (!json_is_number(sc) || !isfinite(json_number_value(sc)))) ||
+	bool scaled = a || bi;
+	if (!json_is_object(l) || sj_u64(json_object_get(l, "model"), &u) || !a != !b || (!a && !rp && !bi) ||
+	    (bi && (a || rp || mg || in->desc.ndim != 1)) || (mg && !a) ||
+	    (json_object_get(l, "replace") && !rp) || (json_object_get(l, "magnitude") && !mg) ||
+	    (json_object_get(l, "bias") && !bi) ||
+	    (json_object_get(l, "dtype") && (!dt || mk_dtype_from_name(dt, &d) || !mk_dtype_is_float(d))) ||
+	    (scaled && (!json_is_number(sc) || !isfinite(json_number_value(sc)))) ||
 	    sj_opt_bool(l, "transpose", &tr) || sj_opt_bool(l, "embedding", &emb) || (a && in->desc.ndim != 2) ||
 	    in->nsources || u == in->model || (head && u >= head->nmodels) || (head && !head->models[u].adapter))
 		return mk_err_set(err, MK_EFORMAT,
 				  "JOB %u: input %zu: bad \"lora\" (an adapter model of the table; \"a\", \"b\" and a finite "
-				  "\"scale\" over a 2-dimensional stored tensor, and/or \"replace\")",
+				  "\"scale\" over a 2-dimensional stored tensor, and/or \"replace\"; or \"bias\" and a finite "
+				  "\"scale\" over a 1-dimensional one; a float \"dtype\")",
 				  id, i);
 	if (!(in->lora = calloc(1, sizeof(*in->lora))) || (a && !(in->lora->a = strdup(a))) ||
-	    (b && !(in->lora->b = strdup(b))) || (rp && !(in->lora->replace = strdup(rp))))
+	    (b && !(in->lora->b = strdup(b))) || (rp && !(in->lora->replace = strdup(rp))) ||
+	    (mg && !(in->lora->magnitude = strdup(mg))) || (bi && !(in->lora->bias = strdup(bi))))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	in->lora->model = (size_t)u;
-	in->lora->scale = a ? json_number_value(sc) : 0.0;
+	in->lora->scale = scaled ? json_number_value(sc) : 0.0;
 	in->lora->transpose = tr;
 	in->lora->embedding = emb;
+	in->lora->has_dtype = dt != NULL;
+	in->lora->dtype = dt ? d : in->desc.dtype;
 	return 0;
 }
 
@@ -550,8 +566,16 @@ static json_t *input_json(const struct mk_plan_input *in, bool runs)
 			if (l->embedding)
 				json_object_set_new(lo, "embedding", json_true());
 		}
+		if (lo && l->magnitude)
+			json_object_set_new(lo, "magnitude", json_string(l->magnitude));
+		if (lo && l->bias) {
+			json_object_set_new(lo, "bias", json_string(l->bias));
+			json_object_set_new(lo, "scale", json_real(l->scale));
+		}
 		if (lo && l->replace)
 			json_object_set_new(lo, "replace", json_string(l->replace));
+		if (lo && l->has_dtype)
+			json_object_set_new(lo, "dtype", json_string(mk_dtype_name(l->dtype)));
 		json_object_set_new(e, "lora", lo);
 	}
 	if (e && runs) {

@@ -67,10 +67,18 @@ struct mk_plan_input {
 	 * at a time and rounded to W's dtype (embedding: the delta rounded to
 	 * it first, then added), so mk-merge sees ordinary rows.  A
 	 * ([r, in]) and B ([out, r]) are tensors of model K of the table, an
-	 * adapter.  Or "lora": {"model": K, "replace": NAME} (a
+	 * adapter.  "magnitude": NAME (DoRA): the sum's output channels
+	 * (rows; transpose: columns) are scaled by NAME[c] / ‖channel c of
+	 * W + S·B·A‖₂, the norms taken over the whole weight first (no
+	 * rounding of an embedding's delta then).  Or "lora": {"model": K,
+	 * "bias": NAME, "scale": S} over a 1-dimensional W (lora_B's bias):
+	 * W + S·NAME.  Or "lora": {"model": K, "replace": NAME} (a
 	 * modules_to_save weight): model K's tensor NAME, of W's shape, sent
-	 * in W's place, rounded to W's dtype.  NULL: the stored tensor as it
-	 * is. */
+	 * in W's place, rounded to W's dtype.  "dtype": D (any form;
+	 * --lora-merge-dtype): W is taken as D first and the result is sent
+	 * in D (its INPT chunks are D, not W's stored dtype), as a copy of
+	 * the model loaded in D would be merged.  NULL: the stored tensor as
+	 * it is. */
 	struct mk_plan_lora *lora;
 };
 
@@ -78,7 +86,11 @@ struct mk_plan_lora {
 	size_t model;                 /* the adapter, in the plan's model table */
 	char *a, *b;                  /* lora_A / lora_B tensor names in it */
 	char *replace;                /* or the tensor that replaces W (a, b NULL) */
+	char *magnitude;              /* DoRA's magnitude vector (with a, b), or NULL */
+	char *bias;                   /* or lora_B's bias added to a bias W (a, b NULL) */
 	double scale;                 /* lora_alpha / r (or / sqrt(r): rslora) */
+	bool has_dtype;               /* dtype: computed and sent in it (else W's) */
+	enum mk_dtype dtype;
 	bool transpose;               /* the delta is (B·A)ᵀ */
 	bool embedding;               /* an embedding's: the delta rounded to W's dtype first */
 };

@@ -90,8 +90,9 @@ refuse() {   # refuse 'message' generator-options...
 	[ ! -s pb.plan ] || fail "a plan was written despite '$msg'"
 }
 refuse "peft_type IA3 is not supported" --peft-type IA3
-refuse "DoRA adapters are not supported" --dora
-refuse "lora_bias is true: a bias on lora_B is not supported" --lora-bias
+# (DoRA and lora_bias are applied: test/cli/lora-peft.sh; these are broken)
+refuse "use_dora is true but module 'model.layers.1.mlp.down_proj' has no lora_magnitude_vector" --dora --targets down_proj
+refuse "but the base model has no 'model.layers.0.self_attn.q_proj.bias'" --lora-bias
 refuse "adapters that train the base's biases are not supported" --bias all
 refuse "not of convolutions" --conv
 refuse "but its rank is 5 (r)" --bad-rank
