@@ -44,6 +44,13 @@
  * caller then runs the CPU path.  Exact with opts.cuda is MK_EUNSUPPORTED
  * too (not implemented); a randomized call that falls back to exact runs
  * it on the CPU.
+ *
+ * Calls share no state (the GPU libraries' one-time loading aside): any
+ * number may run at once on different threads, each then best with BLAS
+ * on one thread (mk__blas_one_thread), or one at a time with BLAS's.
+ *
+ * The caller forms delta as mergekit does: FT - BASE in the tensors' own
+ * dtype (bf16 rounding included), then widened to float32.
  */
 #ifndef MK_EXTRACT_LOWRANK_H
 #define MK_EXTRACT_LOWRANK_H

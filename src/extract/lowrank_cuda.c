@@ -100,6 +100,14 @@ static void load(void)
 #undef SYM
 }
 
+/* The handles of this thread, for its device: made at its first call
+ * (cublasCreate costs tens of milliseconds, once per weight would add
+ * up), kept for the thread's life. */
+static __thread struct {
+	void *blas, *dn;
+	int device;
+} tl;
+
 struct gpu {
 	void *blas, *dn;
 	float *d, *y, *z, *tau, *work;
@@ -140,8 +148,10 @@ int lr_range_cuda(const float *delta, uint64_t m, uint64_t n, bool transpose, un
 	pthread_once(&load_once, load);
 	if (!L.sgemm)
 		return mk_err_set(err, MK_EUNSUPPORTED, "no randomized SVD on the GPU: %s", L.why);
-	if (cudaGetDeviceCount(&ndev) || ndev <= o->cuda_device || o->cuda_device < 0)
-		return mk_err_set(err, MK_EUNSUPPORTED, "no CUDA device %d (%d found)", o->cuda_device, ndev);
+	int e = cudaGetDeviceCount(&ndev);
+	if (e || ndev <= o->cuda_device || o->cuda_device < 0)
+		return mk_err_set(err, MK_EUNSUPPORTED, "no CUDA device %d (%d found%s%s)", o->cuda_device,
+				  e ? 0 : ndev, e ? ": " : "", e ? cudaGetErrorString(e) : "");
 
 	uint64_t p = transpose ? n : m, q = transpose ? m : n;
 	const int P = (int)p, Q = (int)q, K = (int)k, ld = (int)n;
@@ -151,9 +161,19 @@ int lr_range_cuda(const float *delta, uint64_t m, uint64_t n, bool transpose, un
 
 	if ((rc = cu(cudaSetDevice(o->cuda_device), "cudaSetDevice", err)))
 		return rc;
-	if ((rc = lib(L.blas_create(&g.blas), "cublasCreate", err)) ||
-	    (rc = lib(L.dn_create(&g.dn), "cusolverDnCreate", err)))
-		goto out;
+	if ((tl.blas || tl.dn) && tl.device != o->cuda_device) {
+		if (tl.dn)
+			L.dn_destroy(tl.dn);
+		if (tl.blas)
+			L.blas_destroy(tl.blas);
+		tl.blas = tl.dn = NULL;
+	}
+	tl.device = o->cuda_device;
+	if ((!tl.blas && (rc = lib(L.blas_create(&tl.blas), "cublasCreate", err))) ||
+	    (!tl.dn && (rc = lib(L.dn_create(&tl.dn), "cusolverDnCreate", err))))
+		return rc;
+	g.blas = tl.blas;
+	g.dn = tl.dn;
 	if ((rc = cu(cudaMalloc((void **)&g.d, 4 * m * n), "cudaMalloc (delta)", err)) ||
 	    (rc = cu(cudaMalloc((void **)&g.y, 4 * p * k), "cudaMalloc (Y)", err)) ||
 	    (rc = cu(cudaMalloc((void **)&g.z, 4 * q * k), "cudaMalloc (Z)", err)) ||
@@ -197,10 +217,6 @@ out:
 	cudaFree(g.z);
 	cudaFree(g.y);
 	cudaFree(g.d);
-	if (g.dn)
-		L.dn_destroy(g.dn);
-	if (g.blas)
-		L.blas_destroy(g.blas);
 	return rc;
 }
 

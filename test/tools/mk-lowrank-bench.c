@@ -3,7 +3,7 @@
  * same rank and the time of each, to choose the randomized defaults.
  *
  *   mk-lowrank-bench [-m M] [-n N] [-t decay|noise] [-a ALPHA]
- *                    [-r R,R..] [-o P,P..] [-q Q,Q..] [-x]
+ *                    [-r R,R..] [-o P,P..] [-q Q,Q..] [-x] [-g]
  *
  * decay: F = U diag(i^-ALPHA) V^T with U, V random orthonormal, full
  * rank (a fine-tune delta's slowly decaying spectrum; ALPHA default 0.5);
@@ -11,7 +11,7 @@
  * noise whose largest singular value is about a tenth of the signal's.
  * The exact SVD runs once (-x: skip it), at the largest R; its error at
  * each R is the tail of its spectrum.  Each randomized run is one call
- * with max_rank R, oversample P, power_iters Q.  Prints one line per
+ * with max_rank R, oversample P, power_iters Q; -g: on the GPU (opts.cuda).  Prints one line per
  * run: size, kind, R, P, Q, errors, ratio, seconds, speedup.  Wall
  * times; BLAS on its default threads.
  */
@@ -76,9 +76,9 @@ int main(int argc, char **argv)
 	const char *kind = "decay";
 	double alpha = 0.5;
 	unsigned ranks[8] = { 16, 64, 128 }, os[8] = { 8, 16, 32 }, qs[8] = { 0, 1, 2, 3 };
-	int nr = 3, no = 3, nq = 4, skip_exact = 0, c;
+	int nr = 3, no = 3, nq = 4, skip_exact = 0, gpu = 0, c;
 
-	while ((c = getopt(argc, argv, "m:n:t:a:r:o:q:x")) != -1)
+	while ((c = getopt(argc, argv, "m:n:t:a:r:o:q:xg")) != -1)
 		switch (c) {
 		case 'm': m = strtoull(optarg, NULL, 10); break;
 		case 'n': n = strtoull(optarg, NULL, 10); break;
@@ -88,8 +88,9 @@ int main(int argc, char **argv)
 		case 'o': no = parse_list(optarg, os, 8); break;
 		case 'q': nq = parse_list(optarg, qs, 8); break;
 		case 'x': skip_exact = 1; break;
+		case 'g': gpu = 1; break;
 		default:
-			fprintf(stderr, "usage: mk-lowrank-bench [-m M] [-n N] [-t decay|noise] [-a ALPHA] [-r R,..] [-o P,..] [-q Q,..] [-x]\n");
+			fprintf(stderr, "usage: mk-lowrank-bench [-m M] [-n N] [-t decay|noise] [-a ALPHA] [-r R,..] [-o P,..] [-q Q,..] [-x] [-g]\n");
 			return 2;
 		}
 	uint64_t mn = m < n ? m : n;
@@ -152,6 +153,7 @@ int main(int argc, char **argv)
 				o.oversample = os[b];
 				o.power_iters = qs[q];
 				o.seed = 42;
+				o.cuda = gpu;
 				t0 = now();
 				if (mk_lowrank_factor(f, m, n, false, &o, &rr, &err)) {
 					fprintf(stderr, "randomized: %s\n", err.msg);
