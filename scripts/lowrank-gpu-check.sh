@@ -1,5 +1,5 @@
 #!/bin/sh
-# lowrank-gpu-check.sh [BUILD] - the GPU check of src/extract's randomized
+# lowrank-gpu-check.sh [BUILD] - the GPU check of src/methods (lowrank*)'s randomized
 # SVD, on a machine with a CUDA device, cuBLAS and cuSOLVER, after
 #   make -j"$(nproc)" BUILD=BUILD all BUILD/test/test_lowrank
 # (BUILD default build; with scripts/gpu-check.sh's carried libraries,

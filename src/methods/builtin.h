@@ -29,4 +29,10 @@ extern const struct mk_method mk_method_sce;
 extern const struct mk_method mk_method_ram;
 extern const struct mk_method mk_method_ramplus_tl;
 
+/* Unlisted: found by name (mk_method_find), not counted or listed, not
+ * suggested for a misspelt name; their names are taken.  A tool's
+ * methods, which its plans name and merge configurations cannot (they
+ * make several outputs a job): mk-extract-lora's, in lora_extract.c. */
+extern const struct mk_method mk_method_lora_extract;
+
 #endif

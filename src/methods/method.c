@@ -44,6 +44,18 @@ static const struct mk_method *const builtins[] = {
 	&mk_method_sce,
 };
 
+static const struct mk_method *const unlisted[] = {
+	&mk_method_lora_extract,
+};
+
+static const struct mk_method *find_unlisted(const char *name)
+{
+	for (size_t i = 0; i < sizeof(unlisted) / sizeof(unlisted[0]); i++)
+		if (!strcmp(unlisted[i]->name, name))
+			return unlisted[i];
+	return NULL;
+}
+
 static int do_register(const struct mk_method *m, struct mk_err *err);
 
 static bool builtins_short;   /* out of memory while registering them */
@@ -152,6 +164,8 @@ static int do_register(const struct mk_method *m, struct mk_err *err)
 		if (!strcmp(reg[i]->name, m->name))
 			return mk_err_set(err, MK_EEXIST, "merge method '%s' is already registered",
 					  m->name);
+	if (find_unlisted(m->name))
+		return mk_err_set(err, MK_EEXIST, "'%s' is the name of one of libmk's own methods", m->name);
 	if (nreg == capreg) {
 		size_t cap = capreg ? capreg * 2 : 16;
 		const struct mk_method **p = realloc(reg, cap * sizeof(*reg));
@@ -178,7 +192,7 @@ const struct mk_method *mk_method_find(const char *name)
 	for (size_t i = 0; i < nreg; i++)
 		if (!strcmp(reg[i]->name, name))
 			return reg[i];
-	return NULL;
+	return find_unlisted(name);
 }
 
 size_t mk_method_count(void)

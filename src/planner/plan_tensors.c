@@ -292,7 +292,12 @@ static int tplan_output_rule(struct tplan *t)
 				  .ninputs = t->check_equal ? 1 : t->n, .base = t->check_equal ? -1 : t->base,
 				  .in = t->in, .labels = t->labels, .global = t->graw, .input = t->iraw };
 
-	if (!mk_method_plan(t->m, &jd, &t->po, t->gres, t->ires, t->used, &t->e)) {
+	int prc = mk_method_plan(t->m, &jd, &t->po, t->gres, t->ires, t->used, &t->e);
+	if (!prc && t->po.nmore)   /* a tool's kind of method (mk/method.h): one output a weight here */
+		prc = mk_err_set(&t->e, MK_EUNSUPPORTED,
+				 "method '%s', tensor '%s': it makes %u tensors of one weight, which a merge cannot place",
+				 t->m->name, name, t->po.nmore + 1);
+	if (!prc) {
 		struct mk_plan_out ps;
 		note_base_copy(t);
 		/* the passes with a spare one offered (tplan_sends takes it for

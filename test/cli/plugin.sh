@@ -62,3 +62,38 @@ expect_fail 1 "plugin ./open.so: writable by group or others" mk-plan --plugin .
 # an executable, not a shared object
 printf 'int main(void) { return 0; }\n' > prog.c && "$cc" -no-pie -o prog.so prog.c
 expect_fail 1 "plugin ./prog.so: an ELF object, but not a shared object" mk-plan --plugin ./prog.so wa.yml
+# a method with several outputs a job (a tool's kind): a merge configuration
+# cannot place them, nor name libmk's own (mk-extract-lora's lora_extract)
+cat > multi.c <<'C'
+#include "mk/method.h"
+static int out(const struct mk_method *m, const struct mk_job_desc *d, struct mk_plan_out *po, bool *used,
+	       struct mk_err *err)
+{
+	po->out = d->in[0];
+	po->nmore = 1;
+	po->more[0] = d->in[0];
+	return 0;
+}
+static unsigned passes(const struct mk_method *m, const struct mk_job_desc *d, const bool *used) { return 1; }
+static int acc(struct mk_job *j, unsigned p, const struct mk_job_chunk *c, struct mk_err *e) { return 0; }
+static int fin(struct mk_job *j, unsigned p, struct mk_err *e) { return 0; }
+static int app(struct mk_job *j, const struct mk_job_chunk *c, void *o, struct mk_err *e) { return 0; }
+static const struct mk_method two = { .abi = MK_METHOD_ABI, .name = "two_outputs", .pretty_name = "two",
+	.contract = { .base = MK_BASE_IGNORED, .min_inputs = 1, .max_inputs = MK_ARITY_ANY, .max_non_base = MK_ARITY_ANY },
+	.output = out, .npasses = passes, .accumulate = acc, .finish = fin, .apply = app };
+static const struct mk_method *const list[] = { &two };
+int mk_plugin_init(uint32_t abi, const struct mk_method *const **m, size_t *n)
+{
+	*m = list;
+	*n = 1;
+	return abi == MK_METHOD_ABI ? 0 : -1;
+}
+C
+"$cc" -O2 -fPIC -shared -I"$MK_TOP/include" -o multi.so multi.c
+sed 's/merge_method: weighted_average/merge_method: two_outputs/' wa.yml > two.yml
+grep -q two_outputs two.yml || fail "two.yml names no two_outputs"
+expect_fail 1 "it makes 2 tensors of one weight, which a merge cannot place" mk-plan --plugin ./multi.so -o /dev/null two.yml
+sed 's/merge_method: weighted_average/merge_method: lora_extract/' wa.yml > le.yml
+expect_fail 1 "'lora_extract' is one of libmk's own methods" mk-plan -o /dev/null le.yml
+mk-merge --list-methods | grep -q lora_extract && fail "--list-methods lists an unlisted method"
+echo "plugin: two plugins, refusals, and methods a merge cannot name checked"

@@ -1,5 +1,5 @@
 /* mk-lowrank-bench - randomized against exact truncated SVD
- * (src/extract/lowrank.h) on planted matrices: the error ratio at the
+ * (src/methods/lowrank.h) on planted matrices: the error ratio at the
  * same rank and the time of each, to choose the randomized defaults.
  *
  *   mk-lowrank-bench [-m M] [-n N] [-t decay|noise] [-a ALPHA]
@@ -21,7 +21,7 @@
 #include <string.h>
 #include <cblas.h>
 #include <unistd.h>
-#include "extract/lowrank_impl.h"
+#include "methods/lowrank_impl.h"
 #include "bench_util.h"
 
 static double gauss(void)

@@ -1,4 +1,4 @@
-/* test_lowrank.c - src/extract's truncated SVD (extract/lowrank.h): exact
+/* test_lowrank.c - src/methods (lowrank*)'s truncated SVD (methods/lowrank.h): exact
  * reconstruction of planted low-rank matrices, agreement with an
  * independent SVD (one-sided Jacobi in double, here) and with torch's
  * factors per mergekit's rule (testdata/lowrank), the rank rules, the
@@ -22,7 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 #include <cblas.h>
-#include "extract/lowrank_impl.h"
+#include "methods/lowrank_impl.h"
 
 /* ---- inputs ---------------------------------------------------------- */
 

@@ -1,6 +1,6 @@
-/* lowrank_impl.h - what the files of src/extract share: the LAPACK
+/* lowrank_impl.h - what the files of src/methods (lowrank*) share: the LAPACK
  * routines they call, the allocation ledger behind peak_bytes and
- * mk_lowrank_working_set, and each file's entry.  Private to src/extract.
+ * mk_lowrank_working_set, and each file's entry.  Private to src/methods (lowrank*).
  *
  * LAPACK's Fortran interface as OpenBLAS exports it (libopenblas carries
  * LAPACK; mk links nothing more): 32-bit integers (Debian's OpenBLAS is
@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "extract/lowrank.h"
+#include "methods/lowrank.h"
 
 void sgesdd_(const char *jobz, const int *m, const int *n, float *a, const int *lda, float *s,
 	     float *u, const int *ldu, float *vt, const int *ldvt, float *work, const int *lwork,
