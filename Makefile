@@ -210,8 +210,10 @@ build-fuzz/%: test/fuzz/%.c $(wildcard test/fuzz/*.h) $(LIB_SRC) build-fuzz/cxx.
 # Requires.private are what a program linking libmk.a needs
 # (pkg-config --static); libmk.so carries them itself.  ICU goes in
 # Libs.private, followed by -lstdc++: its static libicuuc is C++ and
-# icu-uc.pc does not say so.
-MK_PC_PRIVATE := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++ )-lopenblas -lpthread -ldl -lm \
+# icu-uc.pc does not say so.  OpenBLAS's static LAPACK (the SVD of
+# mk-extract-lora's engine) is Fortran: -lgfortran and its -lquadmath
+# after it (make deps installs gfortran for them).
+MK_PC_PRIVATE := $(if $(HAVE_CUDA),-L$(CUDA_HOME)/lib64 -lcudart_static -lrt -lstdc++ )-lopenblas -lgfortran -lquadmath -lpthread -ldl -lm \
 		 -licuuc -licudata -lstdc++ -lpthread -lm
 mk_pc = printf '%s\n' 'prefix=$(1)' 'libdir=$(2)' 'includedir=$(3)' '' \
 	  'Name: mk' 'Description: model merging for large language models (libmk)' 'Version: $(VERSION)' \

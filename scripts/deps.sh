@@ -5,7 +5,7 @@
 set -eu
 need=""
 for p in build-essential pkg-config libyaml-dev libzstd-dev liburing-dev \
-         libopenblas-dev libjansson-dev libpcre2-dev libicu-dev libcurl4-openssl-dev libcmocka-dev libsentencepiece-dev clang libclang-rt-14-dev bc \
+         libopenblas-dev gfortran libjansson-dev libpcre2-dev libicu-dev libcurl4-openssl-dev libcmocka-dev libsentencepiece-dev clang libclang-rt-14-dev bc \
          netcat-openbsd python3-pytest python3-numpy python3-venv python3-pip python3-setuptools python3-wheel; do
 	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
 		need="$need $p"
