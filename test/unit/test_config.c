@@ -7,6 +7,7 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include "top.h"
 
 #include <libgen.h>
 #include <limits.h>
@@ -20,33 +21,9 @@
 
 /* ------------------------------------------------------------- helpers */
 
-/* The repository root: $MK_TOP, else two levels above BUILD/test/test_config,
- * else the current directory or one of its parents. */
 static const char *top(void)
 {
-	static char dir[PATH_MAX - 256];
-	char exe[PATH_MAX], probe[PATH_MAX];
-	const char *cand[5] = { getenv("MK_TOP"), NULL, ".", "..", "../.." };
-	ssize_t n;
-
-	if (dir[0])
-		return dir;
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n > 0) {
-		exe[n] = '\0';
-		cand[1] = dirname(dirname(dirname(exe)));
-	}
-	for (size_t i = 0; i < 5; i++) {
-		if (!cand[i])
-			continue;
-		snprintf(probe, sizeof(probe), "%s/testdata/configs/linear.yml", cand[i]);
-		if (access(probe, R_OK) == 0) {
-			snprintf(dir, sizeof(dir), "%s", cand[i]);
-			return dir;
-		}
-	}
-	fail_msg("cannot find testdata/configs (set MK_TOP to the repository root)");
-	return NULL;
+	return test_top("testdata/configs/linear.yml");
 }
 
 static char *slurp(const char *rel, size_t *len)

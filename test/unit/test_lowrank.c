@@ -13,6 +13,7 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include "top.h"
 
 #include <libgen.h>
 #include <limits.h>
@@ -656,29 +657,7 @@ static void test_cuda(void **state)
 
 static const char *top(void)
 {
-	static char dir[PATH_MAX - 256];
-	char exe[PATH_MAX], probe[PATH_MAX];
-	const char *cand[5] = { getenv("MK_TOP"), NULL, ".", "..", "../.." };
-	ssize_t n;
-
-	if (dir[0])
-		return dir;
-	n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n > 0) {
-		exe[n] = '\0';
-		cand[1] = dirname(dirname(dirname(exe)));
-	}
-	for (size_t i = 0; i < 5; i++) {
-		if (!cand[i])
-			continue;
-		snprintf(probe, sizeof(probe), "%s/testdata/lowrank/cases.txt", cand[i]);
-		if (access(probe, R_OK) == 0) {
-			snprintf(dir, sizeof(dir), "%s", cand[i]);
-			return dir;
-		}
-	}
-	fail_msg("cannot find testdata/lowrank (set MK_TOP to the repository root)");
-	return NULL;
+	return test_top("testdata/lowrank/cases.txt");
 }
 
 static void test_torch(void **state)
