@@ -19,6 +19,8 @@ static void usage(void)
 	       "\n"
 	       "  -i, --input FILE         read the stream from FILE ('-': standard input, the default)\n"
 	       "      --out-shard-size SIZE  shard size in bytes: 5B (default), 200K, 2G, 64MiB...\n"
+	       "      --basename NAME      the weight files' name instead of 'model' (a PEFT adapter:\n"
+	       "                           adapter_model): NAME.safetensors ...\n"
 	       "                           (k, m, b as in mergekit: 1e3, 1e6, 1e9)\n"
 	       "      --force              replace an existing OUT (and a leftover OUT.mk-partial)\n"
 	       "      --keep-partial       on failure, keep OUT.mk-partial for inspection\n"
@@ -50,10 +52,11 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, siz
 
 int main(int argc, char **argv)
 {
-	enum { O_SHARD = 256, O_FORCE, O_KEEP, O_RESUME, O_MEM, O_NOSPLICE, O_BUFFERED };
+	enum { O_SHARD = 256, O_FORCE, O_KEEP, O_RESUME, O_MEM, O_NOSPLICE, O_BUFFERED, O_BASENAME };
 	static const struct option longopts[] = {
 		{ "input", required_argument, NULL, 'i' },
 		{ "out-shard-size", required_argument, NULL, O_SHARD },
+		{ "basename", required_argument, NULL, O_BASENAME },
 		{ "force", no_argument, NULL, O_FORCE },
 		{ "max-memory", required_argument, NULL, O_MEM },
 		{ "keep-partial", no_argument, NULL, O_KEEP },
@@ -76,6 +79,14 @@ int main(int argc, char **argv)
 	while ((c = getopt_long(argc, argv, "i:vqhV", longopts, NULL)) != -1) {
 		switch (c) {
 		case 'i': input = optarg; break;
+		case O_BASENAME: {
+			const char *b;
+			struct mk_err be = { 0 };
+			o.basename = optarg;
+			if (mk_pack_basename(&o, &b, &be))
+				cli_usage_error("--basename: %s", be.msg);
+			break;
+		}
 		case O_SHARD:
 			if (mk_size_parse(optarg, &o.shard_size))
 				cli_usage_error("--out-shard-size: expected a size like 5B, 200K or 64MiB, not '%s'",

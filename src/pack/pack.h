@@ -62,6 +62,10 @@ struct mk_pack_opts {
 	void (*progress)(void *ctx, uint64_t done, uint64_t total,
 			 size_t tensors_done, size_t ntensors);
 	void *progress_ctx;
+	/* The weight files' name: NAME.safetensors, or NAME-%05d-of-%05d.safetensors
+	 * with NAME.safetensors.index.json; NULL: "model".  A PEFT adapter's
+	 * is "adapter_model" (mk-extract-lora).  [A-Za-z0-9_.-], 1 to 64. */
+	const char *basename;
 };
 
 struct mk_pack_stats {
@@ -98,6 +102,9 @@ int mk_pack_file_size_check(const struct mk_manifest *head, const char *name, ui
 
 int mk_pack_run(const struct mk_pack_opts *o, struct mk_io in, const char *label,
 		struct mk_pack_stats *st, struct mk_err *err);
+/* The weight files' basename of o (mk_pack_opts.basename, or "model"),
+ * or MK_EINVAL naming what is wrong with the one given. */
+int mk_pack_basename(const struct mk_pack_opts *o, const char **out, struct mk_err *err);
 
 /* A merge into memory's output stage (pack_memory.c): every tensor of the
  * stream, assembled whole, given to sink (mk_run_opts.sink); nothing is

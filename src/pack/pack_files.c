@@ -21,6 +21,37 @@ int mk_pack_file_name_check(const char *name, struct mk_err *err)
 	return 0;
 }
 
+int mk_pack_basename(const struct mk_pack_opts *o, const char **out, struct mk_err *err)
+{
+	const char *b = o->basename ? o->basename : "model";
+	size_t n = strlen(b);
+
+	*out = b;
+	if (!n || n > 64 || !strcmp(b, ".") || !strcmp(b, ".."))
+		return mk_err_set(err, MK_EINVAL, "weight file name '%s': 1 to 64 characters, not . or ..", b);
+	for (size_t i = 0; i < n; i++)
+		if (!((b[i] >= 'a' && b[i] <= 'z') || (b[i] >= 'A' && b[i] <= 'Z') || (b[i] >= '0' && b[i] <= '9') ||
+		      b[i] == '_' || b[i] == '.' || b[i] == '-'))
+			return mk_err_set(err, MK_EINVAL, "weight file name '%s': only letters, digits, '_', '.' and '-'",
+					  b);
+	return 0;
+}
+
+/* A FILE frame's name that this run's weight files (another basename
+ * than mergekit's "model") would be overwritten by. */
+static int own_name_check(const struct pack *p, const char *name, struct mk_err *err)
+{
+	const char *b;
+	int rc = mk_pack_basename(p->o, &b, err);
+	size_t n = strlen(b);
+
+	if (rc)
+		return rc;
+	if (!strncmp(name, b, n) && (!strncmp(name + n, ".safetensors", 12) || (name[n] == '-' && strstr(name, ".safetensors"))))
+		return mk_err_set(err, MK_EFORMAT, "'%s' would overwrite a weight file", name);
+	return 0;
+}
+
 int mk_pack_file_size_check(const struct mk_manifest *head, const char *name, uint64_t size,
 			    struct mk_err *err)
 {
@@ -56,7 +87,8 @@ int mk__pack_write_file_frame(struct pack *p, struct mk_stream_reader *r, const 
 
 	if ((rc = mk_file_read_head(r, f, &mode, name, &size, err)))
 		return rc;
-	if ((rc = mk_pack_file_name_check(name, err)) || (rc = mk_pack_file_size_check(p->man, name, size, err)))
+	if ((rc = mk_pack_file_name_check(name, err)) || (rc = own_name_check(p, name, err)) ||
+	    (rc = mk_pack_file_size_check(p->man, name, size, err)))
 		return mk_err_prefix(err, "frame #%llu (FILE): ", idx);
 	path = mk__pack_join(p->partial, name);
 	buf = malloc(FILE_PIECE);

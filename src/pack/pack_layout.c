@@ -82,13 +82,17 @@ int mk__pack_assign_shards(struct pack *p, struct mk_err *err)
 	p->sh = calloc(n ? n : 1, sizeof(*p->sh));
 	if (!p->sh)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	const char *base;
+	int rc = mk_pack_basename(p->o, &base, err);
+	if (rc)
+		return rc;
 	for (size_t s = 0; s < n; s++) {
 		p->sh[s].fd = -1;
 		p->sh[s].dfd = -1;
 		if (n == 1)
-			snprintf(p->sh[s].name, sizeof(p->sh[s].name), "model.safetensors");
+			snprintf(p->sh[s].name, sizeof(p->sh[s].name), "%s.safetensors", base);
 		else
-			snprintf(p->sh[s].name, sizeof(p->sh[s].name), "model-%05zu-of-%05zu.safetensors",
+			snprintf(p->sh[s].name, sizeof(p->sh[s].name), "%s-%05zu-of-%05zu.safetensors", base,
 				 s + 1, n);
 	}
 	return 0;
@@ -178,7 +182,14 @@ int mk__pack_write_index(struct pack *p, struct mk_err *err)
 		mk_json_put_ascii_string(&b, shard, strlen(shard));
 	}
 	mk_sbuf_str(&b, p->man->ntensors ? "\n  }\n}" : "}\n}");
-	path = mk__pack_join(p->partial, INDEX_NAME);
+	const char *base;
+	if ((rc = mk_pack_basename(p->o, &base, err))) {
+		free(b.p);
+		return rc;
+	}
+	char iname[128];
+	snprintf(iname, sizeof(iname), "%s.safetensors.index.json", base);
+	path = mk__pack_join(p->partial, iname);
 	if (b.oom || !path) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;

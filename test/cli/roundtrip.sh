@@ -32,8 +32,8 @@ mk-pack --out-shard-size 200K zout < z.mks
 for f in live/*; do cmp "$f" "zout/$(basename "$f")" || fail "$f differs with --compress"; done
 # two models with disjoint names can be combined; leading-padded headers read
 mk-gen-model --pad-leading --layers 1 --vocab 32 p
-mk-fetch --model p | mk-pack pout
-mk-st-diff p pout
+mk-fetch --model p | mk-pack bn0
+mk-st-diff p bn0
 # the index of a sharded output is written as Python's json.dump(indent=2)
 # writes it (mergekit's form): tensor names outside ASCII, quotes,
 # backslashes and control characters escaped as Python escapes them
@@ -57,3 +57,24 @@ if raw != json.dumps(json.loads(raw), indent=2):
 if len(json.loads(raw)["weight_map"]) != 7:
     sys.exit("not every tensor is in the index")
 PY
+# --basename: the same bytes under another name (a PEFT adapter's
+# adapter_model.*), one file or shards with their index
+mk-fetch --model m | mk-pack --out-shard-size 0 --basename adapter_model adapt1
+[ -f adapt1/adapter_model.safetensors ] && [ ! -e adapt1/model.safetensors ] ||
+	{ ls adapt1; fail "--basename: no adapter_model.safetensors"; }
+mk-fetch --model m | mk-pack --out-shard-size 0 plain1
+cmp adapt1/adapter_model.safetensors plain1/model.safetensors || fail "--basename changed the bytes"
+mk-fetch --model m | mk-pack --out-shard-size 1 --basename adapter_model adapt2
+ls adapt2 | grep -q '^adapter_model-00001-of-' || { ls adapt2; fail "--basename: no adapter_model shards"; }
+[ -f adapt2/adapter_model.safetensors.index.json ] || fail "--basename: no adapter_model.safetensors.index.json"
+grep -q '"adapter_model-00001-of-' adapt2/adapter_model.safetensors.index.json || fail "--basename: the index names other files"
+ls adapt2 | grep -q '^model' && fail "--basename: model.* written too"
+expect_fail 2 "--basename: weight file name 'a/b': only letters" mk-pack --basename a/b x
+expect_fail 2 "--basename: weight file name '..': 1 to 64 characters" mk-pack --basename .. x
+# a FILE frame named as this run's weight file is refused; under the
+# default basename the same name is an ordinary file
+mk-forge named-file=adapter_model.safetensors > nf.mks
+expect_fail 1 "'adapter_model.safetensors' would overwrite a weight file" mk-pack --basename adapter_model -i nf.mks nfout
+mk-pack -i nf.mks nfplain && [ -f nfplain/adapter_model.safetensors ] && [ -f nfplain/model.safetensors ] ||
+	fail "adapter_model.safetensors refused without --basename"
+echo "roundtrip: every reader and shard size, replay, compression, index and --basename checked"
