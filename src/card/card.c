@@ -173,3 +173,56 @@ int mk_card_render(const struct mk_card_input *in, char **out, size_t *len,
 	*len = b.n;
 	return 0;
 }
+
+/* a model and its adapter, each linked when a hub repo */
+static void pair_md(struct mk_sbuf *b, const char *path, const char *lora)
+{
+	ref_md(b, path, false);
+	if (lora) {
+		mk_sbuf_str(b, " + ");
+		ref_md(b, lora, false);
+	}
+}
+
+int mk_card_render_lora(const struct mk_card_lora *in, char **out, size_t *len, struct mk_err *err)
+{
+	struct mk_sbuf b = { 0 };
+	/* the hub repos in the order mergekit lists them: base, its adapter,
+	 * the fine-tune, its adapter (duplicates kept) */
+	const char *refs[4] = { in->base, in->base_lora, in->model, in->model_lora };
+	size_t nhub = 0;
+
+	mk_sbuf_str(&b, "---\n");
+	for (int k = 0; k < 4; k++)
+		nhub += refs[k] && mk_card_looks_like_hub(refs[k]);
+	mk_sbuf_str(&b, nhub ? "base_model:\n" : "base_model: []\n");
+	for (int k = 0; k < 4; k++)
+		if (refs[k] && mk_card_looks_like_hub(refs[k])) {
+			mk_sbuf_str(&b, "- ");
+			yaml_scalar(&b, refs[k]);
+			mk_sbuf_add(&b, "\n", 1);
+		}
+	mk_sbuf_str(&b, CARD_LORA_FM "\n---\n# ");
+	mk_sbuf_str(&b, in->name && in->name[0] ? in->name : CARD_LORA_UNTITLED);
+	mk_sbuf_str(&b, "\n\n" CARD_LORA_INTRO CARD_LORA_FROM);
+	pair_md(&b, in->model, in->model_lora);
+	mk_sbuf_str(&b, CARD_LORA_USES);
+	pair_md(&b, in->base, in->base_lora);
+	mk_sbuf_str(&b, CARD_LORA_BASE);
+	if (in->base_vocab && in->final_vocab && in->base_vocab != in->final_vocab) {
+		char w[512];
+		snprintf(w, sizeof(w), CARD_LORA_WARN, in->final_vocab > in->base_vocab ? "extended" : "reduced",
+			 in->base_vocab, in->final_vocab, in->final_vocab);
+		mk_sbuf_str(&b, w);
+	}
+	mk_sbuf_str(&b, CARD_LORA_PARAMS);
+	mk_sbuf_str(&b, in->invocation ? in->invocation : "");
+	mk_sbuf_str(&b, "\n```\n");
+	if (b.oom) {
+		free(b.p);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	*out = b.p;
+	*len = b.n;
+	return 0;
+}

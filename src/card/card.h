@@ -44,4 +44,17 @@ const char *mk_card_title(const char *out_path);
 int mk_card_render(const struct mk_card_input *in, char **out, size_t *len,
 		   struct mk_err *err);
 
+/* A LoRA adapter's card (mk-extract-lora's; mergekit-extract-lora's
+ * layout byte for byte): front matter (the two models' hub repos, peft),
+ * the title, where the adapter was extracted from and its base, a warning
+ * when the vocabulary sizes differ, and the command line. */
+struct mk_card_lora {
+	const char *name;          /* title; NULL or "": mergekit's default */
+	const char *base, *base_lora;   /* the base's path (its adapter's, or NULL) */
+	const char *model, *model_lora; /* the fine-tune's */
+	const char *invocation;    /* the command line */
+	unsigned long long base_vocab, final_vocab;   /* 0: unknown */
+};
+int mk_card_render_lora(const struct mk_card_lora *in, char **out, size_t *len, struct mk_err *err);
+
 #endif

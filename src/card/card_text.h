@@ -1,4 +1,5 @@
-/* card_text.h - the fixed text of mergekit's merge model card, carried
+/* card_text.h - the fixed text of mergekit's model cards (a merge's, a
+ * LoRA adapter's), carried
  * verbatim (interface data: README.md must match mergekit's byte for
  * byte).  Origin and licence: see NOTICE beside this file. */
 #ifndef MK_CARD_TEXT_H
@@ -19,6 +20,20 @@
 	"### Configuration\n\nThe following YAML configuration was used to produce this model:\n\n```yaml\n"
 #define CARD_UNTITLED "Untitled Model (1)"
 #define CARD_HUB_URL "https://huggingface.co/"
+
+/* A LoRA adapter's card (mk-extract-lora's, as mergekit-extract-lora's) */
+#define CARD_LORA_FM "library_name: peft\ntags:\n- mergekit\n- peft\n"
+#define CARD_LORA_UNTITLED "Untitled LoRA Model (1)"
+#define CARD_LORA_INTRO \
+	"This is a LoRA extracted from a language model. It was extracted using " \
+	"[mergekit](https://github.com/arcee-ai/mergekit).\n\n## LoRA Details\n\n"
+#define CARD_LORA_FROM "This LoRA adapter was extracted from "
+#define CARD_LORA_USES " and uses "
+#define CARD_LORA_BASE " as a base."
+#define CARD_LORA_WARN "\n\n [!WARNING]\n> The vocabulary size has been %s from the base model's %llu to %llu. " \
+	"To load this adapter, you must first call `model.resize_token_embeddings(%llu)`."
+#define CARD_LORA_PARAMS \
+	"\n\n### Parameters\n\nThe following command was used to extract this LoRA adapter:\n\n```sh\n"
 
 /* method id, pretty name, reference URL (NULL: none) */
 #define CARD_METHODS \

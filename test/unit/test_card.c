@@ -5,9 +5,12 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "card/card.h"
+#include "top.h"
 
 static char *render(const char *method, const char *const *models, size_t n, long base,
 		    const char *name, const char *yaml)
@@ -112,6 +115,66 @@ static void test_yaml_quoting(void **state)
 	free(out);
 }
 
+/* A LoRA adapter's card against mergekit's generate_card_lora on the same
+ * inputs (testdata/card-lora/, scripts/card-lora-golden.py). */
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	char *buf = NULL;
+	long n;
+
+	assert_non_null(f);
+	fseek(f, 0, SEEK_END);
+	n = ftell(f);
+	rewind(f);
+	buf = calloc(1, (size_t)n + 1);
+	assert_non_null(buf);
+	assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+	fclose(f);
+	return buf;
+}
+
+static void split_ref(const char *ref, char *path, char *lora, size_t cap)
+{
+	const char *plus = strchr(ref, '+');
+
+	snprintf(path, cap, "%.*s", plus ? (int)(plus - ref) : (int)strlen(ref), ref);
+	snprintf(lora, cap, "%s", plus ? plus + 1 : "");
+}
+
+static void test_lora_cards_are_mergekits(void **state)
+{
+	static const char *const cases[] = { "hub", "local", "lora-extended", "reduced" };
+	const char *root = test_top("testdata/card-lora/hub.json");
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		char path[4096], b[256], bl[256], m[256], ml[256];
+		json_error_t je;
+		snprintf(path, sizeof(path), "%s/testdata/card-lora/%s.json", root, cases[k]);
+		json_t *o = json_load_file(path, 0, &je);
+		assert_non_null(o);
+		split_ref(json_string_value(json_object_get(o, "base")), b, bl, sizeof(b));
+		split_ref(json_string_value(json_object_get(o, "model")), m, ml, sizeof(m));
+		struct mk_card_lora in = { .name = json_string_value(json_object_get(o, "name")), .base = b,
+					   .base_lora = bl[0] ? bl : NULL, .model = m, .model_lora = ml[0] ? ml : NULL,
+					   .invocation = json_string_value(json_object_get(o, "invocation")),
+					   .base_vocab = (unsigned long long)json_integer_value(json_object_get(o, "base_vocab")),
+					   .final_vocab = (unsigned long long)json_integer_value(json_object_get(o, "final_vocab")) };
+		struct mk_err err = { 0 };
+		char *out = NULL;
+		size_t len = 0;
+		assert_int_equal(mk_card_render_lora(&in, &out, &len, &err), 0);
+		snprintf(path, sizeof(path), "%s/testdata/card-lora/%s.md", root, cases[k]);
+		char *want = slurp(path);
+		if (strcmp(out, want))
+			fail_msg("%s: mk's card\n%s\n---- mergekit's\n%s", cases[k], out, want);
+		assert_int_equal(len, strlen(want));
+		free(want);
+		free(out);
+		json_decref(o);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -120,6 +183,7 @@ int main(void)
 		cmocka_unit_test(test_method_without_url_and_unknown),
 		cmocka_unit_test(test_hub_rule_and_title),
 		cmocka_unit_test(test_yaml_quoting),
+		cmocka_unit_test(test_lora_cards_are_mergekits),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
