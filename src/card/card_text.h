@@ -1,7 +1,7 @@
 /* card_text.h - the fixed text of mergekit's model cards (a merge's, a
- * LoRA adapter's), carried
- * verbatim (interface data: README.md must match mergekit's byte for
- * byte).  Origin and licence: see NOTICE beside this file. */
+ * LoRA adapter's), carried verbatim (interface data: README.md must match
+ * mergekit's byte for byte).  Origin and licence: see NOTICE beside this
+ * file. */
 #ifndef MK_CARD_TEXT_H
 #define MK_CARD_TEXT_H
 
