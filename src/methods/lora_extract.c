@@ -13,7 +13,8 @@
  * r0 = min(max_rank, Fm, Fn) is the rank the plan can know; rows of A and
  * columns of B past the rank kept are zeros (mk-extract-lora cuts them,
  * reading the rank from the stats).  Unlisted: mk-extract-lora's plans
- * name it, merge configurations cannot (method.c).
+ * name it; a merge configuration cannot (its planner refuses a method of
+ * several outputs a weight).
  */
 #include <stdlib.h>
 #include <string.h>

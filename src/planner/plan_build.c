@@ -206,16 +206,6 @@ static int fill_head(struct mk_plan *p, struct mk_err *err)
 	return rc;
 }
 
-/* Whether a method is in the registry's listing (mk_method_at), not one
- * of the unlisted ones only a tool's plans name. */
-static bool method_listed(const struct mk_method *m)
-{
-	for (size_t i = 0; i < mk_method_count(); i++)
-		if (mk_method_at(i) == m)
-			return true;
-	return false;
-}
-
 int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_diags *d,
 		  struct mk_err *err)
 {
@@ -279,10 +269,6 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 	}
 	if (mk_method_lookup(p->cfg->merge_method, &p->method, &e))
 		diag(d, MK_DIAG_ERROR, &p->cfg->merge_method_loc, "%s", e.msg);
-	else if (!method_listed(p->method))
-		diag(d, MK_DIAG_ERROR, &p->cfg->merge_method_loc,
-		     "'%s' is one of libmk's own methods, which a tool plans (mk-extract-lora): a merge configuration cannot name it",
-		     p->method->name);
 	else
 		check_config_params(p->cfg, p->method, d);
 	if (o->raw)

@@ -13,6 +13,7 @@
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
+#include "gram_schmidt.h"
 #include "top.h"
 
 #include <libgen.h>
@@ -52,21 +53,7 @@ static double *orthonormal(uint64_t rows, unsigned k)
 	double *a = malloc(8 * rows * k);
 	for (uint64_t i = 0; i < rows * k; i++)
 		a[i] = gauss();
-	for (unsigned j = 0; j < k; j++)
-		for (int pass = 0; pass < 2; pass++) {
-			for (unsigned l = 0; l < j; l++) {
-				double d = 0;
-				for (uint64_t i = 0; i < rows; i++)
-					d += a[l * rows + i] * a[j * rows + i];
-				for (uint64_t i = 0; i < rows; i++)
-					a[j * rows + i] -= d * a[l * rows + i];
-			}
-			double nn = 0;
-			for (uint64_t i = 0; i < rows; i++)
-				nn += a[j * rows + i] * a[j * rows + i];
-			for (uint64_t i = 0; i < rows; i++)
-				a[j * rows + i] /= sqrt(nn);
-		}
+	gram_schmidt(a, rows, k);
 	return a;
 }
 

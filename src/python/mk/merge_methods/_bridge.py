@@ -27,7 +27,7 @@ _FLOAT_NAMES = {13: "float16", 14: "bfloat16", 17: "float32", 19: "float64"}
 
 _keep = []              # the callbacks and specs libmk holds, for the process's life
 _lock = threading.Lock()
-_errors = {}            # a failed kernel's exception, by thread (run_merge re-raises it)
+_errors = []            # the failed kernels' exceptions (run_merge re-raises the first)
 _order = {"refs": None}  # the running merge's model order (set_model_order)
 
 
@@ -88,7 +88,7 @@ def register(method):
             _call(method, index, callp.contents)
             return 0
         except BaseException as e:   # (a KeyboardInterrupt too: the merge stops)
-            _errors[threading.get_ident()] = e
+            _errors.append(e)
             msg = ("%s: %s: %s" % (spec.name, type(e).__name__, e)).encode("utf-8", "replace")[:1000]
             errp.contents.code = L.MK_EIO
             errp.contents.msg = msg
@@ -114,9 +114,9 @@ def set_model_order(refs):
 
 def take_error():
     """The exception a kernel raised in the merge that just failed, or None."""
-    errs = list(_errors.values())
+    first = _errors[0] if _errors else None
     _errors.clear()
-    return errs[0] if errs else None
+    return first
 
 
 def _array(ptr, desc, kind):
