@@ -90,8 +90,7 @@ static int write_chunk(struct pack *p, struct mk_stream_reader *r, const struct 
 
 static int finish(struct pack *p, struct mk_err *err)
 {
-	char *jpath = NULL, *old = NULL;
-	struct stat sb;
+	char *jpath = NULL;
 	int rc;
 
 	/* in one process with the reader (mk-yaml), a model file truncated
@@ -129,55 +128,9 @@ static int finish(struct pack *p, struct mk_err *err)
 	rc = mk_fsync_dir(p->partial, err);
 	if (rc)
 		goto out;
-	if (p->o->force && lstat(p->o->out_dir, &sb) == 0) {
-		/* move the old OUT aside first, so OUT is never half old, half new */
-		old = malloc(strlen(p->o->out_dir) + 32);
-		if (!old) {
-			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
-			goto out;
-		}
-		sprintf(old, "%s.mk-old.%ld", p->o->out_dir, (long)getpid());
-		if (rename(p->o->out_dir, old) < 0) {
-			rc = mk_err_sys(err, errno, "%s: moving the old output aside", p->o->out_dir);
-			goto out;
-		}
-	}
-	if (rename(p->partial, p->o->out_dir) < 0) {
-		rc = mk_err_sys(err, errno, "rename %s -> %s", p->partial, p->o->out_dir);
-		goto out;
-	}
-	if (old) {
-		struct mk_err e = { 0 };
-		if (mk_rmtree(old, &e))
-			snprintf(p->st->warning, sizeof(p->st->warning),
-				 "%s is complete, but the old output moved aside to %s could not be removed: %s",
-				 p->o->out_dir, old, e.msg);
-	}
-	{
-		/* make the rename durable */
-		char *parent = strdup(p->o->out_dir), *slash;
-		if (parent) {
-			size_t n = strlen(parent);
-			while (n > 1 && parent[n - 1] == '/')
-				parent[--n] = '\0';
-			slash = strrchr(parent, '/');
-			if (!slash)
-				strcpy(parent, ".");
-			else if (slash == parent)
-				parent[1] = '\0';
-			else
-				*slash = '\0';
-			struct mk_err e = { 0 };
-			if (mk_fsync_dir(parent, &e) && !p->st->warning[0])
-				snprintf(p->st->warning, sizeof(p->st->warning),
-					 "%s is complete, but the rename that put it in place may not survive a crash: %s",
-					 p->o->out_dir, e.msg);
-			free(parent);
-		}
-	}
+	rc = mk_pack_put_in_place(p->partial, p->o->out_dir, p->o->force, p->st->warning, sizeof(p->st->warning), err);
 out:
 	free(jpath);
-	free(old);
 	return rc;
 }
 

@@ -102,6 +102,13 @@ int mk_pack_file_size_check(const struct mk_manifest *head, const char *name, ui
 
 int mk_pack_run(const struct mk_pack_opts *o, struct mk_io in, const char *label,
 		struct mk_pack_stats *st, struct mk_err *err);
+/* Put the finished directory `done` in place as `out` (rename(2)); with
+ * `force` an existing `out` is moved aside first and removed after, so
+ * that OUT is never half old, half new; the parent directory is synced.
+ * What went wrong after `out` is in place (the old one not removed, the
+ * sync) is a warning into warning[wlen] (left as it is otherwise). */
+int mk_pack_put_in_place(const char *done, const char *out, bool force, char *warning, size_t wlen,
+			 struct mk_err *err);
 /* The weight files' basename of o (mk_pack_opts.basename, or "model"),
  * or MK_EINVAL naming what is wrong with the one given. */
 int mk_pack_basename(const struct mk_pack_opts *o, const char **out, struct mk_err *err);
