@@ -202,6 +202,12 @@ struct mk_plan_out {
 	 * as preset. */
 	unsigned nmore;
 	struct mk_tensor_desc more[MK_MORE_OUTPUTS_MAX];
+	/* What one job holds at once, in bytes, where the method knows it
+	 * better than mk-plan's estimate for a whole_tensor method (every
+	 * input and the output in the compute dtype): a factorisation's
+	 * matrices and workspace.  mk-plan refuses a job whose working set is
+	 * over the merge budget.  Preset 0 (the estimate); last, as nmore. */
+	uint64_t work_bytes;
 };
 
 struct mk_method;

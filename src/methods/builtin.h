@@ -32,7 +32,9 @@ extern const struct mk_method mk_method_ramplus_tl;
 /* Unlisted: found by name (mk_method_find), not counted or listed, not
  * suggested for a misspelt name; their names are taken.  A tool's
  * methods, which its plans name and merge configurations cannot (they
- * make several outputs a job): mk-extract-lora's, in lora_extract.c. */
+ * make several outputs a job): mk-extract-lora's, in lora_extract.c, and
+ * its bias deltas' (FT - BASE), in delta.c. */
 extern const struct mk_method mk_method_lora_extract;
+extern const struct mk_method mk_method_delta;
 
 #endif

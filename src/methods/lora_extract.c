@@ -16,13 +16,14 @@
  * name it; a merge configuration cannot (its planner refuses a method of
  * several outputs a weight).
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include "methods/lowrank.h"
 #include "methods/builtin.h"
 
 enum { P_MAX_RANK, P_SV_EPSILON, P_ENERGY, P_REL_SIGMA, P_DISTRIBUTE, P_RANDOMIZED, P_OVERSAMPLE, P_POWER_ITERS,
-       P_TRANSPOSE, NPARAMS };
+       P_TRANSPOSE, P_CUDA, NPARAMS };
 
 static const struct mk_param_spec params[NPARAMS] = {
 	[P_MAX_RANK] = { .name = "max_rank", .scope = MK_SCOPE_GLOBAL, .type = MK_PT_INT, .flags = MK_PF_MIN, .min = 1,
@@ -51,6 +52,9 @@ static const struct mk_param_spec params[NPARAMS] = {
 	[P_TRANSPOSE] = { .name = "transpose", .scope = MK_SCOPE_GLOBAL, .type = MK_PT_BOOL,
 			  .def = { .set = true, .type = MK_PT_BOOL, .b = false },
 			  .doc = "factor the delta's transpose (an embedding: PEFT's lora_embedding_A/B)" },
+	[P_CUDA] = { .name = "cuda", .scope = MK_SCOPE_GLOBAL, .type = MK_PT_BOOL,
+		     .def = { .set = true, .type = MK_PT_BOOL, .b = false },
+		     .doc = "randomized: the products and QRs on a CUDA device (none usable: the CPU)" },
 };
 
 struct state {
@@ -59,6 +63,21 @@ struct state {
 	struct mk_lowrank lr;
 	bool done;
 };
+
+/* The engine's options from the job's resolved parameters. */
+static void lowrank_opts(const struct mk_pval *g, uint64_t seed, struct mk_lowrank_opts *o)
+{
+	mk_lowrank_opts_default(o, (unsigned)(g[P_MAX_RANK].i > 0x7fffffff ? 0x7fffffff : g[P_MAX_RANK].i));
+	o->sv_epsilon = g[P_SV_EPSILON].f;
+	o->energy = g[P_ENERGY].f;
+	o->rel_sigma = g[P_REL_SIGMA].f;
+	o->distribute_scale = g[P_DISTRIBUTE].b;
+	o->randomized = g[P_RANDOMIZED].b;
+	o->oversample = (unsigned)(g[P_OVERSAMPLE].i > 0xffff ? 0xffff : g[P_OVERSAMPLE].i);
+	o->power_iters = (unsigned)(g[P_POWER_ITERS].i > 0xffff ? 0xffff : g[P_POWER_ITERS].i);
+	o->seed = seed;
+	o->cuda = g[P_CUDA].b;
+}
 
 /* The factored matrix's shape and the plan's rank. */
 static void shape_of(const struct mk_job_desc *d, const struct mk_pval *g, uint64_t *fm, uint64_t *fn, uint64_t *r0)
@@ -93,6 +112,13 @@ static int output(const struct mk_method *m, const struct mk_job_desc *d, struct
 	po->nmore = 2;
 	po->more[0] = (struct mk_tensor_desc){ .dtype = po->out.dtype, .ndim = 2, .shape = { fm, r0 } };
 	po->more[1] = (struct mk_tensor_desc){ .dtype = MK_DT_F64, .ndim = 1, .shape = { 2 } };
+	/* the delta gathered (float32), then the factorisation's allocations */
+	struct mk_lowrank_opts o;
+	lowrank_opts(d->global, d->seed, &o);
+	uint64_t ws = mk_lowrank_working_set(d->in[0].shape[0], d->in[0].shape[1], d->global[P_TRANSPOSE].b, &o);
+	uint64_t m0 = d->in[0].shape[0], n0 = d->in[0].shape[1];
+	uint64_t delta = m0 && n0 > UINT64_MAX / sizeof(float) / m0 ? UINT64_MAX : m0 * n0 * sizeof(float);
+	po->work_bytes = ws && delta <= UINT64_MAX - ws ? delta + ws : UINT64_MAX;
 	return 0;
 }
 
@@ -164,16 +190,13 @@ static int finish(struct mk_job *job, unsigned pass, struct mk_err *err)
 	struct mk_lowrank_opts o;
 	int rc;
 
-	mk_lowrank_opts_default(&o, (unsigned)(g[P_MAX_RANK].i > 0x7fffffff ? 0x7fffffff : g[P_MAX_RANK].i));
-	o.sv_epsilon = g[P_SV_EPSILON].f;
-	o.energy = g[P_ENERGY].f;
-	o.rel_sigma = g[P_REL_SIGMA].f;
-	o.distribute_scale = g[P_DISTRIBUTE].b;
-	o.randomized = g[P_RANDOMIZED].b;
-	o.oversample = (unsigned)g[P_OVERSAMPLE].i;
-	o.power_iters = (unsigned)g[P_POWER_ITERS].i;
-	o.seed = job->d.seed;
+	lowrank_opts(g, job->d.seed, &o);
 	rc = mk_lowrank_factor(s->delta, s->m, s->n, g[P_TRANSPOSE].b, &o, &s->lr, err);
+	if (rc == -MK_EUNSUPPORTED && o.cuda) {   /* no device after all: the CPU */
+		mk_lowrank_free(&s->lr);
+		o.cuda = false;
+		rc = mk_lowrank_factor(s->delta, s->m, s->n, g[P_TRANSPOSE].b, &o, &s->lr, err);
+	}
 	free(s->delta);
 	s->delta = NULL;
 	if (rc)

@@ -46,6 +46,7 @@ static const struct mk_method *const builtins[] = {
 
 static const struct mk_method *const unlisted[] = {
 	&mk_method_lora_extract,
+	&mk_method_delta,
 };
 
 static const struct mk_method *find_unlisted(const char *name)
@@ -54,6 +55,11 @@ static const struct mk_method *find_unlisted(const char *name)
 		if (!strcmp(unlisted[i]->name, name))
 			return unlisted[i];
 	return NULL;
+}
+
+bool mk_method_is_tool(const struct mk_method *m)
+{
+	return m && find_unlisted(m->name) == m;
 }
 
 static int do_register(const struct mk_method *m, struct mk_err *err);

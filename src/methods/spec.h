@@ -32,6 +32,11 @@ int mk_method_param_put(const struct mk_method *m, const char *name, long input,
 			bool broadcast, struct mk_pval v, struct mk_pval *global, struct mk_pval *inputs,
 			struct mk_err *err);
 
+/* Whether m is one of libmk's unlisted methods (builtin.h): a tool's
+ * (mk-extract-lora's), which its own plans name and a merge configuration
+ * may not. */
+bool mk_method_is_tool(const struct mk_method *m);
+
 /* mk_method_plan for parameters it has resolved already (d->global and
  * d->input as it returned them): the contract, the output rule and the
  * passes, without resolving the values again.  For planning one job

@@ -9,6 +9,7 @@
 #include <cmocka.h>
 #include <math.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include "mk/method.h"
 #include "mk/run.h"
@@ -187,22 +188,28 @@ static void test_bf16_differences(void **state)
 
 static void test_not_in_merge_configs(void **state)
 {
-	static const char cfg[] = "merge_method: lora_extract\nbase_model: testdata/models/tiny-a\n"
-				  "models:\n  - model: testdata/models/tiny-a\n  - model: testdata/models/tiny-b\n";
-	struct mk_run_opts o = { .text = cfg, .len = sizeof(cfg) - 1, .label = "c.yml" };
-	struct mk_diags d = { 0 };
-	struct mk_err err = { 0 };
-	bool said = false;
+	static const char *const tools[] = { "lora_extract", "delta" };
 
-	/* found by name, not listed, not registrable again */
-	assert_non_null(mk_method_find("lora_extract"));
-	for (size_t i = 0; i < mk_method_count(); i++)
-		assert_string_not_equal(mk_method_at(i)->name, "lora_extract");
-	assert_int_not_equal(mk_validate_config(&o, &d, &err), 0);
-	for (size_t i = 0; i < d.n; i++)
-		said |= strstr(d.v[i].msg, "it makes 3 tensors of one weight, which a merge cannot place") != NULL;
-	assert_true(said);
-	mk_diags_free(&d);
+	for (size_t t = 0; t < 2; t++) {
+		char cfg[256], want[128];
+		snprintf(cfg, sizeof(cfg), "merge_method: %s\nbase_model: testdata/models/tiny-a\n"
+			 "models:\n  - model: testdata/models/tiny-b\n", tools[t]);
+		snprintf(want, sizeof(want), "'%s' is one of mk-extract-lora's own methods, not a merge method", tools[t]);
+		struct mk_run_opts o = { .text = cfg, .len = strlen(cfg), .label = "c.yml" };
+		struct mk_diags d = { 0 };
+		struct mk_err err = { 0 };
+		bool said = false;
+
+		/* found by name, not listed, not registrable again */
+		assert_non_null(mk_method_find(tools[t]));
+		for (size_t i = 0; i < mk_method_count(); i++)
+			assert_string_not_equal(mk_method_at(i)->name, tools[t]);
+		assert_int_not_equal(mk_validate_config(&o, &d, &err), 0);
+		for (size_t i = 0; i < d.n; i++)
+			said |= strstr(d.v[i].msg, want) != NULL;
+		assert_true(said);
+		mk_diags_free(&d);
+	}
 }
 
 int main(void)
