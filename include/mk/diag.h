@@ -31,7 +31,8 @@ MK_API void mk_diags_free(struct mk_diags *d);
 
 /* Format one diagnostic as "label:line:col: path: message" (the path part
  * is left out when empty; the level is not written: a program prefixes
- * "warning: "/"error: " as it likes).  Returns what snprintf returns. */
+ * "warning: "/"error: " as it likes); without a label and a line, as
+ * "path: message" or the message alone.  Returns what snprintf returns. */
 MK_API int mk_diag_format(const struct mk_diags *d, const struct mk_diag *g,
 		   char *buf, size_t size);
 

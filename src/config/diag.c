@@ -26,6 +26,9 @@ int mk_diag_format(const struct mk_diags *d, const struct mk_diag *g,
 {
 	const char *label = d && d->label ? d->label : "config";
 
+	if (!g->line && !(d && d->label))   /* a text of the program's own: no place */
+		return g->path && g->path[0] ? snprintf(buf, size, "%s: %s", g->path, g->msg) :
+					       snprintf(buf, size, "%s", g->msg);
 	if (g->path && g->path[0])
 		return snprintf(buf, size, "%s:%u:%u: %s: %s", label, g->line, g->col,
 				g->path, g->msg);

@@ -95,6 +95,7 @@ void mk_plan_free(struct mk_plan *p)
 	free(p->last_err);
 	free(p->last_err_loc.path);
 	free(p->base_copy_first);
+	plan_extract_info_free(p->extract);
 	mk_arch_free(p->arch);
 	mk_manifest_free(p->man);
 	mk_config_free(p->cfg);
@@ -104,6 +105,11 @@ void mk_plan_free(struct mk_plan *p)
 const char *mk_plan_card(const struct mk_plan *p)
 {
 	return p->card;
+}
+
+const struct mk_extract_info *mk_plan_extract_info(const struct mk_plan *p)
+{
+	return p->extract;
 }
 
 const struct mk_arch *mk_plan_arch(const struct mk_plan *p)
@@ -269,6 +275,10 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 	}
 	if (mk_method_lookup(p->cfg->merge_method, &p->method, &e))
 		diag(d, MK_DIAG_ERROR, &p->cfg->merge_method_loc, "%s", e.msg);
+	else if (!o->extract && mk_method_is_tool(p->method))
+		diag(d, MK_DIAG_ERROR, &p->cfg->merge_method_loc,
+		     "'%s' is one of mk-extract-lora's own methods, not a merge method (mk-config(5) lists those)",
+		     p->method->name);
 	else
 		check_config_params(p->cfg, p->method, d);
 	if (o->raw)
@@ -290,12 +300,13 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	if (!o->raw) {
+	if (!o->raw && !o->extract) {
 		rc = plan_build_tokenizer(p, d, err);
 		if (rc || d->nerrors)
 			goto out;
 	}
-	rc = o->raw ? plan_raw(p, d, err) : plan_modules(p, out_layers, &layers_changed, d, err);
+	rc = o->raw ? plan_raw(p, d, err) : o->extract ? plan_extract(p, d, err) :
+		      plan_modules(p, out_layers, &layers_changed, d, err);
 	if (!rc && !d->nerrors && !p->njobs)
 		diag(d, MK_DIAG_ERROR, &p->cfg->merge_method_loc, "no tensor to merge%s: the output would be empty",
 		     o->raw && o->raw_missing == MK_RAW_MISSING_SKIP ?
@@ -313,7 +324,8 @@ int mk_plan_build(const struct mk_plan_opts *o, struct mk_plan **out, struct mk_
 		     p->base_copy_unset[0] ? ")" : "");
 	if (rc || d->nerrors)
 		goto out;
-	rc = o->raw ? 0 : plan_make_files(p, out_layers, layers_changed, d, err);
+	/* (an extraction's files are written after its tensors: mk-extract-lora) */
+	rc = o->raw || o->extract ? 0 : plan_make_files(p, out_layers, layers_changed, d, err);
 	if (rc)
 		goto out;
 	for (size_t i = 0; i < p->nfiles; i++) {

@@ -99,7 +99,8 @@ int plan_raw(struct mk_plan *p, struct mk_diags *d, struct mk_err *err)
 		if (missing && p->o->raw_missing != MK_RAW_MISSING_MERGE)
 			continue;
 		const struct mk_config_loc *loc = srcs[0].ref->loc.line ? &srcs[0].ref->loc : &c->merge_method_loc;
-		struct tctx tc = { { &c->params, NULL, s }, mk_config_base_for(c, s), 0.0, loc };
+		struct tctx tc = { .scope = { &c->params, NULL, s }, .base = mk_config_base_for(c, s), .t = 0.0,
+				   .loc = loc };
 		rc = plan_tensor(p, &w, srcs, ns, &tc, d, err);
 	}
 	for (size_t k = 0; !rc && k < s->nsources; k++) {

@@ -61,8 +61,8 @@ static int plan_module(struct mk_plan *p, size_t mod, const struct mk_output_sli
 			for (size_t k = 0; k < s->nsources; k++)
 				srcs[k] = (struct src_in){ plan_model_index(p, &s->sources[k].model), &s->sources[k].model,
 							   &l->w[w], &s->sources[k].params };
-			struct tctx tc = { { &p->cfg->params, modparams, s }, mk_config_base_for(p->cfg, s), 0.0,
-					   s->loc.line || !s->nsources ? &s->loc : &s->sources[0].loc };
+			struct tctx tc = { .scope = { &p->cfg->params, modparams, s },
+					   .base = mk_config_base_for(p->cfg, s), .t = 0.0, .loc = s->loc.line || !s->nsources ? &s->loc : &s->sources[0].loc };
 			rc = plan_tensor(p, &l->w[w], srcs, s->nsources, &tc, d, err);
 			free(srcs);
 		}
@@ -103,8 +103,8 @@ static int plan_module(struct mk_plan *p, size_t mod, const struct mk_output_sli
 						srcs[ns++] = (struct src_in){ plan_model_index(p, &s->sources[src].model),
 									      &s->sources[src].model, &il[src].w[w],
 									      &s->sources[src].params };
-				struct tctx tc = { { &p->cfg->params, modparams, s }, mk_config_base_for(p->cfg, s), t,
-						   s->loc.line || !s->nsources ? &s->loc : &s->sources[0].loc };
+				struct tctx tc = { .scope = { &p->cfg->params, modparams, s },
+						   .base = mk_config_base_for(p->cfg, s), .t = t, .loc = s->loc.line || !s->nsources ? &s->loc : &s->sources[0].loc };
 				rc = plan_tensor(p, &ol.w[w], srcs, ns, &tc, d, err);
 				free(srcs);
 			}
@@ -127,8 +127,8 @@ static int plan_module(struct mk_plan *p, size_t mod, const struct mk_output_sli
 		for (size_t k = 0; k < npost_src; k++)
 			srcs[k] = (struct src_in){ plan_model_index(p, &last->sources[k].model), &last->sources[k].model,
 						   &post.w[w], &last->sources[k].params };
-		struct tctx tc = { { &p->cfg->params, modparams, last }, mk_config_base_for(p->cfg, last), 0.0,
-				   last->loc.line || !last->nsources ? &last->loc : &last->sources[0].loc };
+		struct tctx tc = { .scope = { &p->cfg->params, modparams, last },
+				   .base = mk_config_base_for(p->cfg, last), .t = 0.0, .loc = last->loc.line || !last->nsources ? &last->loc : &last->sources[0].loc };
 		rc = plan_tensor(p, &post.w[w], srcs, npost_src, &tc, d, err);
 		free(srcs);
 	}

@@ -123,6 +123,9 @@ static int tplan_sources(struct tplan *t)
 		for (size_t a = 0; a < t->srcs[s].w->naliases; a++)
 			if (mk_model_find(mm, t->srcs[s].w->aliases[a]))
 				any_direct = true;
+		for (size_t a = 0; t->tc->tied_present && a < t->srcs[s].w->ntied; a++)
+			if (mk_model_find(mm, t->srcs[s].w->tied_names[a]))
+				any_direct = true;
 	}
 	return t->ow->optional && !any_direct ? TP_DONE : TP_NEXT;
 }
@@ -227,6 +230,11 @@ static int tplan_params(struct tplan *t)
 				t->iraw[i * np + k] = to_pval(ps, v);
 		}
 	}
+	if (tc->set_param) {
+		int k = mk_method_param_index(t->m, tc->set_param);
+		if (k >= 0 && t->m->params[k].scope == MK_SCOPE_GLOBAL)
+			t->graw[k] = tc->set_value;
+	}
 	return TP_NEXT;
 }
 
@@ -293,7 +301,7 @@ static int tplan_output_rule(struct tplan *t)
 				  .in = t->in, .labels = t->labels, .global = t->graw, .input = t->iraw };
 
 	int prc = mk_method_plan(t->m, &jd, &t->po, t->gres, t->ires, t->used, &t->e);
-	if (!prc && t->po.nmore)   /* a tool's kind of method (mk/method.h): one output a weight here */
+	if (!prc && t->po.nmore > t->tc->nmore_names)   /* a tool's kind of method (mk/method.h): one output a weight here */
 		prc = mk_err_set(&t->e, MK_EUNSUPPORTED,
 				 "method '%s', tensor '%s': it makes %u tensors of one weight, which a merge cannot place",
 				 t->m->name, name, t->po.nmore + 1);
@@ -347,26 +355,32 @@ int plan_lora_copy(struct mk_plan_lora **dst, const struct mk_plan_lora *src)
 	       (src->bias && !(l->bias = strdup(src->bias))) ? -1 : 0;
 }
 
-/* A whole-tensor method must fit the merge budget: every input and the
+/* A whole-tensor method must fit the merge budget: its working set as
+ * the method states it (mk_plan_out.work_bytes), else every input and the
  * output in the compute dtype. */
 static int tplan_whole_budget(struct tplan *t)
 {
 	struct mk_plan *p = t->p;
 	const struct mk_plan_out *po = &t->po;
 
-	if (!t->m->whole_tensor || !p->budget)
+	if ((!t->m->whole_tensor && !po->work_bytes) || !p->budget)
 		return TP_NEXT;
 	uint64_t need = 0, b;
 	size_t es = mk_dtype_bits(po->compute) / 8;
-	for (size_t i = 0; i < t->n; i++)
+	for (size_t i = 0; i < t->n && !po->work_bytes; i++)
 		need += mk_tensor_desc_count(&t->in[i]) * es;
-	if (!mk_dtype_nbytes(po->compute, 1, &b))
+	if (!po->work_bytes && !mk_dtype_nbytes(po->compute, 1, &b))
 		need += mk_tensor_desc_count(&po->out) * es;
+	if (po->work_bytes)
+		need = po->work_bytes;
 	if (need > p->budget) {
-		char a[32], c[32];
+		char a[32], c[32], h[160] = "";
+		if (t->tc->budget_hint)
+			t->tc->budget_hint(t, need, h, sizeof(h));
 		diag(t->d, MK_DIAG_ERROR, t->tc->loc,
-		     "tensor '%s': %s needs the whole tensor in memory, %s, more than the merge budget of %s (--max-memory)",
-		     t->ow->name, t->m->name, mk_size_human(need, a, sizeof(a)), mk_size_human(p->budget, c, sizeof(c)));
+		     "tensor '%s': %s needs %s in memory at once, more than the merge budget of %s (--max-memory)%s",
+		     t->ow->name, t->m->name, mk_size_human(need, a, sizeof(a)), mk_size_human(p->budget, c, sizeof(c)),
+		     h);
 		return TP_DONE;
 	}
 	return TP_NEXT;
@@ -404,6 +418,19 @@ static int tplan_manifest_entry(struct tplan *t, struct mk_err *err)
 		idx = (long)p->man->ntensors - 1;
 	}
 	t->j->output = (size_t)idx;
+	/* a job of several outputs (mk-extract-lora's): each a new tensor */
+	if (t->po.nmore && !(t->j->more = calloc(t->po.nmore, sizeof(*t->j->more))))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (unsigned k = 0; k < t->po.nmore; k++) {
+		const struct mk_tensor_desc *md = &t->po.more[k];
+		if (mk_manifest_find(p->man, t->tc->more_names[k]) >= 0)
+			return mk_err_set(err, MK_EINVAL, "output tensor '%s' is planned twice", t->tc->more_names[k]);
+		rc = mk_manifest_add_tensor(p->man, t->tc->more_names[k], md->dtype, md->ndim, md->shape, err);
+		if (rc)
+			return rc;
+		t->j->more[k] = p->man->ntensors - 1;
+		t->j->nmore = k + 1;
+	}
 	return TP_NEXT;
 }
 
@@ -482,12 +509,15 @@ void tplan_sends(struct tplan *t)
 {
 	struct mk_plan *p = t->p;
 	struct mk_plan_job *j = t->j;
-	bool multi = t->po.npasses && p->budget;
+	/* (a job of several outputs replays nothing after its one pass) */
+	bool multi = t->po.npasses > (t->po.nmore ? 1u : 0u) && p->budget;
 	uint64_t ws = multi ? tplan_sent_bytes(t) : 0;
 
 	j->base = t->check_equal ? -1 : t->base;
 	j->passes = t->po.npasses;
-	j->sends = t->po.npasses + 1;
+	/* a job of several outputs is sent for its passes alone (its outputs
+	 * come from what they gathered) */
+	j->sends = t->po.nmore ? t->po.npasses : t->po.npasses + 1;
 	if (multi && ws <= p->hold_max) {
 		j->sends = 1;
 		if (ws > p->held_max)
@@ -496,7 +526,7 @@ void tplan_sends(struct tplan *t)
 		j->sends = 1;
 		j->spill = true;
 		p->spilled++;
-	} else if (t->spare_passes > t->po.npasses) {
+	} else if (t->spare_passes > t->po.npasses && !t->po.nmore) {
 		/* streamed: the spare pass, where the method takes one (a job
 		 * sent once adds a pass as it needs instead) */
 		j->spare = true;
@@ -531,8 +561,9 @@ static int tplan_job_add(struct tplan *t, struct mk_err *err)
 int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const struct src_in *srcs, size_t nsrc,
 		const struct tctx *tc, struct mk_diags *d, struct mk_err *err)
 {
-	struct tplan t = { .p = p, .ow = ow, .srcs = srcs, .nsrc = nsrc, .tc = tc, .d = d, .m = p->method,
-			   .np = p->method->nparams, .base = -1 };
+	const struct mk_method *m = tc->method ? tc->method : p->method;
+	struct tplan t = { .p = p, .ow = ow, .srcs = srcs, .nsrc = nsrc, .tc = tc, .d = d, .m = m,
+			   .np = m->nparams, .base = -1 };
 	size_t np = t.np;
 	int rc;
 

@@ -22,6 +22,7 @@
 #include "mk/stream.h"
 #include "mk/dtype.h"
 #include "mk/err.h"
+#include "planner/plan_extract.h"
 
 
 /* mk-pytorch: what becomes of a tensor that some of the files lack. */
@@ -74,6 +75,10 @@ struct mk_plan_opts {
 	 * inputs of a vocabulary-indexed weight (is_embed) are cut to the
 	 * fewest rows among them (plan_truncate.c) */
 	bool unsafe_truncate_embeddings;
+	/* mk-extract-lora: the configuration names the base (base_model) and
+	 * the fine-tune (its one model), and the plan is a LoRA adapter of
+	 * their difference, not a merge (planner/plan_extract.h); NULL: a merge */
+	const struct mk_plan_extract *extract;
 };
 
 struct mk_plan;
@@ -98,6 +103,11 @@ const char *mk_plan_card(const struct mk_plan *p);
 /* The output's architecture, and the config.json of the model the
  * output's config.json is made from (the base, else the first model;
  * NULL for state dicts).  Borrowed from the plan. */
+/* An extraction's modules and lists (NULL for a merge's plan); borrowed
+ * from the plan. */
+struct mk_extract_info;
+const struct mk_extract_info *mk_plan_extract_info(const struct mk_plan *p);
+
 struct mk_arch;
 struct mk_hfconfig;
 const struct mk_arch *mk_plan_arch(const struct mk_plan *p);

@@ -14,6 +14,7 @@
  *                   (--unsafe-truncate-embeddings)
  *   plan_files.c    the output files: config.json, card, tokenizer files
  *   plan_write.c    the plan stream, and the plan in words
+ *   plan_extract.c  mk-extract-lora's plan: a LoRA adapter's modules
  */
 #ifndef MK_PLANNER_IMPL_H
 #define MK_PLANNER_IMPL_H
@@ -70,6 +71,7 @@ struct mk_plan {
 	char *last_err;                   /* the last method error, tensor name cut out */
 	size_t repeats;                   /* further tensors with that error */
 	struct mk_config_loc last_err_loc; /* where that error was said (path owned) */
+	struct mk_extract_info *extract;  /* an extraction's modules (plan_extract.c) */
 	uint64_t held_max;                /* the largest held job's working set */
 	uint64_t spilled;                 /* jobs mk-merge replays from a spill file */
 	size_t base_copies;               /* merged tensors the method gives as the base's */
@@ -112,11 +114,23 @@ struct src_in {                       /* one candidate input of a tensor */
 	const struct mk_params *params;   /* the source's parameters */
 };
 
+struct tplan;
+
 struct tctx {                         /* where a tensor is planned */
 	struct mk_param_ctx scope;
 	const struct mk_model_ref *base;
 	double t;
 	const struct mk_config_loc *loc;  /* for messages */
+	/* mk-extract-lora's tensors (plan_extract.c); zero for a merge's: */
+	const struct mk_method *method;   /* the tensor's method, not the configuration's */
+	const char *const *more_names;    /* the names of the method's further outputs */
+	unsigned nmore_names;
+	const char *set_param;            /* a global parameter set for this tensor alone */
+	struct mk_pval set_value;
+	bool tied_present;                /* an optional weight found under a tied name
+					     is planned (mergekit's loader takes them) */
+	/* appends to a budget refusal what would fit (buf of len) */
+	void (*budget_hint)(const struct tplan *t, uint64_t need, char *buf, size_t len);
 };
 
 /* One output tensor being planned, from its candidate inputs to its job.
@@ -188,6 +202,13 @@ int plan_modules(struct mk_plan *p, int64_t *out_layers, bool *layers_changed, s
 void plan_raw_refuse(const struct mk_config *c, struct mk_diags *d);
 /* Plan a merge of state dicts: one job per tensor name of any file. */
 int plan_raw(struct mk_plan *p, struct mk_diags *d, struct mk_err *err);
+
+/* ------------------------------------------------------ plan_extract.c */
+
+/* Plan an extraction (mk_plan_opts.extract): the modules' jobs and
+ * p->extract. */
+int plan_extract(struct mk_plan *p, struct mk_diags *d, struct mk_err *err);
+void plan_extract_info_free(struct mk_extract_info *x);
 
 /* ------------------------------------------------------ plan_tensors.c */
 
