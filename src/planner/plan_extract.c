@@ -237,6 +237,15 @@ static int collect(struct walk *w, const struct mk_weight_list *l, struct mod **
 
 /* ------------------------------------------------------------ planning */
 
+/* A module whose SVD does not fit: what would. */
+static void budget_hint(const struct tplan *t, uint64_t need, char *buf, size_t len)
+{
+	(void)t;
+	(void)need;
+	snprintf(buf, len, "; --randomized holds the delta and O((rows + columns) x rank) more, "
+		 "or -e leaves the module out");
+}
+
 static int plan_one(struct walk *w, const struct mk_weight *wt, const char *out_name, const struct mk_method *m,
 		    const char *const *more, unsigned nmore, bool transpose, bool with_base, bool *planned,
 		    struct mk_err *err)
@@ -254,7 +263,7 @@ static int plan_one(struct walk *w, const struct mk_weight *wt, const char *out_
 	struct tctx tc = { .scope = { &c->params, NULL, NULL }, .base = with_base ? c->base_model : NULL,
 			   .loc = NULL, .method = m, .more_names = more, .nmore_names = nmore,
 			   .set_param = transpose ? "transpose" : NULL, .set_value = mk_pval_bool(true),
-			   .tied_present = true };
+			   .tied_present = true, .budget_hint = budget_hint };
 	size_t before = p->njobs;
 	int rc = plan_tensor(p, &ow, srcs, ns, &tc, w->d, err);
 	*planned = !rc && p->njobs > before;

@@ -379,7 +379,7 @@ static int tplan_whole_budget(struct tplan *t)
 			t->tc->budget_hint(t, need, h, sizeof(h));
 		diag(t->d, MK_DIAG_ERROR, t->tc->loc,
 		     "tensor '%s': %s needs %s in memory at once, more than the merge budget of %s (--max-memory)%s",
-		     t->ow->name, t->m->name, mk_size_human(need, a, sizeof(a)), mk_size_human(p->budget, c, sizeof(c)),
+		     t->nsrc ? t->srcs[0].w->name : t->ow->name, t->m->name, mk_size_human(need, a, sizeof(a)), mk_size_human(p->budget, c, sizeof(c)),
 		     h);
 		return TP_DONE;
 	}
