@@ -68,7 +68,7 @@ int main(int argc, char **argv)
 		CLI_STAGE_FED_OPTION,
 		{ 0 },
 	};
-	struct mk_pack_opts o = { .shard_size = MK_PACK_DEFAULT_SHARD };
+	struct mk_pack_opts o = { .shard_size = MK_PACK_DEFAULT_SHARD, .resumable = true };
 	struct mk_pack_stats st;
 	struct mk_err err = { 0 };
 	const char *input = "-";

@@ -239,7 +239,7 @@ int main(int argc, char **argv)
 	}
 	/* refuse an existing OUT before any work, as mk-pack would */
 	struct mk_err err = { 0 };
-	struct mk_pack_opts po = { .out_dir = out, .resume = resume, .force = ro.force };
+	struct mk_pack_opts po = { .out_dir = out, .resume = resume, .force = ro.force, .resumable = true };
 	struct mk_out_lock lock;
 	/* OUT locked for the whole run, its stages inheriting the lock */
 	if (mk_out_lock(out, &lock, &err) || mk_out_lock_share(&lock, &err) || mk_pack_check_out(&po, &lock, &err) ||

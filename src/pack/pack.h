@@ -51,6 +51,8 @@ struct mk_pack_opts {
 					commit at most a quarter of it at a
 					time (0: no limit) */
 	bool resume;                 /* continue OUT.mk-partial (see above) */
+	bool resumable;              /* the program has --resume: a leftover
+					OUT.mk-partial's message offers it */
 	/* DATA payloads from a pipe go into the shards by splice(2) and are
 	 * checked as read back (mk_sr_splice_payload); no_splice reads each
 	 * frame into memory and writes it from there */

@@ -48,8 +48,9 @@ int mk_pack_check_out(const struct mk_pack_opts *o, const struct mk_out_lock *he
 	if (!o->force && !o->resume && earlier) {
 		char *partial = mk_out_partial_name(o->out_dir);
 		rc = mk_err_set(err, MK_EEXIST,
-				"%s exists: an earlier mk-pack into %s did not finish; continue it with --resume, or remove that directory (or use --force) to start over",
-				partial ? partial : "OUT.mk-partial", o->out_dir);
+				"%s exists: an earlier run into %s did not finish; remove that directory (or use --force) to start over%s",
+				partial ? partial : "OUT.mk-partial", o->out_dir,
+				o->resumable ? ", or continue it with --resume" : "");
 		free(partial);
 		return rc;
 	}
