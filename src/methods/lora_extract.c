@@ -3,12 +3,13 @@
  *
  * Inputs: the base's weight (the job's base) and the fine-tune's, one
  * shape [m, n].  The statistics pass gathers delta = FT - BASE, each
- * difference rounded to the inputs' dtype first (mergekit subtracts the
- * tensors in their own dtype) and widened to float32; finish factors it
+ * difference rounded to the inputs' promoted dtype first (mergekit
+ * subtracts the tensors in their own dtypes, as torch promotes them) and
+ * widened to float32; finish factors it
  * (methods/lowrank.h: F = delta, or delta^T for an embedding, ~= B A) and
  * apply hands out three outputs:
- *   0  A       [r0, Fn]  in the inputs' dtype
- *   1  B       [Fm, r0]  in the inputs' dtype
+ *   0  A       [r0, Fn]  in the inputs' promoted dtype
+ *   1  B       [Fm, r0]  in the inputs' promoted dtype
  *   2  stats   [2] F64: the rank kept, the relative Frobenius error
  * r0 = min(max_rank, Fm, Fn) is the rank the plan can know; rows of A and
  * columns of B past the rank kept are zeros (mk-extract-lora cuts them,
@@ -108,7 +109,8 @@ static int output(const struct mk_method *m, const struct mk_job_desc *d, struct
 					  d->tensor ? d->tensor : "?");
 	shape_of(d, d->global, &fm, &fn, &r0);
 	po->compute = MK_DT_F32;
-	po->out = (struct mk_tensor_desc){ .dtype = d->in[1 - (d->base == 1)].dtype, .ndim = 2, .shape = { r0, fn } };
+	enum mk_dtype dts[2] = { d->in[0].dtype, d->in[1].dtype };
+	po->out = (struct mk_tensor_desc){ .dtype = mk_promote_dtypes(2, dts), .ndim = 2, .shape = { r0, fn } };
 	po->nmore = 2;
 	po->more[0] = (struct mk_tensor_desc){ .dtype = po->out.dtype, .ndim = 2, .shape = { fm, r0 } };
 	po->more[1] = (struct mk_tensor_desc){ .dtype = MK_DT_F64, .ndim = 1, .shape = { 2 } };
@@ -158,14 +160,15 @@ static int init(struct mk_job *job, struct mk_err *err)
 					 job->d.tensor, (unsigned long long)(s->m * s->n * sizeof(float)));
 }
 
-/* FT - BASE, rounded to the inputs' dtype as mergekit's subtraction is */
+/* FT - BASE, rounded to the inputs' promoted dtype as mergekit's
+ * subtraction is */
 static int accumulate(struct mk_job *job, unsigned pass, const struct mk_job_chunk *c, struct mk_err *err)
 {
 	struct state *s = job->state;
 	int b = job->d.base < 0 ? 0 : job->d.base;
 	const float *base = c->in[b], *ft = c->in[1 - b];
 	float *dst = s->delta + c->elem_begin;
-	enum mk_dtype dt = job->d.in[1 - b].dtype;
+	enum mk_dtype dt = job->out.dtype;
 
 	for (uint64_t k = 0; k < c->count; k++)
 		dst[k] = ft[k] - base[k];
