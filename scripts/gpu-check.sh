@@ -29,7 +29,9 @@
 #       hidden states of a generated llama-like model, the layers' matrix
 #       products on the GPU, against OpenBLAS's; max abs difference and
 #       both times) and test_forward (the hidden states against
-#       transformers', on the device too), then prints a summary.  Each step
+#       transformers', on the device too), mk-extract-lora's randomized
+#       SVD on the GPU (test_lowrank, a timing, an end-to-end run), then
+#       prints a summary.  Each step
 #       has a timeout; all of it finishes in under 5 minutes.  Exit 0: all passed; 1: a failure; 77: no GPU
 #       (the emulated half of test_cuda still ran).
 #
@@ -211,7 +213,7 @@ check() {
 		# compile device.cu again
 		rm -f $B/src/cuda/device.o
 		t=$(date +%s)
-		if timeout "$(left 170)" make -j"$(nproc)" "$@" all $B/test/test_cuda $B/test/test_forward >"$work/build.log" 2>&1; then
+		if timeout "$(left 170)" make -j"$(nproc)" "$@" all $B/test/test_cuda $B/test/test_forward $B/test/test_lowrank >"$work/build.log" 2>&1; then
 			bin=$top/$B/bin test=$top/$B/test/test_cuda
 			note "build: ok in $(($(date +%s) - t)) s ($([ -n "$nvcc" ] && echo "with CUDA, ${nvflags:-the Makefile's NVCCFLAGS}" || echo "WITHOUT CUDA: no nvcc"); $([ "$have_carry" = 1 ] && echo "carried libraries" || echo "system libraries"))"
 			grep -q "NVCC" "$work/build.log" || [ -z "$nvcc" ] || [ -f $B/src/cuda/device.o ] ||
@@ -337,6 +339,10 @@ $(tail -n 8 "$work/build.log" | sed 's/^/      | /')"
 	# without a device: the emulated device, on a small model)
 	if [ "$dev_rc" = 0 ] || [ "${MK_GPUCHECK_E2E:-0}" = 1 ]; then
 		fwd "$bin"
+	fi
+	# mk-extract-lora's randomized SVD on the GPU against the CPU's
+	if [ "$dev_rc" = 0 ] || [ "${MK_GPUCHECK_E2E:-0}" = 1 ]; then
+		lowrank "$bin"
 	fi
 
 	# the logs come back with the device tool ($OUT)
@@ -493,6 +499,55 @@ fwd() {
 		fi
 	fi
 	rm -rf "$d"
+}
+
+# lowrank BIN: test_lowrank (its test_cuda: the GPU's factors against the
+# CPU's, B A within 1e-3, the errors within 1e-4; without a device the
+# MK_EUNSUPPORTED answer), then the randomized SVD at rank 128 of a
+# planted 4096 x 14336 delta timed on the CPU and on the GPU
+# (mk-lowrank-bench -g), and mk-extract-lora --randomized --cuda end to
+# end against the CPU's adapter on generated models.
+lowrank() {
+	b=$1
+	root=$(dirname "$b")
+	if [ ! -x "$root/test/test_lowrank" ] || [ "$(left 100)" -lt 30 ]; then
+		note "lowrank: skipped ($([ -x "$root/test/test_lowrank" ] && echo time || echo "no test_lowrank"))"
+		return
+	fi
+	t=$(date +%s)
+	MK_TOP=$top timeout "$(left 60)" "$root/test/test_lowrank" >"$work/test_lowrank.log" 2>&1
+	rc=$?
+	case $rc in
+	0) note "test_lowrank: PASSED in $(($(date +%s) - t)) s: $(grep -E 'GPU|no GPU' "$work/test_lowrank.log" | head -n 1)" ;;
+	124 | 137) note "test_lowrank: TIMED OUT"; fails=$((fails + 1)) ;;
+	*) note "test_lowrank: FAILED (rc $rc)"; fails=$((fails + 1))
+	   grep -E "ERROR|FAIL|error:" "$work/test_lowrank.log" | head -n 6 | while IFS= read -r x; do echo "      | $x"; done ;;
+	esac
+	if [ "$dev_rc" = 0 ] && [ -x "$root/tools/mk-lowrank-bench" ] && [ "$(left 100)" -gt 40 ]; then
+		timeout "$(left 60)" "$root/tools/mk-lowrank-bench" -m 4096 -n 14336 -r 128 -o 16 -q 2 -x -g \
+			>"$work/lowrank-bench.log" 2>&1 &&
+			note "lowrank 4096 x 14336, rank 128: $(grep -iE 'gpu|cpu' "$work/lowrank-bench.log" | tr '\n' ';' | cut -c1-300)" ||
+			{ note "lowrank bench: FAILED: $(tail -n 1 "$work/lowrank-bench.log")"; fails=$((fails + 1)); }
+	fi
+	if [ -x "$b/mk-extract-lora" ] && [ "$(left 60)" -gt 20 ]; then
+		d=$work/xl
+		mkdir -p "$d"
+		for s in 1 2; do
+			"$root/tools/mk-gen-model" --dtype F32 --layers 1 --hidden 512 --inter 1024 --vocab 64 --seed $s "$d/m$s" >/dev/null
+		done
+		if timeout "$(left 30)" "$b/mk-extract-lora" -q --model "$d/m2" --base-model "$d/m1" --out-path "$d/cpu" \
+			--randomized --max-rank 32 >"$work/extract-cpu.log" 2>&1 &&
+			timeout "$(left 30)" "$b/mk-extract-lora" --model "$d/m2" --base-model "$d/m1" --out-path "$d/gpu" \
+			--randomized --max-rank 32 --cuda >"$work/extract-gpu.log" 2>&1; then
+			e1=$(grep -o '"relative_error": [0-9.e-]*' "$d/cpu/extraction_report.json" | head -n 1)
+			e2=$(grep -o '"relative_error": [0-9.e-]*' "$d/gpu/extraction_report.json" | head -n 1)
+			note "mk-extract-lora --randomized --cuda: first module CPU $e1, GPU $e2 ($(grep -c warning "$work/extract-gpu.log") warnings)"
+		else
+			note "mk-extract-lora --cuda: FAILED: $(tail -n 1 "$work/extract-gpu.log" 2>/dev/null)"
+			fails=$((fails + 1))
+		fi
+		rm -rf "$d"
+	fi
 }
 
 case ${1:-} in
