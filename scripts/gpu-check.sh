@@ -501,12 +501,12 @@ fwd() {
 	rm -rf "$d"
 }
 
-# lowrank BIN: test_lowrank (its test_cuda: the GPU's factors against the
-# CPU's, B A within 1e-3, the errors within 1e-4; without a device the
-# MK_EUNSUPPORTED answer), then the randomized SVD at rank 128 of a
-# planted 4096 x 14336 delta timed on the CPU and on the GPU
-# (mk-lowrank-bench -g), and mk-extract-lora --randomized --cuda end to
-# end against the CPU's adapter on generated models.
+# lowrank BIN: test_lowrank (its test_cuda: the GPU's exact and
+# randomized factors against the CPU's, B A within 1e-4 and 1e-3, the
+# errors within 1e-4; without a device the MK_EUNSUPPORTED answer), then
+# the randomized SVD at rank 128 of a planted 4096 x 14336 delta timed on
+# the CPU and on the GPU (mk-lowrank-bench -g), and mk-extract-lora
+# --cuda, randomized and exact, end to end against the CPU's runs.
 lowrank() {
 	b=$1
 	root=$(dirname "$b")
@@ -535,17 +535,20 @@ lowrank() {
 		for s in 1 2; do
 			"$root/tools/mk-gen-model" --dtype F32 --layers 1 --hidden 512 --inter 1024 --vocab 64 --seed $s "$d/m$s" >/dev/null
 		done
-		if timeout "$(left 30)" "$b/mk-extract-lora" -q --model "$d/m2" --base-model "$d/m1" --out-path "$d/cpu" \
-			--randomized --max-rank 32 >"$work/extract-cpu.log" 2>&1 &&
-			timeout "$(left 30)" "$b/mk-extract-lora" --model "$d/m2" --base-model "$d/m1" --out-path "$d/gpu" \
-			--randomized --max-rank 32 --cuda >"$work/extract-gpu.log" 2>&1; then
-			e1=$(grep -o '"relative_error": [0-9.e-]*' "$d/cpu/extraction_report.json" | head -n 1)
-			e2=$(grep -o '"relative_error": [0-9.e-]*' "$d/gpu/extraction_report.json" | head -n 1)
-			note "mk-extract-lora --randomized --cuda: first module CPU $e1, GPU $e2 ($(grep -c warning "$work/extract-gpu.log") warnings)"
-		else
-			note "mk-extract-lora --cuda: FAILED: $(tail -n 1 "$work/extract-gpu.log" 2>/dev/null)"
-			fails=$((fails + 1))
-		fi
+		for mode in "--randomized" ""; do
+			# shellcheck disable=SC2086 # mode is one word or none
+			if timeout "$(left 30)" "$b/mk-extract-lora" -q --model "$d/m2" --base-model "$d/m1" --out-path "$d/cpu$mode" \
+				$mode --max-rank 32 >"$work/extract-cpu.log" 2>&1 &&
+				timeout "$(left 30)" "$b/mk-extract-lora" --model "$d/m2" --base-model "$d/m1" --out-path "$d/gpu$mode" \
+				$mode --max-rank 32 --cuda >"$work/extract-gpu$mode.log" 2>&1; then
+				e1=$(grep -o '"relative_error": [0-9.e-]*' "$d/cpu$mode/extraction_report.json" | head -n 1)
+				e2=$(grep -o '"relative_error": [0-9.e-]*' "$d/gpu$mode/extraction_report.json" | head -n 1)
+				note "mk-extract-lora ${mode:-exact} --cuda: first module CPU $e1, GPU $e2 ($(grep -c warning "$work/extract-gpu$mode.log") warnings)"
+			else
+				note "mk-extract-lora ${mode:-exact} --cuda: FAILED: $(tail -n 1 "$work/extract-gpu$mode.log" 2>/dev/null)"
+				fails=$((fails + 1))
+			fi
+		done
 		rm -rf "$d"
 	fi
 }

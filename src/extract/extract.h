@@ -39,8 +39,8 @@ struct mk_extract_opts {
 	bool no_distribute_scale;     /* sigma into A alone */
 	bool randomized;              /* the randomized SVD */
 	unsigned oversample, power_iters; /* randomized; 0: the defaults */
-	bool cuda;                    /* randomized: its products and QRs on the GPU
-					 (mk_extract_plan warns when there is none) */
+	bool cuda;                    /* the SVDs on the GPU (mk_extract_plan warns
+					 when there is none) */
 	struct mk_plan_extract sel;   /* which modules become what */
 	/* the plan */
 	uint64_t budget;              /* mk-merge's memory budget (0: the default) */

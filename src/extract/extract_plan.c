@@ -83,9 +83,6 @@ int mk_extract_plan(const struct mk_extract_opts *o, struct mk_plan **out, struc
 	if (o->cuda && !cuda)
 		mk_diags_add(d, MK_DIAG_WARNING, 0, 0, NULL, "--cuda: %s: the SVDs run on the CPU",
 			     why ? why : "no usable CUDA device");
-	else if (o->cuda && !o->randomized)
-		mk_diags_add(d, MK_DIAG_WARNING, 0, 0, NULL,
-			     "--cuda: the exact SVD runs on the CPU (the GPU serves --randomized)");
 	if (rc && d->nerrors)
 		mk_err_set(err, MK_EINVAL, "%zu error%s", d->nerrors, d->nerrors == 1 ? "" : "s");
 	return rc;

@@ -55,7 +55,7 @@ static const struct mk_param_spec params[NPARAMS] = {
 			  .doc = "factor the delta's transpose (an embedding: PEFT's lora_embedding_A/B)" },
 	[P_CUDA] = { .name = "cuda", .scope = MK_SCOPE_GLOBAL, .type = MK_PT_BOOL,
 		     .def = { .set = true, .type = MK_PT_BOOL, .b = false },
-		     .doc = "randomized: the products and QRs on a CUDA device (none usable: the CPU)" },
+		     .doc = "the SVD (or the randomized one's products and QRs) on a CUDA device (none usable: the CPU)" },
 };
 
 struct state {

@@ -64,8 +64,6 @@ static int check_opts(const struct mk_lowrank_opts *o, struct mk_err *err)
 		return mk_err_set(err, MK_EINVAL, "energy %g: expected a fraction in [0, 1] (0: off)", o->energy);
 	if (!(o->rel_sigma >= 0 && o->rel_sigma <= 1))
 		return mk_err_set(err, MK_EINVAL, "rel_sigma %g: expected a fraction in [0, 1] (0: off)", o->rel_sigma);
-	if (o->cuda && !o->randomized)
-		return mk_err_set(err, MK_EUNSUPPORTED, "the exact SVD does not run on the GPU (the randomized one does)");
 	if (o->power_iters > 64)
 		return mk_err_set(err, MK_EINVAL, "power_iters %u: expected at most 64", o->power_iters);
 	return 0;

@@ -37,13 +37,12 @@
  * set is O((m + n) k).  It falls back to exact when that k reaches
  * min(m, n).  BLAS runs with the process's thread setting (core/blas.h).
  *
- * GPU (opts.cuda, randomized only): the products with delta and the QRs
- * run on a CUDA device by cuBLAS and cuSOLVER, loaded at run time
- * (lowrank_cuda.c); MK_EUNSUPPORTED, nothing done, when mk was built
- * without CUDA, there is no device or the libraries cannot be loaded: the
- * caller then runs the CPU path.  Exact with opts.cuda is MK_EUNSUPPORTED
- * too (not implemented); a randomized call that falls back to exact runs
- * it on the CPU.
+ * GPU (opts.cuda): the exact SVD (cuSOLVER's gesvd; the factors and the
+ * error are then formed on the host as above), or the randomized path's
+ * products with delta and its QRs, run on a CUDA device by cuBLAS and
+ * cuSOLVER, loaded at run time (lowrank_cuda.c); MK_EUNSUPPORTED, nothing
+ * done, when mk was built without CUDA, there is no device or the
+ * libraries cannot be loaded: the caller then runs the CPU path.
  *
  * Calls share no state (the GPU libraries' one-time loading aside): any
  * number may run at once on different threads, each then best with BLAS
@@ -69,7 +68,7 @@ struct mk_lowrank_opts {
 	unsigned oversample;     /* randomized: extra columns (MK_LOWRANK_OVERSAMPLE) */
 	unsigned power_iters;    /* randomized: subspace iterations (MK_LOWRANK_POWER_ITERS) */
 	uint64_t seed;           /* randomized: the Gaussian test matrix */
-	bool cuda;               /* randomized: its products and QRs on a CUDA device */
+	bool cuda;               /* the SVD (exact), or the products and QRs (randomized), on a CUDA device */
 	int cuda_device;         /* which (an ordinal) */
 };
 

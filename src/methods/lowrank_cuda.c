@@ -33,6 +33,13 @@ int lr_range_cuda(const float *delta, uint64_t m, uint64_t n, bool transpose, un
 	return mk_err_set(err, MK_EUNSUPPORTED, "this mk was built without CUDA (no nvcc at build time)");
 }
 
+int lr_gesvd_cuda(struct lr_mem *mem, float *x, uint64_t rows, uint64_t cols, float *s, float **small,
+		  const struct mk_lowrank_opts *o, struct mk_err *err)
+{
+	*small = NULL;
+	return mk_err_set(err, MK_EUNSUPPORTED, "this mk was built without CUDA (no nvcc at build time)");
+}
+
 #else
 
 /* the CUDA runtime (libcudart_static) */
@@ -58,6 +65,11 @@ static struct {
 	int (*orgqr_size)(void *h, int m, int n, int k, const float *a, int lda, const float *tau, int *lwork);
 	int (*orgqr)(void *h, int m, int n, int k, float *a, int lda, const float *tau, float *work, int lwork,
 		     int *info);
+	int (*gesvd_size)(void *h, int m, int n, int *lwork);
+	int (*gesvd)(void *h, signed char jobu, signed char jobvt, int m, int n, float *a, int lda, float *s, float *u,
+		     int ldu, float *vt, int ldvt, float *work, int lwork, float *rwork, int *info);
+	int (*geam)(void *h, int ta, int tb, int m, int n, const float *alpha, const float *a, int lda,
+		    const float *beta, const float *b, int ldb, float *c, int ldc);
 	char why[256];
 } L;
 static pthread_once_t load_once = PTHREAD_ONCE_INIT;
@@ -96,6 +108,9 @@ static void load(void)
 	SYM(d, geqrf, "cusolverDnSgeqrf")
 	SYM(d, orgqr_size, "cusolverDnSorgqr_bufferSize")
 	SYM(d, orgqr, "cusolverDnSorgqr")
+	SYM(d, gesvd_size, "cusolverDnSgesvd_bufferSize")
+	SYM(d, gesvd, "cusolverDnSgesvd")
+	SYM(b, geam, "cublasSgeam")
 	SYM(b, sgemm, "cublasSgemm_v2")
 #undef SYM
 }
@@ -140,25 +155,19 @@ static int orth(struct gpu *g, float *a, int rows, int k, struct mk_err *err)
 	return rc;
 }
 
-int lr_range_cuda(const float *delta, uint64_t m, uint64_t n, bool transpose, unsigned k,
-		  const struct mk_lowrank_opts *o, float *y, float *z, struct mk_err *err)
+/* The libraries, the device o->cuda_device and this thread's handles
+ * for it, into g: 0, or MK_EUNSUPPORTED (nothing to run on) or MK_EIO. */
+static int dev_open(const struct mk_lowrank_opts *o, struct gpu *g, const char *what, struct mk_err *err)
 {
 	int ndev = 0, rc;
 
 	pthread_once(&load_once, load);
 	if (!L.sgemm)
-		return mk_err_set(err, MK_EUNSUPPORTED, "no randomized SVD on the GPU: %s", L.why);
+		return mk_err_set(err, MK_EUNSUPPORTED, "no %s on the GPU: %s", what, L.why);
 	int e = cudaGetDeviceCount(&ndev);
 	if (e || ndev <= o->cuda_device || o->cuda_device < 0)
 		return mk_err_set(err, MK_EUNSUPPORTED, "no CUDA device %d (%d found%s%s)", o->cuda_device,
 				  e ? 0 : ndev, e ? ": " : "", e ? cudaGetErrorString(e) : "");
-
-	uint64_t p = transpose ? n : m, q = transpose ? m : n;
-	const int P = (int)p, Q = (int)q, K = (int)k, ld = (int)n;
-	const int opf = transpose ? OP_N : OP_T, opt = transpose ? OP_T : OP_N;   /* as randomized.c */
-	const float one = 1, zero = 0;
-	struct gpu g = { 0 };
-
 	if ((rc = cu(cudaSetDevice(o->cuda_device), "cudaSetDevice", err)))
 		return rc;
 	if ((tl.blas || tl.dn) && tl.device != o->cuda_device) {
@@ -172,8 +181,23 @@ int lr_range_cuda(const float *delta, uint64_t m, uint64_t n, bool transpose, un
 	if ((!tl.blas && (rc = lib(L.blas_create(&tl.blas), "cublasCreate", err))) ||
 	    (!tl.dn && (rc = lib(L.dn_create(&tl.dn), "cusolverDnCreate", err))))
 		return rc;
-	g.blas = tl.blas;
-	g.dn = tl.dn;
+	g->blas = tl.blas;
+	g->dn = tl.dn;
+	return 0;
+}
+
+int lr_range_cuda(const float *delta, uint64_t m, uint64_t n, bool transpose, unsigned k,
+		  const struct mk_lowrank_opts *o, float *y, float *z, struct mk_err *err)
+{
+	uint64_t p = transpose ? n : m, q = transpose ? m : n;
+	const int P = (int)p, Q = (int)q, K = (int)k, ld = (int)n;
+	const int opf = transpose ? OP_N : OP_T, opt = transpose ? OP_T : OP_N;   /* as randomized.c */
+	const float one = 1, zero = 0;
+	struct gpu g = { 0 };
+	int rc = dev_open(o, &g, "randomized SVD", err);
+
+	if (rc)
+		return rc;
 	if ((rc = cu(cudaMalloc((void **)&g.d, 4 * m * n), "cudaMalloc (delta)", err)) ||
 	    (rc = cu(cudaMalloc((void **)&g.y, 4 * p * k), "cudaMalloc (Y)", err)) ||
 	    (rc = cu(cudaMalloc((void **)&g.z, 4 * q * k), "cudaMalloc (Z)", err)) ||
@@ -217,6 +241,84 @@ out:
 	cudaFree(g.z);
 	cudaFree(g.y);
 	cudaFree(g.d);
+	return rc;
+}
+
+/* lr_gesdd's contract on the device, by cusolverDnSgesvd (one-sided
+ * QR-based; it takes rows >= cols only, so a wide x is transposed on the
+ * device first and the factors transposed back, by cublasSgeam). */
+int lr_gesvd_cuda(struct lr_mem *mem, float *x, uint64_t rows, uint64_t cols, float *s, float **small,
+		  const struct mk_lowrank_opts *o, struct mk_err *err)
+{
+	uint64_t k = rows < cols ? rows : cols, tall = rows >= cols ? rows : cols;
+	const float one = 1, zero = 0;
+	float *da = NULL, *dt = NULL, *du = NULL, *dvt = NULL, *ds = NULL, *dw = NULL, *sm = NULL;
+	int *dinfo = NULL, lwork = 0, info = 0;
+	struct gpu g = { 0 };
+	int rc;
+
+	*small = NULL;
+	if (rows > INT32_MAX || cols > INT32_MAX || rows * cols > INT32_MAX)
+		return mk_err_set(err, MK_EUNSUPPORTED, "a %llu x %llu SVD is beyond cuSOLVER's 32-bit sizes",
+				  (unsigned long long)rows, (unsigned long long)cols);
+	if ((rc = dev_open(o, &g, "exact SVD", err)))
+		return rc;
+	const int T = (int)tall, K = (int)k, R = (int)rows, C = (int)cols;
+	if (!(sm = lr_alloc(mem, 4 * k * k)))
+		return mk_err_set(err, MK_ENOMEM, "out of memory for a %llu x %llu SVD's factor",
+				  (unsigned long long)k, (unsigned long long)k);
+	if ((rc = cu(cudaMalloc((void **)&da, 4 * rows * cols), "cudaMalloc (delta)", err)) ||
+	    (rc = cu(cudaMalloc((void **)&du, 4 * tall * k), "cudaMalloc (U)", err)) ||
+	    (rc = cu(cudaMalloc((void **)&dvt, 4 * k * k), "cudaMalloc (VT)", err)) ||
+	    (rc = cu(cudaMalloc((void **)&ds, 4 * k), "cudaMalloc (S)", err)) ||
+	    (rc = cu(cudaMalloc((void **)&dinfo, sizeof(int)), "cudaMalloc (info)", err)) ||
+	    (rc = cu(cudaMemcpy(da, x, 4 * rows * cols, H2D), "copying delta to the device", err)))
+		goto out;
+	if (rows < cols) {   /* the tall one: x^T, cols x rows */
+		if ((rc = cu(cudaMalloc((void **)&dt, 4 * rows * cols), "cudaMalloc (delta^T)", err)) ||
+		    (rc = lib(L.geam(g.blas, OP_T, OP_N, C, R, &one, da, R, &zero, da, C, dt, C), "cublasSgeam", err)))
+			goto out;
+		float *t = da;
+		da = dt;
+		dt = t;
+	}
+	if ((rc = lib(L.gesvd_size(g.dn, T, K, &lwork), "cusolverDnSgesvd_bufferSize", err)) ||
+	    (rc = cu(cudaMalloc((void **)&dw, 4 * (uint64_t)(lwork > 1 ? lwork : 1)), "cudaMalloc (workspace)", err)) ||
+	    (rc = lib(L.gesvd(g.dn, 'S', 'S', T, K, da, T, ds, du, T, dvt, K, dw, lwork, NULL, dinfo), "cusolverDnSgesvd",
+		      err)) ||
+	    (rc = cu(cudaMemcpy(&info, dinfo, sizeof(info), D2H), "copying gesvd's info", err)))
+		goto out;
+	if (info) {
+		rc = mk_err_set(err, MK_EIO, "cuSOLVER's SVD of a %llu x %llu matrix failed (info %d)",
+				(unsigned long long)rows, (unsigned long long)cols, info);
+		goto out;
+	}
+	if ((rc = cu(cudaMemcpy(s, ds, 4 * k, D2H), "copying S back", err)))
+		goto out;
+	if (rows >= cols) {   /* U (rows x k) into x, VT (k x k) into sm */
+		rc = cu(cudaMemcpy(x, du, 4 * rows * k, D2H), "copying U back", err);
+		if (!rc)
+			rc = cu(cudaMemcpy(sm, dvt, 4 * k * k, D2H), "copying VT back", err);
+	} else {
+		/* x^T = U' S V'^T: x's U = V' = (V'^T)^T (k x k), x's VT = U'^T (k x cols) */
+		if ((rc = lib(L.geam(g.blas, OP_T, OP_N, K, K, &one, dvt, K, &zero, dvt, K, dt, K), "cublasSgeam", err)) ||
+		    (rc = cu(cudaMemcpy(sm, dt, 4 * k * k, D2H), "copying U back", err)) ||
+		    (rc = lib(L.geam(g.blas, OP_T, OP_N, K, C, &one, du, C, &zero, du, C, dt, K), "cublasSgeam", err)) ||
+		    (rc = cu(cudaMemcpy(x, dt, 4 * k * cols, D2H), "copying VT back", err)))
+			goto out;
+	}
+out:
+	cudaFree(dw);
+	cudaFree(dinfo);
+	cudaFree(ds);
+	cudaFree(dvt);
+	cudaFree(du);
+	cudaFree(dt);
+	cudaFree(da);
+	if (rc)
+		lr_free(mem, sm, 4 * k * k);
+	else
+		*small = sm;
 	return rc;
 }
 

@@ -1,5 +1,6 @@
 /* exact.c - the thin SVD by LAPACK's sgesdd, and the exact path of
- * mk_lowrank_factor.
+ * mk_lowrank_factor (on a CUDA device with opts.cuda: cuSOLVER's gesvd,
+ * lowrank_cuda.c).
  *
  * Layout without a transposed copy: delta (m x n row-major) read as a
  * column-major array is delta^T.  sgesdd destroys its input, so the path
@@ -157,7 +158,7 @@ int lr_exact(struct lr_mem *mem, const float *delta, uint64_t m, uint64_t n, boo
 		memcpy(x, delta, 4 * m * n);       /* X = F^T = delta^T, column-major */
 	/* q >= p: U_x (q x k) in x, VT_x (k x k) in sm; else U_x (q x q) in
 	 * sm, VT_x (k x p, leading dimension k = q) in x */
-	rc = lr_gesdd(mem, x, q, p, out->s, &sm, err);
+	rc = o->cuda ? lr_gesvd_cuda(mem, x, q, p, out->s, &sm, o, err) : lr_gesdd(mem, x, q, p, out->s, &sm, err);
 	if (rc) {
 		lr_free(mem, x, 4 * p * q);
 		return rc;

@@ -68,6 +68,14 @@ uint64_t lr_randomized_bytes(uint64_t m, uint64_t n, bool transpose, unsigned k,
 int lr_range_cuda(const float *delta, uint64_t m, uint64_t n, bool transpose, unsigned k,
 		  const struct mk_lowrank_opts *o, float *y, float *z, struct mk_err *err);
 
+/* lowrank_cuda.c: lr_gesdd's contract (x overwritten by the larger
+ * factor, the k x k one allocated through mem into *small) computed on
+ * the device by cuSOLVER's gesvd.  MK_EUNSUPPORTED (nothing done, x
+ * intact) without CUDA, a device or the libraries; MK_EIO when a call
+ * fails. */
+int lr_gesvd_cuda(struct lr_mem *mem, float *x, uint64_t rows, uint64_t cols, float *s, float **small,
+		  const struct mk_lowrank_opts *o, struct mk_err *err);
+
 /* rank.c: the rank the rules of lowrank.h allow among the ns singular
  * values s (descending); `total` is the sum of all s_i^2 (||F||_F^2);
  * `complete`: s holds every singular value (exact), else the energy rule

@@ -593,9 +593,10 @@ static void test_errors(void **state)
 	free(f);
 }
 
-/* the GPU's range finder: the CPU's factors to float rounding where a
- * device (and cuBLAS, cuSOLVER) is there; else MK_EUNSUPPORTED, nothing
- * returned */
+/* the GPU's SVDs, exact (cuSOLVER's gesvd, for a tall and a wide copy)
+ * and randomized (the range finder): the CPU's factors to float rounding
+ * where a device (and cuBLAS, cuSOLVER) is there; else MK_EUNSUPPORTED,
+ * nothing returned */
 static void test_cuda(void **state)
 {
 	const double alpha = 0.7;
@@ -608,35 +609,35 @@ static void test_cuda(void **state)
 	struct mk_lowrank cpu, gpu;
 	struct mk_err err = { 0 };
 
-	o.cuda = true;
-	assert_int_equal(mk_lowrank_factor(f, m, n, false, &o, &gpu, &err), -MK_EUNSUPPORTED);
-	assert_non_null(strstr(err.msg, "exact"));
-	o.randomized = true;
-	for (int tr = 0; tr < 2; tr++) {
-		o.cuda = false;
-		factor_ok(f, m, n, tr, &o, &cpu);
-		o.cuda = true;
-		int rc = mk_lowrank_factor(f, m, n, tr, &o, &gpu, &err);
-		if (rc == -MK_EUNSUPPORTED) {
-			print_message("no GPU path here: %s\n", err.msg);
-			assert_true(err.msg[0] != 0);
-			assert_null(gpu.a);
-			assert_int_equal(gpu.rank, 0);
-		} else {
-			if (rc)
-				fail_msg("GPU: %s", err.msg);
-			assert_true(gpu.randomized);
-			assert_int_equal(gpu.rank, cpu.rank);
-			double *pc = product(&cpu), *pg = product(&gpu), d = rel_dist(pg, pc, m * n);
-			print_message("GPU: B A %.2g from the CPU's, error %.6f vs %.6f\n", d, gpu.rel_error, cpu.rel_error);
-			assert_true(d < 1e-3);
-			assert_true(fabs(gpu.rel_error - cpu.rel_error) < 1e-4);
-			free(pc);
-			free(pg);
+	for (int rnd = 0; rnd < 2; rnd++)
+		for (int tr = 0; tr < 2; tr++) {
+			o.randomized = rnd;
+			o.cuda = false;
+			factor_ok(f, m, n, tr, &o, &cpu);
+			o.cuda = true;
+			int rc = mk_lowrank_factor(f, m, n, tr, &o, &gpu, &err);
+			if (rc == -MK_EUNSUPPORTED) {
+				print_message("no GPU path here: %s\n", err.msg);
+				assert_true(err.msg[0] != 0);
+				assert_null(gpu.a);
+				assert_int_equal(gpu.rank, 0);
+			} else {
+				if (rc)
+					fail_msg("GPU: %s", err.msg);
+				assert_int_equal(gpu.randomized, rnd);
+				assert_int_equal(gpu.rank, cpu.rank);
+				double *pc = product(&cpu), *pg = product(&gpu), d = rel_dist(pg, pc, m * n);
+				print_message("GPU %s%s: B A %.2g from the CPU's, error %.6f vs %.6f\n",
+					      rnd ? "randomized" : "exact", tr ? ", transposed" : "", d, gpu.rel_error,
+					      cpu.rel_error);
+				assert_true(d < (rnd ? 1e-3 : 1e-4));
+				assert_true(fabs(gpu.rel_error - cpu.rel_error) < 1e-4);
+				free(pc);
+				free(pg);
+			}
+			mk_lowrank_free(&gpu);
+			mk_lowrank_free(&cpu);
 		}
-		mk_lowrank_free(&gpu);
-		mk_lowrank_free(&cpu);
-	}
 	free(f);
 }
 
