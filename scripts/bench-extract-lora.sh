@@ -3,7 +3,7 @@
 # mergekit-extract-lora 0.1.5 on a pair with 7B-sized layers.  A
 # benchmark, not a test: it reports, never asserts.
 #
-#   sh scripts/bench-extract-lora.sh      (after `make`; numpy in python3)
+#   sh scripts/bench-extract-lora.sh      (after `make`)
 #
 # The pair: mk-gen-model's base (hidden 4096, intermediate 14336, 32
 # heads and 8 KV heads, so q/o_proj are 4096x4096, k/v_proj 1024x4096,
@@ -16,7 +16,8 @@
 # gives wall seconds, peak RSS of the largest process, and per module the
 # relative error (mk's report) and mk's B·A against mergekit's.
 #
-# Environment: BUILD (build), LAYERS (2), RANK (64), MAX_RANK (128),
+# Environment: BUILD (build), PYTHON (a python3 with numpy: Debian's
+# /usr/bin/python3 after `make deps`), LAYERS (2), RANK (64), MAX_RANK (128),
 # RUNS (3), MERGEKIT_VENV (~/.cache/mk/mergekit-0.1.5-venv; no venv: no
 # mergekit row), WORK (a scratch directory, /tmp/mk-bench-extract).
 set -eu
@@ -27,6 +28,7 @@ RANK=${RANK:-64}
 MAX_RANK=${MAX_RANK:-128}
 RUNS=${RUNS:-3}
 VENV=${MERGEKIT_VENV:-$HOME/.cache/mk/mergekit-0.1.5-venv}
+PYTHON=${PYTHON:-/usr/bin/python3}
 WORK=${WORK:-/tmp/mk-bench-extract}
 PATH=$BUILD/bin:$BUILD/tools:$PATH
 export PATH
@@ -39,7 +41,7 @@ if [ ! -f ft/model.safetensors ]; then
 	rm -rf base ft
 	mk-gen-model --dtype BF16 --layers "$LAYERS" --hidden 4096 --inter 14336 --heads 32 --kv-heads 8 \
 		--vocab 1024 --seed 7 base > /dev/null
-	python3 - base ft "$RANK" <<'PY'
+	"$PYTHON" - base ft "$RANK" <<'PY'
 import json, os, shutil, struct, sys
 import numpy as np
 src, dst, rank = sys.argv[1], sys.argv[2], int(sys.argv[3])
@@ -104,7 +106,7 @@ if [ -x "$VENV/bin/mergekit-extract-lora" ]; then
 	set -- $(cat t.txt)
 	mk_s=$1 mk_kb=$2
 fi
-python3 - exact rnd mergekit <<'PY' > quality.txt
+"$PYTHON" - exact rnd mergekit <<'PY' > quality.txt
 import json, os, struct, sys
 import numpy as np
 ex, rnd = (json.load(open(d + "/extraction_report.json")) for d in sys.argv[1:3])
