@@ -320,6 +320,10 @@ int main(int argc, char **argv)
 	mk_out_unlock(&lock);
 	if (warning[0])
 		cli_message("warning", warning);
+	if (sum.biases_unapplied)
+		cli_message("warning", "the bias changes (lora_B.bias) are written without lora_bias: PEFT refuses lora_bias "
+				       "beside an embedding's LoRA, so PEFT and mk-yaml leave them out (without --embed-lora "
+				       "they are applied)");
 	cli_info(3, "wrote %s: %zu modules of rank up to %u (largest relative error %.3g, %s), %zu tensors saved whole%s",
 		 eo.out, sum.modules, sum.r, sum.worst_error, sum.worst, sum.saved,
 		 sum.zero ? "; modules that did not change left out" : "");

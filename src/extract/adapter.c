@@ -387,8 +387,15 @@ int mk_extract_finish(const struct mk_extract_opts *o, const struct mk_extract_i
 
 	/* the files beside it */
 	char *fp = NULL;
-	if (!(rc = adapter_config(o, x, k, r, biases, &text, &tlen, err)) && !(rc = (fp = join(dir, "adapter_config.json")) ? 0 :
-	      mk_err_set(err, MK_ENOMEM, "out of memory")))
+	/* PEFT takes lora_bias for linear layers only: beside an embedding's
+	 * LoRA it refuses the whole adapter, so there the bias changes stay
+	 * in the file, unapplied (the caller warns) */
+	bool emb = false;
+	for (size_t i = 0; i < x->nmodules; i++)
+		emb |= x->modules[i].embedding && k[i].rank;
+	sum->biases_unapplied = biases && emb;
+	if (!(rc = adapter_config(o, x, k, r, biases && !emb, &text, &tlen, err)) &&
+	    !(rc = (fp = join(dir, "adapter_config.json")) ? 0 : mk_err_set(err, MK_ENOMEM, "out of memory")))
 		rc = write_file(fp, text, tlen, err);
 	free(fp);
 	fp = NULL;

@@ -61,6 +61,9 @@ struct mk_extract_summary {
 	size_t zero;                  /* modules whose delta is zero: left out */
 	size_t saved;                 /* tensors saved whole */
 	unsigned r;                   /* the largest rank (adapter_config's r) */
+	bool biases_unapplied;        /* lora_B.bias written beside an embedding's
+					 LoRA: no lora_bias (PEFT refuses it there),
+					 so PEFT and mk-yaml leave them out */
 	double worst_error;           /* the largest relative error of a module */
 	char worst[256];              /* its name */
 };

@@ -15,18 +15,22 @@
 #define PREFIX "base_model.model."
 #define MAX_CONFIG (16u << 20)
 
+static void ent_free(struct mk_lora_ent *e)
+{
+	free(e->target);
+	free(e->a);
+	free(e->b);
+	free(e->replace);
+	free(e->magnitude);
+	free(e->bias);
+}
+
 void mk_lora_free(struct mk_lora *l)
 {
 	if (!l)
 		return;
-	for (size_t i = 0; i < l->n; i++) {
-		free(l->v[i].target);
-		free(l->v[i].a);
-		free(l->v[i].b);
-		free(l->v[i].replace);
-		free(l->v[i].magnitude);
-		free(l->v[i].bias);
-	}
+	for (size_t i = 0; i < l->n; i++)
+		ent_free(&l->v[i]);
 	free(l->v);
 	mk_model_free(l->m);
 	free(l);
@@ -349,15 +353,18 @@ int mk_lora_open(const char *ref, const char *name, const struct mk_model *base,
 					"adapter '%s': tensor '%s' is neither a LoRA weight nor of a module in modules_to_save", name, k);
 			goto out;
 		}
-		if (!target && !strcmp(rest, "lm_head.weight") && !mk_model_find(base, rest)) {
-			/* modules_to_save of a tied lm_head: PEFT's copy unties it */
-			rc = mk_err_set(err, MK_EUNSUPPORTED,
-					"adapter '%s': tensor '%s' (modules_to_save) replaces lm_head, which the base ties to its "
-					"input embedding (no lm_head.weight): untying it is not supported", name, k);
-			goto out;
-		}
-		if (target && strcmp(tied_target(base, target), target)) {
+		bool tied = false;
+		if (!target && strcmp(tied_target(base, rest), rest)) {
+			/* modules_to_save of a tied lm_head: the embedding's, unless it
+			 * would untie them (below) */
+			if (!(target = strdup(tied_target(base, rest)))) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+				goto out;
+			}
+			tied = true;
+		} else if (target && strcmp(tied_target(base, target), target)) {
 			/* an embedding layer PEFT saved with a LoRA of a tied lm_head */
+			tied = true;
 			char *te = strdup(tied_target(base, target));
 			free(target);
 			if (!(target = te)) {
@@ -379,7 +386,7 @@ int mk_lora_open(const char *ref, const char *name, const struct mk_model *base,
 			free(target);
 			goto out;
 		}
-		struct mk_lora_ent e = { .target = target ? target : strdup(rest), .replace = strdup(k) };
+		struct mk_lora_ent e = { .target = target ? target : strdup(rest), .replace = strdup(k), .tied = tied };
 		if (!e.target || !e.replace || add_ent(l, e)) {
 			free(e.target);
 			free(e.replace);
@@ -423,7 +430,8 @@ int mk_lora_open(const char *ref, const char *name, const struct mk_model *base,
 		uint64_t want0 = tr ? p->a->desc.shape[1] : p->b->desc.shape[0],
 			 want1 = tr ? p->b->desc.shape[0] : p->a->desc.shape[1];
 		const char *tt = tied_target(base, target);
-		if (tt != target) {
+		bool tied = tt != target;
+		if (tied) {
 			char *te = strdup(tt);
 			free(target);
 			if (!(target = te)) {
@@ -451,7 +459,7 @@ int mk_lora_open(const char *ref, const char *name, const struct mk_model *base,
 		}
 		struct mk_lora_ent e = { .target = target, .a = strdup(p->aname), .b = strdup(p->bname),
 					 .scale = rslora ? alpha / sqrt((double)r) : alpha / (double)r, .transpose = tr,
-					 .embedding = p->embedding };
+					 .embedding = p->embedding, .tied = tied };
 		if (!e.a || !e.b || add_ent(l, e)) {
 			free(e.target);
 			free(e.a);
@@ -544,6 +552,14 @@ int mk_lora_open(const char *ref, const char *name, const struct mk_model *base,
 	size_t kept = 0;
 	for (size_t i = 0; i < l->n; i++) {
 		struct mk_lora_ent *q = kept ? &l->v[kept - 1] : NULL, *e = &l->v[i];
+		if (q && !strcmp(q->target, e->target) && q->tied != e->tied) {
+			/* the tied lm_head's change beside the embedding's own: one
+			 * weight, the embedding's change */
+			struct mk_lora_ent *drop = q->tied ? q : e, keep = q->tied ? *e : *q;
+			ent_free(drop);
+			*q = keep;
+			continue;
+		}
 		if (q && !strcmp(q->target, e->target)) {
 			if (!!q->a == !!e->a) {
 				rc = mk_err_set(err, MK_EFORMAT, "adapter '%s': '%s' is changed twice (%s)", name, e->target,
@@ -565,6 +581,15 @@ int mk_lora_open(const char *ref, const char *name, const struct mk_model *base,
 		l->v[kept++] = *e;
 	}
 	l->n = kept;
+	for (size_t i = 0; i < l->n; i++)
+		if (l->v[i].tied && l->v[i].replace && !l->v[i].a) {
+			/* a saved lm_head alone: PEFT's copy unties it */
+			rc = mk_err_set(err, MK_EUNSUPPORTED,
+					"adapter '%s': tensor '%s' (modules_to_save) replaces lm_head, which the base ties to its "
+					"input embedding (no lm_head.weight), and the embedding is not replaced with it: untying "
+					"them is not supported", name, l->v[i].replace);
+			goto out;
+		}
 	if (!l->n) {
 		rc = mk_err_set(err, MK_EFORMAT, "adapter '%s': no LoRA or modules_to_save tensor in it", name);
 		goto out;

@@ -19,6 +19,8 @@ struct mk_lora_ent {
 	double scale;                /* alpha / r, or alpha / sqrt(r) with use_rslora */
 	bool transpose;              /* delta (B·A)ᵀ: fan_in_fan_out or an embedding */
 	bool embedding;              /* lora_embedding_A/B */
+	bool tied;                   /* a change of lm_head, which the base ties
+					to the input embedding (target) */
 };
 
 struct mk_lora {
@@ -35,8 +37,11 @@ struct mk_lora {
  * pair of the rank its rank_pattern (or r) says, mapping onto a
  * 2-dimensional weight of the base of the right shape.  A LoRA of lm_head
  * on a base whose lm_head is its tied input embedding (no lm_head.weight)
- * changes the embedding, as PEFT's merge does.  `name` names the adapter
- * in messages. */
+ * changes the embedding, as PEFT's merge does; where the adapter changes
+ * the embedding itself too (an extracted adapter's LoRA or saved copy of
+ * both), the one tied weight takes the embedding's change alone (PEFT's
+ * merge adds both to it: mk-compat(7)); a saved lm_head alone would untie
+ * them and is refused.  `name` names the adapter in messages. */
 int mk_lora_open(const char *ref, const char *name, const struct mk_model *base, struct mk_lora **out,
 		 struct mk_err *err);
 /* The entry for base weight `target`, or NULL. */
