@@ -482,6 +482,30 @@ char *cli_stage_path(const char *name)
 	return p;
 }
 
+void cli_stage_argvs(struct mk_argv *fetch, struct mk_argv *merge, struct mk_argv *pack)
+{
+	struct mk_argv *v[3] = { fetch, merge, pack };
+	static const char *const names[3] = { "mk-fetch", "mk-merge", "mk-pack" };
+
+	for (int i = 0; i < 3; i++) {
+		char *p = cli_stage_path(names[i]);
+		cli_argv_push(v[i], p);
+		free(p);
+	}
+}
+
+void cli_run_option_take(int c, const char *arg, const char *name, bool ignored, struct mk_run_opts *o, bool *quiet)
+{
+	c = c == 'q' ? CLI_RUN_QUIET : c == 'v' ? CLI_RUN_VERBOSE : c;
+	if (c == CLI_RUN_QUIET)
+		cli_verbose = 1;
+	else if (c == CLI_RUN_NOQUIET && cli_verbose == 1)
+		cli_verbose = 2;      /* -q undone; a -v kept */
+	if (!cli_run_option(ignored ? CLI_RUN_IGN0 : c, arg, name, false, o, quiet))
+		cli_usage_hint();
+}
+
+
 void cli_argv_push(struct mk_argv *a, const char *s)
 {
 	struct mk_err err = { 0 };

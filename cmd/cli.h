@@ -160,6 +160,14 @@ void cli_exit_cancelled(const char *partial);
  * directory), else its bare name for a PATH lookup; malloc'ed (exits on
  * out of memory). */
 char *cli_stage_path(const char *name);
+/* Program mk-fetch, mk-merge and mk-pack's paths (cli_stage_path) as
+ * the first words of the three stages' vectors. */
+void cli_stage_argvs(struct mk_argv *fetch, struct mk_argv *merge, struct mk_argv *pack);
+/* A program that runs the stages (mk-moe, mk-extract-lora), at getopt's
+ * `default:`: c as one of CLI_RUN_OPTIONS (-q and -v as --quiet and
+ * --verbose, cli_verbose set; `ignored`: noted and ignored), or a bad
+ * option (cli_usage_hint). */
+void cli_run_option_take(int c, const char *arg, const char *name, bool ignored, struct mk_run_opts *o, bool *quiet);
 /* mk_argv_push (run/argv.h), exiting on out of memory. */
 void cli_argv_push(struct mk_argv *a, const char *s);
 /* mk_run_stage_args for this program's -v count, exiting on an error. */

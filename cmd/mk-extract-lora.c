@@ -178,13 +178,7 @@ int main(int argc, char **argv)
 	int c, li = 0;
 
 	cli_init("mk-extract-lora");
-	char *p;
-	cli_argv_push(&fetch, p = cli_stage_path("mk-fetch"));
-	free(p);
-	cli_argv_push(&merge, p = cli_stage_path("mk-merge"));
-	free(p);
-	cli_argv_push(&pack, p = cli_stage_path("mk-pack"));
-	free(p);
+	cli_stage_argvs(&fetch, &merge, &pack);
 	while ((c = getopt_long(argc, argv, "i:e:j:qvhV", lo, &li)) != -1) {
 		switch (c) {
 		case O_MODEL: eo.model = optarg; break;
@@ -210,14 +204,7 @@ int main(int argc, char **argv)
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
 		default:
-			c = c == 'q' ? CLI_RUN_QUIET : c == 'v' ? CLI_RUN_VERBOSE : c;
-			if (c == CLI_RUN_QUIET)
-				cli_verbose = 1;
-			else if (c == CLI_RUN_NOQUIET && cli_verbose == 1)
-				cli_verbose = 2;
-			if (!cli_run_option(run_option_ignored(c) ? CLI_RUN_IGN0 : c, optarg, lo[li].name, false, &ro,
-					    &quiet))
-				cli_usage_hint();
+			cli_run_option_take(c, optarg, lo[li].name, run_option_ignored(c), &ro, &quiet);
 		}
 	}
 	if (optind < argc)

@@ -59,11 +59,6 @@ static void usage(void)
 
 static struct mk_argv fetch, merge, pack;
 
-static void push(struct mk_argv *a, const char *s)
-{
-	cli_argv_push(a, s);
-}
-
 static void on_note(void *ctx, const char *msg)
 {
 	(void)ctx;
@@ -129,13 +124,7 @@ int main(int argc, char **argv)
 	int c, li = 0;
 
 	cli_init("mk-moe");
-	char *p;
-	push(&fetch, p = cli_stage_path("mk-fetch"));
-	free(p);
-	push(&merge, p = cli_stage_path("mk-merge"));
-	free(p);
-	push(&pack, p = cli_stage_path("mk-pack"));
-	free(p);
+	cli_stage_argvs(&fetch, &merge, &pack);
 	while ((c = getopt_long(argc, argv, "j:qvhV", lo, &li)) != -1) {
 		switch (c) {
 		case O_SAME: mo.allow_all_same = true; break;
@@ -145,14 +134,7 @@ int main(int argc, char **argv)
 		case 'h': usage(); break;
 		case 'V': cli_version(); break;
 		default:
-			c = c == 'q' ? CLI_RUN_QUIET : c == 'v' ? CLI_RUN_VERBOSE : c;
-			if (c == CLI_RUN_QUIET)
-				cli_verbose = 1;
-			else if (c == CLI_RUN_NOQUIET && cli_verbose == 1)
-				cli_verbose = 2;      /* -q undone; a -v kept */
-			if (!cli_run_option(run_option_ignored(c) ? CLI_RUN_IGN0 : c, optarg, lo[li].name, false, &ro,
-					    &quiet))
-				cli_usage_hint();
+			cli_run_option_take(c, optarg, lo[li].name, run_option_ignored(c), &ro, &quiet);
 		}
 	}
 	mo.seed = ro.seed;
@@ -226,11 +208,11 @@ int main(int argc, char **argv)
 	}
 	if (rc)
 		cli_fail(&err);
-	push(&fetch, "-i");
-	push(&fetch, planpath);
+	cli_argv_push(&fetch, "-i");
+	cli_argv_push(&fetch, planpath);
 	if (quiet)
-		push(&pack, "--no-progress");
-	push(&pack, out);
+		cli_argv_push(&pack, "--no-progress");
+	cli_argv_push(&pack, out);
 	struct mk_stage st[3] = { { "mk-fetch", fetch.v }, { "mk-merge", merge.v }, { "mk-pack", pack.v } };
 	if (print) {   /* the plan stays, for the printed command to read */
 		work[0] = '\0';

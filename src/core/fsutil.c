@@ -280,6 +280,25 @@ int mk_rmtree_contents(const char *dir, struct mk_err *err)
 	return rc;
 }
 
+char *mk_path_parent(const char *path)
+{
+	char *parent = strdup(path);
+	if (!parent)
+		return NULL;
+	char *slash = strrchr(parent, '/');
+	while (slash && slash[1] == '\0' && slash != parent) {
+		*slash = '\0';
+		slash = strrchr(parent, '/');
+	}
+	if (!slash)
+		strcpy(parent, ".");
+	else if (slash == parent)
+		parent[1] = '\0';
+	else
+		*slash = '\0';
+	return parent;
+}
+
 int mk_fsync_dir(const char *path, struct mk_err *err)
 {
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC), rc = 0;

@@ -56,6 +56,10 @@ int mk_rmtree(const char *path, struct mk_err *err);
 int mk_rmtree_contents(const char *dir, struct mk_err *err);
 /* fsync a directory so renames and new entries in it are durable. */
 int mk_fsync_dir(const char *path, struct mk_err *err);
+/* The directory `path` is in (malloc'ed; NULL when out of memory):
+ * trailing slashes dropped, then up to the last slash; "." when there is
+ * none, "/" for a path right under the root. */
+char *mk_path_parent(const char *path);
 /* Parse a size: an integer with an optional suffix.  mergekit's forms
  * (k, m, b: decimal 1e3, 1e6, 1e9, either case) and binary K/M/G with
  * 'i' (KiB, MiB, GiB) or a trailing B: "200K", "5B", "64MiB", "1g".

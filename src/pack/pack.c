@@ -191,22 +191,11 @@ int mk_pack_run(const struct mk_pack_opts *o, struct mk_io in, const char *label
 		if (rc)
 			goto out;
 		/* free space is checked where OUT will be */
-		parent = strdup(o->out_dir);
+		parent = mk_path_parent(o->out_dir);
 		if (!parent) {
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			goto out;
 		}
-		char *slash = strrchr(parent, '/');
-		while (slash && slash[1] == '\0' && slash != parent) {
-			*slash = '\0';
-			slash = strrchr(parent, '/');
-		}
-		if (!slash)
-			strcpy(parent, ".");
-		else if (slash == parent)
-			parent[1] = '\0';
-		else
-			*slash = '\0';
 		/* as mergekit, create OUT's parent directories */
 		if (strcmp(parent, ".") && strcmp(parent, "/")) {
 			char *probe = mk__pack_join(parent, "x");

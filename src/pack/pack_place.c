@@ -37,18 +37,8 @@ int mk_pack_put_in_place(const char *done, const char *out, bool force, char *wa
 				 out, old, e.msg);
 	}
 	/* make the rename durable */
-	char *parent = strdup(out), *slash;
+	char *parent = mk_path_parent(out);
 	if (parent) {
-		size_t n = strlen(parent);
-		while (n > 1 && parent[n - 1] == '/')
-			parent[--n] = '\0';
-		slash = strrchr(parent, '/');
-		if (!slash)
-			strcpy(parent, ".");
-		else if (slash == parent)
-			parent[1] = '\0';
-		else
-			*slash = '\0';
 		struct mk_err e = { 0 };
 		if (mk_fsync_dir(parent, &e) && wlen && !warning[0])
 			snprintf(warning, wlen, "%s is complete, but the rename that put it in place may not survive a crash: %s",
