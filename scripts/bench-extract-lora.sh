@@ -101,9 +101,10 @@ rn_s=$1 rn_kb=$2
 mk_s=- mk_kb=- cmp=-
 if [ -x "$VENV/bin/mergekit-extract-lora" ]; then
 	rm -rf mergekit
-	HF_HUB_OFFLINE=1 /usr/bin/time -f '%e %M' -o t.txt "$VENV/bin/mergekit-extract-lora" --model ft \
-		--base-model base --out-path mergekit --max-rank "$MAX_RANK" > mergekit.log 2>&1 || true
-	set -- $(cat t.txt)
+	# (paths with a slash: a bare name is looked up on the Hub for the card)
+	HF_HUB_OFFLINE=1 /usr/bin/time -f '%e %M' -o t.txt "$VENV/bin/mergekit-extract-lora" --model "$WORK/ft" \
+		--base-model "$WORK/base" --out-path mergekit --max-rank "$MAX_RANK" > mergekit.log 2>&1 || true
+	set -- $(tail -n 1 t.txt)
 	mk_s=$1 mk_kb=$2
 fi
 "$PYTHON" - exact rnd mergekit <<'PY' > quality.txt
