@@ -58,6 +58,7 @@ void mk_arch_free(struct mk_arch *a)
 	free(a->modules);
 	mk_strv_free(a->tagalong_files, a->ntagalong);
 	free(a->vocab_size_key);
+	free(a->kinds);
 	free(a);
 }
 
@@ -148,6 +149,13 @@ int mk_arch_clone(const struct mk_arch *a, struct mk_arch **out, struct mk_err *
 	c->vocab_size_key = mk_xstrdup(a->vocab_size_key);
 	c->architectures = strv_dup(a->architectures, a->narchitectures, &ok);
 	c->tagalong_files = strv_dup(a->tagalong_files, a->ntagalong, &ok);
+	c->kinds = NULL;
+	if (a->nkinds && (c->kinds = malloc(a->nkinds)))
+		memcpy(c->kinds, a->kinds, a->nkinds);
+	else if (a->nkinds)
+		ok = false;
+	if (!c->kinds)
+		c->nkinds = 0;
 	if (!c->architectures)
 		c->narchitectures = 0;
 	if (!c->tagalong_files)

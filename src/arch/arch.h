@@ -69,8 +69,33 @@ struct mk_arch_module {
 enum mk_arch_kind {
 	MK_ARCH_JSON = 0,             /* a definition file as it is */
 	MK_ARCH_AFMOE,                /* AfmoeForCausalLM: afmoe_partial + per-expert weights */
-	MK_ARCH_GLM4MOE,              /* Glm4MoeForCausalLM: dense/MoE layers */
+	MK_ARCH_GLM4MOE,              /* dense then MoE layers: Glm4MoeForCausalLM,
+				       * DeepseekV3ForCausalLM, Glm4MoeLiteForCausalLM */
 	MK_ARCH_INFERRED,             /* built by mk_arch_infer */
+	MK_ARCH_HYBRID,               /* Qwen3NextForCausalLM: linear/full attention layers */
+};
+
+/* What a layer is, where a model has layers of more than one kind (read
+ * from its config.json; the names are the config's own words).  Layers of
+ * different kinds hold different tensors (dense/sparse MLP, linear/full
+ * attention) or attend differently (sliding/full), so a merge takes a
+ * layer only from layers of the same kind, and the output config.json
+ * lists the kinds its layers came out with. */
+enum mk_layer_kind {
+	MK_LK_ANY = 0,                /* the model has one kind of layer */
+	MK_LK_DENSE,                  /* "dense": one MLP */
+	MK_LK_SPARSE,                 /* "sparse": routed experts */
+	MK_LK_LINEAR_ATTN,            /* "linear_attention" */
+	MK_LK_FULL_ATTN,              /* "full_attention" */
+	MK_LK_SLIDING_ATTN,           /* "sliding_attention" */
+};
+
+/* Where the output config.json records layer kinds. */
+enum mk_kinds_key {
+	MK_KK_NONE = 0,
+	MK_KK_LAYER_TYPES,            /* "layer_types": one name per layer */
+	MK_KK_MLP_LAYER_TYPES,        /* "mlp_layer_types": one name per layer */
+	MK_KK_FIRST_K_DENSE,          /* "first_k_dense_replace": k dense layers, then sparse */
 };
 
 struct mk_arch {
@@ -86,6 +111,13 @@ struct mk_arch {
 	enum mk_arch_kind kind;
 	int64_t num_experts;          /* AFMOE: num_experts; GLM4MOE: n_routed_experts */
 	int64_t first_k_dense;        /* GLM4MOE: first_k_dense_replace */
+	/* layer kinds of the config the definition was chosen for (NULL: one
+	 * kind); past the end the pattern repeats (attention kinds) or the
+	 * last kind goes on (MLP kinds) */
+	size_t nkinds;
+	unsigned char *kinds;         /* enum mk_layer_kind per layer */
+	bool kinds_periodic;
+	enum mk_kinds_key kinds_key;  /* where config.json says them */
 };
 
 /* Parse one definition (JSON text of `len` bytes).  `file` is the stem
@@ -161,6 +193,13 @@ int mk_arch_for_config(const struct mk_arch_registry *r,
 		       struct mk_arch **out, char **unknown_class,
 		       struct mk_err *err);
 
+/* The kind of layer `layer` (any index >= 0) of a model described by a,
+ * MK_LK_ANY when its layers are of one kind. */
+enum mk_layer_kind mk_arch_layer_kind(const struct mk_arch *a, int64_t layer);
+/* The config.json word for a kind ("sparse", "full_attention"; "" for
+ * MK_LK_ANY). */
+const char *mk_layer_kind_name(enum mk_layer_kind k);
+
 /* A module's layer count for a config: override_num_layers when set, else
  * the integer at num_layers_key; an error when neither exists. */
 int mk_arch_num_layers(const struct mk_arch *a, size_t module,
@@ -191,6 +230,13 @@ int mk_arch_subst(const char *tmpl, int64_t num_layers, int64_t layer,
 int mk_arch_weights(const struct mk_arch *a, size_t module,
 		    enum mk_wsection section, int64_t num_layers, int64_t layer,
 		    struct mk_weight_list *l, struct mk_err *err);
+/* The weights of layer `layer` as a layer of kind `kind` (a merge that
+ * moves a layer to another position names it as the kind it came from);
+ * mk_arch_weights(MK_WS_LAYER) is this with mk_arch_layer_kind(a, layer).
+ * Weights come out in the same order for every layer of one kind. */
+int mk_arch_layer_weights(const struct mk_arch *a, size_t module, int64_t num_layers,
+			  int64_t layer, enum mk_layer_kind kind,
+			  struct mk_weight_list *l, struct mk_err *err);
 
 /* Every weight a merge plans for the model, appended to *l: modules in
  * order; per module its pre weights, then layers 0..n-1, then post
@@ -287,5 +333,15 @@ int mk_hfconfig_edit(const char *donor, size_t len, const char *label,
 		   const int64_t *num_layers, int64_t vocab_size,
 		   char **out, size_t *out_len, char **warnings,
 		   struct mk_err *err);
+
+/* Record the output's layer kinds (kinds[i] for layer i, n layers) in a
+ * config.json text made by mk_hfconfig_edit (replaced in *text, *len):
+ * the "layer_types" or "mlp_layer_types" list rewritten, or
+ * "first_k_dense_replace" set to the count of leading dense layers, as
+ * a->kinds_key says; nothing when the list is already right or the arch
+ * has one kind of layer.  MK_EINVAL when the kinds cannot be said there
+ * (a dense layer after a sparse one under first_k_dense_replace). */
+int mk_hfconfig_set_layer_kinds(const struct mk_arch *a, const unsigned char *kinds,
+				size_t n, char **text, size_t *len, struct mk_err *err);
 
 #endif

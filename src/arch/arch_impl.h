@@ -15,4 +15,8 @@ int mk_weight_list_push(struct mk_weight_list *l, const struct mk_weight *w);
 void *mk_hfconfig_json(const struct mk_hfconfig *c);
 const char *mk_hfconfig_label(const struct mk_hfconfig *c);
 
+/* Fill a->kinds from the config for the classes whose layers differ in
+ * kind (a->kind, class and model_type already set); nothing for others. */
+int mk_arch_read_kinds(struct mk_arch *a, const struct mk_hfconfig *cfg, struct mk_err *err);
+
 #endif

@@ -284,9 +284,25 @@ int mk_arch_weights(const struct mk_arch *a, size_t module, enum mk_wsection sec
 			rc = push_template(l, a, module, &t[i], section, num_layers, -1, NULL, err);
 		return rc;
 	}
+	return mk_arch_layer_weights(a, module, num_layers, layer, mk_arch_layer_kind(a, layer), l, err);
+}
+
+int mk_arch_layer_weights(const struct mk_arch *a, size_t module, int64_t num_layers, int64_t layer,
+			  enum mk_layer_kind kind, struct mk_weight_list *l, struct mk_err *err)
+{
+	const struct mk_arch_module *m;
+	const char *skip = NULL;
+	int rc = 0;
+
+	if (module >= a->nmodules)
+		return mk_err_set(err, MK_EINVAL, "architecture '%s' has no module %zu",
+				  a->file ? a->file : "(inferred)", module);
+	m = &a->modules[module];
 	if (layer < 0)
 		return mk_err_set(err, MK_EINVAL, "negative layer index %" PRId64, layer);
-	if (a->kind == MK_ARCH_GLM4MOE && layer >= a->first_k_dense) {
+	if (a->kind == MK_ARCH_GLM4MOE && kind == MK_LK_SPARSE) {
+		/* the definition's dense MLP replaced by the experts, router
+		 * and shared experts (transformers-v5 fused names) */
 		static const char *const moe[] = {
 			"mlp.experts.gate_up_proj", "mlp.experts.down_proj", "mlp.gate.weight",
 			"mlp.gate.e_score_correction_bias", "mlp.shared_experts.gate_proj.weight",
@@ -294,12 +310,13 @@ int mk_arch_weights(const struct mk_arch *a, size_t module, enum mk_wsection sec
 		};
 		for (size_t i = 0; !rc && i < sizeof(moe) / sizeof(moe[0]); i++)
 			rc = push_name(l, module, layer, false, err, "model.layers.%" PRId64 ".%s", layer, moe[i]);
-		for (size_t i = 0; !rc && i < m->nlayer; i++)
-			rc = push_template(l, a, module, &m->layer[i], MK_WS_LAYER, num_layers, layer, ".mlp.", err);
-		return rc;
+		skip = ".mlp.";
 	}
+	/* Qwen3-Next: a layer has the linear attention or the full one */
+	if (a->kind == MK_ARCH_HYBRID)
+		skip = kind == MK_LK_LINEAR_ATTN ? ".self_attn." : ".linear_attn.";
 	for (size_t i = 0; !rc && i < m->nlayer; i++)
-		rc = push_template(l, a, module, &m->layer[i], MK_WS_LAYER, num_layers, layer, NULL, err);
+		rc = push_template(l, a, module, &m->layer[i], MK_WS_LAYER, num_layers, layer, skip, err);
 	if (a->kind == MK_ARCH_AFMOE) {
 		static const char *const par[] = { "up_proj", "gate_proj", "down_proj" };
 		for (int64_t e = 0; !rc && e < a->num_experts; e++)
@@ -591,6 +608,22 @@ static int rename_arch(struct mk_arch *a, const char *cls, const char *model_typ
 	return 0;
 }
 
+/* The model_type of the classes whose first layers are dense and the rest
+ * sparse (MoE), or NULL.  Kimi K2 is a DeepseekV3ForCausalLM (its config
+ * says model_type "kimi_k2"). */
+static const char *dense_moe_type(const char *cls)
+{
+	static const char *const tab[][2] = {
+		{ "Glm4MoeForCausalLM", "glm4_moe" },
+		{ "DeepseekV3ForCausalLM", "deepseek_v3" },
+		{ "Glm4MoeLiteForCausalLM", "glm4_moe_lite" },
+	};
+	for (size_t i = 0; i < sizeof(tab) / sizeof(tab[0]); i++)
+		if (!strcmp(cls, tab[i][0]))
+			return tab[i][1];
+	return NULL;
+}
+
 int mk_arch_for_config(const struct mk_arch_registry *r, const struct mk_hfconfig *cfg,
 		       const char *override_class, struct mk_arch **out, char **unknown_class,
 		       struct mk_err *err)
@@ -628,20 +661,27 @@ int mk_arch_for_config(const struct mk_arch_registry *r, const struct mk_hfconfi
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			goto out;
 		}
-	} else if (!strcmp(cls, "Glm4MoeForCausalLM")) {
+	} else if (dense_moe_type(cls) || !strcmp(cls, "Qwen3NextForCausalLM")) {
+		/* layers of two kinds, read from the config */
+		const char *type = dense_moe_type(cls) ? dense_moe_type(cls) : "qwen3_next";
 		base = mk_arch_registry_find(r, cls, NULL);
 		if (!base)
-			return mk_err_set(err, MK_ENOENT, "the definition of Glm4MoeForCausalLM is missing");
+			return mk_err_set(err, MK_ENOENT, "the definition of %s is missing", cls);
 		if ((rc = mk_arch_clone(base, &a, err)))
 			goto out;
-		a->kind = MK_ARCH_GLM4MOE;
-		if ((rc = mk_hfconfig_int(cfg, "n_routed_experts", &a->num_experts, err)) ||
-		    (rc = mk_hfconfig_int(cfg, "first_k_dense_replace", &a->first_k_dense, err)))
-			goto out;
-		if (rename_arch(a, cls, "glm4_moe")) {
+		if (dense_moe_type(cls)) {
+			a->kind = MK_ARCH_GLM4MOE;
+			if ((rc = mk_hfconfig_int(cfg, "n_routed_experts", &a->num_experts, err)))
+				goto out;
+		} else {
+			a->kind = MK_ARCH_HYBRID;
+		}
+		if (rename_arch(a, cls, type)) {
 			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			goto out;
 		}
+		if ((rc = mk_arch_read_kinds(a, cfg, err)))
+			goto out;
 	} else {
 		base = mk_arch_registry_find(r, cls, mt);
 		if (!base) {
@@ -649,10 +689,10 @@ int mk_arch_for_config(const struct mk_arch_registry *r, const struct mk_hfconfi
 				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 			goto out;
 		}
-		if ((rc = mk_arch_clone(base, &a, err)))
+		if ((rc = mk_arch_clone(base, &a, err)) || (rc = mk_arch_read_kinds(a, cfg, err)))
 			goto out;
 	}
-	if (a->num_experts < -1 || (a->kind != MK_ARCH_JSON && a->num_experts < 0)) {
+	if (a->num_experts < -1 || ((a->kind == MK_ARCH_AFMOE || a->kind == MK_ARCH_GLM4MOE) && a->num_experts < 0)) {
 		rc = mk_err_set(err, MK_EFORMAT, "%s: negative expert count", cfg->label);
 		goto out;
 	}

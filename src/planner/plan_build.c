@@ -97,6 +97,7 @@ void mk_plan_free(struct mk_plan *p)
 	free(p->base_copy_first);
 	plan_extract_info_free(p->extract);
 	mk_arch_free(p->arch);
+	free(p->out_kinds);
 	mk_manifest_free(p->man);
 	mk_config_free(p->cfg);
 	free(p);

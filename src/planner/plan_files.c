@@ -260,8 +260,14 @@ int plan_make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_ch
 	/* config.json */
 	rc = mk_hfconfig_edit(donor->hf_text, donor->hf_len, "config.json", p->arch, dtname, donor->ref->override_arch,
 			    layers_changed ? out_layers : NULL, p->tok ? (int64_t)p->tok_rows : -1, &text, &len, &warn, err);
-	if (rc)
+	/* layers of several kinds: the kinds they came out with */
+	if (!rc && p->out_kinds && out_layers && out_layers[0] >= 0 && (size_t)out_layers[0] == p->nout_kinds)
+		rc = mk_hfconfig_set_layer_kinds(p->arch, p->out_kinds, p->nout_kinds, &text, &len, err);
+	if (rc) {
+		free(text);
+		free(warn);
 		return rc;
+	}
 	if (warn) {
 		diag(d, MK_DIAG_WARNING, NULL, "config.json: %s", warn);
 		free(warn);

@@ -79,7 +79,48 @@ static int plan_module(struct mk_plan *p, size_t mod, const struct mk_output_sli
 				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 				break;
 			}
-			rc = mk_arch_weights(p->arch, mod, MK_WS_LAYER, total, out_layer, &ol, err);
+			/* the layer's kind: its sources' (all the same), else
+			 * the base's layout at this position */
+			enum mk_layer_kind kind = mk_arch_layer_kind(p->arch, out_layer);
+			for (size_t src = 0; src < s->nsources && p->arch->nkinds; src++) {
+				long mi = plan_model_index(p, &s->sources[src].model);
+				const struct mk_arch *sa = mi >= 0 && p->models[mi].arch &&
+							   mk_arch_equal(p->models[mi].arch, p->arch) ? p->models[mi].arch : p->arch;
+				enum mk_layer_kind sk = mk_arch_layer_kind(sa, s->sources[src].start + k);
+				if (src == 0) {
+					kind = sk;
+				} else if (sk != kind) {
+					diag(d, MK_DIAG_ERROR, &s->sources[src].loc,
+					     "layer %lld of model '%s' is a %s layer, but layer %lld of model '%s', merged "
+					     "with it into output layer %lld, is a %s layer: %s layers of different kinds "
+					     "hold different tensors and cannot be merged (choose layer ranges whose "
+					     "layers are of the same kinds)",
+					     (long long)(s->sources[src].start + k), p->models[mi].display,
+					     mk_layer_kind_name(sk), (long long)(s->sources[0].start + k),
+					     p->models[plan_model_index(p, &s->sources[0].model)].display,
+					     (long long)out_layer, mk_layer_kind_name(kind), p->arch->model_type);
+					span = 0;
+				}
+			}
+			if (span == 0) {
+				free(il);
+				break;
+			}
+			if (mod == 0 && p->arch->nkinds) {
+				if ((size_t)out_layer >= p->nout_kinds) {
+					unsigned char *t = realloc(p->out_kinds, (size_t)out_layer + 16);
+					if (!t) {
+						free(il);
+						rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+						break;
+					}
+					p->out_kinds = t;
+				}
+				p->out_kinds[out_layer] = (unsigned char)kind;
+				if ((size_t)out_layer + 1 > p->nout_kinds)
+					p->nout_kinds = (size_t)out_layer + 1;
+			}
+			rc = mk_arch_layer_weights(p->arch, mod, total, out_layer, kind, &ol, err);
 			for (size_t src = 0; src < s->nsources && !rc; src++) {
 				long mi = plan_model_index(p, &s->sources[src].model);
 				int64_t nl = 0;
@@ -87,8 +128,8 @@ static int plan_module(struct mk_plan *p, size_t mod, const struct mk_output_sli
 				/* input names from the source's own layer count */
 				if (mi >= 0 && mk_arch_num_layers(p->arch, mod, p->models[mi].hf, &nl, &e))
 					nl = total;
-				rc = mk_arch_weights(p->arch, mod, MK_WS_LAYER, nl, s->sources[src].start + k, &il[src],
-						     err);
+				rc = mk_arch_layer_weights(p->arch, mod, nl, s->sources[src].start + k, kind, &il[src],
+							   err);
 			}
 			double t = span > 1 ? (double)k / (double)(span - 1) : 1.0;
 			for (size_t w = 0; w < ol.n && !rc; w++) {

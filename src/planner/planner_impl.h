@@ -89,6 +89,9 @@ struct mk_plan {
 	uint64_t tok_rows;                /* the embeddings' rows (padded) */
 	bool tok_warned;                  /* tokens in no model: said once */
 	unsigned char *tok_said;          /* per tokens: entry, its mistake said (once, not per tensor) */
+	unsigned char *out_kinds;         /* per output layer of module 0, its kind (enum
+					     mk_layer_kind), where the arch mixes kinds; else NULL */
+	size_t nout_kinds;
 };
 
 /* A diagnostic at loc (NULL: none) into d. */

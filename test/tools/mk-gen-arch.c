@@ -8,7 +8,8 @@
  * OUTDIR gets config.json (the class, model_type, the layer count at each
  * module's key, vocab_size 16 at the vocab key, and what the procedural
  * classes need: afmoe_partial is written as AfmoeForCausalLM with 2
- * experts, glm4moe with n_routed_experts 2 and first_k_dense_replace 1)
+ * experts; glm4moe, deepseek_v3 and glm4_moe_lite with n_routed_experts 2
+ * and first_k_dense_replace 1; qwen3_next with full_attention_interval 2)
  * and model.safetensors with one small F32 tensor per planned weight
  * (I64 where force_dtype says int64): embeddings [16, 8], fused experts
  * gate_up_proj [2, 16, 8] and down_proj [2, 8, 8], other ".weight" [8, 8]
@@ -193,10 +194,13 @@ int main(int argc, char **argv)
 		cls = "AfmoeForCausalLM";
 		json_object_set_new(cfg, "num_experts", json_integer(2));
 	}
-	if (!strcmp(cls, "Glm4MoeForCausalLM")) {
+	if (!strcmp(cls, "Glm4MoeForCausalLM") || !strcmp(cls, "DeepseekV3ForCausalLM") ||
+	    !strcmp(cls, "Glm4MoeLiteForCausalLM")) {
 		json_object_set_new(cfg, "n_routed_experts", json_integer(2));
 		json_object_set_new(cfg, "first_k_dense_replace", json_integer(1));
 	}
+	if (!strcmp(cls, "Qwen3NextForCausalLM"))
+		json_object_set_new(cfg, "full_attention_interval", json_integer(2));
 	json_array_append_new(classes, json_string(cls));
 	json_object_set_new(cfg, "architectures", classes);
 	json_object_set_new(cfg, "model_type", json_string(def->model_type));
