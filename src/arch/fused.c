@@ -15,7 +15,7 @@ static enum family family_of(const char *model_type)
 	static const char *const mixtral[] = { "mixtral", "minimax", "phimoe" };
 	static const char *const qwen[] = {
 		"qwen2_moe", "qwen3_moe", "qwen3_vl_moe", "qwen3_omni_moe", "qwen3_next",
-		"deepseek_v2", "deepseek_v3", "dots1", "ernie4_5_moe", "glm4_moe", "glm4_moe_lite",
+		"deepseek_v2", "deepseek_v3", "kimi_k2", "dots1", "ernie4_5_moe", "glm4_moe", "glm4_moe_lite",
 		"glm4v_moe", "longcat_flash", "hunyuan_v1_moe", "flex_olmo", "olmoe", "solar_open",
 	};
 

@@ -93,8 +93,8 @@ static int plan_module(struct mk_plan *p, size_t mod, const struct mk_output_sli
 					diag(d, MK_DIAG_ERROR, &s->sources[src].loc,
 					     "layer %lld of model '%s' is a %s layer, but layer %lld of model '%s', merged "
 					     "with it into output layer %lld, is a %s layer: %s layers of different kinds "
-					     "hold different tensors and cannot be merged (choose layer ranges whose "
-					     "layers are of the same kinds)",
+					     "cannot be merged into one (choose layer ranges whose layers pair up "
+					     "kind with kind)",
 					     (long long)(s->sources[src].start + k), p->models[mi].display,
 					     mk_layer_kind_name(sk), (long long)(s->sources[0].start + k),
 					     p->models[plan_model_index(p, &s->sources[0].model)].display,
