@@ -120,6 +120,25 @@ struct mk_arch {
 	enum mk_kinds_key kinds_key;  /* where config.json says them */
 };
 
+/* mk's own definitions (not mergekit's; src/arch/data/NOTICE):
+ * deepseek_v3 (also Kimi K2, whose config says model_type "kimi_k2") and
+ * glm4_moe_lite are GLM4MOE kinds: MLA attention (q_proj, or q_a_proj,
+ * q_a_layernorm and q_b_proj when q_lora_rank is set; all optional),
+ * dense layers then MoE layers (experts in the transformers-v5 fused
+ * names, assembled from per-expert checkpoints by mk_arch_fused).  The
+ * multi-token-prediction layers their releases store past the last
+ * layer (model.layers.{num_hidden_layers}.*: a decoder layer plus enorm,
+ * hnorm, eh_proj, shared_head.*) are not described: transformers drops
+ * them on load, and a slice or frankenmerge would put a regular layer's
+ * tensors under that index; so merges leave them out (the output is a
+ * model without MTP; num_nextn_predict_layers is kept as the donor has
+ * it, and speculative decoding with MTP needs the donor's layer copied
+ * back).  Qwen3-Next's mtp.* tensors likewise.  gpt_oss is a plain
+ * definition (sinks, fused experts with biases, router bias;
+ * MXFP4-quantized checkpoints (*_blocks, *_scales) are not read: they
+ * must be dequantized first); qwen3_next is a HYBRID kind (dense MLP
+ * layers, mlp_only_layers or decoder_sparse_step > 1, are refused). */
+
 /* Parse one definition (JSON text of `len` bytes).  `file` is the stem
  * recorded in the result and used in messages (e.g. "llama").  Keys mk
  * does not use (metadata for other tools, such as input_space, head_split

@@ -70,7 +70,7 @@ tr -d ' \n' < out-glm4_moe_lite-frank/config.json | grep -q '"mlp_layer_types":\
 	fail "glm4_moe_lite frankenmerge: mlp_layer_types"
 grep -q '"first_k_dense_replace": 1,' out-deepseek_v3-frank/config.json || fail "deepseek_v3 first_k_dense_replace"
 # the multi-token-prediction layer past num_hidden_layers is not carried
-# (transformers drops it on load; see mk-compat(7))
+# (transformers drops it on load; src/arch/arch.h says why)
 tensors "$D/deepseek_v3-a" | grep -q '^model.layers.3.eh_proj.weight ' || fail "the test model lacks its MTP layer"
 tensors pt-deepseek_v3-a | grep -q '^model\.layers\.3\.' && fail "the MTP layer was written"
 
