@@ -70,8 +70,8 @@ static void test_embedded(void **state)
 	size_t n;
 
 	f = mk_arch_files(&n);
-	assert_int_equal(n, 62);
-	assert_int_equal(mk_arch_registry_count(reg), 62);
+	assert_int_equal(n, 66);
+	assert_int_equal(mk_arch_registry_count(reg), 66);
 	for (size_t i = 0; i < n; i++) {
 		struct mk_arch *a = NULL;
 		assert_true(f[i].len > 100);
