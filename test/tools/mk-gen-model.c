@@ -50,7 +50,7 @@
  * F8_E4M3 and NAME.weight_scale_inv (F32, one per --quant-block B
  * square, 128 unless told) made from the values the model would have
  * had (in --dtype) by transformers' reference quantizer (per block
- * amax, scale = 448 / amax, the weight times it clamped to ±448 and
+ * amax, scale = 448 · (1 / amax), the weight times it clamped to ±448 and
  * rounded to E4M3, the inverse scale 1 / scale kept; an all-zero block
  * scale 1), and writes config.json's quantization_config;
  * --quantized fp8-bare and mxfp4-bare add one token tensor of each
@@ -159,7 +159,9 @@ static void quant_fp8(uint64_t seed, enum mk_dtype orig, uint64_t rows, uint64_t
 			for (uint64_t r = br * B; r < rows && r < (br + 1) * B; r++)
 				for (uint64_t c = bc * B; c < cols && c < (bc + 1) * B; c++)
 					amax = fabsf(v[r * cols + c]) > amax ? fabsf(v[r * cols + c]) : amax;
-			float k = amax > 0.0f ? 448.0f / amax : 1.0f;
+			/* torch divides a scalar by a tensor as the scalar times
+			 * the tensor's reciprocal: two roundings */
+			float k = amax > 0.0f ? (1.0f / amax) * 448.0f : 1.0f;
 			scale[br * sc + bc] = k;
 			if (inv)
 				inv[br * sc + bc] = 1.0f / k;
