@@ -50,4 +50,18 @@ sed -i 's/"weight_block_size": \[32, 32\]/"weight_block_size": [16, 32]/' bad/co
 printf 'merge_method: linear\nmodels:\n  - model: a\n    parameters: {weight: 0.5}\n  - model: bad\n    parameters: {weight: 0.5}\n' > bad.yml
 expect_fail 1 "is not block FP8 as its config.json says" mk-plan bad.yml
 err_has "dequantize the model to BF16 first" "no word of what to do"
+# memory: two FP8 models whose MLP matrices are 8M elements (16 MB each
+# dequantized) merged under --max-memory 16M, each stage's peak RSS
+# bounded (scripts/bench-quant-memory.sh: the DeepSeek-V3-sized run)
+M="--dtype BF16 --hidden 1024 --inter 8192 --layers 1 --vocab 16 --heads 8 --kv-heads 8 --quantized fp8"
+mk-gen-model $M --seed 1 m1
+mk-gen-model $M --seed 2 m2
+printf 'merge_method: linear\nmodels:\n  - model: m1\n    parameters: {weight: 0.5}\n  - model: m2\n    parameters: {weight: 0.5}\n' > m.yml
+mk-plan --max-memory 16M m.yml > m.mks
+mk-rss f.rss mk-fetch --max-memory 16M -i m.mks | mk-rss g.rss mk-merge --max-memory 16M | mk-rss k.rss mk-pack --max-memory 16M mout
+for s in f:mk-fetch g:mk-merge k:mk-pack; do
+	kib=$(cat ${s%%:*}.rss)
+	echo "${s#*:}, FP8 merge in 16M: peak RSS $kib KiB (bound 40960 KiB)"
+	[ "$kib" -le 40960 ] || fail "${s#*:} held $kib KiB"
+done
 echo "quant: ok"
