@@ -34,6 +34,7 @@ struct run {
 	int **fds;
 	struct pf p;
 	struct lora_work lw;
+	struct quant_work qw;
 	struct mk_reader_opts ropts;
 	char *hjson;
 	size_t hlen;
@@ -230,6 +231,8 @@ static int place_input(struct run *q, size_t j, size_t i, struct mk_err *err)
 	sr->nseg = ns;
 	sr->rdt = in->desc.dtype;
 	sr->feed = models[in->model] ? -1 : mk__pf_feed_of(q->o, head->models[in->model].ref);
+	if (in->quant && sr->feed >= 0)
+		return mk__pf_quant_check(head, models, fds, jb, i, in, err);   /* refused */
 	if (sr->feed >= 0) {
 		uint64_t tb = 0;
 		mk__pf_feed_place(&q->feeds[sr->feed], in, sr);
@@ -260,6 +263,11 @@ static int place_input(struct run *q, size_t j, size_t i, struct mk_err *err)
 	if (at != in->nelem)
 		return mk_err_set(err, MK_EMISMATCH, "job %u: input '%s': its sources hold %llu elements, the plan says %llu",
 				  jb->id, in->tensor, (unsigned long long)at, (unsigned long long)in->nelem);
+	if (in->quant) {
+		int rc = mk__pf_quant_check(head, models, fds, jb, i, in, err);
+		if (rc)
+			return rc;
+	}
 	if (in->lora) {
 		const struct mk_model_tensor *rt;
 		int rc = mk__pf_lora_check(head, models, jb, i, in, &rt, err);
@@ -421,6 +429,16 @@ static int read_arrived(struct run *q, const void *data, struct mk_read_req *req
 		}
 		t->c.data = q->fbuf;
 	}
+	if (mk_plan_job_input(p->jobs[t->job], t->input)->quant) {
+		uint64_t wb;
+		as_read = false;   /* sent dequantized */
+		rc = mk__pf_quant_apply(&q->qw, p, q->models, q->fds, t, t->c.data, &t->c.data, err);
+		if (rc)
+			return rc;
+		t->c.dtype = mk_plan_job_input(p->jobs[t->job], t->input)->quant->dtype;
+		(void)mk_dtype_nbytes(t->c.dtype, t->c.elem_count, &wb);
+		t->c.data_len = (size_t)wb;
+	}
 	if (mk_plan_job_input(p->jobs[t->job], t->input)->lora) {
 		uint64_t wb;
 		as_read = false;   /* sent as changed */
@@ -501,6 +519,9 @@ static void run_free(struct run *q)
 	free(lw->w);
 	free(lw->d);
 	free(lw->out);
+	free(q->qw.scale);
+	free(q->qw.w);
+	free(q->qw.out);
 	mk_reader_free(q->rd);
 	mk_sw_free(q->w);
 	mk_sr_free(q->r);

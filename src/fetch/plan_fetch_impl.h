@@ -6,6 +6,7 @@
  *   plan_feeds.c    models read from the streams that feed them
  *   plan_held.c     the plan's frames held until the HEAD has gone out
  *   plan_lora.c     LoRA inputs
+ *   plan_quant.c    quantized weights, dequantized
  */
 #ifndef MK_PLAN_FETCH_IMPL_H
 #define MK_PLAN_FETCH_IMPL_H
@@ -109,6 +110,19 @@ struct lora_work {
 	size_t ocap;
 };
 
+/* A quantized input's scales (float32, read whole when its job's first
+ * chunk comes) and the scratch of the current chunk. */
+struct quant_work {
+	size_t job, input;
+	bool live;
+	float *scale;
+	size_t scap;             /* in elements */
+	float *w;                /* the chunk as float32 */
+	size_t wcap;
+	uint8_t *out;            /* the chunk sent */
+	size_t ocap;
+};
+
 struct pf {
 	struct mk_plan_job **jobs;
 	size_t njobs;
@@ -199,5 +213,16 @@ static inline enum mk_dtype mk__pf_lora_dtype(const struct mk_plan_input *in)
 /* The chunk of a LoRA input made into what mk-fetch sends (*sent). */
 int mk__pf_lora_apply(struct lora_work *lw, const struct pf *p, struct mk_model **models, int **fds,
 		      const struct tag *t, const void *data, const void **sent, struct mk_err *err);
+
+/* ------------------------------------------------------- plan_quant.c */
+
+/* A quantized input's scales against the plan: in its model's files, of
+ * one float per block. */
+int mk__pf_quant_check(const struct mk_manifest *head, struct mk_model **models, int **fds,
+		       const struct mk_plan_job *jb, size_t i, const struct mk_plan_input *in, struct mk_err *err);
+/* The chunk of a quantized input dequantized into what mk-fetch sends
+ * (*sent), in the input's quant dtype. */
+int mk__pf_quant_apply(struct quant_work *qw, const struct pf *p, struct mk_model **models, int **fds,
+		       const struct tag *t, const void *data, const void **sent, struct mk_err *err);
 
 #endif

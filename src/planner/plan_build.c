@@ -9,6 +9,7 @@
 #include "methods/spec.h"
 #include "mk/plugin.h"
 #include "planner/planner_impl.h"
+#include "planner/quant.h"
 
 /* ------------------------------------------------------------ parameter names */
 
@@ -74,6 +75,7 @@ void mk_plan_free(struct mk_plan *p)
 		free(pm->hf_text);
 		mk_arch_free(pm->arch);
 		mk_lora_free(pm->lora);
+		mk_quant_free(pm->quant);
 		free(pm->lora_refstr);
 	}
 	free(p->models);

@@ -166,6 +166,33 @@ out:
 	return t ? template_strip(t) : NULL;
 }
 
+
+/* config.json's text without its "quantization_config" (replaced). */
+static int drop_quantization_config(char **text, size_t *len, struct mk_err *err)
+{
+	struct mk_jsondoc *d;
+	char *out;
+	size_t n;
+	int rc = mk_jsondoc_parse(*text, *len, "config.json", &d, err);
+
+	if (rc)
+		return rc;
+	if (!mk_jsondoc_at(d, "quantization_config")) {
+		mk_jsondoc_free(d);
+		return 0;
+	}
+	rc = mk_jsondoc_remove(d, "quantization_config", err);
+	if (!rc)
+		rc = mk_jsondoc_write(d, &out, &n, err);
+	mk_jsondoc_free(d);
+	if (rc)
+		return rc;
+	free(*text);
+	*text = out;
+	*len = n;
+	return 0;
+}
+
 /* The chat template asked for: a built-in name, "auto" (the most common
  * among the inputs' templates, chat_template.jinja or tokenizer_config.json,
  * first seen on a tie), or a literal template.  Returns malloc'ed text or NULL (auto, none found). */
@@ -271,6 +298,13 @@ int plan_make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_ch
 	if (warn) {
 		diag(d, MK_DIAG_WARNING, NULL, "config.json: %s", warn);
 		free(warn);
+	}
+	/* a quantized donor's weights are written dequantized: its
+	 * quantization_config goes, as transformers' save of the model
+	 * loaded with dequantize=True */
+	if (donor->quant && (rc = drop_quantization_config(&text, &len, err))) {
+		free(text);
+		return rc;
 	}
 	rc = add_file(p, "config.json", (uint8_t *)text, len, err);
 	if (rc)

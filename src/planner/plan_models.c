@@ -146,8 +146,13 @@ int plan_open_models(struct mk_plan *p, const struct mk_arch_registry *reg, stru
 			diag(d, MK_DIAG_ERROR, &refs[i]->loc, "model '%s': %s", pm->display, e.msg);
 			continue;
 		}
-		/* quantized: refused before anything is planned (quant.h) */
-		if (mk_quant_check(pm->m, pm->hf_text, pm->hf_len, pm->display, &e)) {
+		/* quantized: block FP8 read dequantized, other formats refused
+		 * before anything is planned (quant.h) */
+		if (mk_quant_open(pm->m, pm->hf_text, pm->hf_len, pm->display, &pm->quant, &e)) {
+			if (e.code == MK_ENOMEM) {
+				rc = mk_err_set(err, MK_ENOMEM, "%s", e.msg);
+				break;
+			}
 			diag(d, MK_DIAG_ERROR, &refs[i]->loc, "%s", e.msg);
 			continue;
 		}

@@ -8,6 +8,7 @@
 #include "core/fsutil.h"
 #include "methods/spec.h"
 #include "planner/planner_impl.h"
+#include "planner/quant.h"
 
 /* A parameter's looked-up value (a configuration's number) as the value
  * the method resolves: true or false for a BOOL parameter (non-zero),
@@ -171,6 +172,30 @@ static int tplan_inputs(struct tplan *t)
 				const struct mk_st_tensor *st = mk_model_find(pm->m, nm)->t;
 				ftd = st->desc;
 			}
+			/* stored quantized: planned as its dequantized tensor */
+			struct mk_plan_quant *pq = NULL;
+			bool qbad = false;
+			for (size_t q = 0; pm->quant && !qbad && q < (fu ? fu->nexperts * fu->nparts : 1); q++) {
+				if (mk_quant_find(pm->quant, pm->m, fu ? fu->sources[q] : nm, pm->display, &pq, &t->e)) {
+					diag(t->d, MK_DIAG_ERROR, tc->loc, "%s", t->e.msg);
+					qbad = true;
+					break;
+				}
+				if (pq && (fu || (pm->lora && mk_lora_find(pm->lora, nm)))) {
+					diag(t->d, MK_DIAG_ERROR, tc->loc,
+					     "model '%s': '%s' is stored quantized and %s: not supported; dequantize the "
+					     "model to BF16 first", pm->display, fu ? fu->sources[q] : nm,
+					     fu ? "mk assembles it from per-expert tensors" : "a LoRA adapter applies to it");
+					free(pq->scale);
+					free(pq);
+					pq = NULL;
+					qbad = true;
+				}
+			}
+			if (qbad) {
+				failed = true;
+				continue;
+			}
 			const struct mk_lora_ent *le = pm->lora ? mk_lora_find(pm->lora, nm) : NULL;
 			if (le && fu) {
 				diag(t->d, MK_DIAG_ERROR, srcs[s].ref->loc.line ? &srcs[s].ref->loc : tc->loc,
@@ -187,13 +212,16 @@ static int tplan_inputs(struct tplan *t)
 			t->labels[n] = pm->display;
 			t->fused[n] = fu;
 			t->lora[n] = le;
+			t->quant[n] = pq;
 			t->stored[n] = ftd;
 			t->in[n] = ftd;
+			if (pq)
+				t->in[n].dtype = pq->dtype;
 			/* cast on load: force_dtype, else the config's dtype (else,
 			 * for a BASE+ADAPTER model, --lora-merge-dtype) */
 			if (t->ow->force_dtype)
 				mk_config_dtype_parse(t->ow->force_dtype, &t->in[n].dtype, NULL, NULL);
-			else if (p->cfg->dtype.name && mk_dtype_is_float(ftd.dtype))
+			else if (p->cfg->dtype.name && mk_dtype_is_float(t->in[n].dtype))
 				t->in[n].dtype = p->cfg->dtype.dtype;
 			else if (pm->lora && p->o->has_lora_dtype && mk_dtype_is_float(ftd.dtype))
 				t->in[n].dtype = p->o->lora_dtype;
@@ -466,6 +494,8 @@ static int tplan_job_inputs(struct tplan *t, struct mk_err *err)
 			if (plan_lora_copy(&pi->lora, &l))
 				return mk_err_set(err, MK_ENOMEM, "out of memory");
 		}
+		pi->quant = t->quant[i];     /* the job's now */
+		t->quant[i] = NULL;
 		if (fu) {
 			static const char *const kinds[] = { [MK_FUSED_RENAME] = "rename", [MK_FUSED_STACK] = "stack",
 							     [MK_FUSED_STACK_CONCAT] = "stack_concat" };
@@ -579,7 +609,8 @@ int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const struct src_
 	t.fused = calloc(nsrc + 1, sizeof(*t.fused));
 	t.stored = calloc(nsrc + 1, sizeof(*t.stored));
 	t.lora = calloc(nsrc + 1, sizeof(*t.lora));
-	if (!t.lora || !t.in || !t.graw || !t.iraw || !t.gres || !t.ires || !t.labels || !t.order || !t.names || !t.used ||
+	t.quant = calloc(nsrc + 1, sizeof(*t.quant));
+	if (!t.lora || !t.quant || !t.in || !t.graw || !t.iraw || !t.gres || !t.ires || !t.labels || !t.order || !t.names || !t.used ||
 	    !t.fused || !t.stored) {
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
@@ -598,6 +629,14 @@ int plan_tensor(struct mk_plan *p, const struct mk_weight *ow, const struct src_
 	if ((rc = tplan_manifest_entry(&t, err)) || (rc = tplan_job_inputs(&t, err)) || (rc = tplan_vocab_job(&t, err)) ||
 	    (rc = tplan_truncate_job(&t, err)))
 		goto out;
+	for (size_t i = 0; t.j->vocab && i < t.j->ninputs; i++)
+		if (t.j->inputs[i].quant) {
+			rc = mk_err_set(err, MK_EUNSUPPORTED,
+					"tensor '%s': model '%s' stores it quantized, and its rows are aligned to a merged "
+					"vocabulary: not supported; dequantize the model to BF16 first",
+					t.ow->name, t.labels[i]);
+			goto out;
+		}
 	tplan_sends(&t);
 	rc = tplan_job_add(&t, err);
 out:
@@ -616,5 +655,11 @@ out:
 	free(t.fused);
 	free(t.stored);
 	free(t.lora);
+	for (size_t i = 0; t.quant && i < nsrc + 1; i++)
+		if (t.quant[i]) {
+			free(t.quant[i]->scale);
+			free(t.quant[i]);
+		}
+	free(t.quant);
 	return rc < 0 ? rc : 0;
 }

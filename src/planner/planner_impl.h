@@ -48,6 +48,7 @@ struct pmodel {                       /* a referenced model */
 	struct mk_lora *lora;
 	size_t lora_index;
 	char *lora_refstr;
+	struct mk_quant *quant;           /* a quantized checkpoint read dequantized, or NULL */
 };
 
 struct pfile {
@@ -160,6 +161,7 @@ struct tplan {
 	size_t *order;
 	struct mk_fused **fused;          /* its assembly from experts, or NULL */
 	const struct mk_lora_ent **lora;  /* its adapter's change (BASE+ADAPTER), or NULL */
+	struct mk_plan_quant **quant;     /* stored quantized: how to dequantize it (owned), or NULL */
 	bool *used;                       /* read by the method (output rule) */
 	/* parameters: as looked up (raw), as the method resolved them (res);
 	 * per input np values from i * np */

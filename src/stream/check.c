@@ -54,8 +54,9 @@ int mk_chunk_check_input(const struct mk_plan_job *j, const struct mk_chunk *c, 
 	if (!in || c->pass >= j->sends)
 		return mk_err_set(err, MK_EFORMAT, "INPT: input %u pass %u does not fit job %u (%zu inputs, %u sends)",
 				  c->input, c->pass, j->id, j->ninputs + (j->vocab ? j->vocab->naux : 0), j->sends);
-	/* a LoRA input with a dtype is sent in it (mk/plan.h) */
-	enum mk_dtype want = in->lora && in->lora->has_dtype ? in->lora->dtype : in->desc.dtype;
+	/* a LoRA input with a dtype is sent in it, a quantized one in its
+	 * dequantized dtype (stream/job.h) */
+	enum mk_dtype want = mk_plan_input_sent_dtype(in);
 	if (c->dtype != want)
 		return mk_err_set(err, MK_EFORMAT, "INPT: job %u input %u is %s, chunk is %s", j->id, c->input,
 				  mk_dtype_name(want), mk_dtype_name(c->dtype));

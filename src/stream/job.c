@@ -24,6 +24,45 @@ static void input_clear(struct mk_plan_input *in)
 		free(in->lora->bias);
 		free(in->lora);
 	}
+	if (in->quant) {
+		free(in->quant->scale);
+		free(in->quant);
+	}
+}
+
+/* An input's "quant" (mk_plan_quant): fp8 over a stored F8_E4M3 tensor
+ * of 2 or more axes, its scales' name, positive block sides, a float
+ * dtype to send; no adapter, no assembly with it. */
+static int decode_quant(json_t *v, struct mk_plan_input *in, uint32_t id, size_t i, struct mk_err *err)
+{
+	json_t *q = json_object_get(v, "quant"), *bl;
+	const char *kind, *sc, *dt;
+	uint64_t b0 = 0, b1 = 0;
+	enum mk_dtype d = MK_DT_F32;
+
+	if (!q)
+		return 0;
+	kind = sj_str(q, "kind");
+	sc = sj_str(q, "scale");
+	dt = sj_str(q, "dtype");
+	bl = json_object_get(q, "block");
+	if (!json_is_object(q) || !kind || strcmp(kind, "fp8") || !sc || !dt || mk_dtype_from_name(dt, &d) ||
+	    !mk_dtype_is_float(d) || mk_dtype_bits(d) < 8 || !json_is_array(bl) || json_array_size(bl) != 2 ||
+	    sj_u64(json_array_get(bl, 0), &b0) || sj_u64(json_array_get(bl, 1), &b1) || !b0 || !b1 ||
+	    b0 > UINT32_MAX || b1 > UINT32_MAX || in->desc.dtype != MK_DT_F8_E4M3 || in->desc.ndim < 2 ||
+	    in->lora || in->nsources)
+		return mk_err_set(err, MK_EFORMAT,
+				  "JOB %u: input %zu: bad \"quant\" (kind \"fp8\" over a stored F8_E4M3 tensor of 2 or "
+				  "more axes, a \"scale\" tensor, a \"block\" of two positive sides, a float \"dtype\"; "
+				  "no \"lora\" or \"assembly\" beside it)",
+				  id, i);
+	if (!(in->quant = calloc(1, sizeof(*in->quant))) || !(in->quant->scale = strdup(sc)))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	in->quant->kind = MK_QUANT_FP8;
+	in->quant->block[0] = (uint32_t)b0;
+	in->quant->block[1] = (uint32_t)b1;
+	in->quant->dtype = d;
+	return 0;
 }
 
 /* An input's "lora" (mk_plan_lora): an adapter model of the table (not
@@ -190,7 +229,7 @@ static int decode_input(json_t *v, struct mk_plan_input *in, uint32_t id, size_t
 	if (!(in->tensor = strdup(t)))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	if (!as)
-		return decode_lora(v, in, id, i, head, err);
+		return decode_lora(v, in, id, i, head, err) ? err->code : decode_quant(v, in, id, i, err);
 	const char *kind = sj_str(as, "kind");
 	json_t *srcs = json_object_get(as, "sources"), *sv;
 	size_t q;
@@ -208,7 +247,7 @@ static int decode_input(json_t *v, struct mk_plan_input *in, uint32_t id, size_t
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
 		in->nsources = q + 1;
 	}
-	return decode_lora(v, in, id, i, head, err);
+	return decode_lora(v, in, id, i, head, err) ? err->code : decode_quant(v, in, id, i, err);
 }
 
 /* An input's "rows" (vocabulary jobs): runs ascending by output row,
@@ -304,6 +343,9 @@ static int decode_vocab(json_t *o, struct mk_plan_job *j, json_t *ins, const str
 	json_array_foreach(ins, i, e)
 		if ((rc = decode_runs(e, &j->inputs[i], vc->rows, j->id, i, err)))
 			return rc;
+	for (i = 0; i < j->ninputs + vc->naux; i++)
+		if (mk_plan_job_input(j, i)->quant)
+			return mk_err_set(err, MK_EFORMAT, "JOB %u: input %zu: \"quant\" in a vocabulary job", j->id, i);
 	return 0;
 }
 
@@ -578,6 +620,12 @@ static json_t *input_json(const struct mk_plan_input *in, bool runs)
 			json_object_set_new(lo, "dtype", json_string(mk_dtype_name(l->dtype)));
 		json_object_set_new(e, "lora", lo);
 	}
+	if (e && in->quant) {
+		const struct mk_plan_quant *q = in->quant;
+		json_object_set_new(e, "quant", json_pack("{s:s,s:s,s:[I,I],s:s}", "kind", "fp8", "scale", q->scale,
+							  "block", (json_int_t)q->block[0], (json_int_t)q->block[1],
+							  "dtype", mk_dtype_name(q->dtype)));
+	}
 	if (e && runs) {
 		json_t *rv = json_array();
 		for (size_t k = 0; k < in->nruns; k++) {
@@ -672,9 +720,18 @@ bool mk_plan_job_sent_as_read(const struct mk_plan_job *j)
 	if (j->vocab)
 		return false;
 	for (size_t i = 0; i < j->ninputs; i++)
-		if (j->inputs[i].lora)
+		if (j->inputs[i].lora || j->inputs[i].quant)
 			return false;
 	return true;
+}
+
+enum mk_dtype mk_plan_input_sent_dtype(const struct mk_plan_input *in)
+{
+	if (in->quant)
+		return in->quant->dtype;
+	if (in->lora && in->lora->has_dtype)
+		return in->lora->dtype;
+	return in->desc.dtype;
 }
 
 /* How many of n spans (runs or fills: structs of `stride` bytes that
@@ -770,6 +827,6 @@ uint64_t mk_plan_input_sent_bytes(const struct mk_plan_job *j, size_t input)
 		for (size_t k = 0; k < in->nruns; k++)
 			elems += in->runs[k].n * rl;
 	}
-	(void)mk_dtype_nbytes(in->desc.dtype, elems, &b);
+	(void)mk_dtype_nbytes(mk_plan_input_sent_dtype(in), elems, &b);
 	return b;
 }

@@ -80,6 +80,24 @@ struct mk_plan_input {
 	 * the model loaded in D would be merged.  NULL: the stored tensor as
 	 * it is. */
 	struct mk_plan_lora *lora;
+	/* A weight a quantized checkpoint stores quantized (its config.json's
+	 * quantization_config): "quant": {"kind": "fp8", "scale": NAME,
+	 * "block": [BR, BC], "dtype": D}: the stored tensor (F8_E4M3) times
+	 * NAME[r / BR][c / BC] (float32, ⌈rows/BR⌉ × ⌈cols/BC⌉ per matrix of
+	 * the last two axes), multiplied in float32 and rounded to D, as
+	 * transformers dequantizes.  desc is the stored tensor's; mk-fetch
+	 * sends D (the INPT chunks are D).  Not with "lora", "assembly" or a
+	 * vocabulary's rows.  NULL: the stored tensor as it is. */
+	struct mk_plan_quant *quant;
+};
+
+enum mk_quant_kind { MK_QUANT_FP8 };
+
+struct mk_plan_quant {
+	enum mk_quant_kind kind;
+	char *scale;                  /* the scales' tensor, in the input's model */
+	uint32_t block[2];            /* fp8: rows and columns of a block */
+	enum mk_dtype dtype;          /* what the dequantized weight is sent as */
 };
 
 struct mk_plan_lora {
@@ -229,6 +247,9 @@ uint64_t mk_plan_vocab_next_cut(const struct mk_plan_job *j, uint64_t row);
 uint64_t mk_plan_input_sent_bytes(const struct mk_plan_job *j, size_t input);
 /* The input `input` (ninputs + k: aux k) */
 const struct mk_plan_input *mk_plan_job_input(const struct mk_plan_job *j, size_t input);
+/* The dtype mk-fetch sends input `in` in: a quantized weight's
+ * dequantized dtype, a LoRA input's dtype, else the stored one. */
+enum mk_dtype mk_plan_input_sent_dtype(const struct mk_plan_input *in);
 /* Whether every chunk mk-fetch sends of the job's inputs is a range of
  * its file's elements as read (no vocabulary's rows and fills, no
  * adapter's product): what lets a pass of it stop short in one process

@@ -179,9 +179,9 @@ fi
 
 # -- quantized checkpoints refused at plan time, by every program ----------
 mk-gen-model --dtype BF16 --hidden 64 --layers 2 \
-	--config-extra '"quantization_config": {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}' qcfg
-mk-gen-model --dtype BF16 --hidden 64 --layers 2 --quantized fp8 qfp8
-mk-gen-model --dtype BF16 --hidden 64 --layers 2 --quantized mxfp4 qmx
+	--config-extra '"quantization_config": {"quant_method": "fp8", "fmt": "e4m3"}' qcfg
+mk-gen-model --dtype BF16 --hidden 64 --layers 2 --quantized fp8-bare qfp8
+mk-gen-model --dtype BF16 --hidden 64 --layers 2 --quantized mxfp4-bare qmx
 for q in bitsandbytes gptq awq compressed-tensors hqq eetq; do
 	mk-gen-model --dtype BF16 --hidden 64 --layers 2 \
 		--config-extra "\"text_config\": {\"quantization_config\": {\"quant_method\": \"$q\"}}" q-$q

@@ -45,14 +45,23 @@
  * unlike the rest, where a selection's window misses its cut);
  * --unit-norms fills the RMSNorm
  * weights with 1 + a value instead (norms that keep activations' size);
- * --quantized fp8 adds a block-FP8 weight (F8_E4M3) and its
- * weight_scale_inv, --quantized mxfp4 MXFP4 blocks and scales (U8), as
- * quantized checkpoints hold them (config.json says nothing of it unless
- * --config-extra adds a quantization_config);
+ * --quantized fp8 stores every layer matrix (attention and MLP
+ * projections) as block FP8, as DeepSeek-V3 ships: NAME.weight in
+ * F8_E4M3 and NAME.weight_scale_inv (F32, one per --quant-block B
+ * square, 128 unless told) made from the values the model would have
+ * had (in --dtype) by transformers' reference quantizer (per block
+ * amax, scale = 448 · (1 / amax), the weight times it clamped to ±448 and
+ * rounded to E4M3, the inverse scale 1 / scale kept; an all-zero block
+ * scale 1), and writes config.json's quantization_config;
+ * --quantized fp8-bare and mxfp4-bare add one token tensor of each
+ * format and its scales (block-FP8; gpt-oss's MXFP4 blocks and scales,
+ * U8), config.json saying nothing of it unless --config-extra adds a
+ * quantization_config;
  * --config-extra appends JSON members to config.json (a later duplicate
  * key wins, as Python reads it). */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +79,10 @@ struct gt {
 	unsigned ndim;
 	uint64_t shape[4];
 	unsigned shard;
+	enum mk_dtype orig;       /* fp8: the dtype its values were made in */
+	int qrole;                /* 0; 1: a block-FP8 weight; 2: its scales */
+	char qof[128];            /* (scales) the weight's name */
+	uint64_t qshape[2];       /* (scales) the weight's shape */
 };
 
 static struct gt *ts;
@@ -99,6 +112,10 @@ static uint64_t splitmix(uint64_t *s)
 
 static double weight_scale = 1.0, head_scale = 1.0;
 
+/* --quantized fp8: the block side, and whether tensor i is a layer
+ * matrix stored as block FP8 (its scales follow it in the list). */
+static unsigned quant_block = 128;
+
 /* A scale option's value (> 0) into *v; false, told, when it is not. */
 static bool scale_arg(const char *opt, const char *arg, double *v)
 {
@@ -112,6 +129,53 @@ static bool scale_arg(const char *opt, const char *arg, double *v)
 	return true;
 }
 
+/* The i-th value fill makes from seed s (advanced). */
+static float gen_value(uint64_t *s, uint64_t i, uint64_t nelem, bool unit)
+{
+	double u = (double)(splitmix(s) >> 11) / 9007199254740992.0 - 0.5;
+	float v = (float)(u * 0.08 * weight_scale * (i < nelem / 8 ? head_scale : 1.0));
+	return unit ? (float)(1.0 + u) : v;
+}
+
+/* A block-FP8 weight of rows x cols made from the values fill would give
+ * it in dtype orig (seed), by transformers' reference quantizer: into q
+ * (F8_E4M3 bytes) or inv (the float32 inverse scales, one per block). */
+static void quant_fp8(uint64_t seed, enum mk_dtype orig, uint64_t rows, uint64_t cols, uint8_t *q, float *inv)
+{
+	uint64_t n = rows * cols, s = seed, B = quant_block, sr = (rows + B - 1) / B, sc = (cols + B - 1) / B;
+	float *v = malloc((n ? n : 1) * sizeof(float)), *scale = calloc(sr * sc + 1, sizeof(float));
+
+	if (!v || !scale)
+		abort();
+	for (uint64_t i = 0; i < n; i++) {      /* as stored in orig, read back as float32 */
+		float f = gen_value(&s, i, n, false);
+		uint8_t b[4];
+		mk_dtype_convert(orig, b, MK_DT_F32, &f, 1);
+		mk_dtype_convert(MK_DT_F32, &v[i], orig, b, 1);
+	}
+	for (uint64_t br = 0; br < sr; br++)
+		for (uint64_t bc = 0; bc < sc; bc++) {
+			float amax = 0.0f;
+			for (uint64_t r = br * B; r < rows && r < (br + 1) * B; r++)
+				for (uint64_t c = bc * B; c < cols && c < (bc + 1) * B; c++)
+					amax = fabsf(v[r * cols + c]) > amax ? fabsf(v[r * cols + c]) : amax;
+			/* torch divides a scalar by a tensor as the scalar times
+			 * the tensor's reciprocal: two roundings */
+			float k = amax > 0.0f ? (1.0f / amax) * 448.0f : 1.0f;
+			scale[br * sc + bc] = k;
+			if (inv)
+				inv[br * sc + bc] = 1.0f / k;
+		}
+	for (uint64_t r = 0; q && r < rows; r++)
+		for (uint64_t c = 0; c < cols; c++) {
+			float x = v[r * cols + c] * scale[(r / B) * sc + c / B];
+			x = x > 448.0f ? 448.0f : x < -448.0f ? -448.0f : x;
+			mk_dtype_convert(MK_DT_F8_E4M3, q + r * cols + c, MK_DT_F32, &x, 1);
+		}
+	free(v);
+	free(scale);
+}
+
 static void fill(uint8_t *buf, uint64_t nbytes, enum mk_dtype dt, uint64_t nelem, uint64_t seed, bool unit)
 {
 	uint64_t s = seed;
@@ -120,10 +184,7 @@ static void fill(uint8_t *buf, uint64_t nbytes, enum mk_dtype dt, uint64_t nelem
 		size_t es = mk_dtype_bits(dt) / 8;
 		for (uint64_t i = 0; i < nelem; i++) {
 			/* roughly N(0, 0.02)-sized values, as weights are */
-			double u = (double)(splitmix(&s) >> 11) / 9007199254740992.0 - 0.5;
-			float v = (float)(u * 0.08 * weight_scale * (i < nelem / 8 ? head_scale : 1.0));
-			if (unit)
-				v = (float)(1.0 + u);
+			float v = gen_value(&s, i, nelem, unit);
 			mk_dtype_convert(dt, buf + i * es, MK_DT_F32, &v, 1);
 		}
 	} else if (dt == MK_DT_BOOL) {
@@ -155,7 +216,7 @@ int main(int argc, char **argv)
 		{ "seed", 1, 0, 's' }, { "layers", 1, 0, 'l' }, { "hidden", 1, 0, 'H' },
 		{ "inter", 1, 0, 'I' }, { "vocab", 1, 0, 'v' }, { "dtype", 1, 0, 'd' },
 		{ "shards", 1, 0, 'k' }, { "all-dtypes", 0, 0, 'a' }, { "big-rows", 1, 0, 'b' },
-		{ "quantized", 1, 0, 'z' },
+		{ "quantized", 1, 0, 'z' }, { "quant-block", 1, 0, 'q' },
 		{ "pad-leading", 0, 0, 'p' }, { "arch", 1, 0, 'A' }, { "bpe-tokenizer", 2, 0, 'T' },
 		{ "tok-skip", 1, 0, 'K' }, { "tok-size", 1, 0, 'S' }, { "tied", 0, 0, 't' }, { "unigram", 0, 0, 'U' },
 		{ "spm", 1, 0, 'P' }, { "spm-added", 1, 0, 'Q' }, { "slow", 0, 0, 'W' },
@@ -170,7 +231,7 @@ int main(int argc, char **argv)
 	bool tied = false, unigram = false, slow = false;
 	enum mk_dtype dt = MK_DT_BF16;
 	bool all = false, pad = false;
-	const char *quant = NULL;
+	const char *quant = NULL, *quant_config = NULL;
 	const char *arch = "llama", *bpe = NULL, *spm = NULL, *spm_added = NULL;
 	struct mk_err err = { 0 };
 	char name[128], path[4096], buf[4096];
@@ -208,6 +269,7 @@ int main(int argc, char **argv)
 		case 'Q': spm_added = optarg; break;
 		case 'a': all = true; break;
 		case 'z': quant = optarg; break;
+		case 'q': quant_block = (unsigned)strtoul(optarg, NULL, 10); if (!quant_block) return 2; break;
 		case 'p': pad = true; break;
 		case 'T': bpe = optarg ? optarg : "</s>"; break;
 		case 'A':
@@ -302,15 +364,39 @@ int main(int argc, char **argv)
 		add("extra.odd_f4", MK_DT_F4, 2, 2, 3); /* rows of 1.5 bytes */
 	}
 	if (quant && !strcmp(quant, "fp8")) {
+		/* every layer matrix block FP8, its scales after it */
+		size_t n0 = nts;
+		for (size_t i = 0; i < n0; i++) {
+			size_t nl = strlen(ts[i].name);
+			if (strncmp(ts[i].name, "model.layers.", 13) || ts[i].ndim != 2 || nl < 7 ||
+			    strcmp(ts[i].name + nl - 7, ".weight"))
+				continue;
+			ts[i].orig = ts[i].dt;
+			ts[i].dt = MK_DT_F8_E4M3;
+			ts[i].qrole = 1;
+			snprintf(name, sizeof(name), "%s_scale_inv", ts[i].name);
+			add(name, MK_DT_F32, 2, (ts[i].shape[0] + quant_block - 1) / quant_block,
+			    (ts[i].shape[1] + quant_block - 1) / quant_block);
+			ts[nts - 1].qrole = 2;
+			ts[nts - 1].orig = ts[i].orig;
+			snprintf(ts[nts - 1].qof, sizeof(ts[nts - 1].qof), "%s", ts[i].name);
+			ts[nts - 1].qshape[0] = ts[i].shape[0];
+			ts[nts - 1].qshape[1] = ts[i].shape[1];
+		}
+		static char qc[160];
+		snprintf(qc, sizeof(qc), "\"quantization_config\": {\"activation_scheme\": \"dynamic\", \"fmt\": "
+			 "\"e4m3\", \"quant_method\": \"fp8\", \"weight_block_size\": [%u, %u]}", quant_block, quant_block);
+		quant_config = qc;
+	} else if (quant && !strcmp(quant, "fp8-bare")) {
 		/* DeepSeek-V3's block FP8: the weight, its inverse scales */
 		add("model.layers.0.mlp.fp8_proj.weight", MK_DT_F8_E4M3, 2, 8, 8);
 		add("model.layers.0.mlp.fp8_proj.weight_scale_inv", MK_DT_F32, 2, 1, 1);
-	} else if (quant && !strcmp(quant, "mxfp4")) {
+	} else if (quant && !strcmp(quant, "mxfp4-bare")) {
 		/* gpt-oss's MXFP4: blocks and scales, both U8 */
 		add("model.layers.0.mlp.experts.down_proj_blocks", MK_DT_U8, 2, 8, 8);
 		add("model.layers.0.mlp.experts.down_proj_scales", MK_DT_U8, 2, 8, 1);
 	} else if (quant) {
-		fprintf(stderr, "mk-gen-model: --quantized fp8 or mxfp4\n");
+		fprintf(stderr, "mk-gen-model: --quantized fp8, fp8-bare or mxfp4-bare\n");
 		return 2;
 	}
 	if (big)
@@ -368,7 +454,20 @@ int main(int argc, char **argv)
 				h = h * 131 + (uint8_t)*q;
 			size_t nl = strlen(ot[j].name);
 			bool unit = unit_norms && nl > 11 && !strcmp(ot[j].name + nl - 11, "norm.weight");
-			fill(data + ot[j].begin, ot[j].nbytes, ot[j].dtype, nelem, h, unit);
+			const struct gt *g = NULL;
+			for (size_t k = 0; k < nts && !g; k++)
+				if (!strcmp(ts[k].name, ot[j].name))
+					g = &ts[k];
+			if (g && g->qrole == 1) {
+				quant_fp8(h, g->orig, g->shape[0], g->shape[1], data + ot[j].begin, NULL);
+			} else if (g && g->qrole == 2) {
+				uint64_t hw = seed * 1000003;
+				for (const char *q = g->qof; *q; q++)
+					hw = hw * 131 + (uint8_t)*q;
+				quant_fp8(hw, g->orig, g->qshape[0], g->qshape[1], NULL, (float *)(data + ot[j].begin));
+			} else {
+				fill(data + ot[j].begin, ot[j].nbytes, ot[j].dtype, nelem, h, unit);
+			}
 		}
 		if (fwrite(data, 1, total, f) != total || fclose(f) != 0) {
 			perror(path);
@@ -407,6 +506,12 @@ int main(int argc, char **argv)
 		 (unsigned long long)vocab, tied ? "true" : "false", dt == MK_DT_F32 ? "float32" : dt == MK_DT_F16 ? "float16" : "bfloat16",
 		 strcmp(arch, "qwen3") ? "" : ",\n  \"head_dim\": ", strcmp(arch, "qwen3") ? "" : hdtext,
 		 extra ? ",\n  " : "", extra ? extra : "");
+	if (quant_config) {
+		size_t bl = strlen(buf);
+		if (bl < 3 || bl + strlen(quant_config) + 8 > sizeof(buf))
+			return 2;
+		snprintf(buf + bl - 3, sizeof(buf) - bl + 3, ",\n  %s\n}\n", quant_config);
+	}
 	if (bpe) {
 		/* regular tokens: one character (printable ASCII from '!', less
 		 * '"' and '\\'), then two; the added specials after them */

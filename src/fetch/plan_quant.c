@@ -1,0 +1,135 @@
+/* plan_quant.c - mk-fetch's plan mode: weights a quantized checkpoint
+ * stores quantized (the JOB's "quant", mk-stream(5)), dequantized chunk
+ * by chunk as they are read: block FP8, each element times its block's
+ * scale in float32, rounded to the dtype sent, as transformers
+ * dequantizes.  A weight's scales are read whole once per job (one float
+ * per 128x128 block: 1/16384 of the weight's elements), so what this
+ * holds beside a chunk is the chunk as float32 and as sent. */
+#include <stdlib.h>
+#include <string.h>
+#include "core/fsutil.h"
+#include "stream/job.h"
+#include "stream/manifest.h"
+#include "io/model.h"
+#include "mk/stream.h"
+#include "plan_fetch_impl.h"
+
+/* The scales' shape for a weight of desc wd and blocks b: the weight's
+ * leading axes, then ⌈rows/b0⌉, ⌈cols/b1⌉. */
+static bool scale_shape_ok(const struct mk_tensor_desc *wd, const struct mk_tensor_desc *sd, const uint32_t b[2])
+{
+	if (sd->ndim != wd->ndim || wd->ndim < 2)
+		return false;
+	for (unsigned k = 0; k < wd->ndim; k++) {
+		uint64_t want = wd->shape[k];
+		if (k + 2 >= wd->ndim)
+			want = (want + b[k + 2 - wd->ndim] - 1) / b[k + 2 - wd->ndim];
+		if (sd->shape[k] != want)
+			return false;
+	}
+	return true;
+}
+
+int mk__pf_quant_check(const struct mk_manifest *head, struct mk_model **models, int **fds,
+		       const struct mk_plan_job *jb, size_t i, const struct mk_plan_input *in, struct mk_err *err)
+{
+	const struct mk_plan_quant *qz = in->quant;
+	const struct mk_model *m = models[in->model];
+	const char *ref = head->models[in->model].ref;
+
+	if (!m)
+		return mk_err_set(err, MK_EUNSUPPORTED,
+				  "job %u: input %zu ('%s'): a quantized weight of '%s' must be read from its files (its "
+				  "scales beside it), not a stream",
+				  jb->id, i, in->tensor, ref);
+	const struct mk_model_tensor *s = mk_model_find(m, qz->scale);
+	if (!s || (s->t->desc.dtype != MK_DT_F32 && s->t->desc.dtype != MK_DT_BF16) ||
+	    !scale_shape_ok(&in->desc, &s->t->desc, qz->block))
+		return mk_err_set(err, MK_EMISMATCH,
+				  "job %u: input %zu ('%s'): model '%s' %s '%s' of one float32 scale per %ux%u block as "
+				  "the plan says; run mk-plan again",
+				  jb->id, i, in->tensor, ref, s ? "does not have" : "has no", qz->scale, qz->block[0],
+				  qz->block[1]);
+	if (s->t->stride || fds[in->model][s->shard] < 0)
+		return mk_err_set(err, MK_EUNSUPPORTED,
+				  "job %u: input %zu ('%s'): the scales '%s' of model '%s' must be read from a local file; "
+				  "download the model first",
+				  jb->id, i, in->tensor, qz->scale, ref);
+	return 0;
+}
+
+/* The scales of input t->input of job t->job, as float32, read whole. */
+static int read_scales(struct quant_work *qw, const struct pf *p, struct mk_model **models, int **fds,
+		       const struct tag *t, struct mk_err *err)
+{
+	const struct mk_plan_input *in = mk_plan_job_input(p->jobs[t->job], t->input);
+	const struct mk_model *m = models[in->model];
+	const struct mk_model_tensor *s = mk_model_find(m, in->quant->scale);
+	uint64_t bytes = s->t->end - s->t->begin, n = s->t->nelem;
+	void *raw = malloc(bytes ? bytes : 1);
+	int rc = 0;
+
+	if (!raw || mk__pf_grow((void **)&qw->scale, &qw->scap, (size_t)n + 1, sizeof(float))) {
+		free(raw);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	rc = mk_pread_exact(fds[in->model][s->shard], raw, bytes, m->shards[s->shard]->data_start + s->t->begin,
+			    m->shards[s->shard]->path, err);
+	if (!rc && mk_dtype_convert(MK_DT_F32, qw->scale, s->t->desc.dtype, raw, n))
+		rc = mk_err_set(err, MK_EUNSUPPORTED, "scales '%s': cannot convert %s to float32", in->quant->scale,
+				mk_dtype_name(s->t->desc.dtype));
+	free(raw);
+	if (!rc) {
+		qw->job = t->job;
+		qw->input = t->input;
+		qw->live = true;
+	}
+	return rc;
+}
+
+int mk__pf_quant_apply(struct quant_work *qw, const struct pf *p, struct mk_model **models, int **fds,
+		       const struct tag *t, const void *data, const void **sent, struct mk_err *err)
+{
+	const struct mk_plan_job *jb = p->jobs[t->job];
+	const struct mk_plan_input *in = mk_plan_job_input(jb, t->input);
+	const struct mk_plan_quant *qz = in->quant;
+	const uint64_t *sh = in->desc.shape;
+	unsigned nd = in->desc.ndim;
+	uint64_t n = t->c.elem_count, rows = sh[nd - 2], cols = sh[nd - 1], bytes;
+	uint64_t srows = (rows + qz->block[0] - 1) / qz->block[0], scols = (cols + qz->block[1] - 1) / qz->block[1];
+	int rc;
+
+	if (!qw->live || qw->job != t->job || qw->input != t->input) {
+		qw->live = false;
+		if ((rc = read_scales(qw, p, models, fds, t, err)))
+			return mk_err_prefix(err, "job %u: ", jb->id);
+	}
+	(void)mk_dtype_nbytes(qz->dtype, n, &bytes);
+	if (mk__pf_grow((void **)&qw->out, &qw->ocap, (size_t)bytes + 1, 1) ||
+	    mk__pf_grow((void **)&qw->w, &qw->wcap, (size_t)n + 1, sizeof(float)))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	if (mk_dtype_convert(MK_DT_F32, qw->w, in->desc.dtype, data, n))
+		return mk_err_set(err, MK_EUNSUPPORTED, "job %u: input %zu ('%s'): cannot convert %s to float32", jb->id,
+				  t->input, in->tensor, mk_dtype_name(in->desc.dtype));
+	/* along the chunk a row piece at a time: element (mat, r, c) times
+	 * scale[mat][r / b0][c / b1] */
+	for (uint64_t e = 0; e < n;) {
+		uint64_t at = t->at + e, c = at % cols, rr = at / cols, r = rr % rows, mat = rr / rows;
+		uint64_t end = cols - c < n - e ? cols - c : n - e;
+		const float *srow = qw->scale + (mat * srows + r / qz->block[0]) * scols;
+		float *w = qw->w + e;
+		for (uint64_t k = 0; k < end;) {
+			uint64_t cc = c + k, blk = cc / qz->block[1], stop = (blk + 1) * qz->block[1] - c;
+			float sc = srow[blk];
+			if (stop > end)
+				stop = end;
+			for (; k < stop; k++)
+				w[k] *= sc;
+		}
+		e += end;
+	}
+	if (mk_dtype_convert(qz->dtype, qw->out, MK_DT_F32, qw->w, n))
+		return mk_err_set(err, MK_EUNSUPPORTED, "job %u: cannot round to %s", jb->id, mk_dtype_name(qz->dtype));
+	*sent = qw->out;
+	return 0;
+}
