@@ -73,6 +73,27 @@ static void usage(void)
 
 static struct mk_argv fetch, merge, pack;
 
+/* what main owns, freed at any exit (cli_fail exits from anywhere) */
+static struct {
+	struct mk_plan *plan;
+	char *invocation, *partial, *stage;
+	const char **inc, **exc, **save;
+} own;
+
+static void free_own(void)
+{
+	mk_plan_free(own.plan);
+	free(own.invocation);
+	free(own.partial);
+	free(own.stage);
+	free(own.inc);
+	free(own.exc);
+	free(own.save);
+	mk_argv_free(&fetch);
+	mk_argv_free(&merge);
+	mk_argv_free(&pack);
+}
+
 /* the work directory (the plan) and its file: paths made before any
  * signal handler can need them (removing them is async-signal-safe) */
 static char work[PATH_MAX], work_plan[PATH_MAX + 8];
@@ -172,12 +193,12 @@ int main(int argc, char **argv)
 	struct mk_extract_opts eo = { .max_rank = 128 };
 	struct mk_run_opts ro = { 0 };
 	struct mk_err err = { 0 };
-	const char **inc = NULL, **exc = NULL, **save = NULL;
 	size_t ninc = 0, nexc = 0, nsave = 0;
 	bool print = false, quiet = false;
 	int c, li = 0;
 
 	cli_init("mk-extract-lora");
+	atexit(free_own);
 	cli_stage_argvs(&fetch, &merge, &pack);
 	while ((c = getopt_long(argc, argv, "i:e:j:qvhV", lo, &li)) != -1) {
 		switch (c) {
@@ -196,9 +217,9 @@ int main(int argc, char **argv)
 		case O_EMBED: eo.sel.embed_lora = true; break;
 		case O_NOEMBED: eo.sel.embed_lora = false; break;
 		case O_SKIP: eo.sel.skip_undecomposable = true; break;
-		case 'i': push_list(&inc, &ninc, optarg); break;
-		case 'e': push_list(&exc, &nexc, optarg); break;
-		case O_SAVE: push_list(&save, &nsave, optarg); break;
+		case 'i': push_list(&own.inc, &ninc, optarg); break;
+		case 'e': push_list(&own.exc, &nexc, optarg); break;
+		case O_SAVE: push_list(&own.save, &nsave, optarg); break;
 		case O_FORCE: ro.force = true; break;
 		case O_PRINT: print = true; break;
 		case 'h': usage(); break;
@@ -213,15 +234,15 @@ int main(int argc, char **argv)
 		cli_usage_error("--model, --base-model and --out-path are required");
 	if (!*eo.out)
 		cli_usage_error("--out-path: empty");
-	eo.sel.include = inc;
+	eo.sel.include = own.inc;
 	eo.sel.ninclude = ninc;
-	eo.sel.exclude = exc;
+	eo.sel.exclude = own.exc;
 	eo.sel.nexclude = nexc;
-	eo.sel.save = save;
+	eo.sel.save = own.save;
 	eo.sel.nsave = nsave;
 	eo.has_lora_dtype = ro.has_lora_dtype;
 	eo.lora_dtype = ro.lora_dtype;
-	eo.invocation = invocation(argc, argv);
+	eo.invocation = own.invocation = invocation(argc, argv);
 	eo.cuda = ro.cuda;
 	if (ro.max_memory) {
 		struct mk_budget_split sp;
@@ -234,6 +255,7 @@ int main(int argc, char **argv)
 	struct mk_plan *plan = NULL;
 	struct mk_diags d;
 	int rc = mk_extract_plan(&eo, &plan, &d, &err);
+	own.plan = plan;
 	cli_print_diags(&d);
 	mk_diags_free(&d);
 	if (rc)
@@ -268,9 +290,10 @@ int main(int argc, char **argv)
 		cli_fail(&err);
 
 	/* the stages write the plan's tensors into OUT.mk-partial/adapter */
-	char *partial = mk_out_partial_name(eo.out), *stage = NULL;
+	char *partial = own.partial = mk_out_partial_name(eo.out), *stage = NULL;
 	if (!partial || asprintf(&stage, "%s/adapter", partial) < 0)
 		cli_fail_oom();
+	own.stage = stage;
 	cli_argv_push(&fetch, "-i");
 	cli_argv_push(&fetch, work_plan);
 	cli_argv_push(&pack, "--basename");
@@ -314,12 +337,5 @@ int main(int argc, char **argv)
 	cli_info(3, "wrote %s: %zu modules of rank up to %u (largest relative error %.3g, %s), %zu tensors saved whole%s",
 		 eo.out, sum.modules, sum.r, sum.worst_error, sum.worst, sum.saved,
 		 sum.zero ? "; modules that did not change left out" : "");
-	mk_plan_free(plan);
-	free(partial);
-	free(stage);
-	free((char *)eo.invocation);
-	free(inc);
-	free(exc);
-	free(save);
 	return EXIT_OK;
 }

@@ -60,8 +60,6 @@ printf 'merge_method: linear\nmodels:\n  - model: m1\n    parameters: {weight: 0
 mk-plan --max-memory 16M m.yml > m.mks
 mk-rss f.rss mk-fetch --max-memory 16M -i m.mks | mk-rss g.rss mk-merge --max-memory 16M | mk-rss k.rss mk-pack --max-memory 16M mout
 for s in f:mk-fetch g:mk-merge k:mk-pack; do
-	kib=$(cat ${s%%:*}.rss)
-	echo "${s#*:}, FP8 merge in 16M: peak RSS $kib KiB (bound 40960 KiB)"
-	[ "$kib" -le 40960 ] || fail "${s#*:} held $kib KiB"
+	rss_under ${s%%:*}.rss 40961 "${s#*:}, FP8 merge in 16M"
 done
 echo "quant: ok"
