@@ -198,9 +198,9 @@ rm -rf out
 # the refusals
 stop_late
 cp out.mk-partial/.mk-journal journal.saved
-expect_fail 1 "continue it with --resume, or remove that directory" sh -c \
+expect_fail 1 "to start over, or continue it with --resume" sh -c \
 	"mk-plan --name out slerp.yml | mk-fetch | mk-merge | mk-pack $pack_opts out"
-expect_fail 1 "continue it with --resume, or remove that directory" mk-yaml --quiet $shard slerp.yml out
+expect_fail 1 "to start over, or continue it with --resume" mk-yaml --quiet $shard slerp.yml out
 # another merge: mk-fetch refuses before reading, and so does mk-pack
 expect_fail 1 "out.mk-partial was started for another merge" sh -c \
 	"mk-plan --name out other.yml | mk-fetch --skip-done out.mk-partial > /dev/null"
