@@ -121,6 +121,12 @@ struct quant_work {
 	size_t wcap;
 	uint8_t *out;            /* the chunk sent */
 	size_t ocap;
+	/* mxfp4: one expert's codes and scales (2^(s - 127)), read as the
+	 * chunks reach it */
+	uint8_t *codes;
+	size_t ccap;
+	uint64_t expert;
+	bool elive;
 };
 
 struct pf {
@@ -222,6 +228,9 @@ int mk__pf_quant_check(const struct mk_manifest *head, struct mk_model **models,
 		       const struct mk_plan_job *jb, size_t i, const struct mk_plan_input *in, struct mk_err *err);
 /* The chunk of a quantized input dequantized into what mk-fetch sends
  * (*sent), in the input's quant dtype. */
+/* Whether stored tensor sd holds MXFP4 input in (F4 [E, C, R]): U8
+ * [E, R, C/32, 16]. */
+bool mk__pf_mxfp4_fits(const struct mk_tensor_desc *sd, const struct mk_tensor_desc *in);
 int mk__pf_quant_apply(struct quant_work *qw, const struct pf *p, struct mk_model **models, int **fds,
 		       const struct tag *t, const void *data, const void **sent, struct mk_err *err);
 
