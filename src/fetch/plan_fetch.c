@@ -523,7 +523,11 @@ static void run_free(struct run *q)
 	free(q->qw.scale);
 	free(q->qw.w);
 	free(q->qw.out);
-	free(q->qw.codes);
+	for (size_t k = 0; k < q->qw.nmx; k++) {
+		free(q->qw.mx[k].codes);
+		free(q->qw.mx[k].scale);
+	}
+	free(q->qw.mx);
 	mk_reader_free(q->rd);
 	mk_sw_free(q->w);
 	mk_sr_free(q->r);

@@ -121,12 +121,19 @@ struct quant_work {
 	size_t wcap;
 	uint8_t *out;            /* the chunk sent */
 	size_t ocap;
-	/* mxfp4: one expert's codes and scales (2^(s - 127)), read as the
-	 * chunks reach it */
-	uint8_t *codes;
-	size_t ccap;
+	struct mxfp4_expert *mx; /* mxfp4: per input index of the job */
+	size_t nmx;
+};
+
+/* An MXFP4 input's current expert: its codes and scales (2^(s - 127)),
+ * read as the chunks reach it (the inputs' chunks interleave: one each). */
+struct mxfp4_expert {
+	size_t job;
 	uint64_t expert;
-	bool elive;
+	bool live;
+	uint8_t *codes;
+	float *scale;
+	size_t ccap, scap;
 };
 
 struct pf {

@@ -9,9 +9,10 @@
  * MXFP4 is sent in the dequantized tensor's order [E, C, R], the stored
  * one's [E, R, C] transposed: a chunk's elements are scattered over its
  * expert's codes, so the codes and scales of the expert a chunk is in
- * are read whole (R * C * 17/32 bytes: 8.3 MB for gpt-oss-120b's
- * gate_up_proj) and kept while the chunks stay in it; the chunk the
- * reader read (as many bytes, in stored order) is not used. */
+ * are read whole (R * C * 21/32 bytes: the codes, the scales as read and
+ * as floats; 10.9 MB for gpt-oss-120b's gate_up_proj) and kept,
+ * one expert per input of the job, while its chunks stay in it; the
+ * chunk the reader read (as many bytes, in stored order) is not used. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,24 +128,34 @@ static int read_scales(struct quant_work *qw, const struct pf *p, struct mk_mode
 }
 
 /* Expert e of MXFP4 input t->input of job t->job: its codes (R * G * 16
- * bytes) and scales (R * G, as the floats 2^(s - 127)) read. */
+ * bytes) and scales (R * G, as the floats 2^(s - 127)) read, in the
+ * input's slot. */
 static int mxfp4_expert(struct quant_work *qw, const struct pf *p, struct mk_model **models, int **fds,
-			const struct tag *t, uint64_t e, struct mk_err *err)
+			const struct tag *t, uint64_t e, struct mxfp4_expert **out, struct mk_err *err)
 {
 	const struct mk_plan_input *in = mk_plan_job_input(p->jobs[t->job], t->input);
 	const struct mk_model *m = models[in->model];
 	const struct mk_model_tensor *b = mk_model_find(m, in->tensor), *s = mk_model_find(m, in->quant->scale);
 	uint64_t rg = in->desc.shape[2] * (in->desc.shape[1] / 32);
+	struct mxfp4_expert *x;
 	int rc;
 
-	if (qw->live && qw->elive && qw->job == t->job && qw->input == t->input && qw->expert == e)
+	if (t->input >= qw->nmx) {
+		size_t cap = qw->nmx;
+		if (mk__pf_grow((void **)&qw->mx, &cap, t->input + 1, sizeof(*qw->mx)))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		memset(qw->mx + qw->nmx, 0, (cap - qw->nmx) * sizeof(*qw->mx));
+		qw->nmx = cap;
+	}
+	*out = x = &qw->mx[t->input];
+	if (x->live && x->job == t->job && x->expert == e)
 		return 0;
-	qw->live = qw->elive = false;
-	if (mk__pf_grow((void **)&qw->codes, &qw->ccap, (size_t)(rg * 17) + 1, 1) ||
-	    mk__pf_grow((void **)&qw->scale, &qw->scap, (size_t)rg + 1, sizeof(float)))
+	x->live = false;
+	if (mk__pf_grow((void **)&x->codes, &x->ccap, (size_t)(rg * 17) + 1, 1) ||
+	    mk__pf_grow((void **)&x->scale, &x->scap, (size_t)rg + 1, sizeof(float)))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	uint8_t *sc = qw->codes + rg * 16;
-	if ((rc = mk_pread_exact(fds[in->model][b->shard], qw->codes, rg * 16,
+	uint8_t *sc = x->codes + rg * 16;
+	if ((rc = mk_pread_exact(fds[in->model][b->shard], x->codes, rg * 16,
 				 m->shards[b->shard]->data_start + b->t->begin + e * rg * 16, m->shards[b->shard]->path,
 				 err)) ||
 	    (rc = mk_pread_exact(fds[in->model][s->shard], sc, rg, m->shards[s->shard]->data_start + s->t->begin + e * rg,
@@ -152,11 +163,10 @@ static int mxfp4_expert(struct quant_work *qw, const struct pf *p, struct mk_mod
 		return rc;
 	/* 2^(s - 127) in float32, as torch.ldexp's power of two (255: inf) */
 	for (uint64_t k = 0; k < rg; k++)
-		qw->scale[k] = sc[k] == 255 ? INFINITY : ldexpf(1.0f, (int)sc[k] - 127);
-	qw->job = t->job;
-	qw->input = t->input;
-	qw->expert = e;
-	qw->live = qw->elive = true;
+		x->scale[k] = sc[k] == 255 ? INFINITY : ldexpf(1.0f, (int)sc[k] - 127);
+	x->job = t->job;
+	x->expert = e;
+	x->live = true;
 	return 0;
 }
 
@@ -170,20 +180,21 @@ static int mxfp4_apply(struct quant_work *qw, const struct pf *p, struct mk_mode
 	const struct mk_plan_job *jb = p->jobs[t->job];
 	const struct mk_plan_input *in = mk_plan_job_input(jb, t->input);
 	uint64_t n = t->c.elem_count, cols = in->desc.shape[1], rows = in->desc.shape[2], g = cols / 32, bytes;
+	struct mxfp4_expert *x = NULL;
 	int rc;
 
 	(void)mk_dtype_nbytes(in->quant->dtype, n, &bytes);
 	if (mk__pf_grow((void **)&qw->out, &qw->ocap, (size_t)bytes + 1, 1) ||
 	    mk__pf_grow((void **)&qw->w, &qw->wcap, (size_t)n + 1, sizeof(float)))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
-	/* a run of r at one (e, c): codes 16 * g bytes apart */
+	/* a run of r at one (e, c): its codes 16 * g bytes apart */
 	for (uint64_t k = 0; k < n;) {
 		uint64_t at = t->at + k, r = at % rows, c = (at / rows) % cols, e = at / rows / cols;
 		uint64_t end = rows - r < n - k ? rows - r : n - k;
-		if ((rc = mxfp4_expert(qw, p, models, fds, t, e, err)))
+		if ((rc = mxfp4_expert(qw, p, models, fds, t, e, &x, err)))
 			return mk_err_prefix(err, "job %u: ", jb->id);
-		const uint8_t *cb = qw->codes + (c / 32) * 16 + (c % 32) / 2;
-		const float *sc = qw->scale + c / 32;
+		const uint8_t *cb = x->codes + (c / 32) * 16 + (c % 32) / 2;
+		const float *sc = x->scale + c / 32;
 		unsigned shift = (c & 1) * 4;
 		for (uint64_t j = 0; j < end; j++)
 			qw->w[k + j] = fp4[(cb[(r + j) * g * 16] >> shift) & 15] * sc[(r + j) * g];
@@ -210,8 +221,8 @@ int mk__pf_quant_apply(struct quant_work *qw, const struct pf *p, struct mk_mode
 	uint64_t n = t->c.elem_count, rows = sh[nd - 2], cols = sh[nd - 1], bytes;
 	uint64_t srows = (rows + qz->block[0] - 1) / qz->block[0], scols = (cols + qz->block[1] - 1) / qz->block[1];
 	int rc;
-	if (!qw->live || qw->elive || qw->job != t->job || qw->input != t->input) {
-		qw->live = qw->elive = false;
+	if (!qw->live || qw->job != t->job || qw->input != t->input) {
+		qw->live = false;
 		if ((rc = read_scales(qw, p, models, fds, t, err)))
 			return mk_err_prefix(err, "job %u: ", jb->id);
 	}
