@@ -55,4 +55,22 @@ printf 'merge_method: linear\nmodels:\n  - model: a\n    parameters: {weight: 0.
 expect_fail 1 "is not MXFP4 as its config.json says" mk-plan bad.yml
 err_has "model.layers.0.mlp.experts.gate_up_proj_blocks" "the tensor not named"
 err_has "dequantize the model to BF16 first" "no word of what to do"
+
+# mk-gen-model's MXFP4 gpt-oss models (random codes, exponents 118 to
+# 129): the merge through the stages equals mk-yaml's, and memory stays
+# bounded: two models whose gate_up_proj is 8M elements (16 MB
+# dequantized, 4 MB of codes an expert) merged under --max-memory 16M,
+# each stage's peak RSS bounded (mk-fetch holds one expert's codes and
+# scales per input beside its chunks)
+M="--arch gpt_oss --quantized mxfp4 --dtype BF16 --hidden 1024 --inter 2048 --experts 2 --layers 1 --vocab 16 --heads 8 --kv-heads 8"
+mk-gen-model $M --seed 1 m1
+mk-gen-model $M --seed 2 m2
+printf 'merge_method: linear\nmodels:\n  - model: m1\n    parameters: {weight: 0.5}\n  - model: m2\n    parameters: {weight: 0.5}\n' > m.yml
+mk-plan --max-memory 16M m.yml > m.mks 2> /dev/null
+mk-rss f.rss mk-fetch --max-memory 16M -i m.mks | mk-rss g.rss mk-merge --max-memory 16M | mk-rss k.rss mk-pack --max-memory 16M mout
+rss_under f.rss 40960 "mk-fetch, MXFP4 merge in 16M"
+rss_under g.rss 40960 "mk-merge, MXFP4 merge in 16M"
+rss_under k.rss 40960 "mk-pack, MXFP4 merge in 16M"
+mk-yaml --quiet m.yml myaml 2> /dev/null
+mk-st-diff mout myaml > diff.txt || { cat diff.txt; fail "the staged MXFP4 merge differs from mk-yaml's"; }
 echo "mxfp4: ok"
