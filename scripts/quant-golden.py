@@ -1,10 +1,23 @@
 #!/usr/bin/env python3
-"""quant-golden.py - the goldens of test/cli/quant.sh (testdata/quant/),
-made with transformers and mergekit in the reference venv, outside
-`make check`:
+"""quant-golden.py - the goldens of test/cli/quant.sh (testdata/quant/)
+and test/cli/mxfp4.sh (testdata/mxfp4/), made with transformers and
+mergekit in the reference venv, outside `make check`:
 
   ~/.cache/mk/mergekit-0.1.5-venv/bin/python scripts/quant-golden.py \
       build/tools/mk-gen-model testdata/quant
+  ~/.cache/mk/mergekit-0.1.5-venv/bin/python scripts/quant-golden.py \
+      --mxfp4 testdata/mxfp4
+
+MXFP4 (--mxfp4): three small gpt-oss models (seeds 1, 2, 3; the config
+in MXFP4_CONFIG) built by transformers, their experts quantized to MXFP4
+here as gpt-oss ships them (transformers quantizes with triton kernels
+only, not on a CPU): ENAME_blocks (U8 [E, R, C/32, 16], two FP4 codes a
+byte, the even element in the low nibble) and ENAME_scales (U8
+[E, R, C/32], E8M0 exponents, bias 127) of the weight's transpose
+[E, R, C].  The models (mxfp4-a, -b, -c) are committed; dequant-a/ is
+transformers' dequantization (Mxfp4Config(dequantize=True)) of a, and
+merge-CASE/ mergekit's merges of the dequantized copies with
+testdata/quant/CASE.yml.
 
 Three small llama-shaped models are generated with every layer matrix in
 block FP8 (mk-gen-model --quantized fp8, the options in GEN below); the
@@ -72,7 +85,113 @@ def check_quantizer(qdir, plain):
     print(f"mk-gen-model's FP8 quantizer: {n} weights as transformers' Fp8Quantize, bit for bit")
 
 
+FP4 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+MXFP4_CONFIG = dict(hidden_size=64, intermediate_size=32, num_local_experts=4, num_experts_per_tok=2,
+                    num_hidden_layers=1, layer_types=["full_attention"], vocab_size=16, num_attention_heads=2,
+                    num_key_value_heads=1, head_dim=8, sliding_window=4, max_position_embeddings=256)
+NOT_CONVERT = ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]
+
+
+def mxfp4_quantize(w):
+    """w [E, C, R] (transformers' layout) -> blocks, scales of its
+    transpose [E, R, C]: per 32 values the smallest power of two 2^k with
+    max|x| / 2^k <= 6, each value rounded to the nearest FP4 value (ties to
+    the even code)."""
+    t = w.float().transpose(1, 2).contiguous()
+    E, R, C = t.shape
+    b = t.reshape(E, R, C // 32, 32)
+    amax = b.abs().amax(-1)
+    k = torch.ceil(torch.log2(torch.clamp(amax, min=2.0 ** -126) / 6.0)).to(torch.int32)
+    k = torch.clamp(k, -127, 127)
+    q = b / torch.ldexp(torch.ones_like(amax), k).unsqueeze(-1)
+    mags = torch.tensor(FP4[:8])
+    d = (q.abs().unsqueeze(-1) - mags).abs()
+    code = d.argmin(-1)          # first minimum: the smaller code on a tie
+    code = torch.where(q < 0, code + 8, code).to(torch.uint8)
+    packed = code[..., 0::2] | (code[..., 1::2] << 4)
+    return packed.contiguous(), (k + 127).to(torch.uint8).contiguous()
+
+
+def mxfp4_model(d, seed):
+    from transformers import GptOssConfig, GptOssForCausalLM
+    torch.manual_seed(seed)
+    cfg = GptOssConfig(**MXFP4_CONFIG)
+    m = GptOssForCausalLM(cfg).to(torch.bfloat16)
+    sd = {}
+    for k, v in m.state_dict().items():
+        if k.endswith("experts.gate_up_proj") or k.endswith("experts.down_proj"):
+            # experts of varied magnitudes: scales over a range of exponents
+            v = (torch.randn(v.shape) * 0.02 * torch.exp2(torch.arange(v.shape[0]).float() * 3 - 6)
+                 .view(-1, 1, 1)).to(torch.bfloat16)
+            blocks, scales = mxfp4_quantize(v)
+            sd[k + "_blocks"], sd[k + "_scales"] = blocks, scales
+        else:
+            sd[k] = v.contiguous()
+    os.makedirs(d, exist_ok=True)
+    save_file(sd, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    c = cfg.to_dict()
+    c["dtype"] = "bfloat16"
+    c["architectures"] = ["GptOssForCausalLM"]
+    c["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": NOT_CONVERT}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f, indent=2, sort_keys=True)
+
+
+def mxfp4_dequantize(src, dst):
+    from transformers import Mxfp4Config
+    m = AutoModelForCausalLM.from_pretrained(src, quantization_config=Mxfp4Config(dequantize=True),
+                                             dtype=torch.bfloat16)
+    sd = {k: v.contiguous() for k, v in m.state_dict().items()}
+    # the dequantized values are the FP4 codes times their scales
+    raw = load_file(os.path.join(src, "model.safetensors"))
+    for k in raw:
+        if k.endswith("_blocks"):
+            w = sd[k[:-len("_blocks")]].float()
+            b, s = raw[k], raw[k[:-len("_blocks")] + "_scales"]
+            lut = torch.tensor(FP4)
+            vals = torch.stack([lut[(b & 15).long()], lut[(b >> 4).long()]], -1).reshape(*s.shape, 32)
+            mine = (vals * torch.exp2(s.float() - 127).unsqueeze(-1)).reshape(s.shape[0], s.shape[1], -1)
+            if not torch.equal(mine.transpose(1, 2), w):
+                sys.exit(f"{k}: transformers' dequantization is not the layout the script assumes")
+    os.makedirs(dst, exist_ok=True)
+    save_file(sd, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.pop("quantization_config", None)
+    with open(os.path.join(dst, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+
+
+def mxfp4_main(out):
+    here = os.path.dirname(os.path.abspath(__file__))
+    cases = os.path.join(os.path.dirname(here), "testdata", "quant")
+    venv_bin = os.path.dirname(sys.executable)
+    with tempfile.TemporaryDirectory() as w:
+        for name, seed in (("a", 1), ("b", 2), ("c", 3)):
+            q = os.path.join(out, "mxfp4-" + name)
+            mxfp4_model(q, seed)
+            mxfp4_dequantize(q, os.path.join(w, name + "-dq"))
+        d = os.path.join(out, "dequant-a")
+        os.makedirs(d, exist_ok=True)
+        shutil.copy(os.path.join(w, "a-dq", "model.safetensors"), d)
+        for c in CASES:
+            with open(os.path.join(cases, c + ".yml")) as f:
+                y = (f.read().replace("MODEL_A", os.path.join(w, "a-dq")).replace("MODEL_B", os.path.join(w, "b-dq"))
+                 .replace("MODEL_C", os.path.join(w, "c-dq")))
+            yp = os.path.join(w, c + ".yml")
+            with open(yp, "w") as f:
+                f.write(y)
+            mo = os.path.join(w, "out-" + c)
+            subprocess.run([os.path.join(venv_bin, "mergekit-yaml"), "--no-copy-tokenizer", yp, mo], check=True)
+            d = os.path.join(out, "merge-" + c)
+            os.makedirs(d, exist_ok=True)
+            shutil.copy(os.path.join(mo, "model.safetensors"), d)
+            print("golden", d)
+
+
 def main():
+    if sys.argv[1] == "--mxfp4":
+        return mxfp4_main(sys.argv[2])
     tool, out = sys.argv[1], sys.argv[2]
     here = os.path.dirname(os.path.abspath(__file__))
     cases = os.path.join(os.path.dirname(here), "testdata", "quant")

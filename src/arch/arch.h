@@ -135,8 +135,8 @@ struct mk_arch {
  * it, and speculative decoding with MTP needs the donor's layer copied
  * back).  Qwen3-Next's mtp.* tensors likewise.  gpt_oss is a plain
  * definition (sinks, fused experts with biases, router bias;
- * MXFP4-quantized checkpoints (*_blocks, *_scales) are not read: they
- * must be dequantized first); qwen3_next is a HYBRID kind (dense MLP
+ * MXFP4-quantized checkpoints (*_blocks, *_scales) are read dequantized,
+ * planner/quant.h); qwen3_next is a HYBRID kind (dense MLP
  * layers, mlp_only_layers or decoder_sparse_step > 1, are refused). */
 
 /* Parse one definition (JSON text of `len` bytes).  `file` is the stem

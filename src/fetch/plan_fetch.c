@@ -245,6 +245,7 @@ static int place_input(struct run *q, size_t j, size_t i, struct mk_err *err)
 		const char *name = in->nsources ? in->sources[k] : in->tensor;
 		const struct mk_model_tensor *mt = mk_model_find(models[in->model], name);
 		bool ok = mt && (in->nsources ? mt->t->desc.dtype == in->desc.dtype :
+				 in->quant && in->quant->kind == MK_QUANT_MXFP4 ? mk__pf_mxfp4_fits(&mt->t->desc, &in->desc) :
 					 mk_tensor_desc_equal(&mt->t->desc, &in->desc));
 		if (!ok)
 			return mk_err_set(err, MK_EMISMATCH,
@@ -256,7 +257,7 @@ static int place_input(struct run *q, size_t j, size_t i, struct mk_err *err)
 					   models[in->model]->remote ?
 					   models[in->model]->remote[mt->shard] : NULL,
 					   ds + mt->t->begin, at, mt->t->stride ? mt->t : NULL, ds };
-		at += mt->t->nelem;
+		at += in->quant && in->quant->kind == MK_QUANT_MXFP4 ? in->nelem : mt->t->nelem;   /* (2 F4 a byte) */
 		mk_dtype_nbytes(mt->t->desc.dtype, mt->t->nelem, &tb);
 		q->total += tb * jb->sends;
 	}
@@ -522,6 +523,11 @@ static void run_free(struct run *q)
 	free(q->qw.scale);
 	free(q->qw.w);
 	free(q->qw.out);
+	for (size_t k = 0; k < q->qw.nmx; k++) {
+		free(q->qw.mx[k].codes);
+		free(q->qw.mx[k].scale);
+	}
+	free(q->qw.mx);
 	mk_reader_free(q->rd);
 	mk_sw_free(q->w);
 	mk_sr_free(q->r);

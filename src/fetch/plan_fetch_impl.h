@@ -121,6 +121,19 @@ struct quant_work {
 	size_t wcap;
 	uint8_t *out;            /* the chunk sent */
 	size_t ocap;
+	struct mxfp4_expert *mx; /* mxfp4: per input index of the job */
+	size_t nmx;
+};
+
+/* An MXFP4 input's current expert: its codes and scales (2^(s - 127)),
+ * read as the chunks reach it (the inputs' chunks interleave: one each). */
+struct mxfp4_expert {
+	size_t job;
+	uint64_t expert;
+	bool live;
+	uint8_t *codes;
+	float *scale;
+	size_t ccap, scap;
 };
 
 struct pf {
@@ -222,6 +235,9 @@ int mk__pf_quant_check(const struct mk_manifest *head, struct mk_model **models,
 		       const struct mk_plan_job *jb, size_t i, const struct mk_plan_input *in, struct mk_err *err);
 /* The chunk of a quantized input dequantized into what mk-fetch sends
  * (*sent), in the input's quant dtype. */
+/* Whether stored tensor sd holds MXFP4 input in (F4 [E, C, R]): U8
+ * [E, R, C/32, 16]. */
+bool mk__pf_mxfp4_fits(const struct mk_tensor_desc *sd, const struct mk_tensor_desc *in);
 int mk__pf_quant_apply(struct quant_work *qw, const struct pf *p, struct mk_model **models, int **fds,
 		       const struct tag *t, const void *data, const void **sent, struct mk_err *err);
 

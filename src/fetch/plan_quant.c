@@ -4,7 +4,16 @@
  * scale in float32, rounded to the dtype sent, as transformers
  * dequantizes.  A weight's scales are read whole once per job (one float
  * per 128x128 block: 1/16384 of the weight's elements), so what this
- * holds beside a chunk is the chunk as float32 and as sent. */
+ * holds beside a chunk is the chunk as float32 and as sent.
+ *
+ * MXFP4 is sent in the dequantized tensor's order [E, C, R], the stored
+ * one's [E, R, C] transposed: a chunk's elements are scattered over its
+ * expert's codes, so the codes and scales of the expert a chunk is in
+ * are read whole (R * C * 21/32 bytes: the codes, the scales as read and
+ * as floats; 10.9 MB for gpt-oss-120b's gate_up_proj) and kept,
+ * one expert per input of the job, while its chunks stay in it; the
+ * chunk the reader read (as many bytes, in stored order) is not used. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/fsutil.h"
@@ -30,6 +39,35 @@ static bool scale_shape_ok(const struct mk_tensor_desc *wd, const struct mk_tens
 	return true;
 }
 
+bool mk__pf_mxfp4_fits(const struct mk_tensor_desc *sd, const struct mk_tensor_desc *in)
+{
+	return sd->dtype == MK_DT_U8 && sd->ndim == 4 && in->dtype == MK_DT_F4 && in->ndim == 3 &&
+	       sd->shape[3] == 16 && sd->shape[0] == in->shape[0] && sd->shape[1] == in->shape[2] &&
+	       in->shape[1] % 32 == 0 && sd->shape[2] == in->shape[1] / 32;
+}
+
+static int mxfp4_check(const struct mk_manifest *head, struct mk_model **models, int **fds,
+		       const struct mk_plan_job *jb, size_t i, const struct mk_plan_input *in, struct mk_err *err)
+{
+	const struct mk_model *m = models[in->model];
+	const char *ref = head->models[in->model].ref;
+	const struct mk_model_tensor *s = mk_model_find(m, in->quant->scale), *b = mk_model_find(m, in->tensor);
+	const uint64_t *sh = in->desc.shape;
+
+	if (!s || s->t->desc.dtype != MK_DT_U8 || s->t->desc.ndim != 3 || s->t->desc.shape[0] != sh[0] ||
+	    s->t->desc.shape[1] != sh[2] || s->t->desc.shape[2] != sh[1] / 32)
+		return mk_err_set(err, MK_EMISMATCH,
+				  "job %u: input %zu ('%s'): model '%s' %s '%s' of one U8 scale per 32 values as the "
+				  "plan says; run mk-plan again",
+				  jb->id, i, in->tensor, ref, s ? "does not have" : "has no", in->quant->scale);
+	if (s->t->stride || fds[in->model][s->shard] < 0 || !b || b->t->stride || fds[in->model][b->shard] < 0)
+		return mk_err_set(err, MK_EUNSUPPORTED,
+				  "job %u: input %zu ('%s'): the MXFP4 codes and scales '%s' of model '%s' must be read "
+				  "from a local file; download the model first",
+				  jb->id, i, in->tensor, in->quant->scale, ref);
+	return 0;
+}
+
 int mk__pf_quant_check(const struct mk_manifest *head, struct mk_model **models, int **fds,
 		       const struct mk_plan_job *jb, size_t i, const struct mk_plan_input *in, struct mk_err *err)
 {
@@ -42,6 +80,8 @@ int mk__pf_quant_check(const struct mk_manifest *head, struct mk_model **models,
 				  "job %u: input %zu ('%s'): a quantized weight of '%s' must be read from its files (its "
 				  "scales beside it), not a stream",
 				  jb->id, i, in->tensor, ref);
+	if (qz->kind == MK_QUANT_MXFP4)
+		return mxfp4_check(head, models, fds, jb, i, in, err);
 	const struct mk_model_tensor *s = mk_model_find(m, qz->scale);
 	if (!s || (s->t->desc.dtype != MK_DT_F32 && s->t->desc.dtype != MK_DT_BF16) ||
 	    !scale_shape_ok(&in->desc, &s->t->desc, qz->block))
@@ -87,18 +127,100 @@ static int read_scales(struct quant_work *qw, const struct pf *p, struct mk_mode
 	return rc;
 }
 
+/* Expert e of MXFP4 input t->input of job t->job: its codes (R * G * 16
+ * bytes) and scales (R * G, as the floats 2^(s - 127)) read, in the
+ * input's slot. */
+static int mxfp4_expert(struct quant_work *qw, const struct pf *p, struct mk_model **models, int **fds,
+			const struct tag *t, uint64_t e, struct mxfp4_expert **out, struct mk_err *err)
+{
+	const struct mk_plan_input *in = mk_plan_job_input(p->jobs[t->job], t->input);
+	const struct mk_model *m = models[in->model];
+	const struct mk_model_tensor *b = mk_model_find(m, in->tensor), *s = mk_model_find(m, in->quant->scale);
+	uint64_t rg = in->desc.shape[2] * (in->desc.shape[1] / 32);
+	struct mxfp4_expert *x;
+	int rc;
+
+	if (t->input >= qw->nmx) {
+		size_t cap = qw->nmx;
+		if (mk__pf_grow((void **)&qw->mx, &cap, t->input + 1, sizeof(*qw->mx)))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		memset(qw->mx + qw->nmx, 0, (cap - qw->nmx) * sizeof(*qw->mx));
+		qw->nmx = cap;
+	}
+	*out = x = &qw->mx[t->input];
+	if (x->live && x->job == t->job && x->expert == e)
+		return 0;
+	x->live = false;
+	if (mk__pf_grow((void **)&x->codes, &x->ccap, (size_t)(rg * 17) + 1, 1) ||
+	    mk__pf_grow((void **)&x->scale, &x->scap, (size_t)rg + 1, sizeof(float)))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	uint8_t *sc = x->codes + rg * 16;
+	if ((rc = mk_pread_exact(fds[in->model][b->shard], x->codes, rg * 16,
+				 m->shards[b->shard]->data_start + b->t->begin + e * rg * 16, m->shards[b->shard]->path,
+				 err)) ||
+	    (rc = mk_pread_exact(fds[in->model][s->shard], sc, rg, m->shards[s->shard]->data_start + s->t->begin + e * rg,
+				 m->shards[s->shard]->path, err)))
+		return rc;
+	/* 2^(s - 127) in float32, as torch.ldexp's power of two (255: inf) */
+	for (uint64_t k = 0; k < rg; k++)
+		x->scale[k] = sc[k] == 255 ? INFINITY : ldexpf(1.0f, (int)sc[k] - 127);
+	x->job = t->job;
+	x->expert = e;
+	x->live = true;
+	return 0;
+}
+
+/* An MXFP4 chunk: element (e, c, r) of [E, C, R] is code (e, r, c) times
+ * the scale of its block (e, r, c / 32), in float32, rounded to D. */
+static int mxfp4_apply(struct quant_work *qw, const struct pf *p, struct mk_model **models, int **fds,
+		       const struct tag *t, const void **sent, struct mk_err *err)
+{
+	static const float fp4[16] = { 0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
+				       -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f };
+	const struct mk_plan_job *jb = p->jobs[t->job];
+	const struct mk_plan_input *in = mk_plan_job_input(jb, t->input);
+	uint64_t n = t->c.elem_count, cols = in->desc.shape[1], rows = in->desc.shape[2], g = cols / 32, bytes;
+	struct mxfp4_expert *x = NULL;
+	int rc;
+
+	(void)mk_dtype_nbytes(in->quant->dtype, n, &bytes);
+	if (mk__pf_grow((void **)&qw->out, &qw->ocap, (size_t)bytes + 1, 1) ||
+	    mk__pf_grow((void **)&qw->w, &qw->wcap, (size_t)n + 1, sizeof(float)))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	/* a run of r at one (e, c): its codes 16 * g bytes apart */
+	for (uint64_t k = 0; k < n;) {
+		uint64_t at = t->at + k, r = at % rows, c = (at / rows) % cols, e = at / rows / cols;
+		uint64_t end = rows - r < n - k ? rows - r : n - k;
+		if ((rc = mxfp4_expert(qw, p, models, fds, t, e, &x, err)))
+			return mk_err_prefix(err, "job %u: ", jb->id);
+		const uint8_t *cb = x->codes + (c / 32) * 16 + (c % 32) / 2;
+		const float *sc = x->scale + c / 32;
+		unsigned shift = (c & 1) * 4;
+		for (uint64_t j = 0; j < end; j++)
+			qw->w[k + j] = fp4[(cb[(r + j) * g * 16] >> shift) & 15] * sc[(r + j) * g];
+		k += end;
+	}
+	if (mk_dtype_convert(in->quant->dtype, qw->out, MK_DT_F32, qw->w, n))
+		return mk_err_set(err, MK_EUNSUPPORTED, "job %u: cannot round to %s", jb->id,
+				  mk_dtype_name(in->quant->dtype));
+	*sent = qw->out;
+	return 0;
+}
+
 int mk__pf_quant_apply(struct quant_work *qw, const struct pf *p, struct mk_model **models, int **fds,
 		       const struct tag *t, const void *data, const void **sent, struct mk_err *err)
 {
 	const struct mk_plan_job *jb = p->jobs[t->job];
 	const struct mk_plan_input *in = mk_plan_job_input(jb, t->input);
 	const struct mk_plan_quant *qz = in->quant;
+
+	if (qz->kind == MK_QUANT_MXFP4)
+		return mxfp4_apply(qw, p, models, fds, t, sent, err);
 	const uint64_t *sh = in->desc.shape;
 	unsigned nd = in->desc.ndim;
 	uint64_t n = t->c.elem_count, rows = sh[nd - 2], cols = sh[nd - 1], bytes;
 	uint64_t srows = (rows + qz->block[0] - 1) / qz->block[0], scols = (cols + qz->block[1] - 1) / qz->block[1];
 	int rc;
-
 	if (!qw->live || qw->job != t->job || qw->input != t->input) {
 		qw->live = false;
 		if ((rc = read_scales(qw, p, models, fds, t, err)))

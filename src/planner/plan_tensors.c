@@ -150,6 +150,9 @@ static int tplan_inputs(struct tplan *t)
 			const char *nm = mk_weight_resolve(srcs[s].w, has_tensor, pm->m, NULL);
 			struct mk_tensor_desc ftd = { 0 };
 			struct mk_fused *fu = NULL;
+			bool packed = false;
+			if (!nm && (nm = mk_quant_packed(pm->quant, pm->m, srcs[s].w->name, &ftd)))
+				packed = true;   /* MXFP4: its _blocks, F4 of its shape */
 			if (!nm) {
 				if (fused_input(pm, srcs[s].w->name, &fu, &ftd, &t->e)) {
 					diag(t->d, MK_DIAG_ERROR, tc->loc, "model '%s': %s", pm->display, t->e.msg);
@@ -168,7 +171,7 @@ static int tplan_inputs(struct tplan *t)
 				failed = true;
 				continue;
 			}
-			if (!fu) {
+			if (!fu && !packed) {
 				const struct mk_st_tensor *st = mk_model_find(pm->m, nm)->t;
 				ftd = st->desc;
 			}

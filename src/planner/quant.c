@@ -1,5 +1,5 @@
 /* quant.c - quantized checkpoints: the formats mk dequantizes while it
- * reads, the others refused at plan time (quant.h). */
+ * reads (block FP8, MXFP4), the others refused at plan time (quant.h). */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,7 +171,14 @@ int mk_quant_open(const struct mk_model *m, const char *config, size_t config_le
 			continue;
 		snprintf(path, sizeof(path), "%s.quant_method", config_keys[i]);
 		method = mk_jsondoc_string(d, path, &n);
-		if (method && !strcmp(method, "fp8")) {
+		if (method && !strcmp(method, "mxfp4")) {
+			if (!(*out = calloc(1, sizeof(**out)))) {
+				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			} else {
+				(*out)->kind = MK_QUANT_MXFP4;
+				(*out)->dtype = model_dtype(d);
+			}
+		} else if (method && !strcmp(method, "fp8")) {
 			if (block_size(d, config_keys[i], b)) {
 				rc = mk_err_set(err, MK_EUNSUPPORTED,
 						"model '%s' is quantized (quant_method 'fp8') without a \"weight_block_size\" "
@@ -206,6 +213,66 @@ enum mk_dtype mk_quant_dtype(const struct mk_quant *q)
 	return q->dtype;
 }
 
+const char *mk_quant_packed(const struct mk_quant *q, const struct mk_model *m, const char *name,
+			    struct mk_tensor_desc *desc)
+{
+	const struct mk_model_tensor *b;
+	size_t n = strlen(name);
+	char *bname;
+
+	if (!q || q->kind != MK_QUANT_MXFP4 || !(bname = malloc(n + sizeof("_blocks"))))
+		return NULL;
+	memcpy(bname, name, n);
+	memcpy(bname + n, "_blocks", sizeof("_blocks"));
+	b = mk_model_find(m, bname);
+	free(bname);
+	if (!b)
+		return NULL;
+	const struct mk_tensor_desc *bd = &b->t->desc;
+	*desc = *bd;
+	if (bd->dtype == MK_DT_U8 && bd->ndim == 4 && bd->shape[3] == 16 && bd->shape[2] <= UINT64_MAX / 32)
+		*desc = (struct mk_tensor_desc){ .dtype = MK_DT_F4, .ndim = 3,
+						 .shape = { bd->shape[0], bd->shape[2] * 32, bd->shape[1] } };
+	return b->t->name;
+}
+
+/* MXFP4: `name` ending _blocks (U8 [E, R, G, 16]) beside its U8 scales
+ * [E, R, G]. */
+static int find_mxfp4(const struct mk_quant *q, const struct mk_model *m, const char *name, const char *display,
+		      struct mk_plan_quant **out, struct mk_err *err)
+{
+	const struct mk_model_tensor *w = mk_model_find(m, name), *s;
+	size_t n = strlen(name) - (sizeof("_blocks") - 1);
+	char *sname;
+
+	if (!ends_with(name, "_blocks"))
+		return 0;       /* stored unquantized (modules_to_not_convert) */
+	if (!(sname = malloc(n + sizeof("_scales"))))
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	memcpy(sname, name, n);
+	memcpy(sname + n, "_scales", sizeof("_scales"));
+	s = mk_model_find(m, sname);
+	const struct mk_tensor_desc *wd = &w->t->desc, *sd = s ? &s->t->desc : NULL;
+	if (!sd || wd->dtype != MK_DT_U8 || wd->ndim != 4 || wd->shape[3] != 16 || sd->dtype != MK_DT_U8 ||
+	    sd->ndim != 3 || memcmp(sd->shape, wd->shape, 3 * sizeof(uint64_t))) {
+		int rc = mk_err_set(err, MK_EUNSUPPORTED,
+				    "model '%s': tensor '%s' (%s) is not MXFP4 as its config.json says: expected it U8 "
+				    "[E, R, C/32, 16] beside '%s', U8 [E, R, C/32] (one E8M0 scale per 32 values); "
+				    "dequantize the model to BF16 first",
+				    display, name, mk_dtype_name(wd->dtype), sname);
+		free(sname);
+		return rc;
+	}
+	if (!(*out = calloc(1, sizeof(**out)))) {
+		free(sname);
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	}
+	(*out)->kind = MK_QUANT_MXFP4;
+	(*out)->scale = sname;
+	(*out)->dtype = q->dtype;
+	return 0;
+}
+
 int mk_quant_find(const struct mk_quant *q, const struct mk_model *m, const char *name, const char *display,
 		  struct mk_plan_quant **out, struct mk_err *err)
 {
@@ -216,6 +283,8 @@ int mk_quant_find(const struct mk_quant *q, const struct mk_model *m, const char
 	*out = NULL;
 	if (!q || !w)
 		return 0;
+	if (q->kind == MK_QUANT_MXFP4)
+		return find_mxfp4(q, m, name, display, out, err);
 	/* NAME.weight's scales are NAME.weight_scale_inv (transformers' rule) */
 	if (!(sname = malloc(n + sizeof("_scale_inv"))))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");

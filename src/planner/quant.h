@@ -12,6 +12,14 @@
  * checkpoint: those with scales (the modules_to_not_convert are stored
  * unquantized and have none).
  *
+ * MXFP4 (quant_method "mxfp4", as gpt-oss ships its experts) is read
+ * too: a weight NAME the model stores as NAME_blocks (U8 [E, R, C/32,
+ * 16], two FP4 codes a byte) and NAME_scales (U8 [E, R, C/32], E8M0) is
+ * planned as its dequantized tensor [E, C, R] (the stored matrices
+ * transposed, as transformers dequantizes them), in the model's dtype as
+ * above; the JOB's input is NAME_blocks as F4 of that shape, with "quant"
+ * {"kind": "mxfp4"}.
+ *
  * Every other format is refused: a quantized checkpoint stores integers
  * or 8-bit (or narrower) floats beside the scales that give them their
  * values (bitsandbytes, GPTQ, AWQ, compressed-tensors, MXFP4, HQQ, EETQ,
@@ -23,6 +31,7 @@
  * an FP8, F4, F6, U8 or I8 dtype beside tensors named as the scales of
  * such formats (*_scale_inv, *_scale, *_scales, *_blocks, .qweight,
  * .absmax, .SCB, ...).  (mergekit merges the stored bytes as numbers.)
+ * (MXFP4 only with transformers' names, ending _blocks and _scales.)
  */
 #ifndef MK_QUANT_H
 #define MK_QUANT_H
@@ -47,9 +56,16 @@ int mk_quant_open(const struct mk_model *m, const char *config, size_t config_le
 void mk_quant_free(struct mk_quant *q);
 /* The dtype its weights are dequantized to. */
 enum mk_dtype mk_quant_dtype(const struct mk_quant *q);
+/* Weight `name`, absent from m, stored MXFP4 as name_blocks: that
+ * tensor's name (m's), and *desc F4 of the dequantized shape [E, C, R]
+ * (or, where the blocks are not [E, R, G, 16], their own desc, which
+ * mk_quant_find refuses); NULL where q is not MXFP4 or there is none. */
+const char *mk_quant_packed(const struct mk_quant *q, const struct mk_model *m, const char *name,
+			    struct mk_tensor_desc *desc);
 /* Whether tensor `name` of m is stored quantized: *out (malloc'ed, for
  * the JOB's input) or NULL; an error where it is F8_E4M3 without scales
- * of the config's blocks.  q NULL: never. */
+ * of the config's blocks (MXFP4: `name` a *_blocks tensor without its
+ * U8 scales).  q NULL: never. */
 int mk_quant_find(const struct mk_quant *q, const struct mk_model *m, const char *name, const char *display,
 		  struct mk_plan_quant **out, struct mk_err *err);
 

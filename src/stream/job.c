@@ -32,7 +32,8 @@ static void input_clear(struct mk_plan_input *in)
 
 /* An input's "quant" (mk_plan_quant): fp8 over a stored F8_E4M3 tensor
  * of 2 or more axes, its scales' name, positive block sides, a float
- * dtype to send; no adapter, no assembly with it. */
+ * dtype to send; or mxfp4 over an F4 input [E, C, R] (C a multiple of
+ * 32), its scales' name, a float dtype; no adapter, no assembly with it. */
 static int decode_quant(json_t *v, struct mk_plan_input *in, uint32_t id, size_t i, struct mk_err *err)
 {
 	json_t *q = json_object_get(v, "quant"), *bl;
@@ -45,6 +46,21 @@ static int decode_quant(json_t *v, struct mk_plan_input *in, uint32_t id, size_t
 	kind = sj_str(q, "kind");
 	sc = sj_str(q, "scale");
 	dt = sj_str(q, "dtype");
+	if (json_is_object(q) && kind && !strcmp(kind, "mxfp4")) {
+		if (!sc || !dt || mk_dtype_from_name(dt, &d) || !mk_dtype_is_float(d) || mk_dtype_bits(d) < 8 ||
+		    json_object_get(q, "block") || in->desc.dtype != MK_DT_F4 || in->desc.ndim != 3 ||
+		    in->desc.shape[1] % 32 || in->lora || in->nsources)
+			return mk_err_set(err, MK_EFORMAT,
+					  "JOB %u: input %zu: bad \"quant\" (kind \"mxfp4\" over an F4 input of 3 axes "
+					  "[E, C, R], C a multiple of 32, a \"scale\" tensor, a float \"dtype\", no "
+					  "\"block\"; no \"lora\" or \"assembly\" beside it)",
+					  id, i);
+		if (!(in->quant = calloc(1, sizeof(*in->quant))) || !(in->quant->scale = strdup(sc)))
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		in->quant->kind = MK_QUANT_MXFP4;
+		in->quant->dtype = d;
+		return 0;
+	}
 	bl = json_object_get(q, "block");
 	if (!json_is_object(q) || !kind || strcmp(kind, "fp8") || !sc || !dt || mk_dtype_from_name(dt, &d) ||
 	    !mk_dtype_is_float(d) || mk_dtype_bits(d) < 8 || !json_is_array(bl) || json_array_size(bl) != 2 ||
@@ -620,7 +636,10 @@ static json_t *input_json(const struct mk_plan_input *in, bool runs)
 			json_object_set_new(lo, "dtype", json_string(mk_dtype_name(l->dtype)));
 		json_object_set_new(e, "lora", lo);
 	}
-	if (e && in->quant) {
+	if (e && in->quant && in->quant->kind == MK_QUANT_MXFP4) {
+		json_object_set_new(e, "quant", json_pack("{s:s,s:s,s:s}", "kind", "mxfp4", "scale", in->quant->scale,
+							  "dtype", mk_dtype_name(in->quant->dtype)));
+	} else if (e && in->quant) {
 		const struct mk_plan_quant *q = in->quant;
 		json_object_set_new(e, "quant", json_pack("{s:s,s:s,s:[I,I],s:s}", "kind", "fp8", "scale", q->scale,
 							  "block", (json_int_t)q->block[0], (json_int_t)q->block[1],

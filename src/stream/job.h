@@ -87,16 +87,23 @@ struct mk_plan_input {
 	 * the last two axes), multiplied in float32 and rounded to D, as
 	 * transformers dequantizes.  desc is the stored tensor's; mk-fetch
 	 * sends D (the INPT chunks are D).  Not with "lora", "assembly" or a
-	 * vocabulary's rows.  NULL: the stored tensor as it is. */
+	 * vocabulary's rows.  Or "quant": {"kind": "mxfp4", "scale": NAME,
+	 * "dtype": D}: MXFP4 as gpt-oss ships its experts; the input's tensor
+	 * is the packed codes (U8 [E, R, C/32, 16], two FP4 codes a byte, the
+	 * even element in the low nibble), NAME the scales (U8 [E, R, C/32],
+	 * E8M0: 2^(s - 127)), and desc is F4 of the dequantized shape
+	 * [E, C, R] (the stored matrices transposed, as transformers loads
+	 * them): element (e, c, r) is code (e, r, c) times its block's scale,
+	 * in float32, rounded to D.  NULL: the stored tensor as it is. */
 	struct mk_plan_quant *quant;
 };
 
-enum mk_quant_kind { MK_QUANT_FP8 };
+enum mk_quant_kind { MK_QUANT_FP8, MK_QUANT_MXFP4 };
 
 struct mk_plan_quant {
 	enum mk_quant_kind kind;
 	char *scale;                  /* the scales' tensor, in the input's model */
-	uint32_t block[2];            /* fp8: rows and columns of a block */
+	uint32_t block[2];            /* fp8: rows and columns of a block (mxfp4: 0) */
 	enum mk_dtype dtype;          /* what the dequantized weight is sent as */
 };
 

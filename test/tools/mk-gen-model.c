@@ -8,7 +8,8 @@
  *                [--bpe-tokenizer[=EXTRA]] [--tok-skip K] [--tok-size N] [--unigram] [--tied]
  *                [--spm FILE [--spm-added A,B]] [--slow]
  *                [--heads N] [--kv-heads N] [--weight-scale S] [--head-scale S] [--unit-norms] [--biases]
- *                [--config-extra JSON] OUTDIR
+ *                [--arch gpt_oss [--experts E]] [--quantized fp8|mxfp4|fp8-bare|mxfp4-bare]
+ *                [--quant-block B] [--config-extra JSON] OUTDIR
  *
  * --all-dtypes adds one small tensor of every safetensors dtype, a scalar
  * and an empty tensor; --big-rows adds "big.weight" [R, H] in F32 (make it
@@ -53,6 +54,14 @@
  * amax, scale = 448 · (1 / amax), the weight times it clamped to ±448 and
  * rounded to E4M3, the inverse scale 1 / scale kept; an all-zero block
  * scale 1), and writes config.json's quantization_config;
+ * --arch gpt_oss writes a gpt-oss model instead: attention with biases
+ * and sinks, a router with its bias and --experts E (4) fused experts
+ * mlp.experts.gate_up_proj [E, H, 2I] and down_proj [E, I, H] with
+ * biases; --quantized mxfp4 stores those experts as gpt-oss ships them:
+ * NAME_blocks (U8 [E, R, C/32, 16], random FP4 codes, two a byte) and
+ * NAME_scales (U8 [E, R, C/32], E8M0 exponents 118 to 129, 2^-9 to 2^2)
+ * of the transposed [E, R, C], H and I multiples of 32, and writes
+ * config.json's quantization_config (quant_method "mxfp4");
  * --quantized fp8-bare and mxfp4-bare add one token tensor of each
  * format and its scales (block-FP8; gpt-oss's MXFP4 blocks and scales,
  * U8), config.json saying nothing of it unless --config-extra adds a
@@ -82,6 +91,7 @@ struct gt {
 	enum mk_dtype orig;       /* fp8: the dtype its values were made in */
 	int qrole;                /* 0; 1: a block-FP8 weight; 2: its scales */
 	char qof[128];            /* (scales) the weight's name */
+	/* qrole 3: MXFP4 scales, E8M0 exponents in a range of weights */
 	uint64_t qshape[2];       /* (scales) the weight's shape */
 };
 
@@ -100,6 +110,57 @@ static void add(const char *name, enum mk_dtype dt, unsigned ndim, uint64_t a, u
 	ts[nts].shape[0] = a;
 	ts[nts].shape[1] = b;
 	nts++;
+}
+
+static void add4(const char *name, enum mk_dtype dt, unsigned ndim, uint64_t a, uint64_t b, uint64_t c, uint64_t d)
+{
+	add(name, dt, ndim, a, b);
+	ts[nts - 1].shape[2] = c;
+	ts[nts - 1].shape[3] = d;
+}
+
+/* gpt-oss's layers (--arch gpt_oss): its experts MXFP4 when mx. */
+static void add_gpt_oss_layer(uint64_t l, enum mk_dtype dt, uint64_t hidden, uint64_t inter, uint64_t heads,
+			      uint64_t hd, uint64_t kvd, uint64_t experts, bool mx)
+{
+	static const char *const sq[] = { "q_proj", "k_proj", "v_proj", "o_proj" };
+	char name[128];
+	unsigned long long L = (unsigned long long)l;
+
+	snprintf(name, sizeof(name), "model.layers.%llu.input_layernorm.weight", L);
+	add(name, dt, 1, hidden, 0);
+	for (int i = 0; i < 4; i++) {
+		uint64_t rows = i == 0 ? heads * hd : i == 3 ? hidden : kvd;
+		snprintf(name, sizeof(name), "model.layers.%llu.self_attn.%s.weight", L, sq[i]);
+		add(name, dt, 2, rows, i == 3 ? heads * hd : hidden);
+		snprintf(name, sizeof(name), "model.layers.%llu.self_attn.%s.bias", L, sq[i]);
+		add(name, dt, 1, rows, 0);
+	}
+	snprintf(name, sizeof(name), "model.layers.%llu.self_attn.sinks", L);
+	add(name, dt, 1, heads, 0);
+	snprintf(name, sizeof(name), "model.layers.%llu.mlp.router.weight", L);
+	add(name, dt, 2, experts, hidden);
+	snprintf(name, sizeof(name), "model.layers.%llu.mlp.router.bias", L);
+	add(name, dt, 1, experts, 0);
+	/* gate_up_proj [E, H, 2I] (stored transposed: R = 2I, C = H), down_proj [E, I, H] */
+	const uint64_t shp[2][2] = { { hidden, 2 * inter }, { inter, hidden } };
+	for (int k = 0; k < 2; k++) {
+		const char *pn = k ? "down_proj" : "gate_up_proj";
+		if (mx) {
+			snprintf(name, sizeof(name), "model.layers.%llu.mlp.experts.%s_blocks", L, pn);
+			add4(name, MK_DT_U8, 4, experts, shp[k][1], shp[k][0] / 32, 16);
+			snprintf(name, sizeof(name), "model.layers.%llu.mlp.experts.%s_scales", L, pn);
+			add4(name, MK_DT_U8, 3, experts, shp[k][1], shp[k][0] / 32, 0);
+			ts[nts - 1].qrole = 3;
+		} else {
+			snprintf(name, sizeof(name), "model.layers.%llu.mlp.experts.%s", L, pn);
+			add4(name, dt, 3, experts, shp[k][0], shp[k][1], 0);
+		}
+		snprintf(name, sizeof(name), "model.layers.%llu.mlp.experts.%s_bias", L, pn);
+		add(name, dt, 2, experts, shp[k][1]);
+	}
+	snprintf(name, sizeof(name), "model.layers.%llu.post_attention_layernorm.weight", L);
+	add(name, dt, 1, hidden, 0);
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -222,9 +283,10 @@ int main(int argc, char **argv)
 		{ "spm", 1, 0, 'P' }, { "spm-added", 1, 0, 'Q' }, { "slow", 0, 0, 'W' },
 		{ "heads", 1, 0, 'h' }, { "kv-heads", 1, 0, 'g' }, { "weight-scale", 1, 0, 'w' },
 		{ "head-scale", 1, 0, 'e' },
-		{ "unit-norms", 0, 0, 'u' }, { "config-extra", 1, 0, 'x' }, { "biases", 0, 0, 'B' }, { 0 },
+		{ "unit-norms", 0, 0, 'u' }, { "config-extra", 1, 0, 'x' }, { "biases", 0, 0, 'B' },
+		{ "experts", 1, 0, 'E' }, { 0 },
 	};
-	uint64_t heads = 4, kv_heads = 0;
+	uint64_t heads = 4, kv_heads = 0, experts = 4;
 	bool unit_norms = false, biases = false;
 	const char *extra = NULL;
 	uint64_t seed = 1, layers = 2, hidden = 64, inter = 0, vocab = 256, shards = 1, big = 0, tokskip = 0, toksize = 0;
@@ -257,6 +319,7 @@ int main(int argc, char **argv)
 		case 'g': dst = &kv_heads; break;
 		case 'u': unit_norms = true; break;
 		case 'B': biases = true; break;
+		case 'E': experts = strtoull(optarg, NULL, 10); break;
 		case 'x': extra = optarg; break;
 		case 'w':
 			if (!scale_arg("weight-scale", optarg, &weight_scale))
@@ -274,8 +337,8 @@ int main(int argc, char **argv)
 		case 'T': bpe = optarg ? optarg : "</s>"; break;
 		case 'A':
 			if (strcmp(optarg, "llama") && strcmp(optarg, "mistral") && strcmp(optarg, "qwen2") &&
-			    strcmp(optarg, "qwen3")) {
-				fprintf(stderr, "mk-gen-model: --arch llama, mistral, qwen2 or qwen3\n");
+			    strcmp(optarg, "qwen3") && strcmp(optarg, "gpt_oss")) {
+				fprintf(stderr, "mk-gen-model: --arch llama, mistral, qwen2, qwen3 or gpt_oss\n");
 				return 2;
 			}
 			arch = optarg;
@@ -311,8 +374,17 @@ int main(int argc, char **argv)
 		perror(dir);
 		return 1;
 	}
+	const bool gpt_oss = !strcmp(arch, "gpt_oss"), mx = quant && !strcmp(quant, "mxfp4");
+	if (mx && (!gpt_oss || hidden % 32 || inter % 32 || !experts)) {
+		fprintf(stderr, "mk-gen-model: --quantized mxfp4 needs --arch gpt_oss, --hidden and --inter multiples of 32\n");
+		return 2;
+	}
 	add("model.embed_tokens.weight", dt, 2, vocab, hidden);
 	for (uint64_t l = 0; l < layers; l++) {
+		if (gpt_oss) {
+			add_gpt_oss_layer(l, dt, hidden, inter, heads, hd, kvd, experts, mx);
+			continue;
+		}
 		static const char *const sq[] = { "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
 						  "self_attn.o_proj" };
 		snprintf(name, sizeof(name), "model.layers.%llu.input_layernorm.weight", (unsigned long long)l);
@@ -395,8 +467,12 @@ int main(int argc, char **argv)
 		/* gpt-oss's MXFP4: blocks and scales, both U8 */
 		add("model.layers.0.mlp.experts.down_proj_blocks", MK_DT_U8, 2, 8, 8);
 		add("model.layers.0.mlp.experts.down_proj_scales", MK_DT_U8, 2, 8, 1);
+	} else if (mx) {
+		quant_config = "\"quantization_config\": {\"quant_method\": \"mxfp4\", \"modules_to_not_convert\": "
+			       "[\"model.layers.*.self_attn\", \"model.layers.*.mlp.router\", \"model.embed_tokens\", "
+			       "\"lm_head\"]}";
 	} else if (quant) {
-		fprintf(stderr, "mk-gen-model: --quantized fp8, fp8-bare or mxfp4-bare\n");
+		fprintf(stderr, "mk-gen-model: --quantized fp8, mxfp4, fp8-bare or mxfp4-bare\n");
 		return 2;
 	}
 	if (big)
@@ -458,7 +534,11 @@ int main(int argc, char **argv)
 			for (size_t k = 0; k < nts && !g; k++)
 				if (!strcmp(ts[k].name, ot[j].name))
 					g = &ts[k];
-			if (g && g->qrole == 1) {
+			if (g && g->qrole == 3) {
+				uint64_t sm = h;
+				for (uint64_t i = 0; i < ot[j].nbytes; i++)
+					data[ot[j].begin + i] = (uint8_t)(118 + splitmix(&sm) % 12);
+			} else if (g && g->qrole == 1) {
 				quant_fp8(h, g->orig, g->shape[0], g->shape[1], data + ot[j].begin, NULL);
 			} else if (g && g->qrole == 2) {
 				uint64_t hw = seed * 1000003;
@@ -500,12 +580,22 @@ int main(int argc, char **argv)
 		 "  \"max_position_embeddings\": 256,\n  \"rms_norm_eps\": 1e-05,\n"
 		 "  \"tie_word_embeddings\": %s,\n  \"torch_dtype\": \"%s\"%s%s%s%s\n}\n",
 		 !strcmp(arch, "mistral") ? "MistralForCausalLM" : !strcmp(arch, "qwen2") ? "Qwen2ForCausalLM"
+		 : gpt_oss ? "GptOssForCausalLM"
 		 : !strcmp(arch, "qwen3") ? "Qwen3ForCausalLM" : "LlamaForCausalLM", arch,
 		 (unsigned long long)hidden, (unsigned long long)inter, (unsigned long long)layers,
 		 (unsigned long long)heads, (unsigned long long)kv_heads,
 		 (unsigned long long)vocab, tied ? "true" : "false", dt == MK_DT_F32 ? "float32" : dt == MK_DT_F16 ? "float16" : "bfloat16",
 		 strcmp(arch, "qwen3") ? "" : ",\n  \"head_dim\": ", strcmp(arch, "qwen3") ? "" : hdtext,
 		 extra ? ",\n  " : "", extra ? extra : "");
+	if (gpt_oss) {
+		size_t bl = strlen(buf);
+		if (bl < 3)
+			return 2;
+		snprintf(buf + bl - 3, sizeof(buf) - bl + 3,
+			 ",\n  \"head_dim\": %llu,\n  \"num_local_experts\": %llu,\n  \"num_experts_per_tok\": %llu,\n"
+			 "  \"attention_bias\": true,\n  \"sliding_window\": 128\n}\n",
+			 (unsigned long long)hd, (unsigned long long)experts, (unsigned long long)(experts < 2 ? experts : 2));
+	}
 	if (quant_config) {
 		size_t bl = strlen(buf);
 		if (bl < 3 || bl + strlen(quant_config) + 8 > sizeof(buf))
