@@ -322,7 +322,8 @@ int mk_pack_run(const struct mk_pack_opts *o, struct mk_io in, const char *label
 		}
 		/* (no bounce buffer: everything through the page cache) */
 		if (!o->buffered)
-			mk__pack_direct_setup(&p, o->budget ? o->budget - mk_budget_pack_frames(p.man->chunk_bytes) : UINT64_MAX);
+			mk__pack_direct_setup(&p, o->budget ? o->budget - mk_budget_pack_frames(p.man->chunk_bytes) -
+							 (p.in ? mk__pack_quant_row_bytes(p.in) : 0) : UINT64_MAX);
 		rc = mk__pack_open_shards(&p, hdrs, hlens, resuming, err);
 		if (rc)
 			goto out;
