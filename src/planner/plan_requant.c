@@ -4,6 +4,7 @@
  * "requant" in the HEAD, and its quantization_config beside them
  * (mk-stream(5)).  Nothing else changes: mk-merge still writes them as
  * floats; mk-pack quantizes them again when asked. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/jsondoc.h"
@@ -23,7 +24,13 @@ int plan_mark_requant(struct mk_plan *p, const struct pmodel *donor, struct mk_e
 		return 0;
 	if ((rc = mk_jsondoc_parse(donor->hf_text, donor->hf_len, "config.json", &d, err)))
 		return rc;
-	qc = mk_jsondoc_text(d, "quantization_config");
+	/* block FP8 only: another format read dequantized (MXFP4) is not
+	 * written again */
+	size_t n;
+	char *method = mk_jsondoc_string(d, "quantization_config.quant_method", &n);
+	bool fp8 = method && !strcmp(method, "fp8");
+	free(method);
+	qc = fp8 ? mk_jsondoc_text(d, "quantization_config") : NULL;
 	mk_jsondoc_free(d);
 	if (!qc)
 		return 0;
@@ -43,7 +50,7 @@ int plan_mark_requant(struct mk_plan *p, const struct pmodel *donor, struct mk_e
 		 * when it was planned) */
 		if (mk_quant_find(donor->quant, donor->m, t->name, donor->display, &pq, &ignored) || !pq)
 			continue;
-		t->requant = true;
+		t->requant = pq->kind == MK_QUANT_FP8;
 		free(pq->scale);
 		free(pq);
 	}
