@@ -405,6 +405,12 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 	}
 }
 
+void cli_quantize_arg(const char *arg)
+{
+	if (strcmp(arg, "fp8"))
+		cli_usage_error("--quantize: expected fp8 (block FP8 as the inputs were), not '%s'", arg);
+}
+
 volatile int cli_cancel;
 bool cli_run_draw;
 

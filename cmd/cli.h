@@ -113,6 +113,9 @@ enum { CLI_RUN_FIRST = 1000, CLI_RUN_SHARD = CLI_RUN_FIRST, CLI_RUN_COPY, CLI_RU
        CLI_RUN_STRICT, CLI_RUN_REMOTE, CLI_RUN_NOCACHE, CLI_RUN_QUIET, CLI_RUN_NOQUIET, CLI_RUN_CACHE,
        CLI_RUN_LORA_DT, CLI_RUN_LORA_CACHE, CLI_RUN_PLUGIN, CLI_RUN_VERBOSE, CLI_RUN_BUFFERED, CLI_RUN_IGN0,
        CLI_RUN_IGN1, CLI_RUN_GPU_RICH, CLI_RUN_TRUNC, CLI_RUN_NOTRUNC };
+/* --quantize's value (mk-yaml, mk-pack): "fp8", else a usage error. */
+void cli_quantize_arg(const char *arg);
+
 #define CLI_RUN_OPTIONS \
 	{ "out-shard-size", 1, 0, CLI_RUN_SHARD }, \
 	{ "copy-tokenizer", 0, 0, CLI_RUN_COPY }, { "no-copy-tokenizer", 0, 0, CLI_RUN_NOCOPY }, \

@@ -31,6 +31,9 @@ static void usage(void)
 	       "                           there, never by splice(2)\n"
 	       "      --buffered           write the tensors through the page cache (default: by\n"
 	       "                           O_DIRECT where the file system takes it)\n"
+	       "      --quantize fp8       write the weights the stream marks \"requant\" (block FP8\n"
+	       "                           in the inputs) as block FP8 again: F8_E4M3 and\n"
+	       "                           NAME_scale_inv, config.json with the quantization_config\n"
 	       "      --max-memory SIZE    refuse a stream whose chunks cannot fit; commit at most\n"
 	       "                           a quarter of SIZE to disk at a time\n"
 	       "      --progress           draw progress even when stderr is not a terminal\n"
@@ -52,7 +55,7 @@ static void on_progress(void *ctx, uint64_t done, uint64_t total, size_t td, siz
 
 int main(int argc, char **argv)
 {
-	enum { O_SHARD = 256, O_FORCE, O_KEEP, O_RESUME, O_MEM, O_NOSPLICE, O_BUFFERED, O_BASENAME };
+	enum { O_SHARD = 256, O_FORCE, O_KEEP, O_RESUME, O_MEM, O_NOSPLICE, O_BUFFERED, O_BASENAME, O_QUANT };
 	static const struct option longopts[] = {
 		{ "input", required_argument, NULL, 'i' },
 		{ "out-shard-size", required_argument, NULL, O_SHARD },
@@ -63,6 +66,7 @@ int main(int argc, char **argv)
 		{ "resume", no_argument, NULL, O_RESUME },
 		{ "no-splice", no_argument, NULL, O_NOSPLICE },
 		{ "buffered", no_argument, NULL, O_BUFFERED },
+		{ "quantize", required_argument, NULL, O_QUANT },
 		CLI_PROGRESS_OPTIONS,
 		CLI_COMMON_OPTIONS,
 		CLI_STAGE_FED_OPTION,
@@ -101,6 +105,7 @@ int main(int argc, char **argv)
 		case O_RESUME: o.resume = true; break;
 		case O_NOSPLICE: o.no_splice = true; break;
 		case O_BUFFERED: o.buffered = true; break;
+		case O_QUANT: cli_quantize_arg(optarg); o.quantize = true; break;
 		default: cli_common_option(c, optarg, &want_progress, usage);
 		}
 	}
@@ -123,6 +128,9 @@ int main(int argc, char **argv)
 	if (st.resumed)
 		cli_info(3, "resumed %s: %zu tensors (%s) were done and checked", o.out_dir, st.resumed,
 			 mk_size_human(st.resumed_bytes, a, sizeof(a)));
+	if (o.quantize)
+		cli_info(3, "quantized: at most %s of block-rows held at once",
+			 mk_size_human(st.quant_held_max, a, sizeof(a)));
 	cli_info(3, "wrote %s: %zu tensors in %zu shard%s (%s), %zu files", o.out_dir, st.ntensors, st.nshards,
 		 st.nshards == 1 ? "" : "s", mk_size_human(st.tensor_bytes, a, sizeof(a)), st.nfiles);
 	if (fd)

@@ -92,6 +92,9 @@ struct mk_run_opts {
 	 * of different sizes are merged over the smallest one (the rows past
 	 * it dropped) instead of refused */
 	bool unsafe_truncate_embeddings;
+	/* mk-yaml --quantize fp8: the weights the inputs stored block FP8
+	 * written so again (mk_pack_opts.quantize, mk-pack(1)) */
+	bool quantize_fp8;
 };
 
 /* What the stages of a run did beyond the plan. */

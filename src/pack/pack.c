@@ -18,6 +18,30 @@
 #include "journal/outlock.h"
 #include "pack_impl.h"
 
+int mk__pack_slot_write(struct pack *p, size_t i, const uint8_t *data, uint64_t n, struct mk_err *err)
+{
+	const struct mk_manifest_tensor *t = &p->man->tensors[i];
+	struct slot *sl = &p->slot[i];
+	uint64_t boff = sl->got * mk_dtype_bits(t->desc.dtype) / 8, len = n * mk_dtype_bits(t->desc.dtype) / 8;
+	int rc = mk__pack_shard_write(p, i, sl->off + boff, data, len, err);
+
+	if (rc)
+		return rc;
+	sl->crc = mk_crc32c(sl->crc, data, len);
+	sl->got += n;
+	p->done_bytes += len;
+	p->st->bytes_written += len;
+	if (sl->got == t->nelem) {
+		free(sl->part);          /* (its last whole block is written) */
+		sl->part = NULL;
+		sl->done = true;
+		p->ndone++;
+		if ((rc = mk__pack_tensor_finished(p, i, err)))
+			return rc;
+	}
+	return 0;
+}
+
 /* A DATA frame; a piecewise one (MK_SR_SPLICE_DATA) is checked by its
  * sub-header, then its data spliced into the shard and verified there. */
 static int write_chunk(struct pack *p, struct mk_stream_reader *r, const struct mk_frame *f, struct mk_err *err)
@@ -28,6 +52,7 @@ static int write_chunk(struct pack *p, struct mk_stream_reader *r, const struct 
 	struct shard *sh;
 	uint64_t boff;
 	uint8_t sub[MK_CHUNK_HDR];
+	size_t id;
 	int rc;
 
 	if (f->piecewise) {
@@ -47,10 +72,18 @@ static int write_chunk(struct pack *p, struct mk_stream_reader *r, const struct 
 	}
 	if (rc)
 		return mk_err_prefix(err, "frame #%llu (DATA): ", (unsigned long long)f->index);
-	if ((rc = mk_chunk_check_data(p->man, &c, err)))
+	if ((rc = mk_chunk_check_data(p->in ? p->in : p->man, &c, err)))
 		return mk_err_prefix(err, "frame #%llu: ", (unsigned long long)f->index);
-	t = &p->man->tensors[c.id];
-	sl = &p->slot[c.id];
+	if (p->in && p->in->tensors[c.id].requant) {
+		if (f->piecewise)
+			MK_BUG("--quantize reads DATA frames whole");
+		if ((rc = mk__pack_quant_chunk(p, &c, err)))
+			return mk_err_prefix(err, "frame #%llu (DATA): ", (unsigned long long)f->index);
+		goto progress;
+	}
+	id = p->in ? p->omap[c.id] : c.id;
+	t = &p->man->tensors[id];
+	sl = &p->slot[id];
 	if (sl->resumed)
 		return 0; /* written by the run this one resumes, checked against its CRC */
 	if (c.elem_begin != sl->got)
@@ -59,29 +92,31 @@ static int write_chunk(struct pack *p, struct mk_stream_reader *r, const struct 
 				  (unsigned long long)f->index, t->name, (unsigned long long)c.elem_begin,
 				  (unsigned long long)c.elem_count, (unsigned long long)sl->got,
 				  (unsigned long long)t->nelem);
-	sh = &p->sh[sl->shard];
-	boff = c.elem_begin * mk_dtype_bits(t->desc.dtype) / 8;
 	if (f->piecewise) {
-		rc = mk__pack_part_flush(p, c.id, err);
+		sh = &p->sh[sl->shard];
+		boff = c.elem_begin * mk_dtype_bits(t->desc.dtype) / 8;
+		rc = mk__pack_part_flush(p, id, err);
 		if (!rc)
 			rc = mk_sr_splice_payload(r, sh->fd, sh->name, sl->off + boff, c.data_len, &c.data, err);
-	} else
-		rc = mk__pack_shard_write(p, c.id, sl->off + boff, c.data, c.data_len, err);
-	if (rc)
-		return rc;
-	sl->crc = mk_crc32c(sl->crc, c.data, c.data_len);
-	sl->got += c.elem_count;
-	p->done_bytes += c.data_len;
-	p->st->bytes_written += c.data_len;
-	if (sl->got == t->nelem) {
-		free(sl->part);          /* (its last whole block is written) */
-		sl->part = NULL;
-		sl->done = true;
-		p->ndone++;
-		rc = mk__pack_tensor_finished(p, c.id, err);
 		if (rc)
 			return rc;
+		/* (in the shard now: counted as written) */
+		sl->crc = mk_crc32c(sl->crc, c.data, c.data_len);
+		sl->got += c.elem_count;
+		p->done_bytes += c.data_len;
+		p->st->bytes_written += c.data_len;
+		if (sl->got == t->nelem) {
+			free(sl->part);
+			sl->part = NULL;
+			sl->done = true;
+			p->ndone++;
+			if ((rc = mk__pack_tensor_finished(p, id, err)))
+				return rc;
+		}
+	} else if ((rc = mk__pack_slot_write(p, id, c.data, c.elem_count, err))) {
+		return rc;
 	}
+progress:
 	if (p->o->progress)
 		p->o->progress(p->o->progress_ctx, p->done_bytes, p->st->tensor_bytes, p->ndone,
 			       p->man->ntensors);
@@ -163,7 +198,13 @@ int mk_pack_run(const struct mk_pack_opts *o, struct mk_io in, const char *label
 		rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 		goto out;
 	}
-	rc = mk_sr_open_io(&r, in, label, MK_SR_PIECEWISE_FILE | (o->no_splice ? 0 : MK_SR_SPLICE_DATA), err);
+	if (o->quantize && o->resume) {
+		rc = mk_err_set(err, MK_EINVAL, "--quantize and --resume cannot be combined; run again without --resume");
+		goto out;
+	}
+	/* (--quantize: DATA frames read whole, the requant weights' to be quantized) */
+	rc = mk_sr_open_io(&r, in, label,
+			   MK_SR_PIECEWISE_FILE | (o->no_splice || o->quantize ? 0 : MK_SR_SPLICE_DATA), err);
 	if (rc)
 		goto out;
 	mk_sr_set_bounds(r, &(struct mk_sr_bounds){ .memory = o->budget });
@@ -172,7 +213,20 @@ int mk_pack_run(const struct mk_pack_opts *o, struct mk_io in, const char *label
 			&p.man, &f, err);
 	if (rc)
 		goto out;
-	/* a frame (compressed and raw) must fit, with room for the headers */
+	if (o->quantize && (rc = mk__pack_quant_setup(&p, p.man, err))) {
+		mk_err_prefix(err, "%s: ", label);
+		goto out;
+	}
+	/* a frame (compressed and raw) must fit, with room for the headers
+	 * (and, quantizing, a block-row of the widest weight) */
+	if (o->budget && p.in && mk_budget_pack_frames(p.man->chunk_bytes) + mk__pack_quant_row_bytes(p.in) > o->budget) {
+		rc = mk_err_set(err, MK_ENOMEM,
+				"%s: --quantize fp8 holds a block-row of %llu bytes beside chunks of %llu bytes, more than "
+				"--max-memory %llu",
+				label, (unsigned long long)mk__pack_quant_row_bytes(p.in),
+				(unsigned long long)p.man->chunk_bytes, (unsigned long long)o->budget);
+		goto out;
+	}
 	if (o->budget && mk_budget_pack_frames(p.man->chunk_bytes) > o->budget) {
 		rc = mk_err_set(err, MK_ENOMEM,
 				"%s: chunks of %llu bytes need about %llu bytes here, more than --max-memory %llu; use a smaller --chunk-size upstream",
@@ -268,7 +322,8 @@ int mk_pack_run(const struct mk_pack_opts *o, struct mk_io in, const char *label
 		}
 		/* (no bounce buffer: everything through the page cache) */
 		if (!o->buffered)
-			mk__pack_direct_setup(&p, o->budget ? o->budget - mk_budget_pack_frames(p.man->chunk_bytes) : UINT64_MAX);
+			mk__pack_direct_setup(&p, o->budget ? o->budget - mk_budget_pack_frames(p.man->chunk_bytes) -
+							 (p.in ? mk__pack_quant_row_bytes(p.in) : 0) : UINT64_MAX);
 		rc = mk__pack_open_shards(&p, hdrs, hlens, resuming, err);
 		if (rc)
 			goto out;
@@ -348,6 +403,7 @@ out:
 	free(parent);
 	free(p.partial);
 	mk_journal_free(jn);
+	mk__pack_quant_free(&p);
 	mk_manifest_free(p.man);
 	mk_sr_free(r);
 	mk_out_unlock(&lock);

@@ -68,6 +68,10 @@ struct mk_pack_opts {
 	 * with NAME.safetensors.index.json; NULL: "model".  A PEFT adapter's
 	 * is "adapter_model" (mk-extract-lora).  [A-Za-z0-9_.-], 1 to 64. */
 	const char *basename;
+	/* --quantize fp8: the tensors the HEAD marks "requant" written block
+	 * FP8 (F8_E4M3 and NAME_scale_inv, float32), config.json given the
+	 * HEAD's quantization_config (pack_quant.c); not with resume */
+	bool quantize;
 };
 
 struct mk_pack_stats {
@@ -75,6 +79,7 @@ struct mk_pack_stats {
 	uint64_t tensor_bytes, bytes_written;
 	size_t resumed;              /* tensors found done in the journal */
 	uint64_t resumed_bytes;
+	uint64_t quant_held_max;     /* --quantize: most bytes of block-rows held */
 	/* set when OUT is in place, complete, but a step after its rename
 	 * failed (removing the old OUT of --force, the fsync of OUT's parent
 	 * that makes the rename durable): a warning for the user, not an

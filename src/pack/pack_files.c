@@ -123,6 +123,8 @@ int mk__pack_write_file_frame(struct pack *p, struct mk_stream_reader *r, const 
 		(void)unlink(path); /* unverified bytes never stay in OUT */
 		goto out;
 	}
+	if (p->in && !strcmp(name, "config.json") && (rc = mk__pack_quant_config(p, path, err)))
+		goto out;
 	p->st->nfiles++;
 	p->st->bytes_written += wrote;
 out:

@@ -5,6 +5,7 @@
  *   pack_sync.c    the journal's group commits, on a thread of their own
  *   pack_resume.c  what a partial directory left by a run holds
  *   pack_files.c   the FILE frames
+ *   pack_quant.c   --quantize fp8: weights written block FP8 again
  *   pack.c         the stage: the stream read, the directory put in place
  */
 #ifndef MK_PACK_IMPL_H
@@ -21,6 +22,7 @@
 struct mk_journal;
 struct mk_stream_reader;
 struct mk_frame;
+struct mk_chunk;
 
 #define INDEX_NAME "model.safetensors.index.json"
 
@@ -87,8 +89,18 @@ struct syncer {
 	struct mk_err err;
 };
 
+struct rq;
+
 struct pack {
 	const struct mk_pack_opts *o;
+	/* --quantize: the stream's manifest (in) beside the output's (man),
+	 * each stream tensor's first output tensor (omap) and, for a requant
+	 * weight, its block-row being gathered (rq); in NULL: man is the
+	 * stream's */
+	struct mk_manifest *in;
+	size_t *omap;
+	struct rq *rq;
+	uint64_t quant_held;     /* bytes of block-rows held now */
 	unsigned long faults0;   /* mk_mapguard_faults() at the start */
 	char *partial;           /* OUT.mk-partial */
 	struct mk_manifest *man;
@@ -166,5 +178,25 @@ int mk__pack_resume_clean(struct pack *p, struct mk_err *err);
 /* A FILE frame (read piecewise) written to the partial directory. */
 int mk__pack_write_file_frame(struct pack *p, struct mk_stream_reader *r, const struct mk_frame *f,
 			      struct mk_err *err);
+
+/* -------------------------------------------------------- pack.c */
+
+/* n elements of output tensor i, its next ones, written and counted
+ * (CRC, progress; finished when complete). */
+int mk__pack_slot_write(struct pack *p, size_t i, const uint8_t *data, uint64_t n, struct mk_err *err);
+
+/* ------------------------------------------------------- pack_quant.c */
+
+/* The output manifest of --quantize fp8 from the stream's (in, then owned
+ * by p): p->man, p->in, p->omap, p->rq. */
+int mk__pack_quant_setup(struct pack *p, struct mk_manifest *in, struct mk_err *err);
+void mk__pack_quant_free(struct pack *p);
+/* The most bytes one requant weight's block-row takes (float32, F8 and
+ * scales). */
+uint64_t mk__pack_quant_row_bytes(const struct mk_manifest *in);
+/* A DATA chunk (in memory) of a requant stream tensor. */
+int mk__pack_quant_chunk(struct pack *p, const struct mk_chunk *c, struct mk_err *err);
+/* The written config.json at path, with the HEAD's quantization_config. */
+int mk__pack_quant_config(struct pack *p, const char *path, struct mk_err *err);
 
 #endif

@@ -306,6 +306,11 @@ int plan_make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_ch
 		free(text);
 		return rc;
 	}
+	/* (kept in the HEAD, for mk-pack --quantize fp8: plan_requant.c) */
+	if ((rc = plan_mark_requant(p, donor, err))) {
+		free(text);
+		return rc;
+	}
 	rc = add_file(p, "config.json", (uint8_t *)text, len, err);
 	if (rc)
 		return rc;

@@ -262,4 +262,10 @@ void tplan_truncate_hint(const struct tplan *t, char *msg, size_t len);
 int plan_make_files(struct mk_plan *p, const int64_t *out_layers, bool layers_changed, struct mk_diags *d,
 		    struct mk_err *err);
 
+/* ------------------------------------------------------ plan_requant.c */
+
+/* A block-FP8 donor: its quantization_config into p->man, and its
+ * block-FP8 weights among the output tensors marked requant. */
+int plan_mark_requant(struct mk_plan *p, const struct pmodel *donor, struct mk_err *err);
+
 #endif

@@ -80,6 +80,8 @@ int mk_run_stage_args(const struct mk_run_opts *o, unsigned verbose, struct mk_a
 		rc = push_if(merge, o->strict, "--strict", NULL, err);
 	if (!rc)
 		rc = push_if(pack, o->buffered, "--buffered", NULL, err);
+	if (!rc)
+		rc = push_if(pack, o->quantize_fp8, "--quantize", "fp8", err);
 	if (!rc && o->threads)
 		rc = push_num(merge, "-j", o->threads, err);
 	for (unsigned i = 0; !rc && i < verbose; i++)

@@ -350,7 +350,7 @@ static int run_plan(struct run *r, bool raw, enum mk_raw_missing missing, bool s
 		return mk_err_set(err, MK_EINVAL, "no output directory given");
 	/* OUT refused before any work, as mk-pack would */
 	r->pko = (struct mk_pack_opts){ .out_dir = o->out_dir, .force = o->force, .resume = o->resume, .resumable = true,
-					.keep_partial = o->resume, .buffered = o->buffered,
+					.keep_partial = o->resume, .buffered = o->buffered, .quantize = o->quantize_fp8,
 					.shard_size = o->out_shard_size ? o->out_shard_size : MK_PACK_DEFAULT_SHARD,
 					.progress = pack_progress, .progress_ctx = r };
 	if (!streamed && !o->sink &&

@@ -49,6 +49,7 @@ void mk_manifest_free(struct mk_manifest *m)
 	free(m->kind);
 	free(m->producer);
 	json_decref(m->extra);
+	free(m->quant_config);
 	free(m);
 }
 
@@ -229,6 +230,12 @@ int mk_manifest_encode(const struct mk_manifest *m, char **out, size_t *len,
 		if (m->spilled_jobs)
 			sj_put_member(&b, &first, "spilled_jobs", json_integer((json_int_t)m->spilled_jobs));
 	}
+	if (m->quant_config) {
+		json_t *q = json_loads(m->quant_config, 0, NULL);
+		if (!q)
+			b.oom = true;
+		sj_put_member(&b, &first, "quantization_config", q);
+	}
 	if (m->extra) {
 		const char *key;
 		json_t *v;
@@ -238,8 +245,11 @@ int mk_manifest_encode(const struct mk_manifest *m, char **out, size_t *len,
 	sj_put_member(&b, &first, "tensors", NULL);
 	for (size_t i = 0; i < m->ntensors; i++) {
 		const struct mk_manifest_tensor *t = &m->tensors[i];
-		sj_put_entry(&b, i, json_pack("{s:s,s:s,s:o}", "name", t->name, "dtype", mk_dtype_name(t->desc.dtype),
-					      "shape", sj_shape(t->desc.ndim, t->desc.shape)));
+		json_t *e = json_pack("{s:s,s:s,s:o}", "name", t->name, "dtype", mk_dtype_name(t->desc.dtype),
+				      "shape", sj_shape(t->desc.ndim, t->desc.shape));
+		if (e && t->requant && json_object_set_new(e, "requant", json_string("fp8")))
+			b.oom = true;
+		sj_put_entry(&b, i, e);
 	}
 	mk_sbuf_add(&b, "]", 1);
 	sj_put_member(&b, &first, "files", NULL);
@@ -261,7 +271,8 @@ static int strcmp_p(const void *a, const void *b)
 }
 
 static const char *const head_keys[] = { "kind", "producer", "chunk_bytes", "models", "seed", "plugins",
-					 "jobs", "held_bytes_max", "spilled_jobs", "tensors", "files", NULL };
+					 "jobs", "held_bytes_max", "spilled_jobs", "quantization_config", "tensors",
+					 "files", NULL };
 
 /* One entry of "models": a model and its shards. */
 static int decode_model(json_t *v, size_t i, struct mk_manifest *m, struct mk_err *err)
@@ -340,7 +351,15 @@ static int decode_tensor(json_t *v, size_t i, struct mk_manifest *m, struct mk_e
 		return mk_err_set(err, MK_EFORMAT, "HEAD: tensor '%s': %s", nm, sj_desc_error(drc));
 	if (!strcmp(nm, "__metadata__"))
 		return mk_err_set(err, MK_EFORMAT, "HEAD: a tensor may not be named '__metadata__' (safetensors keeps that key)");
-	return mk_manifest_add_tensor(m, nm, d.dtype, d.ndim, d.shape, err);
+	json_t *rq = json_object_get(v, "requant");
+	if (rq && (!json_is_string(rq) || strcmp(json_string_value(rq), "fp8") || !mk_dtype_is_float(d.dtype) ||
+		   d.ndim < 2))
+		return mk_err_set(err, MK_EFORMAT, "HEAD: tensor '%s': \"requant\" is \"fp8\", of a float tensor of 2 or more axes",
+				  nm);
+	int rc = mk_manifest_add_tensor(m, nm, d.dtype, d.ndim, d.shape, err);
+	if (!rc && rq)
+		m->tensors[m->ntensors - 1].requant = true;
+	return rc;
 }
 
 /* One entry of "files". */
@@ -488,6 +507,24 @@ int mk_manifest_decode(const void *buf, size_t len, struct mk_manifest **out,
 		if ((rc = decode_plan(top, m, err)))
 			goto out;
 	}
+	{
+		json_t *q = json_object_get(top, "quantization_config");
+		bool any = false;
+		for (i = 0; i < m->ntensors && !any; i++)
+			any = m->tensors[i].requant;
+		if (q) {
+			char *t = json_dumps(q, JSON_COMPACT | JSON_PRESERVE_ORDER);
+			rc = t ? mk_manifest_set_quant(m, t, strlen(t), err) : mk_err_set(err, MK_ENOMEM, "out of memory");
+			free(t);
+			if (rc) {
+				mk_err_prefix(err, "HEAD: ");
+				goto out;
+			}
+		} else if (any) {
+			rc = mk_err_set(err, MK_EFORMAT, "HEAD: tensors marked \"requant\" without a \"quantization_config\"");
+			goto out;
+		}
+	}
 	m->extra = sj_extra(top, head_keys);
 out:
 	json_decref(top);
@@ -542,4 +579,34 @@ int mk_sr_head(struct mk_stream_reader *r, const char *label, const char *kind, 
 		mk_sr_bound_by_head(r, *man); /* the frames that follow, by what HEAD says */
 	}
 	return rc;
+}
+
+int mk_manifest_set_quant(struct mk_manifest *m, const char *text, size_t len, struct mk_err *err)
+{
+	json_error_t je;
+	json_t *q = json_loadb(text, len, 0, &je), *bs = q ? json_object_get(q, "weight_block_size") : NULL;
+	const char *qm = q ? sj_str(q, "quant_method") : NULL;
+	json_int_t b0 = 0, b1 = 0;
+	char *t;
+
+	if (json_is_array(bs) && json_array_size(bs) == 2 && json_is_integer(json_array_get(bs, 0)) &&
+	    json_is_integer(json_array_get(bs, 1))) {
+		b0 = json_integer_value(json_array_get(bs, 0));
+		b1 = json_integer_value(json_array_get(bs, 1));
+	}
+	if (!json_is_object(q) || !qm || strcmp(qm, "fp8") || b0 < 1 || b0 > (1 << 20) || b1 < 1 || b1 > (1 << 20)) {
+		json_decref(q);
+		return mk_err_set(err, MK_EFORMAT,
+				  "\"quantization_config\" is an object with quant_method \"fp8\" and a weight_block_size of "
+				  "two sides from 1 to 2^20");
+	}
+	t = json_dumps(q, JSON_COMPACT | JSON_PRESERVE_ORDER);
+	json_decref(q);
+	if (!t)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	free(m->quant_config);
+	m->quant_config = t;
+	m->quant_block[0] = (uint32_t)b0;
+	m->quant_block[1] = (uint32_t)b1;
+	return 0;
 }

@@ -11,7 +11,9 @@
  *    "seed": 0, "plugins": [{"name", "abi",   tensors stream mk-merge
  *    "spec_sha256"}], "jobs": 21,            writes from them)
  *    "held_bytes_max": 0, "spilled_jobs": 0,
- *    "tensors": [{"name": ..., "dtype": "BF16", "shape": [..]}, ...],
+ *    "quantization_config": {...},            block-FP8 inputs only
+ *    "tensors": [{"name": ..., "dtype": "BF16", "shape": [..],
+ *                 "requant": "fp8" (optional)}, ...],
  *    "files": [{"name": "config.json", "size": 663}, ...]}
  * "tensors" is the output manifest, in write order.  Keys this version
  * does not know are kept (extra) and passed on, after the plan's keys and
@@ -30,6 +32,10 @@ struct mk_manifest_tensor {
 	char *name;
 	struct mk_tensor_desc desc;
 	uint64_t nelem, nbytes;
+	/* the weight was block FP8 in the model whose config.json the
+	 * output keeps: mk-pack --quantize fp8 writes it so again
+	 * ("requant": "fp8"; a float tensor of 2 or more axes) */
+	bool requant;
 };
 
 struct mk_manifest_file {
@@ -81,6 +87,12 @@ struct mk_manifest {
 	uint64_t njobs;        /* JOB frames that follow ("jobs") */
 	uint64_t held_bytes_max; /* largest job mk-merge holds in memory */
 	uint64_t spilled_jobs; /* jobs mk-merge replays from --spill DIR */
+	/* the quantization_config (compact JSON text of an object with
+	 * quant_method "fp8" and weight_block_size [rows, cols]) that the
+	 * requant tensors had, for mk-pack --quantize fp8; NULL: none.
+	 * Carried by every stage, as the plan's keys. */
+	char *quant_config;
+	uint32_t quant_block[2];
 	void *extra;           /* unknown keys (json_t *), owned */
 };
 
@@ -131,6 +143,11 @@ struct mk_frame;
 int mk_sr_head(struct mk_stream_reader *r, const char *label, const char *kind,
 	       const char *need, struct mk_manifest **man, struct mk_frame *f,
 	       struct mk_err *err);
+
+/* Set quant_config and quant_block from a quantization_config object's
+ * JSON text (checked: quant_method "fp8", weight_block_size of two sides
+ * 1 to 2^20). */
+int mk_manifest_set_quant(struct mk_manifest *m, const char *json, size_t len, struct mk_err *err);
 
 /* Index of a tensor by name, or -1 (linear search; for tools). */
 long mk_manifest_find(const struct mk_manifest *m, const char *name);

@@ -76,6 +76,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "mk/dtype.h"
+#include "core/fp8block.h"
 #include "core/fsutil.h"
 #include "io/safetensors.h"
 #include "core/jsondoc.h"
@@ -199,14 +200,16 @@ static float gen_value(uint64_t *s, uint64_t i, uint64_t nelem, bool unit)
 }
 
 /* A block-FP8 weight of rows x cols made from the values fill would give
- * it in dtype orig (seed), by transformers' reference quantizer: into q
- * (F8_E4M3 bytes) or inv (the float32 inverse scales, one per block). */
+ * it in dtype orig (seed), by transformers' reference quantizer (libmk's
+ * mk_fp8_block_row, a block-row at a time): into q (F8_E4M3 bytes) or inv
+ * (the float32 inverse scales, one per block). */
 static void quant_fp8(uint64_t seed, enum mk_dtype orig, uint64_t rows, uint64_t cols, uint8_t *q, float *inv)
 {
-	uint64_t n = rows * cols, s = seed, B = quant_block, sr = (rows + B - 1) / B, sc = (cols + B - 1) / B;
-	float *v = malloc((n ? n : 1) * sizeof(float)), *scale = calloc(sr * sc + 1, sizeof(float));
+	uint64_t n = rows * cols, s = seed, B = quant_block, sc = (cols + B - 1) / B;
+	float *v = malloc((n ? n : 1) * sizeof(float)), *row = malloc(sc * sizeof(float) + 1);
+	uint8_t *qb = malloc(B * cols + 1);
 
-	if (!v || !scale)
+	if (!v || !row || !qb)
 		abort();
 	for (uint64_t i = 0; i < n; i++) {      /* as stored in orig, read back as float32 */
 		float f = gen_value(&s, i, n, false);
@@ -214,27 +217,17 @@ static void quant_fp8(uint64_t seed, enum mk_dtype orig, uint64_t rows, uint64_t
 		mk_dtype_convert(orig, b, MK_DT_F32, &f, 1);
 		mk_dtype_convert(MK_DT_F32, &v[i], orig, b, 1);
 	}
-	for (uint64_t br = 0; br < sr; br++)
-		for (uint64_t bc = 0; bc < sc; bc++) {
-			float amax = 0.0f;
-			for (uint64_t r = br * B; r < rows && r < (br + 1) * B; r++)
-				for (uint64_t c = bc * B; c < cols && c < (bc + 1) * B; c++)
-					amax = fabsf(v[r * cols + c]) > amax ? fabsf(v[r * cols + c]) : amax;
-			/* torch divides a scalar by a tensor as the scalar times
-			 * the tensor's reciprocal: two roundings */
-			float k = amax > 0.0f ? (1.0f / amax) * 448.0f : 1.0f;
-			scale[br * sc + bc] = k;
-			if (inv)
-				inv[br * sc + bc] = 1.0f / k;
-		}
-	for (uint64_t r = 0; q && r < rows; r++)
-		for (uint64_t c = 0; c < cols; c++) {
-			float x = v[r * cols + c] * scale[(r / B) * sc + c / B];
-			x = x > 448.0f ? 448.0f : x < -448.0f ? -448.0f : x;
-			mk_dtype_convert(MK_DT_F8_E4M3, q + r * cols + c, MK_DT_F32, &x, 1);
-		}
+	for (uint64_t r0 = 0; r0 < rows; r0 += B) {
+		uint64_t nr = rows - r0 < B ? rows - r0 : B;
+		mk_fp8_block_row(v + r0 * cols, nr, cols, (uint32_t)B, qb, row);
+		if (q)
+			memcpy(q + r0 * cols, qb, nr * cols);
+		if (inv)
+			memcpy(inv + (r0 / B) * sc, row, sc * sizeof(float));
+	}
 	free(v);
-	free(scale);
+	free(row);
+	free(qb);
 }
 
 static void fill(uint8_t *buf, uint64_t nbytes, enum mk_dtype dt, uint64_t nelem, uint64_t seed, bool unit)
