@@ -488,6 +488,75 @@ char *cli_stage_path(const char *name)
 	return p;
 }
 
+/* the work directory and its files: paths made before any signal
+ * handler can need them (removing them is async-signal-safe) */
+static char work_dir[PATH_MAX], work_files[CLI_WORK_FILES_MAX][PATH_MAX + 32];
+static size_t work_nfiles;
+static pid_t work_pid;
+
+void cli_work_dir_remove(void)
+{
+	if (!work_dir[0])
+		return;
+	for (size_t i = 0; i < work_nfiles; i++)
+		unlink(work_files[i]);
+	rmdir(work_dir);
+	work_dir[0] = '\0';
+}
+
+void cli_work_dir_keep(void)
+{
+	work_dir[0] = '\0';
+}
+
+/* a signal while the stages run: the work directory goes, then the
+ * signal ends the program (and the stages with it); a forked stage
+ * before its exec leaves it to the program */
+static void work_signal(int sig)
+{
+	if (getpid() == work_pid)
+		cli_work_dir_remove();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+void cli_work_dir_on_signals(void)
+{
+	cli_signals_handle(work_signal);
+}
+
+const char *cli_work_dir(const char *const *names, size_t n)
+{
+	const char *tmp = getenv("TMPDIR");
+	struct mk_err err = { 0 };
+
+	if (n > CLI_WORK_FILES_MAX)
+		n = CLI_WORK_FILES_MAX;
+	if ((size_t)snprintf(work_dir, sizeof(work_dir), "%s/%s.XXXXXX", tmp && *tmp ? tmp : "/tmp", cli_prog) >=
+	    sizeof(work_dir)) {
+		work_dir[0] = '\0';
+		mk_err_set(&err, MK_EINVAL, "TMPDIR '%s' is too long for %s's work directory (%zu bytes at most)", tmp,
+			   cli_prog, sizeof(work_dir) - 16 - strlen(cli_prog));
+		cli_fail(&err);
+	}
+	if (!mkdtemp(work_dir)) {
+		mk_err_sys(&err, errno, "%s", work_dir);
+		work_dir[0] = '\0';
+		cli_fail(&err);
+	}
+	for (size_t i = 0; i < n; i++)
+		snprintf(work_files[i], sizeof(work_files[i]), "%s/%s", work_dir, names[i]);
+	work_nfiles = n;
+	work_pid = getpid();
+	atexit(cli_work_dir_remove);
+	return work_dir;
+}
+
+const char *cli_work_file(size_t i)
+{
+	return i < work_nfiles ? work_files[i] : NULL;
+}
+
 void cli_stage_argvs(struct mk_argv *fetch, struct mk_argv *merge, struct mk_argv *pack)
 {
 	struct mk_argv *v[3] = { fetch, merge, pack };

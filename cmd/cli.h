@@ -163,6 +163,20 @@ void cli_exit_cancelled(const char *partial);
  * directory), else its bare name for a PATH lookup; malloc'ed (exits on
  * out of memory). */
 char *cli_stage_path(const char *name);
+/* A program that plans in its own process and then runs the stages on
+ * files it made (mk-moe, mk-extract-lora): cli_work_dir makes
+ * TMPDIR/PROG.XXXXXX (failing with a message when it cannot) for the files
+ * `names` (at most CLI_WORK_FILES_MAX; cli_work_file(i): the path of
+ * names[i]), removed at exit; cli_work_dir_on_signals has a signal while
+ * the stages run remove it before the signal ends the program;
+ * cli_work_dir_keep leaves it (--print-pipeline's command reads it);
+ * cli_work_dir_remove removes it now. */
+#define CLI_WORK_FILES_MAX 4
+const char *cli_work_dir(const char *const *names, size_t n);
+const char *cli_work_file(size_t i);
+void cli_work_dir_on_signals(void);
+void cli_work_dir_keep(void);
+void cli_work_dir_remove(void);
 /* Program mk-fetch, mk-merge and mk-pack's paths (cli_stage_path) as
  * the first words of the three stages' vectors. */
 void cli_stage_argvs(struct mk_argv *fetch, struct mk_argv *merge, struct mk_argv *pack);

@@ -94,27 +94,6 @@ static void free_own(void)
 	mk_argv_free(&pack);
 }
 
-/* the work directory (the plan) and its file: paths made before any
- * signal handler can need them (removing them is async-signal-safe) */
-static char work[PATH_MAX], work_plan[PATH_MAX + 8];
-static pid_t main_pid;
-
-static void rm_work(void)
-{
-	if (!work[0])
-		return;
-	unlink(work_plan);
-	rmdir(work);
-}
-
-static void on_stage_signal(int sig)
-{
-	if (getpid() == main_pid)
-		rm_work();
-	signal(sig, SIG_DFL);
-	raise(sig);
-}
-
 /* The run options (CLI_RUN_OPTIONS) that mean nothing to an extraction:
  * noted and ignored. */
 static bool run_option_ignored(int c)
@@ -264,20 +243,9 @@ int main(int argc, char **argv)
 	struct mk_pack_opts po = { .out_dir = eo.out, .force = ro.force };
 	if (!print && mk_pack_check_out(&po, NULL, &err))
 		cli_fail(&err);
-	const char *tmp = getenv("TMPDIR");
-	if ((size_t)snprintf(work, sizeof(work), "%s/mk-extract-lora.XXXXXX", tmp && *tmp ? tmp : "/tmp") >=
-	    sizeof(work)) {
-		mk_err_set(&err, MK_EINVAL, "TMPDIR '%s' is too long for a work directory", tmp);
-		cli_fail(&err);
-	}
-	if (!mkdtemp(work)) {
-		mk_err_sys(&err, errno, "%s", work);
-		work[0] = '\0';
-		cli_fail(&err);
-	}
-	snprintf(work_plan, sizeof(work_plan), "%s/plan", work);
-	main_pid = getpid();
-	atexit(rm_work);
+	static const char *const names[] = { "plan" };
+	cli_work_dir(names, 1);
+	const char *work_plan = cli_work_file(0);
 	int fd = open(work_plan, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		mk_err_sys(&err, errno, "%s", work_plan);
@@ -306,14 +274,14 @@ int main(int argc, char **argv)
 	cli_argv_push(&pack, stage);
 	struct mk_stage st[3] = { { "mk-fetch", fetch.v }, { "mk-merge", merge.v }, { "mk-pack", pack.v } };
 	if (print) {   /* the plan stays, for the printed command to read */
-		work[0] = '\0';
+		cli_work_dir_keep();
 		char *s = mk_pipeline_format(st, 3);
 		printf("%s\n", s ? s : "");
 		free(s);
 		cli_close_stdout();
 		return EXIT_OK;
 	}
-	cli_signals_handle(on_stage_signal);
+	cli_work_dir_on_signals();
 	struct mk_out_lock lock;
 	struct mk_extract_summary sum;
 	char warning[1024] = "";

@@ -68,31 +68,6 @@ static void on_note(void *ctx, const char *msg)
 		cli_info(3, "%s", msg);
 }
 
-/* the work directory and its files (the paths made before any signal
- * handler can need them: removing them is async-signal-safe) */
-static char work[PATH_MAX], work_files[3][PATH_MAX + 32];
-static pid_t main_pid;
-
-static void rm_work(void)
-{
-	if (!work[0])
-		return;
-	for (size_t i = 0; i < 3; i++)
-		unlink(work_files[i]);
-	rmdir(work);
-}
-
-/* a signal while the stages run: the work directory goes, then the
- * signal ends mk-moe (and the stages with it); a forked stage before its
- * exec leaves it to mk-moe */
-static void on_stage_signal(int sig)
-{
-	if (getpid() == main_pid)
-		rm_work();
-	signal(sig, SIG_DFL);
-	raise(sig);
-}
-
 /* The run options mk-yaml has (CLI_RUN_OPTIONS) that mean nothing to
  * mk-moe, whose plan copies tensors (no merge method, no LoRA, no mixed
  * architectures) from models it opens itself: noted and ignored. */
@@ -163,26 +138,9 @@ int main(int argc, char **argv)
 	struct mk_pack_opts po = { .out_dir = out, .force = ro.force };
 	if (!print && mk_pack_check_out(&po, NULL, &err))
 		cli_fail(&err);
-	const char *tmp = getenv("TMPDIR");
-	if ((size_t)snprintf(work, sizeof(work), "%s/mk-moe.XXXXXX", tmp && *tmp ? tmp : "/tmp") >= sizeof(work))
-	{
-		mk_err_set(&err, MK_EINVAL, "TMPDIR '%s' is too long for mk-moe's work directory (%zu bytes at most)", tmp,
-			   sizeof(work) - 16);
-		cli_fail(&err);
-	}
-	if (!mkdtemp(work)) {
-		mk_err_sys(&err, errno, "%s", work);
-		work[0] = '\0';
-		cli_fail(&err);
-	}
 	static const char *const names[] = { "model.safetensors", "config.json", "plan" };
-	for (size_t i = 0; i < 3; i++)
-		snprintf(work_files[i], sizeof(work_files[i]), "%s/%s", work, names[i]);
-	main_pid = getpid();
-	atexit(rm_work);
+	const char *work = cli_work_dir(names, 3), *planpath = cli_work_file(2);
 	mo.work_dir = work;
-	char planpath[sizeof(work) + 8];
-	snprintf(planpath, sizeof(planpath), "%s/plan", work);
 	int fd = open(planpath, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0) {
 		mk_err_sys(&err, errno, "%s", planpath);
@@ -201,9 +159,9 @@ int main(int argc, char **argv)
 		rc = mk_err_sys(&err, errno, "%s", planpath);
 	mk_moe_config_free(cfg);
 	if (!print)
-		cli_signals_handle(on_stage_signal);
+		cli_work_dir_on_signals();
 	if (cli_cancel) {   /* (looked at after the switch: none is lost) */
-		rm_work();
+		cli_work_dir_remove();
 		cli_exit_cancelled(NULL);
 	}
 	if (rc)
@@ -215,7 +173,7 @@ int main(int argc, char **argv)
 	cli_argv_push(&pack, out);
 	struct mk_stage st[3] = { { "mk-fetch", fetch.v }, { "mk-merge", merge.v }, { "mk-pack", pack.v } };
 	if (print) {   /* the plan stays, for the printed command to read */
-		work[0] = '\0';
+		cli_work_dir_keep();
 		char *s = mk_pipeline_format(st, 3);
 		printf("%s\n", s ? s : "");
 		free(s);
