@@ -113,7 +113,7 @@ struct lora_work {
 /* A quantized input's scales (float32, read whole when its job's first
  * chunk comes) and the scratch of the current chunk. */
 struct quant_work {
-	size_t job, input;
+	size_t job, input, src;  /* src: the source of an assembly whose scales */
 	bool live;
 	float *scale;
 	size_t scap;             /* in elements */

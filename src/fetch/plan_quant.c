@@ -4,7 +4,15 @@
  * scale in float32, rounded to the dtype sent, as transformers
  * dequantizes.  A weight's scales are read whole once per job (one float
  * per 128x128 block: 1/16384 of the weight's elements), so what this
- * holds beside a chunk is the chunk as float32 and as sent.
+ * holds beside a chunk is the chunk as float32 and as sent.  An input
+ * assembled from experts stored one by one ("scales": one tensor per
+ * source) is dequantized source by source: a chunk may span sources, and
+ * each element takes the scales of the source it comes from, its block
+ * counted in that source's matrix.  Only one source's scales are held at
+ * a time (read whole when the first chunk that reaches it comes: 1/16384
+ * of that source's elements, 2 KB for a DeepSeek-V3 expert's 2048x7168),
+ * so memory stays bounded by the largest source, not the assembly; the
+ * chunks come in order, so each source's are read once per job.
  *
  * MXFP4 is sent in the dequantized tensor's order [E, C, R], the stored
  * one's [E, R, C] transposed: a chunk's elements are scattered over its
@@ -82,29 +90,36 @@ int mk__pf_quant_check(const struct mk_manifest *head, struct mk_model **models,
 				  jb->id, i, in->tensor, ref);
 	if (qz->kind == MK_QUANT_MXFP4)
 		return mxfp4_check(head, models, fds, jb, i, in, err);
-	const struct mk_model_tensor *s = mk_model_find(m, qz->scale);
-	if (!s || (s->t->desc.dtype != MK_DT_F32 && s->t->desc.dtype != MK_DT_BF16) ||
-	    !scale_shape_ok(&in->desc, &s->t->desc, qz->block))
-		return mk_err_set(err, MK_EMISMATCH,
-				  "job %u: input %zu ('%s'): model '%s' %s '%s' of one float32 scale per %ux%u block as "
-				  "the plan says; run mk-plan again",
-				  jb->id, i, in->tensor, ref, s ? "does not have" : "has no", qz->scale, qz->block[0],
-				  qz->block[1]);
-	if (s->t->stride || fds[in->model][s->shard] < 0)
-		return mk_err_set(err, MK_EUNSUPPORTED,
-				  "job %u: input %zu ('%s'): the scales '%s' of model '%s' must be read from a local file; "
-				  "download the model first",
-				  jb->id, i, in->tensor, qz->scale, ref);
+	for (size_t k = 0; k < (qz->nscales ? qz->nscales : 1); k++) {
+		const char *sname = qz->nscales ? qz->scales[k] : qz->scale;
+		const struct mk_model_tensor *s = mk_model_find(m, sname);
+		const struct mk_model_tensor *w = qz->nscales ? mk_model_find(m, in->sources[k]) : NULL;
+		const struct mk_tensor_desc *wd = qz->nscales ? (w ? &w->t->desc : NULL) : &in->desc;
+		if (!s || !wd || (s->t->desc.dtype != MK_DT_F32 && s->t->desc.dtype != MK_DT_BF16) ||
+		    !scale_shape_ok(wd, &s->t->desc, qz->block))
+			return mk_err_set(err, MK_EMISMATCH,
+					  "job %u: input %zu ('%s'): model '%s' %s '%s' of one float32 scale per %ux%u block "
+					  "as the plan says; run mk-plan again",
+					  jb->id, i, in->tensor, ref, s ? "does not have" : "has no", sname, qz->block[0],
+					  qz->block[1]);
+		if (s->t->stride || fds[in->model][s->shard] < 0)
+			return mk_err_set(err, MK_EUNSUPPORTED,
+					  "job %u: input %zu ('%s'): the scales '%s' of model '%s' must be read from a local "
+					  "file; download the model first",
+					  jb->id, i, in->tensor, sname, ref);
+	}
 	return 0;
 }
 
-/* The scales of input t->input of job t->job, as float32, read whole. */
+/* The scales of input t->input of job t->job (of its source src where
+ * it is assembled), as float32, read whole. */
 static int read_scales(struct quant_work *qw, const struct pf *p, struct mk_model **models, int **fds,
-		       const struct tag *t, struct mk_err *err)
+		       const struct tag *t, size_t src, struct mk_err *err)
 {
 	const struct mk_plan_input *in = mk_plan_job_input(p->jobs[t->job], t->input);
 	const struct mk_model *m = models[in->model];
-	const struct mk_model_tensor *s = mk_model_find(m, in->quant->scale);
+	const char *sname = in->quant->nscales ? in->quant->scales[src] : in->quant->scale;
+	const struct mk_model_tensor *s = mk_model_find(m, sname);
 	uint64_t bytes = s->t->end - s->t->begin, n = s->t->nelem;
 	void *raw = malloc(bytes ? bytes : 1);
 	int rc = 0;
@@ -116,12 +131,13 @@ static int read_scales(struct quant_work *qw, const struct pf *p, struct mk_mode
 	rc = mk_pread_exact(fds[in->model][s->shard], raw, bytes, m->shards[s->shard]->data_start + s->t->begin,
 			    m->shards[s->shard]->path, err);
 	if (!rc && mk_dtype_convert(MK_DT_F32, qw->scale, s->t->desc.dtype, raw, n))
-		rc = mk_err_set(err, MK_EUNSUPPORTED, "scales '%s': cannot convert %s to float32", in->quant->scale,
+		rc = mk_err_set(err, MK_EUNSUPPORTED, "scales '%s': cannot convert %s to float32", sname,
 				mk_dtype_name(s->t->desc.dtype));
 	free(raw);
 	if (!rc) {
 		qw->job = t->job;
 		qw->input = t->input;
+		qw->src = src;
 		qw->live = true;
 	}
 	return rc;
@@ -207,6 +223,32 @@ static int mxfp4_apply(struct quant_work *qw, const struct pf *p, struct mk_mode
 	return 0;
 }
 
+/* Elements off .. off+n-1 of a matrix stack of desc sd, at w (float32),
+ * times their blocks' scales: element (mat, r, c) times
+ * scale[mat][r / b0][c / b1], a row piece at a time. */
+static void scale_run(float *w, uint64_t off, uint64_t n, const struct mk_tensor_desc *sd, const uint32_t b[2],
+		      const float *scale)
+{
+	uint64_t rows = sd->shape[sd->ndim - 2], cols = sd->shape[sd->ndim - 1];
+	uint64_t srows = (rows + b[0] - 1) / b[0], scols = (cols + b[1] - 1) / b[1];
+
+	for (uint64_t e = 0; e < n;) {
+		uint64_t at = off + e, c = at % cols, rr = at / cols, r = rr % rows, mat = rr / rows;
+		uint64_t end = cols - c < n - e ? cols - c : n - e;
+		const float *srow = scale + (mat * srows + r / b[0]) * scols;
+		float *wr = w + e;
+		for (uint64_t k = 0; k < end;) {
+			uint64_t blk = (c + k) / b[1], stop = (blk + 1) * b[1] - c;
+			float sc = srow[blk];
+			if (stop > end)
+				stop = end;
+			for (; k < stop; k++)
+				wr[k] *= sc;
+		}
+		e += end;
+	}
+}
+
 int mk__pf_quant_apply(struct quant_work *qw, const struct pf *p, struct mk_model **models, int **fds,
 		       const struct tag *t, const void *data, const void **sent, struct mk_err *err)
 {
@@ -216,16 +258,9 @@ int mk__pf_quant_apply(struct quant_work *qw, const struct pf *p, struct mk_mode
 
 	if (qz->kind == MK_QUANT_MXFP4)
 		return mxfp4_apply(qw, p, models, fds, t, sent, err);
-	const uint64_t *sh = in->desc.shape;
-	unsigned nd = in->desc.ndim;
-	uint64_t n = t->c.elem_count, rows = sh[nd - 2], cols = sh[nd - 1], bytes;
-	uint64_t srows = (rows + qz->block[0] - 1) / qz->block[0], scols = (cols + qz->block[1] - 1) / qz->block[1];
+	uint64_t n = t->c.elem_count, bytes, base = 0;
+	size_t src = 0;
 	int rc;
-	if (!qw->live || qw->job != t->job || qw->input != t->input) {
-		qw->live = false;
-		if ((rc = read_scales(qw, p, models, fds, t, err)))
-			return mk_err_prefix(err, "job %u: ", jb->id);
-	}
 	(void)mk_dtype_nbytes(qz->dtype, n, &bytes);
 	if (mk__pf_grow((void **)&qw->out, &qw->ocap, (size_t)bytes + 1, 1) ||
 	    mk__pf_grow((void **)&qw->w, &qw->wcap, (size_t)n + 1, sizeof(float)))
@@ -233,22 +268,31 @@ int mk__pf_quant_apply(struct quant_work *qw, const struct pf *p, struct mk_mode
 	if (mk_dtype_convert(MK_DT_F32, qw->w, in->desc.dtype, data, n))
 		return mk_err_set(err, MK_EUNSUPPORTED, "job %u: input %zu ('%s'): cannot convert %s to float32", jb->id,
 				  t->input, in->tensor, mk_dtype_name(in->desc.dtype));
-	/* along the chunk a row piece at a time: element (mat, r, c) times
-	 * scale[mat][r / b0][c / b1] */
+	/* a source at a time (the input itself where not assembled): the
+	 * part of the chunk within it scaled by its scales */
 	for (uint64_t e = 0; e < n;) {
-		uint64_t at = t->at + e, c = at % cols, rr = at / cols, r = rr % rows, mat = rr / rows;
-		uint64_t end = cols - c < n - e ? cols - c : n - e;
-		const float *srow = qw->scale + (mat * srows + r / qz->block[0]) * scols;
-		float *w = qw->w + e;
-		for (uint64_t k = 0; k < end;) {
-			uint64_t cc = c + k, blk = cc / qz->block[1], stop = (blk + 1) * qz->block[1] - c;
-			float sc = srow[blk];
-			if (stop > end)
-				stop = end;
-			for (; k < stop; k++)
-				w[k] *= sc;
+		const struct mk_tensor_desc *sd = &in->desc;
+		uint64_t at = t->at + e, len;
+		if (qz->nscales) {
+			for (;;) {      /* the source holding element at */
+				const struct mk_model_tensor *mt = mk_model_find(models[in->model], in->sources[src]);
+				sd = &mt->t->desc;
+				if (at < base + mt->t->nelem || src + 1 == qz->nscales)
+					break;
+				base += mt->t->nelem;
+				src++;
+			}
 		}
-		e += end;
+		len = mk_tensor_desc_count(sd) - (at - base);
+		if (len > n - e)
+			len = n - e;
+		if (!qw->live || qw->job != t->job || qw->input != t->input || qw->src != src) {
+			qw->live = false;
+			if ((rc = read_scales(qw, p, models, fds, t, src, err)))
+				return mk_err_prefix(err, "job %u: ", jb->id);
+		}
+		scale_run(qw->w + e, at - base, len, sd, qz->block, qw->scale);
+		e += len;
 	}
 	if (mk_dtype_convert(qz->dtype, qw->out, MK_DT_F32, qw->w, n))
 		return mk_err_set(err, MK_EUNSUPPORTED, "job %u: cannot round to %s", jb->id, mk_dtype_name(qz->dtype));

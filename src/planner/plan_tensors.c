@@ -131,6 +131,68 @@ static int tplan_sources(struct tplan *t)
 	return t->ow->optional && !any_direct ? TP_DONE : TP_NEXT;
 }
 
+/* Input nm of model pm stored quantized: *out NULL (not), or what the
+ * JOB's "quant" says; an assembly's sources each block FP8 with their
+ * own scales ("scales", in the sources' order), or none of them.
+ * Nonzero after a diagnostic. */
+static int quant_input(struct tplan *t, const struct pmodel *pm, const char *nm, const struct mk_fused *fu,
+		       struct mk_plan_quant **out)
+{
+	size_t ns = fu ? fu->nexperts * fu->nparts : 1, nq = 0;
+	struct mk_plan_quant *all = NULL;
+
+	*out = NULL;
+	for (size_t q = 0; q < ns; q++) {
+		struct mk_plan_quant *pq = NULL;
+		const char *src = fu ? fu->sources[q] : nm;
+		if (mk_quant_find(pm->quant, pm->m, src, pm->display, &pq, &t->e)) {
+			diag(t->d, MK_DIAG_ERROR, t->tc->loc, "%s", t->e.msg);
+			mk_plan_quant_free(all);
+			return -1;
+		}
+		if (!fu) {
+			*out = pq;
+			return 0;
+		}
+		bool isq = pq != NULL;
+		if (pq && pq->kind != MK_QUANT_FP8) {
+			mk_plan_quant_free(pq);
+			mk_plan_quant_free(all);
+			diag(t->d, MK_DIAG_ERROR, t->tc->loc,
+			     "model '%s': '%s' is stored quantized (not block FP8) and mk assembles it from per-expert "
+			     "tensors: not supported; dequantize the model to BF16 first", pm->display, src);
+			return -1;
+		}
+		if (pq && !all && (all = calloc(1, sizeof(*all))))
+			all->scales = calloc(ns, sizeof(char *));
+		if (pq && (!all || !all->scales)) {
+			mk_plan_quant_free(pq);
+			mk_plan_quant_free(all);
+			diag(t->d, MK_DIAG_ERROR, t->tc->loc, "out of memory");
+			return -1;
+		}
+		if (pq) {
+			all->kind = pq->kind;
+			memcpy(all->block, pq->block, sizeof(all->block));
+			all->dtype = pq->dtype;
+			all->scales[all->nscales++] = pq->scale;
+			pq->scale = NULL;
+			mk_plan_quant_free(pq);
+			nq++;
+		}
+		if (nq != (isq ? q + 1 : 0)) {
+			mk_plan_quant_free(all);
+			diag(t->d, MK_DIAG_ERROR, t->tc->loc,
+			     "model '%s': '%s' is assembled from per-expert tensors of which some are stored block FP8 "
+			     "and some are not ('%s' %s): mk reads all of them quantized or none; dequantize the model "
+			     "to BF16 first", pm->display, nm, src, isq ? "is" : "is not");
+			return -1;
+		}
+	}
+	*out = all;
+	return 0;
+}
+
 /* The inputs: the base first, then the sources in order, each resolved to
  * a stored tensor (its name or an alias) or assembled from experts, with
  * the dtype it is loaded as (force_dtype, else the config's dtype). */
@@ -175,25 +237,19 @@ static int tplan_inputs(struct tplan *t)
 				const struct mk_st_tensor *st = mk_model_find(pm->m, nm)->t;
 				ftd = st->desc;
 			}
-			/* stored quantized: planned as its dequantized tensor */
+			/* stored quantized: planned as its dequantized tensor (an
+			 * assembly: every source block FP8 with its scales, or none) */
 			struct mk_plan_quant *pq = NULL;
 			bool qbad = false;
-			for (size_t q = 0; pm->quant && !qbad && q < (fu ? fu->nexperts * fu->nparts : 1); q++) {
-				if (mk_quant_find(pm->quant, pm->m, fu ? fu->sources[q] : nm, pm->display, &pq, &t->e)) {
-					diag(t->d, MK_DIAG_ERROR, tc->loc, "%s", t->e.msg);
-					qbad = true;
-					break;
-				}
-				if (pq && (fu || (pm->lora && mk_lora_find(pm->lora, nm)))) {
-					diag(t->d, MK_DIAG_ERROR, tc->loc,
-					     "model '%s': '%s' is stored quantized and %s: not supported; dequantize the "
-					     "model to BF16 first", pm->display, fu ? fu->sources[q] : nm,
-					     fu ? "mk assembles it from per-expert tensors" : "a LoRA adapter applies to it");
-					free(pq->scale);
-					free(pq);
-					pq = NULL;
-					qbad = true;
-				}
+			if (pm->quant && quant_input(t, pm, nm, fu, &pq))
+				qbad = true;
+			if (pq && pm->lora && mk_lora_find(pm->lora, nm)) {
+				diag(t->d, MK_DIAG_ERROR, tc->loc,
+				     "model '%s': '%s' is stored quantized and a LoRA adapter applies to it: not supported; "
+				     "dequantize the model to BF16 first", pm->display, nm);
+				mk_plan_quant_free(pq);
+				pq = NULL;
+				qbad = true;
 			}
 			if (qbad) {
 				failed = true;
@@ -659,10 +715,7 @@ out:
 	free(t.stored);
 	free(t.lora);
 	for (size_t i = 0; t.quant && i < nsrc + 1; i++)
-		if (t.quant[i]) {
-			free(t.quant[i]->scale);
-			free(t.quant[i]);
-		}
+		mk_plan_quant_free(t.quant[i]);
 	free(t.quant);
 	return rc < 0 ? rc : 0;
 }

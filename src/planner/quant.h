@@ -10,7 +10,11 @@
  * dequantize=True; mk-fetch dequantizes it while it reads (the JOB's
  * "quant", mk-stream(5)).  Which weights are quantized follows the
  * checkpoint: those with scales (the modules_to_not_convert are stored
- * unquantized and have none).
+ * unquantized and have none).  Experts stored one by one, each block FP8
+ * with its own scales (DeepSeek-V3/R1, Kimi K2), are assembled into the
+ * fused tensors dequantized: the JOB's "quant" names one scale tensor
+ * per source ("scales"); every source of an assembly is quantized or
+ * none is.
  *
  * MXFP4 (quant_method "mxfp4", as gpt-oss ships its experts) is read
  * too: a weight NAME the model stores as NAME_blocks (U8 [E, R, C/32,

@@ -24,16 +24,57 @@ static void input_clear(struct mk_plan_input *in)
 		free(in->lora->bias);
 		free(in->lora);
 	}
-	if (in->quant) {
-		free(in->quant->scale);
-		free(in->quant);
+	mk_plan_quant_free(in->quant);
+}
+
+void mk_plan_quant_free(struct mk_plan_quant *q)
+{
+	if (!q)
+		return;
+	for (size_t k = 0; k < q->nscales; k++)
+		free(q->scales[k]);
+	free(q->scales);
+	free(q->scale);
+	free(q);
+}
+
+/* fp8 "scales" over an assembly: one string per source, no "scale". */
+static int decode_scales(json_t *q, struct mk_plan_input *in)
+{
+	json_t *a = json_object_get(q, "scales"), *sv;
+	size_t k;
+
+	if (!(in->quant->scales = calloc(in->nsources, sizeof(*in->quant->scales))))
+		return MK_ENOMEM;
+	json_array_foreach(a, k, sv) {
+		if (!(in->quant->scales[k] = strdup(json_string_value(sv))))
+			return MK_ENOMEM;
+		in->quant->nscales = k + 1;
 	}
+	return 0;
+}
+
+/* Whether "scales" is absent, or an array of nsources strings. */
+static bool scales_fit(json_t *q, const struct mk_plan_input *in)
+{
+	json_t *a = json_object_get(q, "scales"), *sv;
+	size_t k;
+
+	if (!a)
+		return true;
+	if (!json_is_array(a) || json_array_size(a) != in->nsources || json_object_get(q, "scale"))
+		return false;
+	json_array_foreach(a, k, sv)
+		if (!json_is_string(sv))
+			return false;
+	return true;
 }
 
 /* An input's "quant" (mk_plan_quant): fp8 over a stored F8_E4M3 tensor
  * of 2 or more axes, its scales' name, positive block sides, a float
  * dtype to send; or mxfp4 over an F4 input [E, C, R] (C a multiple of
- * 32), its scales' name, a float dtype; no adapter, no assembly with it. */
+ * 32), its scales' name, a float dtype; no adapter beside it, and an
+ * assembly only with fp8's "scales", one per source. */
 static int decode_quant(json_t *v, struct mk_plan_input *in, uint32_t id, size_t i, struct mk_err *err)
 {
 	json_t *q = json_object_get(v, "quant"), *bl;
@@ -62,17 +103,19 @@ static int decode_quant(json_t *v, struct mk_plan_input *in, uint32_t id, size_t
 		return 0;
 	}
 	bl = json_object_get(q, "block");
-	if (!json_is_object(q) || !kind || strcmp(kind, "fp8") || !sc || !dt || mk_dtype_from_name(dt, &d) ||
+	bool multi = json_is_object(q) && json_object_get(q, "scales");
+	if (!json_is_object(q) || !kind || strcmp(kind, "fp8") || (multi ? !in->nsources || !scales_fit(q, in) : !sc) ||
+	    !dt || mk_dtype_from_name(dt, &d) ||
 	    !mk_dtype_is_float(d) || mk_dtype_bits(d) < 8 || !json_is_array(bl) || json_array_size(bl) != 2 ||
 	    sj_u64(json_array_get(bl, 0), &b0) || sj_u64(json_array_get(bl, 1), &b1) || !b0 || !b1 ||
 	    b0 > UINT32_MAX || b1 > UINT32_MAX || in->desc.dtype != MK_DT_F8_E4M3 || in->desc.ndim < 2 ||
-	    in->lora || in->nsources)
+	    in->lora || (in->nsources && !multi))
 		return mk_err_set(err, MK_EFORMAT,
 				  "JOB %u: input %zu: bad \"quant\" (kind \"fp8\" over a stored F8_E4M3 tensor of 2 or "
-				  "more axes, a \"scale\" tensor, a \"block\" of two positive sides, a float \"dtype\"; "
-				  "no \"lora\" or \"assembly\" beside it)",
-				  id, i);
-	if (!(in->quant = calloc(1, sizeof(*in->quant))) || !(in->quant->scale = strdup(sc)))
+				  "more axes, a \"scale\" tensor (over an \"assembly\": \"scales\", one per source, "
+				  "%zu here), a \"block\" of two positive sides, a float \"dtype\"; no \"lora\" beside it)",
+				  id, i, in->nsources);
+	if (!(in->quant = calloc(1, sizeof(*in->quant))) || (multi ? decode_scales(q, in) : !(in->quant->scale = strdup(sc))))
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	in->quant->kind = MK_QUANT_FP8;
 	in->quant->block[0] = (uint32_t)b0;
@@ -641,9 +684,16 @@ static json_t *input_json(const struct mk_plan_input *in, bool runs)
 							  "dtype", mk_dtype_name(in->quant->dtype)));
 	} else if (e && in->quant) {
 		const struct mk_plan_quant *q = in->quant;
-		json_object_set_new(e, "quant", json_pack("{s:s,s:s,s:[I,I],s:s}", "kind", "fp8", "scale", q->scale,
+		json_t *sv = json_array();
+		for (size_t k = 0; sv && k < q->nscales; k++)
+			json_array_append_new(sv, json_string(q->scales[k]));
+		json_object_set_new(e, "quant", json_pack("{s:s,s:o,s:[I,I],s:s}", "kind", "fp8",
+							  q->nscales ? "scales" : "scale",
+							  q->nscales ? sv : json_string(q->scale),
 							  "block", (json_int_t)q->block[0], (json_int_t)q->block[1],
 							  "dtype", mk_dtype_name(q->dtype)));
+		if (!q->nscales)
+			json_decref(sv);
 	}
 	if (e && runs) {
 		json_t *rv = json_array();

@@ -86,8 +86,13 @@ struct mk_plan_input {
 	 * NAME[r / BR][c / BC] (float32, ⌈rows/BR⌉ × ⌈cols/BC⌉ per matrix of
 	 * the last two axes), multiplied in float32 and rounded to D, as
 	 * transformers dequantizes.  desc is the stored tensor's; mk-fetch
-	 * sends D (the INPT chunks are D).  Not with "lora", "assembly" or a
-	 * vocabulary's rows.  Or "quant": {"kind": "mxfp4", "scale": NAME,
+	 * sends D (the INPT chunks are D).  Not with "lora" or a vocabulary's
+	 * rows.  With "assembly" (experts stored one by one, each FP8 with its
+	 * own scales): "scales": [NAME, ...] in place of "scale", one per
+	 * source in the sources' order; each element is dequantized by the
+	 * scales of the source it comes from, its block counted over that
+	 * source's last two axes, and desc is the assembled tensor's
+	 * (F8_E4M3).  Or "quant": {"kind": "mxfp4", "scale": NAME,
 	 * "dtype": D}: MXFP4 as gpt-oss ships its experts; the input's tensor
 	 * is the packed codes (U8 [E, R, C/32, 16], two FP4 codes a byte, the
 	 * even element in the low nibble), NAME the scales (U8 [E, R, C/32],
@@ -103,9 +108,14 @@ enum mk_quant_kind { MK_QUANT_FP8, MK_QUANT_MXFP4 };
 struct mk_plan_quant {
 	enum mk_quant_kind kind;
 	char *scale;                  /* the scales' tensor, in the input's model */
+	char **scales;                /* or (fp8 over an assembly) one per source */
+	size_t nscales;
 	uint32_t block[2];            /* fp8: rows and columns of a block (mxfp4: 0) */
 	enum mk_dtype dtype;          /* what the dequantized weight is sent as */
 };
+
+/* Frees q and what it holds (NULL: nothing). */
+void mk_plan_quant_free(struct mk_plan_quant *q);
 
 struct mk_plan_lora {
 	size_t model;                 /* the adapter, in the plan's model table */

@@ -2,7 +2,7 @@
  *
  *   mk-gen-arch --list
  *   mk-gen-arch [--layers N] [--seed S] [--required-only] [--unfused E]
- *               NAME OUTDIR
+ *               [--quantized fp8 [--quant-block B]] [--dim D] NAME OUTDIR
  *
  * NAME is a definition's file stem (llama, qwen3_moe, whisper, ...).
  * OUTDIR gets config.json (the class, model_type, the layer count at each
@@ -18,7 +18,14 @@
  * the fused expert tensors in the per-expert checkpoint layout with E
  * experts (mixtral: block_sparse_moe.experts.{e}.w1/w2/w3 and
  * block_sparse_moe.gate; others: mlp.experts.{e}.gate/up/down_proj).
- * Data are deterministic from --seed. */
+ * --quantized fp8 stores every 2-dimensional layer weight but the
+ * routers' (the per-expert ones too) block FP8 as DeepSeek-V3 ships them:
+ * F8_E4M3 beside NAME_scale_inv (float32, one per BxB block, B 4 unless
+ * --quant-block), quantized from the values it would have by libmk's
+ * mk_fp8_block_row (transformers' rule), and config.json gets the
+ * quantization_config.  --dim D makes the matrices' sides D in place of 8
+ * (embeddings [16, D], gate_up_proj [E, 2D, D]).  Data are deterministic
+ * from --seed. */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -30,6 +37,7 @@
 #include "arch/arch.h"
 #include "mk/dtype.h"
 #include "core/fsutil.h"
+#include "core/fp8block.h"
 #include "io/safetensors.h"
 
 struct gt {
@@ -41,6 +49,7 @@ struct gt {
 
 static struct gt *ts;
 static size_t nts;
+static uint64_t dim = 8;      /* --dim: the side of the matrices */
 
 static void add(const char *name, enum mk_dtype dt, unsigned ndim, uint64_t a, uint64_t b, uint64_t c)
 {
@@ -84,7 +93,7 @@ static void add_weight(const struct mk_weight *w, const char *model_type, uint64
 				else
 					snprintf(buf, sizeof(buf), "%.*s%" PRIu64 ".%s.weight", (int)stem, w->name, e,
 						 qp[p]);
-				add(buf, MK_DT_F32, 2, 8, 8, 0);
+				add(buf, MK_DT_F32, 2, dim, dim, 0);
 			}
 		}
 		return;
@@ -92,19 +101,19 @@ static void add_weight(const struct mk_weight *w, const char *model_type, uint64
 	if (unfused && mix && ends(w->name, ".mlp.gate.weight")) {
 		snprintf(buf, sizeof(buf), "%.*s.block_sparse_moe.gate.weight",
 			 (int)(strlen(w->name) - strlen(".mlp.gate.weight")), w->name);
-		add(buf, MK_DT_F32, 2, 8, 8, 0);
+		add(buf, MK_DT_F32, 2, dim, dim, 0);
 		return;
 	}
 	if (w->is_embed)
-		add(w->name, dt, 2, 16, 8, 0);
+		add(w->name, dt, 2, 16, dim, 0);
 	else if (ends(w->name, ".mlp.experts.gate_up_proj"))
-		add(w->name, dt, 3, 2, 16, 8);
+		add(w->name, dt, 3, 2, 2 * dim, dim);
 	else if (ends(w->name, ".mlp.experts.down_proj"))
-		add(w->name, dt, 3, 2, 8, 8);
+		add(w->name, dt, 3, 2, dim, dim);
 	else if (ends(w->name, ".weight") && !strstr(w->name, "norm") && !strstr(w->name, "ln_"))
-		add(w->name, dt, 2, 8, 8, 0);
+		add(w->name, dt, 2, dim, dim, 0);
 	else
-		add(w->name, dt, 1, 8, 0, 0);
+		add(w->name, dt, 1, dim, 0, 0);
 }
 
 static uint64_t splitmix(uint64_t *s)
@@ -145,9 +154,11 @@ int main(int argc, char **argv)
 {
 	static const struct option lo[] = {
 		{ "list", 0, 0, 'L' }, { "layers", 1, 0, 'l' }, { "seed", 1, 0, 's' },
-		{ "required-only", 0, 0, 'r' }, { "unfused", 1, 0, 'u' }, { 0 },
+		{ "required-only", 0, 0, 'r' }, { "unfused", 1, 0, 'u' }, { "quantized", 1, 0, 'z' },
+		{ "quant-block", 1, 0, 'q' }, { "dim", 1, 0, 'd' }, { 0 },
 	};
-	uint64_t layers = 2, seed = 1, unfused = 0;
+	uint64_t layers = 2, seed = 1, unfused = 0, qblock = 4;
+	const char *quant = NULL;
 	bool list = false, required_only = false;
 	struct mk_arch_registry *reg = NULL;
 	struct mk_err err = { 0 };
@@ -161,6 +172,9 @@ int main(int argc, char **argv)
 		case 'l': dst = &layers; break;
 		case 's': dst = &seed; break;
 		case 'u': dst = &unfused; break;
+		case 'q': dst = &qblock; break;
+		case 'd': dst = &dim; break;
+		case 'z': quant = optarg; break;
 		default: return 2;
 		}
 		if (dst && mk_size_parse(optarg, dst)) {
@@ -176,9 +190,13 @@ int main(int argc, char **argv)
 		mk_arch_registry_free(reg);
 		return 0;
 	}
+	if ((quant && strcmp(quant, "fp8")) || !qblock || qblock > 128 || !dim || dim > 1024) {
+		fprintf(stderr, "mk-gen-arch: --quantized fp8 only, --quant-block 1 to 128, --dim 1 to 1024\n");
+		return 2;
+	}
 	if (optind + 2 != argc) {
 		fprintf(stderr, "usage: mk-gen-arch [--list] [--layers N] [--seed S] [--required-only] "
-				"[--unfused E] NAME OUTDIR\n");
+				"[--unfused E] [--quantized fp8 [--quant-block B]] [--dim D] NAME OUTDIR\n");
 		return 2;
 	}
 	const char *name = argv[optind], *dir = argv[optind + 1];
@@ -209,6 +227,11 @@ int main(int argc, char **argv)
 			set_dotted(cfg, def->modules[m].num_layers_key, json_integer((json_int_t)layers));
 	set_dotted(cfg, mk_arch_vocab_key(def), json_integer(16));
 	json_object_set_new(cfg, "torch_dtype", json_string("float32"));
+	if (quant)
+		json_object_set_new(cfg, "quantization_config",
+				    json_pack("{s:s,s:s,s:s,s:[I,I]}", "activation_scheme", "dynamic", "fmt", "e4m3",
+					      "quant_method", "fp8", "weight_block_size", (json_int_t)qblock,
+					      (json_int_t)qblock));
 	char *text = json_dumps(cfg, JSON_SORT_KEYS | JSON_INDENT(2));
 	json_decref(cfg);
 
@@ -232,6 +255,19 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < wl.n; i++)
 		if (!required_only || !wl.w[i].optional)
 			add_weight(&wl.w[i], a->model_type, unfused);
+
+	/* --quantized fp8: the layer matrices (not the routers') F8_E4M3
+	 * beside their scales */
+	for (size_t i = 0, n0 = nts; quant && i < n0; i++) {
+		if (ts[i].ndim != 2 || ts[i].dt != MK_DT_F32 || !strstr(ts[i].name, "layers.") ||
+		    !ends(ts[i].name, ".weight") || ends(ts[i].name, "mlp.gate.weight") ||
+		    ends(ts[i].name, "moe.gate.weight"))
+			continue;
+		char sn[1100];
+		snprintf(sn, sizeof(sn), "%s_scale_inv", ts[i].name);
+		ts[i].dt = MK_DT_F8_E4M3;
+		add(sn, MK_DT_F32, 2, (ts[i].shape[0] + qblock - 1) / qblock, (ts[i].shape[1] + qblock - 1) / qblock, 0);
+	}
 
 	/* write */
 	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
@@ -258,6 +294,8 @@ int main(int argc, char **argv)
 			total = ot[i].begin + ot[i].nbytes;
 	uint8_t *data = calloc(total ? total : 1, 1);
 	for (size_t i = 0; i < nts; i++) {
+		if (ot[i].dtype == MK_DT_F8_E4M3)
+			continue;     /* below, with its scales */
 		uint64_t s = seed * 1000003, n = ot[i].nbytes / (ot[i].dtype == MK_DT_I64 ? 8 : 4);
 		for (const char *q = ot[i].name; *q; q++)
 			s = s * 131 + (uint8_t)*q;
@@ -270,6 +308,33 @@ int main(int argc, char **argv)
 				memcpy(data + ot[i].begin + 4 * k, &v, 4);
 			}
 		}
+	}
+	for (size_t i = 0; i < nts; i++) {
+		if (ot[i].dtype != MK_DT_F8_E4M3)
+			continue;
+		uint64_t s = seed * 1000003, rows = ts[i].shape[0], cols = ts[i].shape[1], n = rows * cols;
+		uint64_t sc = (cols + qblock - 1) / qblock;
+		float *v = malloc(n * sizeof(float) + 1), *row = malloc(sc * sizeof(float) + 1);
+		char sn[1100];
+		size_t j = 0;
+		for (const char *q = ot[i].name; *q; q++)
+			s = s * 131 + (uint8_t)*q;
+		if (!v || !row)
+			abort();
+		for (uint64_t k = 0; k < n; k++)   /* the values as F32 would have them */
+			v[k] = (float)(((double)(splitmix(&s) >> 11) / 9007199254740992.0 - 0.5) * 0.08);
+		snprintf(sn, sizeof(sn), "%s_scale_inv", ot[i].name);
+		while (j < nts && strcmp(ot[j].name, sn))
+			j++;
+		if (j == nts)
+			abort();
+		for (uint64_t r0 = 0; r0 < rows; r0 += qblock) {
+			uint64_t nr = rows - r0 < qblock ? rows - r0 : qblock;
+			mk_fp8_block_row(v + r0 * cols, nr, cols, (uint32_t)qblock, data + ot[i].begin + r0 * cols, row);
+			memcpy(data + ot[j].begin + (r0 / qblock) * sc * sizeof(float), row, sc * sizeof(float));
+		}
+		free(v);
+		free(row);
 	}
 	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
 	f = fopen(path, "wb");
