@@ -557,6 +557,16 @@ const char *cli_work_file(size_t i)
 	return i < work_nfiles ? work_files[i] : NULL;
 }
 
+void cli_print_pipeline(const struct mk_stage *st, size_t n)
+{
+	cli_work_dir_keep();
+	char *s = mk_pipeline_format(st, n);
+	printf("%s\n", s ? s : "");
+	free(s);
+	cli_close_stdout();
+	exit(EXIT_OK);
+}
+
 void cli_stage_argvs(struct mk_argv *fetch, struct mk_argv *merge, struct mk_argv *pack)
 {
 	struct mk_argv *v[3] = { fetch, merge, pack };

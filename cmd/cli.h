@@ -177,6 +177,9 @@ const char *cli_work_file(size_t i);
 void cli_work_dir_on_signals(void);
 void cli_work_dir_keep(void);
 void cli_work_dir_remove(void);
+/* --print-pipeline: the stages' command line on standard output (the
+ * work directory kept for it to read), then exit 0. */
+void cli_print_pipeline(const struct mk_stage *st, size_t n) __attribute__((noreturn));
 /* Program mk-fetch, mk-merge and mk-pack's paths (cli_stage_path) as
  * the first words of the three stages' vectors. */
 void cli_stage_argvs(struct mk_argv *fetch, struct mk_argv *merge, struct mk_argv *pack);

@@ -273,14 +273,8 @@ int main(int argc, char **argv)
 		cli_argv_push(&pack, "--no-progress");
 	cli_argv_push(&pack, stage);
 	struct mk_stage st[3] = { { "mk-fetch", fetch.v }, { "mk-merge", merge.v }, { "mk-pack", pack.v } };
-	if (print) {   /* the plan stays, for the printed command to read */
-		cli_work_dir_keep();
-		char *s = mk_pipeline_format(st, 3);
-		printf("%s\n", s ? s : "");
-		free(s);
-		cli_close_stdout();
-		return EXIT_OK;
-	}
+	if (print)
+		cli_print_pipeline(st, 3);
 	cli_work_dir_on_signals();
 	struct mk_out_lock lock;
 	struct mk_extract_summary sum;

@@ -172,14 +172,8 @@ int main(int argc, char **argv)
 		cli_argv_push(&pack, "--no-progress");
 	cli_argv_push(&pack, out);
 	struct mk_stage st[3] = { { "mk-fetch", fetch.v }, { "mk-merge", merge.v }, { "mk-pack", pack.v } };
-	if (print) {   /* the plan stays, for the printed command to read */
-		cli_work_dir_keep();
-		char *s = mk_pipeline_format(st, 3);
-		printf("%s\n", s ? s : "");
-		free(s);
-		cli_close_stdout();
-		return EXIT_OK;
-	}
+	if (print)
+		cli_print_pipeline(st, 3);
 	char *partial = mk_out_partial_name(out);
 	if (!partial)
 		cli_fail_oom();
