@@ -2,11 +2,12 @@
 # (testdata/extract-lora, scripts/extract-lora-golden.py; compared by
 # test/tools/mk-adapter-compare.py: adapter_config.json's r, lora_alpha,
 # rank_pattern, alpha_pattern, target_modules and modules_to_save, the
-# tensor names, dtypes and shapes, each module's B·A within 1e-4 relative
-# Frobenius error of mergekit's in float32 (2^-7 in bfloat16), modules
-# saved whole and bias changes bit for bit); the adapter applied by
-# mk-yaml (BASE+OUT) against W + B·A computed in Python and against the
-# fine-tune at full rank; an adapter read back as BASE+ADAPTER input;
+# tensor names, dtypes and shapes, each module's B·A within 1e-5 relative
+# Frobenius error of mergekit's in float32 (the issue's bar is 1e-4; 9e-7
+# measured) and 2^-8 in bfloat16 (one rounding of the factors; 5.5e-6
+# measured), modules saved whole and bias changes bit for bit); the
+# adapter applied by mk-yaml (BASE+OUT) against W + B·A computed in Python
+# and against the fine-tune at full rank (1e-6); an adapter read back as BASE+ADAPTER input;
 # randomized errors within 1.1x the exact ones; refusals before any
 # weight is read; the stages' peak RSS within --max-memory.
 . "$MK_TOP/test/cli/lib.inc"
@@ -47,7 +48,7 @@ while read -r case base ft flags; do
 		g=$td/golden/$case
 		[ -f "$g/adapter_config.json" ] || g=$g/patched
 		printf '%s: ' "$case"
-		cmp_adapter --order "out-$case" "$g" || fail "$case: the adapter differs from mergekit's"
+		cmp_adapter --order --tol 1e-5 --bf16-tol 0.00390625 "out-$case" "$g" || fail "$case: the adapter differs from mergekit's"
 	fi
 	n=$((n + 1))
 done < "$td/CASES"
@@ -66,7 +67,7 @@ for case in qwen2-default qwen2-embed-lora gemma2-default gemma2-embed-lora; do
 		only=
 		case $a in "$td"/golden/qwen2* | */out-qwen2-embed-lora) only="--only weight" ;; esac
 		# shellcheck disable=SC2086
-		mk-st-compare --tol 1e-4 $only tied "$td/models/$m-ft" > cmp.txt ||
+		mk-st-compare --tol 1e-6 $only tied "$td/models/$m-ft" > cmp.txt ||
 			{ cat cmp.txt >&2; fail "$case: $a applied is not the fine-tune"; }
 	done
 done
@@ -82,7 +83,7 @@ mk-extract-lora -q --model f --base-model b --out-path full
 printf 'merge_method: passthrough\nmodels:\n  - model: b+full\n' > apply.yml
 mk-yaml --quiet apply.yml applied
 python3 "$MK_TOP/test/tools/mk-lora-check.py" b full applied || fail "mk-yaml applies the adapter otherwise"
-mk-st-compare --tol 2e-5 applied f > cmp.txt || { cat cmp.txt >&2; fail "b+full is not f at full rank"; }
+mk-st-compare --tol 1e-6 applied f > cmp.txt || { cat cmp.txt >&2; fail "b+full is not f at full rank"; }
 
 # a rank-4 adapter, read back as the fine-tune: the same products
 mk-extract-lora -q --model f --base-model b --out-path r4 --max-rank 4
