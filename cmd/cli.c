@@ -372,6 +372,13 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 	case CLI_RUN_SPILL: o->spill_dir = arg; return true;
 	case CLI_RUN_STRICT: o->strict = true; return true;
 	case CLI_RUN_BUFFERED: o->buffered = true; return true;
+	case CLI_RUN_QUANT:
+		if (state_dicts)
+			cli_usage_error("--quantize is not an option of %s: PyTorch state dicts carry no quantization",
+					cli_prog);
+		(void)cli_quantize_arg(arg);
+		o->quantize = arg;
+		return true;
 	case CLI_RUN_REMOTE: o->remote = true; return true;
 	case CLI_RUN_NOCACHE: o->no_cache = true; return true;
 	case CLI_RUN_QUIET: *quiet = true; return true;
@@ -405,10 +412,13 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 	}
 }
 
-void cli_quantize_arg(const char *arg)
+enum mk_requant cli_quantize_arg(const char *arg)
 {
-	if (strcmp(arg, "fp8"))
-		cli_usage_error("--quantize: expected fp8 (block FP8 as the inputs were), not '%s'", arg);
+	enum mk_requant k;
+
+	if (mk_requant_parse(arg, &k))
+		cli_usage_error("--quantize: expected fp8 or mxfp4 (the format the inputs were in), not '%s'", arg);
+	return k;
 }
 
 volatile int cli_cancel;
@@ -586,6 +596,10 @@ void cli_run_option_take(int c, const char *arg, const char *name, bool ignored,
 		cli_verbose = 1;
 	else if (c == CLI_RUN_NOQUIET && cli_verbose == 1)
 		cli_verbose = 2;      /* -q undone; a -v kept */
+	/* (mk-moe reads unquantized models only; an adapter is not quantized) */
+	if (c == CLI_RUN_QUANT)
+		cli_usage_error("--quantize is not an option of %s: it writes no weights that were stored quantized",
+				cli_prog);
 	if (!cli_run_option(ignored ? CLI_RUN_IGN0 : c, arg, name, false, o, quiet))
 		cli_usage_hint();
 }

@@ -9,6 +9,7 @@
 #include "run/procs.h"
 #include "mk/err.h"
 #include "core/text.h"
+#include "stream/manifest.h"
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
@@ -112,9 +113,10 @@ enum { CLI_RUN_FIRST = 1000, CLI_RUN_SHARD = CLI_RUN_FIRST, CLI_RUN_COPY, CLI_RU
        CLI_RUN_NOCARD, CLI_RUN_CRIMES, CLI_RUN_NOCRIMES, CLI_RUN_SEED, CLI_RUN_CUDA, CLI_RUN_NOCUDA, CLI_RUN_MEM, CLI_RUN_SPILL,
        CLI_RUN_STRICT, CLI_RUN_REMOTE, CLI_RUN_NOCACHE, CLI_RUN_QUIET, CLI_RUN_NOQUIET, CLI_RUN_CACHE,
        CLI_RUN_LORA_DT, CLI_RUN_LORA_CACHE, CLI_RUN_PLUGIN, CLI_RUN_VERBOSE, CLI_RUN_BUFFERED, CLI_RUN_IGN0,
-       CLI_RUN_IGN1, CLI_RUN_GPU_RICH, CLI_RUN_TRUNC, CLI_RUN_NOTRUNC };
-/* --quantize's value (mk-yaml, mk-pack): "fp8", else a usage error. */
-void cli_quantize_arg(const char *arg);
+       CLI_RUN_IGN1, CLI_RUN_GPU_RICH, CLI_RUN_TRUNC, CLI_RUN_NOTRUNC, CLI_RUN_QUANT };
+/* --quantize's value (mk-pack and the programs that run it): "fp8" or
+ * "mxfp4", else a usage error. */
+enum mk_requant cli_quantize_arg(const char *arg);
 
 #define CLI_RUN_OPTIONS \
 	{ "out-shard-size", 1, 0, CLI_RUN_SHARD }, \
@@ -124,7 +126,7 @@ void cli_quantize_arg(const char *arg);
 	{ "unsafe-truncate-embeddings", 0, 0, CLI_RUN_TRUNC }, { "no-unsafe-truncate-embeddings", 0, 0, CLI_RUN_NOTRUNC }, \
 	{ "random-seed", 1, 0, CLI_RUN_SEED }, { "cuda", 0, 0, CLI_RUN_CUDA }, { "no-cuda", 0, 0, CLI_RUN_NOCUDA }, \
 	{ "num-threads", 1, 0, 'j' }, { "max-memory", 1, 0, CLI_RUN_MEM }, { "spill", 1, 0, CLI_RUN_SPILL }, \
-	{ "strict", 0, 0, CLI_RUN_STRICT }, { "buffered", 0, 0, CLI_RUN_BUFFERED }, { "remote", 0, 0, CLI_RUN_REMOTE }, { "no-cache", 0, 0, CLI_RUN_NOCACHE }, \
+	{ "strict", 0, 0, CLI_RUN_STRICT }, { "buffered", 0, 0, CLI_RUN_BUFFERED }, { "quantize", 1, 0, CLI_RUN_QUANT }, { "remote", 0, 0, CLI_RUN_REMOTE }, { "no-cache", 0, 0, CLI_RUN_NOCACHE }, \
 	{ "quiet", 0, 0, CLI_RUN_QUIET }, { "no-quiet", 0, 0, CLI_RUN_NOQUIET }, { "verbose", 0, 0, CLI_RUN_VERBOSE }, \
 	{ "plugin", 1, 0, CLI_RUN_PLUGIN }, { "transformers-cache", 1, 0, CLI_RUN_CACHE }, \
 	{ "lora-merge-dtype", 1, 0, CLI_RUN_LORA_DT }, { "lora-merge-cache", 1, 0, CLI_RUN_LORA_CACHE }, \

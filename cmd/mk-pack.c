@@ -31,9 +31,10 @@ static void usage(void)
 	       "                           there, never by splice(2)\n"
 	       "      --buffered           write the tensors through the page cache (default: by\n"
 	       "                           O_DIRECT where the file system takes it)\n"
-	       "      --quantize fp8       write the weights the stream marks \"requant\" (block FP8\n"
-	       "                           in the inputs) as block FP8 again: F8_E4M3 and\n"
-	       "                           NAME_scale_inv, config.json with the quantization_config\n"
+	       "      --quantize FORMAT    write the weights the stream marks \"requant\" in FORMAT\n"
+	       "                           again, the inputs' format: fp8 (F8_E4M3 and\n"
+	       "                           NAME_scale_inv) or mxfp4 (NAME_blocks and NAME_scales);\n"
+	       "                           config.json with the quantization_config\n"
 	       "      --max-memory SIZE    refuse a stream whose chunks cannot fit; commit at most\n"
 	       "                           a quarter of SIZE to disk at a time\n"
 	       "      --progress           draw progress even when stderr is not a terminal\n"
@@ -105,7 +106,7 @@ int main(int argc, char **argv)
 		case O_RESUME: o.resume = true; break;
 		case O_NOSPLICE: o.no_splice = true; break;
 		case O_BUFFERED: o.buffered = true; break;
-		case O_QUANT: cli_quantize_arg(optarg); o.quantize = true; break;
+		case O_QUANT: o.quantize = cli_quantize_arg(optarg); break;
 		default: cli_common_option(c, optarg, &want_progress, usage);
 		}
 	}

@@ -51,9 +51,9 @@ static void usage(void)
 	       "  --force                   replace an existing OUT (mk-pack)\n"
 	       "  --strict                  fail on an output that became NaN or infinite (mk-merge)\n"
 	       "  --buffered                write the output through the page cache, not O_DIRECT (mk-pack)\n"
-	       "  --quantize fp8            write the weights the base model (else the first) stores\n"
-	       "                            block FP8 as block FP8 again, with its quantization_config\n"
-	       "                            (mk-pack --quantize); not with --resume\n"
+	       "  --quantize FORMAT         fp8 or mxfp4: write the weights the base model (else the\n"
+	       "                            first) stores in FORMAT so again, with its\n"
+	       "                            quantization_config (mk-pack --quantize); not with --resume\n"
 	       "  --resume                  continue an interrupted merge into OUT: the tensors\n"
 	       "                            OUT.mk-partial has are checked and not made again\n"
 	       "                            (mk-fetch --skip-done, mk-pack --resume)\n"
@@ -146,10 +146,10 @@ static void stage_args(const struct mk_run_opts *o, char **plugins, size_t nplug
 
 int main(int argc, char **argv)
 {
-	enum { O_PRINT = 256, O_PROCS, O_FORCE, O_RESUME, O_QUANT };
+	enum { O_PRINT = 256, O_PROCS, O_FORCE, O_RESUME };
 	static const struct option lo[] = {
 		{ "print-pipeline", 0, 0, O_PRINT }, { "processes", 0, 0, O_PROCS }, { "force", 0, 0, O_FORCE },
-		{ "resume", 0, 0, O_RESUME }, { "quantize", 1, 0, O_QUANT }, { "help", 0, 0, 'h' }, { "version", 0, 0, 'V' },
+		{ "resume", 0, 0, O_RESUME }, { "help", 0, 0, 'h' }, { "version", 0, 0, 'V' },
 		CLI_RUN_OPTIONS,
 		{ 0 },
 	};
@@ -178,7 +178,6 @@ int main(int argc, char **argv)
 		case O_PROCS: procs = true; break;
 		case O_FORCE: ro.force = true; break;
 		case O_RESUME: resume = true; ro.resume = true; break;
-		case O_QUANT: cli_quantize_arg(optarg); ro.quantize_fp8 = true; break;
 		case CLI_RUN_PLUGIN: {
 			/* loaded where the merge runs: here (run_here), or by
 			 * mk-plan and mk-merge */

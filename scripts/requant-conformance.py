@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""requant-conformance.py - mk-yaml --quantize fp8 against transformers, in
+"""requant-conformance.py - mk-yaml --quantize against transformers, in
 the reference venv, outside `make check`:
 
   ~/.cache/mk/mergekit-0.1.5-venv/bin/python scripts/requant-conformance.py build
@@ -19,6 +19,14 @@ weights read dequantized) and with --quantize fp8.  Then:
      and its subnormals' half step, times the block's scale s), plus
      BF16's rounding of the result; the other tensors are the plain
      merge's exactly.
+  3. the same two checks for qwen3_moe models whose block-FP8 experts
+     are stored one by one, fused in mk's output (their NAME_scale_inv
+     over [E, rows, cols]), and the model generates;
+  4. gpt-oss MXFP4 models merged with --quantize mxfp4 (float32 and
+     BF16 merges): transformers loads the output with
+     Mxfp4Config(dequantize=True), every expert value within one step of
+     its group's scale of the plain merge (FP4's steps are at most 2
+     apart), the other tensors exact, and it generates.
 The numbers (largest error, its ratio to the bound) are printed; exit 1
 on a failure.
 """
@@ -113,6 +121,139 @@ def check(build, w, name, gen, block, dtype):
           f"{nexact} other tensors exact")
 
 
+def yml(path, a, b, dtype):
+    with open(path, "w") as f:
+        f.write(f"merge_method: linear\nmodels:\n  - model: {a}\n    parameters: {{weight: 0.3}}\n"
+                f"  - model: {b}\n    parameters: {{weight: 0.7}}\ndtype: {dtype}\n")
+
+
+def check_fused_fp8(build, w):
+    """qwen3_moe models whose 8 experts are stored one by one, block FP8
+    (4x4 blocks over 8x8 matrices, the sizes transformers takes): mk's
+    fused output with --quantize fp8 is transformers' Fp8Quantize of the
+    plain merge's fused experts, and transformers loads it."""
+    tool = os.path.join(build, "tools", "mk-gen-arch")
+    yaml = os.path.join(build, "bin", "mk-yaml")
+    a, b = os.path.join(w, "moe-a"), os.path.join(w, "moe-b")
+    for s, d in ((1, a), (2, b)):
+        run(tool, "--unfused", 8, "--quantized", "fp8", "--quant-block", 4, "--layers", 2, "--seed", s, "qwen3_moe", d)
+        cp = os.path.join(d, "config.json")
+        with open(cp) as fh:
+            c = json.load(fh)
+        c.update(hidden_size=8, intermediate_size=8, moe_intermediate_size=8, num_attention_heads=1,
+                 num_key_value_heads=1, head_dim=8, num_experts=8, num_experts_per_tok=2,
+                 decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=False,
+                 max_position_embeddings=64)
+        with open(cp, "w") as fh:
+            json.dump(c, fh, indent=2)
+    y = os.path.join(w, "moe.yml")
+    yml(y, a, b, "bfloat16")
+    plain, quant = os.path.join(w, "moe-plain"), os.path.join(w, "moe-q")
+    run(yaml, "--quiet", y, plain)
+    run(yaml, "--quiet", "--quantize", "fp8", y, quant)
+    p = load_file(os.path.join(plain, "model.safetensors"))
+    q = load_file(os.path.join(quant, "model.safetensors"))
+    with open(os.path.join(quant, "config.json")) as f:
+        qc = json.load(f)["quantization_config"]
+    from transformers.integrations.finegrained_fp8 import Fp8Quantize
+
+    class Q:
+        class quantization_config:
+            weight_block_size = qc["weight_block_size"]
+            scale_fmt = None
+    op = Fp8Quantize(Q)
+    bs = qc["weight_block_size"]
+    # mk writes the fused experts as the donor stores them: per expert,
+    # gate_proj / up_proj (gate_up_proj's rows cut in two) and down_proj
+    fused = [k for k in p if k.endswith("experts.gate_up_proj") or k.endswith("experts.down_proj")]
+    scales = {}
+    nparts = 0
+    for k in fused:
+        pre, last = k.rsplit(".", 1)
+        parts = ["gate_proj", "up_proj"] if last == "gate_up_proj" else ["down_proj"]
+        E, R, C = p[k].shape
+        pr = R // len(parts)
+        ss = []
+        for e in range(E):
+            for i, nm in enumerate(parts):
+                pn = f"{pre}.{e}.{nm}.weight"
+                if pn not in q or q[pn].dtype != torch.float8_e4m3fn:
+                    sys.exit(f"fused-fp8: {pn} is not written block FP8")
+                r = op._quantize_one(pn, p[k][e, i * pr:(i + 1) * pr].contiguous())
+                if not torch.equal(r[pn].view(torch.uint8), q[pn].view(torch.uint8)) or \
+                        not torch.equal(r[pn + "_scale_inv"], q[pn + "_scale_inv"]):
+                    sys.exit(f"fused-fp8: {pn}: differs from transformers' Fp8Quantize of the plain merge's part")
+                ss.append(q[pn + "_scale_inv"].float().repeat_interleave(bs[0], 0).repeat_interleave(bs[1], 1)
+                          [:pr, :C])
+                nparts += 1
+        scales[k] = torch.cat(ss).reshape(E, R, C)
+    m = AutoModelForCausalLM.from_pretrained(
+        quant, quantization_config=FineGrainedFP8Config(dequantize=True, weight_block_size=tuple(bs)),
+        dtype=torch.float32, device_map="cpu")
+    sd = m.state_dict()
+    worst = 0.0
+    for k in fused:
+        d, pf, s = sd[k].float(), p[k].float(), scales[k]
+        bound = (2.0 ** -4 * pf.abs() + 2.0 ** -10 * s) * (1 + 2.0 ** -8) + 2.0 ** -9 * d.abs()
+        ratio = float(((d - pf).abs() / bound).max())
+        worst = max(worst, ratio)
+        if ratio > 1.0:
+            sys.exit(f"fused-fp8: {k}: transformers' dequantization is off the plain merge by {ratio:.3f} of FP8 rounding")
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.no_grad():
+        out = m.generate(ids, max_new_tokens=4, do_sample=False)
+    print(f"fused-fp8: {nparts} per-expert parts of {len(fused)} fused weights are transformers' Fp8Quantize of the "
+          f"plain merge's, bit for bit; transformers loads and fuses them within {worst:.3f} of FP8 rounding and "
+          f"generates {out.shape[1] - 3} tokens")
+
+
+def check_mxfp4(build, w, dtype):
+    """gpt-oss MXFP4 models: mk's merge with --quantize mxfp4 loads in
+    transformers (Mxfp4Config(dequantize=True), CPU), each expert value
+    within one step of its group's scale of the plain merge, the rest
+    exact, and generates."""
+    from transformers import Mxfp4Config
+    tool = os.path.join(build, "tools", "mk-gen-model")
+    yaml = os.path.join(build, "bin", "mk-yaml")
+    gen = ["--arch", "gpt_oss", "--quantized", "mxfp4", "--dtype", "BF16", "--hidden", "128", "--inter", "192",
+           "--experts", "4", "--layers", "2", "--vocab", "64", "--heads", "4", "--kv-heads", "2"]
+    a, b = os.path.join(w, "mx-a"), os.path.join(w, "mx-b")
+    run(tool, *gen, "--seed", 1, a)
+    run(tool, *gen, "--seed", 2, b)
+    y = os.path.join(w, "mx.yml")
+    yml(y, a, b, dtype)
+    plain, quant = os.path.join(w, "mx-plain-" + dtype), os.path.join(w, "mx-q-" + dtype)
+    run(yaml, "--quiet", y, plain)
+    run(yaml, "--quiet", "--quantize", "mxfp4", y, quant)
+    p = load_file(os.path.join(plain, "model.safetensors"))
+    q = load_file(os.path.join(quant, "model.safetensors"))
+    m = AutoModelForCausalLM.from_pretrained(quant, quantization_config=Mxfp4Config(dequantize=True), device_map="cpu")
+    sd = m.state_dict()
+    nq = nexact = 0
+    worst = 0.0
+    for k, pv in p.items():
+        d, pf = sd[k].float(), pv.float()
+        if k + "_scales" in q:
+            E, C, R = pf.shape
+            step = torch.exp2(q[k + "_scales"].to(torch.float32) - 127)                    # [E, R, C/32]
+            step = step.repeat_interleave(32, 2).transpose(1, 2)                            # [E, C, R]
+            pb = pf.to(torch.bfloat16).float()
+            ratio = float(((d - pb).abs() / step).max())
+            worst = max(worst, ratio)
+            if ratio > 1.0:
+                sys.exit(f"mxfp4-{dtype}: {k}: transformers' dequantization is {ratio:.3f} steps off the plain merge")
+            nq += 1
+        elif not torch.equal(d, pf.to(sd[k].dtype).float()):
+            sys.exit(f"mxfp4-{dtype}: {k}: transformers loads other values than the plain merge's")
+        else:
+            nexact += 1
+    with torch.no_grad():
+        out = m.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=4, do_sample=False)
+    print(f"mxfp4-{dtype}: transformers (Mxfp4Config(dequantize=True), CPU) loads mk's --quantize mxfp4 output: {nq} "
+          f"expert weights within {worst:.3f} of a step of their groups' scale, {nexact} other tensors exact; "
+          f"generates {out.shape[1] - 3} tokens")
+
+
 def main():
     build = sys.argv[1] if len(sys.argv) > 1 else "build"
     small = ["--dtype", "BF16", "--hidden", "64", "--inter", "96", "--layers", "1", "--vocab", "16",
@@ -123,6 +264,9 @@ def main():
         check(build, w, "small-32-f32", small, 32, "float32")
         check(build, w, "small-32-bf16", small, 32, "bfloat16")
         check(build, w, "llama-128-bf16", big, 128, "bfloat16")
+        check_fused_fp8(build, w)
+        check_mxfp4(build, w, "float32")
+        check_mxfp4(build, w, "bfloat16")
     print("requant-conformance: ok")
 
 

@@ -92,9 +92,10 @@ struct mk_run_opts {
 	 * of different sizes are merged over the smallest one (the rows past
 	 * it dropped) instead of refused */
 	bool unsafe_truncate_embeddings;
-	/* mk-yaml --quantize fp8: the weights the inputs stored block FP8
-	 * written so again (mk_pack_opts.quantize, mk-pack(1)) */
-	bool quantize_fp8;
+	/* --quantize: "fp8" or "mxfp4", the weights the base model (else the
+	 * first model) stored in that format written so again (mk-pack(1)
+	 * --quantize); NULL: written in the merge's dtype */
+	const char *quantize;
 };
 
 /* What the stages of a run did beyond the plan. */

@@ -221,9 +221,11 @@ int mk_pack_run(const struct mk_pack_opts *o, struct mk_io in, const char *label
 	 * (and, quantizing, a block-row of the widest weight) */
 	if (o->budget && p.in && mk_budget_pack_frames(p.man->chunk_bytes) + mk__pack_quant_row_bytes(p.in) > o->budget) {
 		rc = mk_err_set(err, MK_ENOMEM,
-				"%s: --quantize fp8 holds a block-row of %llu bytes beside chunks of %llu bytes, more than "
+				"%s: --quantize %s holds a %s of %llu bytes beside chunks of %llu bytes, more than "
 				"--max-memory %llu",
-				label, (unsigned long long)mk__pack_quant_row_bytes(p.in),
+				label, mk_requant_name(o->quantize),
+				o->quantize == MK_REQUANT_MXFP4 ? "group-row and an expert's codes" : "block-row",
+				(unsigned long long)mk__pack_quant_row_bytes(p.in),
 				(unsigned long long)p.man->chunk_bytes, (unsigned long long)o->budget);
 		goto out;
 	}

@@ -36,6 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "mk/err.h"
+#include "stream/manifest.h"
 #include "mk/stream.h"
 
 #define MK_PACK_DEFAULT_SHARD 5000000000ull  /* mergekit's "5B" */
@@ -68,10 +69,12 @@ struct mk_pack_opts {
 	 * with NAME.safetensors.index.json; NULL: "model".  A PEFT adapter's
 	 * is "adapter_model" (mk-extract-lora).  [A-Za-z0-9_.-], 1 to 64. */
 	const char *basename;
-	/* --quantize fp8: the tensors the HEAD marks "requant" written block
-	 * FP8 (F8_E4M3 and NAME_scale_inv, float32), config.json given the
-	 * HEAD's quantization_config (pack_quant.c); not with resume */
-	bool quantize;
+	/* --quantize fp8|mxfp4: the tensors the HEAD marks "requant" written
+	 * in that format, which must be the HEAD's quantization_config's
+	 * (fp8: F8_E4M3 and NAME_scale_inv, float32; mxfp4: NAME_blocks and
+	 * NAME_scales), config.json given that quantization_config
+	 * (pack_quant.c); not with resume.  MK_REQUANT_NONE: as they come. */
+	enum mk_requant quantize;
 };
 
 struct mk_pack_stats {

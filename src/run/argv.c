@@ -81,7 +81,7 @@ int mk_run_stage_args(const struct mk_run_opts *o, unsigned verbose, struct mk_a
 	if (!rc)
 		rc = push_if(pack, o->buffered, "--buffered", NULL, err);
 	if (!rc)
-		rc = push_if(pack, o->quantize_fp8, "--quantize", "fp8", err);
+		rc = push_if(pack, o->quantize != NULL, "--quantize", o->quantize, err);
 	if (!rc && o->threads)
 		rc = push_num(merge, "-j", o->threads, err);
 	for (unsigned i = 0; !rc && i < verbose; i++)

@@ -348,9 +348,14 @@ static int run_plan(struct run *r, bool raw, enum mk_raw_missing missing, bool s
 		return mk_err_set(err, MK_EINVAL, "a merge into memory (a sink) writes no output directory: give no out_dir and no resume");
 	if (!o->sink && (!o->out_dir || !o->out_dir[0]))
 		return mk_err_set(err, MK_EINVAL, "no output directory given");
+	enum mk_requant quantize = MK_REQUANT_NONE;
+	if (o->quantize && mk_requant_parse(o->quantize, &quantize))
+		return mk_err_set(err, MK_EINVAL, "quantize: expected \"fp8\" or \"mxfp4\", not \"%s\"", o->quantize);
+	if (o->quantize && o->sink)
+		return mk_err_set(err, MK_EINVAL, "quantize: a merge into memory (a sink) is given floats; give no quantize");
 	/* OUT refused before any work, as mk-pack would */
 	r->pko = (struct mk_pack_opts){ .out_dir = o->out_dir, .force = o->force, .resume = o->resume, .resumable = true,
-					.keep_partial = o->resume, .buffered = o->buffered, .quantize = o->quantize_fp8,
+					.keep_partial = o->resume, .buffered = o->buffered, .quantize = quantize,
 					.shard_size = o->out_shard_size ? o->out_shard_size : MK_PACK_DEFAULT_SHARD,
 					.progress = pack_progress, .progress_ctx = r };
 	if (!streamed && !o->sink &&

@@ -410,7 +410,14 @@ static int decode_vocab(json_t *o, struct mk_plan_job *j, json_t *ins, const str
 
 /* What a job's inputs must share, since they are read in one range at a
  * time: rows of one length, and a sub-byte dtype (F4, F6) only with
- * itself (a range of such inputs must stay on whole bytes in each). */
+ * itself (a range of such inputs must stay on whole bytes in each),
+ * unless it is read dequantized ("quant": sent in load_dtype, element by
+ * element). */
+static unsigned read_granule(const struct mk_plan_input *in)
+{
+	return in->quant ? 1 : mk_dtype_elem_granule(in->desc.dtype);
+}
+
 static int check_inputs_agree(const struct mk_plan_job *j, struct mk_err *err)
 {
 	const struct mk_plan_input *a = &j->inputs[0];
@@ -422,8 +429,7 @@ static int check_inputs_agree(const struct mk_plan_job *j, struct mk_err *err)
 			return mk_err_set(err, MK_EFORMAT, "JOB %u: inputs 0 and %zu have rows of different lengths (%llu and %llu elements)",
 					  j->id, i, (unsigned long long)rl,
 					  (unsigned long long)mk_shape_row_len(b->desc.ndim, b->desc.shape));
-		if ((mk_dtype_elem_granule(a->desc.dtype) > 1 || mk_dtype_elem_granule(b->desc.dtype) > 1) &&
-		    a->desc.dtype != b->desc.dtype)
+		if ((read_granule(a) > 1 || read_granule(b) > 1) && a->desc.dtype != b->desc.dtype)
 			return mk_err_set(err, MK_EFORMAT, "JOB %u: inputs 0 and %zu are %s and %s: a %s input goes only with inputs of its own dtype",
 					  j->id, i, mk_dtype_name(a->desc.dtype), mk_dtype_name(b->desc.dtype),
 					  mk_dtype_elem_granule(a->desc.dtype) > 1 ? mk_dtype_name(a->desc.dtype) :

@@ -29,8 +29,12 @@ void mk_manifest_free(struct mk_manifest *m)
 {
 	if (!m)
 		return;
-	for (size_t i = 0; i < m->ntensors; i++)
+	for (size_t i = 0; i < m->ntensors; i++) {
 		free(m->tensors[i].name);
+		for (size_t k = 0; k < m->tensors[i].nrequant_parts; k++)
+			free(m->tensors[i].requant_parts[k]);
+		free(m->tensors[i].requant_parts);
+	}
 	for (size_t i = 0; i < m->nfiles; i++)
 		free(m->files[i].name);
 	free(m->tensors);
@@ -247,8 +251,17 @@ int mk_manifest_encode(const struct mk_manifest *m, char **out, size_t *len,
 		const struct mk_manifest_tensor *t = &m->tensors[i];
 		json_t *e = json_pack("{s:s,s:s,s:o}", "name", t->name, "dtype", mk_dtype_name(t->desc.dtype),
 				      "shape", sj_shape(t->desc.ndim, t->desc.shape));
-		if (e && t->requant && json_object_set_new(e, "requant", json_string("fp8")))
+		if (e && t->requant &&
+		    json_object_set_new(e, "requant", json_string(mk_requant_name(t->requant))))
 			b.oom = true;
+		if (e && t->nrequant_parts) {
+			json_t *a = json_array();
+			for (size_t k = 0; a && k < t->nrequant_parts; k++)
+				if (json_array_append_new(a, json_string(t->requant_parts[k])))
+					b.oom = true;
+			if (!a || json_object_set_new(e, "requant_parts", a))
+				b.oom = true;
+		}
 		sj_put_entry(&b, i, e);
 	}
 	mk_sbuf_add(&b, "]", 1);
@@ -352,13 +365,37 @@ static int decode_tensor(json_t *v, size_t i, struct mk_manifest *m, struct mk_e
 	if (!strcmp(nm, "__metadata__"))
 		return mk_err_set(err, MK_EFORMAT, "HEAD: a tensor may not be named '__metadata__' (safetensors keeps that key)");
 	json_t *rq = json_object_get(v, "requant");
-	if (rq && (!json_is_string(rq) || strcmp(json_string_value(rq), "fp8") || !mk_dtype_is_float(d.dtype) ||
-		   d.ndim < 2))
-		return mk_err_set(err, MK_EFORMAT, "HEAD: tensor '%s': \"requant\" is \"fp8\", of a float tensor of 2 or more axes",
-				  nm);
+	enum mk_requant kind = MK_REQUANT_NONE;
+	bool bad = rq && (!json_is_string(rq) || mk_requant_parse(json_string_value(rq), &kind) || !kind);
+	if (rq && (bad || !mk_dtype_is_float(d.dtype) || d.ndim < 2 ||
+		   (kind == MK_REQUANT_MXFP4 && (d.ndim != 3 || d.shape[1] % 32))))
+		return mk_err_set(err, MK_EFORMAT,
+				  "HEAD: tensor '%s': \"requant\" is \"fp8\", of a float tensor of 2 or more axes, or "
+				  "\"mxfp4\", of a float tensor [E, C, R] with C a multiple of 32", nm);
+	json_t *parts = json_object_get(v, "requant_parts");
+	if (parts && (kind != MK_REQUANT_FP8 || !json_is_array(parts) || !json_array_size(parts)))
+		return mk_err_set(err, MK_EFORMAT, "HEAD: tensor '%s': \"requant_parts\" is a list of names, with "
+				  "\"requant\": \"fp8\"", nm);
 	int rc = mk_manifest_add_tensor(m, nm, d.dtype, d.ndim, d.shape, err);
-	if (!rc && rq)
-		m->tensors[m->ntensors - 1].requant = true;
+	if (!rc)
+		m->tensors[m->ntensors - 1].requant = kind;
+	if (!rc && parts) {
+		size_t n = json_array_size(parts);
+		char **names = calloc(n, sizeof(*names));
+		if (!names)
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		for (size_t k = 0; !rc && k < n; k++)
+			if (!json_is_string(json_array_get(parts, k)))
+				rc = mk_err_set(err, MK_EFORMAT, "HEAD: tensor '%s': \"requant_parts\" is a list of names",
+						nm);
+			else
+				names[k] = (char *)json_string_value(json_array_get(parts, k));
+		if (!rc)
+			rc = mk_manifest_set_requant_parts(&m->tensors[m->ntensors - 1], names, n, err);
+		free(names);
+		if (rc)
+			mk_err_prefix(err, "HEAD: ");
+	}
 	return rc;
 }
 
@@ -509,9 +546,10 @@ int mk_manifest_decode(const void *buf, size_t len, struct mk_manifest **out,
 	}
 	{
 		json_t *q = json_object_get(top, "quantization_config");
-		bool any = false;
-		for (i = 0; i < m->ntensors && !any; i++)
-			any = m->tensors[i].requant;
+		size_t any = m->ntensors;
+		for (i = 0; i < m->ntensors && any == m->ntensors; i++)
+			if (m->tensors[i].requant)
+				any = i;
 		if (q) {
 			char *t = json_dumps(q, JSON_COMPACT | JSON_PRESERVE_ORDER);
 			rc = t ? mk_manifest_set_quant(m, t, strlen(t), err) : mk_err_set(err, MK_ENOMEM, "out of memory");
@@ -520,7 +558,14 @@ int mk_manifest_decode(const void *buf, size_t len, struct mk_manifest **out,
 				mk_err_prefix(err, "HEAD: ");
 				goto out;
 			}
-		} else if (any) {
+			for (i = 0; i < m->ntensors; i++)
+				if (m->tensors[i].requant && m->tensors[i].requant != m->quant_kind) {
+					rc = mk_err_set(err, MK_EFORMAT,
+							"HEAD: tensor '%s' is marked \"requant\" in another format than "
+							"the \"quantization_config\"'s quant_method", m->tensors[i].name);
+					goto out;
+				}
+		} else if (any < m->ntensors) {
 			rc = mk_err_set(err, MK_EFORMAT, "HEAD: tensors marked \"requant\" without a \"quantization_config\"");
 			goto out;
 		}
@@ -581,6 +626,46 @@ int mk_sr_head(struct mk_stream_reader *r, const char *label, const char *kind, 
 	return rc;
 }
 
+int mk_manifest_set_requant_parts(struct mk_manifest_tensor *t, char *const *names, size_t n, struct mk_err *err)
+{
+	uint64_t cols = t->desc.ndim ? t->desc.shape[t->desc.ndim - 1] : 0;
+
+	if (!n || !cols || t->nelem % n || (t->nelem / n) % cols)
+		return mk_err_set(err, MK_EFORMAT, "tensor '%s': %zu \"requant_parts\" do not split its %llu elements "
+				  "into whole rows", t->name, n, (unsigned long long)t->nelem);
+	char **v = calloc(n, sizeof(*v));
+	if (!v)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t k = 0; k < n; k++)
+		if (!(v[k] = strdup(names[k]))) {
+			while (k--)
+				free(v[k]);
+			free(v);
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		}
+	for (size_t k = 0; k < t->nrequant_parts; k++)
+		free(t->requant_parts[k]);
+	free(t->requant_parts);
+	t->requant_parts = v;
+	t->nrequant_parts = n;
+	return 0;
+}
+
+const char *mk_requant_name(enum mk_requant k)
+{
+	return k == MK_REQUANT_FP8 ? "fp8" : k == MK_REQUANT_MXFP4 ? "mxfp4" : NULL;
+}
+
+int mk_requant_parse(const char *name, enum mk_requant *out)
+{
+	for (enum mk_requant k = MK_REQUANT_FP8; k <= MK_REQUANT_MXFP4; k++)
+		if (!strcmp(name, mk_requant_name(k))) {
+			*out = k;
+			return 0;
+		}
+	return -1;
+}
+
 int mk_manifest_set_quant(struct mk_manifest *m, const char *text, size_t len, struct mk_err *err)
 {
 	json_error_t je;
@@ -594,11 +679,13 @@ int mk_manifest_set_quant(struct mk_manifest *m, const char *text, size_t len, s
 		b0 = json_integer_value(json_array_get(bs, 0));
 		b1 = json_integer_value(json_array_get(bs, 1));
 	}
-	if (!json_is_object(q) || !qm || strcmp(qm, "fp8") || b0 < 1 || b0 > (1 << 20) || b1 < 1 || b1 > (1 << 20)) {
+	bool mx = json_is_object(q) && qm && !strcmp(qm, "mxfp4");
+	if (!mx && (!json_is_object(q) || !qm || strcmp(qm, "fp8") || b0 < 1 || b0 > (1 << 20) || b1 < 1 ||
+		    b1 > (1 << 20))) {
 		json_decref(q);
 		return mk_err_set(err, MK_EFORMAT,
 				  "\"quantization_config\" is an object with quant_method \"fp8\" and a weight_block_size of "
-				  "two sides from 1 to 2^20");
+				  "two sides from 1 to 2^20, or with quant_method \"mxfp4\"");
 	}
 	t = json_dumps(q, JSON_COMPACT | JSON_PRESERVE_ORDER);
 	json_decref(q);
@@ -606,7 +693,8 @@ int mk_manifest_set_quant(struct mk_manifest *m, const char *text, size_t len, s
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
 	free(m->quant_config);
 	m->quant_config = t;
-	m->quant_block[0] = (uint32_t)b0;
-	m->quant_block[1] = (uint32_t)b1;
+	m->quant_kind = mx ? MK_REQUANT_MXFP4 : MK_REQUANT_FP8;
+	m->quant_block[0] = mx ? 0 : (uint32_t)b0;
+	m->quant_block[1] = mx ? 0 : (uint32_t)b1;
 	return 0;
 }

@@ -11,9 +11,10 @@
  *    "seed": 0, "plugins": [{"name", "abi",   tensors stream mk-merge
  *    "spec_sha256"}], "jobs": 21,            writes from them)
  *    "held_bytes_max": 0, "spilled_jobs": 0,
- *    "quantization_config": {...},            block-FP8 inputs only
+ *    "quantization_config": {...},            block-FP8 or MXFP4 inputs only
  *    "tensors": [{"name": ..., "dtype": "BF16", "shape": [..],
- *                 "requant": "fp8" (optional)}, ...],
+ *                 "requant": "fp8" | "mxfp4" (optional),
+ *                 "requant_parts": ["NAME", ...] (optional, fp8)}, ...],
  *    "files": [{"name": "config.json", "size": 663}, ...]}
  * "tensors" is the output manifest, in write order.  Keys this version
  * does not know are kept (extra) and passed on, after the plan's keys and
@@ -28,14 +29,26 @@
 #include "mk/dtype.h"
 #include "mk/err.h"
 
+/* How a weight was stored quantized in the model whose config.json the
+ * output keeps, so that mk-pack --quantize writes it so again. */
+enum mk_requant {
+	MK_REQUANT_NONE = 0,
+	MK_REQUANT_FP8,          /* "fp8": block FP8, a float tensor of 2 or more axes */
+	MK_REQUANT_MXFP4,        /* "mxfp4": gpt-oss's experts, a float tensor
+				    [E, C, R] with C a multiple of 32 */
+};
+
 struct mk_manifest_tensor {
 	char *name;
 	struct mk_tensor_desc desc;
 	uint64_t nelem, nbytes;
-	/* the weight was block FP8 in the model whose config.json the
-	 * output keeps: mk-pack --quantize fp8 writes it so again
-	 * ("requant": "fp8"; a float tensor of 2 or more axes) */
-	bool requant;
+	enum mk_requant requant; /* "requant" (the HEAD's quant_method) */
+	/* "requant_parts" (fp8 only): the donor stored this weight as parts
+	 * one after another, each its own block-FP8 tensor (experts stored
+	 * one by one, fused here): written as those parts again, under these
+	 * names, each nelem / nparts elements of rows of the last axis */
+	char **requant_parts;
+	size_t nrequant_parts;
 };
 
 struct mk_manifest_file {
@@ -88,10 +101,12 @@ struct mk_manifest {
 	uint64_t held_bytes_max; /* largest job mk-merge holds in memory */
 	uint64_t spilled_jobs; /* jobs mk-merge replays from --spill DIR */
 	/* the quantization_config (compact JSON text of an object with
-	 * quant_method "fp8" and weight_block_size [rows, cols]) that the
-	 * requant tensors had, for mk-pack --quantize fp8; NULL: none.
-	 * Carried by every stage, as the plan's keys. */
+	 * quant_method "fp8" and weight_block_size [rows, cols], or
+	 * quant_method "mxfp4") that the requant tensors had, for mk-pack
+	 * --quantize; NULL: none.  Carried by every stage, as the plan's
+	 * keys.  quant_kind: its method; quant_block: fp8's block. */
 	char *quant_config;
+	enum mk_requant quant_kind;
 	uint32_t quant_block[2];
 	void *extra;           /* unknown keys (json_t *), owned */
 };
@@ -144,10 +159,19 @@ int mk_sr_head(struct mk_stream_reader *r, const char *label, const char *kind,
 	       const char *need, struct mk_manifest **man, struct mk_frame *f,
 	       struct mk_err *err);
 
-/* Set quant_config and quant_block from a quantization_config object's
- * JSON text (checked: quant_method "fp8", weight_block_size of two sides
- * 1 to 2^20). */
+/* Set quant_config, quant_kind and quant_block from a
+ * quantization_config object's JSON text (checked: quant_method "fp8"
+ * with a weight_block_size of two sides 1 to 2^20, or "mxfp4"). */
 int mk_manifest_set_quant(struct mk_manifest *m, const char *json, size_t len, struct mk_err *err);
+
+/* Set tensor t's requant_parts to copies of the n names (0, or an error
+ * when they do not split it into whole rows). */
+int mk_manifest_set_requant_parts(struct mk_manifest_tensor *t, char *const *names, size_t n, struct mk_err *err);
+
+/* The name of a requant format ("fp8", "mxfp4"; NULL for none), and the
+ * format of a name: 0, or -1 for a name that is none of them. */
+const char *mk_requant_name(enum mk_requant k);
+int mk_requant_parse(const char *name, enum mk_requant *out);
 
 /* Index of a tensor by name, or -1 (linear search; for tools). */
 long mk_manifest_find(const struct mk_manifest *m, const char *name);

@@ -83,10 +83,11 @@ if mk-st-compare --tol 0 back plain-bf16 > /dev/null; then fail "re-read output 
 # refused: a merge of models that were not block FP8, another format,
 # --resume
 lin p.yml plain plain2 float32
-expect_fail 1 "marks no weight as block FP8" mk-yaml --quiet --quantize fp8 p.yml pq
+expect_fail 1 "marks no weight as quantized" mk-yaml --quiet --quantize fp8 p.yml pq
 no_out pq
-expect_fail 2 "expected fp8" mk-pack --quantize int8 x
-expect_fail 2 "expected fp8" mk-yaml --quantize mxfp4 f32.yml x
+expect_fail 2 "expected fp8 or mxfp4" mk-pack --quantize int8 x
+expect_fail 1 "write them so with --quantize fp8" mk-yaml --quiet --quantize mxfp4 f32.yml x
+no_out x
 expect_fail 1 "cannot be combined" mk-yaml --quiet --quantize fp8 --resume f32.yml rs
 
 # memory: a weight's block-rows, one at a time.  Matrices of 8192 x 1024

@@ -31,6 +31,7 @@ class _RunOpts(ctypes.Structure):
         ("warn", _WARN), ("warn_ctx", ctypes.c_void_p), ("buffered", ctypes.c_bool),
         ("stats", ctypes.c_void_p),   # struct mk_run_stats *: not kept here (NULL)
         ("sink", _SINK), ("sink_ctx", ctypes.c_void_p), ("unsafe_truncate_embeddings", ctypes.c_bool),
+        ("quantize", ctypes.c_char_p),
     ]
 
 

@@ -130,7 +130,8 @@ def _run(merge_config, out_path, options, config_source=None, sink=None, stop=No
                  spill_dir=os.fsencode(opt.spill) if opt.spill else None, force=bool(opt.force),
                  resume=bool(opt.resume), strict=bool(opt.strict), remote=bool(opt.remote),
                  no_cache=bool(opt.no_cache), progress=cb, cancel=ctypes.pointer(cancel), warn=wcb,
-                 buffered=bool(opt.buffered), unsafe_truncate_embeddings=bool(opt.unsafe_truncate_embeddings))
+                 buffered=bool(opt.buffered), unsafe_truncate_embeddings=bool(opt.unsafe_truncate_embeddings),
+                 quantize=opt.quantize.encode() if opt.quantize else None)
     if opt.lora_merge_dtype:
         dt = ctypes.c_int()
         if lib.mk_config_dtype_parse(str(opt.lora_merge_dtype).encode(), ctypes.byref(dt), None, None):

@@ -62,6 +62,9 @@ _MK = (
     # a threading.Event: set from anywhere, it stops the merge (no output)
     ("cancel_event", _ANY, None, True),
     ("buffered", _BOOL, False, False),   # write through the page cache, not O_DIRECT
+    # "fp8" or "mxfp4": the weights the base model (else the first) stored
+    # in that format written so again (mk-pack --quantize)
+    ("quantize", _STR, None, True),
 )
 
 # mergekit's fields that change nothing in mk, and why
