@@ -46,6 +46,8 @@ static void usage(void)
 	       "  --lora-merge-dtype D      a BASE+ADAPTER model's weights are loaded as D\n"
 	       "  --strict                  fail on an output that became NaN or infinite\n"
 	       "  --buffered                write the outputs through the page cache, not O_DIRECT\n"
+	       "  --quantize FORMAT         fp8 or mxfp4: each merge's weights its base model\n"
+	       "                            stores in FORMAT written so again (mk-yaml --quantize)\n"
 	       "  --quiet                   no progress\n"
 	       "  -v, --verbose             say more\n"
 	       "  -h, --help, -V, --version\n"

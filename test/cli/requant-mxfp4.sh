@@ -49,6 +49,14 @@ cmp procs/model.safetensors q-f32/model.safetensors || fail "mk-yaml --processes
 mk-fetch --chunk-size 1KiB < plan.mks | mk-merge | mk-pack --quantize mxfp4 small
 cmp small/model.safetensors q-f32/model.safetensors || fail "1 KiB chunks: the quantized merge differs"
 
+# mk-multi: each merge quantized, the next reading it dequantized
+printf 'name: first\nmerge_method: linear\nmodels:\n  - model: a\n    parameters: {weight: 0.3}\n  - model: b\n    parameters: {weight: 0.7}\ndtype: bfloat16\n---\nmerge_method: linear\nmodels:\n  - model: first\n    parameters: {weight: 0.5}\n  - model: a\n    parameters: {weight: 0.5}\ndtype: bfloat16\n' > multi.yml
+mk-multi --quiet --quantize mxfp4 multi.yml -I mm --out-path mfinal
+cmp mm/first/model.safetensors q-bf16/model.safetensors || fail "mk-multi --quantize: the first merge differs from mk-yaml's"
+printf 'merge_method: linear\nmodels:\n  - model: q-bf16\n    parameters: {weight: 0.5}\n  - model: a\n    parameters: {weight: 0.5}\ndtype: bfloat16\n' > second.yml
+mk-yaml --quiet --quantize mxfp4 second.yml second
+cmp mfinal/model.safetensors second/model.safetensors || fail "mk-multi --quantize: the final merge differs from mk-yaml's"
+
 # the checker sees a fault: one code byte changed
 cp -r q-bf16 broken
 python3 - broken/model.safetensors <<'PY'
