@@ -161,6 +161,8 @@ int main(int argc, char **argv)
 		cli_info(3, "left out %llu %s done in %s", (unsigned long long)st.skipped,
 			 o.nmodels ? "tensors" : "jobs", o.skip_done);
 	cli_info(3, "reader %s, queue depth %u, chunk %zu bytes", st.backend, st.qdepth, st.chunk_bytes);
+	if (st.dequant_held)
+		cli_info(3, "dequantizing: %llu bytes of MXFP4 experts held", (unsigned long long)st.dequant_held);
 	cli_info(3, "%llu tensors, %llu chunks, %llu bytes read, %llu stream bytes, %llu backward seeks",
 		 (unsigned long long)st.tensors, (unsigned long long)st.chunks,
 		 (unsigned long long)st.bytes_read, (unsigned long long)st.stream_bytes,

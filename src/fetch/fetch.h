@@ -80,6 +80,7 @@ struct mk_fetch_stats {
 	uint64_t backward_seeks;     /* reads that went back in a file */
 	uint64_t skipped;            /* tensors (copy) or jobs (plan) left out */
 	uint64_t chunks_unsent;      /* chunks of passes mk-merge did not want (skip) */
+	uint64_t dequant_held;       /* plan mode: bytes dequantizing keeps (MXFP4 experts) */
 };
 
 /* Names of the non-weight files copy mode carries, NULL-terminated. */

@@ -67,6 +67,10 @@ static int next_range(struct pf *p, struct mk_err *err)
 				/* what is read: an adapter's replacement may be wider */
 				if (mk_dtype_bits(p->src[p->j][i].rdt) > mk_dtype_bits(wide))
 					wide = p->src[p->j][i].rdt;
+				/* a quantized input is dequantized through float32
+				 * (plan_quant.c): its range fits chunk_bytes so */
+				if (jb->inputs[i].quant && mk_dtype_bits(MK_DT_F32) > mk_dtype_bits(wide))
+					wide = MK_DT_F32;
 				if (jb->inputs[i].desc.ndim && jb->inputs[i].desc.shape[0] > rows) {
 					rows = jb->inputs[i].desc.shape[0];
 					k = i;

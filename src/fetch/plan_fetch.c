@@ -314,16 +314,46 @@ static int place_inputs(struct run *q, struct mk_err *err)
 	p->src = calloc(p->njobs + 1, sizeof(*p->src));
 	if (!p->src)
 		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	/* what dequantizing keeps (MXFP4 experts, per input slot: the most
+	 * any job's input of that index needs) comes out of the share that
+	 * holds jobs to send again (mk_budget_fetch_apply) */
+	uint64_t *held = NULL, total = 0;
+	size_t nheld = 0, at = 0;
 	for (size_t j = 0; j < p->njobs; j++) {
 		struct mk_plan_job *jb = p->jobs[j];
 		size_t nin = jb->ninputs + (jb->vocab ? jb->vocab->naux : 0);
+		size_t had = nheld;
 		p->src[j] = calloc(nin + 1, sizeof(**p->src));
-		if (!p->src[j])
+		if (!p->src[j] || mk__pf_grow((void **)&held, &nheld, nin, sizeof(*held))) {
+			free(held);
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
-		for (size_t i = 0; i < nin; i++)
-			if ((rc = place_input(q, j, i, err)))
+		}
+		if (nheld > had)
+			memset(held + had, 0, (nheld - had) * sizeof(*held));
+		for (size_t i = 0; i < nin; i++) {
+			if ((rc = place_input(q, j, i, err))) {
+				free(held);
 				return rc;
+			}
+			uint64_t h = mk__pf_quant_held(mk_plan_job_input(jb, i));
+			if (h > held[i]) {
+				total += h - held[i];
+				held[i] = h;
+				at = j;
+			}
+		}
 	}
+	free(held);
+	if (q->o->hold_bytes && total > q->o->hold_bytes)
+		return mk_err_set(err, MK_ENOMEM,
+				  "job %u ('%s'): dequantizing MXFP4 inputs keeps %llu bytes of experts' codes and scales, "
+				  "more than mk-fetch's share of --max-memory for held data (%llu, a quarter of it); give "
+				  "more --max-memory",
+				  p->jobs[at]->id, p->jobs[at]->inputs[0].tensor, (unsigned long long)total,
+				  (unsigned long long)q->o->hold_bytes);
+	if (q->o->hold_bytes)
+		q->sp.bound = q->o->hold_bytes - total;
+	q->st->dequant_held = total;
 	return 0;
 }
 

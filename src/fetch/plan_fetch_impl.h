@@ -233,11 +233,15 @@ int mk__pf_lora_apply(struct lora_work *lw, const struct pf *p, struct mk_model 
  * one float per block. */
 int mk__pf_quant_check(const struct mk_manifest *head, struct mk_model **models, int **fds,
 		       const struct mk_plan_job *jb, size_t i, const struct mk_plan_input *in, struct mk_err *err);
-/* The chunk of a quantized input dequantized into what mk-fetch sends
- * (*sent), in the input's quant dtype. */
 /* Whether stored tensor sd holds MXFP4 input in (F4 [E, C, R]): U8
  * [E, R, C/32, 16]. */
 bool mk__pf_mxfp4_fits(const struct mk_tensor_desc *sd, const struct mk_tensor_desc *in);
+/* What reading input `in` dequantized keeps in memory: an MXFP4 input's
+ * expert (codes, scale bytes, scales as floats: R * C/32 * 21 bytes),
+ * kept in its input slot of the job from job to job; 0 for the others. */
+uint64_t mk__pf_quant_held(const struct mk_plan_input *in);
+/* The chunk of a quantized input dequantized into what mk-fetch sends
+ * (*sent), in the input's quant dtype. */
 int mk__pf_quant_apply(struct quant_work *qw, const struct pf *p, struct mk_model **models, int **fds,
 		       const struct tag *t, const void *data, const void **sent, struct mk_err *err);
 

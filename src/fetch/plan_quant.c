@@ -54,6 +54,13 @@ bool mk__pf_mxfp4_fits(const struct mk_tensor_desc *sd, const struct mk_tensor_d
 	       in->shape[1] % 32 == 0 && sd->shape[2] == in->shape[1] / 32;
 }
 
+uint64_t mk__pf_quant_held(const struct mk_plan_input *in)
+{
+	if (!in->quant || in->quant->kind != MK_QUANT_MXFP4 || in->desc.ndim != 3)
+		return 0;
+	return in->desc.shape[2] * (in->desc.shape[1] / 32) * (16 + 1 + sizeof(float));
+}
+
 static int mxfp4_check(const struct mk_manifest *head, struct mk_model **models, int **fds,
 		       const struct mk_plan_job *jb, size_t i, const struct mk_plan_input *in, struct mk_err *err)
 {

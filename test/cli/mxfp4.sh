@@ -59,18 +59,24 @@ err_has "dequantize the model to BF16 first" "no word of what to do"
 # mk-gen-model's MXFP4 gpt-oss models (random codes, exponents 118 to
 # 129): the merge through the stages equals mk-yaml's, and memory stays
 # bounded: two models whose gate_up_proj is 8M elements (16 MB
-# dequantized, 4 MB of codes an expert) merged under --max-memory 16M,
-# each stage's peak RSS bounded (mk-fetch holds one expert's codes and
-# scales per input beside its chunks)
+# dequantized, 4 MB of codes an expert) merged under --max-memory 16M
+# (mk-fetch 24M: it keeps one expert's codes and scales per input,
+# 2.75 MB each, out of the quarter of its budget for held data, and
+# refuses a budget whose quarter they do not fit), each stage's peak RSS
+# bounded
 M="--arch gpt_oss --quantized mxfp4 --dtype BF16 --hidden 1024 --inter 2048 --experts 2 --layers 1 --vocab 16 --heads 8 --kv-heads 8"
 mk-gen-model $M --seed 1 m1
 mk-gen-model $M --seed 2 m2
 printf 'merge_method: linear\nmodels:\n  - model: m1\n    parameters: {weight: 0.5}\n  - model: m2\n    parameters: {weight: 0.5}\n' > m.yml
 mk-plan --max-memory 16M m.yml > m.mks 2> /dev/null
-mk-rss f.rss mk-fetch --max-memory 16M -i m.mks | mk-rss g.rss mk-merge --max-memory 16M | mk-rss k.rss mk-pack --max-memory 16M mout
-rss_under f.rss 40960 "mk-fetch, MXFP4 merge in 16M"
+mk-rss f.rss mk-fetch -v --max-memory 24M -i m.mks 2> fetch.txt | mk-rss g.rss mk-merge --max-memory 16M |
+	mk-rss k.rss mk-pack --max-memory 16M mout
+grep -q 'dequantizing: 5505024 bytes of MXFP4 experts held' fetch.txt || { cat fetch.txt; fail "mk-fetch held other than an expert per input"; }
+rss_under f.rss 40960 "mk-fetch, MXFP4 merge in 24M"
 rss_under g.rss 40960 "mk-merge, MXFP4 merge in 16M"
 rss_under k.rss 40960 "mk-pack, MXFP4 merge in 16M"
+expect_fail 1 "keeps 5505024 bytes of experts' codes and scales, more than mk-fetch's share" \
+	mk-fetch --max-memory 16M -i m.mks -o /dev/null
 mk-yaml --quiet m.yml myaml 2> /dev/null
 mk-st-diff mout myaml > diff.txt || { cat diff.txt; fail "the staged MXFP4 merge differs from mk-yaml's"; }
 echo "mxfp4: ok"
