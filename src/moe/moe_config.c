@@ -387,34 +387,36 @@ static const char *unsupported(const struct mk_moe_config *c, enum mk_moe_arch a
 			same = false;
 	const char *t = mt[0] ? mt[0] : "";
 	bool llama = !strcmp(t, "llama") || !strcmp(t, "mistral");
+	/* the models' type first: what makes an architecture impossible, before
+	 * what the recipe would have to change */
 	switch (a) {
 	case MK_MOE_MIXTRAL:
-		if (c->nshared)
-			return "no shared experts";
-		if (!same)
-			return "all models of one model_type";
 		if (!llama)
 			return "llama or mistral models";
+		if (!same)
+			return "all models of one model_type";
+		if (c->nshared)
+			return "no shared experts";
 		return NULL;
 	case MK_MOE_DEEPSEEK:
+		if (!llama)
+			return "llama or mistral models";
+		if (!same)
+			return "all models of one model_type";
 		if (c->nshared > 1)
 			return "at most one shared expert";
 		if (c->nshared && (c->shared[0].npositive || c->shared[0].nnegative))
 			return "a shared expert without prompts";
-		if (!same)
-			return "all models of one model_type";
-		if (!llama)
-			return "llama or mistral models";
 		return NULL;
 	case MK_MOE_QWEN2:
+		if (!llama && strcmp(t, "qwen2"))
+			return "qwen2, llama or mistral models";
+		if (!same)
+			return "all models of one model_type";
 		if (c->nshared != 1)
 			return "exactly one shared expert";
 		if (c->gate != MK_MOE_GATE_RANDOM && !c->shared[0].npositive)
 			return "a shared expert with positive_prompts (unless gate_mode is random)";
-		if (!same)
-			return "all models of one model_type";
-		if (!llama && strcmp(t, "qwen2"))
-			return "qwen2, llama or mistral models";
 		return NULL;
 	case MK_MOE_QWEN3:
 		if (c->nshared)

@@ -203,6 +203,11 @@ static void test_select_arch(void **state)
 	assert_int_equal(a, MK_MOE_QWEN3);
 	pick(plain, mixed, &a, "Mixtral needs all models of one model_type");
 	pick(plain, gpt, &a, "Qwen3 MoE needs qwen3 models");
+	/* models of a type no output takes (a DeepSeek-V3 base): the type is
+	 * what each architecture says, not the recipe's shared experts */
+	const char *ds3[] = { "deepseek_v3", "deepseek_v3", "deepseek_v3" };
+	pick(plain, ds3, &a, "Mixtral needs llama or mistral models; DeepSeek MoE needs llama or mistral models; "
+			     "Qwen MoE needs qwen2, llama or mistral models; Qwen3 MoE needs qwen3 models");
 	const char *shared = "base_model: b\nexperts:\n  - source_model: a\n  - source_model: c\n"
 			     "shared_experts:\n  - source_model: s\n";
 	/* a shared expert without prompts: DeepSeek (Qwen MoE wants prompts) */
