@@ -7,6 +7,10 @@ mergekit in the reference venv, outside `make check`:
       build/tools/mk-gen-model testdata/quant
   ~/.cache/mk/mergekit-0.1.5-venv/bin/python scripts/quant-golden.py \
       --mxfp4 testdata/mxfp4
+  ~/.cache/mk/mergekit-0.1.5-venv/bin/python scripts/quant-golden.py \
+      --deepseek testdata/quant-ds
+
+DeepSeek-V3 (--deepseek): see ds_main below.
 
 MXFP4 (--mxfp4): three small gpt-oss models (seeds 1, 2, 3; the config
 in MXFP4_CONFIG) built by transformers, their experts quantized to MXFP4
@@ -189,9 +193,115 @@ def mxfp4_main(out):
             print("golden", d)
 
 
+DS_CONFIG = dict(hidden_size=64, intermediate_size=64, moe_intermediate_size=16, n_routed_experts=4,
+                 n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1, num_hidden_layers=2,
+                 q_lora_rank=32, kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=8,
+                 num_attention_heads=2, num_key_value_heads=2, vocab_size=32, n_group=1, topk_group=1,
+                 max_position_embeddings=64, tie_word_embeddings=False, rope_scaling=None)
+DS_BLOCK = [8, 8]
+
+
+def ds_model(d, w, seed):
+    """A tiny DeepseekV3ForCausalLM built by transformers (torch seed),
+    saved as releases store it (save_pretrained: experts one by one), then
+    every layer matrix but the router quantized block FP8 by transformers'
+    own quantizer (Fp8Quantize) in DS_BLOCK blocks, NAME.weight_scale_inv
+    beside each, config.json given the fp8 quantization_config."""
+    from transformers import DeepseekV3Config, DeepseekV3ForCausalLM
+    from transformers.integrations.finegrained_fp8 import Fp8Quantize
+
+    class Q:
+        class quantization_config:
+            weight_block_size = DS_BLOCK
+            scale_fmt = None
+    torch.manual_seed(seed)
+    m = DeepseekV3ForCausalLM(DeepseekV3Config(**DS_CONFIG)).to(torch.bfloat16)
+    plain = os.path.join(w, "ds-plain-%d" % seed)
+    m.save_pretrained(plain)
+    sd = load_file(os.path.join(plain, "model.safetensors"))
+    op, out = Fp8Quantize(Q), {}
+    for k, v in sd.items():
+        if v.ndim == 2 and k.endswith(".weight") and "layernorm" not in k and not k.endswith("mlp.gate.weight") \
+                and k not in ("model.embed_tokens.weight", "lm_head.weight"):
+            out.update(op._quantize_one(k, v))
+        else:
+            out[k] = v.contiguous()
+    os.makedirs(d, exist_ok=True)
+    save_file(out, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(plain, "config.json")) as f:
+        c = json.load(f)
+    c["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                "weight_block_size": DS_BLOCK}
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(c, f, indent=2, sort_keys=True)
+
+
+def ds_loaded(src):
+    """transformers' model of FP8 checkpoint src dequantized (BF16, the
+    experts fused as transformers v5 holds them): its state dict."""
+    m = AutoModelForCausalLM.from_pretrained(
+        src, quantization_config=FineGrainedFP8Config(dequantize=True, weight_block_size=tuple(DS_BLOCK)),
+        dtype=torch.bfloat16)
+    return {k: v.contiguous() for k, v in m.state_dict().items()}
+
+
+def ds_main(out):
+    """--deepseek OUT: three tiny block-FP8 DeepSeek-V3 models (ds-a, ds-b,
+    ds-c; experts one by one, as releases store them); dequant-a/:
+    transformers' dequantization of ds-a as it holds it (experts fused);
+    merge-CASE/: mergekit's merges of the dequantized copies (saved by
+    save_pretrained, as a user's would be).  mergekit 0.1.5 has no
+    DeepSeek-V3 definition and the architecture it infers leaves the
+    routed experts out of its output, so for them experts-linear-f32/ is
+    the linear merge computed here in float32 from transformers' fused
+    dequantized experts (the weights of linear-f32.yml)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    cases = os.path.join(os.path.dirname(here), "testdata", "quant")
+    venv_bin = os.path.dirname(sys.executable)
+    loaded = {}
+    with tempfile.TemporaryDirectory() as w:
+        for name, seed in (("a", 1), ("b", 2), ("c", 3)):
+            q = os.path.join(out, "ds-" + name)
+            ds_model(q, w, seed)
+            loaded[name] = ds_loaded(q)
+            m = AutoModelForCausalLM.from_pretrained(
+                q, quantization_config=FineGrainedFP8Config(dequantize=True, weight_block_size=tuple(DS_BLOCK)),
+                dtype=torch.bfloat16)
+            m.config.quantization_config = None
+            m.hf_quantizer = None
+            m.save_pretrained(os.path.join(w, name + "-dq"))
+            cp = os.path.join(w, name + "-dq", "config.json")
+            with open(cp) as f:
+                c = json.load(f)
+            c.pop("quantization_config", None)
+            with open(cp, "w") as f:
+                json.dump(c, f, indent=2)
+        for d, sd in (("dequant-a", loaded["a"]),
+                      ("experts-linear-f32", {k: 0.6 * loaded["a"][k].float() + 0.4 * loaded["b"][k].float()
+                                              for k in loaded["a"] if k.endswith(("experts.gate_up_proj",
+                                                                                  "experts.down_proj"))})):
+            os.makedirs(os.path.join(out, d), exist_ok=True)
+            save_file(sd, os.path.join(out, d, "model.safetensors"), metadata={"format": "pt"})
+        for c in CASES:
+            with open(os.path.join(cases, c + ".yml")) as f:
+                y = (f.read().replace("MODEL_A", os.path.join(w, "a-dq")).replace("MODEL_B", os.path.join(w, "b-dq"))
+                 .replace("MODEL_C", os.path.join(w, "c-dq")))
+            yp = os.path.join(w, c + ".yml")
+            with open(yp, "w") as f:
+                f.write(y)
+            mo = os.path.join(w, "out-" + c)
+            subprocess.run([os.path.join(venv_bin, "mergekit-yaml"), "--no-copy-tokenizer", yp, mo], check=True)
+            d = os.path.join(out, "merge-" + c)
+            os.makedirs(d, exist_ok=True)
+            shutil.copy(os.path.join(mo, "model.safetensors"), d)
+            print("golden", d)
+
+
 def main():
     if sys.argv[1] == "--mxfp4":
         return mxfp4_main(sys.argv[2])
+    if sys.argv[1] == "--deepseek":
+        return ds_main(sys.argv[2])
     tool, out = sys.argv[1], sys.argv[2]
     here = os.path.dirname(os.path.abspath(__file__))
     cases = os.path.join(os.path.dirname(here), "testdata", "quant")
