@@ -22,7 +22,9 @@ weights read dequantized) and with --quantize fp8.  Then:
   3. the same two checks for qwen3_moe models whose block-FP8 experts
      are stored one by one, fused in mk's output (their NAME_scale_inv
      over [E, rows, cols]), and the model generates;
-  4. gpt-oss MXFP4 models merged with --quantize mxfp4 (float32 and
+  4. the DeepSeek-V3 models of testdata/quant-ds: loaded and generated
+     the same way (every tensor within FP8 rounding);
+  5. gpt-oss MXFP4 models merged with --quantize mxfp4 (float32 and
      BF16 merges): transformers loads the output with
      Mxfp4Config(dequantize=True), every expert value within one step of
      its group's scale of the plain merge (FP4's steps are at most 2
@@ -207,6 +209,48 @@ def check_fused_fp8(build, w):
           f"generates {out.shape[1] - 3} tokens")
 
 
+def check_deepseek(build, w):
+    """The block-FP8 DeepSeek-V3 models of testdata/quant-ds (made and
+    quantized by transformers, experts one by one): their linear merge
+    with --quantize fp8 loads in transformers (dequantize=True), every
+    tensor within FP8 rounding of the plain merge (a looser bound than
+    above: the subnormal floor from the tensor's largest magnitude, not
+    its block's), and generates."""
+    top = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    g = os.path.join(top, "testdata", "quant-ds")
+    yaml = os.path.join(build, "bin", "mk-yaml")
+    y = os.path.join(w, "ds.yml")
+    yml(y, os.path.join(g, "ds-a"), os.path.join(g, "ds-b"), "bfloat16")
+    plain, quant = os.path.join(w, "ds-plain"), os.path.join(w, "ds-q")
+    run(yaml, "--quiet", y, plain)
+    run(yaml, "--quiet", "--quantize", "fp8", y, quant)
+    p = load_file(os.path.join(plain, "model.safetensors"))
+    q = load_file(os.path.join(quant, "model.safetensors"))
+    nf8 = sum(1 for v in q.values() if v.dtype == torch.float8_e4m3fn)
+    with open(os.path.join(quant, "config.json")) as f:
+        bs = json.load(f)["quantization_config"]["weight_block_size"]
+    m = AutoModelForCausalLM.from_pretrained(
+        quant, quantization_config=FineGrainedFP8Config(dequantize=True, weight_block_size=tuple(bs)),
+        dtype=torch.float32, device_map="cpu")
+    sd = m.state_dict()
+    if set(sd) != set(p):
+        sys.exit(f"deepseek: transformers' tensors differ from the plain merge's: {sorted(set(sd) ^ set(p))[:4]}")
+    worst = 0.0
+    for k, pv in p.items():
+        d, pf = sd[k].float(), pv.float()
+        bound = (2.0 ** -4 * pf.abs() + 2.0 ** -10 * float(pf.abs().max()) / 448) * (1 + 2.0 ** -8) + \
+            2.0 ** -9 * d.abs()
+        ratio = float(((d - pf).abs() / bound).max())
+        worst = max(worst, ratio)
+        if ratio > 1.0:
+            sys.exit(f"deepseek: {k}: transformers' dequantization is off the plain merge by {ratio:.3f} of FP8 rounding")
+    with torch.no_grad():
+        out = m.generate(torch.tensor([[1, 2, 3]]), max_new_tokens=4, do_sample=False)
+    print(f"deepseek: mk's --quantize fp8 merge of two DeepSeek-V3 FP8 models ({nf8} F8 tensors) loads in transformers, "
+          f"all {len(p)} tensors within {worst:.3f} of FP8 rounding of the plain merge; generates "
+          f"{out.shape[1] - 3} tokens")
+
+
 def check_mxfp4(build, w, dtype):
     """gpt-oss MXFP4 models: mk's merge with --quantize mxfp4 loads in
     transformers (Mxfp4Config(dequantize=True), CPU), each expert value
@@ -265,6 +309,7 @@ def main():
         check(build, w, "small-32-bf16", small, 32, "bfloat16")
         check(build, w, "llama-128-bf16", big, 128, "bfloat16")
         check_fused_fp8(build, w)
+        check_deepseek(build, w)
         check_mxfp4(build, w, "float32")
         check_mxfp4(build, w, "bfloat16")
     print("requant-conformance: ok")
