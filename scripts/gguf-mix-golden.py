@@ -10,7 +10,10 @@ Makes tiny random Hugging Face models (llama, llama with tied embeddings
 and rows no multiple of 256, phi3, mixtral with 8 experts), converts
 each with llama.cpp's convert_hf_to_gguf.py (--outtype f32), quantizes
 that with llama-quantize to every file type mk writes, and writes what
-type each tensor got to OUT/mix-golden.txt.  Also keeps the smallest
+type each tensor got to OUT/mix-golden.txt.  Splits the llama-12 file
+with llama-gguf-split (--split-max-size 5M, --split-max-tensors 16):
+which shard each tensor went to in OUT/split-golden.txt, the second
+5M shard's header (up to its data) in OUT/split-shard2-header.bin.  Also keeps the smallest
 model's converted file as OUT/tiny-llama-f16.gguf (--outtype f16) for
 test/tools/mk-gguf-read.py's check.
 """
@@ -72,6 +75,38 @@ def kv(reader, key):
     return int(f.parts[f.data[0]][0]) if f else 0
 
 
+def split_golden(tmp, f32, out):
+    src = gguf.GGUFReader(f32)
+    lines = ["# llama-gguf-split's shards of a 111-tensor f32 llama (scripts/gguf-mix-golden.py):",
+             "# a 'split' line (size BYTES or tensors N), then per tensor in file order:",
+             "# name bytes shard"]
+    for mode, arg in (("size", "5M"), ("tensors", "16")):
+        prefix = os.path.join(tmp, "split-" + mode)
+        opt = "--split-max-size" if mode == "size" else "--split-max-tensors"
+        run([os.path.join(REF, "build", "bin", "llama-gguf-split"), "--split", opt, arg, f32, prefix])
+        shard = {}
+        i = 0
+        while True:
+            p = f"{prefix}-{i + 1:05d}-of-"
+            found = [f for f in os.listdir(tmp) if os.path.join(tmp, f).startswith(p)]
+            if not found:
+                break
+            r = gguf.GGUFReader(os.path.join(tmp, found[0]))
+            for t in r.tensors:
+                shard[t.name] = i
+            if mode == "size" and i == 1:
+                with open(os.path.join(tmp, found[0]), "rb") as f:
+                    head = f.read(r.data_offset)
+                with open(os.path.join(out, "split-shard2-header.bin"), "wb") as f:
+                    f.write(head)
+            i += 1
+        lines.append(f"split {mode} {5000000 if mode == 'size' else 16} shards {i}")
+        for t in src.tensors:
+            lines.append(f"{t.name} {int(t.n_bytes)} {shard[t.name]}")
+    with open(os.path.join(out, "split-golden.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(TOP, "testdata", "gguf")
     lines = ["# llama-quantize's tensor types (llama.cpp 0c1e57098, no imatrix),",
@@ -94,6 +129,8 @@ def main():
                 q = os.path.join(tmp, f"{name}-{ft}.gguf")
                 run([os.path.join(REF, "build", "bin", "llama-quantize"), f32, q, ft, "2"])
                 got[ft] = {t.name: int(t.tensor_type) for t in gguf.GGUFReader(q).tensors}
+            if name == "llama-12":
+                split_golden(tmp, f32, out)
             for t in src.tensors:
                 ne = [int(x) for x in t.shape] + [1, 1, 1]
                 lines.append(" ".join([t.name] + [str(x) for x in ne[:3]] +
