@@ -16,6 +16,10 @@ which shard each tensor went to in OUT/split-golden.txt, the second
 5M shard's header (up to its data) in OUT/split-shard2-header.bin.  Also keeps the smallest
 model's converted file as OUT/tiny-llama-f16.gguf (--outtype f16) for
 test/tools/mk-gguf-read.py's check.
+
+With MK_GGUF_COMPARE=/path/to/gguf-quant-golden (built as its header
+says), every quantized file is also checked whole: mk's types and every
+tensor's bytes as mk quantizes them from the f32 file (--compare).
 """
 import os
 import shutil
@@ -128,6 +132,8 @@ def main():
             for ft in FTYPES:
                 q = os.path.join(tmp, f"{name}-{ft}.gguf")
                 run([os.path.join(REF, "build", "bin", "llama-quantize"), f32, q, ft, "2"])
+                if os.environ.get("MK_GGUF_COMPARE"):
+                    print(run([os.environ["MK_GGUF_COMPARE"], "--compare", f32, q]).strip())
                 got[ft] = {t.name: int(t.tensor_type) for t in gguf.GGUFReader(q).tensors}
             if name == "llama-12":
                 split_golden(tmp, f32, out)

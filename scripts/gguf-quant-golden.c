@@ -8,6 +8,10 @@
  *      -lggml-base -Wl,-rpath,$L/build/bin -lm -lpthread -o /tmp/gqg
  *   /tmp/gqg testdata/gguf/quant-golden.bin   # write the golden file
  *   /tmp/gqg --exhaustive                     # every float: f16/bf16
+ *   /tmp/gqg --compare M-f32.gguf M-Q4_K_M.gguf
+ *       # a whole file llama-quantize wrote from M-f32.gguf: mk's type
+ *       # choice (gguf_mix.c) and every tensor's bytes, quantized by mk
+ *       # from the f32 file, must equal llama-quantize's
  *
  * Each row goes through ggml_quantize_chunk(type, ..., imatrix NULL),
  * the call llama-quantize makes for a tensor without an importance
@@ -17,6 +21,7 @@
  * exact float steps only, so they do not depend on libm.
  */
 #include <math.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +29,10 @@
 
 #include "ggml.h"
 #include "mk/dtype.h"
+#include "gguf/gguf_mix.h"
 #include "gguf/gguf_quant.h"
+#include "gguf/gguf_type.h"
+#include "mk/err.h"
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
 
@@ -201,12 +209,193 @@ static int exhaustive(void)
 	return bad16 || badb;
 }
 
+
+/* ---- --compare: a minimal GGUF reader ---- */
+
+struct gt {
+	char name[96];
+	unsigned nd;
+	uint64_t ne[4], off;
+	int type;
+};
+
+struct gfile {
+	uint8_t *p;
+	size_t len, data;
+	struct gt *t;
+	size_t nt;
+	char arch[64];
+	uint64_t u[8];          /* file_type, block_count, heads, heads_kv, experts */
+};
+
+static uint64_t rd(const uint8_t *p, unsigned w)
+{
+	uint64_t v = 0;
+
+	for (unsigned i = 0; i < w; i++)
+		v |= (uint64_t)p[i] << 8 * i;
+	return v;
+}
+
+static unsigned vwidth(uint32_t vt)
+{
+	static const unsigned w[13] = { 1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8 };
+
+	return vt < 13 ? w[vt] : 0;
+}
+
+static size_t skip_value(const uint8_t *p, size_t off, uint32_t vt)
+{
+	if (vt == 8)
+		return off + 8 + rd(p + off, 8);
+	if (vt == 9) {
+		uint32_t et = (uint32_t)rd(p + off, 4);
+		uint64_t n = rd(p + off + 4, 8);
+
+		off += 12;
+		for (uint64_t i = 0; i < n; i++)
+			off = skip_value(p, off, et);
+		return off;
+	}
+	return off + vwidth(vt);
+}
+
+static int load(const char *path, struct gfile *g)
+{
+	FILE *f = fopen(path, "rb");
+	size_t off = 24, align = 32;
+
+	memset(g, 0, sizeof *g);
+	if (!f)
+		return perror(path), 1;
+	fseek(f, 0, SEEK_END);
+	g->len = (size_t)ftell(f);
+	rewind(f);
+	g->p = malloc(g->len);
+	if (fread(g->p, 1, g->len, f) != g->len)
+		return fclose(f), 1;
+	fclose(f);
+	g->nt = rd(g->p + 8, 8);
+	g->t = calloc(g->nt, sizeof *g->t);
+	for (uint64_t i = 0, nkv = rd(g->p + 16, 8); i < nkv; i++) {
+		uint64_t kl = rd(g->p + off, 8);
+		char key[256] = { 0 };
+
+		memcpy(key, g->p + off + 8, kl < 255 ? kl : 255);
+		off += 8 + kl;
+		uint32_t vt = (uint32_t)rd(g->p + off, 4);
+
+		off += 4;
+		const char *dot = strchr(key, '.');
+		static const char *const want[] = { "file_type", "block_count",
+			"attention.head_count", "attention.head_count_kv", "expert_count" };
+
+		if (!strcmp(key, "general.architecture"))
+			memcpy(g->arch, g->p + off + 8, rd(g->p + off, 8) < 63 ? rd(g->p + off, 8) : 63);
+		if (!strcmp(key, "general.alignment"))
+			align = rd(g->p + off, 4);
+		for (int k = 0; k < 5 && dot && vwidth(vt); k++)
+			if (!strcmp(dot + 1, want[k]))
+				g->u[k] = rd(g->p + off, vwidth(vt));
+		off = skip_value(g->p, off, vt);
+	}
+	for (size_t i = 0; i < g->nt; i++) {
+		struct gt *t = &g->t[i];
+		uint64_t nl = rd(g->p + off, 8);
+
+		memcpy(t->name, g->p + off + 8, nl < 95 ? nl : 95);
+		off += 8 + nl;
+		t->nd = (unsigned)rd(g->p + off, 4);
+		off += 4;
+		for (unsigned d = 0; d < 4; d++)
+			t->ne[d] = 1;
+		for (unsigned d = 0; d < t->nd; d++, off += 8)
+			t->ne[d] = rd(g->p + off, 8);
+		t->type = (int)rd(g->p + off, 4);
+		t->off = rd(g->p + off + 4, 8);
+		off += 12;
+	}
+	g->data = (off + align - 1) / align * align;
+	return 0;
+}
+
+static int compare(const char *f32path, const char *qpath)
+{
+	struct gfile a, q;
+	unsigned same[64] = { 0 }, bad = 0;
+
+	if (load(f32path, &a) || load(qpath, &q))
+		return 2;
+	struct mk_gguf_mix_model m = { a.arch, (unsigned)a.u[1], (unsigned)a.u[2],
+				       (unsigned)a.u[3], (unsigned)a.u[4] };
+	struct mk_gguf_mix_tensor *mt = calloc(a.nt, sizeof *mt);
+	int *types = calloc(a.nt, sizeof *types);
+	struct mk_err err = { 0 };
+
+	for (size_t i = 0; i < a.nt; i++)
+		mt[i] = (struct mk_gguf_mix_tensor){ a.t[i].name, a.t[i].nd,
+			{ a.t[i].ne[0], a.t[i].ne[1], a.t[i].ne[2], a.t[i].ne[3] },
+			a.t[i].type };
+	if (mk_gguf_mix_types((int)q.u[0], &m, mt, a.nt, types, &err)) {
+		fprintf(stderr, "mix: %s\n", err.msg);
+		return 1;
+	}
+	for (size_t i = 0; i < a.nt; i++) {
+		const struct gt *s = &a.t[i], *d = NULL;
+
+		for (size_t j = 0; j < q.nt; j++)
+			if (!strcmp(q.t[j].name, s->name))
+				d = &q.t[j];
+		if (!d || s->type != 0) {
+			fprintf(stderr, "%s: missing or not f32\n", s->name);
+			return 2;
+		}
+		if (types[i] != d->type) {
+			fprintf(stderr, "%s: mk chose %s, llama-quantize %s\n", s->name,
+				mk_gguf_type_name(types[i]), mk_gguf_type_name(d->type));
+			bad++;
+			continue;
+		}
+		uint64_t rows = s->ne[1] * s->ne[2] * s->ne[3];
+		uint64_t rb = mk_gguf_row_bytes(d->type, s->ne[0]);
+		uint8_t *row = malloc(rb);
+		const float *x = (const float *)(a.p + a.data + s->off);
+		const uint8_t *want = q.p + q.data + d->off;
+		bool ok = true;
+
+		for (uint64_t r = 0; r < rows && ok; r++) {
+			if (mk_gguf_quantize_row(d->type, x + r * s->ne[0], s->ne[0], row, &err)) {
+				fprintf(stderr, "%s: %s\n", s->name, err.msg);
+				return 2;
+			}
+			ok = !memcmp(row, want + r * rb, rb);
+		}
+		free(row);
+		if (ok) {
+			same[d->type]++;
+		} else {
+			fprintf(stderr, "%s (%s): bytes differ\n", s->name,
+				mk_gguf_type_name(d->type));
+			bad++;
+		}
+	}
+	printf("%s: %zu tensors,", qpath, a.nt);
+	for (int t = 0; t < 64; t++)
+		if (same[t])
+			printf(" %s %u", mk_gguf_type_name(t), same[t]);
+	printf(" equal; %u differ\n", bad);
+	return bad != 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 4 && !strcmp(argv[1], "--compare"))
+		return compare(argv[2], argv[3]);
 	if (argc == 2 && !strcmp(argv[1], "--exhaustive"))
 		return exhaustive();
 	if (argc != 2) {
-		fprintf(stderr, "usage: gguf-quant-golden OUT.bin | --exhaustive\n");
+		fprintf(stderr, "usage: gguf-quant-golden OUT.bin | --exhaustive | "
+			"--compare F32.gguf QUANT.gguf\n");
 		return 2;
 	}
 	return write_golden(argv[1]);
