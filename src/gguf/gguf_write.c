@@ -17,7 +17,7 @@ struct bytes {
 
 static void put(struct bytes *b, const void *src, size_t n)
 {
-	if (b->oom)
+	if (b->oom || n == 0)   /* an empty buffer's p may be NULL */
 		return;
 	if (b->n + n > b->cap) {
 		size_t cap = b->cap ? b->cap : 256;
