@@ -148,7 +148,10 @@ static const char *const keep_parts[] = {
 
 static bool quantizable(const struct mk_gguf_mix_tensor *t)
 {
-	if (real_dims(t) < 2 || !ends_with(t->name, "weight"))
+	/* llama.cpp asks rfind("weight") == size - 6, which a name of 5
+	 * bytes also passes (npos == (size_t)-1) */
+	if (real_dims(t) < 2 ||
+	    (!ends_with(t->name, "weight") && strlen(t->name) != 5))
 		return false;
 	if (!strcmp(t->name, "position_embd.weight") ||
 	    !strcmp(t->name, "token_types.weight"))

@@ -204,12 +204,17 @@ static void test_fallbacks(void **state)
 		{ "blk.0.ffn_gate_inp.weight", 2, { 96, 8, 1, 1 }, MK_GGUF_F32 },
 		{ "blk.0.attn_q.bias", 2, { 96, 2, 1, 1 }, MK_GGUF_F32 },
 		{ "blk.0.attn_output.weight", 2, { 96, 1, 1, 1 }, MK_GGUF_BF16 },
+		/* llama.cpp's "ends in weight" test passes any 5-byte name */
+		{ "ab.cd", 2, { 256, 2, 1, 1 }, MK_GGUF_F16 },
+		{ "abc.cd", 2, { 256, 2, 1, 1 }, MK_GGUF_F16 },
 	};
 	struct mk_gguf_mix_model m = { "qwen3", 1, 4, 4, 0 };
-	int got[7];
+	int got[9];
 
-	assert_int_equal(mk_gguf_mix_types(MK_GGUF_FT_MOSTLY_Q4_K_M, &m, t, 7,
+	assert_int_equal(mk_gguf_mix_types(MK_GGUF_FT_MOSTLY_Q4_K_M, &m, t, 9,
 					   got, NULL), 0);
+	assert_int_equal(got[7], MK_GGUF_Q4_K);
+	assert_int_equal(got[8], MK_GGUF_F16);
 	assert_int_equal(got[0], MK_GGUF_Q8_0);
 	assert_int_equal(got[1], MK_GGUF_Q5_0);
 	assert_int_equal(got[2], MK_GGUF_F16);
@@ -217,14 +222,14 @@ static void test_fallbacks(void **state)
 	assert_int_equal(got[4], MK_GGUF_F32);
 	assert_int_equal(got[5], MK_GGUF_F32);  /* not "...weight" */
 	assert_int_equal(got[6], MK_GGUF_BF16); /* [96, 1] is 1-D */
-	assert_int_equal(mk_gguf_mix_types(MK_GGUF_FT_MOSTLY_Q5_K_M, &m, t, 7,
+	assert_int_equal(mk_gguf_mix_types(MK_GGUF_FT_MOSTLY_Q5_K_M, &m, t, 9,
 					   got, NULL), 0);
 	assert_int_equal(got[1], MK_GGUF_Q5_1);
-	assert_int_equal(mk_gguf_mix_types(MK_GGUF_FT_MOSTLY_Q8_0, &m, t, 7,
+	assert_int_equal(mk_gguf_mix_types(MK_GGUF_FT_MOSTLY_Q8_0, &m, t, 9,
 					   got, NULL), 0);
 	assert_int_equal(got[1], MK_GGUF_Q8_0);
 	assert_int_equal(got[2], MK_GGUF_F16);
-	assert_int_equal(mk_gguf_mix_types(MK_GGUF_FT_MOSTLY_BF16, &m, t, 7,
+	assert_int_equal(mk_gguf_mix_types(MK_GGUF_FT_MOSTLY_BF16, &m, t, 9,
 					   got, NULL), 0);
 	assert_int_equal(got[2], MK_GGUF_BF16); /* no fallback for floats */
 }
