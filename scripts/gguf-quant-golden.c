@@ -3,9 +3,12 @@
  *
  *   sh scripts/gguf-reference-setup      # once: builds the reference
  *   L=~/.cache/mk/llama.cpp-0.3.36
+ *   make build/libmk.a
  *   cc -std=gnu11 -O2 -Iinclude -Isrc -I$L/src/ggml/include \
  *      scripts/gguf-quant-golden.c build/libmk.a -L$L/build/bin \
- *      -lggml-base -Wl,-rpath,$L/build/bin -lm -lpthread -o /tmp/gqg
+ *      -lggml-base -Wl,-rpath,$L/build/bin $(pkg-config --libs yaml-0.1 \
+ *      libzstd liburing jansson libpcre2-8 icu-uc) -lopenblas -ldl -lm \
+ *      -lpthread -o /tmp/gqg
  *   /tmp/gqg testdata/gguf/quant-golden.bin   # write the golden file
  *   /tmp/gqg --exhaustive                     # every float: f16/bf16
  *   /tmp/gqg --compare M-f32.gguf M-Q4_K_M.gguf
