@@ -11,6 +11,8 @@
  *      -lpthread -o /tmp/gqg
  *   /tmp/gqg testdata/gguf/quant-golden.bin   # write the golden file
  *   /tmp/gqg --exhaustive                     # every float: f16/bf16
+ *   /tmp/gqg --random 20000                   # N random rows of 256..4096
+ *       # values, each of a random kind and scale: mk against ggml
  *   /tmp/gqg --compare M-f32.gguf M-Q4_K_M.gguf
  *       # a whole file llama-quantize wrote from M-f32.gguf: mk's type
  *       # choice (gguf_mix.c) and every tensor's bytes, quantized by mk
@@ -170,6 +172,46 @@ static int write_golden(const char *path)
 		free(x);
 	}
 	return fclose(f) != 0;
+}
+
+
+/* --random N: rows of random length, kind and scale through ggml and mk */
+static int random_rows(long count)
+{
+	static const unsigned lens[] = { 256, 512, 768, 1024, 4096 };
+	static void (*const fills[])(float *, unsigned, float) = {
+		f_gauss, f_neg, f_pos, f_outlier, f_groups, f_ramp, f_sparse, f_const,
+	};
+	float *x = malloc(4096 * 4);
+	uint8_t *q = malloc(4096 * 4), *m = malloc(4096 * 4);
+	unsigned nt = sizeof types / sizeof types[0];
+	unsigned long bad[64] = { 0 }, rows = 0;
+
+	for (long r = 0; r < count; r++) {
+		unsigned n = lens[next32() % 5];
+		/* scales 2^-40 .. 2^12, log-uniform */
+		float scale = ldexpf(1.0f + (float)(next32() % 1000) / 1000.0f,
+				     (int)(next32() % 53) - 40);
+
+		fills[next32() % 8](x, n, scale);
+		rows++;
+		for (unsigned t = 0; t < nt; t++) {
+			size_t sz = ggml_row_size(types[t], n);
+
+			ggml_quantize_chunk(types[t], x, q, 0, 1, n, NULL);
+			mk_gguf_quantize_row((int)types[t], x, n, m, NULL);
+			if (memcmp(q, m, sz))
+				bad[types[t]]++;
+		}
+	}
+	printf("%lu random rows:", rows);
+	for (unsigned t = 0; t < nt; t++)
+		printf(" %s %lu", ggml_type_name(types[t]), bad[types[t]]);
+	printf(" differ\n");
+	for (unsigned t = 0; t < nt; t++)
+		if (bad[types[t]])
+			return 1;
+	return 0;
 }
 
 /* every float32 bit pattern through ggml's and mk's f16 and bf16 */
@@ -392,12 +434,14 @@ static int compare(const char *f32path, const char *qpath)
 
 int main(int argc, char **argv)
 {
+	if (argc == 3 && !strcmp(argv[1], "--random"))
+		return random_rows(atol(argv[2]));
 	if (argc == 4 && !strcmp(argv[1], "--compare"))
 		return compare(argv[2], argv[3]);
 	if (argc == 2 && !strcmp(argv[1], "--exhaustive"))
 		return exhaustive();
 	if (argc != 2) {
-		fprintf(stderr, "usage: gguf-quant-golden OUT.bin | --exhaustive | "
+		fprintf(stderr, "usage: gguf-quant-golden OUT.bin | --exhaustive | --random N | "
 			"--compare F32.gguf QUANT.gguf\n");
 		return 2;
 	}
