@@ -31,6 +31,30 @@ struct omp_state {
 	float *qt;    /* k: Q^T target */
 };
 
+/* x . y in 16 running sums (that the compiler may keep in vector
+ * registers without reassociating anything) */
+static float dot(const float *x, const float *y, size_t n)
+{
+	float acc[16] = { 0 };
+	size_t i = 0;
+	for (; i + 16 <= n; i += 16)
+		for (size_t l = 0; l < 16; l++)
+			acc[l] += x[i + l] * y[i + l];
+	for (; i < n; i++)
+		acc[i & 15] += x[i] * y[i];
+	float s = 0;
+	for (size_t l = 0; l < 16; l++)
+		s += acc[l];
+	return s;
+}
+
+/* y += a x */
+static void axpy(float a, const float *x, float *y, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		y[i] += a * x[i];
+}
+
 /* the picked row a as pick t of one target: q_t and column t of R */
 static void omp_extend(struct omp_state *s, const float *a, size_t t, float *tmp)
 {
@@ -49,21 +73,11 @@ static void omp_extend(struct omp_state *s, const float *a, size_t t, float *tmp
 		return;
 	}
 	/* projections on the basis so far, then the remainder */
-	for (size_t j = 0; j < t; j++) {
-		const float *qj = s->q + j * d;
-		float p = 0;
-		for (size_t i = 0; i < d; i++)
-			p += qj[i] * a[i];
-		tmp[j] = p;
-		s->r[j * k + t] = p;
-	}
+	for (size_t j = 0; j < t; j++)
+		s->r[j * k + t] = tmp[j] = dot(s->q + j * d, a, d);
 	memcpy(qn, a, d * sizeof(float));
-	for (size_t j = 0; j < t; j++) {
-		const float *qj = s->q + j * d;
-		float p = tmp[j];
-		for (size_t i = 0; i < d; i++)
-			qn[i] -= p * qj[i];
-	}
+	for (size_t j = 0; j < t; j++)
+		axpy(-tmp[j], s->q + j * d, qn, d);
 	for (size_t i = 0; i < d; i++)
 		nrm += (double)qn[i] * qn[i];
 	float n1 = (float)sqrt(nrm);
@@ -132,19 +146,11 @@ static void omp_residual(struct omp_state *s, const float *t, size_t m, float *r
 {
 	size_t d = s->d;
 
-	for (size_t j = 0; j < m; j++) {
-		const float *qj = s->q + j * d;
-		float p = 0;
-		for (size_t i = 0; i < d; i++)
-			p += qj[i] * t[i];
-		s->qt[j] = p;
-	}
+	for (size_t j = 0; j < m; j++)
+		s->qt[j] = dot(s->q + j * d, t, d);
 	memcpy(res, t, d * sizeof(float));
-	for (size_t j = 0; j < m; j++) {
-		const float *qj = s->q + j * d;
-		for (size_t i = 0; i < d; i++)
-			res[i] -= s->qt[j] * qj[i];
-	}
+	for (size_t j = 0; j < m; j++)
+		axpy(-s->qt[j], s->q + j * d, res, d);
 }
 
 int mk_surgeon_omp(const float *targets, size_t b, const float *points, size_t n, size_t d, size_t k, int64_t *idx,
@@ -181,27 +187,28 @@ int mk_surgeon_omp(const float *targets, size_t b, const float *points, size_t n
 
 	for (size_t t = 0; t < k; t++) {
 		for (size_t i = 0; i < b; i++)
-			best[i] = -1.0f, idx[i * k + t] = -1;
+			best[i] = -2.0f, idx[i * k + t] = -1;
 		for (size_t c0 = 0; c0 < n; c0 += blk) {
 			size_t cn = n - c0 < blk ? n - c0 : blk;
 			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)cn, (int)d, 1.0f, res, (int)d,
 				    points + c0 * d, (int)d, 0.0f, corr, (int)cn);
 			for (size_t i = 0; i < b; i++) {
+				/* |correlation|, -1 where picked before: the
+				 * first largest wins */
 				float *row = corr + i * cn;
 				const int64_t *picked = idx + i * k;
+				for (size_t j = 0; j < cn; j++)
+					row[j] = fabsf(row[j]);
 				for (size_t j = 0; j < t; j++)
 					if ((size_t)picked[j] >= c0 && (size_t)picked[j] < c0 + cn)
-						row[picked[j] - (int64_t)c0] = -INFINITY;
+						row[picked[j] - (int64_t)c0] = -1.0f;
 				float bv = best[i];
-				int64_t bi = idx[i * k + t];
-				for (size_t j = 0; j < cn; j++) {
-					float v = fabsf(row[j]);
-					if (row[j] == -INFINITY)
-						continue;
-					if (v > bv || bi < 0)
-						bv = v, bi = (int64_t)(c0 + j);
-				}
-				best[i] = bv, idx[i * k + t] = bi;
+				size_t bj = SIZE_MAX;
+				for (size_t j = 0; j < cn; j++)
+					if (row[j] > bv)
+						bv = row[j], bj = j;
+				if (bj != SIZE_MAX)
+					best[i] = bv, idx[i * k + t] = (int64_t)(c0 + bj);
 			}
 		}
 		for (size_t i = 0; i < b; i++) {
