@@ -326,6 +326,17 @@ def e2e():
         cmd = [exe, os.path.join(base, "model"), os.path.join(base, "donor"), os.path.join(base, name)] + args
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         print("e2e:", " ".join(["mergekit-tokensurgeon", "model", "donor", name] + args))
+    # the subword run's encodings, as transformers' class for the model
+    # (LlamaTokenizer) gives them: per token to approximate, in donor id
+    # order, a count then the ids
+    tm = transformers.AutoTokenizer.from_pretrained(os.path.join(base, "model"))
+    td = transformers.AutoTokenizer.from_pretrained(os.path.join(base, "donor"))
+    vm, vd = normalized_vocabulary(tm), normalized_vocabulary(td)
+    ids = []
+    for t in sorted((t for t in vd if t not in vm), key=lambda t: vd[t]):
+        e = tm(unnormalize_token(t), add_special_tokens=False)["input_ids"]
+        ids += [len(e)] + e
+    save("e2e/subword-ids.i32", ids, np.int32)
 
 
 if "--e2e" in sys.argv:

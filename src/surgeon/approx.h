@@ -66,16 +66,20 @@ void mk_surgeon_mean(const float *embed, size_t rows, size_t d, size_t b, float 
 void mk_surgeon_zero(size_t b, size_t d, float *out);
 
 /* subword: from the model tokenizer's encoding of each token's text
- * (mk_surgeon_key_text; ids[i], nids[i] of them, no special tokens):
+ * (mk_surgeon_key_text; ids[i], nids[i] of them, no special tokens, as
+ * transformers' tokenizer class for the model encodes it):
  *   MEAN / SUM       their rows' mean / sum (zero when there are none)
  *   WEIGHTED_MEAN    weights 1..n, the last token the heaviest in the
  *                    input embedding, the first in the lm_head
  *   FIRST_LAST       the last token's row (embedding) or the first's
  *                    (lm_head); zero when there are none
- * Refused: an id at or past `rows`. */
+ * mergekit sums in the embedding's dtype: bf16 rounds every sum, product
+ * and quotient to bfloat16 (nearest even) as torch does for a bfloat16
+ * model (embed holds its values as float32).  Refused: an id at or past
+ * `rows`. */
 enum mk_surgeon_subword { MK_SURGEON_SUB_MEAN, MK_SURGEON_SUB_SUM, MK_SURGEON_SUB_WEIGHTED, MK_SURGEON_SUB_FIRST_LAST };
 int mk_surgeon_subword(const float *embed, size_t rows, size_t d, const int32_t *const *ids, const size_t *nids,
-		       size_t b, enum mk_surgeon_subword how, bool lm_head, float *out, struct mk_err *err);
+		       size_t b, enum mk_surgeon_subword how, bool lm_head, bool bf16, float *out, struct mk_err *err);
 
 /* john_hewitt: draws of the normal distribution with the model rows'
  * mean and covariance (divided by rows): mean + L z, L the covariance's

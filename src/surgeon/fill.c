@@ -40,8 +40,24 @@ void mk_surgeon_zero(size_t b, size_t d, float *out)
 	memset(out, 0, b * d * sizeof(float));
 }
 
+/* f as bfloat16 (nearest even; NaN kept a NaN), or f itself */
+static float round_to(float f, bool bf16)
+{
+	uint32_t u;
+	if (!bf16)
+		return f;
+	memcpy(&u, &f, 4);
+	if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+		u |= 0x00400000u;
+	else
+		u += 0x7FFFu + ((u >> 16) & 1u);
+	u &= 0xFFFF0000u;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
 int mk_surgeon_subword(const float *embed, size_t rows, size_t d, const int32_t *const *ids, const size_t *nids,
-		       size_t b, enum mk_surgeon_subword how, bool lm_head, float *out, struct mk_err *err)
+		       size_t b, enum mk_surgeon_subword how, bool lm_head, bool bf16, float *out, struct mk_err *err)
 {
 	memset(out, 0, b * d * sizeof(float));
 	for (size_t i = 0; i < b; i++) {
@@ -59,10 +75,10 @@ int mk_surgeon_subword(const float *embed, size_t rows, size_t d, const int32_t 
 		case MK_SURGEON_SUB_SUM:
 			for (size_t j = 0; j < m; j++)
 				for (size_t l = 0; l < d; l++)
-					o[l] += embed[(size_t)ids[i][j] * d + l];
+					o[l] = round_to(o[l] + embed[(size_t)ids[i][j] * d + l], bf16);
 			if (how == MK_SURGEON_SUB_MEAN)
 				for (size_t l = 0; l < d; l++)
-					o[l] /= (float)m;
+					o[l] = round_to(o[l] / (float)m, bf16);
 			break;
 		case MK_SURGEON_SUB_WEIGHTED: {
 			/* weight of token j: j + 1 (lm_head) or m - j (embedding) */
@@ -71,10 +87,10 @@ int mk_surgeon_subword(const float *embed, size_t rows, size_t d, const int32_t 
 				float w = lm_head ? (float)(j + 1) : (float)(m - j);
 				total += w;
 				for (size_t l = 0; l < d; l++)
-					o[l] += w * embed[(size_t)ids[i][j] * d + l];
+					o[l] = round_to(o[l] + round_to(w * embed[(size_t)ids[i][j] * d + l], bf16), bf16);
 			}
 			for (size_t l = 0; l < d; l++)
-				o[l] /= total;
+				o[l] = round_to(o[l] / total, bf16);
 			break;
 		}
 		case MK_SURGEON_SUB_FIRST_LAST:
