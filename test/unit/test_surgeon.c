@@ -599,12 +599,69 @@ static void test_e2e(void **state)
 	e2e_run("subword", E2E_SUBWORD, 0, false, 0.0, 656);
 }
 
+
+/* ---- refusals, and the small helpers ---- */
+static void test_errors(void **state)
+{
+	struct mk_err err = { 0 };
+	float pts[4 * 3] = { 1, 0, 0, 0, 1, 0, 0, 0, 1, 1, 1, 1 }, tg[3] = { 1, 2, 3 }, out[4 * 3], coef[8];
+	int64_t idx[8];
+	const int32_t bad[1] = { 4 }, *ids[1] = { bad };
+	size_t nids[1] = { 1 };
+
+	assert_int_equal(mk_surgeon_omp(tg, 1, pts, 4, 3, 5, idx, coef, &err), -MK_EINVAL);
+	assert_non_null(strstr(err.msg, "cannot pick 5 of 4"));
+	assert_int_equal(mk_surgeon_omp(tg, 1, pts, 4, 3, 0, idx, coef, &err), -MK_EINVAL);
+	assert_int_equal(mk_surgeon_interp(tg, 1, pts, 4, 3, 5, false, MK_SURGEON_DISTPROP, idx, coef, &err), -MK_EINVAL);
+	assert_int_equal(mk_surgeon_subword(pts, 4, 3, ids, nids, 1, MK_SURGEON_SUB_MEAN, false, false, out, &err),
+			 -MK_EINVAL);
+	assert_non_null(strstr(err.msg, "past the model's 4 embedding rows"));
+	/* two rows in three dimensions: a singular covariance */
+	float z[3] = { 0 };
+	assert_int_equal(mk_surgeon_john_hewitt(pts, 2, 3, z, 1, out, &err), -MK_EINVAL);
+	assert_non_null(strstr(err.msg, "not positive definite"));
+	assert_int_equal(mk_surgeon_landmark_pca(tg, 1, pts, 2, 3, pts, 3, out, &err), -MK_EINVAL);
+	assert_int_equal(mk_surgeon_stb_basis(pts, pts, 4, 3, 3, 9, out, out, &err), -MK_EINVAL);
+
+	/* omp with k = 1 picks the row of largest |correlation|, the first of equals */
+	assert_int_equal(mk_surgeon_omp(tg, 1, pts, 4, 3, 1, idx, coef, &err), 0);
+	assert_int_equal(idx[0], 3);
+	assert_float_equal(coef[0], 6.0f / 3.0f, 1e-6);
+
+	assert_int_equal(mk_surgeon_space_of("LlamaTokenizerFast", false), MK_SURGEON_SPACE_METASPACE);
+	assert_int_equal(mk_surgeon_space_of("GemmaTokenizer", true), MK_SURGEON_SPACE_BYTELEVEL);
+	assert_int_equal(mk_surgeon_space_of("Qwen2TokenizerFast", false), MK_SURGEON_SPACE_BYTELEVEL);
+	assert_int_equal(mk_surgeon_space_of("PreTrainedTokenizerFast", false), MK_SURGEON_SPACE_BYTELEVEL);
+	assert_int_equal(mk_surgeon_space_of(NULL, false), MK_SURGEON_SPACE_BYTELEVEL);
+
+	const char *tok[] = { "<s>", "\xe2\x96\x81the", "the", NULL, "a", "\xe2\x96\x81" };
+	const char *special[MK_SURGEON_NSPECIAL] = { "<s>", "<s>" };
+	struct mk_surgeon_vocab *v;
+	char buf[8];
+	assert_int_equal(mk_surgeon_vocab_build(tok, 6, special, MK_SURGEON_SPACE_METASPACE, &v, &err), 0);
+	assert_string_equal(v->key[0], "Sbos_token");
+	assert_string_equal(v->key[1], "Wthe");
+	assert_string_equal(v->key[2], "Tthe");
+	assert_null(v->key[3]);
+	assert_string_equal(v->key[5], "W");
+	assert_string_equal(mk_surgeon_key_text(v->key[1], buf, sizeof buf), " the");
+	assert_string_equal(mk_surgeon_key_text(v->key[0], buf, sizeof buf), "bos_token");
+	assert_null(mk_surgeon_key_text(v->key[1], buf, 3));
+	assert_int_equal(mk_surgeon_vocab_find(v, "Wthe"), 1);
+	assert_int_equal(mk_surgeon_vocab_find(v, "Tnone"), -1);
+	mk_surgeon_vocab_free(v);
+	const char *dup[] = { "x", "x" };
+	assert_int_equal(mk_surgeon_vocab_build(dup, 2, NULL, MK_SURGEON_SPACE_BYTELEVEL, &v, &err), -MK_EINVAL);
+	assert_non_null(strstr(err.msg, "normalise alike"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_methods),
 		cmocka_unit_test(test_match),
 		cmocka_unit_test(test_e2e),
+		cmocka_unit_test(test_errors),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
