@@ -198,6 +198,19 @@ torch.pca_lowrank = signed_pca
 case("pca-c", "pca", "c", 0, "-", new_embeddings(sc, A.LANDMARK_PCA))
 torch.pca_lowrank = real_pca
 
+# mp_rope: batch_mp_rope itself on the shared rows in donor id order (what
+# compute_new_embeddings does, less the configurations it reads the heads
+# and bases from); OPTION is HEADS_A-HEADS_B-BASE_A-BASE_B
+from mergekit.tokensurgeon import batch_mp_rope
+
+for s, sn, k, ha, hb, ba, bb in ((sa, "a", 8, 4, 4, 10000.0, 10000.0), (sb, "b", 8, 3, 4, 10000.0, 500000.0)):
+    shared = sorted(set(s["ov"]) & set(s["dv"]), key=lambda t: s["dv"][t])
+    pa = s["donor"][torch.tensor([s["dv"][t] for t in shared])]
+    pb = s["model"][torch.tensor([s["ov"][t] for t in shared])]
+    tg = s["donor"][torch.tensor([s["dv"][t] for t in s["targets"]])]
+    _, _, out, _ = batch_mp_rope(tg, pa, pb, k=k, num_heads_a=ha, num_heads_b=hb, a_rope_base=ba, b_rope_base=bb)
+    case(f"rope-{sn}-k{k}", "rope", sn, k, f"{ha}-{hb}-{int(ba)}-{int(bb)}", out)
+
 # john_hewitt: MultivariateNormal.sample draws torch.randn-like normals;
 # the same seed again gives them to mk
 for s, sn in ((sa, "a"), (sc, "c")):

@@ -59,6 +59,17 @@ int mk_surgeon_interp(const float *targets, size_t b, const float *points, size_
 int mk_surgeon_landmark_pca(const float *targets, size_t b, const float *shared_donor, size_t n, size_t da,
 			    const float *shared_model, size_t db, float *out, struct mk_err *err);
 
+/* -------------------------------------------------------------- mp_rope
+ * (rope.c) Matching pursuit of k picks in which each picked row is
+ * rotated by RoPE (heads_a heads, base base_a) to the position that
+ * best turns it towards the residual, then a least-squares fit on the
+ * rotated rows, whose coefficients combine the model's rows rotated at
+ * the same positions (heads_b, base_b).  Refused: k of 0 or above n, a
+ * width that does not split into heads of an even size. */
+int mk_surgeon_mp_rope(const float *targets, size_t b, const float *shared_donor, size_t n, size_t da,
+		       const float *shared_model, size_t db, size_t k, size_t heads_a, size_t heads_b, float base_a,
+		       float base_b, float *out, struct mk_err *err);
+
 /* ------------------------------------------------------- the rest (fill.c) */
 /* mean: every row the mean of the model's `rows` rows */
 void mk_surgeon_mean(const float *embed, size_t rows, size_t d, size_t b, float *out);

@@ -153,6 +153,44 @@ static void omp_residual(struct omp_state *s, const float *t, size_t m, float *r
 		axpy(-s->qt[j], s->q + j * d, res, d);
 }
 
+void mk__surgeon_pick(const float *res, size_t b, const float *points, size_t n, size_t d, int64_t *idx, size_t k,
+		      size_t t, float *corr, size_t blk, float *best)
+{
+	for (size_t i = 0; i < b; i++)
+		best[i] = -2.0f, idx[i * k + t] = -1;
+	for (size_t c0 = 0; c0 < n; c0 += blk) {
+		size_t cn = n - c0 < blk ? n - c0 : blk;
+		cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)cn, (int)d, 1.0f, res, (int)d,
+			    points + c0 * d, (int)d, 0.0f, corr, (int)cn);
+		for (size_t i = 0; i < b; i++) {
+			/* |correlation|, -1 where picked before: the first
+			 * largest wins */
+			float *row = corr + i * cn;
+			const int64_t *picked = idx + i * k;
+			for (size_t j = 0; j < cn; j++)
+				row[j] = fabsf(row[j]);
+			for (size_t j = 0; j < t; j++)
+				if ((size_t)picked[j] >= c0 && (size_t)picked[j] < c0 + cn)
+					row[picked[j] - (int64_t)c0] = -1.0f;
+			float bv = best[i];
+			size_t bj = SIZE_MAX;
+			for (size_t j = 0; j < cn; j++)
+				if (row[j] > bv)
+					bv = row[j], bj = j;
+			if (bj != SIZE_MAX)
+				best[i] = bv, idx[i * k + t] = (int64_t)(c0 + bj);
+		}
+	}
+}
+
+size_t mk__surgeon_pick_block(size_t b, size_t n)
+{
+	size_t blk = OMP_BLOCK / (b ? b : 1);
+	if (blk < 256)
+		blk = 256;
+	return blk > n ? n : blk;
+}
+
 int mk_surgeon_omp(const float *targets, size_t b, const float *points, size_t n, size_t d, size_t k, int64_t *idx,
 		   float *coef, struct mk_err *err)
 {
@@ -164,11 +202,7 @@ int mk_surgeon_omp(const float *targets, size_t b, const float *points, size_t n
 	if (d == 0 || d > INT32_MAX || n > INT32_MAX || b > INT32_MAX)
 		return mk_err_set(err, MK_EINVAL, "omp: %zu x %zu candidates: dimensions out of range", n, d);
 
-	size_t blk = OMP_BLOCK / b;
-	if (blk < 256)
-		blk = 256;
-	if (blk > n)
-		blk = n;
+	size_t blk = mk__surgeon_pick_block(b, n);
 	float *res = surgeon_alloc(b * d, sizeof(float));
 	float *corr = surgeon_alloc(b * blk, sizeof(float));
 	float *best = surgeon_alloc(b, sizeof(float));
@@ -186,31 +220,7 @@ int mk_surgeon_omp(const float *targets, size_t b, const float *points, size_t n
 	memcpy(res, targets, b * d * sizeof(float));
 
 	for (size_t t = 0; t < k; t++) {
-		for (size_t i = 0; i < b; i++)
-			best[i] = -2.0f, idx[i * k + t] = -1;
-		for (size_t c0 = 0; c0 < n; c0 += blk) {
-			size_t cn = n - c0 < blk ? n - c0 : blk;
-			cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)b, (int)cn, (int)d, 1.0f, res, (int)d,
-				    points + c0 * d, (int)d, 0.0f, corr, (int)cn);
-			for (size_t i = 0; i < b; i++) {
-				/* |correlation|, -1 where picked before: the
-				 * first largest wins */
-				float *row = corr + i * cn;
-				const int64_t *picked = idx + i * k;
-				for (size_t j = 0; j < cn; j++)
-					row[j] = fabsf(row[j]);
-				for (size_t j = 0; j < t; j++)
-					if ((size_t)picked[j] >= c0 && (size_t)picked[j] < c0 + cn)
-						row[picked[j] - (int64_t)c0] = -1.0f;
-				float bv = best[i];
-				size_t bj = SIZE_MAX;
-				for (size_t j = 0; j < cn; j++)
-					if (row[j] > bv)
-						bv = row[j], bj = j;
-				if (bj != SIZE_MAX)
-					best[i] = bv, idx[i * k + t] = (int64_t)(c0 + bj);
-			}
-		}
+		mk__surgeon_pick(res, b, points, n, d, idx, k, t, corr, blk, best);
 		for (size_t i = 0; i < b; i++) {
 			struct omp_state s = { d, k, q + i * k * d, r + i * k * k, qt };
 			omp_extend(&s, points + (size_t)idx[i * k + t] * d, t, tmp);

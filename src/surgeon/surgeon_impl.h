@@ -33,4 +33,13 @@ static inline void *surgeon_alloc(size_t n, size_t size)
 struct mk_err;
 int mk__surgeon_lstsq(int m, int n, int nrhs, float *a, float *b, struct mk_err *err);
 
+/* One pick of a batched pursuit (omp.c): for each of the b residuals
+ * (b x d), the candidate row (n x d) of the largest |correlation| not
+ * among its first t picks (idx, b x k) goes to idx[i * k + t]; the
+ * correlations are one sgemm per block of blk candidates
+ * (mk__surgeon_pick_block) into corr (b x blk); best: b floats. */
+void mk__surgeon_pick(const float *res, size_t b, const float *points, size_t n, size_t d, int64_t *idx, size_t k,
+		      size_t t, float *corr, size_t blk, float *best);
+size_t mk__surgeon_pick_block(size_t b, size_t n);
+
 #endif

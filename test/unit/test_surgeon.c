@@ -140,9 +140,11 @@ static const struct {
 	 * k 96 > 64 dimensions, rank-deficient; 3.8e-6 otherwise), mean
 	 * 1.1e-7, landmark_pca 8.3e-5 (mergekit's float32 answer is itself
 	 * 5e-5 to 9e-4 from float64's), stb 7.5e-7, john_hewitt 5.2e-5 (an
-	 * ill-conditioned covariance; 4.4e-7 on a well-conditioned one) */
+	 * ill-conditioned covariance; 4.4e-7 on a well-conditioned one), mp_rope
+	 * 5.5e-7 */
 	{ "omp", 5e-4 }, { "ompraw", 2e-5 }, { "interp", 5e-4 }, { "mean", 1e-6 }, { "zero", 0 },
 	{ "pca", 5e-4 },  { "stb", 1e-5 },    { "jh", 3e-4 },     { "subword", 0 },
+	{ "rope", 1e-5 },
 };
 
 static enum mk_surgeon_weights scheme_of(const char *opt, bool *cosine)
@@ -232,6 +234,11 @@ static void run_case(const char *name, const char *method, struct set *s, size_t
 		if (rc == 0)
 			rc = mk_surgeon_stb(s->tg, b, dmean, db, s->dw, mb, mmean, dm, got, &err);
 		free(db), free(mb), free(dmean), free(mmean);
+	} else if (strcmp(method, "rope") == 0) {
+		size_t ha, hb;
+		float ba, bb;
+		assert_int_equal(sscanf(opt, "%zu-%zu-%f-%f", &ha, &hb, &ba, &bb), 4);
+		rc = mk_surgeon_mp_rope(s->tg, b, s->sd, s->n, s->dw, s->sm, dm, k, ha, hb, ba, bb, got, &err);
 	} else if (strcmp(method, "jh") == 0) {
 		float *z = loadf(4 * b * dm, "%s.z.f32", name);
 		rc = mk_surgeon_john_hewitt(s->model, s->mrows, dm, z, b, got, &err);
