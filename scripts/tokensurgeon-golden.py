@@ -211,6 +211,33 @@ for s, sn, k, ha, hb, ba, bb in ((sa, "a", 8, 4, 4, 10000.0, 10000.0), (sb, "b",
     _, _, out, _ = batch_mp_rope(tg, pa, pb, k=k, num_heads_a=ha, num_heads_b=hb, a_rope_base=ba, b_rope_base=bb)
     case(f"rope-{sn}-k{k}", "rope", sn, k, f"{ha}-{hb}-{int(ba)}-{int(bb)}", out)
 
+# --magikarp: well_trained_tokens on a model of 300 rows whose last 20
+# have no token (ids 280..299) and 8 more are "<|reserved_special_token_N|>"
+# (like the unused ones: small and alike), and 3 under-trained rows;
+# magikarp-tokens.txt: the token of each id (an empty line: none),
+# magikarp-{head,nohead}.good.i32: 1 for each id mergekit keeps
+from mergekit.tokensurgeon import well_trained_tokens
+
+g = np.random.default_rng(9)
+emb = g.standard_normal((300, 64)).astype(np.float32)
+head = g.standard_normal((300, 64)).astype(np.float32)
+junk = g.standard_normal(64).astype(np.float32) * 0.01
+for i in list(range(280, 300)) + list(range(40, 48)):
+    emb[i] = junk + 0.001 * g.standard_normal(64)
+    head[i] = junk + 0.001 * g.standard_normal(64)
+emb[[5, 6, 7]] *= 1e-4
+toks = [f"t{i}" for i in range(280)]
+for j, i in enumerate(range(40, 48)):
+    toks[i] = f"<|reserved_special_token_{j}|>"
+vocab = {t: i for i, t in enumerate(toks)}
+save("magikarp-model.f32", emb, np.float32)
+save("magikarp-lm_head.f32", head, np.float32)
+open(os.path.join(OUT, "magikarp-tokens.txt"), "w").write("\n".join(toks + [""] * 20) + "\n")
+for nm, h in (("head", torch.tensor(head)), ("nohead", None)):
+    good = set(well_trained_tokens(vocab, torch.tensor(emb), h))
+    save(f"magikarp-{nm}.good.i32", [int(t in good) for t in toks], np.int32)
+    print(f"magikarp {nm}: {len(good)} of {len(toks)} tokens kept")
+
 # john_hewitt: MultivariateNormal.sample draws torch.randn-like normals;
 # the same seed again gives them to mk
 for s, sn in ((sa, "a"), (sc, "c")):

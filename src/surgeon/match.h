@@ -92,4 +92,13 @@ int mk_surgeon_shared(const struct mk_surgeon_vocab *model, const struct mk_surg
 		      const struct mk_surgeon_match_opts *o, size_t *n, int64_t **donor_ids, int64_t **model_ids,
 		      struct mk_err *err);
 
+/* --magikarp (magikarp.c): good[id] (v->n of them) 1 for the tokens of
+ * v whose rows look trained, as mergekit's well_trained_tokens judges
+ * them: embed (and lm_head, NULL when the model has none) rows x d.
+ * The program then keeps, as matches and shared tokens, the model's
+ * tokens good in both models (model_keep), and zeroes the donor's
+ * tokens good in neither (junk). */
+int mk_surgeon_well_trained(const struct mk_surgeon_vocab *v, const float *embed, const float *lm_head, size_t rows,
+			    size_t d, uint8_t *good, struct mk_err *err);
+
 #endif

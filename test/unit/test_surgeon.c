@@ -662,6 +662,43 @@ static void test_errors(void **state)
 	assert_non_null(strstr(err.msg, "normalise alike"));
 }
 
+
+/* ---- --magikarp: mergekit's well_trained_tokens on planted rows ---- */
+static void test_magikarp(void **state)
+{
+	size_t len, n = 0;
+	char *txt = load("magikarp-tokens.txt", &len);
+	const char *tok[300];
+	struct mk_err err = { 0 };
+	float *emb = loadf(4 * 300 * 64, "magikarp-model.f32"), *head = loadf(4 * 300 * 64, "magikarp-lm_head.f32");
+
+	for (char *p = txt, *e; p < txt + len && n < 300; p = e + 1) {
+		e = memchr(p, '\n', (size_t)(txt + len - p));
+		assert_non_null(e);
+		*e = 0;
+		tok[n++] = *p ? p : NULL;
+	}
+	assert_int_equal(n, 300);
+	struct mk_surgeon_vocab *v;
+	assert_int_equal(mk_surgeon_vocab_build(tok, 300, NULL, MK_SURGEON_SPACE_BYTELEVEL, &v, &err), 0);
+	for (int h = 0; h < 2; h++) {
+		uint8_t good[300];
+		int32_t *want = loadf(4 * 280, "magikarp-%s.good.i32", h ? "nohead" : "head");
+		assert_int_equal(mk_surgeon_well_trained(v, emb, h ? NULL : head, 300, 64, good, &err), 0);
+		size_t kept = 0, differ = 0;
+		for (size_t i = 0; i < 280; i++)
+			kept += good[i], differ += good[i] != (want[i] != 0);
+		for (size_t i = 280; i < 300; i++)
+			assert_int_equal(good[i], 0);
+		print_message("magikarp %s: %zu of 280 kept, %zu differ from mergekit\n", h ? "no lm_head" : "lm_head",
+			      kept, differ);
+		assert_int_equal(differ, 0);
+		free(want);
+	}
+	mk_surgeon_vocab_free(v);
+	free(txt), free(emb), free(head);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -669,6 +706,7 @@ int main(void)
 		cmocka_unit_test(test_match),
 		cmocka_unit_test(test_e2e),
 		cmocka_unit_test(test_errors),
+		cmocka_unit_test(test_magikarp),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
