@@ -164,13 +164,13 @@ def signed_pca(a, q=None, center=True, niter=2):
 torch.pca_lowrank = signed_pca
 case("pca-a", "pca", "a", 0, "-", new_embeddings(sa, A.LANDMARK_PCA))
 torch.pca_lowrank = real_pca
-# how much the real thing moves with torch's seed (README)
+# how much the real thing moves with torch's generator (printed)
 runs = []
 for seed in (1, 2, 3):
     torch.manual_seed(seed)
     runs.append(new_embeddings(sa, A.LANDMARK_PCA))
 spread = max(float((r - runs[0]).norm() / runs[0].norm()) for r in runs)
-print(f"landmark_pca with torch.pca_lowrank: relative spread over 3 seeds {spread:.3g}")
+print(f"landmark_pca with torch.pca_lowrank: relative spread over 3 generator states {spread:.3g}")
 
 # stb: mergekit's compute_token_basis walks the shared tokens in set
 # order, which PYTHONHASHSEED changes; on embeddings with close principal
