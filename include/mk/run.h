@@ -122,6 +122,14 @@ MK_API size_t mk_run_opts_size(void);
 /* mk-merge's default worker threads: the online CPUs, 1 to 8. */
 MK_API unsigned mk_merge_default_threads(void);
 
+/* The OpenBLAS kernels a process should ask for (OPENBLAS_CORETYPE, read
+ * as the library loads: "SkylakeX", "Haswell") because the loaded
+ * OpenBLAS fell back to its SSE3 kernels on a CPU it did not recognize
+ * that has AVX-512 or AVX2; NULL when nothing is to be done, or
+ * OPENBLAS_CORETYPE is set.  mk's programs start themselves again with
+ * it; a binding sets it before it loads libmk (mk-python(7)). */
+MK_API const char *mk_blas_kernels_better(void);
+
 /* For bindings (the Python package), answers without a merge.  The texts
  * are copied to buf (cap bytes) with a NUL when they fit (*len < cap);
  * *len is always their length, so a caller whose buffer was too small

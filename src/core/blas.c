@@ -11,6 +11,8 @@
  * itself at the first BLAS call that wants more than one thread (the
  * forward pass), and mk__blas_one_thread keeps it from starting. */
 #include <pthread.h>
+#include <stdlib.h>
+#include <strings.h>
 #include <cblas.h>
 #include "blas.h"
 
@@ -34,4 +36,31 @@ static void one_thread(void)
 void mk__blas_one_thread(void)
 {
 	pthread_once(&one_once, one_thread);
+}
+
+/* OpenBLAS's own, weak likewise */
+extern char *openblas_get_corename(void) __attribute__((weak));
+
+const char *mk_blas_core_better(void)
+{
+	const char *core;
+
+	if (!openblas_get_corename || getenv("OPENBLAS_CORETYPE"))
+		return NULL;
+	core = openblas_get_corename();
+	if (!core || strcasecmp(core, "Prescott"))
+		return NULL;
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+	    __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+	    __builtin_cpu_supports("avx512cd"))
+		return "SkylakeX";
+	if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+		return "Haswell";
+	return NULL;
+}
+
+const char *mk_blas_core(void)
+{
+	return openblas_get_corename ? openblas_get_corename() : NULL;
 }

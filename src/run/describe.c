@@ -6,6 +6,7 @@
 #include "arch/arch.h"
 #include "card/card.h"
 #include "config/config.h"
+#include "core/blas.h"
 #include "core/jsondoc.h"
 #include "core/sbuf.h"
 #include "mk/method.h"
@@ -16,6 +17,11 @@
 const char *mk_version(void)
 {
 	return MK_VERSION;
+}
+
+const char *mk_blas_kernels_better(void)
+{
+	return mk_blas_core_better();
 }
 
 /* n bytes of s to the caller's buffer: *len = n, copied with a NUL when

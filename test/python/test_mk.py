@@ -87,8 +87,20 @@ def test_run_merge_writes_what_mk_yaml_writes(cfg, tmp_path):
     a.parent.mkdir()
     b.parent.mkdir()
     mk.run_merge(mk.MergeConfiguration.from_yaml(text, cfg), str(a), options=mk.MergeOptions(quiet=True))
-    subprocess.run([os.path.join(BIN, "mk-yaml"), "--quiet", cfg, str(b)], check=True)
+    # the same OpenBLAS kernels as this process (numpy may have loaded
+    # OpenBLAS before mk could choose them): matrix products (a LoRA's
+    # B.A) round as their kernels do (mk_run_merge(3))
+    env = dict(os.environ, OPENBLAS_CORETYPE=blas_core())
+    subprocess.run([os.path.join(BIN, "mk-yaml"), "--quiet", cfg, str(b)], check=True, env=env)
     same_dirs(str(a), str(b))
+
+
+def blas_core():
+    """The OpenBLAS kernels this process runs (libmk's OpenBLAS)."""
+    import ctypes
+    f = ctypes.CDLL(os.environ["MK_LIB"]).openblas_get_corename
+    f.restype = ctypes.c_char_p
+    return f().decode()
 
 
 def test_options_reach_the_merge(tmp_path):

@@ -4,6 +4,8 @@ module of the package reaches libmk through here."""
 import ctypes
 import ctypes.util
 import os
+import subprocess
+import sys
 import struct
 
 _PROGRESS = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_uint64, ctypes.c_uint64, ctypes.c_size_t,
@@ -52,6 +54,24 @@ class _Err(ctypes.Structure):
 _lib = None
 
 
+def _blas_kernels(path):
+    """OPENBLAS_CORETYPE set as mk's programs set it (mk_blas_kernels_better,
+    mk_run_merge(3)) before libmk, and OpenBLAS with it, is loaded here:
+    asked of libmk in a child process, since OpenBLAS picks its kernels as
+    it loads.  Nothing when the variable is set or libmk is not there."""
+    if "OPENBLAS_CORETYPE" in os.environ or not os.path.exists(path):
+        return
+    code = ("import ctypes, sys; l = ctypes.CDLL(sys.argv[1]); f = l.mk_blas_kernels_better; "
+            "f.restype = ctypes.c_char_p; r = f(); print(r.decode() if r else '')")
+    try:
+        r = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return
+    core = r.stdout.strip() if r.returncode == 0 else ""
+    if core:
+        os.environ["OPENBLAS_CORETYPE"] = core
+
+
 def _load():
     global _lib
     if _lib is not None:
@@ -69,6 +89,7 @@ def _load():
         if not c:
             continue
         try:
+            _blas_kernels(c)
             lib = ctypes.CDLL(c)
             break
         except OSError as e:
