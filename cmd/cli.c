@@ -18,6 +18,7 @@
 #include "hub/hub.h"
 #include "mk/plugin.h"
 #include "mk/run.h"
+#include "core/blas.h"
 #include "core/fsutil.h"
 #include "core/text.h"
 
@@ -33,8 +34,40 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* The program again, with OPENBLAS_CORETYPE set (mk_blas_core_better):
+ * OpenBLAS picks its kernels as it loads, before main.  The arguments
+ * from /proc/self/cmdline; on any failure the run goes on as it is. */
+static void blas_reexec(const char *core)
+{
+	static char buf[1 << 16];
+	char *argv[1024];
+	size_t n = 0, argc = 0;
+	ssize_t got;
+	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0 || setenv("OPENBLAS_CORETYPE", core, 1)) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	while (n < sizeof(buf) - 1 && (got = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0)
+		n += (size_t)got;
+	close(fd);
+	if (!n || n >= sizeof(buf) - 1)
+		return;
+	buf[n] = '\0';
+	for (size_t i = 0; i < n && argc < sizeof(argv) / sizeof(argv[0]) - 1; i += strlen(buf + i) + 1)
+		argv[argc++] = buf + i;
+	argv[argc] = NULL;
+	execv("/proc/self/exe", argv);
+}
+
 void cli_init(const char *prog)
 {
+	const char *core = mk_blas_core_better();
+
+	if (core)
+		blas_reexec(core);
 	cli_prog = prog;
 	progress_t0 = now();
 	/* Chunk buffers (4 MiB by default) come and go with every tensor:
@@ -151,7 +184,11 @@ void cli_info(int level, const char *fmt, ...)
 
 void cli_version(void)
 {
+	const char *core = mk_blas_core();
+
 	printf("%s %s\n", cli_prog, MK_VERSION);
+	if (core)
+		printf("OpenBLAS kernels: %s\n", core);
 	exit(EXIT_OK);
 }
 
@@ -360,6 +397,14 @@ bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, 
 			 cli_prog);
 		return true;
 	case CLI_RUN_NOCUDA: o->cuda = false; return true;
+	case CLI_RUN_DEVICE:
+		/* mergekit's --device: "cuda" or "cuda:N" is mk's --cuda (one
+		 * GPU, the first); "cpu" and "auto" leave it as it is */
+		if (!strncmp(arg, "cuda", 4) && (!arg[4] || arg[4] == ':'))
+			o->cuda = true;
+		else if (strcmp(arg, "cpu") && strcmp(arg, "auto"))
+			cli_usage_error("--device: expected cpu, cuda, cuda:N or auto, not '%s'", arg);
+		return true;
 	case 'j':
 		if (mk_size_parse(arg, &v) || v < 1 || v > 1024)
 			cli_usage_error("--num-threads: expected a positive integer, not '%s'", arg);

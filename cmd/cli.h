@@ -113,7 +113,7 @@ enum { CLI_RUN_FIRST = 1000, CLI_RUN_SHARD = CLI_RUN_FIRST, CLI_RUN_COPY, CLI_RU
        CLI_RUN_NOCARD, CLI_RUN_CRIMES, CLI_RUN_NOCRIMES, CLI_RUN_SEED, CLI_RUN_CUDA, CLI_RUN_NOCUDA, CLI_RUN_MEM, CLI_RUN_SPILL,
        CLI_RUN_STRICT, CLI_RUN_REMOTE, CLI_RUN_NOCACHE, CLI_RUN_QUIET, CLI_RUN_NOQUIET, CLI_RUN_CACHE,
        CLI_RUN_LORA_DT, CLI_RUN_LORA_CACHE, CLI_RUN_PLUGIN, CLI_RUN_VERBOSE, CLI_RUN_BUFFERED, CLI_RUN_IGN0,
-       CLI_RUN_IGN1, CLI_RUN_GPU_RICH, CLI_RUN_TRUNC, CLI_RUN_NOTRUNC, CLI_RUN_QUANT };
+       CLI_RUN_IGN1, CLI_RUN_GPU_RICH, CLI_RUN_TRUNC, CLI_RUN_NOTRUNC, CLI_RUN_QUANT, CLI_RUN_DEVICE };
 /* --quantize's value (mk-pack and the programs that run it): "fp8" or
  * "mxfp4", else a usage error. */
 enum mk_requant cli_quantize_arg(const char *arg);
@@ -134,11 +134,11 @@ enum mk_requant cli_quantize_arg(const char *arg);
 	{ "low-cpu-memory", 0, 0, CLI_RUN_IGN0 }, { "no-low-cpu-memory", 0, 0, CLI_RUN_IGN0 }, \
 	{ "clone-tensors", 0, 0, CLI_RUN_IGN0 }, { "no-clone-tensors", 0, 0, CLI_RUN_IGN0 }, \
 	{ "trust-remote-code", 0, 0, CLI_RUN_IGN0 }, { "no-trust-remote-code", 0, 0, CLI_RUN_IGN0 }, \
-	{ "read-to-gpu", 0, 0, CLI_RUN_IGN0 }, { "no-read-to-gpu", 0, 0, CLI_RUN_IGN0 }, \
+	{ "read-to-gpu", 0, 0, CLI_RUN_CUDA }, { "no-read-to-gpu", 0, 0, CLI_RUN_IGN0 }, \
 	{ "multi-gpu", 0, 0, CLI_RUN_IGN0 }, { "no-multi-gpu", 0, 0, CLI_RUN_IGN0 }, { "gpu-rich", 0, 0, CLI_RUN_GPU_RICH }, \
 	{ "async-write", 0, 0, CLI_RUN_IGN0 }, { "no-async-write", 0, 0, CLI_RUN_IGN0 }, \
 	{ "safe-serialization", 0, 0, CLI_RUN_IGN0 }, { "no-safe-serialization", 0, 0, CLI_RUN_IGN0 }, \
-	{ "write-threads", 1, 0, CLI_RUN_IGN1 }, { "device", 1, 0, CLI_RUN_IGN1 }
+	{ "write-threads", 1, 0, CLI_RUN_IGN1 }, { "device", 1, 0, CLI_RUN_DEVICE }
 struct mk_run_opts;
 bool cli_run_option(int c, const char *arg, const char *name, bool state_dicts, struct mk_run_opts *o,
 		    bool *quiet);

@@ -31,7 +31,8 @@ static void usage(void)
 	       "      --strict           fail when an output tensor holds NaN or infinite values\n"
 	       "                         its inputs did not (by default: a warning naming it)\n"
 	       "      --cuda             apply float32 jobs of linear, slerp and the task arithmetic\n"
-	       "                         family on the GPU (without one: a note, then the CPU)\n"
+	       "                         family on the GPU (without one: a note, then the CPU;\n"
+	       "                         with --strict: an error)\n"
 	       "  -j, --jobs N           worker threads (default: the number of CPUs, at most 8)\n"
 	       "  -f, --force            write the binary stream even to a terminal\n"
 	       "      --progress         draw progress on stderr (--no-progress: never)\n"
@@ -163,6 +164,10 @@ int main(int argc, char **argv)
 		struct mk_cuda_opts co = { .emulate = mk_cuda_emulate_requested() };
 		struct mk_err cerr = { 0 };
 		if (mk_cuda_open(&cx, &co, &cerr)) {
+			if (o.strict) {
+				mk_err_prefix(&cerr, "--cuda (with --strict): ");
+				cli_fail(&cerr);
+			}
 			cli_info(2, "note: --cuda: %s; merging on the CPU", cerr.msg);
 			cx = NULL;
 		} else {

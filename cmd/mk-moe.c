@@ -74,7 +74,8 @@ static void on_note(void *ctx, const char *msg)
 static bool run_option_ignored(int c)
 {
 	static const int ign[] = { CLI_RUN_CRIMES, CLI_RUN_NOCRIMES, CLI_RUN_SPILL, CLI_RUN_REMOTE, CLI_RUN_NOCACHE, CLI_RUN_PLUGIN,
-				   CLI_RUN_LORA_DT, CLI_RUN_LORA_CACHE, CLI_RUN_TRUNC, CLI_RUN_NOTRUNC };
+				   CLI_RUN_LORA_DT, CLI_RUN_LORA_CACHE, CLI_RUN_TRUNC, CLI_RUN_NOTRUNC,
+				   CLI_RUN_DEVICE };
 	for (size_t i = 0; i < sizeof(ign) / sizeof(*ign); i++)
 		if (c == ign[i])
 			return true;

@@ -60,12 +60,14 @@ static void usage(void)
 	       "  --quiet / --no-quiet      no progress bar / the bar (default)\n"
 	       "  -v, --verbose             say more (repeat for more)\n"
 	       "  --gpu-rich                --cuda (in mergekit, --cuda and three options that\n"
-	       "                            mean nothing here)\n"
+	       "                            mean nothing here); --device cuda[:N], --read-to-gpu:\n"
+	       "                            --cuda too.  Without a usable GPU: a warning and the\n"
+	       "                            CPU (with --strict: an error)\n"
 	       "  -h, --help, -V, --version\n"
 	       "Every other mergekit-yaml option is accepted with a note and changes nothing\n"
 	       "(--lazy-unpickle, --low-cpu-memory, --clone-tensors, --trust-remote-code,\n"
-	       "--read-to-gpu, --multi-gpu, --async-write, --safe-serialization and their --no-\n"
-	       "forms, --write-threads N, --device D).  See mk-yaml(1).\n",
+	       "--multi-gpu, --async-write, --safe-serialization and their --no- forms,\n"
+	       "--no-read-to-gpu, --write-threads N, --device cpu|auto).  See mk-yaml(1).\n",
 	       cli_prog);
 	exit(EXIT_OK);
 }

@@ -411,8 +411,15 @@ static int run_plan(struct run *r, bool raw, enum mk_raw_missing missing, bool s
 	if (o->cuda) {
 		struct mk_cuda_opts co = { .emulate = mk_cuda_emulate_requested() };
 		struct mk_err cerr = { 0 };
-		if (mk_cuda_open(&r->cx, &co, &cerr) == 0)
-			r->mo.cuda = r->cx;   /* else: on the CPU, as mk-merge --cuda */
+		if (mk_cuda_open(&r->cx, &co, &cerr) == 0) {
+			r->mo.cuda = r->cx;
+		} else if (o->strict) {
+			return mk_err_set(err, MK_EUNSUPPORTED, "cuda: %s; no GPU to merge on (strict)", cerr.msg);
+		} else if (o->warn) {        /* on the CPU, as mk-merge --cuda */
+			char msg[MK_ERR_MSG_MAX + 64];
+			snprintf(msg, sizeof(msg), "cuda: %s; merging on the CPU", cerr.msg);
+			o->warn(o->warn_ctx, msg);
+		}
 	}
 	/* the queues between the stages, in the budget (mk_budget_split) */
 	if (!o->max_memory)

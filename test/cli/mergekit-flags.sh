@@ -69,3 +69,20 @@ mk-yaml --quiet --out-shard-size 20k c.yml small/out
 expect_fail 2 "--out-shard-size" mk-yaml --out-shard-size lots c.yml bad/out
 expect_fail 2 "--num-threads" mk-yaml -j none c.yml bad/out
 echo "mergekit-flags: --no-write-model-card, --no-copy-tokenizer and --out-shard-size change what they say"
+
+# --cuda, --device cuda, --read-to-gpu on a host without a usable GPU (no
+# emulation asked for): a warning that says so, the merge on the CPU (the
+# same output, above); with --strict an error and no output
+if [ -z "${MK_CUDA_EMULATE:-}" ] && ! nvidia-smi -L > /dev/null 2>&1; then
+	for f in "--cuda" "--device cuda:0" "--read-to-gpu"; do
+		mk-yaml $f c.yml nogpu/out > /dev/null 2> err.txt || { cat err.txt; fail "$f without a GPU failed"; }
+		err_has "cuda: " "$f without a GPU: no word of it"
+		err_has "merging on the CPU" "$f without a GPU: does not say it merges on the CPU"
+		rm -rf nogpu
+	done
+	expect_fail 1 "no GPU to merge on (strict)" mk-yaml --quiet --cuda --strict c.yml strictgpu/out
+	no_out strictgpu/out
+	if mk-merge --cuda --strict < /dev/null > /dev/null 2> err.txt; then fail "mk-merge --cuda --strict without a GPU ran"; fi
+	err_has "--cuda (with --strict)" "mk-merge --cuda --strict: no error naming it"
+fi
+expect_fail 2 "expected cpu, cuda, cuda:N or auto" mk-yaml --device tpu c.yml bad/out

@@ -70,13 +70,14 @@ _MK = (
 # mergekit's fields that change nothing in mk, and why
 IGNORED_FIELDS = {
     "lora_merge_cache": "mk applies a LoRA adapter to the weights as it reads them; no merged copy is stored",
-    "device": "the GPU is used when cuda (or gpu_rich) is set; mk's GPU and CPU results are the same bits",
+    "device": "\"cuda\" is cuda (one GPU, the first), as cuda and gpu_rich are; mk's GPU and CPU results "
+              "are the same bits",
     "low_cpu_memory": "mk streams tensors through bounded buffers; nothing is held on an accelerator",
     "clone_tensors": "mk writes every output tensor from its own buffer; there is nothing to clone",
     "trust_remote_code": "mk runs no model code: configurations are read as JSON",
     "lazy_unpickle": "mk reads PyTorch pickles without unpickling objects and safetensors through mmap",
     "safe_serialization": "mk always writes safetensors",
-    "read_to_gpu": "inputs are read into host memory; the GPU (cuda) gets chunks of them",
+    "read_to_gpu": "it is cuda here: inputs are read into host memory and the GPU gets chunks of them",
     "multi_gpu": "mk uses one GPU",
     "async_write": "mk's writer always runs beside the merge, on its own thread",
     "write_threads": "one writer thread; the shards are written in order",
