@@ -35,39 +35,28 @@ static double now(void)
 }
 
 /* The program again, with OPENBLAS_CORETYPE set (mk_blas_core_better):
- * OpenBLAS picks its kernels as it loads, before main.  The arguments
- * from /proc/self/cmdline; on any failure the run goes on as it is. */
-static void blas_reexec(const char *core)
+ * OpenBLAS picks its kernels as it loads, before main.  Done from a
+ * constructor of the program (glibc gives it the arguments), before
+ * main reads or opens anything, by the program's own path (so its name
+ * stays its own for ps and pgrep); on any failure the run goes on as it
+ * is. */
+__attribute__((constructor)) static void blas_restart(int argc, char **argv, char **envp)
 {
-	static char buf[1 << 16];
-	char *argv[1024];
-	size_t n = 0, argc = 0;
-	ssize_t got;
-	int fd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+	const char *core = mk_blas_core_better();
+	char path[PATH_MAX];
+	ssize_t n;
 
-	if (fd < 0 || setenv("OPENBLAS_CORETYPE", core, 1)) {
-		if (fd >= 0)
-			close(fd);
+	(void)envp;
+	if (!core || argc < 1 || !argv || (n = readlink("/proc/self/exe", path, sizeof(path) - 1)) <= 0)
 		return;
-	}
-	while (n < sizeof(buf) - 1 && (got = read(fd, buf + n, sizeof(buf) - 1 - n)) > 0)
-		n += (size_t)got;
-	close(fd);
-	if (!n || n >= sizeof(buf) - 1)
+	path[n] = '\0';
+	if (setenv("OPENBLAS_CORETYPE", core, 1))
 		return;
-	buf[n] = '\0';
-	for (size_t i = 0; i < n && argc < sizeof(argv) / sizeof(argv[0]) - 1; i += strlen(buf + i) + 1)
-		argv[argc++] = buf + i;
-	argv[argc] = NULL;
-	execv("/proc/self/exe", argv);
+	execv(path, argv);
 }
 
 void cli_init(const char *prog)
 {
-	const char *core = mk_blas_core_better();
-
-	if (core)
-		blas_reexec(core);
 	cli_prog = prog;
 	progress_t0 = now();
 	/* Chunk buffers (4 MiB by default) come and go with every tensor:

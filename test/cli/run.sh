@@ -8,6 +8,10 @@
 . "$MK_TOP/test/cli/lib.inc"
 cd "$MK_TOP"
 W=$OLDPWD
+# mk-run (a test program) and mk-yaml on the same OpenBLAS kernels: a
+# LoRA's B.A rounds as its kernels do (mk_run_merge(3))
+OPENBLAS_CORETYPE=$(mk-yaml --version | sed -n 's/^OpenBLAS kernels: //p')
+[ -z "$OPENBLAS_CORETYPE" ] || export OPENBLAS_CORETYPE
 n=0
 for cfg in testdata/configs/*.yml test/conformance/tokenizer-vocab-tokens-f32.yml test/conformance/lora-linear-f32.yml; do
 	name=$(basename "$cfg" .yml)
