@@ -1,0 +1,188 @@
+"""Golden GGUF key-value pairs of convert_hf_to_gguf.py, for
+test/unit/test_gguf_meta.c.  Run outside the tests with the mergekit
+venv's python, after scripts/gguf-reference-setup:
+
+  ~/.cache/mk/mergekit-0.1.5-venv/bin/python scripts/gguf-meta-golden.py \
+      testdata/gguf-meta
+
+For each model below a tiny Hugging Face model (random weights) is saved
+with a small tokenizer of its family (testdata/tokenizers/encode/FAMILY),
+a tokenizer_config.json with a chat template and a generation_config.json,
+and converted by llama.cpp's convert_hf_to_gguf.py --outtype f32.  The
+small vocabularies are not in convert's table of pre-tokenizer hashes,
+so convert is run with that one lookup answering the family's name
+(llama-bpe, qwen2) when the hash is unknown; the table itself is checked
+on the real vocabularies (see --full below).  Into OUT/NAME/ go the
+files mk reads (config.json, generation_config.json, tokenizer.json,
+tokenizer_config.json) and OUT/NAME.kv gets every pair convert wrote, in
+its order: "KEY<TAB>VTYPE<TAB>HEX" with HEX the value's bytes as GGUF
+stores them after the type, and a first line "# params N" (the
+parameter count convert measured, for general.size_label).
+
+  --full DIR   instead: rebuild the real llama-bpe and qwen2 tokenizers
+               from llama.cpp's models/ggml-vocab-*.gguf into DIR/NAME/
+               and write DIR/NAME.pre with the name convert's hash table
+               gives them (for MK_GGUF_META_FULL=DIR in the unit test).
+"""
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import torch
+import transformers
+
+REF = os.path.expanduser(os.environ.get("MK_GGUF_REF", "~/.cache/mk/llama.cpp-0.3.36"))
+sys.path.insert(0, os.path.join(REF, "src", "gguf-py"))
+import gguf  # noqa: E402
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOKS = os.path.join(TOP, "testdata", "tokenizers", "encode")
+T = transformers
+BASE = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2)
+
+LLAMA3_TEMPLATE = ("{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + "
+                   "message['role'] + '<|end_header_id|>\n\n' + message['content'] | trim + "
+                   "'<|eot_id|>' }}{% endfor %}{% if add_generation_prompt %}"
+                   "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+QWEN_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + "
+                 "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}"
+                 "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+# name (the directory's, read by convert for general.name), family,
+# pre name for the unknown hash, config class, model class, config,
+# tokenizer_config additions, generation_config
+MODELS = [
+    ("Meta-Llama-3.1-8B-Instruct", "llama3", "llama-bpe", T.LlamaConfig, T.LlamaForCausalLM,
+     dict(vocab_size=1006, bos_token_id=1000, eos_token_id=[1001, 1005],
+          rope_scaling=dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0,
+                            high_freq_factor=4.0, original_max_position_embeddings=8192),
+          rope_theta=500000.0, max_position_embeddings=131072, rms_norm_eps=1e-5),
+     dict(chat_template=LLAMA3_TEMPLATE),
+     dict(bos_token_id=1000, eos_token_id=[1001, 1005], do_sample=True, temperature=0.6, top_p=0.9)),
+    ("Qwen2.5-0.5B-Instruct", "qwen2", "qwen2", T.Qwen2Config, T.Qwen2ForCausalLM,
+     dict(vocab_size=1024, bos_token_id=1000, eos_token_id=1002, tie_word_embeddings=True,
+          rope_theta=1000000.0, max_position_embeddings=32768, rms_norm_eps=1e-6,
+          sliding_window=32768, max_window_layers=21),
+     dict(chat_template=QWEN_TEMPLATE, add_bos_token=False),
+     dict(bos_token_id=1000, eos_token_id=[1002, 1000], pad_token_id=1000, do_sample=True,
+          repetition_penalty=1.1, temperature=0.7, top_p=0.8, top_k=20)),
+    ("qwen3-tiny", "qwen2", "qwen2", T.Qwen3Config, T.Qwen3ForCausalLM,
+     dict(vocab_size=1003, head_dim=16, bos_token_id=1000, eos_token_id=1002,
+          rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6),
+     dict(chat_template=QWEN_TEMPLATE),
+     None),
+]
+
+RUNNER = r"""
+import os, sys
+sys.argv = sys.argv[1:]
+sys.path.insert(0, os.path.join(os.environ["MK_REF_SRC"], "gguf-py"))
+sys.path.insert(0, os.environ["MK_REF_SRC"])
+from conversion import base
+orig = base.TextModel.get_vocab_base_pre
+def pre(self, tokenizer):
+    try:
+        return orig(self, tokenizer)
+    except NotImplementedError:
+        return os.environ["MK_PRE"]
+base.TextModel.get_vocab_base_pre = pre
+import runpy
+runpy.run_path(os.path.join(os.environ["MK_REF_SRC"], "convert_hf_to_gguf.py"), run_name="__main__")
+"""
+
+
+def kv_spans(path):
+    """Every pair of a GGUF file: (key, vtype, raw value bytes)."""
+    d = open(path, "rb").read()
+    p = 4 + 4
+    n_t, n_kv = struct.unpack_from("<QQ", d, p)
+    p += 16
+    sizes = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+
+    def skip(vt, p):
+        if vt == 8:
+            n, = struct.unpack_from("<Q", d, p)
+            return p + 8 + n
+        if vt == 9:
+            et, n = struct.unpack_from("<IQ", d, p)
+            p += 12
+            for _ in range(n):
+                p = skip(et, p)
+            return p
+        return p + sizes[vt]
+
+    out = []
+    for _ in range(n_kv):
+        n, = struct.unpack_from("<Q", d, p)
+        key = d[p + 8:p + 8 + n].decode()
+        p += 8 + n
+        vt, = struct.unpack_from("<I", d, p)
+        p += 4
+        e = skip(vt, p)
+        out.append((key, vt, d[p:e]))
+        p = e
+    return out
+
+
+def convert(d, g, pre, extra=()):
+    env = dict(os.environ, MK_REF_SRC=os.path.join(REF, "src"), MK_PRE=pre)
+    env.pop("NO_LOCAL_GGUF", None)
+    r = subprocess.run([sys.executable, "-c", RUNNER, "convert", d, "--outtype", "f32",
+                        "--outfile", g, *extra],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    if r.returncode:
+        sys.stderr.write(r.stdout)
+        raise SystemExit(f"convert failed for {d}")
+
+
+def main_small(out):
+    os.makedirs(out, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, fam, pre, cfg_cls, cls, kw, tok_extra, gen in MODELS:
+            torch.manual_seed(7)
+            cfg = cfg_cls(**dict(BASE, **kw))
+            model = cls(cfg).to(torch.float32)
+            d = os.path.join(tmp, name)
+            model.save_pretrained(d, safe_serialization=True)
+            gpath = os.path.join(d, "generation_config.json")
+            if gen is None:
+                if os.path.exists(gpath):
+                    os.remove(gpath)
+            else:
+                with open(gpath, "w") as f:
+                    json.dump(gen, f, indent=2)
+            shutil.copy(os.path.join(TOKS, fam, "tokenizer.json"), d)
+            with open(os.path.join(TOKS, fam, "tokenizer_config.json")) as f:
+                tc = json.load(f)
+            tc.update(tok_extra)
+            with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+                json.dump(tc, f, indent=2)
+            g = os.path.join(tmp, name + ".gguf")
+            convert(d, g, pre)
+            params = gguf.GGUFReader(g)
+            n_params = sum(int(t.n_elements) for t in params.tensors)
+            keep = os.path.join(out, name)
+            os.makedirs(keep, exist_ok=True)
+            for f in ("config.json", "generation_config.json", "tokenizer.json",
+                      "tokenizer_config.json"):
+                if os.path.exists(os.path.join(d, f)):
+                    shutil.copy(os.path.join(d, f), keep)
+            with open(os.path.join(out, name + ".kv"), "w") as f:
+                f.write(f"# params {n_params}\n")
+                for key, vt, raw in kv_spans(g):
+                    f.write(f"{key}\t{vt}\t{raw.hex()}\n")
+
+
+def main():
+    if sys.argv[1] == "--full":
+        raise SystemExit("--full: not written yet")
+    main_small(sys.argv[1])
+
+
+if __name__ == "__main__":
+    main()
