@@ -178,10 +178,56 @@ def main_small(out):
                     f.write(f"{key}\t{vt}\t{raw.hex()}\n")
 
 
+def main_full(out):
+    """The real vocabularies as tokenizer.json files: the vocabulary,
+    merges and added tokens of llama.cpp's ggml-vocab-NAME.gguf, the rest
+    (normalizer, pre-tokenizer, post-processor, decoder, model options)
+    from the family's file in testdata/tokenizers/encode; NAME.pre gets
+    the name convert's own get_vocab_base_pre gives its transformers
+    tokenizer (an error when the hash is not in the table)."""
+    sys.path.insert(0, os.path.join(REF, "src"))
+    from conversion import base
+    os.makedirs(out, exist_ok=True)
+    for name, fam, bos in (("llama-bpe", "llama3", "<|begin_of_text|>"), ("qwen2", "qwen2", None)):
+        r = gguf.GGUFReader(os.path.join(REF, "src", "models", f"ggml-vocab-{name}.gguf"))
+        f = r.fields
+        toks = [bytes(f["tokenizer.ggml.tokens"].parts[i]).decode() for i in f["tokenizer.ggml.tokens"].data]
+        types = [int(f["tokenizer.ggml.token_type"].parts[i][0]) for i in f["tokenizer.ggml.token_type"].data]
+        merges = [bytes(f["tokenizer.ggml.merges"].parts[i]).decode() for i in f["tokenizer.ggml.merges"].data]
+        with open(os.path.join(TOKS, fam, "tokenizer.json")) as fh:
+            tj = json.load(fh)
+        vocab, added = {}, []
+        for i, (t, ty) in enumerate(zip(toks, types)):
+            if ty in (3, 4):
+                added.append(dict(id=i, content=t, single_word=False, lstrip=False, rstrip=False,
+                                  normalized=ty == 4, special=ty == 3))
+            elif ty != 5:
+                vocab[t] = i
+        tj["added_tokens"] = added
+        tj["model"]["vocab"] = vocab
+        tj["model"]["merges"] = [m.split(" ", 1) for m in merges]
+        if bos:
+            bid = toks.index(bos)
+            for pp in tj["post_processor"].get("processors", [tj["post_processor"]]):
+                if pp["type"] == "TemplateProcessing":
+                    pp["special_tokens"] = {bos: dict(id=bos, ids=[bid], tokens=[bos])}
+        d = os.path.join(out, name)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "tokenizer.json"), "w") as fh:
+            json.dump(tj, fh, ensure_ascii=False)
+        shutil.copy(os.path.join(TOKS, fam, "tokenizer_config.json"), d)
+        tok = transformers.AutoTokenizer.from_pretrained(d)
+        pre = base.TextModel.get_vocab_base_pre(None, tok)
+        with open(os.path.join(out, name + ".pre"), "w") as fh:
+            fh.write(pre + "\n")
+        print(name, pre)
+
+
 def main():
     if sys.argv[1] == "--full":
-        raise SystemExit("--full: not written yet")
-    main_small(sys.argv[1])
+        main_full(sys.argv[2])
+    else:
+        main_small(sys.argv[1])
 
 
 if __name__ == "__main__":
