@@ -76,7 +76,39 @@ MODELS = [
           rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6),
      dict(chat_template=QWEN_TEMPLATE),
      None),
+    # SentencePiece: testdata/tokenizers/spm-bpe-48.model with the
+    # tokenizer.json and tokenizer_config.json transformers writes for it
+    ("Mistral-7B-Instruct-v0.3", "spm-mistral", None, T.MistralConfig, T.MistralForCausalLM,
+     dict(vocab_size=64, bos_token_id=1, eos_token_id=2, rope_theta=1000000.0,
+          max_position_embeddings=32768, sliding_window=None),
+     dict(add_bos_token=True, add_eos_token=False, chat_template=LLAMA3_TEMPLATE),
+     dict(bos_token_id=1, eos_token_id=2)),
+    ("llama-2-tiny-chat", "spm-llama", None, T.LlamaConfig, T.LlamaForCausalLM,
+     dict(vocab_size=48, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+          rope_scaling=dict(rope_type="linear", factor=2.0), max_position_embeddings=4096),
+     dict(add_prefix_space=True),
+     None),
+    ("gemma-2-2b-it", "spm-gemma", None, T.Gemma2Config, T.Gemma2ForCausalLM,
+     dict(vocab_size=64, head_dim=16, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+          sliding_window=4096, max_position_embeddings=8192),
+     dict(add_bos_token=True),
+     dict(bos_token_id=1, eos_token_id=[2, 3], pad_token_id=0, cache_implementation="hybrid")),
+    ("gemma-3-1b-it", "spm-gemma", None, T.Gemma3TextConfig, T.Gemma3ForCausalLM,
+     dict(vocab_size=64, head_dim=16, bos_token_id=1, eos_token_id=2, pad_token_id=0,
+          sliding_window=512, max_position_embeddings=32768, final_logit_softcapping=None),
+     dict(add_bos_token=True),
+     dict(bos_token_id=1, eos_token_id=[2, 3], top_k=64, top_p=0.95)),
+    ("Phi-3-mini-128k-instruct", "spm-llama", None, T.Phi3Config, T.Phi3ForCausalLM,
+     dict(vocab_size=64, bos_token_id=1, eos_token_id=2, pad_token_id=0, head_dim=16,
+          max_position_embeddings=131072, original_max_position_embeddings=4096,
+          sliding_window=262144,
+          rope_scaling=dict(rope_type="longrope",
+                            long_factor=[1.0, 1.25, 1.5, 2.0, 3.5, 8.0, 16.5, 32.0],
+                            short_factor=[1.0, 1.0, 1.0625, 1.1, 1.2, 1.3, 1.4, 1.5])),
+     dict(add_bos_token=False),
+     None),
 ]
+SPM = os.path.join(TOP, "testdata", "tokenizers", "spm-bpe-48.model")
 
 RUNNER = r"""
 import os, sys
@@ -156,20 +188,40 @@ def main_small(out):
             else:
                 with open(gpath, "w") as f:
                     json.dump(gen, f, indent=2)
-            shutil.copy(os.path.join(TOKS, fam, "tokenizer.json"), d)
-            with open(os.path.join(TOKS, fam, "tokenizer_config.json")) as f:
-                tc = json.load(f)
+            if fam.startswith("spm-"):
+                tcls = T.GemmaTokenizer if fam == "spm-gemma" else T.LlamaTokenizer
+                tcls(vocab_file=SPM).save_pretrained(d)
+                shutil.copy(SPM, os.path.join(d, "tokenizer.model"))
+                if fam == "spm-mistral":
+                    # Mistral's own tokenizer.json adds <s> in its template
+                    with open(os.path.join(d, "tokenizer.json")) as f:
+                        tj = json.load(f)
+                    bos = dict(SpecialToken=dict(id="<s>", type_id=0))
+                    tj["post_processor"] = dict(
+                        type="TemplateProcessing",
+                        single=[bos, dict(Sequence=dict(id="A", type_id=0))],
+                        pair=[bos, dict(Sequence=dict(id="A", type_id=0)), bos,
+                              dict(Sequence=dict(id="B", type_id=1))],
+                        special_tokens={"<s>": dict(id="<s>", ids=[1], tokens=["<s>"])})
+                    with open(os.path.join(d, "tokenizer.json"), "w") as f:
+                        json.dump(tj, f, indent=2, ensure_ascii=False)
+                with open(os.path.join(d, "tokenizer_config.json")) as f:
+                    tc = json.load(f)
+            else:
+                shutil.copy(os.path.join(TOKS, fam, "tokenizer.json"), d)
+                with open(os.path.join(TOKS, fam, "tokenizer_config.json")) as f:
+                    tc = json.load(f)
             tc.update(tok_extra)
             with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
                 json.dump(tc, f, indent=2)
             g = os.path.join(tmp, name + ".gguf")
-            convert(d, g, pre)
+            convert(d, g, pre or "none")
             params = gguf.GGUFReader(g)
             n_params = sum(int(t.n_elements) for t in params.tensors)
             keep = os.path.join(out, name)
             os.makedirs(keep, exist_ok=True)
             for f in ("config.json", "generation_config.json", "tokenizer.json",
-                      "tokenizer_config.json"):
+                      "tokenizer_config.json", "tokenizer.model"):
                 if os.path.exists(os.path.join(d, f)):
                     shutil.copy(os.path.join(d, f), keep)
             with open(os.path.join(out, name + ".kv"), "w") as f:

@@ -549,15 +549,132 @@ static int arch_params(struct kvs *k, const struct cfg *c, const struct rope *r,
 		}
 		TRY(got = opt_int(c, cfg_get(c, "num_key_value_heads"), &v, "num_key_value_heads", err));
 		TRY(put_u32(k, "%s.attention.head_count_kv", got ? (uint32_t)v : 4));
+	} else if (!strcmp(arch, "phi3")) {
+		static const char *const emb[] = { "hidden_size", "n_embd", NULL },
+			*const hd[] = { "num_attention_heads", "n_head", NULL },
+			*const hk[] = { "num_key_value_heads", "n_head_kv", NULL },
+			*const ctx[] = { "n_positions", "max_position_embeddings", NULL },
+			*const ff[] = { "intermediate_size", NULL };
+		long long n_embd, n_head, orig;
+		TRY(need_int(c, emb, &n_embd, err));
+		TRY(need_int(c, hd, &n_head, err));
+		if (!n_head)
+			TRY(mk_err_set(err, MK_EFORMAT, "%s: num_attention_heads is 0", c->label));
+		if (opt_int(c, rope_get(c, r, "original_max_position_embeddings"), &orig,
+			    "original_max_position_embeddings", err) != 1)
+			TRY(mk_err_set(err, MK_EFORMAT, "%s: phi3 needs original_max_position_embeddings", c->label));
+		double pct = 1.0;
+		TRY(got = opt_num(c, rope_get(c, r, "partial_rotary_factor"), &pct, "partial_rotary_factor", err));
+		if (!got)
+			pct = 1.0;
+		long long rope_dims = (long long)(pct * (double)n_embd) / n_head;
+		TRY(need_int(c, ctx, &v, err));
+		TRY(put_u32(k, "%s.context_length", (uint32_t)v));
+		TRY(put_u32(k, "%s.rope.scaling.original_context_length", (uint32_t)orig));
+		TRY(put_u32(k, "%s.embedding_length", (uint32_t)n_embd));
+		TRY(need_int(c, ff, &v, err));
+		TRY(put_u32(k, "%s.feed_forward_length", (uint32_t)v));
+		TRY(need_int(c, K_LAYERS, &v, err));
+		TRY(put_u32(k, "%s.block_count", (uint32_t)v));
+		TRY(put_u32(k, "%s.attention.head_count", (uint32_t)n_head));
+		TRY(need_int(c, hk, &v, err));
+		TRY(put_u32(k, "%s.attention.head_count_kv", (uint32_t)v));
+		if (opt_num(c, cfg_get(c, "rms_norm_eps"), &d, "rms_norm_eps", err) != 1)
+			TRY(mk_err_set(err, MK_EFORMAT, "%s: phi3 needs rms_norm_eps", c->label));
+		TRY(put_f32(k, "%s.attention.layer_norm_rms_epsilon", d));
+		TRY(put_u32(k, "%s.rope.dimension_count", (uint32_t)rope_dims));
+		if (opt_num(c, rope_get(c, r, "rope_theta"), &d, "rope_theta", err) != 1)
+			TRY(mk_err_set(err, MK_EFORMAT, "%s: phi3 needs rope_theta", c->label));
+		TRY(put_f32(k, "%s.rope.freq_base", d));
+		TRY(put_u32(k, "general.file_type", (uint32_t)file_type));
+		TRY(got = opt_int(c, cfg_get(c, "sliding_window"), &v, "sliding_window", err));
+		TRY(put_u32(k, "%s.attention.sliding_window", got ? (uint32_t)v : 0));
 	} else {
-		TRY(mk_err_set(err, MK_EUNSUPPORTED, "%s: the GGUF keys of architecture %s are not covered yet "
-			       "(llama, mistral, qwen2, qwen3, gemma2, gemma3 are)", c->label, arch));
+		TRY(mk_err_set(err, MK_EUNSUPPORTED, "%s: the GGUF keys of architecture %s are not covered",
+			       c->label, arch));
 	}
 out:
 	return rc;
 }
 
 /* ------------------------------------------------------------ hparams */
+
+/* A list of numbers as floats (malloc'ed). */
+static int float_list(const struct cfg *c, size_t n, float **out, size_t *len, const char *what,
+		      struct mk_err *err)
+{
+	*out = NULL;
+	*len = 0;
+	if (!node_is(c, n, MK_JSON_ARRAY))
+		return mk_err_set(err, MK_EFORMAT, "%s: %s must be a list of numbers", c->label, what);
+	size_t cnt = mk_jsondoc_count(c->doc, n), i = 0;
+	float *a = malloc((cnt ? cnt : 1) * sizeof *a);
+	if (!a)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	for (size_t it = mk_jsondoc_first(c->doc, n); it != SIZE_MAX; it = mk_jsondoc_next(c->doc, it)) {
+		double d;
+		if (!node_num(c, it, &d)) {
+			free(a);
+			return mk_err_set(err, MK_EFORMAT, "%s: %s must be a list of numbers", c->label, what);
+		}
+		a[i++] = (float)d;
+	}
+	*out = a;
+	*len = cnt;
+	return 0;
+}
+
+/* phi3's long rope (convert's generate_extra_tensors): with long_factor,
+ * rope_factors_long/short.weight and the rope.scaling.attn_factor key. */
+static int phi3_rope(const struct cfg *c, const struct rope *r, struct mk_gguf_hparams *hp, struct mk_err *err)
+{
+	size_t ln = rope_get(c, r, "long_factor");
+	if (ln == SIZE_MAX || node_is(c, ln, MK_JSON_NULL) ||
+	    (node_is(c, ln, MK_JSON_ARRAY) && mk_jsondoc_count(c->doc, ln) == 0))
+		return 0;
+	static const char *const ctx[] = { "n_positions", "max_position_embeddings", NULL };
+	long long max_pos, orig;
+	double pct = 1.0;
+	int rc;
+	if ((rc = need_int(c, ctx, &max_pos, err)) < 0)
+		return rc;
+	if (opt_int(c, rope_get(c, r, "original_max_position_embeddings"), &orig,
+		    "original_max_position_embeddings", err) != 1 || orig == 0)
+		return mk_err_set(err, MK_EFORMAT, "%s: phi3 needs original_max_position_embeddings", c->label);
+	if (opt_num(c, rope_get(c, r, "partial_rotary_factor"), &pct, "partial_rotary_factor", err) != 1)
+		pct = 1.0;
+	char *type = node_str(c, rope_get(c, r, "rope_type"));
+	if (!type || !*type) {
+		free(type);
+		return mk_err_set(err, MK_EFORMAT, "%s: phi3's long rope needs rope_scaling.type", c->label);
+	}
+	for (char *q = type; *q; q++)
+		*q = (char)tolower((unsigned char)*q);
+	double scale = (double)max_pos / (double)orig;
+	if (!strcmp(type, "su") || !strcmp(type, "longrope"))
+		hp->rope_attn_factor = scale > 1.0 ? sqrt(1 + log(scale) / log((double)orig)) : 1.0;
+	else if (!strcmp(type, "yarn"))
+		hp->rope_attn_factor = scale > 1.0 ? 0.1 * log(scale) + 1.0 : 1.0;
+	else
+		rc = mk_err_set(err, MK_EUNSUPPORTED, "%s: phi3 rope scaling type %s is not one convert knows "
+				"(longrope, su, yarn)", c->label, type);
+	free(type);
+	if (rc < 0)
+		return rc;
+	size_t nl, ns;
+	if ((rc = float_list(c, ln, &hp->rope_long, &nl, "rope_scaling.long_factor", err)) < 0)
+		return rc;
+	if ((rc = float_list(c, rope_get(c, r, "short_factor"), &hp->rope_short, &ns, "rope_scaling.short_factor",
+			     err)) < 0)
+		return rc;
+	long long rope_dims = (long long)(pct * (double)hp->n_embd) / (hp->n_head ? hp->n_head : 1);
+	if (nl != ns || 2 * (long long)nl != rope_dims)
+		return mk_err_set(err, MK_EFORMAT, "%s: rope long and short factors must be %lld each, not %zu and "
+				  "%zu", c->label, rope_dims / 2, nl, ns);
+	hp->phi3_longrope = true;
+	hp->n_rope_factors = nl;
+	return 0;
+}
 
 int mk_gguf_hparams_read(const char *dir, struct mk_gguf_hparams *hp, struct mk_err *err)
 {
@@ -619,6 +736,8 @@ int mk_gguf_hparams_read(const char *dir, struct mk_gguf_hparams *hp, struct mk_
 			*dst[i] = (float)(got ? d : f[i].def);
 		}
 	}
+	if (!strcmp(arch, "phi3") && (rc = phi3_rope(&c, &r, hp, err)) < 0)
+		goto out;
 out:
 	free(s);
 	cfg_close(&c);
@@ -982,8 +1101,8 @@ static int sampling(struct kvs *k, const char *dir, struct mk_err *err)
 			n = mk_jsondoc_get(g.doc, g.root, s[i].alt);
 		if (n == SIZE_MAX || node_is(&g, n, MK_JSON_NULL))
 			continue;
-		long long v;
-		double d;
+		long long v = 0;
+		double d = 0;
 		char *str;
 		switch (s[i].vt) {
 		case MK_GGUF_V_STRING:
@@ -1106,6 +1225,10 @@ int mk_gguf_meta_add(struct mk_gguf *g, const char *dir, int file_type, uint64_t
 	k.arch = hp.arch;
 	rope_read(&c, &r);
 	TRY(put_str(&k, "general.architecture", hp.arch));
+	/* phi3's attn factor is set while the tensors are prepared, before
+	 * the rest of the metadata */
+	if (hp.phi3_longrope)
+		TRY(put_f32(&k, "%s.rope.scaling.attn_factor", hp.rope_attn_factor));
 	TRY(put_str(&k, "general.type", "model"));
 	TRY(sampling(&k, dir, err));
 	TRY(naming(&k, dir, &c, n_params, name, err));

@@ -47,10 +47,15 @@ struct mk_gguf_hparams {
 	/* Llama 3 rope scaling: rope_freqs.weight of head_dim/2 floats */
 	bool llama3_rope;
 	float rope_theta, rope_factor, rope_low_freq, rope_high_freq, rope_orig_ctx;
-	/* phi3 long rope: rope_factors_long/short.weight, each n_rope_factors */
+	/* phi3 long rope (rope_scaling with long_factor): the tensors
+	 * rope_factors_long.weight and rope_factors_short.weight, F32, 1-D
+	 * of n_rope_factors (rope dimensions / 2), the lists' values as
+	 * float32; and phi3.rope.scaling.attn_factor (written by
+	 * mk_gguf_meta_add), computed in double as convert does */
 	bool phi3_longrope;
 	size_t n_rope_factors;
 	float *rope_long, *rope_short;  /* malloc'ed (mk_gguf_hparams_clear) */
+	double rope_attn_factor;
 };
 
 /* Read dir/config.json.  Refused, by name: an architecture outside the

@@ -233,6 +233,36 @@ static void test_qwen3(void **state)
 	check_model("qwen3-tiny", "qwen2");
 }
 
+static void test_mistral(void **state)
+{
+	(void)state;
+	check_model("Mistral-7B-Instruct-v0.3", NULL);
+}
+
+static void test_llama2_spm(void **state)
+{
+	(void)state;
+	check_model("llama-2-tiny-chat", NULL);
+}
+
+static void test_gemma2(void **state)
+{
+	(void)state;
+	check_model("gemma-2-2b-it", NULL);
+}
+
+static void test_gemma3(void **state)
+{
+	(void)state;
+	check_model("gemma-3-1b-it", NULL);
+}
+
+static void test_phi3(void **state)
+{
+	(void)state;
+	check_model("Phi-3-mini-128k-instruct", NULL);
+}
+
 /* The config facts the tensor side uses. */
 static void test_hparams(void **state)
 {
@@ -376,6 +406,11 @@ int main(void)
 		cmocka_unit_test(test_llama3),
 		cmocka_unit_test(test_qwen2),
 		cmocka_unit_test(test_qwen3),
+		cmocka_unit_test(test_mistral),
+		cmocka_unit_test(test_llama2_spm),
+		cmocka_unit_test(test_gemma2),
+		cmocka_unit_test(test_gemma3),
+		cmocka_unit_test(test_phi3),
 		cmocka_unit_test(test_hparams),
 		cmocka_unit_test(test_model_id),
 		cmocka_unit_test(test_refusals),
