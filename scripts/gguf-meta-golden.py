@@ -110,6 +110,20 @@ MODELS = [
 ]
 SPM = os.path.join(TOP, "testdata", "tokenizers", "spm-bpe-48.model")
 
+# README.md model cards: mk's own (a merge's) and one with the other keys
+# gguf-py reads
+CARDS = {
+    "Qwen2.5-0.5B-Instruct": "---\nbase_model:\n- Qwen/Qwen2.5-0.5B-Instruct\n"
+                             "- someone/Qwen2.5-0.5B-Math-v1.2\nlibrary_name: transformers\n"
+                             "tags:\n- mergekit\n- merge\n\n---\n# merged\n\nA merge.\n",
+    "llama-2-tiny-chat": "---\nlicense:\n- llama2\n- mit\nlanguage:\n- en\n- no\n"
+                         "datasets:\n- org/some-data\n- https://huggingface.co/datasets-x/dolly-v2\n"
+                         "pipeline_tag: text-generation\nmodel_creator: Meta\n"
+                         "base_model: https://huggingface.co/meta-llama/Llama-2-7b-hf\n"
+                         "description: \"A \\\"tiny\\\" chat model\"\nversion: \"2.0\"\n---\n"
+                         "# Llama 2\n",
+}
+
 RUNNER = r"""
 import os, sys
 sys.argv = sys.argv[1:]
@@ -214,6 +228,9 @@ def main_small(out):
             tc.update(tok_extra)
             with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
                 json.dump(tc, f, indent=2)
+            if name in CARDS:
+                with open(os.path.join(d, "README.md"), "w") as f:
+                    f.write(CARDS[name])
             g = os.path.join(tmp, name + ".gguf")
             convert(d, g, pre or "none")
             params = gguf.GGUFReader(g)
@@ -221,7 +238,7 @@ def main_small(out):
             keep = os.path.join(out, name)
             os.makedirs(keep, exist_ok=True)
             for f in ("config.json", "generation_config.json", "tokenizer.json",
-                      "tokenizer_config.json", "tokenizer.model"):
+                      "tokenizer_config.json", "tokenizer.model", "README.md"):
                 if os.path.exists(os.path.join(d, f)):
                     shutil.copy(os.path.join(d, f), keep)
             with open(os.path.join(out, name + ".kv"), "w") as f:

@@ -1,6 +1,7 @@
 /* gguf_meta.c - convert_hf_to_gguf.py's model keys (gguf_meta.h). */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "gguf/gguf_meta.h"
+#include "gguf/gguf_card.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -129,6 +130,8 @@ struct kv {
 	int vt;
 	union { uint32_t u; int32_t i; float f; bool b; } v;
 	char *s;
+	char **sv;      /* MK_GGUF_V_ARRAY: strings */
+	size_t nsv;
 };
 
 struct kvs {
@@ -143,6 +146,11 @@ static struct kv *kv_slot(struct kvs *k, const char *key, int vt)
 		if (!strcmp(k->a[i].key, key)) {
 			free(k->a[i].s);
 			k->a[i].s = NULL;
+			for (size_t j = 0; j < k->a[i].nsv; j++)
+				free(k->a[i].sv[j]);
+			free(k->a[i].sv);
+			k->a[i].sv = NULL;
+			k->a[i].nsv = 0;
 			k->a[i].vt = vt;
 			return &k->a[i];
 		}
@@ -209,8 +217,26 @@ static int put_str(struct kvs *k, const char *key, const char *v)
 	return 0;
 }
 
+static int put_strv(struct kvs *k, const char *key, char *const *v, size_t n)
+{
+	struct kv *e = kv_slot(k, key, MK_GGUF_V_ARRAY);
+	if (!e || !(e->sv = calloc(n ? n : 1, sizeof *e->sv)))
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (!(e->sv[i] = strdup(v[i])))
+			return -1;
+		e->nsv = i + 1;
+	}
+	return 0;
+}
+
 static void kvs_free(struct kvs *k)
 {
+	for (size_t i = 0; i < k->n; i++) {
+		for (size_t j = 0; j < k->a[i].nsv; j++)
+			free(k->a[i].sv[j]);
+		free(k->a[i].sv);
+	}
 	for (size_t i = 0; i < k->n; i++)
 		free(k->a[i].s);
 	free(k->a);
@@ -226,6 +252,9 @@ static int kvs_flush(struct kvs *k, struct mk_gguf *g, struct mk_err *err)
 		case MK_GGUF_V_I32: rc = mk_gguf_kv_i32(g, e->key, e->v.i, err); break;
 		case MK_GGUF_V_F32: rc = mk_gguf_kv_f32(g, e->key, e->v.f, err); break;
 		case MK_GGUF_V_BOOL: rc = mk_gguf_kv_bool(g, e->key, e->v.b, err); break;
+		case MK_GGUF_V_ARRAY:
+			rc = mk_gguf_kv_strv(g, e->key, (const char *const *)e->sv, e->nsv, err);
+			break;
 		default: rc = mk_gguf_kv_str(g, e->key, e->s, err); break;
 		}
 		if (rc < 0)
@@ -831,7 +860,7 @@ int mk_gguf_model_id_parse(const char *id, uint64_t n_params, struct mk_gguf_mod
 	}
 	const char *slash = strchr(id, '/');
 	const char *full = slash ? slash + 1 : id;
-	if (slash && slash > id && id[0] != '.') {
+	if (slash && id[0] != '.') {
 		m->org = strndup(id, (size_t)(slash - id));
 		if (!m->org)
 			return mk_err_set(err, MK_ENOMEM, "out of memory");
@@ -1129,16 +1158,23 @@ out:
 	return rc;
 }
 
-/* general.name and the parts of it convert derives. */
+/* general.name and the rest of gguf-py's Metadata: README.md's front
+ * matter first, then the heuristics on _name_or_path and the directory's
+ * name for what is still missing; in set_gguf_meta_model's order. */
 static int naming(struct kvs *k, const char *dir, const struct cfg *c, uint64_t n_params,
-		  const char *name_override, struct mk_err *err)
+		  const char *name_override, const char *arch, struct mk_err *err)
 {
 	struct mk_gguf_model_id ids[2];
-	char *name = NULL, *ver = NULL, *org = NULL, *ft = NULL, *base = NULL, *size = NULL;
+	struct mk_gguf_card card;
 	int rc = 0;
 	char *nop = node_str(c, mk_jsondoc_get(c->doc, c->root, "_name_or_path"));
+	char path[4096], key[96];
 
 	memset(ids, 0, sizeof ids);
+	if ((rc = mk_gguf_card_read(dir, n_params, &card, err)) < 0) {
+		free(nop);
+		return rc;
+	}
 	if (nop) {
 		size_t slashes = 0;
 		for (const char *q = nop; *q; q++)
@@ -1147,59 +1183,97 @@ static int naming(struct kvs *k, const char *dir, const struct cfg *c, uint64_t 
 			TRY(mk_gguf_model_id_parse(nop, n_params, &ids[0], err));
 	}
 	/* the directory's name, as pathlib gives it: trailing slashes dropped */
-	char path[4096];
 	snprintf(path, sizeof path, "%s", dir);
 	size_t l = strlen(path);
 	while (l > 1 && path[l - 1] == '/')
 		path[--l] = 0;
+	while (l > 2 && !strcmp(path + l - 2, "/.")) {
+		path[l -= 2] = 0;
+		while (l > 1 && path[l - 1] == '/')
+			path[--l] = 0;
+	}
 	const char *bn = strrchr(path, '/');
 	bn = bn ? bn + 1 : path;
-	if (*bn && strcmp(bn, ".") && strcmp(bn, ".."))
-		TRY(mk_gguf_model_id_parse(bn, n_params, &ids[1], err));
-	else if (!strcmp(bn, "."))
-		TRY(mk_err_set(err, MK_EINVAL, "%s: name the model directory by its path (not \".\"): "
-			       "convert_hf_to_gguf.py takes general.name from it", dir));
+	if (!*bn || !strcmp(bn, ".") || !strcmp(bn, ".."))
+		TRY(mk_err_set(err, MK_EINVAL, "%s: name the model directory by its path (not \"%s\"): "
+			       "convert_hf_to_gguf.py takes general.name from it", dir, bn));
+	TRY(mk_gguf_model_id_parse(bn, n_params, &ids[1], err));
+	if (!strcmp(arch, "qwen3")) {
+		/* convert turns a Qwen3 reranker into a rank-pooling model */
+		bool rerank = false;
+		const char *hints[] = { bn, nop };
+		for (int i = 0; i < 2; i++)
+			if (hints[i] && (strcasestr(hints[i], "qwen3-reranker") || strcasestr(hints[i], "qwen3-vl-reranker")))
+				rerank = true;
+		if (card.text && (strcasestr(card.text, "# qwen3-reranker") || strcasestr(card.text, "# qwen3-vl-reranker")))
+			rerank = true;
+		if (rerank)
+			TRY(mk_err_set(err, MK_EUNSUPPORTED, "%s: a Qwen3 reranker (by its name or README.md): "
+				       "convert writes it as a ranking model, which mk does not cover", dir));
+	}
 	for (int i = 0; i < 2; i++) {
 		struct mk_gguf_model_id *m = &ids[i];
 #define FIRST(dst, src) do { if (!(dst) && (src)) { (dst) = (src); (src) = NULL; } } while (0)
-		if (!name && m->name)
-			TRY((name = mk_gguf_id_to_title(m->name)) ? 0 : -1);
-		if (!org && m->org)
-			TRY((org = mk_gguf_id_to_title(m->org)) ? 0 : -1);
-		FIRST(base, m->basename);
-		FIRST(ft, m->finetune);
-		FIRST(ver, m->version);
-		FIRST(size, m->size_label);
+		if (!card.name && m->name)
+			TRY((card.name = mk_gguf_id_to_title(m->name)) ? 0 : -1);
+		if (!card.organization && m->org)
+			TRY((card.organization = mk_gguf_id_to_title(m->org)) ? 0 : -1);
+		FIRST(card.basename, m->basename);
+		FIRST(card.finetune, m->finetune);
+		FIRST(card.version, m->version);
+		FIRST(card.size_label, m->size_label);
 #undef FIRST
 	}
-	if (!name && !name_override)
-		TRY((name = strdup(bn)) ? 0 : -1);
+	if (!card.name)
+		TRY((card.name = strdup(bn)) ? 0 : -1);
 	char lab[32];
-	if (!size && n_params > 0) {
+	if (!card.size_label && n_params > 0) {
 		mk_gguf_size_label(n_params, lab, sizeof lab);
-		TRY((size = strdup(lab)) ? 0 : -1);
+		TRY((card.size_label = strdup(lab)) ? 0 : -1);
 	}
-	TRY(put_str(k, "general.name", name_override ? name_override : name));
-	if (ver)
-		TRY(put_str(k, "general.version", ver));
-	if (org)
-		TRY(put_str(k, "general.organization", org));
-	if (ft)
-		TRY(put_str(k, "general.finetune", ft));
-	if (base)
-		TRY(put_str(k, "general.basename", base));
-	if (size)
-		TRY(put_str(k, "general.size_label", size));
+	TRY(put_str(k, "general.name", name_override ? name_override : card.name));
+	const struct { const char *key; const char *v; } one[] = {
+		{ "general.author", card.author }, { "general.version", card.version },
+		{ "general.organization", card.organization }, { "general.finetune", card.finetune },
+		{ "general.basename", card.basename }, { "general.description", card.description },
+		{ "general.size_label", card.size_label }, { "general.license", card.license },
+		{ "general.license.name", card.license_name }, { "general.license.link", card.license_link },
+		{ "general.source.url", card.source_url }, { "general.source.doi", card.source_doi },
+		{ "general.source.uuid", card.source_uuid }, { "general.source.repo_url", card.source_repo_url },
+	};
+	for (size_t i = 0; i < sizeof one / sizeof one[0]; i++)
+		if (one[i].v)
+			TRY(put_str(k, one[i].key, one[i].v));
+	static const char *const field[MK_GGUF_REF_N] = { "name", "author", "version", "organization",
+		"description", "url", "doi", "uuid", "repo_url" };
+	for (int kind = 0; kind < 2; kind++) {
+		bool has = kind ? card.has_data : card.has_base;
+		size_t n = kind ? card.ndata : card.nbase;
+		const struct mk_gguf_card_ref *refs = kind ? card.data : card.base;
+		const char *what = kind ? "dataset" : "base_model";
+		if (!has)
+			continue;
+		snprintf(key, sizeof key, "general.%s.count", what);
+		TRY(put_u32(k, key, (uint32_t)n));
+		for (size_t i = 0; i < n; i++)
+			for (int f = 0; f < MK_GGUF_REF_N; f++)
+				if (refs[i].f[f]) {
+					snprintf(key, sizeof key, "general.%s.%zu.%s", what, i, field[f]);
+					TRY(put_str(k, key, refs[i].f[f]));
+				}
+	}
+	const struct { const char *key; bool has; char **v; size_t n; } arr[] = {
+		{ "general.tags", card.has_tags, card.tags, card.ntags },
+		{ "general.languages", card.has_langs, card.langs, card.nlangs },
+	};
+	for (int i = 0; i < 2; i++)
+		if (arr[i].has)
+			TRY(put_strv(k, arr[i].key, arr[i].v, arr[i].n));
 out:
 	mk_gguf_model_id_clear(&ids[0]);
 	mk_gguf_model_id_clear(&ids[1]);
+	mk_gguf_card_clear(&card);
 	free(nop);
-	free(name);
-	free(ver);
-	free(org);
-	free(ft);
-	free(base);
-	free(size);
 	return rc;
 }
 
@@ -1231,7 +1305,7 @@ int mk_gguf_meta_add(struct mk_gguf *g, const char *dir, int file_type, uint64_t
 		TRY(put_f32(&k, "%s.rope.scaling.attn_factor", hp.rope_attn_factor));
 	TRY(put_str(&k, "general.type", "model"));
 	TRY(sampling(&k, dir, err));
-	TRY(naming(&k, dir, &c, n_params, name, err));
+	TRY(naming(&k, dir, &c, n_params, name, hp.arch, err));
 	TRY(arch_params(&k, &c, &r, hp.arch, file_type, err));
 	TRY(put_u32(&k, "general.quantization_version", 2));
 	TRY(kvs_flush(&k, g, err));

@@ -10,19 +10,22 @@
  *   general.sampling.* from generation_config.json (top_k, top_p, min_p,
  *     xtc_probability, xtc_threshold, temperature, penalty_last_n,
  *     repetition_penalty, mirostat, mirostat_tau, mirostat_eta, sequence);
- *   general.name, version, finetune, basename, size_label: gguf-py's
- *     Metadata heuristics on config.json's _name_or_path (when it has at
- *     most one '/') and then the directory's name; size_label else from
- *     the parameter count ("191K", "8.0B");
+ *   general.name, author, version, organization, finetune, basename,
+ *     description, size_label, license(.name/.link), source.*,
+ *     base_model.*, dataset.*, tags, languages: README.md's front matter
+ *     (gguf_card.h) first, then gguf-py's Metadata heuristics on
+ *     config.json's _name_or_path (when it has at most one '/') and then
+ *     the directory's name; size_label else from the parameter count
+ *     ("191K", "8.0B");
  *   the architecture's hyperparameters (ARCH.block_count, context_length,
  *     embedding_length, feed_forward_length, attention.head_count(_kv),
  *     rope scaling, rope.freq_base, layer_norm_rms_epsilon, key/value
  *     length, vocab_size, rope.dimension_count, sliding_window, the
  *     softcappings ...), general.file_type among them where convert puts it;
  *   general.quantization_version (2).
- * Not read: README.md's model card (convert takes name, license, tags,
- * base_model, datasets ... from its YAML front matter); a directory with
- * one is refused rather than written without them.
+ * Refused: Qwen3 rerankers (convert writes rank pooling for them),
+ * mixture-of-experts configs, mrope; convert's --metadata override file
+ * is not taken.
  *
  * A config.json's text_config is merged over its root, as convert does.
  */
