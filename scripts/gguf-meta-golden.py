@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 
+import numpy as np
 import torch
 import transformers
 
@@ -245,6 +246,11 @@ def main_small(out):
                 f.write(f"# params {n_params}\n")
                 for key, vt, raw in kv_spans(g):
                     f.write(f"{key}\t{vt}\t{raw.hex()}\n")
+                # the tensors convert made up from the config, in its order
+                for i, t in enumerate(params.tensors):
+                    if t.name.startswith("rope_"):
+                        v = np.array(t.data, dtype=np.float32).reshape(-1)
+                        f.write(f"# tensor {i} {t.name} {v.size} {v.tobytes().hex()}\n")
 
 
 def main_full(out):

@@ -780,6 +780,49 @@ void mk_gguf_hparams_clear(struct mk_gguf_hparams *hp)
 	memset(hp, 0, sizeof *hp);
 }
 
+int mk_gguf_extra_tensors(const struct mk_gguf_hparams *hp, struct mk_gguf_extra **out, size_t *n,
+			  struct mk_err *err)
+{
+	struct mk_gguf_extra *x = calloc(2, sizeof *x);
+	*out = NULL;
+	*n = 0;
+	if (!x)
+		return mk_err_set(err, MK_ENOMEM, "out of memory");
+	if (hp->llama3_rope) {
+		x[0].n = hp->head_dim / 2;
+		snprintf(x[0].name, sizeof x[0].name, "rope_freqs.weight");
+		if (!(x[0].v = malloc((x[0].n ? x[0].n : 1) * sizeof(float)))) {
+			free(x);
+			return mk_err_set(err, MK_ENOMEM, "out of memory");
+		}
+		mk_gguf_llama3_rope_freqs(hp->head_dim, hp->rope_theta, hp->rope_factor, hp->rope_low_freq,
+					  hp->rope_high_freq, hp->rope_orig_ctx, x[0].v);
+		*n = 1;
+	} else if (hp->phi3_longrope) {
+		const float *src[2] = { hp->rope_long, hp->rope_short };
+		static const char *const names[2] = { "rope_factors_long.weight", "rope_factors_short.weight" };
+		for (int i = 0; i < 2; i++) {
+			x[i].n = hp->n_rope_factors;
+			snprintf(x[i].name, sizeof x[i].name, "%s", names[i]);
+			if (!(x[i].v = malloc((x[i].n ? x[i].n : 1) * sizeof(float)))) {
+				mk_gguf_extra_free(x, 2);
+				return mk_err_set(err, MK_ENOMEM, "out of memory");
+			}
+			memcpy(x[i].v, src[i], x[i].n * sizeof(float));
+		}
+		*n = 2;
+	}
+	*out = x;
+	return 0;
+}
+
+void mk_gguf_extra_free(struct mk_gguf_extra *x, size_t n)
+{
+	for (size_t i = 0; x && i < n; i++)
+		free(x[i].v);
+	free(x);
+}
+
 /* ------------------------------------------------------- model name */
 
 static pcre2_code *re_compile(const char *pat)

@@ -66,6 +66,22 @@ struct mk_gguf_hparams {
 int mk_gguf_hparams_read(const char *dir, struct mk_gguf_hparams *hp, struct mk_err *err);
 void mk_gguf_hparams_clear(struct mk_gguf_hparams *hp);
 
+/* The tensors convert writes that no checkpoint holds, computed from the
+ * config, in the order convert writes them (before every checkpoint
+ * tensor): llama with Llama 3 rope scaling, "rope_freqs.weight" (head_dim
+ * / 2 factors, gguf_names.h's mk_gguf_llama3_rope_freqs); phi3 with a
+ * long rope, "rope_factors_long.weight" then "rope_factors_short.weight".
+ * All F32 and 1-D, whatever the file type.  *out malloc'ed
+ * (mk_gguf_extra_free); *n may be 0. */
+struct mk_gguf_extra {
+	char name[32];
+	size_t n;
+	float *v;
+};
+int mk_gguf_extra_tensors(const struct mk_gguf_hparams *hp, struct mk_gguf_extra **out, size_t *n,
+			  struct mk_err *err);
+void mk_gguf_extra_free(struct mk_gguf_extra *x, size_t n);
+
 /* Add the keys above to g (which must have none yet) for the model
  * directory dir: file_type is general.file_type (llama.cpp's
  * LlamaFileType: 0 F32, 1 F16, 7 Q8_0, 32 BF16, ...); n_params the

@@ -20,6 +20,7 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -103,6 +104,41 @@ static int hexval(char c)
 	return c <= '9' ? c - '0' : c - 'a' + 10;
 }
 
+/* The "# tensor I NAME N HEX" lines of NAME.kv: convert's made-up
+ * tensors, at place I of its file, N float32 values. */
+struct extra {
+	unsigned idx;
+	char name[64];
+	size_t n;
+	float v[64];
+};
+
+static size_t read_extras(const char *path, struct extra *x, size_t cap)
+{
+	FILE *f = fopen(path, "r");
+	assert_non_null(f);
+	char *line = NULL;
+	size_t len = 0, n = 0;
+	while (getline(&line, &len, f) > 0) {
+		char hex[1024];
+		if (strncmp(line, "# tensor ", 9))
+			continue;
+		assert_true(n < cap);
+		assert_int_equal(sscanf(line + 9, "%u %63s %zu %1023s", &x[n].idx, x[n].name, &x[n].n, hex), 4);
+		assert_true(x[n].n <= 64 && strlen(hex) == 8 * x[n].n);
+		for (size_t i = 0; i < x[n].n; i++) {
+			uint8_t b[4];
+			for (int k = 0; k < 4; k++)
+				b[k] = (uint8_t)(hexval(hex[8 * i + 2 * k]) << 4 | hexval(hex[8 * i + 2 * k + 1]));
+			memcpy(&x[n].v[i], b, 4);
+		}
+		n++;
+	}
+	free(line);
+	fclose(f);
+	return n;
+}
+
 /* NAME.kv: "# params N", then KEY TAB VTYPE TAB HEX lines. */
 static struct kv *read_golden(const char *path, size_t *n, uint64_t *params)
 {
@@ -120,6 +156,8 @@ static struct kv *read_golden(const char *path, size_t *n, uint64_t *params)
 			*params = strtoull(line + 9, NULL, 10);
 			continue;
 		}
+		if (line[0] == '#')
+			continue;
 		char *t1 = strchr(line, '\t');
 		assert_non_null(t1);
 		char *t2 = strchr(t1 + 1, '\t');
@@ -208,6 +246,28 @@ static void check_model(const char *name, const char *pre)
 	}
 	assert_int_equal(bad, 0);
 	assert_int_equal(ng, nw);
+
+	/* the made-up tensors: the same names, first in the file, the same
+	 * floats (phi3's exactly; Llama 3's rope_freqs within what
+	 * test_gguf_names.c measured for mk_gguf_llama3_rope_freqs) */
+	struct extra wx[4];
+	size_t nx = read_extras(kvp, wx, 4), gn;
+	struct mk_gguf_extra *gx;
+	assert_int_equal(mk_gguf_extra_tensors(&hp, &gx, &gn, &err), 0);
+	assert_int_equal(gn, nx);
+	for (size_t i = 0; i < nx; i++) {
+		assert_int_equal(wx[i].idx, i);
+		assert_string_equal(gx[i].name, wx[i].name);
+		assert_int_equal(gx[i].n, wx[i].n);
+		for (size_t j = 0; j < wx[i].n; j++) {
+			float a = gx[i].v[j], b = wx[i].v[j];
+			if (!strcmp(wx[i].name, "rope_freqs.weight"))
+				assert_true(fabsf(a - b) <= 4e-7f * fabsf(b));
+			else
+				assert_memory_equal(&a, &b, 4);
+		}
+	}
+	mk_gguf_extra_free(gx, gn);
 	free(h);
 	free_kvs(want, nw);
 	free_kvs(got, ng);
