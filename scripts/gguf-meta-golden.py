@@ -16,7 +16,7 @@ on the real vocabularies (see --full below).  Into OUT/NAME/ go the
 files mk reads (config.json, generation_config.json, tokenizer.json,
 tokenizer_config.json) and OUT/NAME.kv gets every pair convert wrote, in
 its order: "KEY<TAB>VTYPE<TAB>HEX" with HEX the value's bytes as GGUF
-stores them after the type, and a first line "# params N" (the
+stores them after the type (over 16 KiB: "sha256:LENGTH:DIGEST"), and a first line "# params N" (the
 parameter count convert measured, for general.size_label).
 
   --full DIR   instead: rebuild the real llama-bpe and qwen2 tokenizers
@@ -24,6 +24,7 @@ parameter count convert measured, for general.size_label).
                and write DIR/NAME.pre with the name convert's hash table
                gives them (for MK_GGUF_META_FULL=DIR in the unit test).
 """
+import hashlib
 import json
 import os
 import shutil
@@ -107,6 +108,18 @@ MODELS = [
                             long_factor=[1.0, 1.25, 1.5, 2.0, 3.5, 8.0, 16.5, 32.0],
                             short_factor=[1.0, 1.0, 1.0625, 1.1, 1.2, 1.3, 1.4, 1.5])),
      dict(add_bos_token=False),
+     None),
+    # llama's add_bos_token false at vocab_size 49152 (small Granite
+    # models), over a GPT-2 style tokenizer
+    ("granite-tiny", "qwen2", "qwen2", T.LlamaConfig, T.LlamaForCausalLM,
+     dict(vocab_size=49152, bos_token_id=1000, eos_token_id=1002, tie_word_embeddings=True),
+     dict(add_bos_token=True),
+     None),
+    # Gemma 3 without tokenizer.model: the GPT-2 style path
+    ("gemma-3-bpe", "llama3", "llama-bpe", T.Gemma3TextConfig, T.Gemma3ForCausalLM,
+     dict(vocab_size=1006, head_dim=16, bos_token_id=1000, eos_token_id=1005, pad_token_id=1002,
+          sliding_window=512, max_position_embeddings=32768, final_logit_softcapping=30.0),
+     dict(),
      None),
 ]
 SPM = os.path.join(TOP, "testdata", "tokenizers", "spm-bpe-48.model")
@@ -245,7 +258,11 @@ def main_small(out):
             with open(os.path.join(out, name + ".kv"), "w") as f:
                 f.write(f"# params {n_params}\n")
                 for key, vt, raw in kv_spans(g):
-                    f.write(f"{key}\t{vt}\t{raw.hex()}\n")
+                    if len(raw) > 16384:
+                        # large values by hash: length and SHA-256 of the bytes
+                        f.write(f"{key}\t{vt}\tsha256:{len(raw)}:{hashlib.sha256(raw).hexdigest()}\n")
+                    else:
+                        f.write(f"{key}\t{vt}\t{raw.hex()}\n")
                 # the tensors convert made up from the config, in its order
                 for i, t in enumerate(params.tensors):
                     if t.name.startswith("rope_"):

@@ -449,7 +449,7 @@ static int add_strings(struct mk_gguf *g, const char *key, char **v, size_t n, s
 /* gguf-py's SpecialVocab(dir, load_merges, n_vocab) and its add_to_gguf:
  * merges, the special ids, add_*_token, the chat template.  n_vocab
  * SIZE_MAX: no bound on the ids. */
-static int special_vocab(struct mk_gguf *g, const char *dir, bool load_merges, size_t n_vocab,
+static int special_vocab(struct mk_gguf *g, const char *dir, bool load_merges, size_t n_vocab, bool no_bos,
 			 struct mk_err *err)
 {
 	struct mk_jsondoc *tj = NULL, *tc = NULL;
@@ -627,6 +627,8 @@ static int special_vocab(struct mk_gguf *g, const char *dir, bool load_merges, s
 		if (st_key[t] && (rc = mk_gguf_kv_u32(g, st_key[t], (uint32_t)s.id[t], err)) < 0)
 			goto out;
 	}
+	if (no_bos && has_add(&s, ST_BOS))
+		s.add[ST_BOS] = false;
 	for (int i = 0; i < s.nadd; i++) {
 		int t = s.add_order[i];
 		char key[64];
@@ -637,6 +639,11 @@ static int special_vocab(struct mk_gguf *g, const char *dir, bool load_merges, s
 			goto out;
 	}
 	if (tmpl && (rc = mk_gguf_kv_str(g, "tokenizer.chat_template", tmpl, err)) < 0)
+		goto out;
+	/* llama's small Granite models: add_bos_token false, in its place
+	 * when set above, else last */
+	if (no_bos && !has_add(&s, ST_BOS) &&
+	    (rc = mk_gguf_kv_bool(g, "tokenizer.ggml.add_bos_token", false, err)) < 0)
 		goto out;
 	(void)has_type;
 	rc = 0;
@@ -655,7 +662,8 @@ oom:
 	goto out;
 }
 
-static int gpt2_vocab(struct mk_gguf *g, const char *dir, const char *pre_unknown, struct mk_err *err)
+static int gpt2_vocab(struct mk_gguf *g, const char *dir, const char *pre_unknown, bool no_bos,
+		      struct mk_err *err)
 {
 	struct mk_vocab *v = NULL;
 	struct mk_tokenizer *tok = NULL;
@@ -740,7 +748,7 @@ static int gpt2_vocab(struct mk_gguf *g, const char *dir, const char *pre_unknow
 	    (rc = add_strings(g, "tokenizer.ggml.tokens", tokens, nv, err)) < 0 ||
 	    (rc = mk_gguf_kv_array(g, "tokenizer.ggml.token_type", MK_GGUF_V_I32, types, nv, err)) < 0)
 		goto out;
-	rc = special_vocab(g, dir, true, SIZE_MAX, err);
+	rc = special_vocab(g, dir, true, SIZE_MAX, no_bos, err);
 out:
 	for (size_t i = 0; tokens && i < nv; i++)
 		free(tokens[i]);
@@ -893,7 +901,7 @@ static int sp_put(char **tokens, float *scores, int32_t *types, size_t id, const
  * set_vocab (phi3 true): pieces, then added_tokens.json, then
  * tokenizer_config.json's added_tokens_decoder (and, for phi3,
  * tokenizer.json's added_tokens). */
-static int spm_vocab(struct mk_gguf *g, const char *dir, bool phi3, struct mk_err *err)
+static int spm_vocab(struct mk_gguf *g, const char *dir, bool phi3, bool no_bos, struct mk_err *err)
 {
 	struct sp_piece *sp = NULL;
 	size_t nsp = 0, nv = 0;
@@ -1030,7 +1038,7 @@ static int spm_vocab(struct mk_gguf *g, const char *dir, bool phi3, struct mk_er
 	    (rc = mk_gguf_kv_array(g, "tokenizer.ggml.scores", MK_GGUF_V_F32, scores, nv, err)) < 0 ||
 	    (rc = mk_gguf_kv_array(g, "tokenizer.ggml.token_type", MK_GGUF_V_I32, types, nv, err)) < 0)
 		goto out;
-	rc = special_vocab(g, dir, false, nv, err);
+	rc = special_vocab(g, dir, false, nv, no_bos, err);
 out:
 	mk_jsondoc_free(d);
 	for (size_t i = 0; tokens && i < nv; i++)
@@ -1089,7 +1097,20 @@ int mk_gguf_vocab_add(struct mk_gguf *g, const char *dir, const char *arch, cons
 	char p[4096];
 	int rc;
 	bool llama = !strcmp(arch, "llama"), gemma = !strcmp(arch, "gemma2") || !strcmp(arch, "gemma3");
-	bool phi3 = !strcmp(arch, "phi3");
+	bool phi3 = !strcmp(arch, "phi3"), no_bos = false;
+
+	if (llama) {
+		/* llama's set_vocab by config.json's vocab_size (32000 when
+		 * absent): CodeLlama's infill tokens at 32016, Granite's small
+		 * models' add_bos_token false at 49152 */
+		size_t vs = 32000;
+		if ((rc = config_vocab_size(dir, "vocab_size", false, &vs, err)) < 0)
+			return rc;
+		if (vs == 32016)
+			return mk_err_set(err, MK_EUNSUPPORTED, "%s: a vocabulary of 32016 (CodeLlama's infill "
+					  "tokens, which convert adds by id) is not covered", dir);
+		no_bos = vs == 49152;
+	}
 
 	snprintf(p, sizeof p, "%s/tokenizer_config.json", dir);
 	if (llama || phi3) {
@@ -1120,12 +1141,12 @@ int mk_gguf_vocab_add(struct mk_gguf *g, const char *dir, const char *arch, cons
 			if (rc < 0)
 				return rc;
 			if (rc == 1)
-				return gpt2_vocab(g, dir, pre_unknown, err);
+				return gpt2_vocab(g, dir, pre_unknown, no_bos, err);
 		}
 	}
 	snprintf(p, sizeof p, "%s/tokenizer.model", dir);
 	if (is_file(p)) {
-		if ((rc = spm_vocab(g, dir, phi3, err)) < 0)
+		if ((rc = spm_vocab(g, dir, phi3, no_bos, err)) < 0)
 			return rc;
 		if (gemma)
 			return mk_gguf_kv_bool(g, "tokenizer.ggml.add_space_prefix", false, err);
@@ -1145,5 +1166,5 @@ int mk_gguf_vocab_add(struct mk_gguf *g, const char *dir, const char *arch, cons
 			return mk_err_set(err, MK_EUNSUPPORTED, "%s: a byte-fallback BPE vocabulary without "
 					  "tokenizer.model (convert's LlamaHfVocab path) is not covered", p);
 	}
-	return gpt2_vocab(g, dir, pre_unknown, err);
+	return gpt2_vocab(g, dir, pre_unknown, no_bos, err);
 }
