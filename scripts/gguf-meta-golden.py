@@ -240,6 +240,10 @@ def main_small(out):
                 with open(os.path.join(TOKS, fam, "tokenizer_config.json")) as f:
                     tc = json.load(f)
             tc.update(tok_extra)
+            if name == "qwen3-tiny":
+                # the template in chat_template.jinja, as transformers 5 saves it
+                with open(os.path.join(d, "chat_template.jinja"), "w") as f:
+                    f.write(tc.pop("chat_template"))
             with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
                 json.dump(tc, f, indent=2)
             if name in CARDS:
@@ -252,7 +256,8 @@ def main_small(out):
             keep = os.path.join(out, name)
             os.makedirs(keep, exist_ok=True)
             for f in ("config.json", "generation_config.json", "tokenizer.json",
-                      "tokenizer_config.json", "tokenizer.model", "README.md"):
+                      "tokenizer_config.json", "tokenizer.model", "README.md",
+                      "chat_template.jinja"):
                 if os.path.exists(os.path.join(d, f)):
                     shutil.copy(os.path.join(d, f), keep)
             with open(os.path.join(out, name + ".kv"), "w") as f:

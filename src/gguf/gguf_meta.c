@@ -927,10 +927,11 @@ int mk_gguf_model_id_parse(const char *id, uint64_t n_params, struct mk_gguf_mod
 		const char *e = strchr(p, '-');
 		size_t l = e ? (size_t)(e - p) : strlen(p);
 		if (l) {
-			if (!(parts[n] = strndup(p, l + 8))) {   /* room for "." */
+			if (!(parts[n] = malloc(l + 8))) {   /* room for a "." */
 				rc = mk_err_set(err, MK_ENOMEM, "out of memory");
 				goto out;
 			}
+			memcpy(parts[n], p, l);
 			parts[n][l] = 0;
 			n++;
 		}

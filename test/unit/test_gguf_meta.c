@@ -244,6 +244,9 @@ static void check_model(const char *name, const char *pre)
 	if (rc < 0)
 		print_error("%s\n", err.msg);
 	assert_int_equal(rc, 0);
+	/* one tensor, as a file has (the keys are read back alone) */
+	uint64_t ne[1] = { 32 };
+	assert_int_equal(mk_gguf_add_tensor(g, "x.weight", 1, ne, 0, &err), 0);
 	uint8_t *h;
 	size_t hl;
 	assert_int_equal(mk_gguf_header(g, &h, &hl, &err), 0);
@@ -456,6 +459,22 @@ static void test_refusals(void **state)
 	mk_err_clear(&err);
 	assert_int_equal(mk_gguf_hparams_read("/nonexistent-mk-dir", &hp, &err), -MK_ENOENT);
 	assert_non_null(strstr(err.msg, "config.json"));
+
+	/* a pre-tokenizer convert's table does not know: refused, the hash named */
+	struct mk_gguf *g;
+	mk_err_clear(&err);
+	assert_int_equal(mk_gguf_new(&g, &err), 0);
+	assert_int_equal(mk_gguf_vocab_add(g, DIR_META "/Meta-Llama-3.1-8B-Instruct", "llama", NULL, &err),
+			 -MK_EUNSUPPORTED);
+	assert_non_null(strstr(err.msg, "pre-tokenizer not recognized"));
+	mk_gguf_free(g);
+
+	/* keys already there: the model's come first */
+	mk_err_clear(&err);
+	assert_int_equal(mk_gguf_new(&g, &err), 0);
+	assert_int_equal(mk_gguf_kv_u32(g, "x", 1, &err), 0);
+	assert_int_equal(mk_gguf_meta_add(g, DIR_META "/qwen3-tiny", 0, 1, NULL, &err), -MK_EINVAL);
+	mk_gguf_free(g);
 }
 
 /* The real vocabularies, where the golden script rebuilt them. */
