@@ -251,8 +251,6 @@ def main_small(out):
                     f.write(CARDS[name])
             g = os.path.join(tmp, name + ".gguf")
             convert(d, g, pre or "none")
-            params = gguf.GGUFReader(g)
-            n_params = sum(int(t.n_elements) for t in params.tensors)
             keep = os.path.join(out, name)
             os.makedirs(keep, exist_ok=True)
             for f in ("config.json", "generation_config.json", "tokenizer.json",
@@ -260,19 +258,26 @@ def main_small(out):
                       "chat_template.jinja"):
                 if os.path.exists(os.path.join(d, f)):
                     shutil.copy(os.path.join(d, f), keep)
-            with open(os.path.join(out, name + ".kv"), "w") as f:
-                f.write(f"# params {n_params}\n")
-                for key, vt, raw in kv_spans(g):
-                    if len(raw) > 16384:
-                        # large values by hash: length and SHA-256 of the bytes
-                        f.write(f"{key}\t{vt}\tsha256:{len(raw)}:{hashlib.sha256(raw).hexdigest()}\n")
-                    else:
-                        f.write(f"{key}\t{vt}\t{raw.hex()}\n")
-                # the tensors convert made up from the config, in its order
-                for i, t in enumerate(params.tensors):
-                    if t.name.startswith("rope_"):
-                        v = np.array(t.data, dtype=np.float32).reshape(-1)
-                        f.write(f"# tensor {i} {t.name} {v.size} {v.tobytes().hex()}\n")
+            write_kv(g, os.path.join(out, name + ".kv"))
+
+
+def write_kv(g, path):
+    """NAME.kv of a converted file (see the top of this file)."""
+    params = gguf.GGUFReader(g)
+    n_params = sum(int(t.n_elements) for t in params.tensors)
+    with open(path, "w") as f:
+        f.write(f"# params {n_params}\n")
+        for key, vt, raw in kv_spans(g):
+            if len(raw) > 16384:
+                # large values by hash: length and SHA-256 of the bytes
+                f.write(f"{key}\t{vt}\tsha256:{len(raw)}:{hashlib.sha256(raw).hexdigest()}\n")
+            else:
+                f.write(f"{key}\t{vt}\t{raw.hex()}\n")
+        # the tensors convert made up from the config, in its order
+        for i, t in enumerate(params.tensors):
+            if t.name.startswith("rope_"):
+                v = np.array(t.data, dtype=np.float32).reshape(-1)
+                f.write(f"# tensor {i} {t.name} {v.size} {v.tobytes().hex()}\n")
 
 
 def main_full(out):
@@ -318,6 +323,29 @@ def main_full(out):
         with open(os.path.join(out, name + ".pre"), "w") as fh:
             fh.write(pre + "\n")
         print(name, pre)
+        # a tiny model over the whole vocabulary, converted: NAME-model/
+        # and NAME-model.kv as for the small models
+        md = os.path.join(out, name + "-model")
+        torch.manual_seed(7)
+        if fam == "llama3":
+            cfg = T.LlamaConfig(**dict(BASE, vocab_size=len(toks), bos_token_id=toks.index(bos),
+                                       eos_token_id=toks.index("<|eot_id|>")))
+            model = T.LlamaForCausalLM(cfg)
+        else:
+            cfg = T.Qwen2Config(**dict(BASE, vocab_size=len(toks), tie_word_embeddings=True,
+                                       eos_token_id=toks.index("<|im_end|>")))
+            model = T.Qwen2ForCausalLM(cfg)
+        model.to(torch.float32).save_pretrained(md, safe_serialization=True)
+        gp = os.path.join(md, "generation_config.json")
+        if os.path.exists(gp):
+            os.remove(gp)
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            shutil.copy(os.path.join(d, f), md)
+        with tempfile.TemporaryDirectory() as tmp:
+            g = os.path.join(tmp, "m.gguf")
+            convert(md, g, "none")
+            write_kv(g, os.path.join(out, name + "-model.kv"))
+        os.remove(os.path.join(md, "model.safetensors"))
 
 
 def main():

@@ -11,7 +11,8 @@
  *
  * With MK_GGUF_META_FULL=DIR (made by gguf-meta-golden.py --full), the
  * real llama-bpe and qwen2 vocabularies there must get convert's
- * tokenizer.ggml.pre; skipped without it.
+ * tokenizer.ggml.pre, and tiny models over them all of convert's keys
+ * (128256 and 151936 tokens, their merges); skipped without it.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -221,11 +222,9 @@ static void describe(const struct kv *w, const struct kv *g)
 			    (int)(g->len - 8), g->val + 8);
 }
 
-static void check_model(const char *name, const char *pre)
+static void check_model_at(const char *dir, const char *kvp, const char *pre)
 {
-	char dir[512], kvp[512];
-	snprintf(dir, sizeof dir, DIR_META "/%s", name);
-	snprintf(kvp, sizeof kvp, DIR_META "/%s.kv", name);
+	const char *name = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
 	uint64_t params = 0;
 	size_t nw = 0, ng = 0;
 	struct kv *want = read_golden(kvp, &nw, &params);
@@ -298,6 +297,14 @@ static void check_model(const char *name, const char *pre)
 	free_kvs(got, ng);
 	mk_gguf_hparams_clear(&hp);
 	mk_gguf_free(g);
+}
+
+static void check_model(const char *name, const char *pre)
+{
+	char dir[512], kvp[512];
+	snprintf(dir, sizeof dir, DIR_META "/%s", name);
+	snprintf(kvp, sizeof kvp, DIR_META "/%s.kv", name);
+	check_model_at(dir, kvp, pre);
 }
 
 static void test_llama3(void **state)
@@ -510,6 +517,10 @@ static void test_full_pre(void **state)
 		assert_string_equal(got, want);
 		free(ids);
 		mk_tokenizer_free(t);
+		/* a tiny model over the whole vocabulary: every key */
+		snprintf(dir, sizeof dir, "%s/%s-model", root, names[i]);
+		snprintf(prep, sizeof prep, "%s/%s-model.kv", root, names[i]);
+		check_model_at(dir, prep, NULL);
 	}
 }
 
