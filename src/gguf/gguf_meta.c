@@ -280,7 +280,6 @@ static const char *const K_THETA[] = { "global_rope_theta", "rope_global_theta",
 static const char *const K_LOCAL_THETA[] = { "local_rope_theta", "rope_local_theta", "rope_theta_local",
 	"swa_rope_theta", "rope_local_base_freq", NULL };
 static const char *const K_EXPERTS[] = { "num_local_experts", "num_experts", "n_routed_experts", NULL };
-static const char *const K_EXPERTS_USED[] = { "num_experts_per_tok", "num_experts_per_token", "top_k_experts", NULL };
 
 /* The rope parameters as convert gathers them: rope_parameters (or
  * rope_scaling) with, where it lacks them, the top-level rope_theta,
@@ -472,7 +471,6 @@ static int base_params(struct kvs *k, const struct cfg *c, const struct rope *r,
 		TRY(put_f32(k, "%s.attention.layer_norm_epsilon", d));
 	if (!node_is(c, cfg_find(c, K_EXPERTS), MK_JSON_NULL) && cfg_find(c, K_EXPERTS) != SIZE_MAX)
 		TRY(mk_err_set(err, MK_EUNSUPPORTED, "%s: mixture-of-experts models are not covered", c->label));
-	(void)K_EXPERTS_USED;
 	if (cfg_get(c, "n_group") != SIZE_MAX && !node_is(c, cfg_get(c, "n_group"), MK_JSON_NULL))
 		TRY(mk_err_set(err, MK_EUNSUPPORTED, "%s: expert groups (n_group) are not covered", c->label));
 	TRY(got = opt_int(c, cfg_get(c, "head_dim"), &v, "head_dim", err));
@@ -513,7 +511,11 @@ static int arch_params(struct kvs *k, const struct cfg *c, const struct rope *r,
 		TRY(put_u32(k, "%s.rope.dimension_count", (uint32_t)v));
 	} else if (!strcmp(arch, "qwen2") || !strcmp(arch, "qwen3")) {
 		TRY(base_params(k, c, r, file_type, err));
-		/* _try_set_pooling_type: sentence-transformers models only */
+		/* _try_set_pooling_type: embedding and classifier models only */
+		size_t cp = cfg_get(c, "classifier_pooling");
+		if (cp != SIZE_MAX && !node_is(c, cp, MK_JSON_NULL))
+			TRY(mk_err_set(err, MK_EUNSUPPORTED, "%s: classifier_pooling (a classifier's pooling key) "
+				       "is not covered", c->label));
 	} else if (!strcmp(arch, "gemma2")) {
 		static const char *const ctx[] = { "max_position_embeddings", NULL },
 			*const emb[] = { "hidden_size", NULL }, *const ff[] = { "intermediate_size", NULL },
@@ -1165,10 +1167,7 @@ static int sampling(struct kvs *k, const char *dir, struct mk_err *err)
 		{ "mirostat_tau", NULL, "general.sampling.mirostat_tau", MK_GGUF_V_F32 },
 		{ "mirostat_eta", NULL, "general.sampling.mirostat_eta", MK_GGUF_V_F32 },
 	};
-	/* convert sets general.sampling.sequence first of all */
-	size_t order[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11 };
-	for (size_t oi = 0; oi < sizeof order / sizeof order[0]; oi++) {
-		size_t i = order[oi];
+	for (size_t i = 0; i < sizeof s / sizeof s[0]; i++) {
 		size_t n = mk_jsondoc_get(g.doc, g.root, s[i].hf);
 		if (n == SIZE_MAX && s[i].alt)
 			n = mk_jsondoc_get(g.doc, g.root, s[i].alt);
@@ -1342,6 +1341,14 @@ int mk_gguf_meta_add(struct mk_gguf *g, const char *dir, int file_type, uint64_t
 	rc = 0;
 	k.arch = hp.arch;
 	rope_read(&c, &r);
+	if (!strcmp(hp.arch, "qwen2") || !strcmp(hp.arch, "qwen3")) {
+		char mp[4096];
+		struct stat st;
+		snprintf(mp, sizeof mp, "%s/modules.json", dir);
+		if (stat(mp, &st) == 0)
+			TRY(mk_err_set(err, MK_EUNSUPPORTED, "%s: a sentence-transformers model (convert adds its "
+				       "pooling type): not covered", mp));
+	}
 	TRY(put_str(&k, "general.architecture", hp.arch));
 	/* phi3's attn factor is set while the tensors are prepared, before
 	 * the rest of the metadata */

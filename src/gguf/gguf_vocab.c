@@ -166,14 +166,6 @@ static int set_id(struct special *s, int t, long long id, const char *label, str
 	return 0;
 }
 
-static bool has_type(const struct special *s, int t)
-{
-	for (int i = 0; i < s->ntypes; i++)
-		if (s->types[i] == t)
-			return true;
-	return false;
-}
-
 /* strcmp with NULL as None (equal only to None) */
 static bool same(const char *a, const char *b)
 {
@@ -645,7 +637,6 @@ static int special_vocab(struct mk_gguf *g, const char *dir, bool load_merges, s
 	if (no_bos && !has_add(&s, ST_BOS) &&
 	    (rc = mk_gguf_kv_bool(g, "tokenizer.ggml.add_bos_token", false, err)) < 0)
 		goto out;
-	(void)has_type;
 	rc = 0;
 out:
 	for (size_t i = 0; merges && i < nm; i++)

@@ -2,25 +2,38 @@
  * convert_hf_to_gguf.py (0c1e57098) writes them from a Hugging Face model
  * directory, after the model's (gguf_meta.h).
  *
- * Covered: the GPT-2 style BPE path (a tokenizer.json and no
- * tokenizer.model: Llama 3, Qwen2/2.5/3, Gemma 3 without one), in convert's
+ * Which path convert takes, by architecture: llama a tokenizer.model
+ * when there is one, else a tokenizer.json (Llama 3 style; a
+ * byte-fallback BPE one without tokenizer.model is refused); qwen2/qwen3
+ * and gemma3 likewise; gemma2 and phi3 tokenizer.model only (phi3: a
+ * GPT2Tokenizer class takes the tokenizer.json path).  Keys, in convert's
  * order:
- *   tokenizer.ggml.add_space_prefix  (llama: tokenizer_config.json's
- *                                     add_prefix_space, where set)
- *   tokenizer.ggml.model "gpt2", tokenizer.ggml.pre (the check text's ids
- *     hashed and looked up in convert's table, gguf_pre_hashes.inc),
- *   tokenizer.ggml.tokens / token_type (vocab_size of config.json's,
- *     "[PADn]" UNUSED where no token has the id; added tokens CONTROL
- *     when special or looking special, else USER_DEFINED), merges,
- *   the special token ids (bos, eos, unknown, seperator, padding, mask,
- *     eot, eom: tokenizer_config.json's tokens, then config.json's ids),
- *   add_bos_token / add_eos_token / add_sep_token (the post-processor,
- *     then tokenizer_config.json), tokenizer.chat_template
- *     (tokenizer_config.json's, else chat_template.jinja / .json).
- * Refused, by name: a tokenizer.model (SentencePiece: Llama 2, Mistral,
- * Gemma, Phi-3), Llama's byte-fallback BPE tokenizer.json (convert's
- * LlamaHfVocab path), a pre-tokenizer whose hash is not in the table,
- * chat templates given as a list.
+ *   tokenizer.ggml.add_space_prefix  llama: tokenizer_config.json's
+ *                                    add_prefix_space, where a boolean
+ *   GPT-2 style BPE (tokenizer.json): tokenizer.ggml.model "gpt2",
+ *     tokenizer.ggml.pre (the check text's ids with special tokens,
+ *     hashed, looked up in convert's table, gguf_pre_hashes.inc), tokens
+ *     and token_type (config.json's vocab_size of them, "[PADn]" UNUSED
+ *     where no token has the id; added tokens CONTROL when special or
+ *     looking special, else USER_DEFINED with U+2581 as space), merges;
+ *   SentencePiece (tokenizer.model): tokenizer.ggml.model "llama", pre
+ *     "default", tokens, scores, token_type from the model's pieces, then
+ *     added_tokens.json and tokenizer_config.json's added_tokens_decoder
+ *     (phi3: its own variant, tokenizer.json's added_tokens too);
+ *   then the special token ids (bos, eos, unknown, seperator, padding,
+ *     mask: tokenizer_config.json's tokens by tokenizer.json's added
+ *     tokens, then config.json's ids), add_bos / add_eos / add_sep_token
+ *     (the post-processor, then tokenizer_config.json), the chat template
+ *     (tokenizer_config.json's, else chat_template.jinja or
+ *     chat_template.json); gemma: add_space_prefix false last; llama at
+ *     vocab_size 49152: add_bos_token false.
+ * Refused, by name: a pre-tokenizer whose hash is not in the table
+ * (unless the caller names one), a RobertaProcessing post-processor, a
+ * template ending in a token other than EOS (convert's EOT/EOM guess),
+ * chat templates given as a list or additional_chat_templates/,
+ * Lowercase / StripAccents / BertNormalizer normalizers, CodeLlama's
+ * 32016 vocabulary.  Assumed: a non-normalized added token decodes to
+ * its own text (convert round-trips it through transformers).
  */
 #ifndef MK_GGUF_VOCAB_H
 #define MK_GGUF_VOCAB_H
