@@ -75,7 +75,9 @@ MODELS = [
           repetition_penalty=1.1, temperature=0.7, top_p=0.8, top_k=20)),
     ("qwen3-tiny", "qwen2", "qwen2", T.Qwen3Config, T.Qwen3ForCausalLM,
      dict(vocab_size=1003, head_dim=16, bos_token_id=1000, eos_token_id=1002,
-          rope_theta=1000000.0, max_position_embeddings=40960, rms_norm_eps=1e-6),
+          rope_theta=1000000.0, max_position_embeddings=131072, rms_norm_eps=1e-6,
+          rope_scaling=dict(rope_type="yarn", factor=4.0, original_max_position_embeddings=32768,
+                            beta_fast=32.0, beta_slow=1.0)),
      dict(chat_template=QWEN_TEMPLATE),
      None),
     # SentencePiece: testdata/tokenizers/spm-bpe-48.model with the
@@ -121,6 +123,12 @@ MODELS = [
           sliding_window=512, max_position_embeddings=32768, final_logit_softcapping=30.0),
      dict(),
      None),
+    # hand-written configs (RAW_CONFIGS): the model made from what
+    # transformers reads of them, then config.json put back as written
+    ("llama-3-raw-config", "llama3", "llama-bpe", None, T.LlamaForCausalLM, {}, {}, None),
+    ("mistral-raw-config", "spm-llama", None, None, T.MistralForCausalLM, {}, {}, None),
+    ("phi3-raw-config", "spm-llama", None, None, T.Phi3ForCausalLM, {}, {}, None),
+    ("gemma2-raw-config", "spm-gemma", None, None, T.Gemma2ForCausalLM, {}, {}, None),
 ]
 SPM = os.path.join(TOP, "testdata", "tokenizers", "spm-bpe-48.model")
 
@@ -136,6 +144,27 @@ CARDS = {
                          "base_model: https://huggingface.co/meta-llama/Llama-2-7b-hf\n"
                          "description: \"A \\\"tiny\\\" chat model\"\nversion: \"2.0\"\n---\n"
                          "# Llama 2\n",
+}
+
+# configs written by hand, as older transformers wrote them or as people
+# trim them: convert reads them through transformers, defaults and all
+RAW = dict(architectures=None, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+           num_attention_heads=4)
+RAW_CONFIGS = {
+    "llama-3-raw-config": dict(RAW, architectures=["LlamaForCausalLM"], model_type="llama",
+                               num_key_value_heads=2, vocab_size=1006,
+                               max_position_embeddings=131072, rms_norm_eps=1e-05,
+                               rope_scaling=dict(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                                 original_max_position_embeddings=8192,
+                                                 rope_type="llama3"),
+                               rope_theta=500000.0, bos_token_id=1000, eos_token_id=[1001, 1005],
+                               torch_dtype="bfloat16"),
+    "mistral-raw-config": dict(RAW, architectures=["MistralForCausalLM"], model_type="mistral",
+                               num_key_value_heads=2, vocab_size=64, bos_token_id=1, eos_token_id=2),
+    "phi3-raw-config": dict(RAW, architectures=["Phi3ForCausalLM"], model_type="phi3",
+                            vocab_size=64, bos_token_id=1, eos_token_id=2, pad_token_id=0),
+    "gemma2-raw-config": dict(RAW, architectures=["Gemma2ForCausalLM"], model_type="gemma2",
+                              num_key_value_heads=2, vocab_size=64, rms_norm_eps=1e-06),
 }
 
 RUNNER = r"""
@@ -205,10 +234,19 @@ def main_small(out):
     with tempfile.TemporaryDirectory() as tmp:
         for name, fam, pre, cfg_cls, cls, kw, tok_extra, gen in MODELS:
             torch.manual_seed(7)
-            cfg = cfg_cls(**dict(BASE, **kw))
-            model = cls(cfg).to(torch.float32)
             d = os.path.join(tmp, name)
+            if name in RAW_CONFIGS:
+                os.makedirs(d)
+                with open(os.path.join(d, "config.json"), "w") as f:
+                    json.dump(RAW_CONFIGS[name], f, indent=2)
+                cfg = transformers.AutoConfig.from_pretrained(d)
+            else:
+                cfg = cfg_cls(**dict(BASE, **kw))
+            model = cls(cfg).to(torch.float32)
             model.save_pretrained(d, safe_serialization=True)
+            if name in RAW_CONFIGS:
+                with open(os.path.join(d, "config.json"), "w") as f:
+                    json.dump(RAW_CONFIGS[name], f, indent=2)
             gpath = os.path.join(d, "generation_config.json")
             if gen is None:
                 if os.path.exists(gpath):

@@ -22,12 +22,130 @@
 /* ------------------------------------------------------------ config */
 
 /* config.json with text_config merged over the root: a key is looked
- * up in text_config first. */
+ * up in text_config first, then the root, then in the defaults
+ * transformers' config class fills in (convert reads the config through
+ * AutoConfig.from_pretrained(...).to_dict()). */
 struct cfg {
 	struct mk_jsondoc *doc;
 	size_t root, text;
 	char label[4096];
 };
+
+/* transformers 5.25's defaults, per architecture, of the keys convert
+ * reads: {hidden, heads} stand for the config's (or default) hidden_size
+ * and num_attention_heads where a default is computed from them. */
+static int cfg_defaults(struct cfg *c, struct mk_err *err)
+{
+	size_t an = mk_jsondoc_get(c->doc, c->root, "architectures");
+	size_t a0 = an != SIZE_MAX && mk_jsondoc_type(c->doc, an) == MK_JSON_ARRAY ? mk_jsondoc_first(c->doc, an)
+										       : SIZE_MAX;
+	size_t len;
+	char *arch = a0 != SIZE_MAX && mk_jsondoc_type(c->doc, a0) == MK_JSON_STRING ?
+		     mk_jsondoc_node_string(c->doc, a0, &len) : NULL;
+	const char *g = arch ? mk_gguf_arch_for_hf(arch) : NULL;
+	bool mistral = arch && !strcmp(arch, "MistralForCausalLM");
+	free(arch);
+	if (!g)
+		return 0;
+	static const struct {
+		const char *arch;
+		long long hidden, heads;
+		const char *json;   /* %lld: head_dim (computed), then num_key_value_heads (computed) */
+	} t[] = {
+		{ "llama", 4096, 32, "{\"head_dim\": %lld, \"num_key_value_heads\": %lld, \"rms_norm_eps\": 1e-06, "
+		  "\"rope_theta\": 10000.0, \"max_position_embeddings\": 2048, \"vocab_size\": 32000, "
+		  "\"intermediate_size\": 11008, \"num_hidden_layers\": 32}" },
+		{ "mistral", 4096, 32, "{\"head_dim\": %lld, \"num_key_value_heads\": 8, \"rms_norm_eps\": 1e-06, "
+		  "\"rope_theta\": 10000.0, \"max_position_embeddings\": 131072, \"sliding_window\": 4096, "
+		  "\"vocab_size\": 32000, \"intermediate_size\": 14336, \"num_hidden_layers\": 32}" },
+		{ "qwen2", 4096, 32, "{\"num_key_value_heads\": 32, \"rms_norm_eps\": 1e-06, \"rope_theta\": 10000.0, "
+		  "\"max_position_embeddings\": 32768, \"vocab_size\": 151936, \"intermediate_size\": 22016, "
+		  "\"num_hidden_layers\": 32}" },
+		{ "qwen3", 4096, 32, "{\"head_dim\": 128, \"num_key_value_heads\": 32, \"rms_norm_eps\": 1e-06, "
+		  "\"rope_theta\": 10000.0, \"max_position_embeddings\": 32768, \"vocab_size\": 151936, "
+		  "\"intermediate_size\": 22016, \"num_hidden_layers\": 32}" },
+		{ "gemma2", 2304, 8, "{\"head_dim\": 256, \"num_key_value_heads\": 4, \"rms_norm_eps\": 1e-06, "
+		  "\"max_position_embeddings\": 8192, \"sliding_window\": 4096, \"attn_logit_softcapping\": 50.0, "
+		  "\"final_logit_softcapping\": 30.0, \"vocab_size\": 256000, \"intermediate_size\": 9216, "
+		  "\"num_hidden_layers\": 26}" },
+		{ "gemma3", 2304, 8, "{\"head_dim\": 256, \"num_key_value_heads\": 4, \"rms_norm_eps\": 1e-06, "
+		  "\"rope_theta\": 1000000.0, \"rope_local_base_freq\": 10000.0, \"max_position_embeddings\": 131072, "
+		  "\"sliding_window\": 4096, \"vocab_size\": 262208, \"intermediate_size\": 9216, "
+		  "\"num_hidden_layers\": 26}" },
+		{ "phi3", 3072, 32, "{\"num_key_value_heads\": %lld, \"rms_norm_eps\": 1e-05, \"rope_theta\": 10000.0, "
+		  "\"max_position_embeddings\": 4096, \"original_max_position_embeddings\": 4096, "
+		  "\"vocab_size\": 32064, \"intermediate_size\": 8192, \"num_hidden_layers\": 32}" },
+	};
+	size_t i = 0;
+	const char *key = mistral ? "mistral" : g;
+	while (i < sizeof t / sizeof t[0] && strcmp(t[i].arch, key))
+		i++;
+	if (i == sizeof t / sizeof t[0])
+		return 0;
+	long long hidden = t[i].hidden, heads = t[i].heads;
+	size_t n = mk_jsondoc_get(c->doc, c->text != SIZE_MAX ? c->text : c->root, "hidden_size");
+	if (n == SIZE_MAX)
+		n = mk_jsondoc_get(c->doc, c->root, "hidden_size");
+	if (n != SIZE_MAX)
+		mk_jsondoc_node_int(c->doc, n, &hidden);
+	n = mk_jsondoc_get(c->doc, c->text != SIZE_MAX ? c->text : c->root, "num_attention_heads");
+	if (n == SIZE_MAX)
+		n = mk_jsondoc_get(c->doc, c->root, "num_attention_heads");
+	if (n != SIZE_MAX)
+		mk_jsondoc_node_int(c->doc, n, &heads);
+	char text[1024];
+	long long head_dim = heads > 0 ? hidden / heads : 0;
+	if (!strcmp(key, "llama"))
+		snprintf(text, sizeof text, t[i].json, head_dim, heads);
+	else if (!strcmp(key, "mistral"))
+		snprintf(text, sizeof text, t[i].json, head_dim);
+	else if (!strcmp(key, "phi3"))
+		snprintf(text, sizeof text, t[i].json, heads);
+	else
+		snprintf(text, sizeof text, "%s", t[i].json);
+	/* each default the config lacks (root and text_config) set at its
+	 * root, the document written and read again */
+	struct mk_jsondoc *defs;
+	int rc = mk_jsondoc_parse(text, strlen(text), "config defaults", &defs, err);
+	if (rc < 0)
+		return rc;
+	bool any = false;
+	size_t dr = mk_jsondoc_at(defs, "");
+	for (size_t it = mk_jsondoc_first(defs, dr); it != SIZE_MAX && rc == 0; it = mk_jsondoc_next(defs, it)) {
+		const char *k = mk_jsondoc_key(defs, it);
+		if (mk_jsondoc_get(c->doc, c->root, k) != SIZE_MAX ||
+		    (c->text != SIZE_MAX && mk_jsondoc_get(c->doc, c->text, k) != SIZE_MAX))
+			continue;
+		size_t vl;
+		const char *v = mk_jsondoc_node_text(defs, it, &vl);
+		char *vz = strndup(v, vl);
+		if (!vz) {
+			rc = mk_err_set(err, MK_ENOMEM, "out of memory");
+			break;
+		}
+		rc = mk_jsondoc_set(c->doc, k, vz, err);
+		free(vz);
+		any = true;
+	}
+	mk_jsondoc_free(defs);
+	if (rc < 0 || !any)
+		return rc;
+	char *out;
+	size_t ol;
+	if ((rc = mk_jsondoc_write(c->doc, &out, &ol, err)) < 0)
+		return rc;
+	struct mk_jsondoc *nd;
+	rc = mk_jsondoc_parse(out, ol, c->label, &nd, err);
+	free(out);
+	if (rc < 0)
+		return rc;
+	mk_jsondoc_free(c->doc);
+	c->doc = nd;
+	c->root = mk_jsondoc_at(c->doc, "");
+	size_t tt = mk_jsondoc_get(c->doc, c->root, "text_config");
+	c->text = tt != SIZE_MAX && mk_jsondoc_type(c->doc, tt) == MK_JSON_OBJECT ? tt : SIZE_MAX;
+	return 0;
+}
 
 static int cfg_open(struct cfg *c, const char *dir, const char *file, bool need, struct mk_err *err)
 {
@@ -60,6 +178,11 @@ static int cfg_open(struct cfg *c, const char *dir, const char *file, bool need,
 	size_t t = mk_jsondoc_get(c->doc, c->root, "text_config");
 	if (t != SIZE_MAX && mk_jsondoc_type(c->doc, t) == MK_JSON_OBJECT)
 		c->text = t;
+	if (!strcmp(file, "config.json") && (rc = cfg_defaults(c, err)) < 0) {
+		mk_jsondoc_free(c->doc);
+		c->doc = NULL;
+		return rc;
+	}
 	return 1;
 }
 

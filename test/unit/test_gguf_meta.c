@@ -367,6 +367,19 @@ static void test_gemma3_bpe(void **state)
 	check_model("gemma-3-bpe", "llama-bpe");
 }
 
+/* Configs as people write them: what convert takes from transformers'
+ * defaults (head_dim, num_key_value_heads, rms_norm_eps, rope_theta,
+ * max_position_embeddings, softcappings, sliding_window, ...) mk fills
+ * in the same. */
+static void test_raw_configs(void **state)
+{
+	(void)state;
+	check_model("llama-3-raw-config", "llama-bpe");
+	check_model("mistral-raw-config", NULL);
+	check_model("phi3-raw-config", NULL);
+	check_model("gemma2-raw-config", NULL);
+}
+
 /* The config facts the tensor side uses. */
 static void test_hparams(void **state)
 {
@@ -537,6 +550,7 @@ int main(void)
 		cmocka_unit_test(test_phi3),
 		cmocka_unit_test(test_granite_small),
 		cmocka_unit_test(test_gemma3_bpe),
+		cmocka_unit_test(test_raw_configs),
 		cmocka_unit_test(test_hparams),
 		cmocka_unit_test(test_model_id),
 		cmocka_unit_test(test_refusals),
