@@ -27,7 +27,13 @@
  * mixture-of-experts configs, mrope; convert's --metadata override file
  * is not taken.
  *
- * A config.json's text_config is merged over its root, as convert does.
+ * convert reads config.json through transformers (AutoConfig ...
+ * to_dict()): what a config leaves out takes transformers' (5.25)
+ * default for the architecture (head_dim = hidden_size / heads for llama
+ * and mistral, gemma2's softcappings, ...), and text_config is merged over
+ * the root.  phi3 with a long rope gets phi3.rope.scaling.attn_factor
+ * right after general.architecture (convert sets it while it makes the
+ * rope factor tensors).
  */
 #ifndef MK_GGUF_META_H
 #define MK_GGUF_META_H
