@@ -14,27 +14,11 @@ Written apart from mk's C code (its own E4M3 table, its own rounding), so
 that a fault in either shows.  Prints a line of counts; exits 1 on a
 difference."""
 import bisect
-import json
 import math
-import os
 import struct
 import sys
 
-
-def load(d):
-    names = sorted(f for f in os.listdir(d) if f.endswith(".safetensors"))
-    out = {}
-    for f in names:
-        with open(os.path.join(d, f), "rb") as fh:
-            n = struct.unpack("<Q", fh.read(8))[0]
-            hdr = json.loads(fh.read(n))
-            data = fh.read()
-        for k, v in hdr.items():
-            if k == "__metadata__":
-                continue
-            a, b = v["data_offsets"]
-            out[k] = (v["dtype"], v["shape"], data[a:b])
-    return out
+from mk_st import load
 
 
 def f32(x):

@@ -22,19 +22,7 @@ import re
 import struct
 import sys
 
-
-def load(d):
-    out = {}
-    for f in sorted(x for x in os.listdir(d) if x.endswith(".safetensors")):
-        with open(os.path.join(d, f), "rb") as fh:
-            n = struct.unpack("<Q", fh.read(8))[0]
-            hdr = json.loads(fh.read(n))
-            data = fh.read()
-        for k, v in hdr.items():
-            if k != "__metadata__":
-                a, b = v["data_offsets"]
-                out[k] = (v["dtype"], v["shape"], data[a:b])
-    return out
+from mk_st import load
 
 
 def f32(x):

@@ -16,27 +16,13 @@ wrote (directory QUANT) against the same merge written unquantized
 Written apart from mk's C code (thresholds and frexp, where mk works on
 float bits), so that a fault in either shows.  Prints a line of counts;
 exits 1 on a difference."""
-import json
 import math
-import os
 import struct
 import sys
 
+from mk_st import load
+
 THRESH = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
-
-
-def load(d):
-    out = {}
-    for f in sorted(f for f in os.listdir(d) if f.endswith(".safetensors")):
-        with open(os.path.join(d, f), "rb") as fh:
-            n = struct.unpack("<Q", fh.read(8))[0]
-            hdr = json.loads(fh.read(n))
-            data = fh.read()
-        for k, v in hdr.items():
-            if k != "__metadata__":
-                a, b = v["data_offsets"]
-                out[k] = (v["dtype"], v["shape"], data[a:b])
-    return out
 
 
 def f32(x):
