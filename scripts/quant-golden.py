@@ -166,6 +166,24 @@ def mxfp4_dequantize(src, dst):
         json.dump(cfg, f, indent=2)
 
 
+def merge_goldens(cases, w, out, venv_bin):
+    """mergekit-yaml's merge of w's dequantized copies (a-dq, b-dq, c-dq)
+    by each CASE.yml of `cases`, into out/merge-CASE/."""
+    for c in CASES:
+        with open(os.path.join(cases, c + ".yml")) as f:
+            y = (f.read().replace("MODEL_A", os.path.join(w, "a-dq")).replace("MODEL_B", os.path.join(w, "b-dq"))
+                 .replace("MODEL_C", os.path.join(w, "c-dq")))
+        yp = os.path.join(w, c + ".yml")
+        with open(yp, "w") as f:
+            f.write(y)
+        mo = os.path.join(w, "out-" + c)
+        subprocess.run([os.path.join(venv_bin, "mergekit-yaml"), "--no-copy-tokenizer", yp, mo], check=True)
+        d = os.path.join(out, "merge-" + c)
+        os.makedirs(d, exist_ok=True)
+        shutil.copy(os.path.join(mo, "model.safetensors"), d)
+        print("golden", d)
+
+
 def mxfp4_main(out):
     here = os.path.dirname(os.path.abspath(__file__))
     cases = os.path.join(os.path.dirname(here), "testdata", "quant")
@@ -178,19 +196,7 @@ def mxfp4_main(out):
         d = os.path.join(out, "dequant-a")
         os.makedirs(d, exist_ok=True)
         shutil.copy(os.path.join(w, "a-dq", "model.safetensors"), d)
-        for c in CASES:
-            with open(os.path.join(cases, c + ".yml")) as f:
-                y = (f.read().replace("MODEL_A", os.path.join(w, "a-dq")).replace("MODEL_B", os.path.join(w, "b-dq"))
-                 .replace("MODEL_C", os.path.join(w, "c-dq")))
-            yp = os.path.join(w, c + ".yml")
-            with open(yp, "w") as f:
-                f.write(y)
-            mo = os.path.join(w, "out-" + c)
-            subprocess.run([os.path.join(venv_bin, "mergekit-yaml"), "--no-copy-tokenizer", yp, mo], check=True)
-            d = os.path.join(out, "merge-" + c)
-            os.makedirs(d, exist_ok=True)
-            shutil.copy(os.path.join(mo, "model.safetensors"), d)
-            print("golden", d)
+        merge_goldens(cases, w, out, venv_bin)
 
 
 DS_CONFIG = dict(hidden_size=64, intermediate_size=64, moe_intermediate_size=16, n_routed_experts=4,
@@ -282,19 +288,7 @@ def ds_main(out):
                                                                                   "experts.down_proj"))})):
             os.makedirs(os.path.join(out, d), exist_ok=True)
             save_file(sd, os.path.join(out, d, "model.safetensors"), metadata={"format": "pt"})
-        for c in CASES:
-            with open(os.path.join(cases, c + ".yml")) as f:
-                y = (f.read().replace("MODEL_A", os.path.join(w, "a-dq")).replace("MODEL_B", os.path.join(w, "b-dq"))
-                 .replace("MODEL_C", os.path.join(w, "c-dq")))
-            yp = os.path.join(w, c + ".yml")
-            with open(yp, "w") as f:
-                f.write(y)
-            mo = os.path.join(w, "out-" + c)
-            subprocess.run([os.path.join(venv_bin, "mergekit-yaml"), "--no-copy-tokenizer", yp, mo], check=True)
-            d = os.path.join(out, "merge-" + c)
-            os.makedirs(d, exist_ok=True)
-            shutil.copy(os.path.join(mo, "model.safetensors"), d)
-            print("golden", d)
+        merge_goldens(cases, w, out, venv_bin)
 
 
 def main():
@@ -315,19 +309,7 @@ def main():
         d = os.path.join(out, "dequant-a")
         os.makedirs(d, exist_ok=True)
         shutil.copy(os.path.join(w, "a-dq", "model.safetensors"), d)
-        for c in CASES:
-            with open(os.path.join(cases, c + ".yml")) as f:
-                y = (f.read().replace("MODEL_A", os.path.join(w, "a-dq")).replace("MODEL_B", os.path.join(w, "b-dq"))
-                 .replace("MODEL_C", os.path.join(w, "c-dq")))
-            yp = os.path.join(w, c + ".yml")
-            with open(yp, "w") as f:
-                f.write(y)
-            mo = os.path.join(w, "out-" + c)
-            subprocess.run([os.path.join(venv_bin, "mergekit-yaml"), yp, mo], check=True)
-            d = os.path.join(out, "merge-" + c)
-            os.makedirs(d, exist_ok=True)
-            shutil.copy(os.path.join(mo, "model.safetensors"), d)
-            print("golden", d)
+        merge_goldens(cases, w, out, venv_bin)
 
 
 if __name__ == "__main__":
