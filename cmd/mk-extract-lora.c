@@ -63,8 +63,9 @@ static void usage(void)
 	       "  -q, --quiet                 say less; -v, --verbose: say more\n"
 	       "  -h, --help                  show this help and exit\n"
 	       "  -V, --version               show the version and exit\n"
-	       "mergekit-extract-lora's options without meaning here (--no-lazy-unpickle,\n"
-	       "--trust-remote-code, --device, ...) are accepted with a note.\n"
+	       "--device cuda[:N] and --read-to-gpu are --cuda; mergekit-extract-lora's options\n"
+	       "without meaning here (--no-lazy-unpickle, --trust-remote-code, ...) are\n"
+	       "accepted with a note.\n"
 	       "\n"
 	       "Exit status: 0 success, 1 failure, 2 usage error.  See mk-extract-lora(1).\n",
 	       cli_prog);
